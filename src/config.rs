@@ -1,0 +1,308 @@
+//! Configuration (SPEC §6): built-in defaults, then a TOML file, then
+//! `INHOOK_*` environment variables. Validated once, at start.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::contract::SourceKind;
+use crate::signature::{Scheme, Secret};
+use crate::store::SourceRules;
+
+/// Whether a source answers after applying (sync) or after logging (async).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Log and apply in one transaction; answer with the outcome.
+    Sync,
+    /// Log, answer 202; workers apply.
+    Async,
+}
+
+/// Where the event log lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Database {
+    /// An embedded SQLite file.
+    Sqlite(PathBuf),
+}
+
+/// One configured webhook source.
+#[derive(Debug, Clone)]
+pub struct SourceConfig {
+    /// The name in `/webhooks/{name}`.
+    pub name: String,
+    /// Which contract and projection.
+    pub kind: SourceKind,
+    /// Sync or async processing.
+    pub mode: Mode,
+    /// How deliveries are signed.
+    pub scheme: Scheme,
+    /// Secrets any of which may verify (rotation).
+    pub secrets: Vec<Secret>,
+    /// Allowed distance between a signed timestamp and the time of receipt.
+    pub tolerance_s: u64,
+    /// The first sequence of every aggregate.
+    pub first_sequence: i64,
+    /// How long an in-order event waits for a gap.
+    pub hold_timeout_s: u64,
+    /// After how long without an update a presence is reported stale.
+    pub stale_after_s: u64,
+}
+
+impl SourceConfig {
+    /// The ordering settings the store needs.
+    pub fn rules(&self) -> SourceRules {
+        SourceRules {
+            name: self.name.clone(),
+            kind: self.kind,
+            first_sequence: self.first_sequence,
+            hold_timeout_ms: (self.hold_timeout_s as i64).saturating_mul(1000),
+        }
+    }
+}
+
+/// The validated configuration of one inhook process.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// The store.
+    pub database: Database,
+    /// Token for `/v1/*`; without one those routes answer loopback clients only.
+    pub admin_token: Option<Secret>,
+    /// Largest accepted request body.
+    pub max_body_bytes: usize,
+    /// How long a store call waits for a lock before answering 503.
+    pub busy_timeout_ms: u64,
+    /// Log lines as JSON instead of text.
+    pub log_json: bool,
+    /// The sources, in config order.
+    pub sources: Vec<SourceConfig>,
+}
+
+impl Config {
+    /// The source named `name`.
+    pub fn source(&self, name: &str) -> Option<&SourceConfig> {
+        self.sources.iter().find(|s| s.name == name)
+    }
+}
+
+/// A configuration that cannot run, with a sentence saying how to fix it.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(String);
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<String>,
+    database: Option<String>,
+    admin_token: Option<String>,
+    max_body_bytes: Option<usize>,
+    busy_timeout_ms: Option<u64>,
+    log_format: Option<String>,
+    sources: Option<Vec<FileSource>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSource {
+    name: String,
+    kind: SourceKind,
+    mode: Option<Mode>,
+    signature: Option<Scheme>,
+    #[serde(default)]
+    secrets: Vec<String>,
+    tolerance_s: Option<u64>,
+    first_sequence: Option<i64>,
+    hold_timeout_s: Option<u64>,
+    stale_after_s: Option<u64>,
+}
+
+impl FileSource {
+    fn default_for(name: &str, kind: SourceKind) -> Self {
+        Self {
+            name: name.into(),
+            kind,
+            mode: None,
+            signature: None,
+            secrets: Vec::new(),
+            tolerance_s: None,
+            first_sequence: None,
+            hold_timeout_s: None,
+            stale_after_s: None,
+        }
+    }
+}
+
+/// Default body limit: 256 KiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 256 * 1024;
+
+/// The environment variable that holds a source's secrets.
+pub fn secret_env_var(source: &str) -> String {
+    format!("INHOOK_{}_SECRET", source.to_uppercase().replace('-', "_"))
+}
+
+impl Config {
+    /// Loads the file at `path` (if any) and applies the process environment.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let env: HashMap<String, String> = std::env::vars().filter(|(k, _)| k.starts_with("INHOOK_")).collect();
+        let text = match path {
+            Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
+                ConfigError(format!("cannot read config file {}: {e}", path.display()))
+            })?),
+            None => None,
+        };
+        Self::from_parts(text.as_deref(), &env)
+    }
+
+    /// Builds a config from a file's text and environment variables (pure, for tests).
+    pub fn from_parts(text: Option<&str>, env: &HashMap<String, String>) -> Result<Self, ConfigError> {
+        let file: FileConfig = match text {
+            Some(text) => toml::from_str(text).map_err(|e| ConfigError(format!("config file: {e}")))?,
+            None => FileConfig::default(),
+        };
+        let listen_raw = env
+            .get("INHOOK_LISTEN")
+            .cloned()
+            .or(file.listen)
+            .unwrap_or_else(|| "127.0.0.1:8080".into());
+        let listen = listen_raw
+            .parse()
+            .map_err(|_| ConfigError(format!("listen: {listen_raw:?} is not an address like 127.0.0.1:8080")))?;
+        let database_raw = env
+            .get("INHOOK_DATABASE")
+            .cloned()
+            .or(file.database)
+            .unwrap_or_else(|| "sqlite://inhook.db".into());
+        let database = parse_database(&database_raw)?;
+        let admin_token = env
+            .get("INHOOK_ADMIN_TOKEN")
+            .cloned()
+            .or(file.admin_token)
+            .filter(|t| !t.is_empty())
+            .map(Secret::new);
+        let log_json = match env.get("INHOOK_LOG_FORMAT").cloned().or(file.log_format).as_deref() {
+            None | Some("text") => false,
+            Some("json") => true,
+            Some(other) => return Err(ConfigError(format!("log_format: {other:?} is neither \"text\" nor \"json\""))),
+        };
+        let file_sources = file.sources.unwrap_or_else(|| {
+            vec![
+                FileSource::default_for("presence", SourceKind::Presence),
+                FileSource::default_for("save-game", SourceKind::SaveGame),
+            ]
+        });
+        let mut sources: Vec<SourceConfig> = Vec::with_capacity(file_sources.len());
+        for s in file_sources {
+            if s.name.is_empty() || !s.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+                return Err(ConfigError(format!(
+                    "source name {:?} must be non-empty letters, digits, '-' or '_'",
+                    s.name
+                )));
+            }
+            if sources.iter().any(|o| o.name == s.name) {
+                return Err(ConfigError(format!("source {:?} is configured twice", s.name)));
+            }
+            let var = secret_env_var(&s.name);
+            let secrets: Vec<String> = match env.get(&var) {
+                Some(list) => list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect(),
+                None => s.secrets,
+            };
+            if secrets.is_empty() || secrets.iter().any(String::is_empty) {
+                return Err(ConfigError(format!(
+                    "source {:?} has no secret: set {var} (several comma-separated) or `secrets` in the config file",
+                    s.name
+                )));
+            }
+            let (default_mode, default_scheme) = match s.kind {
+                SourceKind::Presence => (Mode::Sync, Scheme::HmacHex),
+                SourceKind::SaveGame => (Mode::Async, Scheme::HmacTimestamped),
+            };
+            let first_sequence = s.first_sequence.unwrap_or(1);
+            if first_sequence < 0 {
+                return Err(ConfigError(format!("source {:?}: first_sequence must not be negative", s.name)));
+            }
+            sources.push(SourceConfig {
+                name: s.name,
+                kind: s.kind,
+                mode: s.mode.unwrap_or(default_mode),
+                scheme: s.signature.unwrap_or(default_scheme),
+                secrets: secrets.into_iter().map(Secret::new).collect(),
+                tolerance_s: s.tolerance_s.unwrap_or(300),
+                first_sequence,
+                hold_timeout_s: s.hold_timeout_s.unwrap_or(30),
+                stale_after_s: s.stale_after_s.unwrap_or(15 * 60),
+            });
+        }
+        Ok(Self {
+            listen,
+            database,
+            admin_token,
+            max_body_bytes: file.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES),
+            busy_timeout_ms: file.busy_timeout_ms.unwrap_or(5_000),
+            log_json,
+            sources,
+        })
+    }
+}
+
+fn parse_database(raw: &str) -> Result<Database, ConfigError> {
+    if let Some(path) = raw.strip_prefix("sqlite://") {
+        if path.is_empty() {
+            return Err(ConfigError("database: sqlite:// needs a file path, e.g. sqlite://inhook.db".into()));
+        }
+        return Ok(Database::Sqlite(PathBuf::from(path)));
+    }
+    if raw.starts_with("postgres://") || raw.starts_with("postgresql://") {
+        return Err(ConfigError(
+            "database: the PostgreSQL store is not available in this build yet; use sqlite://FILE".into(),
+        ));
+    }
+    Err(ConfigError(format!("database: {raw:?} is not a sqlite:// URL")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn zero_config_needs_both_secrets() {
+        let err = Config::from_parts(None, &env(&[("INHOOK_PRESENCE_SECRET", "a")])).unwrap_err();
+        assert!(err.to_string().contains("INHOOK_SAVE_GAME_SECRET"), "{err}");
+        let config = Config::from_parts(
+            None,
+            &env(&[("INHOOK_PRESENCE_SECRET", "a"), ("INHOOK_SAVE_GAME_SECRET", "b, c")]),
+        )
+        .unwrap();
+        assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(config.database, Database::Sqlite("inhook.db".into()));
+        let save = config.source("save-game").unwrap();
+        assert_eq!((save.mode, save.scheme), (Mode::Async, Scheme::HmacTimestamped));
+        assert_eq!(save.secrets, vec![Secret::new("b"), Secret::new("c")]);
+        let presence = config.source("presence").unwrap();
+        assert_eq!((presence.mode, presence.scheme), (Mode::Sync, Scheme::HmacHex));
+    }
+
+    #[test]
+    fn the_environment_wins_over_the_file() {
+        let text = r#"
+            listen = "127.0.0.1:9000"
+            [[sources]]
+            name = "p"
+            kind = "presence"
+            secrets = ["from-file"]
+        "#;
+        let config = Config::from_parts(Some(text), &env(&[("INHOOK_P_SECRET", "from-env")])).unwrap();
+        assert_eq!(config.listen.port(), 9000);
+        assert_eq!(config.sources[0].secrets, vec![Secret::new("from-env")]);
+        let err = Config::from_parts(Some("bogus = 1"), &env(&[])).unwrap_err();
+        assert!(err.to_string().contains("bogus"), "{err}");
+    }
+}

@@ -1,0 +1,113 @@
+//! Payload contracts (SPEC §2): the raw body of a verified delivery becomes a
+//! typed event, or a list of problems that name each bad field. No I/O.
+
+mod fields;
+pub mod presence;
+pub mod save;
+
+use serde::Serialize;
+
+use crate::domain::{AggregateKey, EventId, IdempotencyKey, Sequence};
+
+pub use presence::{Presence, PresenceEvent};
+pub use save::{ItemQty, SaveChange, SaveEvent};
+
+/// What kind of projection a source feeds, and so which contract its bodies follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SourceKind {
+    /// Remote-worker presence (first seed).
+    Presence,
+    /// Game saves (second seed).
+    SaveGame,
+}
+
+/// One bad field of a body, as reported in a 400 answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FieldProblem {
+    /// Path of the field, e.g. `sequence` or `data.added_items[0].qty`; `$` is the whole body.
+    pub field: String,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+/// A body that does not follow its source's contract.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContractError {
+    /// Every problem found, in field order.
+    pub problems: Vec<FieldProblem>,
+}
+
+impl std::fmt::Display for ContractError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, p) in self.problems.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{}: {}", p.field, p.problem)?;
+        }
+        Ok(())
+    }
+}
+
+/// A verified delivery, parsed by its source's contract.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A presence change.
+    Presence(PresenceEvent),
+    /// A save-game event.
+    Save(SaveEvent),
+}
+
+impl Event {
+    /// Parses a raw body with the contract of `kind`.
+    pub fn parse(kind: SourceKind, body: &[u8]) -> Result<Self, ContractError> {
+        match kind {
+            SourceKind::Presence => PresenceEvent::parse(body).map(Event::Presence),
+            SourceKind::SaveGame => SaveEvent::parse(body).map(Event::Save),
+        }
+    }
+
+    /// The publisher's id for this delivery.
+    pub fn event_id(&self) -> &EventId {
+        match self {
+            Event::Presence(e) => &e.event_id,
+            Event::Save(e) => &e.event_id,
+        }
+    }
+
+    /// The publisher's key for the logical operation, if any.
+    pub fn idempotency_key(&self) -> Option<&IdempotencyKey> {
+        match self {
+            Event::Presence(e) => e.idempotency_key.as_ref(),
+            Event::Save(e) => Some(&e.idempotency_key),
+        }
+    }
+
+    /// The aggregate the event belongs to.
+    pub fn aggregate(&self) -> AggregateKey {
+        match self {
+            Event::Presence(e) => AggregateKey::User(e.user_id.clone()),
+            Event::Save(e) => AggregateKey::SaveSlot {
+                player_id: e.player_id.clone(),
+                save_slot: e.save_slot.clone(),
+            },
+        }
+    }
+
+    /// The event's sequence in its aggregate.
+    pub fn sequence(&self) -> Sequence {
+        match self {
+            Event::Presence(e) => e.sequence,
+            Event::Save(e) => e.sequence,
+        }
+    }
+
+    /// The event type as logged: `presence.changed` for presence events.
+    pub fn event_type(&self) -> &str {
+        match self {
+            Event::Presence(_) => presence::EVENT_TYPE,
+            Event::Save(e) => e.event_type.as_str(),
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! Every HTTP answer inhook gives, in one place (SPEC §2 "Answers").
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+
+use crate::contract::FieldProblem;
+use crate::domain::{DeadReason, EventId};
+use crate::signature::SignatureError;
+use crate::store::DedupKey;
+
+/// Seconds a publisher is asked to wait before retrying after a 503.
+const RETRY_AFTER_UNAVAILABLE_S: u32 = 5;
+
+/// An answer, before it becomes a response.
+#[derive(Debug)]
+pub enum Answer {
+    /// Sync mode: applied.
+    Applied {
+        /// The event's sequence.
+        sequence: i64,
+    },
+    /// Async mode, or a sync event held for a gap: logged, to be applied later.
+    Accepted {
+        /// The event's id.
+        event_id: EventId,
+    },
+    /// Already logged under this `event_id` or `idempotency_key`.
+    Duplicate {
+        /// The id of this delivery.
+        event_id: EventId,
+        /// Which key matched.
+        key: DedupKey,
+    },
+    /// Sync mode: older than the current state.
+    Stale {
+        /// The event's sequence.
+        sequence: i64,
+        /// The aggregate's current sequence.
+        current_sequence: Option<i64>,
+    },
+    /// Sync mode: logged, but an unsupported event type.
+    Unsupported {
+        /// The event's id.
+        event_id: EventId,
+    },
+    /// Sync mode: logged, but the projection refused it.
+    Dead {
+        /// The event's id.
+        event_id: EventId,
+        /// Why.
+        reason: DeadReason,
+    },
+    /// 401: signature or timestamp rejected.
+    SignatureRejected(SignatureError),
+    /// 400: body is not JSON or breaks the contract.
+    InvalidPayload(Vec<FieldProblem>),
+    /// 404: no such source.
+    UnknownSource,
+    /// 413: body over the limit.
+    PayloadTooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// 415: not `application/json`.
+    UnsupportedMediaType,
+    /// 503: the store cannot be reached; nothing was stored.
+    StoreUnavailable,
+    /// 500: a bug; details are in the log, not in the answer.
+    Internal,
+    /// 401 on the admin API.
+    Unauthorized,
+    /// 404 on the read API.
+    NotFound(&'static str),
+    /// 400 on the read API.
+    BadRequest(String),
+}
+
+impl Answer {
+    /// The decision name for logs and metrics.
+    pub fn decision(&self) -> &'static str {
+        match self {
+            Answer::Applied { .. } => "applied",
+            Answer::Accepted { .. } => "accepted",
+            Answer::Duplicate { .. } => "duplicate",
+            Answer::Stale { .. } => "stale",
+            Answer::Unsupported { .. } => "ignored_unsupported",
+            Answer::Dead { .. } => "dead",
+            Answer::SignatureRejected(_) => "signature_rejected",
+            Answer::InvalidPayload(_) => "invalid_payload",
+            Answer::UnknownSource => "unknown_source",
+            Answer::PayloadTooLarge { .. } => "payload_too_large",
+            Answer::UnsupportedMediaType => "unsupported_media_type",
+            Answer::StoreUnavailable => "store_unavailable",
+            Answer::Internal => "internal_error",
+            Answer::Unauthorized => "unauthorized",
+            Answer::NotFound(_) => "not_found",
+            Answer::BadRequest(_) => "bad_request",
+        }
+    }
+
+    /// Turns the answer into a response (named apart from `IntoResponse` for call sites in middleware).
+    pub fn into_response_with_state(self) -> Response {
+        self.into_response()
+    }
+}
+
+fn rejected(code: StatusCode, error: &str) -> (StatusCode, Value) {
+    (code, json!({"status": "rejected", "error": error}))
+}
+
+impl IntoResponse for Answer {
+    fn into_response(self) -> Response {
+        let (code, body) = match self {
+            Answer::Applied { sequence } => {
+                (StatusCode::OK, json!({"status": "applied", "sequence": sequence}))
+            }
+            Answer::Accepted { event_id } => (
+                StatusCode::ACCEPTED,
+                json!({"status": "accepted", "event_id": event_id}),
+            ),
+            Answer::Duplicate { event_id, key } => (
+                StatusCode::OK,
+                json!({"status": "duplicate", "event_id": event_id, "key": key.as_str()}),
+            ),
+            Answer::Stale {
+                sequence,
+                current_sequence,
+            } => (
+                StatusCode::OK,
+                json!({"status": "stale", "sequence": sequence, "current_sequence": current_sequence}),
+            ),
+            Answer::Unsupported { event_id } => (
+                StatusCode::OK,
+                json!({"status": "ignored_unsupported", "event_id": event_id}),
+            ),
+            Answer::Dead { event_id, reason } => (
+                StatusCode::OK,
+                json!({"status": "dead", "event_id": event_id, "reason": reason.as_str()}),
+            ),
+            Answer::SignatureRejected(err) => rejected(StatusCode::UNAUTHORIZED, err.code()),
+            Answer::InvalidPayload(details) => (
+                StatusCode::BAD_REQUEST,
+                json!({"status": "rejected", "error": "invalid_payload", "details": details}),
+            ),
+            Answer::UnknownSource => rejected(StatusCode::NOT_FOUND, "unknown_source"),
+            Answer::PayloadTooLarge { limit } => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                json!({"status": "rejected", "error": "payload_too_large", "limit_bytes": limit}),
+            ),
+            Answer::UnsupportedMediaType => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                json!({"status": "rejected", "error": "unsupported_media_type",
+                       "expected": "application/json"}),
+            ),
+            Answer::StoreUnavailable => {
+                let mut response = (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Json(json!({"status": "error", "error": "store_unavailable"})),
+                )
+                    .into_response();
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_UNAVAILABLE_S));
+                return response;
+            }
+            Answer::Internal => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                json!({"status": "error", "error": "internal"}),
+            ),
+            Answer::Unauthorized => rejected(StatusCode::UNAUTHORIZED, "unauthorized"),
+            Answer::NotFound(what) => rejected(StatusCode::NOT_FOUND, what),
+            Answer::BadRequest(detail) => (
+                StatusCode::BAD_REQUEST,
+                json!({"status": "rejected", "error": "bad_request", "detail": detail}),
+            ),
+        };
+        (code, Json(body)).into_response()
+    }
+}

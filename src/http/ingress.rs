@@ -1,0 +1,156 @@
+//! `POST /webhooks/{source}`: the checks of SPEC §2 in their fixed order —
+//! source, size, content type, signature, contract, store.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
+use tracing::{info, warn};
+
+use super::answer::Answer;
+use super::AppState;
+use crate::clock;
+use crate::config::{Mode, SourceConfig};
+use crate::contract::Event;
+use crate::ordering::Outcome;
+use crate::signature;
+use crate::store::{Admission, Decided, NewEvent, StoreError};
+
+/// Receives one delivery.
+pub(super) async fn receive(
+    State(state): State<AppState>,
+    Path(source): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let Some(config) = state.config.source(&source) else {
+        return Answer::UnknownSource.into_response();
+    };
+    let answer = admit(&state, config, &headers, body).await;
+    info!(source = %config.name, decision = answer.decision(), "delivery answered");
+    answer.into_response()
+}
+
+async fn admit(state: &AppState, source: &SourceConfig, headers: &HeaderMap, body: Body) -> Answer {
+    let limit = state.config.max_body_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Answer::PayloadTooLarge { limit };
+    }
+    let Ok(body) = axum::body::to_bytes(body, limit).await else {
+        return Answer::PayloadTooLarge { limit };
+    };
+    if !is_json(headers) {
+        return Answer::UnsupportedMediaType;
+    }
+    let received_at_ms = clock::now_ms();
+    let verified = match signature::verify(
+        source.scheme,
+        headers,
+        &body,
+        &source.secrets,
+        received_at_ms.div_euclid(1000),
+        source.tolerance_s,
+    ) {
+        Ok(verified) => verified,
+        Err(err) => {
+            warn!(source = %source.name, reason = err.code(), detail = %err, "signature rejected");
+            return Answer::SignatureRejected(err);
+        }
+    };
+    let event = match Event::parse(source.kind, &body) {
+        Ok(event) => event,
+        Err(err) => {
+            warn!(source = %source.name, problems = %err, "invalid payload");
+            return Answer::InvalidPayload(err.problems);
+        }
+    };
+    let rules = (source.mode == Mode::Sync).then(|| source.rules());
+    let logged = state
+        .store
+        .ingest(
+            NewEvent {
+                source: &source.name,
+                event: &event,
+                body: &body,
+                received_at_ms,
+                signed_at: verified.signed_at,
+            },
+            rules.as_ref(),
+        )
+        .await;
+    let answer = match logged {
+        Ok(Admission::Duplicate {
+            key,
+            original,
+            body_differs,
+        }) => {
+            if body_differs {
+                warn!(source = %source.name, event_id = %event.event_id(),
+                      "publisher error: event_id resent with a different body");
+            }
+            info!(source = %source.name, event_id = %event.event_id(), original = %original,
+                  key = key.as_str(), "duplicate delivery");
+            Answer::Duplicate {
+                event_id: event.event_id().clone(),
+                key,
+            }
+        }
+        Ok(Admission::Logged { decided: None, .. }) => {
+            state.wake.notify_one();
+            Answer::Accepted {
+                event_id: event.event_id().clone(),
+            }
+        }
+        Ok(Admission::Logged {
+            decided: Some(decided),
+            ..
+        }) => sync_answer(&event, decided),
+        Err(StoreError::Unavailable(detail)) => {
+            warn!(source = %source.name, %detail, "store unavailable; delivery not stored");
+            Answer::StoreUnavailable
+        }
+        Err(StoreError::Internal(detail)) => {
+            tracing::error!(source = %source.name, %detail, "store failed; delivery not stored");
+            Answer::Internal
+        }
+    };
+    info!(
+        source = %source.name,
+        event_id = %event.event_id(),
+        idempotency_key = event.idempotency_key().map(|k| k.as_str()),
+        aggregate = %event.aggregate(),
+        sequence = event.sequence().get(),
+        decision = answer.decision(),
+        "decision"
+    );
+    answer
+}
+
+fn sync_answer(event: &Event, decided: Decided) -> Answer {
+    let event_id = event.event_id().clone();
+    match decided.outcome {
+        Outcome::Applied => Answer::Applied {
+            sequence: event.sequence().get(),
+        },
+        Outcome::Stale => Answer::Stale {
+            sequence: event.sequence().get(),
+            current_sequence: decided.current_sequence,
+        },
+        Outcome::Unsupported => Answer::Unsupported { event_id },
+        Outcome::Held => Answer::Accepted { event_id },
+        Outcome::Dead { reason, .. } => Answer::Dead { event_id, reason },
+    }
+}
+
+/// `application/json`, with or without parameters such as `charset`.
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
+}

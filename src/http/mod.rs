@@ -1,0 +1,72 @@
+//! The HTTP layer: thin handlers over the signature, contract and store
+//! modules. Every answer's code and body comes from [`answer`].
+
+pub mod answer;
+mod api;
+mod ingress;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use subtle::ConstantTimeEq;
+use tokio::sync::Notify;
+
+use crate::config::Config;
+use crate::store::Store;
+use answer::Answer;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    /// The validated configuration.
+    pub config: Arc<Config>,
+    /// The store.
+    pub store: Arc<dyn Store>,
+    /// Wakes the workers when an async event is logged.
+    pub wake: Arc<Notify>,
+}
+
+/// Builds the router: ingress, read API, health.
+pub fn router(state: AppState) -> Router {
+    let admin = Router::new()
+        .route("/v1/presence", get(api::presence_list))
+        .route("/v1/presence/{user_id}", get(api::presence_one))
+        .route("/v1/saves/{player_id}/{save_slot}", get(api::save_one))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_admin));
+    Router::new()
+        .route("/webhooks/{source}", post(ingress::receive))
+        .route("/healthz", get(api::healthz))
+        .route("/readyz", get(api::readyz))
+        .merge(admin)
+        // The ingress handler enforces each source's limit itself, after the 404 check.
+        .layer(DefaultBodyLimit::disable())
+        .with_state(state)
+}
+
+/// Lets a request through with the admin token, or from loopback when none is configured.
+async fn require_admin(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let allowed = match &state.config.admin_token {
+        Some(token) => request
+            .headers()
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|given| bool::from(given.as_bytes().ct_eq(token.expose()))),
+        None => peer.ip().is_loopback(),
+    };
+    if allowed {
+        next.run(request).await
+    } else {
+        Answer::Unauthorized.into_response_with_state()
+    }
+}

@@ -1,0 +1,28 @@
+//! inhook — a webhook receiver that is correct under retries, duplicates and
+//! reordering. A map of the crate, from the wire inwards:
+//!
+//! - [`http`]: the HTTP layer. `POST /webhooks/{source}` runs the checks of
+//!   SPEC §2 in order; the read API serves projections. Thin over the rest.
+//! - [`signature`]: signature schemes, pure functions over raw bytes.
+//! - [`contract`]: payload contracts, raw body to typed [`contract::Event`].
+//! - [`ordering`]: the ordering rules (latest-wins, in-order with holds,
+//!   order-free) as pure functions from state and pending events to decisions.
+//! - [`projection`]: the presence and save-game state and what applying does.
+//! - [`store`]: the [`store::Store`] trait and its SQLite implementation:
+//!   the event log with its unique keys, and the projections, transactionally.
+//! - [`worker`]: applies async events by settling due aggregates.
+//! - [`config`], [`app`], [`cli`]: configuration, wiring, command line.
+//! - [`domain`]: ids, sequences, statuses shared by all of the above.
+
+pub mod app;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod contract;
+pub mod domain;
+pub mod http;
+pub mod ordering;
+pub mod projection;
+pub mod signature;
+pub mod store;
+pub mod worker;

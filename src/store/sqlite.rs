@@ -1,0 +1,624 @@
+//! The embedded SQLite store: WAL journal, `synchronous = FULL` so that a
+//! commit is on disk before inhook answers (G2).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Transaction};
+
+use super::migrations::SQLITE as MIGRATIONS;
+use super::{
+    sequence_of, status_of, Admission, DedupKey, Decided, NewEvent, PresencePage, SettleReport,
+    SourceRules, Store, StoreError,
+};
+use crate::contract::{Event, Presence, SourceKind};
+use crate::domain::{AggregateKey, DeadReason, EventId};
+use crate::ordering::{decide_presence, settle_save, Outcome, PendingSave};
+use crate::projection::{PresenceState, SaveState};
+
+/// The SQLite store. One connection behind a mutex: SQLite has one writer at a
+/// time anyway, and every call runs on the blocking pool, never on a runtime thread.
+#[derive(Clone)]
+pub struct SqliteStore {
+    conn: Arc<Mutex<Connection>>,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file at `path`.
+    pub fn open(path: &Path, busy_timeout: Duration) -> Result<Self, StoreError> {
+        let conn = Connection::open(path).map_err(map_err)?;
+        conn.busy_timeout(busy_timeout).map_err(map_err)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(map_err)?;
+        // FULL fsyncs the WAL at every commit: an answered delivery survives power loss.
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(map_err)?;
+        Ok(Self {
+            conn: Arc::new(Mutex::new(conn)),
+        })
+    }
+
+    async fn run<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let conn = Arc::clone(&self.conn);
+        tokio::task::spawn_blocking(move || {
+            // A panic while holding the lock leaves SQLite consistent (the transaction rolls back).
+            let mut guard = conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            f(&mut guard)
+        })
+        .await
+        .map_err(|e| StoreError::Internal(format!("store task failed: {e}")))?
+    }
+}
+
+fn map_err(err: rusqlite::Error) -> StoreError {
+    match err.sqlite_error_code() {
+        Some(
+            ErrorCode::DatabaseBusy
+            | ErrorCode::DatabaseLocked
+            | ErrorCode::CannotOpen
+            | ErrorCode::DiskFull
+            | ErrorCode::SystemIoFailure
+            | ErrorCode::ReadOnly
+            | ErrorCode::OutOfMemory,
+        ) => StoreError::Unavailable(err.to_string()),
+        _ => StoreError::Internal(err.to_string()),
+    }
+}
+
+fn json_err(err: serde_json::Error) -> StoreError {
+    StoreError::Internal(format!("corrupt JSON in store: {err}"))
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn migrate(&self) -> Result<(), StoreError> {
+        self.run(|conn| {
+            let tx = conn.transaction().map_err(map_err)?;
+            tx.execute_batch(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (
+                     version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+            )
+            .map_err(map_err)?;
+            let current: i64 = tx
+                .query_row("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", [], |r| {
+                    r.get(0)
+                })
+                .map_err(map_err)?;
+            for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
+                tx.execute_batch(sql).map_err(map_err)?;
+                tx.execute(
+                    "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
+                    params![version, crate::clock::now_ms()],
+                )
+                .map_err(map_err)?;
+            }
+            tx.commit().map_err(map_err)
+        })
+        .await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.run(|conn| {
+            conn.query_row("SELECT 1", [], |_| Ok(()))
+                .map_err(map_err)
+        })
+        .await
+    }
+
+    async fn ingest(
+        &self,
+        event: NewEvent<'_>,
+        settle_now: Option<&SourceRules>,
+    ) -> Result<Admission, StoreError> {
+        let source = event.source.to_owned();
+        let event_id = event.event.event_id().as_str().to_owned();
+        let event_type = event.event.event_type().to_owned();
+        let aggregate = event.event.aggregate().storage_key();
+        let sequence = event.event.sequence().get();
+        let idempotency_key = event.event.idempotency_key().map(|k| k.as_str().to_owned());
+        let body = event.body.to_vec();
+        let received_at = event.received_at_ms;
+        let signed_at = event.signed_at;
+        let rules = settle_now.cloned();
+        self.run(move |conn| {
+            let tx = conn.transaction().map_err(map_err)?;
+            let inserted = tx
+                .execute(
+                    "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
+                         idempotency_key, body, signature_valid, signed_at, received_at, status)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, 'received')
+                     ON CONFLICT DO NOTHING",
+                    params![
+                        source,
+                        event_id,
+                        event_type,
+                        aggregate,
+                        sequence,
+                        idempotency_key,
+                        body,
+                        signed_at,
+                        received_at
+                    ],
+                )
+                .map_err(map_err)?;
+            if inserted == 0 {
+                let admission = find_duplicate(&tx, &source, &event_id, idempotency_key.as_deref(), &body)?;
+                return Ok(admission);
+            }
+            let row = tx.last_insert_rowid();
+            let decided = match rules {
+                Some(rules) => {
+                    let (_, decisions, current_sequence) =
+                        settle_tx(&tx, &rules, &aggregate, received_at)?;
+                    let outcome = decisions
+                        .into_iter()
+                        .find(|(r, _)| *r == row)
+                        .map(|(_, o)| o)
+                        .ok_or_else(|| StoreError::Internal("settled event has no outcome".into()))?;
+                    Some(Decided {
+                        outcome,
+                        current_sequence,
+                    })
+                }
+                None => None,
+            };
+            tx.commit().map_err(map_err)?;
+            Ok(Admission::Logged { row, decided })
+        })
+        .await
+    }
+
+    async fn due_aggregates(
+        &self,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        self.run(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT DISTINCT source, aggregate FROM events
+                     WHERE status = 'received'
+                        OR (status IN ('held', 'retrying') AND next_attempt_at <= ?1)
+                     LIMIT ?2",
+                )
+                .map_err(map_err)?;
+            let rows = stmt
+                .query_map(params![now_ms, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))
+                .map_err(map_err)?;
+            rows.collect::<Result<_, _>>().map_err(map_err)
+        })
+        .await
+    }
+
+    async fn settle(
+        &self,
+        rules: &SourceRules,
+        aggregate: &str,
+        now_ms: i64,
+    ) -> Result<SettleReport, StoreError> {
+        let rules = rules.clone();
+        let aggregate = aggregate.to_owned();
+        self.run(move |conn| {
+            let tx = conn.transaction().map_err(map_err)?;
+            let (report, _, _) = settle_tx(&tx, &rules, &aggregate, now_ms)?;
+            tx.commit().map_err(map_err)?;
+            Ok(report)
+        })
+        .await
+    }
+
+    async fn presence(
+        &self,
+        source: &str,
+        user_id: &str,
+    ) -> Result<Option<PresenceState>, StoreError> {
+        let (source, user_id) = (source.to_owned(), user_id.to_owned());
+        self.run(move |conn| load_presence(conn, &source, &user_id)).await
+    }
+
+    async fn presence_page(
+        &self,
+        source: &str,
+        status: Option<Presence>,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<PresencePage, StoreError> {
+        let source = source.to_owned();
+        let cursor = cursor.map(str::to_owned);
+        self.run(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT user_id, presence, sequence, updated_at FROM presence_state
+                     WHERE source = ?1 AND (?2 IS NULL OR presence = ?2)
+                       AND (?3 IS NULL OR user_id > ?3)
+                     ORDER BY user_id LIMIT ?4",
+                )
+                .map_err(map_err)?;
+            let rows = stmt
+                .query_map(
+                    params![source, status.map(Presence::as_str), cursor, limit as i64 + 1],
+                    |r| {
+                        Ok((
+                            r.get::<_, String>(0)?,
+                            r.get::<_, String>(1)?,
+                            r.get::<_, i64>(2)?,
+                            r.get::<_, i64>(3)?,
+                        ))
+                    },
+                )
+                .map_err(map_err)?;
+            let mut items = Vec::new();
+            for row in rows {
+                let (user, presence, sequence, updated_at_ms) = row.map_err(map_err)?;
+                items.push((user, presence_state(&presence, sequence, updated_at_ms)?));
+            }
+            let next_cursor = if items.len() > limit {
+                items.truncate(limit);
+                items.last().map(|(user, _)| user.clone())
+            } else {
+                None
+            };
+            Ok(PresencePage { items, next_cursor })
+        })
+        .await
+    }
+
+    async fn save(
+        &self,
+        source: &str,
+        aggregate: &AggregateKey,
+    ) -> Result<Option<SaveState>, StoreError> {
+        let (source, aggregate) = (source.to_owned(), aggregate.storage_key());
+        self.run(move |conn| load_save(conn, &source, &aggregate)).await
+    }
+}
+
+fn find_duplicate(
+    tx: &Transaction<'_>,
+    source: &str,
+    event_id: &str,
+    idempotency_key: Option<&str>,
+    body: &[u8],
+) -> Result<Admission, StoreError> {
+    let by_id: Option<Vec<u8>> = tx
+        .query_row(
+            "SELECT body FROM events WHERE source = ?1 AND event_id = ?2",
+            params![source, event_id],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(map_err)?;
+    if let Some(stored) = by_id {
+        return Ok(Admission::Duplicate {
+            key: DedupKey::EventId,
+            original: parse_event_id(event_id)?,
+            body_differs: stored != body,
+        });
+    }
+    let original: String = tx
+        .query_row(
+            "SELECT event_id FROM events WHERE source = ?1 AND idempotency_key = ?2",
+            params![source, idempotency_key],
+            |r| r.get(0),
+        )
+        .map_err(map_err)?;
+    Ok(Admission::Duplicate {
+        key: DedupKey::IdempotencyKey,
+        original: parse_event_id(&original)?,
+        body_differs: false,
+    })
+}
+
+fn parse_event_id(raw: &str) -> Result<EventId, StoreError> {
+    EventId::parse(raw).map_err(|p| StoreError::Internal(format!("stored event_id {p}")))
+}
+
+/// A pending row: id, raw body, receipt time.
+type PendingRow = (i64, Vec<u8>, i64);
+
+/// Settles one aggregate inside `tx`: returns the report, every decision, and
+/// the aggregate's current sequence afterwards.
+fn settle_tx(
+    tx: &Transaction<'_>,
+    rules: &SourceRules,
+    aggregate: &str,
+    now_ms: i64,
+) -> Result<(SettleReport, Vec<(i64, Outcome)>, Option<i64>), StoreError> {
+    let rows: Vec<PendingRow> = {
+        let mut stmt = tx
+            .prepare_cached(
+                "SELECT id, body, received_at FROM events
+                 WHERE source = ?1 AND aggregate = ?2
+                   AND (status IN ('received', 'held')
+                        OR (status = 'retrying' AND next_attempt_at <= ?3))",
+            )
+            .map_err(map_err)?;
+        let rows = stmt
+            .query_map(params![rules.name, aggregate, now_ms], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .map_err(map_err)?;
+        rows.collect::<Result<_, _>>().map_err(map_err)?
+    };
+    let mut decisions = Vec::with_capacity(rows.len());
+    let mut parsed = Vec::with_capacity(rows.len());
+    for (row, body, received_at_ms) in rows {
+        match Event::parse(rules.kind, &body) {
+            Ok(event) => parsed.push((row, received_at_ms, event)),
+            Err(err) => decisions.push((
+                row,
+                Outcome::Dead {
+                    reason: DeadReason::InvalidForProjection,
+                    detail: format!("stored body no longer follows the contract: {err}"),
+                },
+            )),
+        }
+    }
+    let mut report = SettleReport::default();
+    let current_sequence = match rules.kind {
+        SourceKind::Presence => {
+            let user_id = aggregate;
+            let before = load_presence(tx, &rules.name, user_id)?;
+            let mut state = before.clone();
+            parsed.sort_by_key(|(row, _, e)| (e.sequence(), *row));
+            for (row, _, event) in parsed {
+                let Event::Presence(event) = event else {
+                    return Err(StoreError::Internal("save event in a presence source".into()));
+                };
+                let outcome = decide_presence(state.as_ref(), &event);
+                if outcome == Outcome::Applied {
+                    state = Some(PresenceState::from_event(&event, now_ms));
+                }
+                decisions.push((row, outcome));
+            }
+            if let Some(state) = state.as_ref().filter(|s| Some(*s) != before.as_ref()) {
+                tx.execute(
+                    "INSERT INTO presence_state (source, user_id, presence, sequence, updated_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (source, user_id) DO UPDATE SET
+                         presence = excluded.presence, sequence = excluded.sequence,
+                         updated_at = excluded.updated_at
+                     WHERE excluded.sequence > presence_state.sequence",
+                    params![
+                        rules.name,
+                        user_id,
+                        state.presence.as_str(),
+                        state.sequence.get(),
+                        state.updated_at_ms
+                    ],
+                )
+                .map_err(map_err)?;
+            }
+            state.map(|s| s.sequence.get())
+        }
+        SourceKind::SaveGame => {
+            let state = load_save(tx, &rules.name, aggregate)?
+                .unwrap_or_else(|| SaveState::empty(rules.first_sequence));
+            let pending: Vec<PendingSave> = parsed
+                .into_iter()
+                .filter_map(|(row, received_at_ms, event)| match event {
+                    Event::Save(event) => Some(PendingSave {
+                        row,
+                        received_at_ms,
+                        event,
+                    }),
+                    Event::Presence(_) => None,
+                })
+                .collect();
+            let lowest = pending
+                .iter()
+                .map(|p| p.event.sequence.get())
+                .min()
+                .unwrap_or(i64::MAX)
+                .min(state.last_sequence.saturating_add(1));
+            let occupied = occupied_sequences(tx, &rules.name, aggregate, lowest)?;
+            let before = state.clone();
+            let settlement = settle_save(state, occupied, pending, now_ms, rules.hold_timeout_ms);
+            report.gaps_skipped = settlement.gaps_skipped;
+            if settlement.state != before {
+                store_save(tx, &rules.name, aggregate, &settlement.state)?;
+            }
+            decisions.extend(settlement.decisions);
+            Some(settlement.state.last_sequence)
+        }
+    };
+    for (row, outcome) in &decisions {
+        record_decision(tx, *row, outcome, now_ms, rules.hold_timeout_ms)?;
+        match outcome {
+            Outcome::Applied => report.applied += 1,
+            Outcome::Stale | Outcome::Unsupported => report.ignored += 1,
+            Outcome::Held => report.held += 1,
+            Outcome::Dead { reason, .. } => report.dead.push(*reason),
+        }
+    }
+    Ok((report, decisions, current_sequence))
+}
+
+fn record_decision(
+    tx: &Transaction<'_>,
+    row: i64,
+    outcome: &Outcome,
+    now_ms: i64,
+    hold_timeout_ms: i64,
+) -> Result<(), StoreError> {
+    let (status, reason) = status_of(outcome);
+    if *outcome == Outcome::Held {
+        // Due again when the hold window of this event ends.
+        tx.execute(
+            "UPDATE events SET status = 'held', next_attempt_at = received_at + ?2
+             WHERE id = ?1 AND status <> 'held'",
+            params![row, hold_timeout_ms],
+        )
+        .map_err(map_err)?;
+        return Ok(());
+    }
+    let detail = match outcome {
+        Outcome::Dead { detail, .. } => Some(detail.as_str()),
+        _ => None,
+    };
+    tx.execute(
+        "UPDATE events SET status = ?2, dead_reason = ?3, last_error = ?4, decided_at = ?5,
+             attempts = attempts + 1, next_attempt_at = NULL
+         WHERE id = ?1",
+        params![row, status.as_str(), reason.map(DeadReason::as_str), detail, now_ms],
+    )
+    .map_err(map_err)?;
+    Ok(())
+}
+
+fn occupied_sequences(
+    tx: &Transaction<'_>,
+    source: &str,
+    aggregate: &str,
+    from: i64,
+) -> Result<BTreeSet<i64>, StoreError> {
+    let mut stmt = tx
+        .prepare_cached(
+            "SELECT sequence FROM events
+             WHERE source = ?1 AND aggregate = ?2 AND sequence >= ?3
+               AND (status IN ('processed', 'ignored_stale', 'ignored_unsupported')
+                    OR (status = 'dead' AND dead_reason <> 'sequence_conflict'))",
+        )
+        .map_err(map_err)?;
+    let rows = stmt
+        .query_map(params![source, aggregate, from], |r| r.get(0))
+        .map_err(map_err)?;
+    rows.collect::<Result<_, _>>().map_err(map_err)
+}
+
+fn presence_state(presence: &str, sequence: i64, updated_at_ms: i64) -> Result<PresenceState, StoreError> {
+    Ok(PresenceState {
+        presence: Presence::parse(presence)
+            .ok_or_else(|| StoreError::Internal(format!("unknown presence {presence:?} in store")))?,
+        sequence: sequence_of(sequence)?,
+        updated_at_ms,
+    })
+}
+
+fn load_presence(
+    conn: &Connection,
+    source: &str,
+    user_id: &str,
+) -> Result<Option<PresenceState>, StoreError> {
+    let row: Option<(String, i64, i64)> = conn
+        .query_row(
+            "SELECT presence, sequence, updated_at FROM presence_state
+             WHERE source = ?1 AND user_id = ?2",
+            params![source, user_id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()
+        .map_err(map_err)?;
+    row.map(|(p, s, u)| presence_state(&p, s, u)).transpose()
+}
+
+type SaveRow = (
+    i64,
+    Option<String>,
+    Option<i64>,
+    String,
+    Option<i64>,
+    Option<i64>,
+    String,
+    i64,
+);
+
+fn load_save(
+    conn: &Connection,
+    source: &str,
+    aggregate: &str,
+) -> Result<Option<SaveState>, StoreError> {
+    let row: Option<SaveRow> = conn
+        .query_row(
+            "SELECT last_sequence, progress, progress_sequence, inventory, inventory_sequence,
+                    snapshot_sequence, achievements, updated_at
+             FROM save_state WHERE source = ?1 AND aggregate = ?2",
+            params![source, aggregate],
+            |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                    r.get(7)?,
+                ))
+            },
+        )
+        .optional()
+        .map_err(map_err)?;
+    let Some((
+        last_sequence,
+        progress,
+        progress_seq,
+        inventory,
+        inventory_seq,
+        snapshot_seq,
+        achievements,
+        updated_at_ms,
+    )) = row
+    else {
+        return Ok(None);
+    };
+    Ok(Some(SaveState {
+        last_sequence,
+        progress: progress
+            .map(|p| serde_json::from_str(&p))
+            .transpose()
+            .map_err(json_err)?,
+        progress_sequence: progress_seq.map(sequence_of).transpose()?,
+        inventory: serde_json::from_str::<BTreeMap<String, i64>>(&inventory).map_err(json_err)?,
+        inventory_sequence: inventory_seq.map(sequence_of).transpose()?,
+        snapshot_sequence: snapshot_seq.map(sequence_of).transpose()?,
+        achievements: serde_json::from_str(&achievements).map_err(json_err)?,
+        updated_at_ms,
+    }))
+}
+
+fn store_save(
+    tx: &Transaction<'_>,
+    source: &str,
+    aggregate: &str,
+    state: &SaveState,
+) -> Result<(), StoreError> {
+    let progress = state
+        .progress
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(json_err)?;
+    tx.execute(
+        "INSERT INTO save_state (source, aggregate, last_sequence, progress, progress_sequence,
+             inventory, inventory_sequence, snapshot_sequence, achievements, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+         ON CONFLICT (source, aggregate) DO UPDATE SET
+             last_sequence = excluded.last_sequence, progress = excluded.progress,
+             progress_sequence = excluded.progress_sequence, inventory = excluded.inventory,
+             inventory_sequence = excluded.inventory_sequence,
+             snapshot_sequence = excluded.snapshot_sequence,
+             achievements = excluded.achievements, updated_at = excluded.updated_at",
+        params![
+            source,
+            aggregate,
+            state.last_sequence,
+            progress,
+            state.progress_sequence.map(|s| s.get()),
+            serde_json::to_string(&state.inventory).map_err(json_err)?,
+            state.inventory_sequence.map(|s| s.get()),
+            state.snapshot_sequence.map(|s| s.get()),
+            serde_json::to_string(&state.achievements).map_err(json_err)?,
+            state.updated_at_ms
+        ],
+    )
+    .map_err(map_err)?;
+    Ok(())
+}
