@@ -57,7 +57,9 @@ fn parse_scheme(raw: &str) -> Result<Scheme, String> {
     match raw {
         "hmac-hex" => Ok(Scheme::HmacHex),
         "hmac-timestamped" => Ok(Scheme::HmacTimestamped),
-        other => Err(format!("unknown scheme {other:?}: expected hmac-hex or hmac-timestamped")),
+        other => Err(format!(
+            "unknown scheme {other:?}: expected hmac-hex or hmac-timestamped"
+        )),
     }
 }
 
@@ -92,7 +94,11 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 fn init_tracing(json: bool) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("INHOOK_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    use std::io::IsTerminal;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
     if json {
         builder.json().init();
     } else {
@@ -103,21 +109,28 @@ fn init_tracing(json: bool) {
 async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Result<()> {
     let body = if args.file.as_os_str() == "-" {
         let mut buf = Vec::new();
-        std::io::stdin().read_to_end(&mut buf).context("reading standard input")?;
+        std::io::stdin()
+            .read_to_end(&mut buf)
+            .context("reading standard input")?;
         buf
     } else {
         std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?
     };
     let configured = match &config_path {
-        Some(_) => Config::load(config_path.as_deref())
-            .ok()
-            .and_then(|c| c.source(&args.source).map(|s| (s.scheme, s.secrets.first().cloned()))),
+        Some(_) => Config::load(config_path.as_deref()).ok().and_then(|c| {
+            c.source(&args.source)
+                .map(|s| (s.scheme, s.secrets.first().cloned()))
+        }),
         None => None,
     };
     let scheme = args
         .scheme
         .or(configured.as_ref().map(|(scheme, _)| *scheme))
-        .unwrap_or(if args.source == "presence" { Scheme::HmacHex } else { Scheme::HmacTimestamped });
+        .unwrap_or(if args.source == "presence" {
+            Scheme::HmacHex
+        } else {
+            Scheme::HmacTimestamped
+        });
     let var = secret_env_var(&args.source);
     let secret = match args.secret.or_else(|| std::env::var(&var).ok()) {
         Some(s) => Secret::new(s.split(',').next().unwrap_or_default().trim()),
@@ -126,14 +139,22 @@ async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Result<()
             None => bail!("no secret: pass --secret or set {var}"),
         },
     };
-    let url = format!("{}/webhooks/{}", args.url.trim_end_matches('/'), args.source);
+    let url = format!(
+        "{}/webhooks/{}",
+        args.url.trim_end_matches('/'),
+        args.source
+    );
     let mut request = reqwest::Client::new()
         .post(&url)
         .header("content-type", "application/json");
     for (name, value) in signature::sign(scheme, &body, &secret, clock::now_ms() / 1000) {
         request = request.header(name, value);
     }
-    let response = request.body(body).send().await.with_context(|| format!("posting to {url}"))?;
+    let response = request
+        .body(body)
+        .send()
+        .await
+        .with_context(|| format!("posting to {url}"))?;
     let status = response.status();
     let text = response.text().await.unwrap_or_default();
     println!("{} {text}", status.as_u16());

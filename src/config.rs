@@ -148,7 +148,9 @@ pub fn secret_env_var(source: &str) -> String {
 impl Config {
     /// Loads the file at `path` (if any) and applies the process environment.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
-        let env: HashMap<String, String> = std::env::vars().filter(|(k, _)| k.starts_with("INHOOK_")).collect();
+        let env: HashMap<String, String> = std::env::vars()
+            .filter(|(k, _)| k.starts_with("INHOOK_"))
+            .collect();
         let text = match path {
             Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
                 ConfigError(format!("cannot read config file {}: {e}", path.display()))
@@ -159,9 +161,14 @@ impl Config {
     }
 
     /// Builds a config from a file's text and environment variables (pure, for tests).
-    pub fn from_parts(text: Option<&str>, env: &HashMap<String, String>) -> Result<Self, ConfigError> {
+    pub fn from_parts(
+        text: Option<&str>,
+        env: &HashMap<String, String>,
+    ) -> Result<Self, ConfigError> {
         let file: FileConfig = match text {
-            Some(text) => toml::from_str(text).map_err(|e| ConfigError(format!("config file: {e}")))?,
+            Some(text) => {
+                toml::from_str(text).map_err(|e| ConfigError(format!("config file: {e}")))?
+            }
             None => FileConfig::default(),
         };
         let listen_raw = env
@@ -169,9 +176,11 @@ impl Config {
             .cloned()
             .or(file.listen)
             .unwrap_or_else(|| "127.0.0.1:8080".into());
-        let listen = listen_raw
-            .parse()
-            .map_err(|_| ConfigError(format!("listen: {listen_raw:?} is not an address like 127.0.0.1:8080")))?;
+        let listen = listen_raw.parse().map_err(|_| {
+            ConfigError(format!(
+                "listen: {listen_raw:?} is not an address like 127.0.0.1:8080"
+            ))
+        })?;
         let database_raw = env
             .get("INHOOK_DATABASE")
             .cloned()
@@ -184,10 +193,19 @@ impl Config {
             .or(file.admin_token)
             .filter(|t| !t.is_empty())
             .map(Secret::new);
-        let log_json = match env.get("INHOOK_LOG_FORMAT").cloned().or(file.log_format).as_deref() {
+        let log_json = match env
+            .get("INHOOK_LOG_FORMAT")
+            .cloned()
+            .or(file.log_format)
+            .as_deref()
+        {
             None | Some("text") => false,
             Some("json") => true,
-            Some(other) => return Err(ConfigError(format!("log_format: {other:?} is neither \"text\" nor \"json\""))),
+            Some(other) => {
+                return Err(ConfigError(format!(
+                    "log_format: {other:?} is neither \"text\" nor \"json\""
+                )))
+            }
         };
         let file_sources = file.sources.unwrap_or_else(|| {
             vec![
@@ -197,18 +215,31 @@ impl Config {
         });
         let mut sources: Vec<SourceConfig> = Vec::with_capacity(file_sources.len());
         for s in file_sources {
-            if s.name.is_empty() || !s.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+            if s.name.is_empty()
+                || !s
+                    .name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            {
                 return Err(ConfigError(format!(
                     "source name {:?} must be non-empty letters, digits, '-' or '_'",
                     s.name
                 )));
             }
             if sources.iter().any(|o| o.name == s.name) {
-                return Err(ConfigError(format!("source {:?} is configured twice", s.name)));
+                return Err(ConfigError(format!(
+                    "source {:?} is configured twice",
+                    s.name
+                )));
             }
             let var = secret_env_var(&s.name);
             let secrets: Vec<String> = match env.get(&var) {
-                Some(list) => list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect(),
+                Some(list) => list
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
                 None => s.secrets,
             };
             if secrets.is_empty() || secrets.iter().any(String::is_empty) {
@@ -223,7 +254,10 @@ impl Config {
             };
             let first_sequence = s.first_sequence.unwrap_or(1);
             if first_sequence < 0 {
-                return Err(ConfigError(format!("source {:?}: first_sequence must not be negative", s.name)));
+                return Err(ConfigError(format!(
+                    "source {:?}: first_sequence must not be negative",
+                    s.name
+                )));
             }
             sources.push(SourceConfig {
                 name: s.name,
@@ -252,16 +286,21 @@ impl Config {
 fn parse_database(raw: &str) -> Result<Database, ConfigError> {
     if let Some(path) = raw.strip_prefix("sqlite://") {
         if path.is_empty() {
-            return Err(ConfigError("database: sqlite:// needs a file path, e.g. sqlite://inhook.db".into()));
+            return Err(ConfigError(
+                "database: sqlite:// needs a file path, e.g. sqlite://inhook.db".into(),
+            ));
         }
         return Ok(Database::Sqlite(PathBuf::from(path)));
     }
     if raw.starts_with("postgres://") || raw.starts_with("postgresql://") {
         return Err(ConfigError(
-            "database: the PostgreSQL store is not available in this build yet; use sqlite://FILE".into(),
+            "database: the PostgreSQL store is not available in this build yet; use sqlite://FILE"
+                .into(),
         ));
     }
-    Err(ConfigError(format!("database: {raw:?} is not a sqlite:// URL")))
+    Err(ConfigError(format!(
+        "database: {raw:?} is not a sqlite:// URL"
+    )))
 }
 
 #[cfg(test)]
@@ -269,7 +308,10 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -278,16 +320,25 @@ mod tests {
         assert!(err.to_string().contains("INHOOK_SAVE_GAME_SECRET"), "{err}");
         let config = Config::from_parts(
             None,
-            &env(&[("INHOOK_PRESENCE_SECRET", "a"), ("INHOOK_SAVE_GAME_SECRET", "b, c")]),
+            &env(&[
+                ("INHOOK_PRESENCE_SECRET", "a"),
+                ("INHOOK_SAVE_GAME_SECRET", "b, c"),
+            ]),
         )
         .unwrap();
         assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(config.database, Database::Sqlite("inhook.db".into()));
         let save = config.source("save-game").unwrap();
-        assert_eq!((save.mode, save.scheme), (Mode::Async, Scheme::HmacTimestamped));
+        assert_eq!(
+            (save.mode, save.scheme),
+            (Mode::Async, Scheme::HmacTimestamped)
+        );
         assert_eq!(save.secrets, vec![Secret::new("b"), Secret::new("c")]);
         let presence = config.source("presence").unwrap();
-        assert_eq!((presence.mode, presence.scheme), (Mode::Sync, Scheme::HmacHex));
+        assert_eq!(
+            (presence.mode, presence.scheme),
+            (Mode::Sync, Scheme::HmacHex)
+        );
     }
 
     #[test]
@@ -299,7 +350,8 @@ mod tests {
             kind = "presence"
             secrets = ["from-file"]
         "#;
-        let config = Config::from_parts(Some(text), &env(&[("INHOOK_P_SECRET", "from-env")])).unwrap();
+        let config =
+            Config::from_parts(Some(text), &env(&[("INHOOK_P_SECRET", "from-env")])).unwrap();
         assert_eq!(config.listen.port(), 9000);
         assert_eq!(config.sources[0].secrets, vec![Secret::new("from-env")]);
         let err = Config::from_parts(Some("bogus = 1"), &env(&[])).unwrap_err();

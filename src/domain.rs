@@ -277,7 +277,10 @@ mod tests {
         };
         let user = AggregateKey::User(Ident::parse("usr_1").unwrap());
         for key in [slot, user] {
-            assert_eq!(AggregateKey::from_storage_key(&key.storage_key()), Some(key));
+            assert_eq!(
+                AggregateKey::from_storage_key(&key.storage_key()),
+                Some(key)
+            );
         }
     }
 

@@ -278,11 +278,21 @@ mod tests {
                 .collect();
             let s = settle_save(state, occupied.clone(), waiting.clone(), now_ms, HOLD);
             state = s.state;
-            waiting.retain(|p| s.decisions.iter().any(|(r, o)| *r == p.row && *o == Outcome::Held));
+            waiting.retain(|p| {
+                s.decisions
+                    .iter()
+                    .any(|(r, o)| *r == p.row && *o == Outcome::Held)
+            });
             for (row, outcome) in s.decisions {
                 if outcome != Outcome::Held {
                     let seq = seqs.iter().find(|(r, _)| *r == row).unwrap().1;
-                    if !matches!(outcome, Outcome::Dead { reason: DeadReason::SequenceConflict, .. }) {
+                    if !matches!(
+                        outcome,
+                        Outcome::Dead {
+                            reason: DeadReason::SequenceConflict,
+                            ..
+                        }
+                    ) {
                         occupied.insert(seq);
                     }
                     outcomes.push(outcome);
@@ -311,13 +321,37 @@ mod tests {
 
     #[test]
     fn a_held_delta_skips_its_gap_after_the_timeout_and_a_late_one_is_dead() {
-        let s = settle_save(SaveState::empty(1), BTreeSet::new(), pending(vec![delta(3, "a", 1, 0)], 0), HOLD, HOLD);
+        let s = settle_save(
+            SaveState::empty(1),
+            BTreeSet::new(),
+            pending(vec![delta(3, "a", 1, 0)], 0),
+            HOLD,
+            HOLD,
+        );
         assert_eq!(s.decisions[0].1, Outcome::Applied);
         assert_eq!(s.gaps_skipped, 2);
         assert_eq!(s.state.last_sequence, 3);
-        let late = settle_save(s.state, BTreeSet::from([3]), pending(vec![delta(2, "a", 1, 0)], 0), HOLD, HOLD);
-        assert!(matches!(late.decisions[0].1, Outcome::Dead { reason: DeadReason::LateAfterGapSkip, .. }));
-        let early = settle_save(SaveState::empty(1), BTreeSet::new(), pending(vec![delta(3, "a", 1, 0)], 0), HOLD - 1, HOLD);
+        let late = settle_save(
+            s.state,
+            BTreeSet::from([3]),
+            pending(vec![delta(2, "a", 1, 0)], 0),
+            HOLD,
+            HOLD,
+        );
+        assert!(matches!(
+            late.decisions[0].1,
+            Outcome::Dead {
+                reason: DeadReason::LateAfterGapSkip,
+                ..
+            }
+        ));
+        let early = settle_save(
+            SaveState::empty(1),
+            BTreeSet::new(),
+            pending(vec![delta(3, "a", 1, 0)], 0),
+            HOLD - 1,
+            HOLD,
+        );
         assert_eq!(early.decisions[0].1, Outcome::Held);
     }
 
@@ -331,7 +365,13 @@ mod tests {
             HOLD,
         );
         assert_eq!(s.decisions[0].1, Outcome::Applied);
-        assert!(matches!(s.decisions[1].1, Outcome::Dead { reason: DeadReason::SequenceConflict, .. }));
+        assert!(matches!(
+            s.decisions[1].1,
+            Outcome::Dead {
+                reason: DeadReason::SequenceConflict,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -343,7 +383,11 @@ mod tests {
                 qty: 5,
             }]),
         );
-        let (state, outcomes) = feed(SaveState::empty(1), vec![snapshot, delta(1, "a", 1, 0), delta(3, "a", 1, 0)], 0);
+        let (state, outcomes) = feed(
+            SaveState::empty(1),
+            vec![snapshot, delta(1, "a", 1, 0), delta(3, "a", 1, 0)],
+            0,
+        );
         assert_eq!(outcomes[1], Outcome::Stale);
         assert_eq!(state.inventory.get("a"), Some(&6));
     }
@@ -355,7 +399,10 @@ mod tests {
             Just(progress(seq)),
             (0i64..6).prop_map(move |qty| event(
                 seq,
-                SaveChange::InventorySnapshot(vec![ItemQty { item_id: Ident::parse("gem").unwrap(), qty }])
+                SaveChange::InventorySnapshot(vec![ItemQty {
+                    item_id: Ident::parse("gem").unwrap(),
+                    qty
+                }])
             )),
             (0u8..3).prop_map(move |a| event(
                 seq,

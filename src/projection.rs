@@ -115,10 +115,7 @@ fn apply_delta(
         if *qty < 0 {
             return Err((
                 DeadReason::InsufficientQuantity,
-                format!(
-                    "removing {} of {} leaves {}",
-                    item.qty, item.item_id, *qty
-                ),
+                format!("removing {} of {} leaves {}", item.qty, item.item_id, *qty),
             ));
         }
     }

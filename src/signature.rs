@@ -189,11 +189,16 @@ pub fn sign(scheme: Scheme, body: &[u8], secret: &Secret, now: i64) -> Vec<(&'st
 }
 
 fn header_str<'h>(headers: &'h HeaderMap, name: &'static str) -> Result<&'h str, SignatureError> {
-    let value = headers.get(name).ok_or(SignatureError::Missing { header: name })?;
-    value.to_str().map(str::trim).map_err(|_| SignatureError::Malformed {
-        header: name,
-        expected: "ASCII text",
-    })
+    let value = headers
+        .get(name)
+        .ok_or(SignatureError::Missing { header: name })?;
+    value
+        .to_str()
+        .map(str::trim)
+        .map_err(|_| SignatureError::Malformed {
+            header: name,
+            expected: "ASCII text",
+        })
 }
 
 fn hex_signature(headers: &HeaderMap, name: &'static str) -> Result<Vec<u8>, SignatureError> {
@@ -276,7 +281,10 @@ mod tests {
         let body = br#"{"a":1}"#;
         assert!(verify(Scheme::HmacHex, &plain, body, &secret, NOW, 0).is_ok());
         assert!(verify(Scheme::HmacTimestamped, &timestamped, body, &secret, NOW, 0).is_ok());
-        assert_eq!(headers_of(&sign(Scheme::HmacHex, body, &secret[0], NOW)), plain);
+        assert_eq!(
+            headers_of(&sign(Scheme::HmacHex, body, &secret[0], NOW)),
+            plain
+        );
         assert_eq!(
             headers_of(&sign(Scheme::HmacTimestamped, body, &secret[0], NOW)),
             timestamped
@@ -287,7 +295,14 @@ mod tests {
     fn tampering_and_wrong_secrets_are_mismatches() {
         let headers = headers_of(&sign(Scheme::HmacHex, b"{}", &Secret::new("x"), NOW));
         assert_eq!(
-            verify(Scheme::HmacHex, &headers, b"{ }", &[Secret::new("x")], NOW, 300),
+            verify(
+                Scheme::HmacHex,
+                &headers,
+                b"{ }",
+                &[Secret::new("x")],
+                NOW,
+                300
+            ),
             Err(SignatureError::Mismatch)
         );
         assert_eq!(
@@ -311,7 +326,14 @@ mod tests {
         let mut no_ts = sign(Scheme::HmacTimestamped, b"{}", &secrets()[0], NOW);
         no_ts.retain(|(name, _)| *name != TIMESTAMP_HEADER);
         assert_eq!(
-            verify(Scheme::HmacTimestamped, &headers_of(&no_ts), b"{}", &secrets(), NOW, 300),
+            verify(
+                Scheme::HmacTimestamped,
+                &headers_of(&no_ts),
+                b"{}",
+                &secrets(),
+                NOW,
+                300
+            ),
             Err(SignatureError::Missing {
                 header: TIMESTAMP_HEADER
             })
@@ -320,9 +342,24 @@ mod tests {
 
     #[test]
     fn timestamps_outside_the_window_fail_only_after_the_signature_verifies() {
-        let old = headers_of(&sign(Scheme::HmacTimestamped, b"{}", &secrets()[0], NOW - 600));
-        let future = headers_of(&sign(Scheme::HmacTimestamped, b"{}", &secrets()[0], NOW + 301));
-        let edge = headers_of(&sign(Scheme::HmacTimestamped, b"{}", &secrets()[0], NOW - 300));
+        let old = headers_of(&sign(
+            Scheme::HmacTimestamped,
+            b"{}",
+            &secrets()[0],
+            NOW - 600,
+        ));
+        let future = headers_of(&sign(
+            Scheme::HmacTimestamped,
+            b"{}",
+            &secrets()[0],
+            NOW + 301,
+        ));
+        let edge = headers_of(&sign(
+            Scheme::HmacTimestamped,
+            b"{}",
+            &secrets()[0],
+            NOW - 300,
+        ));
         let verify_at = |h: &HeaderMap, body: &[u8]| {
             verify(Scheme::HmacTimestamped, h, body, &secrets(), NOW, 300)
         };

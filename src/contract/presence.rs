@@ -92,7 +92,9 @@ impl PresenceEvent {
         let timestamp = r.non_negative("timestamp", false);
         let idempotency_key = r.id("idempotency_key", false, IdempotencyKey::parse);
         match (event_id, user_id, presence, sequence) {
-            (Some(event_id), Some(user_id), Some(presence), Some(sequence)) if problems.is_empty() => {
+            (Some(event_id), Some(user_id), Some(presence), Some(sequence))
+                if problems.is_empty() =>
+            {
                 Ok(Self {
                     event_id,
                     user_id,

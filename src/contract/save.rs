@@ -93,7 +93,15 @@ impl SaveEvent {
             }
             _ => None,
         };
-        match (event_id, event_type, change, player_id, save_slot, sequence, idempotency_key) {
+        match (
+            event_id,
+            event_type,
+            change,
+            player_id,
+            save_slot,
+            sequence,
+            idempotency_key,
+        ) {
             (
                 Some(event_id),
                 Some(event_type),
@@ -153,19 +161,24 @@ fn items(r: &mut Reader<'_>, name: &str, required: bool) -> Option<Vec<ItemQty>>
     for (i, entry) in array.iter().enumerate() {
         let path = r.path(&format!("{name}[{i}]"));
         let Value::Object(item) = entry else {
-            r.problem(&format!("{name}[{i}]"), "must be an object with item_id and qty");
+            r.problem(
+                &format!("{name}[{i}]"),
+                "must be an object with item_id and qty",
+            );
             ok = false;
             continue;
         };
         let mut ir = Reader::nested(item, path, r.problems());
         let item_id = ir.id("item_id", true, Ident::parse);
-        let qty = ir.value("qty", true).and_then(|v| match non_negative_integer(v) {
-            Ok(q) => Some(q),
-            Err(problem) => {
-                ir.problem("qty", problem);
-                None
-            }
-        });
+        let qty = ir
+            .value("qty", true)
+            .and_then(|v| match non_negative_integer(v) {
+                Ok(q) => Some(q),
+                Err(problem) => {
+                    ir.problem("qty", problem);
+                    None
+                }
+            });
         match (item_id, qty) {
             (Some(item_id), Some(qty)) => out.push(ItemQty { item_id, qty }),
             _ => ok = false,
@@ -222,9 +235,15 @@ mod tests {
         use serde_json::json;
         assert_eq!(fields_of(&with("sequence", json!(-3))), ["sequence"]);
         assert_eq!(fields_of(&with("data", json!("x"))), ["data"]);
-        assert_eq!(fields_of(&with("occurred_at", json!("yesterday"))), ["occurred_at"]);
         assert_eq!(
-            fields_of(&with("data", json!({"added_items": [{"item_id": "a", "qty": -1}]}))),
+            fields_of(&with("occurred_at", json!("yesterday"))),
+            ["occurred_at"]
+        );
+        assert_eq!(
+            fields_of(&with(
+                "data",
+                json!({"added_items": [{"item_id": "a", "qty": -1}]})
+            )),
             ["data.added_items[0].qty"]
         );
         assert_eq!(
@@ -233,7 +252,10 @@ mod tests {
         );
         let mut map: Map<String, Value> = serde_json::from_str(SEED).unwrap();
         map.remove("idempotency_key");
-        assert_eq!(fields_of(&serde_json::to_vec(&map).unwrap()), ["idempotency_key"]);
+        assert_eq!(
+            fields_of(&serde_json::to_vec(&map).unwrap()),
+            ["idempotency_key"]
+        );
     }
 
     #[test]

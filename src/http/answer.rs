@@ -100,6 +100,17 @@ impl Answer {
         }
     }
 
+    /// Whether the delivery was refused before it reached the event log.
+    pub fn is_rejection(&self) -> bool {
+        matches!(
+            self,
+            Answer::PayloadTooLarge { .. }
+                | Answer::UnsupportedMediaType
+                | Answer::StoreUnavailable
+                | Answer::Internal
+        )
+    }
+
     /// Turns the answer into a response (named apart from `IntoResponse` for call sites in middleware).
     pub fn into_response_with_state(self) -> Response {
         self.into_response()
@@ -113,9 +124,10 @@ fn rejected(code: StatusCode, error: &str) -> (StatusCode, Value) {
 impl IntoResponse for Answer {
     fn into_response(self) -> Response {
         let (code, body) = match self {
-            Answer::Applied { sequence } => {
-                (StatusCode::OK, json!({"status": "applied", "sequence": sequence}))
-            }
+            Answer::Applied { sequence } => (
+                StatusCode::OK,
+                json!({"status": "applied", "sequence": sequence}),
+            ),
             Answer::Accepted { event_id } => (
                 StatusCode::ACCEPTED,
                 json!({"status": "accepted", "event_id": event_id}),
@@ -160,9 +172,10 @@ impl IntoResponse for Answer {
                     Json(json!({"status": "error", "error": "store_unavailable"})),
                 )
                     .into_response();
-                response
-                    .headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_UNAVAILABLE_S));
+                response.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(RETRY_AFTER_UNAVAILABLE_S),
+                );
                 return response;
             }
             Answer::Internal => (

@@ -111,7 +111,9 @@ pub(super) async fn presence_list(
     };
     let limit = query.limit.unwrap_or(100);
     if limit == 0 || limit > MAX_PAGE {
-        return Err(Answer::BadRequest(format!("limit must be in 1..={MAX_PAGE}")));
+        return Err(Answer::BadRequest(format!(
+            "limit must be in 1..={MAX_PAGE}"
+        )));
     }
     let page = state
         .store

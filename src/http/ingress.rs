@@ -26,12 +26,23 @@ pub(super) async fn receive(
     let Some(config) = state.config.source(&source) else {
         return Answer::UnknownSource.into_response();
     };
-    let answer = admit(&state, config, &headers, body).await;
-    info!(source = %config.name, decision = answer.decision(), "delivery answered");
-    answer.into_response()
+    admit(&state, config, &headers, body).await.into_response()
 }
 
 async fn admit(state: &AppState, source: &SourceConfig, headers: &HeaderMap, body: Body) -> Answer {
+    let answer = check_and_log(state, source, headers, body).await;
+    if answer.is_rejection() {
+        info!(source = %source.name, decision = answer.decision(), "delivery rejected");
+    }
+    answer
+}
+
+async fn check_and_log(
+    state: &AppState,
+    source: &SourceConfig,
+    headers: &HeaderMap,
+    body: Body,
+) -> Answer {
     let limit = state.config.max_body_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -93,7 +104,7 @@ async fn admit(state: &AppState, source: &SourceConfig, headers: &HeaderMap, bod
                       "publisher error: event_id resent with a different body");
             }
             info!(source = %source.name, event_id = %event.event_id(), original = %original,
-                  key = key.as_str(), "duplicate delivery");
+                  key = key.as_str(), "duplicate of a logged event");
             Answer::Duplicate {
                 event_id: event.event_id().clone(),
                 key,

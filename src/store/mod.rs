@@ -197,5 +197,6 @@ pub fn status_of(outcome: &Outcome) -> (crate::domain::EventStatus, Option<DeadR
 
 /// Keeps `Sequence` in the store's vocabulary for implementations.
 pub(crate) fn sequence_of(raw: i64) -> Result<Sequence, StoreError> {
-    Sequence::new(raw).ok_or_else(|| StoreError::Internal(format!("negative sequence {raw} in store")))
+    Sequence::new(raw)
+        .ok_or_else(|| StoreError::Internal(format!("negative sequence {raw} in store")))
 }

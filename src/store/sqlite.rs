@@ -11,7 +11,7 @@ use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Transaction};
 
 use super::migrations::SQLITE as MIGRATIONS;
 use super::{
-    sequence_of, status_of, Admission, DedupKey, Decided, NewEvent, PresencePage, SettleReport,
+    sequence_of, status_of, Admission, Decided, DedupKey, NewEvent, PresencePage, SettleReport,
     SourceRules, Store, StoreError,
 };
 use crate::contract::{Event, Presence, SourceKind};
@@ -87,9 +87,11 @@ impl Store for SqliteStore {
             )
             .map_err(map_err)?;
             let current: i64 = tx
-                .query_row("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", [], |r| {
-                    r.get(0)
-                })
+                .query_row(
+                    "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+                    [],
+                    |r| r.get(0),
+                )
                 .map_err(map_err)?;
             for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
                 tx.execute_batch(sql).map_err(map_err)?;
@@ -105,11 +107,8 @@ impl Store for SqliteStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        self.run(|conn| {
-            conn.query_row("SELECT 1", [], |_| Ok(()))
-                .map_err(map_err)
-        })
-        .await
+        self.run(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).map_err(map_err))
+            .await
     }
 
     async fn ingest(
@@ -149,22 +148,25 @@ impl Store for SqliteStore {
                 )
                 .map_err(map_err)?;
             if inserted == 0 {
-                let admission = find_duplicate(&tx, &source, &event_id, idempotency_key.as_deref(), &body)?;
+                let admission =
+                    find_duplicate(&tx, &source, &event_id, idempotency_key.as_deref(), &body)?;
                 return Ok(admission);
             }
             let row = tx.last_insert_rowid();
             let decided = match rules {
                 Some(rules) => {
-                    let (_, decisions, current_sequence) =
-                        settle_tx(&tx, &rules, &aggregate, received_at)?;
-                    let outcome = decisions
+                    let settled = settle_tx(&tx, &rules, &aggregate, received_at)?;
+                    let outcome = settled
+                        .decisions
                         .into_iter()
                         .find(|(r, _)| *r == row)
                         .map(|(_, o)| o)
-                        .ok_or_else(|| StoreError::Internal("settled event has no outcome".into()))?;
+                        .ok_or_else(|| {
+                            StoreError::Internal("settled event has no outcome".into())
+                        })?;
                     Some(Decided {
                         outcome,
-                        current_sequence,
+                        current_sequence: settled.current_sequence,
                     })
                 }
                 None => None,
@@ -190,7 +192,9 @@ impl Store for SqliteStore {
                 )
                 .map_err(map_err)?;
             let rows = stmt
-                .query_map(params![now_ms, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))
+                .query_map(params![now_ms, limit as i64], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
                 .map_err(map_err)?;
             rows.collect::<Result<_, _>>().map_err(map_err)
         })
@@ -207,9 +211,9 @@ impl Store for SqliteStore {
         let aggregate = aggregate.to_owned();
         self.run(move |conn| {
             let tx = conn.transaction().map_err(map_err)?;
-            let (report, _, _) = settle_tx(&tx, &rules, &aggregate, now_ms)?;
+            let settled = settle_tx(&tx, &rules, &aggregate, now_ms)?;
             tx.commit().map_err(map_err)?;
-            Ok(report)
+            Ok(settled.report)
         })
         .await
     }
@@ -220,7 +224,8 @@ impl Store for SqliteStore {
         user_id: &str,
     ) -> Result<Option<PresenceState>, StoreError> {
         let (source, user_id) = (source.to_owned(), user_id.to_owned());
-        self.run(move |conn| load_presence(conn, &source, &user_id)).await
+        self.run(move |conn| load_presence(conn, &source, &user_id))
+            .await
     }
 
     async fn presence_page(
@@ -243,7 +248,12 @@ impl Store for SqliteStore {
                 .map_err(map_err)?;
             let rows = stmt
                 .query_map(
-                    params![source, status.map(Presence::as_str), cursor, limit as i64 + 1],
+                    params![
+                        source,
+                        status.map(Presence::as_str),
+                        cursor,
+                        limit as i64 + 1
+                    ],
                     |r| {
                         Ok((
                             r.get::<_, String>(0)?,
@@ -276,7 +286,8 @@ impl Store for SqliteStore {
         aggregate: &AggregateKey,
     ) -> Result<Option<SaveState>, StoreError> {
         let (source, aggregate) = (source.to_owned(), aggregate.storage_key());
-        self.run(move |conn| load_save(conn, &source, &aggregate)).await
+        self.run(move |conn| load_save(conn, &source, &aggregate))
+            .await
     }
 }
 
@@ -323,14 +334,22 @@ fn parse_event_id(raw: &str) -> Result<EventId, StoreError> {
 /// A pending row: id, raw body, receipt time.
 type PendingRow = (i64, Vec<u8>, i64);
 
-/// Settles one aggregate inside `tx`: returns the report, every decision, and
-/// the aggregate's current sequence afterwards.
+/// What [`settle_tx`] did to one aggregate.
+struct Settled {
+    report: SettleReport,
+    /// Every decided or held row with its outcome.
+    decisions: Vec<(i64, Outcome)>,
+    /// The aggregate's current sequence afterwards.
+    current_sequence: Option<i64>,
+}
+
+/// Settles one aggregate inside `tx`.
 fn settle_tx(
     tx: &Transaction<'_>,
     rules: &SourceRules,
     aggregate: &str,
     now_ms: i64,
-) -> Result<(SettleReport, Vec<(i64, Outcome)>, Option<i64>), StoreError> {
+) -> Result<Settled, StoreError> {
     let rows: Vec<PendingRow> = {
         let mut stmt = tx
             .prepare_cached(
@@ -370,7 +389,9 @@ fn settle_tx(
             parsed.sort_by_key(|(row, _, e)| (e.sequence(), *row));
             for (row, _, event) in parsed {
                 let Event::Presence(event) = event else {
-                    return Err(StoreError::Internal("save event in a presence source".into()));
+                    return Err(StoreError::Internal(
+                        "save event in a presence source".into(),
+                    ));
                 };
                 let outcome = decide_presence(state.as_ref(), &event);
                 if outcome == Outcome::Applied {
@@ -438,7 +459,11 @@ fn settle_tx(
             Outcome::Dead { reason, .. } => report.dead.push(*reason),
         }
     }
-    Ok((report, decisions, current_sequence))
+    Ok(Settled {
+        report,
+        decisions,
+        current_sequence,
+    })
 }
 
 fn record_decision(
@@ -467,7 +492,13 @@ fn record_decision(
         "UPDATE events SET status = ?2, dead_reason = ?3, last_error = ?4, decided_at = ?5,
              attempts = attempts + 1, next_attempt_at = NULL
          WHERE id = ?1",
-        params![row, status.as_str(), reason.map(DeadReason::as_str), detail, now_ms],
+        params![
+            row,
+            status.as_str(),
+            reason.map(DeadReason::as_str),
+            detail,
+            now_ms
+        ],
     )
     .map_err(map_err)?;
     Ok(())
@@ -493,10 +524,15 @@ fn occupied_sequences(
     rows.collect::<Result<_, _>>().map_err(map_err)
 }
 
-fn presence_state(presence: &str, sequence: i64, updated_at_ms: i64) -> Result<PresenceState, StoreError> {
+fn presence_state(
+    presence: &str,
+    sequence: i64,
+    updated_at_ms: i64,
+) -> Result<PresenceState, StoreError> {
     Ok(PresenceState {
-        presence: Presence::parse(presence)
-            .ok_or_else(|| StoreError::Internal(format!("unknown presence {presence:?} in store")))?,
+        presence: Presence::parse(presence).ok_or_else(|| {
+            StoreError::Internal(format!("unknown presence {presence:?} in store"))
+        })?,
         sequence: sequence_of(sequence)?,
         updated_at_ms,
     })

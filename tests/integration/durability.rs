@@ -1,0 +1,147 @@
+//! Durability (G2), store outages, startup errors and the command line.
+
+use std::process::Command;
+
+use serde_json::json;
+
+use crate::support::{TestServer, PRESENCE_SECRET};
+
+#[tokio::test]
+async fn an_event_answered_202_survives_sigkill_and_is_applied_after_restart() {
+    let mut server = TestServer::spawn().await;
+    let body = json!({"event_id": "evt_k", "event_type": "inventory.updated", "player_id": "p9",
+        "save_slot": "s1", "sequence": 1, "idempotency_key": "p9:s1:1",
+        "data": {"added_items": [{"item_id": "old_stamp", "qty": 2}]}});
+    let reply = server.post_save(&body).await;
+    assert_eq!(reply.code, 202);
+    server.kill9();
+
+    let logged: i64 = server
+        .db()
+        .query_row(
+            "SELECT COUNT(*) FROM events WHERE event_id = 'evt_k'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(logged, 1, "the answered event is in the log after SIGKILL");
+
+    server.restart();
+    let state = server
+        .wait_for("/v1/saves/p9/s1", |r| {
+            r.code == 200 && r.body["last_sequence"] == 1
+        })
+        .await;
+    assert_eq!(state.body["inventory"], json!({"old_stamp": 2}));
+    assert_eq!(
+        server.event_status("save-game", "evt_k").unwrap().0,
+        "processed"
+    );
+    // A publisher retry after the restart is still a duplicate.
+    assert_eq!(server.post_save(&body).await.body["status"], "duplicate");
+}
+
+#[tokio::test]
+async fn a_locked_store_answers_503_with_retry_after_and_recovers() {
+    let server = TestServer::spawn().await;
+    let body =
+        json!({"event_id": "evt_l", "user_id": "u", "presence": "AWAY", "sequence_number": 1});
+    let lock = server.db();
+    lock.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let reply = server.post_presence(&body).await;
+    assert_eq!(reply.code, 503);
+    assert_eq!(reply.body["error"], "store_unavailable");
+    assert!(reply.retry_after.is_some(), "503 carries Retry-After");
+    lock.execute_batch("COMMIT").unwrap();
+    assert_eq!(server.event_count(), 0);
+    let reply = server.post_presence(&body).await;
+    assert_eq!(
+        (reply.code, &reply.body["status"]),
+        (200, &json!("applied"))
+    );
+}
+
+#[test]
+fn a_missing_secret_is_a_clear_startup_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_inhook"))
+        .arg("serve")
+        .current_dir(dir.path())
+        .env_remove("INHOOK_PRESENCE_SECRET")
+        .env_remove("INHOOK_SAVE_GAME_SECRET")
+        .env("INHOOK_LISTEN", "127.0.0.1:0")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("INHOOK_PRESENCE_SECRET"), "{stderr}");
+    assert!(
+        !dir.path().join("inhook.db").exists(),
+        "nothing created on a config error"
+    );
+}
+
+#[tokio::test]
+async fn inhook_send_signs_with_the_source_scheme() {
+    let server = TestServer::spawn().await;
+    let file = server.dir().join("event.json");
+    std::fs::write(
+        &file,
+        r#"{"event_id":"evt_cli","user_id":"usr_cli","presence":"BUSY","sequence_number":3}"#,
+    )
+    .unwrap();
+    let send = |secret: &str| {
+        Command::new(env!("CARGO_BIN_EXE_inhook"))
+            .args([
+                "send",
+                "--url",
+                &server.url,
+                "--source",
+                "presence",
+                "--secret",
+                secret,
+            ])
+            .arg(&file)
+            .output()
+            .unwrap()
+    };
+    let ok = send(PRESENCE_SECRET);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(String::from_utf8_lossy(&ok.stdout).starts_with("200 "));
+    let bad = send("wrong");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stdout).contains("invalid_signature"));
+    assert_eq!(
+        server.get("/v1/presence/usr_cli").await.body["status"],
+        "BUSY"
+    );
+}
+
+#[test]
+fn inhook_migrate_creates_the_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("m.db");
+    let output = Command::new(env!("CARGO_BIN_EXE_inhook"))
+        .arg("migrate")
+        .env("INHOOK_DATABASE", format!("sqlite://{}", db.display()))
+        .env("INHOOK_PRESENCE_SECRET", "a")
+        .env("INHOOK_SAVE_GAME_SECRET", "b")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let version: i64 = conn
+        .query_row("SELECT MAX(version) FROM schema_migrations", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert!(version >= 1);
+}

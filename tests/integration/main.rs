@@ -1,0 +1,8 @@
+//! End-to-end tests: the real binary, real HTTP, the real SQLite file.
+
+mod support;
+
+mod durability;
+mod presence;
+mod rejections;
+mod save_game;

@@ -1,0 +1,174 @@
+//! Every bad delivery gets its clear 4xx and stores nothing.
+
+use inhook::signature::Scheme;
+use serde_json::json;
+
+use crate::support::{now_s, signed, TestServer, PRESENCE_SECRET, SAVE_SECRETS};
+
+fn save_body() -> Vec<u8> {
+    serde_json::to_vec(&json!({"event_id": "evt_1", "event_type": "progress.saved",
+        "player_id": "p", "save_slot": "s", "sequence": 1, "idempotency_key": "k",
+        "data": {"chapter": 1}}))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn bad_signatures_are_401_with_the_reason_and_store_nothing() {
+    let server = TestServer::spawn().await;
+    let body = save_body();
+    let now = now_s();
+
+    let wrong = signed(Scheme::HmacTimestamped, "not-the-secret", &body, now);
+    let reply = server.post_raw("save-game", &body, &wrong).await;
+    assert_eq!(
+        (reply.code, &reply.body),
+        (
+            401,
+            &json!({"status": "rejected", "error": "invalid_signature"})
+        )
+    );
+
+    let mut missing = signed(Scheme::HmacTimestamped, SAVE_SECRETS[0], &body, now);
+    missing.retain(|(name, _)| *name != "x-signature");
+    let reply = server.post_raw("save-game", &body, &missing).await;
+    assert_eq!(
+        (reply.code, &reply.body["error"]),
+        (401, &json!("missing_signature"))
+    );
+
+    let old = signed(Scheme::HmacTimestamped, SAVE_SECRETS[0], &body, now - 600);
+    let reply = server.post_raw("save-game", &body, &old).await;
+    assert_eq!(
+        (reply.code, &reply.body["error"]),
+        (401, &json!("timestamp_out_of_tolerance"))
+    );
+
+    // A signature over other bytes than the ones sent: the body was tampered with.
+    let tampered = signed(Scheme::HmacHex, PRESENCE_SECRET, b"{}", now);
+    let presence = br#"{"event_id":"e","user_id":"u","presence":"BUSY","sequence_number":1}"#;
+    let reply = server.post_raw("presence", presence, &tampered).await;
+    assert_eq!(
+        (reply.code, &reply.body["error"]),
+        (401, &json!("invalid_signature"))
+    );
+
+    // The second, rotated secret still verifies.
+    let rotated = signed(Scheme::HmacTimestamped, SAVE_SECRETS[1], &body, now);
+    assert_eq!(
+        server.post_raw("save-game", &body, &rotated).await.code,
+        202
+    );
+    assert_eq!(
+        server.event_count(),
+        1,
+        "only the verified delivery is logged"
+    );
+}
+
+#[tokio::test]
+async fn malformed_bodies_are_400_naming_the_field_and_store_nothing() {
+    let server = TestServer::spawn().await;
+    let base = json!({"event_id": "e1", "user_id": "u1", "presence": "BUSY", "sequence_number": 7});
+    let with = |field: &str, value: serde_json::Value| {
+        let mut body = base.clone();
+        body[field] = value;
+        serde_json::to_vec(&body).unwrap()
+    };
+    let without = |field: &str| {
+        let mut body = base.clone();
+        body.as_object_mut().unwrap().remove(field);
+        serde_json::to_vec(&body).unwrap()
+    };
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("not JSON", b"{\"event_id\": ".to_vec(), "$"),
+        ("not an object", b"[1, 2]".to_vec(), "$"),
+        ("missing field", without("user_id"), "user_id"),
+        (
+            "wrong type",
+            with("sequence_number", json!("seven")),
+            "sequence_number",
+        ),
+        (
+            "unknown presence",
+            with("presence", json!("SLEEPING")),
+            "presence",
+        ),
+        (
+            "negative sequence",
+            with("sequence_number", json!(-1)),
+            "sequence_number",
+        ),
+        (
+            "oversized sequence",
+            with("sequence_number", json!(9_223_372_036_854_775_808u64)),
+            "sequence_number",
+        ),
+        (
+            "fractional sequence",
+            with("sequence_number", json!(1.5)),
+            "sequence_number",
+        ),
+        ("empty id", with("event_id", json!("")), "event_id"),
+        (
+            "control character in id",
+            with("event_id", json!("evt\u{7}")),
+            "event_id",
+        ),
+    ];
+    for (what, body, field) in cases {
+        let headers = signed(Scheme::HmacHex, PRESENCE_SECRET, &body, now_s());
+        let reply = server.post_raw("presence", &body, &headers).await;
+        assert_eq!(reply.code, 400, "{what}: {:?}", reply.body);
+        assert_eq!(reply.body["status"], "rejected", "{what}");
+        assert_eq!(reply.body["error"], "invalid_payload", "{what}");
+        let fields: Vec<_> = reply.body["details"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["field"].clone())
+            .collect();
+        assert_eq!(fields, [json!(field)], "{what}: {:?}", reply.body);
+        assert!(reply.body["details"][0]["problem"]
+            .as_str()
+            .is_some_and(|p| !p.is_empty()));
+    }
+    assert_eq!(server.event_count(), 0);
+    // The server still serves.
+    assert_eq!(server.post_presence(&base).await.code, 200);
+}
+
+#[tokio::test]
+async fn unknown_source_size_and_content_type_are_checked_in_order() {
+    let server = TestServer::spawn().await;
+    let body = save_body();
+    let headers = signed(Scheme::HmacTimestamped, SAVE_SECRETS[0], &body, now_s());
+
+    let reply = server.post_raw("nope", &body, &headers).await;
+    assert_eq!(
+        (reply.code, &reply.body),
+        (
+            404,
+            &json!({"status": "rejected", "error": "unknown_source"})
+        )
+    );
+
+    let huge = vec![b' '; 256 * 1024 + 1];
+    let reply = server.post_raw("save-game", &huge, &headers).await;
+    assert_eq!(reply.code, 413);
+    // Unsigned and oversized: the size is checked before the signature.
+    let reply = server.post_raw("save-game", &huge, &[]).await;
+    assert_eq!(reply.code, 413);
+
+    let mut form = headers.clone();
+    form.retain(|(name, _)| *name != "content-type");
+    form.push(("content-type", "text/plain".into()));
+    let reply = server.post_raw("save-game", &body, &form).await;
+    assert_eq!(
+        (reply.code, &reply.body["error"]),
+        (415, &json!("unsupported_media_type"))
+    );
+    let reply = server.post_raw("save-game", &body, &[]).await;
+    assert_eq!(reply.code, 415, "no content type at all");
+
+    assert_eq!(server.event_count(), 0);
+}

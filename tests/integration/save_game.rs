@@ -1,0 +1,287 @@
+//! The second seed: async save-game events applied by the worker.
+
+use serde_json::{json, Value};
+
+use crate::support::{Reply, TestServer};
+
+fn save_event(event_id: &str, event_type: &str, seq: i64, key: &str, data: Value) -> Value {
+    json!({"event_id": event_id, "event_type": event_type, "payload_version": 1,
+           "occurred_at": "2026-06-28T10:15:21Z", "player_id": "player_1024",
+           "save_slot": "slot_a", "sequence": seq, "idempotency_key": key, "data": data})
+}
+
+fn items(list: &[(&str, i64)]) -> Value {
+    list.iter()
+        .map(|(id, qty)| json!({"item_id": id, "qty": qty}))
+        .collect()
+}
+
+const SAVE: &str = "/v1/saves/player_1024/slot_a";
+
+async fn wait_for_sequence(server: &TestServer, path: &str, seq: i64) -> Reply {
+    server
+        .wait_for(path, |r| r.code == 200 && r.body["last_sequence"] == seq)
+        .await
+}
+
+#[tokio::test]
+async fn a_resend_with_a_new_event_id_and_the_same_idempotency_key_grants_once() {
+    let server = TestServer::spawn().await;
+    let key = "player_1024:slot_a:inventory:chapter3_reward";
+    let grant = |event_id: &str| {
+        save_event(
+            event_id,
+            "inventory.updated",
+            1,
+            key,
+            json!({"added_items": items(&[("old_stamp", 2)])}),
+        )
+    };
+    let first = server.post_save(&grant("evt_a1")).await;
+    assert_eq!(
+        (first.code, &first.body),
+        (202, &json!({"status": "accepted", "event_id": "evt_a1"}))
+    );
+    let resend = server.post_save(&grant("evt_a1_retry")).await;
+    assert_eq!(resend.code, 200);
+    assert_eq!(resend.body["status"], "duplicate");
+    assert_eq!(resend.body["key"], "idempotency_key");
+    let state = wait_for_sequence(&server, SAVE, 1).await;
+    assert_eq!(state.body["inventory"], json!({"old_stamp": 2}));
+    // Settle once more after the worker is done: still exactly 2.
+    let same = server.post_save(&grant("evt_a1_third")).await;
+    assert_eq!(same.body["status"], "duplicate");
+    assert_eq!(
+        server.get(SAVE).await.body["inventory"],
+        json!({"old_stamp": 2})
+    );
+    assert_eq!(server.event_count(), 1);
+}
+
+#[tokio::test]
+async fn a_resend_racing_the_first_delivery_still_grants_once() {
+    let server = TestServer::spawn().await;
+    for slot in 0..20 {
+        let body = |event_id: String| {
+            json!({"event_id": event_id, "event_type": "inventory.updated",
+                   "player_id": "racer", "save_slot": format!("slot_{slot}"), "sequence": 1,
+                   "idempotency_key": format!("racer:{slot}:reward"),
+                   "data": {"added_items": [{"item_id": "old_stamp", "qty": 2}]}})
+        };
+        let (first, second) = (body(format!("evt_{slot}_a")), body(format!("evt_{slot}_b")));
+        let (a, b) = tokio::join!(server.post_save(&first), server.post_save(&second));
+        let mut statuses = [a.body["status"].clone(), b.body["status"].clone()];
+        statuses.sort_by_key(|s| s.to_string());
+        assert_eq!(
+            statuses,
+            [json!("accepted"), json!("duplicate")],
+            "slot {slot}"
+        );
+    }
+    for slot in 0..20 {
+        let state = wait_for_sequence(&server, &format!("/v1/saves/racer/slot_{slot}"), 1).await;
+        assert_eq!(
+            state.body["inventory"],
+            json!({"old_stamp": 2}),
+            "slot {slot}"
+        );
+    }
+    assert_eq!(server.event_count(), 20);
+}
+
+#[tokio::test]
+async fn a_late_progress_never_overwrites_and_deltas_apply_in_order() {
+    // The publisher's numbering of this slot starts at 184.
+    let server = TestServer::spawn_with("first_sequence = 184").await;
+    let progress = |id: &str, seq: i64, chapter: i64| {
+        save_event(
+            id,
+            "progress.saved",
+            seq,
+            &format!("progress:{seq}"),
+            json!({"chapter": chapter}),
+        )
+    };
+    assert_eq!(
+        server.post_save(&progress("evt_185", 185, 4)).await.code,
+        202
+    );
+    assert_eq!(
+        server.post_save(&progress("evt_184", 184, 3)).await.code,
+        202
+    );
+    let state = wait_for_sequence(&server, SAVE, 185).await;
+    assert_eq!(state.body["progress"], json!({"chapter": 4}));
+
+    // 188 removes what 186 and 187 add: applied out of order it would be refused.
+    let delta = |id: &str, seq: i64, data: Value| {
+        save_event(id, "inventory.updated", seq, &format!("delta:{seq}"), data)
+    };
+    let d186 = delta(
+        "evt_186",
+        186,
+        json!({"added_items": items(&[("gem", 1), ("pressed_flower", 1)])}),
+    );
+    let d188 = delta(
+        "evt_188",
+        188,
+        json!({"removed_items": items(&[("gem", 3)])}),
+    );
+    let d187 = delta("evt_187", 187, json!({"added_items": items(&[("gem", 2)])}));
+    for body in [&d186, &d188, &d187] {
+        assert_eq!(server.post_save(body).await.code, 202);
+    }
+    let state = wait_for_sequence(&server, SAVE, 188).await;
+    assert_eq!(state.body["progress"], json!({"chapter": 4}));
+    assert_eq!(state.body["inventory"], json!({"pressed_flower": 1}));
+    assert_eq!(
+        server.event_status("save-game", "evt_184").unwrap().0,
+        "ignored_stale"
+    );
+    for id in ["evt_185", "evt_186", "evt_187", "evt_188"] {
+        assert_eq!(
+            server.event_status("save-game", id).unwrap().0,
+            "processed",
+            "{id}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn snapshots_achievements_and_unknown_types() {
+    let server = TestServer::spawn().await;
+    let events = [
+        save_event(
+            "e1",
+            "inventory.updated",
+            1,
+            "k1",
+            json!({"added_items": items(&[("gem", 5)])}),
+        ),
+        save_event(
+            "e2",
+            "achievement.unlocked",
+            2,
+            "k2",
+            json!({"achievement_id": "first_letter"}),
+        ),
+        save_event("e3", "quest.started", 3, "k3", json!({"quest": "q1"})),
+        // Arrives before the snapshot at 5 and is applied on top of it.
+        save_event(
+            "e6",
+            "inventory.updated",
+            6,
+            "k6",
+            json!({"added_items": items(&[("gem", 1)])}),
+        ),
+        save_event(
+            "e5",
+            "inventory.snapshot",
+            5,
+            "k5",
+            json!({"items": items(&[("gem", 10), ("key", 1)])}),
+        ),
+        // Older than the snapshot: already contained in it.
+        save_event(
+            "e4",
+            "inventory.updated",
+            4,
+            "k4",
+            json!({"added_items": items(&[("gem", 100)])}),
+        ),
+        save_event(
+            "e7",
+            "achievement.unlocked",
+            7,
+            "k7",
+            json!({"achievement_id": "first_letter"}),
+        ),
+    ];
+    for event in &events {
+        assert_eq!(server.post_save(event).await.code, 202);
+    }
+    let state = wait_for_sequence(&server, SAVE, 7).await;
+    assert_eq!(state.body["inventory"], json!({"gem": 11, "key": 1}));
+    assert_eq!(state.body["achievements"], json!(["first_letter"]));
+    assert_eq!(state.body["progress"], json!(null));
+    assert_eq!(
+        server.event_status("save-game", "e3").unwrap().0,
+        "ignored_unsupported"
+    );
+    assert_eq!(
+        server.event_status("save-game", "e4").unwrap().0,
+        "ignored_stale"
+    );
+    assert_eq!(
+        server.event_status("save-game", "e6").unwrap().0,
+        "processed"
+    );
+}
+
+#[tokio::test]
+async fn a_delta_below_zero_is_dead_and_changes_nothing() {
+    let server = TestServer::spawn().await;
+    let add = save_event(
+        "e1",
+        "inventory.updated",
+        1,
+        "k1",
+        json!({"added_items": items(&[("gem", 1)])}),
+    );
+    let take = save_event(
+        "e2",
+        "inventory.updated",
+        2,
+        "k2",
+        json!({"added_items": items(&[("key", 1)]), "removed_items": items(&[("gem", 2)])}),
+    );
+    server.post_save(&add).await;
+    server.post_save(&take).await;
+    let state = wait_for_sequence(&server, SAVE, 2).await;
+    assert_eq!(state.body["inventory"], json!({"gem": 1}));
+    assert_eq!(
+        server.event_status("save-game", "e2").unwrap(),
+        ("dead".into(), Some("insufficient_quantity".into()))
+    );
+}
+
+#[tokio::test]
+async fn a_gap_is_skipped_after_the_hold_timeout_and_a_late_delta_is_dead() {
+    let server = TestServer::spawn_with("hold_timeout_s = 1").await;
+    let delta = |id: &str, seq: i64| {
+        save_event(
+            id,
+            "inventory.updated",
+            seq,
+            id,
+            json!({"added_items": items(&[("gem", seq)])}),
+        )
+    };
+    server.post_save(&delta("d1", 1)).await;
+    wait_for_sequence(&server, SAVE, 1).await;
+    server.post_save(&delta("d3", 3)).await;
+    server
+        .wait_for(SAVE, |_| {
+            server.event_status("save-game", "d3").unwrap().0 == "held"
+        })
+        .await;
+    let state = wait_for_sequence(&server, SAVE, 3).await;
+    assert_eq!(state.body["inventory"], json!({"gem": 4}));
+    server.post_save(&delta("d2", 2)).await;
+    server
+        .wait_for(SAVE, |_| {
+            server.event_status("save-game", "d2").unwrap().0 == "dead"
+        })
+        .await;
+    assert_eq!(
+        server.event_status("save-game", "d2").unwrap().1.as_deref(),
+        Some("late_after_gap_skip")
+    );
+    assert_eq!(server.get(SAVE).await.body["inventory"], json!({"gem": 4}));
+}
+
+#[tokio::test]
+async fn unknown_saves_are_404() {
+    let server = TestServer::spawn().await;
+    assert_eq!(server.get("/v1/saves/nobody/slot_a").await.code, 404);
+}
