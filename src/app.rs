@@ -9,10 +9,11 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 
+use crate::clock::Clock;
 use crate::config::{Config, Database};
 use crate::http::{router, AppState};
 use crate::store::{SqliteStore, Store};
-use crate::worker;
+use crate::worker::Worker;
 
 /// Opens the configured store and brings its schema up to date.
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
@@ -45,6 +46,7 @@ impl Application {
                 config: Arc::new(config),
                 store,
                 wake: Arc::new(Notify::new()),
+                clock: Clock::System,
             },
         })
     }
@@ -54,25 +56,52 @@ impl Application {
         self.listener.local_addr()
     }
 
-    /// Serves until `shutdown` resolves, then stops the worker and waits for it.
+    /// Serves until `shutdown` resolves: then stops accepting, lets in-flight requests and
+    /// worker steps finish for up to `shutdown_timeout_s`, and returns.
     pub async fn run_until_stopped(
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let (stop_tx, stop_rx) = watch::channel(false);
-        let worker = tokio::spawn(worker::run(
-            Arc::clone(&self.state.config),
-            Arc::clone(&self.state.store),
-            Arc::clone(&self.state.wake),
-            stop_rx,
-        ));
+        let grace = Duration::from_secs(self.state.config.shutdown_timeout_s);
+        let worker = Worker {
+            config: Arc::clone(&self.state.config),
+            store: Arc::clone(&self.state.store),
+            wake: Arc::clone(&self.state.wake),
+            clock: self.state.clock,
+        };
+        let mut background = tokio::task::JoinSet::new();
+        background.spawn(worker.clone().run(stop_rx.clone()));
+        background.spawn(worker.run_retention(stop_rx.clone()));
         let app = router(self.state).into_make_service_with_connect_info::<SocketAddr>();
-        axum::serve(self.listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-            .context("serving HTTP")?;
+        let stopping = {
+            let stop_tx = stop_tx.clone();
+            async move {
+                shutdown.await;
+                tracing::info!("shutting down: no new connections; finishing work in hand");
+                let _ = stop_tx.send(true);
+            }
+        };
+        let server = axum::serve(self.listener, app).with_graceful_shutdown(stopping);
+        let mut stopped = stop_rx.clone();
+        let deadline = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+            tokio::time::sleep(grace).await;
+        };
+        tokio::select! {
+            served = server => served.context("serving HTTP")?,
+            () = deadline => tracing::warn!("shutdown timeout: dropping open connections"),
+        }
         let _ = stop_tx.send(true);
-        worker.await.context("worker task")?;
+        let drained = tokio::time::timeout(grace, async {
+            while background.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                "shutdown timeout: abandoning worker steps (their transactions roll back)"
+            );
+        }
         Ok(())
     }
 }

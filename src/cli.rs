@@ -32,6 +32,8 @@ pub enum Command {
     Migrate,
     /// Sign a JSON file with a source's scheme and POST it.
     Send(SendArgs),
+    /// Chaos publisher: duplicates, reordering, retries; then checks the state.
+    Simulate(crate::simulate::SimulateArgs),
 }
 
 /// Arguments of `inhook send`.
@@ -74,6 +76,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Send(args) => send(cli.config, args).await,
+        Command::Simulate(args) => crate::simulate::run(cli.config, args).await,
     }
 }
 

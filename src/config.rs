@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::contract::SourceKind;
+use crate::retry::RetryPolicy;
 use crate::signature::{Scheme, Secret};
 use crate::store::SourceRules;
 
@@ -80,6 +81,20 @@ pub struct Config {
     pub log_json: bool,
     /// The sources, in config order.
     pub sources: Vec<SourceConfig>,
+    /// Aggregates processed in parallel.
+    pub workers: usize,
+    /// How failed processing is retried.
+    pub retry: RetryPolicy,
+    /// Decided events older than this are purged from the log.
+    pub retention_s: u64,
+    /// Dedup keys are kept this long after their event's receipt.
+    pub dedup_window_s: u64,
+    /// How often the retention task runs.
+    pub purge_interval_s: u64,
+    /// How long shutdown waits for in-flight requests and steps.
+    pub shutdown_timeout_s: u64,
+    /// Fields masked in API output (top-level names or dotted paths).
+    pub mask_fields: Vec<String>,
 }
 
 impl Config {
@@ -104,6 +119,15 @@ struct FileConfig {
     busy_timeout_ms: Option<u64>,
     log_format: Option<String>,
     sources: Option<Vec<FileSource>>,
+    workers: Option<usize>,
+    retry_base_s: Option<u64>,
+    retry_max_delay_s: Option<u64>,
+    max_attempts: Option<u32>,
+    retention_s: Option<u64>,
+    dedup_window_s: Option<u64>,
+    purge_interval_s: Option<u64>,
+    shutdown_timeout_s: Option<u64>,
+    mask_fields: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -271,7 +295,25 @@ impl Config {
                 stale_after_s: s.stale_after_s.unwrap_or(15 * 60),
             });
         }
+        let defaults = RetryPolicy::default();
+        let retry = RetryPolicy {
+            base_ms: file
+                .retry_base_s
+                .map_or(defaults.base_ms, |s| s as i64 * 1000),
+            max_delay_ms: file
+                .retry_max_delay_s
+                .map_or(defaults.max_delay_ms, |s| s as i64 * 1000),
+            max_attempts: file.max_attempts.unwrap_or(defaults.max_attempts).max(1),
+        };
+        const DAY_S: u64 = 24 * 60 * 60;
         Ok(Self {
+            workers: file.workers.unwrap_or(4).max(1),
+            retry,
+            retention_s: file.retention_s.unwrap_or(30 * DAY_S),
+            dedup_window_s: file.dedup_window_s.unwrap_or(30 * DAY_S),
+            purge_interval_s: file.purge_interval_s.unwrap_or(60 * 60),
+            shutdown_timeout_s: file.shutdown_timeout_s.unwrap_or(10),
+            mask_fields: file.mask_fields.unwrap_or_default(),
             listen,
             database,
             admin_token,

@@ -162,7 +162,7 @@ impl fmt::Display for AggregateKey {
 }
 
 /// Where an event is in its life (SPEC §3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EventStatus {
     /// Logged, not yet decided.

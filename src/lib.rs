@@ -12,6 +12,7 @@
 //!   the event log with its unique keys, and the projections, transactionally.
 //! - [`worker`]: applies async events by settling due aggregates.
 //! - [`config`], [`app`], [`cli`]: configuration, wiring, command line.
+//! - [`simulate`]: the chaos publisher of `inhook simulate`, which checks the above end to end.
 //! - [`domain`]: ids, sequences, statuses shared by all of the above.
 
 pub mod app;
@@ -21,8 +22,11 @@ pub mod config;
 pub mod contract;
 pub mod domain;
 pub mod http;
+pub mod mask;
 pub mod ordering;
 pub mod projection;
+pub mod retry;
 pub mod signature;
+pub mod simulate;
 pub mod store;
 pub mod worker;

@@ -61,6 +61,9 @@ pub struct PendingSave {
     pub received_at_ms: i64,
     /// The parsed event.
     pub event: SaveEvent,
+    /// Whether a person replayed it: a replayed delta whose slot is free applies
+    /// even below the watermark, since a person asked for exactly that.
+    pub replayed: bool,
 }
 
 /// The result of settling one aggregate.
@@ -94,7 +97,7 @@ pub fn settle_save(
         let mut progressed = false;
         let mut held = Vec::new();
         for p in pending {
-            let outcome = decide_save(&state, &occupied, &p.event);
+            let outcome = decide_save(&state, &occupied, &p);
             let outcome = match outcome {
                 Outcome::Held => {
                     held.push(p);
@@ -155,7 +158,8 @@ fn advance(watermark: &mut i64, occupied: &BTreeSet<i64>) {
 }
 
 /// Decides one save-game event without applying it.
-fn decide_save(state: &SaveState, occupied: &BTreeSet<i64>, event: &SaveEvent) -> Outcome {
+fn decide_save(state: &SaveState, occupied: &BTreeSet<i64>, pending: &PendingSave) -> Outcome {
+    let event = &pending.event;
     let seq = event.sequence;
     if occupied.contains(&seq.get()) {
         return Outcome::dead(
@@ -173,6 +177,8 @@ fn decide_save(state: &SaveState, occupied: &BTreeSet<i64>, event: &SaveEvent) -
             if !newer_than(state.snapshot_sequence) {
                 // A newer snapshot already contains this delta.
                 Outcome::Stale
+            } else if seq.get() <= state.last_sequence && pending.replayed {
+                Outcome::Applied
             } else if seq.get() <= state.last_sequence {
                 Outcome::dead(
                     DeadReason::LateAfterGapSkip,
@@ -256,6 +262,7 @@ mod tests {
                 row: i as i64,
                 received_at_ms,
                 event,
+                replayed: false,
             })
             .collect()
     }
@@ -271,6 +278,7 @@ mod tests {
                 row: row as i64,
                 received_at_ms: 0,
                 event,
+                replayed: false,
             });
             let seqs: Vec<(i64, i64)> = waiting
                 .iter()
@@ -332,7 +340,7 @@ mod tests {
         assert_eq!(s.gaps_skipped, 2);
         assert_eq!(s.state.last_sequence, 3);
         let late = settle_save(
-            s.state,
+            s.state.clone(),
             BTreeSet::from([3]),
             pending(vec![delta(2, "a", 1, 0)], 0),
             HOLD,
@@ -345,6 +353,12 @@ mod tests {
                 ..
             }
         ));
+        // Replayed by a person, the same delta applies.
+        let mut replayed = pending(vec![delta(2, "a", 1, 0)], 0);
+        replayed[0].replayed = true;
+        let again = settle_save(s.state, BTreeSet::from([3]), replayed, HOLD, HOLD);
+        assert_eq!(again.decisions[0].1, Outcome::Applied);
+        assert_eq!(again.state.inventory.get("a"), Some(&2));
         let early = settle_save(
             SaveState::empty(1),
             BTreeSet::new(),

@@ -1,74 +1,189 @@
-//! The worker: a loop over the store's due aggregates. Each aggregate is
-//! settled in one store transaction, so a crash mid-way leaves its events
-//! pending and the restarted process finishes them; nothing is applied twice.
+//! The workers: a dispatcher hands due aggregates to up to `workers` tasks,
+//! never the same aggregate to two at once, so one aggregate is processed one
+//! step at a time while different aggregates proceed in parallel. Each step
+//! settles an aggregate in one store transaction: a process killed mid-way
+//! leaves its events pending and the restarted process finishes them, so
+//! nothing is applied twice. A failing aggregate is retried with backoff and
+//! never blocks the others.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{watch, Notify};
+use tokio::sync::{watch, Notify, Semaphore};
+use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
-use crate::clock;
+use crate::clock::Clock;
 use crate::config::Config;
-use crate::store::Store;
+use crate::store::{SourceRules, Store};
 
-/// How often the worker looks for due work without being woken (holds and retries fall due by time).
+/// How often the dispatcher looks for due work without being woken (holds and retries fall due by time).
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// Aggregates fetched per round.
 const BATCH: usize = 256;
+/// Aggregates a bulk replay requeues per round.
+const REPLAY_STEP: usize = 64;
 /// Pause after a store failure before trying again.
 const STORE_BACKOFF: Duration = Duration::from_secs(1);
+/// Events deleted per retention transaction, so that ingress never waits long.
+const PURGE_BATCH: usize = 1_000;
 
-/// Runs until `shutdown` turns true, then returns after finishing the aggregate in hand.
-pub async fn run(
-    config: Arc<Config>,
-    store: Arc<dyn Store>,
-    wake: Arc<Notify>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let rules: Vec<_> = config.sources.iter().map(|s| s.rules()).collect();
-    loop {
-        if *shutdown.borrow() {
-            return;
-        }
-        let now_ms = clock::now_ms();
-        let due = match store.due_aggregates(now_ms, BATCH).await {
-            Ok(due) => due,
-            Err(err) => {
-                warn!(error = %err, "worker cannot read due work; backing off");
-                pause(&mut shutdown, STORE_BACKOFF, None).await;
-                continue;
+/// The asynchronous side of inhook.
+#[derive(Clone)]
+pub struct Worker {
+    /// The configuration (sources, retry policy, retention).
+    pub config: Arc<Config>,
+    /// The store.
+    pub store: Arc<dyn Store>,
+    /// Woken by ingress when an async event is logged.
+    pub wake: Arc<Notify>,
+    /// Where "now" comes from.
+    pub clock: Clock,
+}
+
+impl Worker {
+    /// Dispatches due aggregates until `shutdown` turns true, then waits for the steps in hand.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        let rules: Arc<Vec<SourceRules>> =
+            Arc::new(self.config.sources.iter().map(|s| s.rules()).collect());
+        let permits = Arc::new(Semaphore::new(self.config.workers.max(1)));
+        let in_flight: Arc<Mutex<HashSet<(String, String)>>> = Arc::default();
+        let mut tasks = JoinSet::new();
+        let mut store_ok = true;
+        while !*shutdown.borrow() {
+            while tasks.try_join_next().is_some() {}
+            let now_ms = self.clock.now_ms();
+            if let Err(err) = self.store.advance_replay_jobs(now_ms, REPLAY_STEP).await {
+                warn!(error = %err, "cannot advance replay jobs");
             }
-        };
-        let mut settled = 0;
-        for (source, aggregate) in &due {
-            let Some(rules) = rules.iter().find(|r| &r.name == source) else {
-                debug!(%source, "event of an unconfigured source left pending");
-                continue;
-            };
-            match store.settle(rules, aggregate, clock::now_ms()).await {
-                Ok(report) => {
-                    settled += 1;
-                    if report.gaps_skipped > 0 {
-                        warn!(%source, aggregate = %aggregate.replace('\u{1f}', "/"),
-                              gaps = report.gaps_skipped, "hold timeout: gap skipped");
+            let due = match self.store.due_aggregates(now_ms, BATCH).await {
+                Ok(due) => {
+                    if !store_ok {
+                        info!("store reachable again; worker resumes");
+                        store_ok = true;
                     }
-                    for reason in &report.dead {
-                        info!(%source, aggregate = %aggregate.replace('\u{1f}', "/"),
-                              reason = reason.as_str(), "event dead");
-                    }
+                    due
                 }
                 Err(err) => {
-                    warn!(%source, error = %err, "settling failed; will retry");
+                    if store_ok {
+                        warn!(error = %err, "worker cannot read due work; backing off");
+                        store_ok = false;
+                    }
                     pause(&mut shutdown, STORE_BACKOFF, None).await;
+                    continue;
                 }
+            };
+            let mut dispatched = 0;
+            for key in due {
+                let Some(source_rules) = rules.iter().find(|r| r.name == key.0).cloned() else {
+                    debug!(source = %key.0, "event of an unconfigured source left pending");
+                    continue;
+                };
+                if !in_flight.lock().expect("in-flight set").insert(key.clone()) {
+                    continue;
+                }
+                let permit = tokio::select! {
+                    permit = Arc::clone(&permits).acquire_owned() => permit.expect("semaphore open"),
+                    _ = shutdown.changed() => {
+                        in_flight.lock().expect("in-flight set").remove(&key);
+                        break;
+                    }
+                };
+                dispatched += 1;
+                let worker = self.clone();
+                let in_flight = Arc::clone(&in_flight);
+                tasks.spawn(async move {
+                    worker.step(&source_rules, &key.1).await;
+                    in_flight.lock().expect("in-flight set").remove(&key);
+                    drop(permit);
+                    worker.wake.notify_one();
+                });
             }
-            if *shutdown.borrow() {
-                return;
+            if dispatched == 0 {
+                pause(&mut shutdown, POLL_INTERVAL, Some(&self.wake)).await;
             }
         }
-        if settled == 0 {
-            pause(&mut shutdown, POLL_INTERVAL, Some(&wake)).await;
+        // Steps in hand finish their transaction; nothing new starts.
+        while tasks.join_next().await.is_some() {}
+    }
+
+    /// Settles one aggregate; on failure records the attempt for a later retry.
+    async fn step(&self, rules: &SourceRules, aggregate: &str) {
+        let shown = aggregate.replace('\u{1f}', "/");
+        match self
+            .store
+            .settle(rules, aggregate, self.clock.now_ms())
+            .await
+        {
+            Ok(report) => {
+                if report.gaps_skipped > 0 {
+                    warn!(source = %rules.name, aggregate = %shown, gaps = report.gaps_skipped,
+                          "hold timeout: gap skipped");
+                }
+                for reason in &report.dead {
+                    warn!(source = %rules.name, aggregate = %shown, reason = reason.as_str(), "event dead");
+                }
+            }
+            Err(err) => {
+                let error = err.to_string();
+                let recorded = self
+                    .store
+                    .record_failure(
+                        rules,
+                        aggregate,
+                        &error,
+                        self.clock.now_ms(),
+                        self.config.retry,
+                        rand::random::<f64>(),
+                    )
+                    .await;
+                match recorded {
+                    Ok(report) => warn!(source = %rules.name, aggregate = %shown, %error,
+                                        retrying = report.retrying, dead = report.dead,
+                                        "attempt failed"),
+                    Err(again) => warn!(source = %rules.name, aggregate = %shown, %error,
+                                        record_error = %again,
+                                        "attempt failed and could not be recorded; will retry"),
+                }
+            }
+        }
+    }
+
+    /// Deletes decided events past `retention`, keeping their dedup keys for `dedup_window`.
+    /// Works in small transactions so ingress never waits on it.
+    pub async fn run_retention(self, mut shutdown: watch::Receiver<bool>) {
+        let interval = Duration::from_secs(self.config.purge_interval_s.max(1));
+        while !*shutdown.borrow() {
+            let now_ms = self.clock.now_ms();
+            let before_ms = now_ms.saturating_sub(self.config.retention_s as i64 * 1000);
+            let dedup_until_ms = now_ms
+                .saturating_add(self.config.dedup_window_s as i64 * 1000)
+                .saturating_sub(self.config.retention_s as i64 * 1000);
+            let mut purged = 0;
+            loop {
+                match self
+                    .store
+                    .purge(before_ms, dedup_until_ms, now_ms, PURGE_BATCH)
+                    .await
+                {
+                    Ok(report) => {
+                        purged += report.events;
+                        if report.events < PURGE_BATCH as u64 || *shutdown.borrow() {
+                            break;
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                    Err(err) => {
+                        warn!(error = %err, "retention pass failed; will retry");
+                        break;
+                    }
+                }
+            }
+            if purged > 0 {
+                info!(events = purged, "retention: purged decided events");
+            }
+            pause(&mut shutdown, interval, None).await;
         }
     }
 }

@@ -11,9 +11,12 @@ use super::AppState;
 use crate::clock;
 use crate::config::SourceConfig;
 use crate::contract::{Presence, SourceKind};
+use crate::domain::EventStatus;
 use crate::domain::{AggregateKey, Ident};
+use crate::mask::mask;
 use crate::projection::PresenceState;
-use crate::store::StoreError;
+use crate::store::{EventFilter, EventRecord, ReplayJob, ReplayOutcome, StoreError};
+use axum::http::StatusCode;
 
 /// Most items one page may hold.
 const MAX_PAGE: usize = 500;
@@ -158,4 +161,218 @@ pub(super) async fn save_one(
         "updated_at": (save.updated_at_ms > 0).then(|| clock::rfc3339(save.updated_at_ms)),
     }))
     .into_response())
+}
+
+/// `?source=&status=&aggregate=&limit=&cursor=` of the event log listing.
+#[derive(Debug, Deserialize)]
+pub(super) struct EventsQuery {
+    source: Option<String>,
+    status: Option<String>,
+    aggregate: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<i64>,
+}
+
+/// The stored form of an aggregate given as shown (`user` or `player/slot`).
+pub(crate) fn aggregate_storage_key(shown: &str) -> String {
+    match shown.split_once('/') {
+        Some((player, slot)) => format!("{player}\u{1f}{slot}"),
+        None => shown.to_owned(),
+    }
+}
+
+fn parse_status(raw: Option<&str>) -> Result<Option<EventStatus>, Answer> {
+    match raw {
+        None | Some("") => Ok(None),
+        Some(raw) => EventStatus::parse(raw).map(Some).ok_or_else(|| {
+            Answer::BadRequest(format!(
+                "status must be one of {}",
+                EventStatus::ALL.map(EventStatus::as_str).join(", ")
+            ))
+        }),
+    }
+}
+
+fn event_json(record: &EventRecord, detail: bool, mask_fields: &[String]) -> serde_json::Value {
+    let time = |ms: Option<i64>| ms.map(clock::rfc3339);
+    let mut out = json!({
+        "source": record.source,
+        "event_id": record.event_id,
+        "event_type": record.event_type,
+        "aggregate": record.aggregate.replace('\u{1f}', "/"),
+        "sequence": record.sequence,
+        "idempotency_key": record.idempotency_key,
+        "status": record.status,
+        "dead_reason": record.dead_reason,
+        "attempts": record.attempts,
+        "replays": record.replays,
+        "last_error": record.last_error,
+        "received_at": clock::rfc3339(record.received_at_ms),
+        "decided_at": time(record.decided_at_ms),
+        "next_attempt_at": time(record.next_attempt_at_ms),
+        "signature_valid": record.signature_valid,
+    });
+    if detail {
+        let mut body = serde_json::from_slice(&record.body).unwrap_or_else(|_| {
+            serde_json::Value::String(String::from_utf8_lossy(&record.body).into())
+        });
+        mask(&mut body, mask_fields);
+        out["body"] = body;
+        out["signed_at"] = json!(record.signed_at);
+        out["history"] = record
+            .history
+            .iter()
+            .map(|h| json!({"at": clock::rfc3339(h.at_ms), "kind": h.kind, "error": h.error}))
+            .collect();
+    }
+    out
+}
+
+/// `GET /v1/events`: the event log, newest first.
+pub(super) async fn events_list(
+    State(state): State<AppState>,
+    Query(query): Query<EventsQuery>,
+) -> Result<Response, Answer> {
+    let limit = query.limit.unwrap_or(100);
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(Answer::BadRequest(format!(
+            "limit must be in 1..={MAX_PAGE}"
+        )));
+    }
+    let filter = EventFilter {
+        source: query.source.filter(|s| !s.is_empty()),
+        status: parse_status(query.status.as_deref())?,
+        aggregate: query
+            .aggregate
+            .filter(|a| !a.is_empty())
+            .map(|a| aggregate_storage_key(&a)),
+        ..EventFilter::default()
+    };
+    let page = state
+        .store
+        .events(&filter, limit, query.cursor)
+        .await
+        .map_err(store_answer)?;
+    let items: Vec<_> = page
+        .items
+        .iter()
+        .map(|e| event_json(e, false, &state.config.mask_fields))
+        .collect();
+    Ok(Json(json!({"items": items, "next_cursor": page.next_cursor})).into_response())
+}
+
+/// `GET /v1/events/{source}/{event_id}`: one event with its masked body and history.
+pub(super) async fn event_one(
+    State(state): State<AppState>,
+    Path((source, event_id)): Path<(String, String)>,
+) -> Result<Response, Answer> {
+    let record = state
+        .store
+        .event(&source, &event_id)
+        .await
+        .map_err(store_answer)?
+        .ok_or(Answer::NotFound("unknown_event"))?;
+    Ok(Json(event_json(&record, true, &state.config.mask_fields)).into_response())
+}
+
+/// `POST /v1/events/{source}/{event_id}/replay`.
+pub(super) async fn event_replay(
+    State(state): State<AppState>,
+    Path((source, event_id)): Path<(String, String)>,
+) -> Result<Response, Answer> {
+    let outcome = state
+        .store
+        .replay_event(&source, &event_id, state.clock.now_ms())
+        .await
+        .map_err(store_answer)?;
+    match outcome {
+        ReplayOutcome::NotFound => Err(Answer::NotFound("unknown_event")),
+        ReplayOutcome::Requeued => {
+            state.wake.notify_one();
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(json!({"status": "requeued", "source": source, "event_id": event_id})),
+            )
+                .into_response())
+        }
+        ReplayOutcome::Unchanged(status) => Ok(Json(json!({
+            "status": "unchanged", "source": source, "event_id": event_id, "event_status": status,
+        }))
+        .into_response()),
+    }
+}
+
+/// Body of `POST /v1/replay`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ReplayRequest {
+    source: Option<String>,
+    status: Option<String>,
+    aggregate: Option<String>,
+    received_after: Option<String>,
+    received_before: Option<String>,
+}
+
+fn rfc3339_ms(field: &str, raw: Option<&str>) -> Result<Option<i64>, Answer> {
+    use time::format_description::well_known::Rfc3339;
+    raw.map(|raw| {
+        time::OffsetDateTime::parse(raw, &Rfc3339)
+            .map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64)
+            .map_err(|_| Answer::BadRequest(format!("{field} must be an RFC 3339 date-time")))
+    })
+    .transpose()
+}
+
+/// `POST /v1/replay`: starts a persisted bulk replay.
+pub(super) async fn replay_bulk(
+    State(state): State<AppState>,
+    body: Result<Json<ReplayRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, Answer> {
+    let Json(request) = body.map_err(|e| Answer::BadRequest(e.body_text()))?;
+    let status = parse_status(request.status.as_deref())?;
+    if status.is_some_and(|s| !matches!(s, EventStatus::Dead | EventStatus::Retrying)) {
+        return Err(Answer::BadRequest(
+            "only dead or retrying events can be replayed".into(),
+        ));
+    }
+    let filter = EventFilter {
+        source: request.source,
+        status,
+        aggregate: request.aggregate.map(|a| aggregate_storage_key(&a)),
+        received_from_ms: rfc3339_ms("received_after", request.received_after.as_deref())?,
+        received_to_ms: rfc3339_ms("received_before", request.received_before.as_deref())?,
+    };
+    let job = state
+        .store
+        .create_replay_job(&filter, state.clock.now_ms())
+        .await
+        .map_err(store_answer)?;
+    state.wake.notify_one();
+    Ok((StatusCode::ACCEPTED, Json(job_json(&job))).into_response())
+}
+
+/// `GET /v1/replay/{job_id}`: a bulk replay's progress.
+pub(super) async fn replay_job(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> Result<Response, Answer> {
+    let job = state
+        .store
+        .replay_job(id)
+        .await
+        .map_err(store_answer)?
+        .ok_or(Answer::NotFound("unknown_job"))?;
+    Ok(Json(job_json(&job)).into_response())
+}
+
+fn job_json(job: &ReplayJob) -> serde_json::Value {
+    json!({
+        "job_id": job.id,
+        "state": job.state,
+        "filter": job.filter,
+        "total": job.total,
+        "requeued": job.requeued,
+        "created_at": clock::rfc3339(job.created_at_ms),
+        "updated_at": clock::rfc3339(job.updated_at_ms),
+    })
 }

@@ -9,7 +9,6 @@ use tracing::{info, warn};
 
 use super::answer::Answer;
 use super::AppState;
-use crate::clock;
 use crate::config::{Mode, SourceConfig};
 use crate::contract::Event;
 use crate::ordering::Outcome;
@@ -57,7 +56,7 @@ async fn check_and_log(
     if !is_json(headers) {
         return Answer::UnsupportedMediaType;
     }
-    let received_at_ms = clock::now_ms();
+    let received_at_ms = state.clock.now_ms();
     let verified = match signature::verify(
         source.scheme,
         headers,

@@ -29,6 +29,8 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     /// Wakes the workers when an async event is logged.
     pub wake: Arc<Notify>,
+    /// Where "now" comes from.
+    pub clock: crate::clock::Clock,
 }
 
 /// Builds the router: ingress, read API, health.
@@ -37,6 +39,14 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/presence", get(api::presence_list))
         .route("/v1/presence/{user_id}", get(api::presence_one))
         .route("/v1/saves/{player_id}/{save_slot}", get(api::save_one))
+        .route("/v1/events", get(api::events_list))
+        .route("/v1/events/{source}/{event_id}", get(api::event_one))
+        .route(
+            "/v1/events/{source}/{event_id}/replay",
+            post(api::event_replay),
+        )
+        .route("/v1/replay", post(api::replay_bulk))
+        .route("/v1/replay/{job_id}", get(api::replay_job))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_admin));
     Router::new()
         .route("/webhooks/{source}", post(ingress::receive))

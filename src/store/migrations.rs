@@ -22,7 +22,8 @@ CREATE TABLE events (
     next_attempt_at INTEGER,
     last_error      TEXT,
     dead_reason     TEXT,
-    decided_at      INTEGER
+    decided_at      INTEGER,
+    replays         INTEGER NOT NULL DEFAULT 0
 );
 CREATE UNIQUE INDEX events_source_event_id ON events (source, event_id);
 CREATE UNIQUE INDEX events_source_idempotency_key ON events (source, idempotency_key)
@@ -30,6 +31,41 @@ CREATE UNIQUE INDEX events_source_idempotency_key ON events (source, idempotency
 CREATE INDEX events_aggregate ON events (source, aggregate, sequence);
 CREATE INDEX events_pending ON events (status, next_attempt_at)
     WHERE status IN ('received', 'held', 'retrying');
+
+CREATE INDEX events_decided ON events (received_at)
+    WHERE status IN ('processed', 'ignored_stale', 'ignored_unsupported');
+
+-- Failures and replays of each event, for triage.
+CREATE TABLE event_attempts (
+    id        INTEGER PRIMARY KEY AUTOINCREMENT,
+    event_row INTEGER NOT NULL,
+    at        INTEGER NOT NULL,
+    kind      TEXT    NOT NULL,
+    error     TEXT
+);
+CREATE INDEX event_attempts_event ON event_attempts (event_row, id);
+
+-- Dedup keys of purged events, kept for the dedup window.
+CREATE TABLE dedup_keys (
+    source     TEXT    NOT NULL,
+    kind       TEXT    NOT NULL,
+    key        TEXT    NOT NULL,
+    event_id   TEXT    NOT NULL,
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (source, kind, key)
+);
+
+CREATE TABLE replay_jobs (
+    id               INTEGER PRIMARY KEY AUTOINCREMENT,
+    filter           TEXT    NOT NULL,
+    state            TEXT    NOT NULL,
+    total            INTEGER NOT NULL,
+    requeued         INTEGER NOT NULL DEFAULT 0,
+    cursor_source    TEXT,
+    cursor_aggregate TEXT,
+    created_at       INTEGER NOT NULL,
+    updated_at       INTEGER NOT NULL
+);
 
 CREATE TABLE presence_state (
     source     TEXT    NOT NULL,

@@ -7,10 +7,13 @@ pub mod sqlite;
 
 use async_trait::async_trait;
 
+use serde::Serialize;
+
 use crate::contract::{Event, Presence, SourceKind};
-use crate::domain::{AggregateKey, DeadReason, EventId, Sequence};
+use crate::domain::{AggregateKey, DeadReason, EventId, EventStatus, Sequence};
 use crate::ordering::Outcome;
 use crate::projection::{PresenceState, SaveState};
+use crate::retry::RetryPolicy;
 
 pub use sqlite::SqliteStore;
 
@@ -126,6 +129,137 @@ pub struct PresencePage {
     pub next_cursor: Option<String>,
 }
 
+/// Which events a listing or a bulk replay covers. Every field narrows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct EventFilter {
+    /// Only this source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Only this status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<EventStatus>,
+    /// Only this aggregate, in its stored form ([`AggregateKey::storage_key`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregate: Option<String>,
+    /// Only events received at or after this time, unix milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub received_from_ms: Option<i64>,
+    /// Only events received before this time, unix milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub received_to_ms: Option<i64>,
+}
+
+/// One entry of an event's attempt history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AttemptRecord {
+    /// When, unix milliseconds.
+    pub at_ms: i64,
+    /// `failed`, `exhausted` or `replayed`.
+    pub kind: String,
+    /// The error of a failed attempt.
+    pub error: Option<String>,
+}
+
+/// An event as logged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventRecord {
+    /// Log row id; listings page by it.
+    pub row: i64,
+    /// The source.
+    pub source: String,
+    /// The publisher's event id.
+    pub event_id: String,
+    /// The event type.
+    pub event_type: String,
+    /// The aggregate, in stored form.
+    pub aggregate: String,
+    /// The sequence.
+    pub sequence: i64,
+    /// The idempotency key, if any.
+    pub idempotency_key: Option<String>,
+    /// The raw body as received.
+    pub body: Vec<u8>,
+    /// Verdict of the signature check at ingress (only verified events are logged).
+    pub signature_valid: bool,
+    /// Signed timestamp, for timestamped schemes.
+    pub signed_at: Option<i64>,
+    /// Time of receipt, unix milliseconds.
+    pub received_at_ms: i64,
+    /// Current status.
+    pub status: EventStatus,
+    /// Attempts made so far.
+    pub attempts: i64,
+    /// When the event is due again (retrying, held).
+    pub next_attempt_at_ms: Option<i64>,
+    /// The last error or the reason's detail.
+    pub last_error: Option<String>,
+    /// Why it is dead.
+    pub dead_reason: Option<DeadReason>,
+    /// When it was decided.
+    pub decided_at_ms: Option<i64>,
+    /// How many times a person replayed it.
+    pub replays: i64,
+    /// Failures and replays, oldest first (filled by [`Store::event`] only).
+    pub history: Vec<AttemptRecord>,
+}
+
+/// A page of the event log, newest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventPage {
+    /// The events.
+    pub items: Vec<EventRecord>,
+    /// Row id to pass as cursor for the next page.
+    pub next_cursor: Option<i64>,
+}
+
+/// What a single replay did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplayOutcome {
+    /// No such event.
+    NotFound,
+    /// Put back in the queue; the worker will decide it again.
+    Requeued,
+    /// Already decided without failure (processed, stale, unsupported) or still pending: nothing changed.
+    Unchanged(EventStatus),
+}
+
+/// A persisted bulk replay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReplayJob {
+    /// The job's id.
+    pub id: i64,
+    /// Which events it replays.
+    pub filter: EventFilter,
+    /// `running` or `done`.
+    pub state: String,
+    /// Matching events when the job was created.
+    pub total: i64,
+    /// Events requeued so far.
+    pub requeued: i64,
+    /// Creation time, unix milliseconds.
+    pub created_at_ms: i64,
+    /// Last progress, unix milliseconds.
+    pub updated_at_ms: i64,
+}
+
+/// What one retention pass removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PurgeReport {
+    /// Events deleted from the log.
+    pub events: u64,
+    /// Expired dedup keys deleted.
+    pub dedup_keys: u64,
+}
+
+/// What recording a failed attempt did to an aggregate's pending events.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FailureReport {
+    /// Events scheduled for another attempt.
+    pub retrying: u64,
+    /// Events that ran out of attempts.
+    pub dead: u64,
+}
+
 /// The durable store behind inhook: event log, dedup keys, projections.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -181,6 +315,61 @@ pub trait Store: Send + Sync + 'static {
         source: &str,
         aggregate: &AggregateKey,
     ) -> Result<Option<SaveState>, StoreError>;
+
+    /// Records a failed attempt at an aggregate's due events: each is retried after the
+    /// policy's backoff (with `jitter` in `[0, 1)`), or dead with `exhausted`.
+    async fn record_failure(
+        &self,
+        rules: &SourceRules,
+        aggregate: &str,
+        error: &str,
+        now_ms: i64,
+        policy: RetryPolicy,
+        jitter: f64,
+    ) -> Result<FailureReport, StoreError>;
+
+    /// One event with its attempt history.
+    async fn event(&self, source: &str, event_id: &str) -> Result<Option<EventRecord>, StoreError>;
+
+    /// A page of the event log, newest first, before row `cursor`.
+    async fn events(
+        &self,
+        filter: &EventFilter,
+        limit: usize,
+        cursor: Option<i64>,
+    ) -> Result<EventPage, StoreError>;
+
+    /// Puts a dead or retrying event back in the queue.
+    async fn replay_event(
+        &self,
+        source: &str,
+        event_id: &str,
+        now_ms: i64,
+    ) -> Result<ReplayOutcome, StoreError>;
+
+    /// Persists a bulk replay of the dead or retrying events matching `filter`.
+    async fn create_replay_job(
+        &self,
+        filter: &EventFilter,
+        now_ms: i64,
+    ) -> Result<ReplayJob, StoreError>;
+
+    /// A bulk replay's progress.
+    async fn replay_job(&self, id: i64) -> Result<Option<ReplayJob>, StoreError>;
+
+    /// Moves running bulk replays forward by up to `aggregates` aggregates, each requeued
+    /// whole so the worker feeds it back in sequence order. Returns events requeued.
+    async fn advance_replay_jobs(&self, now_ms: i64, aggregates: usize) -> Result<u64, StoreError>;
+
+    /// Deletes up to `batch` decided events received before `before_ms`, keeping their
+    /// dedup keys until `dedup_until_ms`; and deletes dedup keys expired at `now_ms`.
+    async fn purge(
+        &self,
+        before_ms: i64,
+        dedup_until_ms: i64,
+        now_ms: i64,
+        batch: usize,
+    ) -> Result<PurgeReport, StoreError>;
 }
 
 /// The outcome of a stored event row, for answers and tests.

@@ -7,17 +7,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Transaction};
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{params, params_from_iter, Connection, ErrorCode, OptionalExtension, Transaction};
 
 use super::migrations::SQLITE as MIGRATIONS;
 use super::{
-    sequence_of, status_of, Admission, Decided, DedupKey, NewEvent, PresencePage, SettleReport,
-    SourceRules, Store, StoreError,
+    sequence_of, status_of, Admission, AttemptRecord, Decided, DedupKey, EventFilter, EventPage,
+    EventRecord, FailureReport, NewEvent, PresencePage, PurgeReport, ReplayJob, ReplayOutcome,
+    SettleReport, SourceRules, Store, StoreError,
 };
 use crate::contract::{Event, Presence, SourceKind};
-use crate::domain::{AggregateKey, DeadReason, EventId};
+use crate::domain::{AggregateKey, DeadReason, EventId, EventStatus};
 use crate::ordering::{decide_presence, settle_save, Outcome, PendingSave};
 use crate::projection::{PresenceState, SaveState};
+use crate::retry::{NextStep, RetryPolicy};
 
 /// The SQLite store. One connection behind a mutex: SQLite has one writer at a
 /// time anyway, and every call runs on the blocking pool, never on a runtime thread.
@@ -128,6 +131,15 @@ impl Store for SqliteStore {
         let rules = settle_now.cloned();
         self.run(move |conn| {
             let tx = conn.transaction().map_err(map_err)?;
+            if let Some(admission) = purged_duplicate(
+                &tx,
+                &source,
+                &event_id,
+                idempotency_key.as_deref(),
+                received_at,
+            )? {
+                return Ok(admission);
+            }
             let inserted = tx
                 .execute(
                     "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
@@ -289,6 +301,531 @@ impl Store for SqliteStore {
         self.run(move |conn| load_save(conn, &source, &aggregate))
             .await
     }
+
+    async fn record_failure(
+        &self,
+        rules: &SourceRules,
+        aggregate: &str,
+        error: &str,
+        now_ms: i64,
+        policy: RetryPolicy,
+        jitter: f64,
+    ) -> Result<FailureReport, StoreError> {
+        let (source, aggregate, error) =
+            (rules.name.clone(), aggregate.to_owned(), error.to_owned());
+        self.run(move |conn| {
+            let tx = conn.transaction().map_err(map_err)?;
+            let due: Vec<(i64, i64)> = {
+                let mut stmt = tx
+                    .prepare_cached(
+                        "SELECT id, attempts FROM events
+                         WHERE source = ?1 AND aggregate = ?2
+                           AND (status = 'received'
+                                OR (status = 'retrying' AND next_attempt_at <= ?3))",
+                    )
+                    .map_err(map_err)?;
+                let rows = stmt
+                    .query_map(params![source, aggregate, now_ms], |r| {
+                        Ok((r.get(0)?, r.get(1)?))
+                    })
+                    .map_err(map_err)?;
+                rows.collect::<Result<_, _>>().map_err(map_err)?
+            };
+            let mut report = FailureReport::default();
+            for (row, attempts) in due {
+                let failed = u32::try_from(attempts + 1).unwrap_or(u32::MAX);
+                add_history(&tx, row, now_ms, "failed", Some(&error))?;
+                match policy.after_failure(failed, jitter) {
+                    NextStep::RetryIn(delay_ms) => {
+                        tx.execute(
+                            "UPDATE events SET status = 'retrying', attempts = ?2,
+                                 next_attempt_at = ?3, last_error = ?4
+                             WHERE id = ?1",
+                            params![row, failed, now_ms + delay_ms, error],
+                        )
+                        .map_err(map_err)?;
+                        report.retrying += 1;
+                    }
+                    NextStep::GiveUp => {
+                        tx.execute(
+                            "UPDATE events SET status = 'dead', dead_reason = 'exhausted',
+                                 attempts = ?2, next_attempt_at = NULL, last_error = ?3,
+                                 decided_at = ?4
+                             WHERE id = ?1",
+                            params![row, failed, error, now_ms],
+                        )
+                        .map_err(map_err)?;
+                        report.dead += 1;
+                    }
+                }
+            }
+            tx.commit().map_err(map_err)?;
+            Ok(report)
+        })
+        .await
+    }
+
+    async fn event(&self, source: &str, event_id: &str) -> Result<Option<EventRecord>, StoreError> {
+        let (source, event_id) = (source.to_owned(), event_id.to_owned());
+        self.run(move |conn| {
+            let record = conn
+                .query_row(
+                    &format!(
+                        "SELECT {EVENT_COLUMNS} FROM events WHERE source = ?1 AND event_id = ?2"
+                    ),
+                    params![source, event_id],
+                    event_record,
+                )
+                .optional()
+                .map_err(map_err)?;
+            let Some(mut record) = record else {
+                return Ok(None);
+            };
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT at, kind, error FROM event_attempts WHERE event_row = ?1 ORDER BY id",
+                )
+                .map_err(map_err)?;
+            let history = stmt
+                .query_map([record.row], |r| {
+                    Ok(AttemptRecord {
+                        at_ms: r.get(0)?,
+                        kind: r.get(1)?,
+                        error: r.get(2)?,
+                    })
+                })
+                .map_err(map_err)?;
+            record.history = history.collect::<Result<_, _>>().map_err(map_err)?;
+            Ok(Some(record))
+        })
+        .await
+    }
+
+    async fn events(
+        &self,
+        filter: &EventFilter,
+        limit: usize,
+        cursor: Option<i64>,
+    ) -> Result<EventPage, StoreError> {
+        let filter = filter.clone();
+        self.run(move |conn| {
+            let (mut clauses, mut values) = filter_sql(&filter);
+            if let Some(cursor) = cursor {
+                values.push(SqlValue::Integer(cursor));
+                clauses.push(format!("id < ?{}", values.len()));
+            }
+            values.push(SqlValue::Integer(limit as i64 + 1));
+            let sql = format!(
+                "SELECT {EVENT_COLUMNS} FROM events WHERE {} ORDER BY id DESC LIMIT ?{}",
+                where_of(&clauses),
+                values.len()
+            );
+            let mut stmt = conn.prepare(&sql).map_err(map_err)?;
+            let rows = stmt
+                .query_map(params_from_iter(values), event_record)
+                .map_err(map_err)?;
+            let mut items: Vec<EventRecord> = rows.collect::<Result<_, _>>().map_err(map_err)?;
+            let next_cursor = if items.len() > limit {
+                items.truncate(limit);
+                items.last().map(|e| e.row)
+            } else {
+                None
+            };
+            Ok(EventPage { items, next_cursor })
+        })
+        .await
+    }
+
+    async fn replay_event(
+        &self,
+        source: &str,
+        event_id: &str,
+        now_ms: i64,
+    ) -> Result<ReplayOutcome, StoreError> {
+        let (source, event_id) = (source.to_owned(), event_id.to_owned());
+        self.run(move |conn| {
+            let tx = conn.transaction().map_err(map_err)?;
+            let found: Option<(i64, String)> = tx
+                .query_row(
+                    "SELECT id, status FROM events WHERE source = ?1 AND event_id = ?2",
+                    params![source, event_id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .map_err(map_err)?;
+            let Some((row, status)) = found else {
+                return Ok(ReplayOutcome::NotFound);
+            };
+            let status = parse_status(&status)?;
+            if !matches!(status, EventStatus::Dead | EventStatus::Retrying) {
+                return Ok(ReplayOutcome::Unchanged(status));
+            }
+            requeue(&tx, "id = ?1", &[SqlValue::Integer(row)], now_ms)?;
+            tx.commit().map_err(map_err)?;
+            Ok(ReplayOutcome::Requeued)
+        })
+        .await
+    }
+
+    async fn create_replay_job(
+        &self,
+        filter: &EventFilter,
+        now_ms: i64,
+    ) -> Result<ReplayJob, StoreError> {
+        let mut filter = filter.clone();
+        if filter.status.is_none() {
+            filter.status = Some(EventStatus::Dead);
+        }
+        self.run(move |conn| {
+            let tx = conn.transaction().map_err(map_err)?;
+            let (clauses, values) = filter_sql(&filter);
+            let total: i64 = tx
+                .query_row(
+                    &format!("SELECT COUNT(*) FROM events WHERE {}", where_of(&clauses)),
+                    params_from_iter(values),
+                    |r| r.get(0),
+                )
+                .map_err(map_err)?;
+            let filter_json = serde_json::to_string(&filter).map_err(json_err)?;
+            tx.execute(
+                "INSERT INTO replay_jobs (filter, state, total, created_at, updated_at)
+                 VALUES (?1, 'running', ?2, ?3, ?3)",
+                params![filter_json, total, now_ms],
+            )
+            .map_err(map_err)?;
+            let id = tx.last_insert_rowid();
+            tx.commit().map_err(map_err)?;
+            Ok(ReplayJob {
+                id,
+                filter,
+                state: "running".into(),
+                total,
+                requeued: 0,
+                created_at_ms: now_ms,
+                updated_at_ms: now_ms,
+            })
+        })
+        .await
+    }
+
+    async fn replay_job(&self, id: i64) -> Result<Option<ReplayJob>, StoreError> {
+        self.run(move |conn| {
+            let row: Option<(String, String, i64, i64, i64, i64)> = conn
+                .query_row(
+                    "SELECT filter, state, total, requeued, created_at, updated_at
+                     FROM replay_jobs WHERE id = ?1",
+                    [id],
+                    |r| {
+                        Ok((
+                            r.get(0)?,
+                            r.get(1)?,
+                            r.get(2)?,
+                            r.get(3)?,
+                            r.get(4)?,
+                            r.get(5)?,
+                        ))
+                    },
+                )
+                .optional()
+                .map_err(map_err)?;
+            row.map(
+                |(filter, state, total, requeued, created_at_ms, updated_at_ms)| {
+                    Ok(ReplayJob {
+                        id,
+                        filter: serde_json::from_str(&filter).map_err(json_err)?,
+                        state,
+                        total,
+                        requeued,
+                        created_at_ms,
+                        updated_at_ms,
+                    })
+                },
+            )
+            .transpose()
+        })
+        .await
+    }
+
+    async fn advance_replay_jobs(&self, now_ms: i64, aggregates: usize) -> Result<u64, StoreError> {
+        self.run(move |conn| {
+            let tx = conn.transaction().map_err(map_err)?;
+            let job: Option<(i64, String, Option<String>, Option<String>)> = tx
+                .query_row(
+                    "SELECT id, filter, cursor_source, cursor_aggregate FROM replay_jobs
+                     WHERE state = 'running' ORDER BY id LIMIT 1",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                )
+                .optional()
+                .map_err(map_err)?;
+            let Some((id, filter, cursor_source, cursor_aggregate)) = job else {
+                return Ok(0);
+            };
+            let filter: EventFilter = serde_json::from_str(&filter).map_err(json_err)?;
+            let (mut clauses, mut values) = filter_sql(&filter);
+            if let (Some(source), Some(aggregate)) = (cursor_source, cursor_aggregate) {
+                values.push(SqlValue::Text(source));
+                values.push(SqlValue::Text(aggregate));
+                clauses.push(format!(
+                    "(source, aggregate) > (?{}, ?{})",
+                    values.len() - 1,
+                    values.len()
+                ));
+            }
+            values.push(SqlValue::Integer(aggregates as i64));
+            let next: Vec<(String, String)> = {
+                let mut stmt = tx
+                    .prepare(&format!(
+                        "SELECT DISTINCT source, aggregate FROM events WHERE {}
+                         ORDER BY source, aggregate LIMIT ?{}",
+                        where_of(&clauses),
+                        values.len()
+                    ))
+                    .map_err(map_err)?;
+                let rows = stmt
+                    .query_map(params_from_iter(values), |r| Ok((r.get(0)?, r.get(1)?)))
+                    .map_err(map_err)?;
+                rows.collect::<Result<_, _>>().map_err(map_err)?
+            };
+            let mut requeued = 0;
+            for (source, aggregate) in &next {
+                let (mut clauses, mut values) = filter_sql(&filter);
+                values.push(SqlValue::Text(source.clone()));
+                values.push(SqlValue::Text(aggregate.clone()));
+                clauses.push(format!(
+                    "source = ?{} AND aggregate = ?{}",
+                    values.len() - 1,
+                    values.len()
+                ));
+                requeued += requeue(&tx, &where_of(&clauses), &values, now_ms)?;
+            }
+            let (cursor_source, cursor_aggregate) = next.last().cloned().unzip();
+            let state = if next.len() < aggregates {
+                "done"
+            } else {
+                "running"
+            };
+            tx.execute(
+                "UPDATE replay_jobs SET requeued = requeued + ?2, state = ?3, updated_at = ?4,
+                     cursor_source = COALESCE(?5, cursor_source),
+                     cursor_aggregate = COALESCE(?6, cursor_aggregate)
+                 WHERE id = ?1",
+                params![
+                    id,
+                    requeued as i64,
+                    state,
+                    now_ms,
+                    cursor_source,
+                    cursor_aggregate
+                ],
+            )
+            .map_err(map_err)?;
+            tx.commit().map_err(map_err)?;
+            Ok(requeued)
+        })
+        .await
+    }
+
+    async fn purge(
+        &self,
+        before_ms: i64,
+        dedup_until_ms: i64,
+        now_ms: i64,
+        batch: usize,
+    ) -> Result<PurgeReport, StoreError> {
+        self.run(move |conn| {
+            let tx = conn.transaction().map_err(map_err)?;
+            let chosen = "SELECT id FROM events
+                 WHERE status IN ('processed', 'ignored_stale', 'ignored_unsupported')
+                   AND received_at < ?1 LIMIT ?2";
+            if dedup_until_ms > now_ms {
+                for (kind, column) in [("event_id", "event_id"), ("idempotency_key", "idempotency_key")] {
+                    tx.execute(
+                        &format!(
+                            "INSERT OR REPLACE INTO dedup_keys (source, kind, key, event_id, expires_at)
+                             SELECT source, '{kind}', {column}, event_id, ?3 FROM events
+                             WHERE {column} IS NOT NULL AND id IN ({chosen})"
+                        ),
+                        params![before_ms, batch as i64, dedup_until_ms],
+                    )
+                    .map_err(map_err)?;
+                }
+            }
+            tx.execute(
+                &format!("DELETE FROM event_attempts WHERE event_row IN ({chosen})"),
+                params![before_ms, batch as i64],
+            )
+            .map_err(map_err)?;
+            let events = tx
+                .execute(&format!("DELETE FROM events WHERE id IN ({chosen})"), params![before_ms, batch as i64])
+                .map_err(map_err)? as u64;
+            let dedup_keys = tx
+                .execute("DELETE FROM dedup_keys WHERE expires_at <= ?1", [now_ms])
+                .map_err(map_err)? as u64;
+            tx.commit().map_err(map_err)?;
+            Ok(PurgeReport { events, dedup_keys })
+        })
+        .await
+    }
+}
+
+/// The columns [`event_record`] reads, in order.
+const EVENT_COLUMNS: &str =
+    "id, source, event_id, event_type, aggregate, sequence, idempotency_key,
+    body, signature_valid, signed_at, received_at, status, attempts, next_attempt_at, last_error,
+    dead_reason, decided_at, replays";
+
+fn event_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRecord> {
+    let status: String = r.get(11)?;
+    let dead_reason: Option<String> = r.get(15)?;
+    let bad = |what: &str, raw: &str| {
+        rusqlite::Error::FromSqlConversionFailure(
+            11,
+            rusqlite::types::Type::Text,
+            format!("unknown {what} {raw:?} in store").into(),
+        )
+    };
+    Ok(EventRecord {
+        row: r.get(0)?,
+        source: r.get(1)?,
+        event_id: r.get(2)?,
+        event_type: r.get(3)?,
+        aggregate: r.get(4)?,
+        sequence: r.get(5)?,
+        idempotency_key: r.get(6)?,
+        body: r.get(7)?,
+        signature_valid: r.get(8)?,
+        signed_at: r.get(9)?,
+        received_at_ms: r.get(10)?,
+        status: EventStatus::parse(&status).ok_or_else(|| bad("status", &status))?,
+        attempts: r.get(12)?,
+        next_attempt_at_ms: r.get(13)?,
+        last_error: r.get(14)?,
+        dead_reason: match dead_reason {
+            Some(raw) => Some(DeadReason::parse(&raw).ok_or_else(|| bad("dead reason", &raw))?),
+            None => None,
+        },
+        decided_at_ms: r.get(16)?,
+        replays: r.get(17)?,
+        history: Vec::new(),
+    })
+}
+
+fn parse_status(raw: &str) -> Result<EventStatus, StoreError> {
+    EventStatus::parse(raw)
+        .ok_or_else(|| StoreError::Internal(format!("unknown status {raw:?} in store")))
+}
+
+/// SQL conditions and their values for a filter; placeholders are numbered from 1.
+fn filter_sql(filter: &EventFilter) -> (Vec<String>, Vec<SqlValue>) {
+    let mut clauses = Vec::new();
+    let mut values = Vec::new();
+    let mut push = |clause: &str, value: SqlValue| {
+        values.push(value);
+        clauses.push(clause.replace('?', &format!("?{}", values.len())));
+    };
+    if let Some(source) = &filter.source {
+        push("source = ?", SqlValue::Text(source.clone()));
+    }
+    if let Some(status) = filter.status {
+        push("status = ?", SqlValue::Text(status.as_str().into()));
+    }
+    if let Some(aggregate) = &filter.aggregate {
+        push("aggregate = ?", SqlValue::Text(aggregate.clone()));
+    }
+    if let Some(from) = filter.received_from_ms {
+        push("received_at >= ?", SqlValue::Integer(from));
+    }
+    if let Some(to) = filter.received_to_ms {
+        push("received_at < ?", SqlValue::Integer(to));
+    }
+    (clauses, values)
+}
+
+fn where_of(clauses: &[String]) -> String {
+    if clauses.is_empty() {
+        "1 = 1".into()
+    } else {
+        clauses.join(" AND ")
+    }
+}
+
+/// Puts the dead or retrying events matching `condition` back in the queue, recording the replay.
+fn requeue(
+    tx: &Transaction<'_>,
+    condition: &str,
+    values: &[SqlValue],
+    now_ms: i64,
+) -> Result<u64, StoreError> {
+    let replayable = format!("({condition}) AND status IN ('dead', 'retrying')");
+    tx.execute(
+        &format!(
+            "INSERT INTO event_attempts (event_row, at, kind)
+             SELECT id, {now_ms}, 'replayed' FROM events WHERE {replayable}"
+        ),
+        params_from_iter(values.iter()),
+    )
+    .map_err(map_err)?;
+    let changed = tx
+        .execute(
+            &format!(
+                "UPDATE events SET status = 'received', replays = replays + 1, dead_reason = NULL,
+                     next_attempt_at = NULL, decided_at = NULL
+                 WHERE {replayable}"
+            ),
+            params_from_iter(values.iter()),
+        )
+        .map_err(map_err)?;
+    Ok(changed as u64)
+}
+
+fn add_history(
+    tx: &Transaction<'_>,
+    row: i64,
+    at_ms: i64,
+    kind: &str,
+    error: Option<&str>,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO event_attempts (event_row, at, kind, error) VALUES (?1, ?2, ?3, ?4)",
+        params![row, at_ms, kind, error],
+    )
+    .map_err(map_err)?;
+    Ok(())
+}
+
+/// A duplicate of an event already purged from the log, caught by its kept dedup key.
+fn purged_duplicate(
+    tx: &Transaction<'_>,
+    source: &str,
+    event_id: &str,
+    idempotency_key: Option<&str>,
+    now_ms: i64,
+) -> Result<Option<Admission>, StoreError> {
+    let found: Option<(String, String)> = tx
+        .query_row(
+            "SELECT kind, event_id FROM dedup_keys
+             WHERE source = ?1 AND expires_at > ?4
+               AND ((kind = 'event_id' AND key = ?2) OR (kind = 'idempotency_key' AND key = ?3))
+             ORDER BY kind LIMIT 1",
+            params![source, event_id, idempotency_key, now_ms],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .map_err(map_err)?;
+    found
+        .map(|(kind, original)| {
+            Ok(Admission::Duplicate {
+                key: if kind == "event_id" {
+                    DedupKey::EventId
+                } else {
+                    DedupKey::IdempotencyKey
+                },
+                original: parse_event_id(&original)?,
+                body_differs: false,
+            })
+        })
+        .transpose()
 }
 
 fn find_duplicate(
@@ -331,8 +868,8 @@ fn parse_event_id(raw: &str) -> Result<EventId, StoreError> {
     EventId::parse(raw).map_err(|p| StoreError::Internal(format!("stored event_id {p}")))
 }
 
-/// A pending row: id, raw body, receipt time.
-type PendingRow = (i64, Vec<u8>, i64);
+/// A pending row: id, raw body, receipt time, replayed.
+type PendingRow = (i64, Vec<u8>, i64, bool);
 
 /// What [`settle_tx`] did to one aggregate.
 struct Settled {
@@ -353,7 +890,7 @@ fn settle_tx(
     let rows: Vec<PendingRow> = {
         let mut stmt = tx
             .prepare_cached(
-                "SELECT id, body, received_at FROM events
+                "SELECT id, body, received_at, replays > 0 FROM events
                  WHERE source = ?1 AND aggregate = ?2
                    AND (status IN ('received', 'held')
                         OR (status = 'retrying' AND next_attempt_at <= ?3))",
@@ -361,16 +898,16 @@ fn settle_tx(
             .map_err(map_err)?;
         let rows = stmt
             .query_map(params![rules.name, aggregate, now_ms], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
             })
             .map_err(map_err)?;
         rows.collect::<Result<_, _>>().map_err(map_err)?
     };
     let mut decisions = Vec::with_capacity(rows.len());
     let mut parsed = Vec::with_capacity(rows.len());
-    for (row, body, received_at_ms) in rows {
+    for (row, body, received_at_ms, replayed) in rows {
         match Event::parse(rules.kind, &body) {
-            Ok(event) => parsed.push((row, received_at_ms, event)),
+            Ok(event) => parsed.push((row, received_at_ms, replayed, event)),
             Err(err) => decisions.push((
                 row,
                 Outcome::Dead {
@@ -386,8 +923,8 @@ fn settle_tx(
             let user_id = aggregate;
             let before = load_presence(tx, &rules.name, user_id)?;
             let mut state = before.clone();
-            parsed.sort_by_key(|(row, _, e)| (e.sequence(), *row));
-            for (row, _, event) in parsed {
+            parsed.sort_by_key(|(row, _, _, e)| (e.sequence(), *row));
+            for (row, _, _, event) in parsed {
                 let Event::Presence(event) = event else {
                     return Err(StoreError::Internal(
                         "save event in a presence source".into(),
@@ -424,11 +961,12 @@ fn settle_tx(
                 .unwrap_or_else(|| SaveState::empty(rules.first_sequence));
             let pending: Vec<PendingSave> = parsed
                 .into_iter()
-                .filter_map(|(row, received_at_ms, event)| match event {
+                .filter_map(|(row, received_at_ms, replayed, event)| match event {
                     Event::Save(event) => Some(PendingSave {
                         row,
                         received_at_ms,
                         event,
+                        replayed,
                     }),
                     Event::Presence(_) => None,
                 })

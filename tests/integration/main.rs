@@ -5,4 +5,5 @@ mod support;
 mod durability;
 mod presence;
 mod rejections;
+mod retries;
 mod save_game;
