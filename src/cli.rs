@@ -9,7 +9,10 @@ use clap::{Parser, Subcommand};
 use crate::app::{open_store, shutdown_signal, Application};
 use crate::clock;
 use crate::config::{secret_env_var, Config};
+use crate::domain::EventStatus;
+use crate::http::aggregate_storage_key;
 use crate::signature::{self, Scheme, Secret};
+use crate::store::{EventFilter, ReplayOutcome};
 
 /// inhook: a webhook receiver that is correct under retries, duplicates and reordering.
 #[derive(Debug, Parser)]
@@ -32,8 +35,122 @@ pub enum Command {
     Migrate,
     /// Sign a JSON file with a source's scheme and POST it.
     Send(SendArgs),
+    /// List the event log.
+    Events(EventsArgs),
+    /// Replay dead or retrying events: one by id, or in bulk by filter (a persisted job).
+    Replay(ReplayArgs),
     /// Chaos publisher: duplicates, reordering, retries; then checks the state.
     Simulate(crate::simulate::SimulateArgs),
+}
+
+/// Arguments of `inhook events`.
+#[derive(Debug, clap::Args)]
+pub struct EventsArgs {
+    /// Only this status (received, processed, ignored_stale, ignored_unsupported, held, retrying, dead).
+    #[arg(long, value_parser = parse_status)]
+    pub status: Option<EventStatus>,
+    /// Only this source.
+    #[arg(long)]
+    pub source: Option<String>,
+    /// Only this aggregate: a user id, or `player/slot`.
+    #[arg(long)]
+    pub aggregate: Option<String>,
+    /// How many events, newest first.
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+}
+
+/// Arguments of `inhook replay`.
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// Replay this one event (needs --source).
+    #[arg(long, requires = "source")]
+    pub event_id: Option<String>,
+    /// Which events to replay in bulk: dead (default) or retrying.
+    #[arg(long, value_parser = parse_status, default_value = "dead")]
+    pub status: EventStatus,
+    /// Only this source.
+    #[arg(long)]
+    pub source: Option<String>,
+    /// Only this aggregate: a user id, or `player/slot`.
+    #[arg(long)]
+    pub aggregate: Option<String>,
+}
+
+fn parse_status(raw: &str) -> Result<EventStatus, String> {
+    EventStatus::parse(raw).ok_or_else(|| {
+        format!(
+            "unknown status {raw:?}: expected one of {}",
+            EventStatus::ALL.map(EventStatus::as_str).join(", ")
+        )
+    })
+}
+
+async fn events(config_path: Option<PathBuf>, args: EventsArgs) -> anyhow::Result<()> {
+    let config = Config::load_for_store(config_path.as_deref())?;
+    let store = open_store(&config).await?;
+    let filter = EventFilter {
+        source: args.source,
+        status: args.status,
+        aggregate: args.aggregate.as_deref().map(aggregate_storage_key),
+        ..EventFilter::default()
+    };
+    let page = store
+        .events(&filter, args.limit.clamp(1, 10_000), None)
+        .await?;
+    println!(
+        "{:<24} {:<12} {:<28} {:<20} {:<24} {:>8} {:<20} {:>3} reason",
+        "received_at", "source", "event_id", "event_type", "aggregate", "sequence", "status", "try"
+    );
+    for e in &page.items {
+        println!(
+            "{:<24} {:<12} {:<28} {:<20} {:<24} {:>8} {:<20} {:>3} {}",
+            clock::rfc3339(e.received_at_ms),
+            e.source,
+            e.event_id,
+            e.event_type,
+            e.aggregate.replace('\u{1f}', "/"),
+            e.sequence,
+            e.status.as_str(),
+            e.attempts,
+            e.dead_reason.map(|r| r.as_str()).unwrap_or("")
+        );
+    }
+    if page.next_cursor.is_some() {
+        println!("(more: raise --limit or narrow the filter)");
+    }
+    Ok(())
+}
+
+async fn replay(config_path: Option<PathBuf>, args: ReplayArgs) -> anyhow::Result<()> {
+    let config = Config::load_for_store(config_path.as_deref())?;
+    let store = open_store(&config).await?;
+    let now_ms = clock::now_ms();
+    if let (Some(event_id), Some(source)) = (&args.event_id, &args.source) {
+        match store.replay_event(source, event_id, now_ms).await? {
+            ReplayOutcome::NotFound => bail!("no event {event_id} in source {source}"),
+            ReplayOutcome::Requeued => println!("requeued {source}/{event_id}"),
+            ReplayOutcome::Unchanged(status) => {
+                println!("unchanged: {source}/{event_id} is {}", status.as_str())
+            }
+        }
+        return Ok(());
+    }
+    if !matches!(args.status, EventStatus::Dead | EventStatus::Retrying) {
+        bail!("only dead or retrying events can be replayed");
+    }
+    let filter = EventFilter {
+        source: args.source,
+        status: Some(args.status),
+        aggregate: args.aggregate.as_deref().map(aggregate_storage_key),
+        ..EventFilter::default()
+    };
+    let job = store.create_replay_job(&filter, now_ms).await?;
+    println!(
+        "replay job {} created for {} events; a running `inhook serve` on this database carries it out",
+        job.id, job.total
+    );
+    Ok(())
 }
 
 /// Arguments of `inhook send`.
@@ -69,8 +186,10 @@ fn parse_scheme(raw: &str) -> Result<Scheme, String> {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve => serve(Config::load(cli.config.as_deref())?).await,
+        Command::Events(args) => events(cli.config, args).await,
+        Command::Replay(args) => replay(cli.config, args).await,
         Command::Migrate => {
-            let config = Config::load(cli.config.as_deref())?;
+            let config = Config::load_for_store(cli.config.as_deref())?;
             open_store(&config).await?;
             println!("schema is up to date");
             Ok(())

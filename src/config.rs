@@ -104,6 +104,13 @@ impl Config {
     }
 }
 
+/// Whether loading fails on a source without a secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Secrets {
+    Required,
+    Optional,
+}
+
 /// A configuration that cannot run, with a sentence saying how to fix it.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -172,6 +179,16 @@ pub fn secret_env_var(source: &str) -> String {
 impl Config {
     /// Loads the file at `path` (if any) and applies the process environment.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::load_with(path, Secrets::Required)
+    }
+
+    /// Loads the config for a command that only opens the store (`events`, `replay`,
+    /// `migrate`): sources without a secret are kept, with no secret.
+    pub fn load_for_store(path: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::load_with(path, Secrets::Optional)
+    }
+
+    fn load_with(path: Option<&Path>, secrets: Secrets) -> Result<Self, ConfigError> {
         let env: HashMap<String, String> = std::env::vars()
             .filter(|(k, _)| k.starts_with("INHOOK_"))
             .collect();
@@ -181,13 +198,21 @@ impl Config {
             })?),
             None => None,
         };
-        Self::from_parts(text.as_deref(), &env)
+        Self::build(text.as_deref(), &env, secrets)
     }
 
     /// Builds a config from a file's text and environment variables (pure, for tests).
     pub fn from_parts(
         text: Option<&str>,
         env: &HashMap<String, String>,
+    ) -> Result<Self, ConfigError> {
+        Self::build(text, env, Secrets::Required)
+    }
+
+    fn build(
+        text: Option<&str>,
+        env: &HashMap<String, String>,
+        secret_rule: Secrets,
     ) -> Result<Self, ConfigError> {
         let file: FileConfig = match text {
             Some(text) => {
@@ -266,7 +291,9 @@ impl Config {
                     .collect(),
                 None => s.secrets,
             };
-            if secrets.is_empty() || secrets.iter().any(String::is_empty) {
+            if secret_rule == Secrets::Required
+                && (secrets.is_empty() || secrets.iter().any(String::is_empty))
+            {
                 return Err(ConfigError(format!(
                     "source {:?} has no secret: set {var} (several comma-separated) or `secrets` in the config file",
                     s.name

@@ -174,7 +174,7 @@ pub(super) struct EventsQuery {
 }
 
 /// The stored form of an aggregate given as shown (`user` or `player/slot`).
-pub(crate) fn aggregate_storage_key(shown: &str) -> String {
+pub fn aggregate_storage_key(shown: &str) -> String {
     match shown.split_once('/') {
         Some((player, slot)) => format!("{player}\u{1f}{slot}"),
         None => shown.to_owned(),

@@ -19,6 +19,7 @@ use tokio::sync::Notify;
 use crate::config::Config;
 use crate::store::Store;
 use answer::Answer;
+pub use api::aggregate_storage_key;
 
 /// What every handler shares.
 #[derive(Clone)]

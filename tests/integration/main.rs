@@ -3,6 +3,7 @@
 mod support;
 
 mod durability;
+mod event_log;
 mod presence;
 mod rejections;
 mod retries;

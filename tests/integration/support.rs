@@ -23,6 +23,7 @@ pub struct TestServer {
     pub url: String,
     client: reqwest::Client,
     extra: String,
+    top: String,
 }
 
 /// One HTTP answer: code and JSON body (null when the body is not JSON).
@@ -44,6 +45,11 @@ impl TestServer {
 
     /// Starts a server whose save-game source gets `extra` TOML lines (e.g. `hold_timeout_s = 1`).
     pub async fn spawn_with(extra: &str) -> Self {
+        Self::spawn_configured("", extra).await
+    }
+
+    /// Starts a server with `top` TOML lines at the top level and `extra` in the save-game source.
+    pub async fn spawn_configured(top: &str, extra: &str) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut server = Self {
             dir,
@@ -51,6 +57,7 @@ impl TestServer {
             url: String::new(),
             client: reqwest::Client::new(),
             extra: extra.to_owned(),
+            top: top.to_owned(),
         };
         server.write_config("127.0.0.1:0");
         server.start();
@@ -73,6 +80,7 @@ impl TestServer {
 listen = "{listen}"
 database = "sqlite://{db}"
 busy_timeout_ms = 300
+{top}
 
 [[sources]]
 name = "presence"
@@ -94,6 +102,7 @@ secrets = ["{s0}", "{s1}"]
             s0 = SAVE_SECRETS[0],
             s1 = SAVE_SECRETS[1],
             extra = self.extra,
+            top = self.top,
         );
         std::fs::write(self.config_path(), config).expect("write config");
     }
@@ -131,6 +140,32 @@ secrets = ["{s0}", "{s1}"]
             .to_owned();
         self.url = url;
         self.child = Some(child);
+    }
+
+    /// Sends SIGTERM and waits for the process to exit; returns whether it exited successfully.
+    pub fn terminate(&mut self) -> bool {
+        let mut child = self.child.take().expect("server running");
+        Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status()
+            .expect("kill -TERM");
+        child.wait().expect("reap").success()
+    }
+
+    /// Runs the inhook binary with `args` and this server's config; returns (success, stdout).
+    pub fn cli(&self, args: &[&str]) -> (bool, String) {
+        let output = Command::new(env!("CARGO_BIN_EXE_inhook"))
+            .args(args)
+            .arg("--config")
+            .arg(self.config_path())
+            .output()
+            .expect("run inhook");
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned()
+                + &String::from_utf8_lossy(&output.stderr),
+        )
     }
 
     /// Kills the process with SIGKILL: no shutdown code runs.

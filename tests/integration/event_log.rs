@@ -1,0 +1,218 @@
+//! The event log API, replay (single and bulk, surviving a restart),
+//! retention and graceful shutdown.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::TestServer;
+
+fn delta(id: &str, player: &str, seq: i64, add: i64, remove: i64) -> Value {
+    let items = |qty: i64| {
+        if qty == 0 {
+            json!([])
+        } else {
+            json!([{"item_id": "gem", "qty": qty}])
+        }
+    };
+    json!({"event_id": id, "event_type": "inventory.updated", "player_id": player,
+           "save_slot": "a", "sequence": seq, "idempotency_key": id,
+           "data": {"added_items": items(add), "removed_items": items(remove), "email": "p@example.com"}})
+}
+
+async fn wait_status(server: &TestServer, event_id: &str, status: &str) -> Value {
+    server
+        .wait_for(&format!("/v1/events/save-game/{event_id}"), |r| {
+            r.body["status"] == status
+        })
+        .await
+        .body
+}
+
+#[tokio::test]
+async fn the_log_lists_filters_pages_and_masks() {
+    let server = TestServer::spawn_configured(r#"mask_fields = ["email"]"#, "").await;
+    for seq in 1..=5 {
+        server
+            .post_save(&delta(&format!("e{seq}"), "lister", seq, 1, 0))
+            .await;
+    }
+    server.post_save(&delta("x1", "other", 1, 0, 1)).await; // dead: nothing to remove
+    wait_status(&server, "e5", "processed").await;
+    wait_status(&server, "x1", "dead").await;
+
+    let dead = server.get("/v1/events?status=dead").await;
+    let ids: Vec<_> = dead.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event_id"].clone())
+        .collect();
+    assert_eq!(ids, [json!("x1")]);
+    assert_eq!(
+        dead.body["items"][0]["dead_reason"],
+        "insufficient_quantity"
+    );
+
+    let first = server.get("/v1/events?aggregate=lister/a&limit=2").await;
+    let ids: Vec<_> = first.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event_id"].clone())
+        .collect();
+    assert_eq!(ids, [json!("e5"), json!("e4")], "newest first");
+    let cursor = first.body["next_cursor"].as_i64().unwrap();
+    let rest = server
+        .get(&format!(
+            "/v1/events?aggregate=lister/a&limit=10&cursor={cursor}"
+        ))
+        .await;
+    assert_eq!(rest.body["items"].as_array().unwrap().len(), 3);
+    assert_eq!(rest.body["next_cursor"], json!(null));
+
+    let detail = server.get("/v1/events/save-game/e1").await;
+    assert_eq!(detail.body["aggregate"], "lister/a");
+    assert_eq!(
+        detail.body["body"]["data"]["email"], "***",
+        "mask_fields applies"
+    );
+    assert_eq!(detail.body["body"]["data"]["added_items"][0]["qty"], 1);
+    assert_eq!(server.get("/v1/events/save-game/nope").await.code, 404);
+    assert_eq!(server.get("/v1/events?status=bogus").await.code, 400);
+
+    let (ok, out) = server.cli(&["events", "--status", "dead"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("x1") && out.contains("insufficient_quantity") && !out.contains("e5"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn a_dead_event_replayed_after_the_cause_is_fixed_applies_once() {
+    let server = TestServer::spawn().await;
+    server.post_save(&delta("d1", "fix", 1, 1, 0)).await;
+    server.post_save(&delta("d2", "fix", 2, 0, 3)).await; // needs 3 gems, has 1
+    let dead = wait_status(&server, "d2", "dead").await;
+    assert_eq!(dead["dead_reason"], "insufficient_quantity");
+    server.post_save(&delta("d3", "fix", 3, 5, 0)).await;
+    wait_status(&server, "d3", "processed").await;
+    assert_eq!(
+        server.get("/v1/saves/fix/a").await.body["inventory"],
+        json!({"gem": 6})
+    );
+
+    let replay = reqwest::Client::new()
+        .post(format!("{}/v1/events/save-game/d2/replay", server.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replay.status(), 202);
+    let replayed = wait_status(&server, "d2", "processed").await;
+    assert_eq!(replayed["replays"], 1);
+    assert_eq!(replayed["history"][0]["kind"], "replayed");
+    assert_eq!(
+        server.get("/v1/saves/fix/a").await.body["inventory"],
+        json!({"gem": 3})
+    );
+
+    // Replaying a processed event changes nothing.
+    let again = reqwest::Client::new()
+        .post(format!("{}/v1/events/save-game/d2/replay", server.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.json::<Value>().await.unwrap()["status"], "unchanged");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        server.get("/v1/saves/fix/a").await.body["inventory"],
+        json!({"gem": 3})
+    );
+}
+
+#[tokio::test]
+async fn a_bulk_replay_is_a_job_that_survives_a_restart() {
+    let mut server = TestServer::spawn().await;
+    // Three slots, each with a delta that dies, then a grant that fixes the cause.
+    for player in ["b1", "b2", "b3"] {
+        server
+            .post_save(&delta(&format!("{player}_take"), player, 1, 0, 2))
+            .await;
+        wait_status(&server, &format!("{player}_take"), "dead").await;
+        server
+            .post_save(&delta(&format!("{player}_grant"), player, 2, 5, 0))
+            .await;
+        wait_status(&server, &format!("{player}_grant"), "processed").await;
+    }
+    // Created while the server is down: only the database holds the job.
+    server.kill9();
+    let (ok, out) = server.cli(&["replay", "--status", "dead", "--source", "save-game"]);
+    assert!(ok && out.contains("for 3 events"), "{out}");
+    server.restart();
+    for player in ["b1", "b2", "b3"] {
+        wait_status(&server, &format!("{player}_take"), "processed").await;
+        let save = server.get(&format!("/v1/saves/{player}/a")).await;
+        assert_eq!(save.body["inventory"], json!({"gem": 3}), "{player}");
+    }
+    let job = server.get("/v1/replay/1").await;
+    assert_eq!(
+        (job.body["state"].as_str(), job.body["total"].as_i64()),
+        (Some("done"), Some(3))
+    );
+    assert_eq!(job.body["requeued"], 3);
+
+    // Over HTTP: nothing left to replay, and a bad filter is refused.
+    let client = reqwest::Client::new();
+    let empty = client
+        .post(format!("{}/v1/replay", server.url))
+        .json(&json!({"status": "dead"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(empty.status(), 202);
+    assert_eq!(empty.json::<Value>().await.unwrap()["total"], 0);
+    let bad = client
+        .post(format!("{}/v1/replay", server.url))
+        .json(&json!({"status": "processed"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+}
+
+#[tokio::test]
+async fn retention_purges_decided_events_and_keeps_their_dedup_keys() {
+    let server = TestServer::spawn_configured("retention_s = 1\npurge_interval_s = 1", "").await;
+    let body =
+        json!({"event_id": "old_1", "user_id": "u", "presence": "BUSY", "sequence_number": 1});
+    assert_eq!(server.post_presence(&body).await.body["status"], "applied");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.event_count() > 0 {
+        assert!(Instant::now() < deadline, "event never purged");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let resent = server.post_presence(&body).await;
+    assert_eq!(
+        resent.body["status"], "duplicate",
+        "dedup key outlives the purged event"
+    );
+    assert_eq!(
+        server.get("/v1/presence/u").await.body["status"],
+        "BUSY",
+        "state is kept"
+    );
+}
+
+#[tokio::test]
+async fn sigterm_stops_the_server_gracefully() {
+    let mut server = TestServer::spawn().await;
+    server.post_save(&delta("g1", "grace", 1, 1, 0)).await;
+    let started = Instant::now();
+    assert!(server.terminate(), "exit status 0 after SIGTERM");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "bounded by shutdown_timeout_s"
+    );
+}
