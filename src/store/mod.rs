@@ -3,6 +3,7 @@
 //! so every implementation applies the same rules.
 
 mod migrations;
+mod settle;
 pub mod sqlite;
 
 use async_trait::async_trait;

@@ -11,14 +11,15 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, params_from_iter, Connection, ErrorCode, OptionalExtension, Transaction};
 
 use super::migrations::SQLITE as MIGRATIONS;
+use super::settle::{Pending, PendingRow};
 use super::{
     sequence_of, status_of, Admission, AttemptRecord, Decided, DedupKey, EventFilter, EventPage,
     EventRecord, FailureReport, NewEvent, PresencePage, PurgeReport, ReplayJob, ReplayOutcome,
     SettleReport, SourceRules, Store, StoreError,
 };
-use crate::contract::{Event, Presence, SourceKind};
+use crate::contract::{Presence, SourceKind};
 use crate::domain::{AggregateKey, DeadReason, EventId, EventStatus};
-use crate::ordering::{decide_presence, settle_save, Outcome, PendingSave};
+use crate::ordering::Outcome;
 use crate::projection::{PresenceState, SaveState};
 use crate::retry::{NextStep, RetryPolicy};
 
@@ -868,9 +869,6 @@ fn parse_event_id(raw: &str) -> Result<EventId, StoreError> {
     EventId::parse(raw).map_err(|p| StoreError::Internal(format!("stored event_id {p}")))
 }
 
-/// A pending row: id, raw body, receipt time, replayed.
-type PendingRow = (i64, Vec<u8>, i64, bool);
-
 /// What [`settle_tx`] did to one aggregate.
 struct Settled {
     report: SettleReport,
@@ -898,45 +896,22 @@ fn settle_tx(
             .map_err(map_err)?;
         let rows = stmt
             .query_map(params![rules.name, aggregate, now_ms], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                Ok(PendingRow {
+                    row: r.get(0)?,
+                    body: r.get(1)?,
+                    received_at_ms: r.get(2)?,
+                    replayed: r.get(3)?,
+                })
             })
             .map_err(map_err)?;
         rows.collect::<Result<_, _>>().map_err(map_err)?
     };
-    let mut decisions = Vec::with_capacity(rows.len());
-    let mut parsed = Vec::with_capacity(rows.len());
-    for (row, body, received_at_ms, replayed) in rows {
-        match Event::parse(rules.kind, &body) {
-            Ok(event) => parsed.push((row, received_at_ms, replayed, event)),
-            Err(err) => decisions.push((
-                row,
-                Outcome::Dead {
-                    reason: DeadReason::InvalidForProjection,
-                    detail: format!("stored body no longer follows the contract: {err}"),
-                },
-            )),
-        }
-    }
-    let mut report = SettleReport::default();
-    let current_sequence = match rules.kind {
+    let pending = Pending::parse(rules.kind, rows);
+    let (decisions, report, current_sequence) = match rules.kind {
         SourceKind::Presence => {
-            let user_id = aggregate;
-            let before = load_presence(tx, &rules.name, user_id)?;
-            let mut state = before.clone();
-            parsed.sort_by_key(|(row, _, _, e)| (e.sequence(), *row));
-            for (row, _, _, event) in parsed {
-                let Event::Presence(event) = event else {
-                    return Err(StoreError::Internal(
-                        "save event in a presence source".into(),
-                    ));
-                };
-                let outcome = decide_presence(state.as_ref(), &event);
-                if outcome == Outcome::Applied {
-                    state = Some(PresenceState::from_event(&event, now_ms));
-                }
-                decisions.push((row, outcome));
-            }
-            if let Some(state) = state.as_ref().filter(|s| Some(*s) != before.as_ref()) {
+            let before = load_presence(tx, &rules.name, aggregate)?;
+            let plan = pending.settle_presence(before, now_ms)?;
+            if let Some(state) = plan.state.as_ref().filter(|_| plan.changed) {
                 tx.execute(
                     "INSERT INTO presence_state (source, user_id, presence, sequence, updated_at)
                      VALUES (?1, ?2, ?3, ?4, ?5)
@@ -946,7 +921,7 @@ fn settle_tx(
                      WHERE excluded.sequence > presence_state.sequence",
                     params![
                         rules.name,
-                        user_id,
+                        aggregate,
                         state.presence.as_str(),
                         state.sequence.get(),
                         state.updated_at_ms
@@ -954,48 +929,22 @@ fn settle_tx(
                 )
                 .map_err(map_err)?;
             }
-            state.map(|s| s.sequence.get())
+            (plan.decisions, plan.report, plan.current_sequence)
         }
         SourceKind::SaveGame => {
-            let state = load_save(tx, &rules.name, aggregate)?
+            let before = load_save(tx, &rules.name, aggregate)?
                 .unwrap_or_else(|| SaveState::empty(rules.first_sequence));
-            let pending: Vec<PendingSave> = parsed
-                .into_iter()
-                .filter_map(|(row, received_at_ms, replayed, event)| match event {
-                    Event::Save(event) => Some(PendingSave {
-                        row,
-                        received_at_ms,
-                        event,
-                        replayed,
-                    }),
-                    Event::Presence(_) => None,
-                })
-                .collect();
-            let lowest = pending
-                .iter()
-                .map(|p| p.event.sequence.get())
-                .min()
-                .unwrap_or(i64::MAX)
-                .min(state.last_sequence.saturating_add(1));
-            let occupied = occupied_sequences(tx, &rules.name, aggregate, lowest)?;
-            let before = state.clone();
-            let settlement = settle_save(state, occupied, pending, now_ms, rules.hold_timeout_ms);
-            report.gaps_skipped = settlement.gaps_skipped;
-            if settlement.state != before {
-                store_save(tx, &rules.name, aggregate, &settlement.state)?;
+            let from = pending.occupied_from(before.last_sequence);
+            let occupied = occupied_sequences(tx, &rules.name, aggregate, from)?;
+            let plan = pending.settle_save(before, occupied, now_ms, rules.hold_timeout_ms);
+            if plan.changed {
+                store_save(tx, &rules.name, aggregate, &plan.state)?;
             }
-            decisions.extend(settlement.decisions);
-            Some(settlement.state.last_sequence)
+            (plan.decisions, plan.report, plan.current_sequence)
         }
     };
     for (row, outcome) in &decisions {
         record_decision(tx, *row, outcome, now_ms, rules.hold_timeout_ms)?;
-        match outcome {
-            Outcome::Applied => report.applied += 1,
-            Outcome::Stale | Outcome::Unsupported => report.ignored += 1,
-            Outcome::Held => report.held += 1,
-            Outcome::Dead { reason, .. } => report.dead.push(*reason),
-        }
     }
     Ok(Settled {
         report,

@@ -2,9 +2,11 @@
 
 mod support;
 
+mod crash;
 mod durability;
 mod event_log;
 mod presence;
 mod rejections;
 mod retries;
 mod save_game;
+mod simulate;

@@ -106,6 +106,10 @@ async fn a_late_progress_never_overwrites_and_deltas_apply_in_order() {
         server.post_save(&progress("evt_185", 185, 4)).await.code,
         202
     );
+    // 185 is applied before 184 arrives: 184 is late, not merely reordered in a batch.
+    server
+        .wait_for(SAVE, |r| r.body["progress"] == json!({"chapter": 4}))
+        .await;
     assert_eq!(
         server.post_save(&progress("evt_184", 184, 3)).await.code,
         202
@@ -199,6 +203,12 @@ async fn snapshots_achievements_and_unknown_types() {
     ];
     for event in &events {
         assert_eq!(server.post_save(event).await.code, 202);
+        if event["event_id"] == "e5" {
+            // The snapshot is applied before e4 arrives, so e4 is known to be late.
+            server
+                .wait_for(SAVE, |r| r.body["inventory"]["key"] == 1)
+                .await;
+        }
     }
     let state = wait_for_sequence(&server, SAVE, 7).await;
     assert_eq!(state.body["inventory"], json!({"gem": 11, "key": 1}));

@@ -1,0 +1,171 @@
+//! The store-independent half of settling an aggregate: parse the pending
+//! rows, run the ordering rules, and say what to write. Each store only
+//! loads the inputs and writes the plan, inside its own transaction.
+
+use std::collections::BTreeSet;
+
+use super::{SettleReport, StoreError};
+use crate::contract::{Event, SourceKind};
+use crate::domain::DeadReason;
+use crate::ordering::{decide_presence, settle_save, Outcome, PendingSave};
+use crate::projection::{PresenceState, SaveState};
+
+/// A pending event row as loaded from the log.
+#[derive(Debug, Clone)]
+pub(crate) struct PendingRow {
+    /// The log row id.
+    pub row: i64,
+    /// The raw body.
+    pub body: Vec<u8>,
+    /// Time of receipt, unix milliseconds.
+    pub received_at_ms: i64,
+    /// Whether a person replayed it.
+    pub replayed: bool,
+}
+
+/// The pending events of one aggregate, parsed.
+pub(crate) struct Pending {
+    parsed: Vec<(PendingRow, Event)>,
+    invalid: Vec<(i64, Outcome)>,
+}
+
+/// What settling decided, for the store to write.
+pub(crate) struct Plan<S> {
+    /// The aggregate's state afterwards.
+    pub state: S,
+    /// Whether the state differs from the one loaded.
+    pub changed: bool,
+    /// Every pending row's outcome.
+    pub decisions: Vec<(i64, Outcome)>,
+    /// Counts for logs and metrics.
+    pub report: SettleReport,
+    /// The aggregate's current sequence afterwards.
+    pub current_sequence: Option<i64>,
+}
+
+impl Pending {
+    /// Parses each row's body with the source's contract; a body that no longer
+    /// parses is dead with `invalid_for_projection`.
+    pub fn parse(kind: SourceKind, rows: Vec<PendingRow>) -> Self {
+        let mut parsed = Vec::with_capacity(rows.len());
+        let mut invalid = Vec::new();
+        for row in rows {
+            match Event::parse(kind, &row.body) {
+                Ok(event) => parsed.push((row, event)),
+                Err(err) => invalid.push((
+                    row.row,
+                    Outcome::Dead {
+                        reason: DeadReason::InvalidForProjection,
+                        detail: format!("stored body no longer follows the contract: {err}"),
+                    },
+                )),
+            }
+        }
+        Self { parsed, invalid }
+    }
+
+    /// The lowest sequence whose occupancy the save rules may ask about.
+    pub fn occupied_from(&self, last_sequence: i64) -> i64 {
+        self.parsed
+            .iter()
+            .map(|(_, e)| e.sequence().get())
+            .min()
+            .unwrap_or(i64::MAX)
+            .min(last_sequence.saturating_add(1))
+    }
+
+    /// Settles a presence aggregate (latest-wins).
+    pub fn settle_presence(
+        self,
+        before: Option<PresenceState>,
+        now_ms: i64,
+    ) -> Result<Plan<Option<PresenceState>>, StoreError> {
+        let mut parsed = self.parsed;
+        parsed.sort_by_key(|(row, e)| (e.sequence(), row.row));
+        let mut state = before.clone();
+        let mut decisions = self.invalid;
+        for (row, event) in parsed {
+            let Event::Presence(event) = event else {
+                return Err(StoreError::Internal(
+                    "save event in a presence source".into(),
+                ));
+            };
+            let outcome = decide_presence(state.as_ref(), &event);
+            if outcome == Outcome::Applied {
+                state = Some(PresenceState::from_event(&event, now_ms));
+            }
+            decisions.push((row.row, outcome));
+        }
+        let current_sequence = state.as_ref().map(|s| s.sequence.get());
+        Ok(plan(
+            state.clone(),
+            state != before,
+            decisions,
+            0,
+            current_sequence,
+        ))
+    }
+
+    /// Settles a save slot: `occupied` must hold the decided sequences from [`Self::occupied_from`] on.
+    pub fn settle_save(
+        self,
+        before: SaveState,
+        occupied: BTreeSet<i64>,
+        now_ms: i64,
+        hold_timeout_ms: i64,
+    ) -> Plan<SaveState> {
+        let pending = self
+            .parsed
+            .into_iter()
+            .filter_map(|(row, event)| match event {
+                Event::Save(event) => Some(PendingSave {
+                    row: row.row,
+                    received_at_ms: row.received_at_ms,
+                    event,
+                    replayed: row.replayed,
+                }),
+                Event::Presence(_) => None,
+            })
+            .collect();
+        let settlement = settle_save(before.clone(), occupied, pending, now_ms, hold_timeout_ms);
+        let mut decisions = self.invalid;
+        decisions.extend(settlement.decisions);
+        let current = Some(settlement.state.last_sequence);
+        let changed = settlement.state != before;
+        plan(
+            settlement.state,
+            changed,
+            decisions,
+            settlement.gaps_skipped,
+            current,
+        )
+    }
+}
+
+fn plan<S>(
+    state: S,
+    changed: bool,
+    decisions: Vec<(i64, Outcome)>,
+    gaps_skipped: u64,
+    current_sequence: Option<i64>,
+) -> Plan<S> {
+    let mut report = SettleReport {
+        gaps_skipped,
+        ..SettleReport::default()
+    };
+    for (_, outcome) in &decisions {
+        match outcome {
+            Outcome::Applied => report.applied += 1,
+            Outcome::Stale | Outcome::Unsupported => report.ignored += 1,
+            Outcome::Held => report.held += 1,
+            Outcome::Dead { reason, .. } => report.dead.push(*reason),
+        }
+    }
+    Plan {
+        state,
+        changed,
+        decisions,
+        report,
+        current_sequence,
+    }
+}
