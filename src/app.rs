@@ -12,7 +12,7 @@ use tokio::sync::{watch, Notify};
 use crate::clock::Clock;
 use crate::config::{Config, Database};
 use crate::http::{router, AppState};
-use crate::store::{SqliteStore, Store};
+use crate::store::{PoolSettings, PostgresStore, SqliteStore, Store};
 use crate::worker::Worker;
 
 /// Opens the configured store and brings its schema up to date.
@@ -22,6 +22,13 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
             SqliteStore::open(path, Duration::from_millis(config.busy_timeout_ms))
                 .with_context(|| format!("opening SQLite database {}", path.display()))?,
         ),
+        Database::Postgres(url) => Arc::new(PostgresStore::connect(
+            url,
+            PoolSettings {
+                max_size: config.pool_size,
+                timeout: Duration::from_millis(config.busy_timeout_ms),
+            },
+        )?),
     };
     store.migrate().await.context("migrating the schema")?;
     Ok(store)
@@ -37,6 +44,8 @@ impl Application {
     /// Opens the store, migrates it and binds the listen address (port 0 picks a free port).
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         let store = open_store(&config).await?;
+        let wake = Arc::new(Notify::new());
+        store.subscribe(Arc::clone(&wake));
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("binding {}", config.listen))?;
@@ -45,7 +54,7 @@ impl Application {
             state: AppState {
                 config: Arc::new(config),
                 store,
-                wake: Arc::new(Notify::new()),
+                wake,
                 clock: Clock::System,
             },
         })

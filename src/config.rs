@@ -27,6 +27,8 @@ pub enum Mode {
 pub enum Database {
     /// An embedded SQLite file.
     Sqlite(PathBuf),
+    /// A PostgreSQL database URL (`postgres://user@host:port/db`).
+    Postgres(String),
 }
 
 /// One configured webhook source.
@@ -95,6 +97,8 @@ pub struct Config {
     pub shutdown_timeout_s: u64,
     /// Fields masked in API output (top-level names or dotted paths).
     pub mask_fields: Vec<String>,
+    /// Most PostgreSQL connections one node opens.
+    pub pool_size: usize,
 }
 
 impl Config {
@@ -135,6 +139,7 @@ struct FileConfig {
     purge_interval_s: Option<u64>,
     shutdown_timeout_s: Option<u64>,
     mask_fields: Option<Vec<String>>,
+    pool_size: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -341,6 +346,7 @@ impl Config {
             purge_interval_s: file.purge_interval_s.unwrap_or(60 * 60),
             shutdown_timeout_s: file.shutdown_timeout_s.unwrap_or(10),
             mask_fields: file.mask_fields.unwrap_or_default(),
+            pool_size: file.pool_size.unwrap_or(16),
             listen,
             database,
             admin_token,
@@ -362,14 +368,11 @@ fn parse_database(raw: &str) -> Result<Database, ConfigError> {
         return Ok(Database::Sqlite(PathBuf::from(path)));
     }
     if raw.starts_with("postgres://") || raw.starts_with("postgresql://") {
-        return Err(ConfigError(
-            "database: the PostgreSQL store is not available in this build yet; use sqlite://FILE"
-                .into(),
-        ));
+        return Ok(Database::Postgres(raw.to_owned()));
     }
-    Err(ConfigError(format!(
-        "database: {raw:?} is not a sqlite:// URL"
-    )))
+    Err(ConfigError(
+        "database: expected sqlite://FILE or postgres://USER@HOST/DB".into(),
+    ))
 }
 
 #[cfg(test)]

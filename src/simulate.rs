@@ -558,7 +558,7 @@ impl Expected {
 
 /// Which copy of an event a delivery is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Copy {
+pub enum EventCopy {
     /// The event as generated.
     Original,
     /// A redelivery with the same `event_id` and the same bytes.
@@ -577,7 +577,7 @@ pub struct Delivery {
     /// The event's sequence.
     pub sequence: i64,
     /// Which copy this is.
-    pub copy: Copy,
+    pub copy: EventCopy,
     /// The `event_id` in the body.
     pub event_id: String,
     /// The `idempotency_key` in the body, if any.
@@ -612,7 +612,7 @@ pub struct Plan {
 
 impl Plan {
     /// Number of deliveries that are `copy`.
-    pub fn count(&self, copy: Copy) -> usize {
+    pub fn count(&self, copy: EventCopy) -> usize {
         self.deliveries.iter().filter(|d| d.copy == copy).count()
     }
 
@@ -640,7 +640,7 @@ pub fn plan(stream: &Stream, chaos: &ChaosSpec) -> Plan {
                 aggregate: a,
                 kind,
                 sequence: event.sequence,
-                copy: Copy::Original,
+                copy: EventCopy::Original,
                 event_id: event.event_id.clone(),
                 idempotency_key: event.idempotency_key.clone(),
                 body: serde_json::to_vec(&event.body).unwrap_or_default(),
@@ -653,14 +653,14 @@ pub fn plan(stream: &Stream, chaos: &ChaosSpec) -> Plan {
                     let mut body = event.body.clone();
                     body.insert("event_id".into(), json!(event_id));
                     Delivery {
-                        copy: Copy::NewEventId,
+                        copy: EventCopy::NewEventId,
                         event_id,
                         body: serde_json::to_vec(&body).unwrap_or_default(),
                         ..original
                     }
                 } else {
                     Delivery {
-                        copy: Copy::SameEventId,
+                        copy: EventCopy::SameEventId,
                         ..original
                     }
                 };
@@ -864,6 +864,7 @@ pub struct Publisher {
     save: SourceSigner,
     admin_token: Option<String>,
     options: SendOptions,
+    answered: Arc<Mutex<Vec<(usize, Receipt)>>>,
 }
 
 impl Publisher {
@@ -888,7 +889,15 @@ impl Publisher {
             save,
             admin_token,
             options,
+            answered: Arc::default(),
         })
+    }
+
+    /// Every 2xx answer received so far by this publisher and its clones, with
+    /// its delivery's index in the plan, in the order received: a crash test
+    /// compares it with the log right after a SIGKILL.
+    pub fn answered(&self) -> Vec<(usize, Receipt)> {
+        self.answered.lock().map(|a| a.clone()).unwrap_or_default()
     }
 
     fn signer(&self, kind: SourceKind) -> &SourceSigner {
@@ -928,7 +937,7 @@ impl Publisher {
                             started + Duration::from_secs_f64(i as f64 / me.options.rate as f64);
                         tokio::time::sleep_until(due.into()).await;
                     }
-                    done.push((i, me.deliver_one(delivery, &mut tally).await));
+                    done.push((i, me.deliver_one(i, delivery, &mut tally).await));
                 }
                 (tally, done)
             });
@@ -956,19 +965,26 @@ impl Publisher {
     }
 
     /// One delivery; a resend fires the identical request again while the first is in flight.
-    async fn deliver_one(&self, delivery: &Delivery, tally: &mut Tally) -> Result<Receipt, String> {
+    async fn deliver_one(
+        &self,
+        index: usize,
+        delivery: &Delivery,
+        tally: &mut Tally,
+    ) -> Result<Receipt, String> {
         let headers = self.sign(delivery);
         if !delivery.resend {
-            return self.until_done(delivery, headers, tally).await;
+            return self.until_done(index, delivery, headers, tally).await;
         }
         let mut second = Tally::default();
         let pause = Duration::from_millis(rand::thread_rng().gen_range(0..20));
-        let (first, again) =
-            tokio::join!(self.until_done(delivery, headers.clone(), tally), async {
+        let (first, again) = tokio::join!(
+            self.until_done(index, delivery, headers.clone(), tally),
+            async {
                 tokio::time::sleep(pause).await;
-                self.until_done(delivery, headers.clone(), &mut second)
+                self.until_done(index, delivery, headers.clone(), &mut second)
                     .await
-            });
+            }
+        );
         tally.merge(second);
         // Both copies must end in 2xx; the first copy's answer is the delivery's.
         match (first, again) {
@@ -980,6 +996,7 @@ impl Publisher {
     /// Sends until a 2xx, a final 4xx, or the time budget is spent.
     async fn until_done(
         &self,
+        index: usize,
         delivery: &Delivery,
         mut headers: Vec<(&'static str, String)>,
         tally: &mut Tally,
@@ -998,7 +1015,11 @@ impl Publisher {
                         None => status.clone(),
                     };
                     *tally.statuses.entry(label).or_default() += 1;
-                    return Ok(Receipt { code, status, key });
+                    let receipt = Receipt { code, status, key };
+                    if let Ok(mut answered) = self.answered.lock() {
+                        answered.push((index, receipt.clone()));
+                    }
+                    return Ok(receipt);
                 }
                 Attempt::Answered {
                     code,
@@ -1270,21 +1291,24 @@ pub async fn run(config_path: Option<PathBuf>, args: SimulateArgs) -> anyhow::Re
     );
     let plan = Arc::new(plan);
     let delivery = publisher.deliver(plan.clone()).await;
-    let mismatches = if delivery.failures.is_empty() {
-        Some(
-            publisher
-                .converge(expected, Duration::from_secs(args.settle_timeout_s))
-                .await?,
-        )
+    // A failed delivery makes the expected state unreachable: waiting for it would only burn the timeout.
+    let checked = if delivery.failures.is_empty() {
+        publisher
+            .converge(expected, Duration::from_secs(args.settle_timeout_s))
+            .await
     } else {
-        None
+        Err(anyhow::anyhow!("deliveries failed"))
     };
-    print_report(&plan, &delivery, mismatches.as_deref(), started.elapsed());
+    let mismatches = match &checked {
+        Ok(m) => Ok(m.as_slice()),
+        Err(err) => Err(format!("{err:#}")),
+    };
+    print_report(&plan, &delivery, mismatches, started.elapsed());
     if !delivery.failures.is_empty() {
         bail!("{} deliveries failed", delivery.failures.len());
     }
-    match mismatches {
-        Some(m) if !m.is_empty() => bail!(
+    match checked? {
+        m if !m.is_empty() => bail!(
             "{} aggregates differ from the in-order state after {}s",
             m.len(),
             args.settle_timeout_s
@@ -1326,11 +1350,11 @@ fn histogram(counts: &BTreeMap<String, u64>) -> String {
 fn print_report(
     plan: &Plan,
     delivery: &DeliveryReport,
-    mismatches: Option<&[Mismatch]>,
+    mismatches: Result<&[Mismatch], String>,
     elapsed: Duration,
 ) {
-    let same = plan.count(Copy::SameEventId);
-    let new = plan.count(Copy::NewEventId);
+    let same = plan.count(EventCopy::SameEventId);
+    let new = plan.count(EventCopy::NewEventId);
     println!(
         "  deliveries:  {} planned, {} requests sent ({} resends in flight, {} retries)",
         plan.deliveries.len(),
@@ -1353,7 +1377,7 @@ fn print_report(
         println!("    {why}");
     }
     match mismatches {
-        Some(m) => {
+        Ok(m) => {
             println!("mismatches: {}", m.len());
             for m in m.iter().take(5) {
                 println!(
@@ -1362,7 +1386,7 @@ fn print_report(
                 );
             }
         }
-        None => println!("mismatches: not checked (deliveries failed)"),
+        Err(why) => println!("mismatches: not checked ({why})"),
     }
     println!(
         "  elapsed:     {:.1}s (delivery {:.1}s)",
@@ -1571,11 +1595,11 @@ mod tests {
             let event = &stream.aggregates[d.aggregate].events[(d.sequence - 1) as usize];
             let body: Map<String, Value> = serde_json::from_slice(&d.body).unwrap();
             match d.copy {
-                Copy::Original | Copy::SameEventId => {
+                EventCopy::Original | EventCopy::SameEventId => {
                     assert_eq!(d.event_id, event.event_id);
                     assert_eq!(body, event.body, "a same-id duplicate has the same bytes");
                 }
-                Copy::NewEventId => {
+                EventCopy::NewEventId => {
                     assert_ne!(d.event_id, event.event_id);
                     assert_eq!(body["event_id"], json!(d.event_id));
                     assert!(event.idempotency_key.is_some());
@@ -1585,7 +1609,7 @@ mod tests {
                     assert_eq!(same, event.body, "only the event_id differs");
                 }
             }
-            if d.copy == Copy::Original {
+            if d.copy == EventCopy::Original {
                 let overtaken_by = seen_originals[d.aggregate]
                     .iter()
                     .filter(|s| **s > d.sequence)
@@ -1595,11 +1619,11 @@ mod tests {
             }
             first_seen.insert((d.aggregate, d.sequence));
         }
-        assert_eq!(plan.count(Copy::Original), stream.event_count());
+        assert_eq!(plan.count(EventCopy::Original), stream.event_count());
         assert_eq!(first_seen.len(), stream.event_count());
-        let duplicates = plan.count(Copy::SameEventId) + plan.count(Copy::NewEventId);
+        let duplicates = plan.count(EventCopy::SameEventId) + plan.count(EventCopy::NewEventId);
         assert!((300..500).contains(&duplicates), "{duplicates} duplicates");
-        assert!(plan.count(Copy::NewEventId) > 100);
+        assert!(plan.count(EventCopy::NewEventId) > 100);
         assert!(plan.reordered > 500, "only {} reordered", plan.reordered);
         assert!(plan.resends() > 50);
         let calm = super::plan(

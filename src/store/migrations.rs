@@ -92,3 +92,92 @@ CREATE TABLE save_state (
 );
 "#,
 )];
+
+/// `(version, SQL)` in order, for PostgreSQL; the same schema as [`SQLITE`].
+pub(crate) const POSTGRES: &[(i64, &str)] = &[(
+    1,
+    r#"
+CREATE TABLE events (
+    id              BIGSERIAL PRIMARY KEY,
+    source          TEXT    NOT NULL,
+    event_id        TEXT    NOT NULL,
+    event_type      TEXT    NOT NULL,
+    aggregate       TEXT    NOT NULL,
+    sequence        BIGINT  NOT NULL,
+    idempotency_key TEXT,
+    body            BYTEA   NOT NULL,
+    signature_valid BOOLEAN NOT NULL,
+    signed_at       BIGINT,
+    received_at     BIGINT  NOT NULL,
+    status          TEXT    NOT NULL,
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at BIGINT,
+    last_error      TEXT,
+    dead_reason     TEXT,
+    decided_at      BIGINT,
+    replays         INTEGER NOT NULL DEFAULT 0
+);
+CREATE UNIQUE INDEX events_source_event_id ON events (source, event_id);
+CREATE UNIQUE INDEX events_source_idempotency_key ON events (source, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+CREATE INDEX events_aggregate ON events (source, aggregate, sequence);
+CREATE INDEX events_pending ON events (status, next_attempt_at)
+    WHERE status IN ('received', 'held', 'retrying');
+CREATE INDEX events_decided ON events (received_at)
+    WHERE status IN ('processed', 'ignored_stale', 'ignored_unsupported');
+
+CREATE TABLE event_attempts (
+    id        BIGSERIAL PRIMARY KEY,
+    event_row BIGINT  NOT NULL,
+    at        BIGINT  NOT NULL,
+    kind      TEXT    NOT NULL,
+    error     TEXT
+);
+CREATE INDEX event_attempts_event ON event_attempts (event_row, id);
+
+CREATE TABLE dedup_keys (
+    source     TEXT   NOT NULL,
+    kind       TEXT   NOT NULL,
+    key        TEXT   NOT NULL,
+    event_id   TEXT   NOT NULL,
+    expires_at BIGINT NOT NULL,
+    PRIMARY KEY (source, kind, key)
+);
+
+CREATE TABLE replay_jobs (
+    id               BIGSERIAL PRIMARY KEY,
+    filter           TEXT    NOT NULL,
+    state            TEXT    NOT NULL,
+    total            BIGINT  NOT NULL,
+    requeued         BIGINT  NOT NULL DEFAULT 0,
+    cursor_source    TEXT,
+    cursor_aggregate TEXT,
+    created_at       BIGINT  NOT NULL,
+    updated_at       BIGINT  NOT NULL
+);
+
+CREATE TABLE presence_state (
+    source     TEXT   NOT NULL,
+    user_id    TEXT   NOT NULL,
+    presence   TEXT   NOT NULL,
+    sequence   BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL,
+    PRIMARY KEY (source, user_id)
+);
+CREATE INDEX presence_state_by_status ON presence_state (source, presence, user_id);
+
+CREATE TABLE save_state (
+    source             TEXT   NOT NULL,
+    aggregate          TEXT   NOT NULL,
+    last_sequence      BIGINT NOT NULL,
+    progress           TEXT,
+    progress_sequence  BIGINT,
+    inventory          TEXT   NOT NULL,
+    inventory_sequence BIGINT,
+    snapshot_sequence  BIGINT,
+    achievements       TEXT   NOT NULL,
+    updated_at         BIGINT NOT NULL,
+    PRIMARY KEY (source, aggregate)
+);
+"#,
+)];

@@ -2,7 +2,9 @@
 //! stores only load and save; what to decide comes from [`crate::ordering`],
 //! so every implementation applies the same rules.
 
+mod filter;
 mod migrations;
+pub mod postgres;
 mod settle;
 pub mod sqlite;
 
@@ -16,6 +18,7 @@ use crate::ordering::Outcome;
 use crate::projection::{PresenceState, SaveState};
 use crate::retry::RetryPolicy;
 
+pub use postgres::{PoolSettings, PostgresStore};
 pub use sqlite::SqliteStore;
 
 /// Why a store operation failed. Every variant means nothing was committed.
@@ -269,6 +272,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// Whether the store answers.
     async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Wakes `wake` whenever another process logs work (a no-op for a single-process store).
+    fn subscribe(&self, wake: std::sync::Arc<tokio::sync::Notify>) {
+        let _ = wake;
+    }
 
     /// Logs a delivery unless its `event_id` or `idempotency_key` is known. With
     /// `settle_now`, also settles its aggregate in the same transaction (sync mode).

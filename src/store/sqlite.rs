@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, params_from_iter, Connection, ErrorCode, OptionalExtension, Transaction};
 
+use super::filter::{self, where_of, Param};
 use super::migrations::SQLITE as MIGRATIONS;
 use super::settle::{Pending, PendingRow};
 use super::{
@@ -717,38 +718,17 @@ fn parse_status(raw: &str) -> Result<EventStatus, StoreError> {
         .ok_or_else(|| StoreError::Internal(format!("unknown status {raw:?} in store")))
 }
 
-/// SQL conditions and their values for a filter; placeholders are numbered from 1.
+/// A filter's conditions with SQLite placeholders and values.
 fn filter_sql(filter: &EventFilter) -> (Vec<String>, Vec<SqlValue>) {
-    let mut clauses = Vec::new();
-    let mut values = Vec::new();
-    let mut push = |clause: &str, value: SqlValue| {
-        values.push(value);
-        clauses.push(clause.replace('?', &format!("?{}", values.len())));
-    };
-    if let Some(source) = &filter.source {
-        push("source = ?", SqlValue::Text(source.clone()));
-    }
-    if let Some(status) = filter.status {
-        push("status = ?", SqlValue::Text(status.as_str().into()));
-    }
-    if let Some(aggregate) = &filter.aggregate {
-        push("aggregate = ?", SqlValue::Text(aggregate.clone()));
-    }
-    if let Some(from) = filter.received_from_ms {
-        push("received_at >= ?", SqlValue::Integer(from));
-    }
-    if let Some(to) = filter.received_to_ms {
-        push("received_at < ?", SqlValue::Integer(to));
-    }
+    let (clauses, params) = filter::filter_sql(filter, |n| format!("?{n}"));
+    let values = params
+        .into_iter()
+        .map(|p| match p {
+            Param::Text(t) => SqlValue::Text(t),
+            Param::Int(i) => SqlValue::Integer(i),
+        })
+        .collect();
     (clauses, values)
-}
-
-fn where_of(clauses: &[String]) -> String {
-    if clauses.is_empty() {
-        "1 = 1".into()
-    } else {
-        clauses.join(" AND ")
-    }
 }
 
 /// Puts the dead or retrying events matching `condition` back in the queue, recording the replay.

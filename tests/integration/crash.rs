@@ -1,6 +1,7 @@
 //! G2 and G5 under crashes: a publisher keeps sending while the server is
-//! SIGKILLed and restarted again and again; afterwards nothing answered 2xx is
-//! missing from the log, nothing is logged twice, and the state is the in-order one.
+//! SIGKILLed and restarted again and again. Right after each kill, every
+//! delivery answered 2xx so far is in the database file; at the end nothing
+//! is logged twice, every event is decided, and the state is the in-order one.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -9,19 +10,89 @@ use std::time::{Duration, Instant};
 use inhook::contract::SourceKind;
 use inhook::signature::{Scheme, Secret};
 use inhook::simulate::{
-    expected_states, generate, plan, ChaosSpec, Copy, Endpoint, Publisher, SendOptions,
-    SourceSigner, StreamSpec,
+    expected_states, generate, plan, ChaosSpec, Endpoint, EventCopy, Plan, Publisher, Receipt,
+    SendOptions, SourceSigner, StreamSpec,
 };
 
 use crate::support::{TestServer, PRESENCE_SECRET, SAVE_SECRETS};
 
 const KILLS: usize = 4;
 
+/// One row of the event log, as the checks need it.
+struct LoggedRow {
+    source: String,
+    event_id: String,
+    idempotency_key: Option<String>,
+    /// `status`, or `dead/<reason>`.
+    status: String,
+}
+
 fn source_name(kind: SourceKind) -> &'static str {
     match kind {
         SourceKind::Presence => "presence",
         SourceKind::SaveGame => "save-game",
     }
+}
+
+/// The whole event log, read straight from the database file.
+fn logged(server: &TestServer) -> Vec<LoggedRow> {
+    let db = server.db();
+    let mut query = db
+        .prepare(
+            "SELECT source, event_id, idempotency_key, status || COALESCE('/' || dead_reason, '')
+             FROM events",
+        )
+        .unwrap();
+    let rows = query
+        .query_map([], |r| {
+            Ok(LoggedRow {
+                source: r.get(0)?,
+                event_id: r.get(1)?,
+                idempotency_key: r.get(2)?,
+                status: r.get(3)?,
+            })
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    rows
+}
+
+/// G2: the answered deliveries missing from the log. A delivery is logged
+/// under its own event_id or, when it was answered as a duplicate by
+/// idempotency key, under that key.
+fn lost(rows: &[LoggedRow], plan: &Plan, answered: &[(usize, Receipt)]) -> Vec<String> {
+    let ids: HashSet<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r.source.as_str(), r.event_id.as_str()))
+        .collect();
+    let keys: HashSet<(&str, &str)> = rows
+        .iter()
+        .filter_map(|r| Some((r.source.as_str(), r.idempotency_key.as_deref()?)))
+        .collect();
+    answered
+        .iter()
+        .filter_map(|(i, receipt)| {
+            let delivery = &plan.deliveries[*i];
+            let source = source_name(delivery.kind);
+            let by_key = receipt.key.as_deref() == Some("idempotency_key")
+                && delivery
+                    .idempotency_key
+                    .as_deref()
+                    .is_some_and(|k| keys.contains(&(source, k)));
+            let found = ids.contains(&(source, delivery.event_id.as_str())) || by_key;
+            (!found).then(|| {
+                format!(
+                    "{source} {} (seq {}, {:?}) answered {} {}",
+                    delivery.event_id,
+                    delivery.sequence,
+                    delivery.copy,
+                    receipt.code,
+                    receipt.status
+                )
+            })
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,11 +145,21 @@ async fn sigkill_under_a_steady_stream_loses_nothing_and_converges() {
     });
 
     let mut kills = 0;
+    let mut lost_at_kills = Vec::new();
     while kills < KILLS && !sending.is_finished() {
         tokio::time::sleep(Duration::from_millis(1_200)).await;
-        // The server's start blocks on its ready line; keep the publisher's thread free meanwhile.
+        // kill9 and restart block on the child process; keep the publisher's thread free meanwhile.
         tokio::task::block_in_place(|| server.kill9());
         kills += 1;
+        // Right after the kill, before anything can be resent: every answer so far is in the file.
+        let answered = publisher.answered();
+        let missing = lost(&logged(&server), &plan, &answered);
+        println!(
+            "crash test: kill {kills}: {} answers before it, {} of them not in the log",
+            answered.len(),
+            missing.len()
+        );
+        lost_at_kills.extend(missing);
         // Let the senders meet a dead port before the new one is up.
         tokio::time::sleep(Duration::from_millis(200)).await;
         tokio::task::block_in_place(|| server.restart());
@@ -101,69 +182,36 @@ async fn sigkill_under_a_steady_stream_loses_nothing_and_converges() {
         .await
         .expect("read API");
 
-    let db = server.db();
-    let mut rows = db
-        .prepare("SELECT source, event_id, idempotency_key, status, dead_reason FROM events")
-        .unwrap();
-    let rows: Vec<(String, String, Option<String>, String, Option<String>)> = rows
-        .query_map([], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-        })
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    let twice: i64 = db
+    let rows = logged(&server);
+    let twice: i64 = server
+        .db()
         .query_row(
             "SELECT COUNT(*) FROM (SELECT 1 FROM events GROUP BY source, event_id HAVING COUNT(*) > 1)",
             [],
             |r| r.get(0),
         )
         .unwrap();
-    let ids: HashSet<(&str, &str)> = rows
-        .iter()
-        .map(|(s, e, ..)| (s.as_str(), e.as_str()))
-        .collect();
-    let keys: HashSet<(&str, &str)> = rows
-        .iter()
-        .filter_map(|(s, _, k, ..)| Some((s.as_str(), k.as_deref()?)))
-        .collect();
-    let mut statuses: HashMap<String, usize> = HashMap::new();
-    for (_, _, _, status, reason) in &rows {
-        let label = match reason {
-            Some(reason) => format!("{status}/{reason}"),
-            None => status.clone(),
-        };
-        *statuses.entry(label).or_default() += 1;
+    let mut statuses: HashMap<&str, usize> = HashMap::new();
+    for row in &rows {
+        *statuses.entry(row.status.as_str()).or_default() += 1;
     }
     let not_terminal: usize = statuses
         .iter()
-        .filter(|(s, _)| {
-            !matches!(
-                s.as_str(),
-                "processed" | "ignored_stale" | "ignored_unsupported"
-            )
-        })
+        .filter(|(s, _)| !matches!(**s, "processed" | "ignored_stale" | "ignored_unsupported"))
         .map(|(_, n)| n)
         .sum();
-
-    // G2: a delivery answered 2xx is in the log, under its own event_id or,
-    // for a resend under a new event_id, under its idempotency key.
-    let mut answered = 0;
-    let mut lost = Vec::new();
-    for (delivery, receipt) in plan.deliveries.iter().zip(&report.receipts) {
-        let Some(receipt) = receipt else { continue };
-        answered += 1;
-        let source = source_name(delivery.kind);
-        let by_key = receipt.key.as_deref() == Some("idempotency_key")
-            && delivery
-                .idempotency_key
-                .as_deref()
-                .is_some_and(|k| keys.contains(&(source, k)));
-        if !ids.contains(&(source, delivery.event_id.as_str())) && !by_key {
-            lost.push((delivery.event_id.clone(), receipt.clone()));
-        }
-    }
-    // Every logical event of the stream is logged exactly once.
+    let answered: Vec<(usize, Receipt)> = report
+        .receipts
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| Some((i, r.clone()?)))
+        .collect();
+    let lost_at_end = lost(&rows, &plan, &answered);
+    // Every logical event of the stream is logged, under its id or its duplicate's.
+    let ids: HashSet<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r.source.as_str(), r.event_id.as_str()))
+        .collect();
     let missing_events = stream
         .aggregates
         .iter()
@@ -176,12 +224,12 @@ async fn sigkill_under_a_steady_stream_loses_nothing_and_converges() {
         .count();
 
     println!(
-        "crash test: {} events, {} deliveries ({} same-id duplicates, {} new-id duplicates, {} resends, {} reordered), \
-         {} requests, {} retries, answers {:?}",
+        "crash test: {} events, {} deliveries ({} same-id duplicates, {} new-id duplicates, \
+         {} resends, {} reordered), {} requests, {} retries, answers {:?}",
         stream.event_count(),
         plan.deliveries.len(),
-        plan.count(Copy::SameEventId),
-        plan.count(Copy::NewEventId),
+        plan.count(EventCopy::SameEventId),
+        plan.count(EventCopy::NewEventId),
         plan.resends(),
         plan.reordered,
         report.tally.requests,
@@ -189,19 +237,28 @@ async fn sigkill_under_a_steady_stream_loses_nothing_and_converges() {
         report.tally.codes,
     );
     println!(
-        "crash test: {kills} kills in {:.1}s of sending; {answered} deliveries answered 2xx; {} lost; \
-         {} logged rows ({} missing events, {twice} event_ids twice); statuses {statuses:?}; {} mismatches",
+        "crash test: {kills} kills in {:.1}s of sending; {} deliveries answered 2xx; \
+         lost {} at the kills, {} at the end; {} logged rows ({missing_events} events missing, \
+         {twice} event_ids twice); statuses {statuses:?}; {} mismatches",
         delivered_in.as_secs_f64(),
-        lost.len(),
+        answered.len(),
+        lost_at_kills.len(),
+        lost_at_end.len(),
         rows.len(),
-        missing_events,
         mismatches.len(),
     );
     for m in mismatches.iter().take(5) {
         println!("  {}: expected {}, got {}", m.aggregate, m.expected, m.got);
     }
 
-    assert!(lost.is_empty(), "answered 2xx but not logged: {lost:?}");
+    assert!(
+        lost_at_kills.is_empty(),
+        "answered 2xx but not in the log after SIGKILL: {lost_at_kills:?}"
+    );
+    assert!(
+        lost_at_end.is_empty(),
+        "answered 2xx but not logged: {lost_at_end:?}"
+    );
     assert_eq!(twice, 0, "an event_id logged twice");
     assert_eq!(missing_events, 0);
     assert_eq!(rows.len(), stream.event_count(), "one row per event");

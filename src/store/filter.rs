@@ -1,0 +1,51 @@
+//! SQL for an [`EventFilter`], shared by both stores; only the placeholder
+//! syntax differs (`?1` in SQLite, `$1` in PostgreSQL).
+
+use super::EventFilter;
+
+/// A bound value of a filter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Param {
+    /// A text value.
+    Text(String),
+    /// An integer value.
+    Int(i64),
+}
+
+/// Conditions and their values; `placeholder(n)` writes the n-th (1-based) placeholder.
+pub(crate) fn filter_sql(
+    filter: &EventFilter,
+    placeholder: fn(usize) -> String,
+) -> (Vec<String>, Vec<Param>) {
+    let mut clauses = Vec::new();
+    let mut values = Vec::new();
+    let mut push = |column: &str, op: &str, value: Param| {
+        values.push(value);
+        clauses.push(format!("{column} {op} {}", placeholder(values.len())));
+    };
+    if let Some(source) = &filter.source {
+        push("source", "=", Param::Text(source.clone()));
+    }
+    if let Some(status) = filter.status {
+        push("status", "=", Param::Text(status.as_str().into()));
+    }
+    if let Some(aggregate) = &filter.aggregate {
+        push("aggregate", "=", Param::Text(aggregate.clone()));
+    }
+    if let Some(from) = filter.received_from_ms {
+        push("received_at", ">=", Param::Int(from));
+    }
+    if let Some(to) = filter.received_to_ms {
+        push("received_at", "<", Param::Int(to));
+    }
+    (clauses, values)
+}
+
+/// The conditions joined into a `WHERE` body (true when there are none).
+pub(crate) fn where_of(clauses: &[String]) -> String {
+    if clauses.is_empty() {
+        "TRUE".into()
+    } else {
+        clauses.join(" AND ")
+    }
+}

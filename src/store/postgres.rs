@@ -1,0 +1,1210 @@
+//! The PostgreSQL store, for production and for several inhook nodes on one
+//! database. Correctness holds across nodes because the database does the
+//! work: unique keys deduplicate, a transaction-scoped advisory lock per
+//! aggregate serializes settling (and is released if the node dies, when its
+//! connection closes), and `LISTEN/NOTIFY` wakes every node's workers.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio::sync::Notify;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{NoTls, Row};
+
+use super::filter::{self, where_of, Param};
+use super::migrations::POSTGRES as MIGRATIONS;
+use super::settle::{Pending, PendingRow};
+use super::{
+    sequence_of, status_of, Admission, AttemptRecord, Decided, DedupKey, EventFilter, EventPage,
+    EventRecord, FailureReport, NewEvent, PresencePage, PurgeReport, ReplayJob, ReplayOutcome,
+    SettleReport, SourceRules, Store, StoreError,
+};
+use crate::contract::{Presence, SourceKind};
+use crate::domain::{AggregateKey, DeadReason, EventId, EventStatus};
+use crate::ordering::Outcome;
+use crate::projection::{PresenceState, SaveState};
+use crate::retry::{NextStep, RetryPolicy};
+
+/// The channel async ingests notify and workers listen on.
+const CHANNEL: &str = "inhook_events";
+/// Advisory lock key held while migrating, so that nodes starting together migrate once.
+const MIGRATION_LOCK: i64 = 0x696e_686f_6f6b;
+
+/// Sizing and timeouts of the connection pool.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolSettings {
+    /// Most connections one node opens.
+    pub max_size: usize,
+    /// How long a request waits for a connection or a lock before answering 503.
+    pub timeout: Duration,
+}
+
+/// The PostgreSQL store.
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: Pool,
+    pg_config: tokio_postgres::Config,
+}
+
+impl PostgresStore {
+    /// Builds the pool for `url` (`postgres://user@host:port/db`); connects lazily.
+    pub fn connect(url: &str, settings: PoolSettings) -> Result<Self, StoreError> {
+        let mut pg_config = tokio_postgres::Config::from_str(url)
+            .map_err(|e| StoreError::Internal(format!("invalid PostgreSQL URL: {e}")))?;
+        let timeout_ms = settings.timeout.as_millis();
+        // A lock held elsewhere (a migration, an operator) becomes a quick 503, not a hung request.
+        pg_config.options(format!("-c lock_timeout={timeout_ms}"));
+        pg_config.connect_timeout(settings.timeout);
+        pg_config.application_name("inhook");
+        let manager = Manager::from_config(
+            pg_config.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(settings.max_size.max(2))
+            .wait_timeout(Some(settings.timeout))
+            .create_timeout(Some(settings.timeout))
+            .recycle_timeout(Some(settings.timeout))
+            .runtime(Runtime::Tokio1)
+            .build()
+            .map_err(|e| StoreError::Internal(format!("building the pool: {e}")))?;
+        Ok(Self { pool, pg_config })
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool
+            .get()
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("no PostgreSQL connection: {e}")))
+    }
+
+    /// Keeps a connection listening on the events channel and wakes `wake` on each
+    /// notification, reconnecting with backoff when PostgreSQL goes away.
+    fn listen(&self, wake: Arc<Notify>) {
+        let config = self.pg_config.clone();
+        tokio::spawn(async move {
+            let mut backoff = Duration::from_millis(200);
+            loop {
+                match listen_once(&config, &wake).await {
+                    Ok(()) => backoff = Duration::from_millis(200),
+                    Err(err) => {
+                        tracing::debug!(error = %err, "LISTEN connection lost; reconnecting")
+                    }
+                }
+                // A missed notification is covered by the workers' polling; wake them anyway.
+                wake.notify_one();
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        });
+    }
+}
+
+async fn listen_once(
+    config: &tokio_postgres::Config,
+    wake: &Arc<Notify>,
+) -> Result<(), tokio_postgres::Error> {
+    let (client, mut connection) = config.connect(NoTls).await?;
+    let notified = Arc::clone(wake);
+    // The connection task delivers notifications; it ends when the connection does.
+    let driver = tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(message) = futures_util::StreamExt::next(&mut messages).await {
+            match message {
+                Ok(tokio_postgres::AsyncMessage::Notification(_)) => notified.notify_one(),
+                Ok(_) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(())
+    });
+    client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
+    let ended = driver.await;
+    drop(client);
+    match ended {
+        Ok(result) => result,
+        Err(_) => Ok(()),
+    }
+}
+
+fn pg_err(err: tokio_postgres::Error) -> StoreError {
+    use tokio_postgres::error::SqlState;
+    let transient = err.is_closed()
+        || err.code().is_none()
+        || err.code().is_some_and(|code| {
+            let class = &code.code()[..2];
+            // Connection exceptions, insufficient resources, operator intervention,
+            // lock timeouts, serialization failures and deadlocks are worth a retry.
+            matches!(class, "08" | "53" | "57" | "40")
+                || *code == SqlState::LOCK_NOT_AVAILABLE
+                || *code == SqlState::QUERY_CANCELED
+        });
+    if transient {
+        StoreError::Unavailable(err.to_string())
+    } else {
+        StoreError::Internal(err.to_string())
+    }
+}
+
+fn json_err(err: serde_json::Error) -> StoreError {
+    StoreError::Internal(format!("corrupt JSON in store: {err}"))
+}
+
+fn col<'a, T: tokio_postgres::types::FromSql<'a>>(
+    row: &'a Row,
+    idx: usize,
+) -> Result<T, StoreError> {
+    row.try_get(idx).map_err(pg_err)
+}
+
+/// A stable 64-bit key for an aggregate's advisory lock.
+fn lock_key(source: &str, aggregate: &str) -> i64 {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::new()
+        .chain_update(source.as_bytes())
+        .chain_update([0u8])
+        .chain_update(aggregate.as_bytes())
+        .finalize();
+    i64::from_be_bytes(digest[..8].try_into().expect("8 bytes"))
+}
+
+fn boxed(params: Vec<Param>) -> Vec<Box<dyn ToSql + Sync + Send>> {
+    params
+        .into_iter()
+        .map(|p| -> Box<dyn ToSql + Sync + Send> {
+            match p {
+                Param::Text(t) => Box::new(t),
+                Param::Int(i) => Box::new(i),
+            }
+        })
+        .collect()
+}
+
+fn refs(params: &[Box<dyn ToSql + Sync + Send>]) -> Vec<&(dyn ToSql + Sync)> {
+    params
+        .iter()
+        .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+        .collect()
+}
+
+fn filter_sql(filter: &EventFilter) -> (Vec<String>, Vec<Box<dyn ToSql + Sync + Send>>) {
+    let (clauses, params) = filter::filter_sql(filter, |n| format!("${n}"));
+    (clauses, boxed(params))
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            .await
+            .map_err(pg_err)?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (
+                 version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
+        )
+        .await
+        .map_err(pg_err)?;
+        let current: i64 = col(
+            &tx.query_one(
+                "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+                &[],
+            )
+            .await
+            .map_err(pg_err)?,
+            0,
+        )?;
+        for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
+            tx.batch_execute(sql).await.map_err(pg_err)?;
+            tx.execute(
+                "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
+                &[version, &crate::clock::now_ms()],
+            )
+            .await
+            .map_err(pg_err)?;
+        }
+        tx.commit().await.map_err(pg_err)
+    }
+
+    fn subscribe(&self, wake: Arc<Notify>) {
+        self.listen(wake);
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.client()
+            .await?
+            .query_one("SELECT 1", &[])
+            .await
+            .map(|_| ())
+            .map_err(pg_err)
+    }
+
+    async fn ingest(
+        &self,
+        event: NewEvent<'_>,
+        settle_now: Option<&SourceRules>,
+    ) -> Result<Admission, StoreError> {
+        let event_id = event.event.event_id().as_str();
+        let aggregate = event.event.aggregate().storage_key();
+        let idempotency_key = event.event.idempotency_key().map(|k| k.as_str());
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        if let Some(admission) = purged_duplicate(
+            &tx,
+            event.source,
+            event_id,
+            idempotency_key,
+            event.received_at_ms,
+        )
+        .await?
+        {
+            return Ok(admission);
+        }
+        if settle_now.is_some() {
+            // Serialize with any other node settling this aggregate before reading its state.
+            lock_aggregate(&tx, event.source, &aggregate).await?;
+        }
+        let inserted = tx
+            .query_opt(
+                "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
+                     idempotency_key, body, signature_valid, signed_at, received_at, status)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, TRUE, $8, $9, 'received')
+                 ON CONFLICT DO NOTHING
+                 RETURNING id",
+                &[
+                    &event.source,
+                    &event_id,
+                    &event.event.event_type(),
+                    &aggregate,
+                    &event.event.sequence().get(),
+                    &idempotency_key,
+                    &event.body,
+                    &event.signed_at,
+                    &event.received_at_ms,
+                ],
+            )
+            .await
+            .map_err(pg_err)?;
+        let Some(inserted) = inserted else {
+            let admission =
+                find_duplicate(&tx, event.source, event_id, idempotency_key, event.body).await?;
+            return Ok(admission);
+        };
+        let row: i64 = col(&inserted, 0)?;
+        let decided = match settle_now {
+            Some(rules) => {
+                let settled = settle_tx(&tx, rules, &aggregate, event.received_at_ms).await?;
+                let outcome = settled
+                    .decisions
+                    .into_iter()
+                    .find(|(r, _)| *r == row)
+                    .map(|(_, o)| o)
+                    .ok_or_else(|| StoreError::Internal("settled event has no outcome".into()))?;
+                Some(Decided {
+                    outcome,
+                    current_sequence: settled.current_sequence,
+                })
+            }
+            None => {
+                tx.execute("SELECT pg_notify($1, '')", &[&CHANNEL])
+                    .await
+                    .map_err(pg_err)?;
+                None
+            }
+        };
+        tx.commit().await.map_err(pg_err)?;
+        Ok(Admission::Logged { row, decided })
+    }
+
+    async fn due_aggregates(
+        &self,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT DISTINCT source, aggregate FROM events
+                 WHERE status = 'received'
+                    OR (status IN ('held', 'retrying') AND next_attempt_at <= $1)
+                 LIMIT $2",
+                &[&now_ms, &(limit as i64)],
+            )
+            .await
+            .map_err(pg_err)?;
+        rows.iter().map(|r| Ok((col(r, 0)?, col(r, 1)?))).collect()
+    }
+
+    async fn settle(
+        &self,
+        rules: &SourceRules,
+        aggregate: &str,
+        now_ms: i64,
+    ) -> Result<SettleReport, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        lock_aggregate(&tx, &rules.name, aggregate).await?;
+        let settled = settle_tx(&tx, rules, aggregate, now_ms).await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(settled.report)
+    }
+
+    async fn presence(
+        &self,
+        source: &str,
+        user_id: &str,
+    ) -> Result<Option<PresenceState>, StoreError> {
+        let client = self.client().await?;
+        load_presence(&client, source, user_id).await
+    }
+
+    async fn presence_page(
+        &self,
+        source: &str,
+        status: Option<Presence>,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<PresencePage, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT user_id, presence, sequence, updated_at FROM presence_state
+                 WHERE source = $1 AND ($2::TEXT IS NULL OR presence = $2)
+                   AND ($3::TEXT IS NULL OR user_id > $3)
+                 ORDER BY user_id LIMIT $4",
+                &[
+                    &source,
+                    &status.map(Presence::as_str),
+                    &cursor,
+                    &(limit as i64 + 1),
+                ],
+            )
+            .await
+            .map_err(pg_err)?;
+        let mut items = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let presence: String = col(row, 1)?;
+            items.push((
+                col::<String>(row, 0)?,
+                presence_state(&presence, col(row, 2)?, col(row, 3)?)?,
+            ));
+        }
+        let next_cursor = if items.len() > limit {
+            items.truncate(limit);
+            items.last().map(|(user, _)| user.clone())
+        } else {
+            None
+        };
+        Ok(PresencePage { items, next_cursor })
+    }
+
+    async fn save(
+        &self,
+        source: &str,
+        aggregate: &AggregateKey,
+    ) -> Result<Option<SaveState>, StoreError> {
+        let client = self.client().await?;
+        load_save(&client, source, &aggregate.storage_key()).await
+    }
+
+    async fn record_failure(
+        &self,
+        rules: &SourceRules,
+        aggregate: &str,
+        error: &str,
+        now_ms: i64,
+        policy: RetryPolicy,
+        jitter: f64,
+    ) -> Result<FailureReport, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        lock_aggregate(&tx, &rules.name, aggregate).await?;
+        let due = tx
+            .query(
+                "SELECT id, attempts FROM events
+                 WHERE source = $1 AND aggregate = $2
+                   AND (status = 'received' OR (status = 'retrying' AND next_attempt_at <= $3))",
+                &[&rules.name, &aggregate, &now_ms],
+            )
+            .await
+            .map_err(pg_err)?;
+        let mut report = FailureReport::default();
+        for row in &due {
+            let (id, attempts): (i64, i32) = (col(row, 0)?, col(row, 1)?);
+            let failed = u32::try_from(attempts + 1).unwrap_or(u32::MAX);
+            add_history(&tx, id, now_ms, "failed", Some(error)).await?;
+            match policy.after_failure(failed, jitter) {
+                NextStep::RetryIn(delay_ms) => {
+                    tx.execute(
+                        "UPDATE events SET status = 'retrying', attempts = $2,
+                             next_attempt_at = $3, last_error = $4
+                         WHERE id = $1",
+                        &[&id, &(failed as i32), &(now_ms + delay_ms), &error],
+                    )
+                    .await
+                    .map_err(pg_err)?;
+                    report.retrying += 1;
+                }
+                NextStep::GiveUp => {
+                    tx.execute(
+                        "UPDATE events SET status = 'dead', dead_reason = 'exhausted',
+                             attempts = $2, next_attempt_at = NULL, last_error = $3,
+                             decided_at = $4
+                         WHERE id = $1",
+                        &[&id, &(failed as i32), &error, &now_ms],
+                    )
+                    .await
+                    .map_err(pg_err)?;
+                    report.dead += 1;
+                }
+            }
+        }
+        tx.commit().await.map_err(pg_err)?;
+        Ok(report)
+    }
+
+    async fn event(&self, source: &str, event_id: &str) -> Result<Option<EventRecord>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                &format!("SELECT {EVENT_COLUMNS} FROM events WHERE source = $1 AND event_id = $2"),
+                &[&source, &event_id],
+            )
+            .await
+            .map_err(pg_err)?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let mut record = event_record(&row)?;
+        let history = client
+            .query(
+                "SELECT at, kind, error FROM event_attempts WHERE event_row = $1 ORDER BY id",
+                &[&record.row],
+            )
+            .await
+            .map_err(pg_err)?;
+        record.history = history
+            .iter()
+            .map(|r| {
+                Ok(AttemptRecord {
+                    at_ms: col(r, 0)?,
+                    kind: col(r, 1)?,
+                    error: col(r, 2)?,
+                })
+            })
+            .collect::<Result<_, StoreError>>()?;
+        Ok(Some(record))
+    }
+
+    async fn events(
+        &self,
+        filter: &EventFilter,
+        limit: usize,
+        cursor: Option<i64>,
+    ) -> Result<EventPage, StoreError> {
+        let (mut clauses, mut values) = filter_sql(filter);
+        if let Some(cursor) = cursor {
+            values.push(Box::new(cursor));
+            clauses.push(format!("id < ${}", values.len()));
+        }
+        values.push(Box::new(limit as i64 + 1));
+        let sql = format!(
+            "SELECT {EVENT_COLUMNS} FROM events WHERE {} ORDER BY id DESC LIMIT ${}",
+            where_of(&clauses),
+            values.len()
+        );
+        let client = self.client().await?;
+        let rows = client.query(&sql, &refs(&values)).await.map_err(pg_err)?;
+        let mut items: Vec<EventRecord> =
+            rows.iter().map(event_record).collect::<Result<_, _>>()?;
+        let next_cursor = if items.len() > limit {
+            items.truncate(limit);
+            items.last().map(|e| e.row)
+        } else {
+            None
+        };
+        Ok(EventPage { items, next_cursor })
+    }
+
+    async fn replay_event(
+        &self,
+        source: &str,
+        event_id: &str,
+        now_ms: i64,
+    ) -> Result<ReplayOutcome, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let found = tx
+            .query_opt(
+                "SELECT id, status FROM events WHERE source = $1 AND event_id = $2 FOR UPDATE",
+                &[&source, &event_id],
+            )
+            .await
+            .map_err(pg_err)?;
+        let Some(found) = found else {
+            return Ok(ReplayOutcome::NotFound);
+        };
+        let (row, status): (i64, String) = (col(&found, 0)?, col(&found, 1)?);
+        let status = parse_status(&status)?;
+        if !matches!(status, EventStatus::Dead | EventStatus::Retrying) {
+            return Ok(ReplayOutcome::Unchanged(status));
+        }
+        requeue(&tx, "id = $1", vec![Box::new(row)], now_ms).await?;
+        tx.execute("SELECT pg_notify($1, '')", &[&CHANNEL])
+            .await
+            .map_err(pg_err)?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(ReplayOutcome::Requeued)
+    }
+
+    async fn create_replay_job(
+        &self,
+        filter: &EventFilter,
+        now_ms: i64,
+    ) -> Result<ReplayJob, StoreError> {
+        let mut filter = filter.clone();
+        if filter.status.is_none() {
+            filter.status = Some(EventStatus::Dead);
+        }
+        let (clauses, values) = filter_sql(&filter);
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let total: i64 = col(
+            &tx.query_one(
+                &format!("SELECT COUNT(*) FROM events WHERE {}", where_of(&clauses)),
+                &refs(&values),
+            )
+            .await
+            .map_err(pg_err)?,
+            0,
+        )?;
+        let filter_json = serde_json::to_string(&filter).map_err(json_err)?;
+        let id: i64 = col(
+            &tx.query_one(
+                "INSERT INTO replay_jobs (filter, state, total, created_at, updated_at)
+                 VALUES ($1, 'running', $2, $3, $3) RETURNING id",
+                &[&filter_json, &total, &now_ms],
+            )
+            .await
+            .map_err(pg_err)?,
+            0,
+        )?;
+        tx.execute("SELECT pg_notify($1, '')", &[&CHANNEL])
+            .await
+            .map_err(pg_err)?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(ReplayJob {
+            id,
+            filter,
+            state: "running".into(),
+            total,
+            requeued: 0,
+            created_at_ms: now_ms,
+            updated_at_ms: now_ms,
+        })
+    }
+
+    async fn replay_job(&self, id: i64) -> Result<Option<ReplayJob>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT filter, state, total, requeued, created_at, updated_at
+                 FROM replay_jobs WHERE id = $1",
+                &[&id],
+            )
+            .await
+            .map_err(pg_err)?;
+        row.map(|r| {
+            Ok(ReplayJob {
+                id,
+                filter: serde_json::from_str(&col::<String>(&r, 0)?).map_err(json_err)?,
+                state: col(&r, 1)?,
+                total: col(&r, 2)?,
+                requeued: col(&r, 3)?,
+                created_at_ms: col(&r, 4)?,
+                updated_at_ms: col(&r, 5)?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn advance_replay_jobs(&self, now_ms: i64, aggregates: usize) -> Result<u64, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        // One node advances a job at a time; the others skip it.
+        let job = tx
+            .query_opt(
+                "SELECT id, filter, cursor_source, cursor_aggregate FROM replay_jobs
+                 WHERE state = 'running' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED",
+                &[],
+            )
+            .await
+            .map_err(pg_err)?;
+        let Some(job) = job else {
+            return Ok(0);
+        };
+        let id: i64 = col(&job, 0)?;
+        let filter: EventFilter =
+            serde_json::from_str(&col::<String>(&job, 1)?).map_err(json_err)?;
+        let cursor: (Option<String>, Option<String>) = (col(&job, 2)?, col(&job, 3)?);
+        let (mut clauses, mut values) = filter_sql(&filter);
+        if let (Some(source), Some(aggregate)) = cursor {
+            values.push(Box::new(source));
+            values.push(Box::new(aggregate));
+            clauses.push(format!(
+                "(source, aggregate) > (${}, ${})",
+                values.len() - 1,
+                values.len()
+            ));
+        }
+        values.push(Box::new(aggregates as i64));
+        let next = tx
+            .query(
+                &format!(
+                    "SELECT DISTINCT source, aggregate FROM events WHERE {}
+                     ORDER BY source, aggregate LIMIT ${}",
+                    where_of(&clauses),
+                    values.len()
+                ),
+                &refs(&values),
+            )
+            .await
+            .map_err(pg_err)?;
+        let next: Vec<(String, String)> = next
+            .iter()
+            .map(|r| Ok((col(r, 0)?, col(r, 1)?)))
+            .collect::<Result<_, StoreError>>()?;
+        let mut requeued = 0;
+        for (source, aggregate) in &next {
+            let (mut clauses, mut values) = filter_sql(&filter);
+            values.push(Box::new(source.clone()));
+            values.push(Box::new(aggregate.clone()));
+            clauses.push(format!(
+                "source = ${} AND aggregate = ${}",
+                values.len() - 1,
+                values.len()
+            ));
+            requeued += requeue(&tx, &where_of(&clauses), values, now_ms).await?;
+        }
+        let (cursor_source, cursor_aggregate) = next.last().cloned().unzip();
+        let state = if next.len() < aggregates {
+            "done"
+        } else {
+            "running"
+        };
+        tx.execute(
+            "UPDATE replay_jobs SET requeued = requeued + $2, state = $3, updated_at = $4,
+                 cursor_source = COALESCE($5, cursor_source),
+                 cursor_aggregate = COALESCE($6, cursor_aggregate)
+             WHERE id = $1",
+            &[
+                &id,
+                &(requeued as i64),
+                &state,
+                &now_ms,
+                &cursor_source,
+                &cursor_aggregate,
+            ],
+        )
+        .await
+        .map_err(pg_err)?;
+        if requeued > 0 {
+            tx.execute("SELECT pg_notify($1, '')", &[&CHANNEL])
+                .await
+                .map_err(pg_err)?;
+        }
+        tx.commit().await.map_err(pg_err)?;
+        Ok(requeued)
+    }
+
+    async fn purge(
+        &self,
+        before_ms: i64,
+        dedup_until_ms: i64,
+        now_ms: i64,
+        batch: usize,
+    ) -> Result<PurgeReport, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let chosen: Vec<i64> = tx
+            .query(
+                "SELECT id FROM events
+                 WHERE status IN ('processed', 'ignored_stale', 'ignored_unsupported')
+                   AND received_at < $1
+                 LIMIT $2 FOR UPDATE SKIP LOCKED",
+                &[&before_ms, &(batch as i64)],
+            )
+            .await
+            .map_err(pg_err)?
+            .iter()
+            .map(|r| col(r, 0))
+            .collect::<Result<_, _>>()?;
+        if dedup_until_ms > now_ms {
+            for column in ["event_id", "idempotency_key"] {
+                tx.execute(
+                    &format!(
+                        "INSERT INTO dedup_keys (source, kind, key, event_id, expires_at)
+                         SELECT source, '{column}', {column}, event_id, $2 FROM events
+                         WHERE {column} IS NOT NULL AND id = ANY($1)
+                         ON CONFLICT (source, kind, key) DO UPDATE SET expires_at = EXCLUDED.expires_at"
+                    ),
+                    &[&chosen, &dedup_until_ms],
+                )
+                .await
+                .map_err(pg_err)?;
+            }
+        }
+        tx.execute(
+            "DELETE FROM event_attempts WHERE event_row = ANY($1)",
+            &[&chosen],
+        )
+        .await
+        .map_err(pg_err)?;
+        let events = tx
+            .execute("DELETE FROM events WHERE id = ANY($1)", &[&chosen])
+            .await
+            .map_err(pg_err)?;
+        let dedup_keys = tx
+            .execute("DELETE FROM dedup_keys WHERE expires_at <= $1", &[&now_ms])
+            .await
+            .map_err(pg_err)?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(PurgeReport { events, dedup_keys })
+    }
+}
+
+/// The columns [`event_record`] reads, in order.
+const EVENT_COLUMNS: &str =
+    "id, source, event_id, event_type, aggregate, sequence, idempotency_key,
+    body, signature_valid, signed_at, received_at, status, attempts, next_attempt_at, last_error,
+    dead_reason, decided_at, replays";
+
+fn event_record(r: &Row) -> Result<EventRecord, StoreError> {
+    let status: String = col(r, 11)?;
+    let dead_reason: Option<String> = col(r, 15)?;
+    Ok(EventRecord {
+        row: col(r, 0)?,
+        source: col(r, 1)?,
+        event_id: col(r, 2)?,
+        event_type: col(r, 3)?,
+        aggregate: col(r, 4)?,
+        sequence: col(r, 5)?,
+        idempotency_key: col(r, 6)?,
+        body: col(r, 7)?,
+        signature_valid: col(r, 8)?,
+        signed_at: col(r, 9)?,
+        received_at_ms: col(r, 10)?,
+        status: parse_status(&status)?,
+        attempts: i64::from(col::<i32>(r, 12)?),
+        next_attempt_at_ms: col(r, 13)?,
+        last_error: col(r, 14)?,
+        dead_reason: dead_reason
+            .map(|raw| {
+                DeadReason::parse(&raw).ok_or_else(|| {
+                    StoreError::Internal(format!("unknown dead reason {raw:?} in store"))
+                })
+            })
+            .transpose()?,
+        decided_at_ms: col(r, 16)?,
+        replays: i64::from(col::<i32>(r, 17)?),
+        history: Vec::new(),
+    })
+}
+
+fn parse_status(raw: &str) -> Result<EventStatus, StoreError> {
+    EventStatus::parse(raw)
+        .ok_or_else(|| StoreError::Internal(format!("unknown status {raw:?} in store")))
+}
+
+async fn lock_aggregate<C: GenericClient>(
+    tx: &C,
+    source: &str,
+    aggregate: &str,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "SELECT pg_advisory_xact_lock($1)",
+        &[&lock_key(source, aggregate)],
+    )
+    .await
+    .map_err(pg_err)?;
+    Ok(())
+}
+
+/// Puts the dead or retrying events matching `condition` back in the queue, recording the replay.
+async fn requeue<C: GenericClient>(
+    tx: &C,
+    condition: &str,
+    values: Vec<Box<dyn ToSql + Sync + Send>>,
+    now_ms: i64,
+) -> Result<u64, StoreError> {
+    let replayable = format!("({condition}) AND status IN ('dead', 'retrying')");
+    tx.execute(
+        &format!(
+            "INSERT INTO event_attempts (event_row, at, kind)
+             SELECT id, {now_ms}, 'replayed' FROM events WHERE {replayable}"
+        ),
+        &refs(&values),
+    )
+    .await
+    .map_err(pg_err)?;
+    tx.execute(
+        &format!(
+            "UPDATE events SET status = 'received', replays = replays + 1, dead_reason = NULL,
+                 next_attempt_at = NULL, decided_at = NULL
+             WHERE {replayable}"
+        ),
+        &refs(&values),
+    )
+    .await
+    .map_err(pg_err)
+}
+
+async fn add_history<C: GenericClient>(
+    tx: &C,
+    row: i64,
+    at_ms: i64,
+    kind: &str,
+    error: Option<&str>,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO event_attempts (event_row, at, kind, error) VALUES ($1, $2, $3, $4)",
+        &[&row, &at_ms, &kind, &error],
+    )
+    .await
+    .map_err(pg_err)?;
+    Ok(())
+}
+
+async fn purged_duplicate<C: GenericClient>(
+    tx: &C,
+    source: &str,
+    event_id: &str,
+    idempotency_key: Option<&str>,
+    now_ms: i64,
+) -> Result<Option<Admission>, StoreError> {
+    let found = tx
+        .query_opt(
+            "SELECT kind, event_id FROM dedup_keys
+             WHERE source = $1 AND expires_at > $4
+               AND ((kind = 'event_id' AND key = $2) OR (kind = 'idempotency_key' AND key = $3))
+             ORDER BY kind LIMIT 1",
+            &[&source, &event_id, &idempotency_key, &now_ms],
+        )
+        .await
+        .map_err(pg_err)?;
+    found
+        .map(|r| {
+            let kind: String = col(&r, 0)?;
+            Ok(Admission::Duplicate {
+                key: if kind == "event_id" {
+                    DedupKey::EventId
+                } else {
+                    DedupKey::IdempotencyKey
+                },
+                original: parse_event_id(&col::<String>(&r, 1)?)?,
+                body_differs: false,
+            })
+        })
+        .transpose()
+}
+
+async fn find_duplicate<C: GenericClient>(
+    tx: &C,
+    source: &str,
+    event_id: &str,
+    idempotency_key: Option<&str>,
+    body: &[u8],
+) -> Result<Admission, StoreError> {
+    let by_id = tx
+        .query_opt(
+            "SELECT body FROM events WHERE source = $1 AND event_id = $2",
+            &[&source, &event_id],
+        )
+        .await
+        .map_err(pg_err)?;
+    if let Some(stored) = by_id {
+        return Ok(Admission::Duplicate {
+            key: DedupKey::EventId,
+            original: parse_event_id(event_id)?,
+            body_differs: col::<Vec<u8>>(&stored, 0)? != body,
+        });
+    }
+    let original = tx
+        .query_opt(
+            "SELECT event_id FROM events WHERE source = $1 AND idempotency_key = $2",
+            &[&source, &idempotency_key],
+        )
+        .await
+        .map_err(pg_err)?
+        // The conflicting row was committed by another node and is visible now;
+        // if not (deleted meanwhile), the publisher's retry will settle it.
+        .ok_or_else(|| StoreError::Unavailable("duplicate key of a concurrent delivery".into()))?;
+    Ok(Admission::Duplicate {
+        key: DedupKey::IdempotencyKey,
+        original: parse_event_id(&col::<String>(&original, 0)?)?,
+        body_differs: false,
+    })
+}
+
+fn parse_event_id(raw: &str) -> Result<EventId, StoreError> {
+    EventId::parse(raw).map_err(|p| StoreError::Internal(format!("stored event_id {p}")))
+}
+
+/// What [`settle_tx`] did to one aggregate.
+struct Settled {
+    report: SettleReport,
+    decisions: Vec<(i64, Outcome)>,
+    current_sequence: Option<i64>,
+}
+
+/// Settles one aggregate inside `tx`; the caller holds the aggregate's advisory lock.
+async fn settle_tx<C: GenericClient>(
+    tx: &C,
+    rules: &SourceRules,
+    aggregate: &str,
+    now_ms: i64,
+) -> Result<Settled, StoreError> {
+    let rows = tx
+        .query(
+            "SELECT id, body, received_at, replays > 0 FROM events
+             WHERE source = $1 AND aggregate = $2
+               AND (status IN ('received', 'held')
+                    OR (status = 'retrying' AND next_attempt_at <= $3))",
+            &[&rules.name, &aggregate, &now_ms],
+        )
+        .await
+        .map_err(pg_err)?;
+    let rows = rows
+        .iter()
+        .map(|r| {
+            Ok(PendingRow {
+                row: col(r, 0)?,
+                body: col(r, 1)?,
+                received_at_ms: col(r, 2)?,
+                replayed: col(r, 3)?,
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    let pending = Pending::parse(rules.kind, rows);
+    let (decisions, report, current_sequence) = match rules.kind {
+        SourceKind::Presence => {
+            let before = load_presence(tx, &rules.name, aggregate).await?;
+            let plan = pending.settle_presence(before, now_ms)?;
+            if let Some(state) = plan.state.as_ref().filter(|_| plan.changed) {
+                // Conditional upsert: an older sequence never overwrites a newer one.
+                tx.execute(
+                    "INSERT INTO presence_state (source, user_id, presence, sequence, updated_at)
+                     VALUES ($1, $2, $3, $4, $5)
+                     ON CONFLICT (source, user_id) DO UPDATE SET
+                         presence = EXCLUDED.presence, sequence = EXCLUDED.sequence,
+                         updated_at = EXCLUDED.updated_at
+                     WHERE EXCLUDED.sequence > presence_state.sequence",
+                    &[
+                        &rules.name,
+                        &aggregate,
+                        &state.presence.as_str(),
+                        &state.sequence.get(),
+                        &state.updated_at_ms,
+                    ],
+                )
+                .await
+                .map_err(pg_err)?;
+            }
+            (plan.decisions, plan.report, plan.current_sequence)
+        }
+        SourceKind::SaveGame => {
+            let before = load_save(tx, &rules.name, aggregate)
+                .await?
+                .unwrap_or_else(|| SaveState::empty(rules.first_sequence));
+            let from = pending.occupied_from(before.last_sequence);
+            let occupied = occupied_sequences(tx, &rules.name, aggregate, from).await?;
+            let plan = pending.settle_save(before, occupied, now_ms, rules.hold_timeout_ms);
+            if plan.changed {
+                store_save(tx, &rules.name, aggregate, &plan.state).await?;
+            }
+            (plan.decisions, plan.report, plan.current_sequence)
+        }
+    };
+    for (row, outcome) in &decisions {
+        record_decision(tx, *row, outcome, now_ms, rules.hold_timeout_ms).await?;
+    }
+    Ok(Settled {
+        report,
+        decisions,
+        current_sequence,
+    })
+}
+
+async fn record_decision<C: GenericClient>(
+    tx: &C,
+    row: i64,
+    outcome: &Outcome,
+    now_ms: i64,
+    hold_timeout_ms: i64,
+) -> Result<(), StoreError> {
+    let (status, reason) = status_of(outcome);
+    if *outcome == Outcome::Held {
+        tx.execute(
+            "UPDATE events SET status = 'held', next_attempt_at = received_at + $2
+             WHERE id = $1 AND status <> 'held'",
+            &[&row, &hold_timeout_ms],
+        )
+        .await
+        .map_err(pg_err)?;
+        return Ok(());
+    }
+    let detail = match outcome {
+        Outcome::Dead { detail, .. } => Some(detail.as_str()),
+        _ => None,
+    };
+    tx.execute(
+        "UPDATE events SET status = $2, dead_reason = $3, last_error = $4, decided_at = $5,
+             attempts = attempts + 1, next_attempt_at = NULL
+         WHERE id = $1",
+        &[
+            &row,
+            &status.as_str(),
+            &reason.map(DeadReason::as_str),
+            &detail,
+            &now_ms,
+        ],
+    )
+    .await
+    .map_err(pg_err)?;
+    Ok(())
+}
+
+async fn occupied_sequences<C: GenericClient>(
+    tx: &C,
+    source: &str,
+    aggregate: &str,
+    from: i64,
+) -> Result<BTreeSet<i64>, StoreError> {
+    let rows = tx
+        .query(
+            "SELECT sequence FROM events
+             WHERE source = $1 AND aggregate = $2 AND sequence >= $3
+               AND (status IN ('processed', 'ignored_stale', 'ignored_unsupported')
+                    OR (status = 'dead' AND dead_reason <> 'sequence_conflict'))",
+            &[&source, &aggregate, &from],
+        )
+        .await
+        .map_err(pg_err)?;
+    rows.iter().map(|r| col(r, 0)).collect()
+}
+
+fn presence_state(
+    presence: &str,
+    sequence: i64,
+    updated_at_ms: i64,
+) -> Result<PresenceState, StoreError> {
+    Ok(PresenceState {
+        presence: Presence::parse(presence).ok_or_else(|| {
+            StoreError::Internal(format!("unknown presence {presence:?} in store"))
+        })?,
+        sequence: sequence_of(sequence)?,
+        updated_at_ms,
+    })
+}
+
+async fn load_presence<C: GenericClient>(
+    client: &C,
+    source: &str,
+    user_id: &str,
+) -> Result<Option<PresenceState>, StoreError> {
+    let row = client
+        .query_opt(
+            "SELECT presence, sequence, updated_at FROM presence_state
+             WHERE source = $1 AND user_id = $2",
+            &[&source, &user_id],
+        )
+        .await
+        .map_err(pg_err)?;
+    row.map(|r| presence_state(&col::<String>(&r, 0)?, col(&r, 1)?, col(&r, 2)?))
+        .transpose()
+}
+
+async fn load_save<C: GenericClient>(
+    client: &C,
+    source: &str,
+    aggregate: &str,
+) -> Result<Option<SaveState>, StoreError> {
+    let row = client
+        .query_opt(
+            "SELECT last_sequence, progress, progress_sequence, inventory, inventory_sequence,
+                    snapshot_sequence, achievements, updated_at
+             FROM save_state WHERE source = $1 AND aggregate = $2",
+            &[&source, &aggregate],
+        )
+        .await
+        .map_err(pg_err)?;
+    let Some(r) = row else {
+        return Ok(None);
+    };
+    let progress: Option<String> = col(&r, 1)?;
+    let inventory: String = col(&r, 3)?;
+    let achievements: String = col(&r, 6)?;
+    Ok(Some(SaveState {
+        last_sequence: col(&r, 0)?,
+        progress: progress
+            .map(|p| serde_json::from_str(&p))
+            .transpose()
+            .map_err(json_err)?,
+        progress_sequence: col::<Option<i64>>(&r, 2)?.map(sequence_of).transpose()?,
+        inventory: serde_json::from_str::<BTreeMap<String, i64>>(&inventory).map_err(json_err)?,
+        inventory_sequence: col::<Option<i64>>(&r, 4)?.map(sequence_of).transpose()?,
+        snapshot_sequence: col::<Option<i64>>(&r, 5)?.map(sequence_of).transpose()?,
+        achievements: serde_json::from_str(&achievements).map_err(json_err)?,
+        updated_at_ms: col(&r, 7)?,
+    }))
+}
+
+async fn store_save<C: GenericClient>(
+    tx: &C,
+    source: &str,
+    aggregate: &str,
+    state: &SaveState,
+) -> Result<(), StoreError> {
+    let progress = state
+        .progress
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(json_err)?;
+    let inventory = serde_json::to_string(&state.inventory).map_err(json_err)?;
+    let achievements = serde_json::to_string(&state.achievements).map_err(json_err)?;
+    tx.execute(
+        "INSERT INTO save_state (source, aggregate, last_sequence, progress, progress_sequence,
+             inventory, inventory_sequence, snapshot_sequence, achievements, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+         ON CONFLICT (source, aggregate) DO UPDATE SET
+             last_sequence = EXCLUDED.last_sequence, progress = EXCLUDED.progress,
+             progress_sequence = EXCLUDED.progress_sequence, inventory = EXCLUDED.inventory,
+             inventory_sequence = EXCLUDED.inventory_sequence,
+             snapshot_sequence = EXCLUDED.snapshot_sequence,
+             achievements = EXCLUDED.achievements, updated_at = EXCLUDED.updated_at",
+        &[
+            &source,
+            &aggregate,
+            &state.last_sequence,
+            &progress,
+            &state.progress_sequence.map(|s| s.get()),
+            &inventory,
+            &state.inventory_sequence.map(|s| s.get()),
+            &state.snapshot_sequence.map(|s| s.get()),
+            &achievements,
+            &state.updated_at_ms,
+        ],
+    )
+    .await
+    .map_err(pg_err)?;
+    Ok(())
+}
