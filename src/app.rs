@@ -17,6 +17,13 @@ use crate::worker::Worker;
 
 /// Opens the configured store and brings its schema up to date.
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
+    let store = connect_store(config)?;
+    store.migrate().await.context("migrating the schema")?;
+    Ok(store)
+}
+
+/// Opens the configured store as it is, without migrating.
+pub fn connect_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     let store: Arc<dyn Store> = match &config.database {
         Database::Sqlite(path) => Arc::new(
             SqliteStore::open(path, Duration::from_millis(config.busy_timeout_ms))
@@ -30,7 +37,6 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
             },
         )?),
     };
-    store.migrate().await.context("migrating the schema")?;
     Ok(store)
 }
 

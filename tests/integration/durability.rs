@@ -4,7 +4,7 @@ use std::process::Command;
 
 use serde_json::json;
 
-use crate::support::{TestServer, PRESENCE_SECRET};
+use crate::support::{Backend, TestServer, PRESENCE_SECRET};
 
 #[tokio::test]
 async fn an_event_answered_202_survives_sigkill_and_is_applied_after_restart() {
@@ -16,15 +16,10 @@ async fn an_event_answered_202_survives_sigkill_and_is_applied_after_restart() {
     assert_eq!(reply.code, 202);
     server.kill9();
 
-    let logged: i64 = server
-        .db()
-        .query_row(
-            "SELECT COUNT(*) FROM events WHERE event_id = 'evt_k'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    assert_eq!(logged, 1, "the answered event is in the log after SIGKILL");
+    assert!(
+        server.status("save-game", "evt_k").await.is_some(),
+        "the answered event is in the log after SIGKILL"
+    );
 
     server.restart();
     let state = server
@@ -34,7 +29,7 @@ async fn an_event_answered_202_survives_sigkill_and_is_applied_after_restart() {
         .await;
     assert_eq!(state.body["inventory"], json!({"old_stamp": 2}));
     assert_eq!(
-        server.event_status("save-game", "evt_k").unwrap().0,
+        server.status("save-game", "evt_k").await.unwrap().0,
         "processed"
     );
     // A publisher retry after the restart is still a duplicate.
@@ -46,14 +41,13 @@ async fn a_locked_store_answers_503_with_retry_after_and_recovers() {
     let server = TestServer::spawn().await;
     let body =
         json!({"event_id": "evt_l", "user_id": "u", "presence": "AWAY", "sequence_number": 1});
-    let lock = server.db();
-    lock.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let lock = server.lock_store().await;
     let reply = server.post_presence(&body).await;
     assert_eq!(reply.code, 503);
     assert_eq!(reply.body["error"], "store_unavailable");
     assert!(reply.retry_after.is_some(), "503 carries Retry-After");
-    lock.execute_batch("COMMIT").unwrap();
-    assert_eq!(server.event_count(), 0);
+    lock.release().await;
+    assert_eq!(server.count().await, 0);
     let reply = server.post_presence(&body).await;
     assert_eq!(
         (reply.code, &reply.body["status"]),
@@ -121,15 +115,16 @@ async fn inhook_send_signs_with_the_source_scheme() {
     );
 }
 
-#[test]
-fn inhook_migrate_creates_the_schema() {
+#[tokio::test]
+async fn inhook_migrate_creates_the_schema() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("m.db");
+    let backend = Backend::fresh().await;
+    let url = backend.url(dir.path());
     let output = Command::new(env!("CARGO_BIN_EXE_inhook"))
         .arg("migrate")
-        .env("INHOOK_DATABASE", format!("sqlite://{}", db.display()))
-        .env("INHOOK_PRESENCE_SECRET", "a")
-        .env("INHOOK_SAVE_GAME_SECRET", "b")
+        .env("INHOOK_DATABASE", &url)
+        .env_remove("INHOOK_PRESENCE_SECRET")
+        .env_remove("INHOOK_SAVE_GAME_SECRET")
         .output()
         .unwrap();
     assert!(
@@ -137,11 +132,14 @@ fn inhook_migrate_creates_the_schema() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    let version: i64 = conn
-        .query_row("SELECT MAX(version) FROM schema_migrations", [], |r| {
-            r.get(0)
-        })
-        .unwrap();
-    assert!(version >= 1);
+    let config = inhook::config::Config::from_parts(
+        Some(&format!("database = \"{url}\"\n[[sources]]\nname = \"p\"\nkind = \"presence\"\nsecrets = [\"s\"]")),
+        &Default::default(),
+    )
+    .unwrap();
+    // Without the migration the tables would not exist and this would fail.
+    let store = inhook::app::connect_store(&config).unwrap();
+    let page = store.events(&Default::default(), 10, None).await.unwrap();
+    assert!(page.items.is_empty());
+    backend.drop_database().await;
 }

@@ -189,7 +189,7 @@ async fn retention_purges_decided_events_and_keeps_their_dedup_keys() {
         json!({"event_id": "old_1", "user_id": "u", "presence": "BUSY", "sequence_number": 1});
     assert_eq!(server.post_presence(&body).await.body["status"], "applied");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while server.event_count() > 0 {
+    while server.count().await > 0 {
         assert!(Instant::now() < deadline, "event never purged");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

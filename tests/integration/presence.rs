@@ -54,13 +54,13 @@ async fn the_first_seed_story_ends_offline() {
     assert!(state.body["updated_at"].as_str().unwrap().ends_with('Z'));
 
     // Three events logged (the duplicate is not), each with its decision.
-    assert_eq!(server.event_count(), 3);
+    assert_eq!(server.count().await, 3);
     assert_eq!(
-        server.event_status("presence", "evt_2").unwrap().0,
+        server.status("presence", "evt_2").await.unwrap().0,
         "ignored_stale"
     );
     assert_eq!(
-        server.event_status("presence", "evt_3").unwrap().0,
+        server.status("presence", "evt_3").await.unwrap().0,
         "processed"
     );
 }
@@ -102,5 +102,5 @@ async fn a_presence_idempotency_key_deduplicates_across_event_ids() {
     let dup = server.post_presence(&again).await;
     assert_eq!((dup.code, &dup.body["status"]), (200, &json!("duplicate")));
     assert_eq!(dup.body["key"], "idempotency_key");
-    assert_eq!(server.event_count(), 1);
+    assert_eq!(server.count().await, 1);
 }

@@ -55,7 +55,7 @@ async fn a_resend_with_a_new_event_id_and_the_same_idempotency_key_grants_once()
         server.get(SAVE).await.body["inventory"],
         json!({"old_stamp": 2})
     );
-    assert_eq!(server.event_count(), 1);
+    assert_eq!(server.count().await, 1);
 }
 
 #[tokio::test]
@@ -86,7 +86,7 @@ async fn a_resend_racing_the_first_delivery_still_grants_once() {
             "slot {slot}"
         );
     }
-    assert_eq!(server.event_count(), 20);
+    assert_eq!(server.count().await, 20);
 }
 
 #[tokio::test]
@@ -139,12 +139,12 @@ async fn a_late_progress_never_overwrites_and_deltas_apply_in_order() {
     assert_eq!(state.body["progress"], json!({"chapter": 4}));
     assert_eq!(state.body["inventory"], json!({"pressed_flower": 1}));
     assert_eq!(
-        server.event_status("save-game", "evt_184").unwrap().0,
+        server.status("save-game", "evt_184").await.unwrap().0,
         "ignored_stale"
     );
     for id in ["evt_185", "evt_186", "evt_187", "evt_188"] {
         assert_eq!(
-            server.event_status("save-game", id).unwrap().0,
+            server.status("save-game", id).await.unwrap().0,
             "processed",
             "{id}"
         );
@@ -215,15 +215,15 @@ async fn snapshots_achievements_and_unknown_types() {
     assert_eq!(state.body["achievements"], json!(["first_letter"]));
     assert_eq!(state.body["progress"], json!(null));
     assert_eq!(
-        server.event_status("save-game", "e3").unwrap().0,
+        server.status("save-game", "e3").await.unwrap().0,
         "ignored_unsupported"
     );
     assert_eq!(
-        server.event_status("save-game", "e4").unwrap().0,
+        server.status("save-game", "e4").await.unwrap().0,
         "ignored_stale"
     );
     assert_eq!(
-        server.event_status("save-game", "e6").unwrap().0,
+        server.status("save-game", "e6").await.unwrap().0,
         "processed"
     );
 }
@@ -250,7 +250,7 @@ async fn a_delta_below_zero_is_dead_and_changes_nothing() {
     let state = wait_for_sequence(&server, SAVE, 2).await;
     assert_eq!(state.body["inventory"], json!({"gem": 1}));
     assert_eq!(
-        server.event_status("save-game", "e2").unwrap(),
+        server.status("save-game", "e2").await.unwrap(),
         ("dead".into(), Some("insufficient_quantity".into()))
     );
 }
@@ -270,21 +270,13 @@ async fn a_gap_is_skipped_after_the_hold_timeout_and_a_late_delta_is_dead() {
     server.post_save(&delta("d1", 1)).await;
     wait_for_sequence(&server, SAVE, 1).await;
     server.post_save(&delta("d3", 3)).await;
-    server
-        .wait_for(SAVE, |_| {
-            server.event_status("save-game", "d3").unwrap().0 == "held"
-        })
-        .await;
+    server.wait_status("save-game", "d3", "held").await;
     let state = wait_for_sequence(&server, SAVE, 3).await;
     assert_eq!(state.body["inventory"], json!({"gem": 4}));
     server.post_save(&delta("d2", 2)).await;
-    server
-        .wait_for(SAVE, |_| {
-            server.event_status("save-game", "d2").unwrap().0 == "dead"
-        })
-        .await;
+    server.wait_status("save-game", "d2", "dead").await;
     assert_eq!(
-        server.event_status("save-game", "d2").unwrap().1.as_deref(),
+        server.status("save-game", "d2").await.unwrap().1.as_deref(),
         Some("late_after_gap_skip")
     );
     assert_eq!(server.get(SAVE).await.body["inventory"], json!({"gem": 4}));

@@ -37,7 +37,7 @@ async fn ten_thousand_chaotic_events_converge_to_the_in_order_state() {
     assert_eq!(mismatches(&report), Some("0"), "{report}");
     assert!(report.contains("failures:    0"), "{report}");
     // Every logical event is logged once, whatever its duplicates and resends.
-    assert_eq!(server.event_count(), 10_000);
+    assert_eq!(server.count().await, 10_000);
 }
 
 #[tokio::test]

@@ -1,13 +1,20 @@
-//! Spawns the real `inhook` binary on a random port with a fresh SQLite
-//! database, and talks to it over HTTP. Server logs go to a file in the
-//! test's directory; set `TEST_LOG=1` to see them on stderr instead.
+//! Spawns the real `inhook` binary on a random port with a fresh database,
+//! and talks to it over HTTP. The store is SQLite unless
+//! `INHOOK_TEST_DATABASE` names a PostgreSQL server (e.g.
+//! `postgres://root@127.0.0.1:5432/test`): then every server gets a fresh
+//! database of its own there, dropped afterwards. Server logs go to a file in
+//! the test's directory; set `TEST_LOG=1` to see them on stderr instead.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
+use inhook::config::Config;
 use inhook::signature::{self, Scheme, Secret};
+use inhook::store::{EventFilter, EventRecord, Store};
 use serde_json::Value;
 
 /// The presence source's secret in every test server.
@@ -24,6 +31,83 @@ pub struct TestServer {
     client: reqwest::Client,
     extra: String,
     top: String,
+    backend: Backend,
+    store: tokio::sync::OnceCell<Arc<dyn Store>>,
+}
+
+/// The store a test server runs on.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// A SQLite file in the test's directory.
+    Sqlite,
+    /// A fresh database on the PostgreSQL server of `INHOOK_TEST_DATABASE`.
+    Postgres {
+        /// URL of the server's existing database, used to create and drop ours.
+        admin_url: String,
+        /// Our database's name.
+        database: String,
+    },
+}
+
+impl Backend {
+    /// A fresh store for one test server, as chosen by `INHOOK_TEST_DATABASE`.
+    pub async fn fresh() -> Self {
+        let Ok(admin_url) = std::env::var("INHOOK_TEST_DATABASE") else {
+            return Backend::Sqlite;
+        };
+        static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let database = format!(
+            "inhook_t{}_{}_{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+            rand::random::<u32>()
+        );
+        admin(&admin_url, &format!("CREATE DATABASE {database}")).await;
+        Backend::Postgres {
+            admin_url,
+            database,
+        }
+    }
+
+    /// Drops a PostgreSQL test database (a no-op for SQLite, whose file goes with its directory).
+    pub async fn drop_database(&self) {
+        if let Backend::Postgres {
+            admin_url,
+            database,
+        } = self
+        {
+            admin(
+                admin_url,
+                &format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"),
+            )
+            .await;
+        }
+    }
+
+    /// The `database` setting for a server whose directory is `dir`.
+    pub fn url(&self, dir: &Path) -> String {
+        match self {
+            Backend::Sqlite => format!("sqlite://{}", dir.join("inhook.db").display()),
+            Backend::Postgres {
+                admin_url,
+                database,
+            } => {
+                let (server, _) = admin_url.rsplit_once('/').expect("postgres://host/db");
+                format!("{server}/{database}")
+            }
+        }
+    }
+}
+
+/// Runs one statement on the PostgreSQL server (creating or dropping a database).
+async fn admin(admin_url: &str, sql: &str) {
+    let (client, connection) = tokio_postgres::connect(admin_url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("INHOOK_TEST_DATABASE={admin_url} is set but unreachable: {e}"));
+    let driver = tokio::spawn(connection);
+    client.batch_execute(sql).await.expect(sql);
+    drop(client);
+    let _ = driver.await;
 }
 
 /// One HTTP answer: code and JSON body (null when the body is not JSON).
@@ -58,6 +142,8 @@ impl TestServer {
             client: reqwest::Client::new(),
             extra: extra.to_owned(),
             top: top.to_owned(),
+            backend: Backend::fresh().await,
+            store: tokio::sync::OnceCell::new(),
         };
         server.write_config("127.0.0.1:0");
         server.start();
@@ -78,7 +164,7 @@ impl TestServer {
         let config = format!(
             r#"
 listen = "{listen}"
-database = "sqlite://{db}"
+database = "{db}"
 busy_timeout_ms = 300
 {top}
 
@@ -98,7 +184,7 @@ tolerance_s = 300
 secrets = ["{s0}", "{s1}"]
 {extra}
 "#,
-            db = self.db_path().display(),
+            db = self.backend.url(self.dir.path()),
             s0 = SAVE_SECRETS[0],
             s1 = SAVE_SECRETS[1],
             extra = self.extra,
@@ -236,31 +322,89 @@ secrets = ["{s0}", "{s1}"]
         }
     }
 
+    /// The server's store, opened from this process (SQLite file or PostgreSQL database).
+    pub async fn store(&self) -> Arc<dyn Store> {
+        let config = Config::load_for_store(Some(&self.config_path())).expect("test config");
+        self.store
+            .get_or_init(|| async { inhook::app::connect_store(&config).expect("open store") })
+            .await
+            .clone()
+    }
+
+    /// Every logged event, newest first, read from the store.
+    pub async fn logged(&self) -> Vec<EventRecord> {
+        let page = self
+            .store()
+            .await
+            .events(&EventFilter::default(), 1_000_000, None)
+            .await
+            .expect("list events");
+        page.items
+    }
+
+    /// Number of events in the log.
+    pub async fn count(&self) -> usize {
+        self.logged().await.len()
+    }
+
+    /// `(status, dead_reason)` of one logged event, read from the store.
+    pub async fn status(&self, source: &str, event_id: &str) -> Option<(String, Option<String>)> {
+        let record = self
+            .store()
+            .await
+            .event(source, event_id)
+            .await
+            .expect("read event")?;
+        Some((
+            record.status.as_str().to_owned(),
+            record.dead_reason.map(|r| r.as_str().to_owned()),
+        ))
+    }
+
+    /// Waits until an event has `status`, or panics after 10 s.
+    pub async fn wait_status(&self, source: &str, event_id: &str, status: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let now = self.status(source, event_id).await;
+            if now.as_ref().is_some_and(|(s, _)| s == status) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{event_id} never became {status}: {now:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Holds the store's write lock until the guard is released, so that writes time out.
+    pub async fn lock_store(&self) -> StoreLock {
+        match &self.backend {
+            Backend::Sqlite => {
+                let conn = rusqlite::Connection::open(self.db_path()).expect("open db");
+                conn.execute_batch("BEGIN EXCLUSIVE").expect("lock");
+                StoreLock::Sqlite(conn)
+            }
+            Backend::Postgres { .. } => {
+                let url = self.backend.url(self.dir.path());
+                let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                    .await
+                    .expect("connect");
+                tokio::spawn(connection);
+                client
+                    .batch_execute("BEGIN; LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+                    .await
+                    .expect("lock");
+                StoreLock::Postgres(client)
+            }
+        }
+    }
+
     /// Opens the server's SQLite database directly.
     pub fn db(&self) -> rusqlite::Connection {
         let conn = rusqlite::Connection::open(self.db_path()).expect("open db");
         conn.busy_timeout(Duration::from_secs(5)).unwrap();
         conn
-    }
-
-    /// Number of rows in the event log.
-    pub fn event_count(&self) -> i64 {
-        self.db()
-            .query_row("SELECT COUNT(*) FROM events", [], |r| r.get(0))
-            .unwrap()
-    }
-
-    /// `(status, dead_reason)` of one logged event.
-    pub fn event_status(&self, source: &str, event_id: &str) -> Option<(String, Option<String>)> {
-        use rusqlite::OptionalExtension;
-        self.db()
-            .query_row(
-                "SELECT status, dead_reason FROM events WHERE source = ?1 AND event_id = ?2",
-                [source, event_id],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()
-            .unwrap()
     }
 
     /// The directory holding the config, database and log.
@@ -269,9 +413,46 @@ secrets = ["{s0}", "{s1}"]
     }
 }
 
+/// A held store lock; see [`TestServer::lock_store`].
+pub enum StoreLock {
+    /// An exclusive SQLite transaction.
+    Sqlite(rusqlite::Connection),
+    /// A PostgreSQL transaction holding an exclusive lock on the event log.
+    Postgres(tokio_postgres::Client),
+}
+
+impl StoreLock {
+    /// Releases the lock.
+    pub async fn release(self) {
+        match self {
+            StoreLock::Sqlite(conn) => conn.execute_batch("COMMIT").expect("unlock"),
+            StoreLock::Postgres(client) => client.batch_execute("COMMIT").await.expect("unlock"),
+        }
+    }
+}
+
 impl Drop for TestServer {
     fn drop(&mut self) {
         self.kill9();
+        if let Backend::Postgres {
+            admin_url,
+            database,
+        } = &self.backend
+        {
+            let (admin_url, sql) = (
+                admin_url.clone(),
+                format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"),
+            );
+            // Drop runs inside a test's runtime, which cannot block on itself: use a thread.
+            let _ = std::thread::spawn(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime")
+                    .block_on(admin(&admin_url, &sql));
+            })
+            .join();
+        }
     }
 }
 
