@@ -862,7 +862,8 @@ pub struct Publisher {
     endpoint: Endpoint,
     presence: SourceSigner,
     save: SourceSigner,
-    admin_token: Option<String>,
+    // A `Secret`, so that printing the publisher never shows the token.
+    admin_token: Option<Secret>,
     options: SendOptions,
     answered: Arc<Mutex<Vec<(usize, Receipt)>>>,
 }
@@ -887,7 +888,7 @@ impl Publisher {
             endpoint,
             presence,
             save,
-            admin_token,
+            admin_token: admin_token.map(Secret::new),
             options,
             answered: Arc::default(),
         })
@@ -1157,7 +1158,7 @@ impl Publisher {
         let url = format!("{}{}", self.endpoint.get(), aggregate.read_path());
         let mut request = self.client.get(url);
         if let Some(token) = &self.admin_token {
-            request = request.bearer_auth(token);
+            request = request.bearer_auth(String::from_utf8_lossy(token.expose()));
         }
         let response = match request.send().await {
             Ok(response) => response,

@@ -1,10 +1,12 @@
-//! End-to-end tests: the real binary, real HTTP, the real SQLite file.
+//! End-to-end tests: the real binary, real HTTP, the real store (SQLite, or
+//! PostgreSQL when `INHOOK_TEST_DATABASE` is set).
 
 mod support;
 
 mod crash;
 mod durability;
 mod event_log;
+mod postgres_outage;
 mod presence;
 mod rejections;
 mod retries;

@@ -69,6 +69,15 @@ impl Backend {
         }
     }
 
+    /// `postgres` when `INHOOK_TEST_DATABASE` is set, else `sqlite`.
+    pub fn fresh_kind() -> &'static str {
+        if std::env::var_os("INHOOK_TEST_DATABASE").is_some() {
+            "postgres"
+        } else {
+            "sqlite"
+        }
+    }
+
     /// Drops a PostgreSQL test database (a no-op for SQLite, whose file goes with its directory).
     pub async fn drop_database(&self) {
         if let Backend::Postgres {
