@@ -49,6 +49,7 @@ pub struct Application {
 impl Application {
     /// Opens the store, migrates it and binds the listen address (port 0 picks a free port).
     pub async fn build(config: Config) -> anyhow::Result<Self> {
+        crate::metrics::install();
         let store = open_store(&config).await?;
         let wake = Arc::new(Notify::new());
         store.subscribe(Arc::clone(&wake));

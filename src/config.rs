@@ -99,6 +99,8 @@ pub struct Config {
     pub mask_fields: Vec<String>,
     /// Most PostgreSQL connections one node opens.
     pub pool_size: usize,
+    /// Serve `/metrics` without the admin token.
+    pub metrics_public: bool,
 }
 
 impl Config {
@@ -140,6 +142,7 @@ struct FileConfig {
     shutdown_timeout_s: Option<u64>,
     mask_fields: Option<Vec<String>>,
     pool_size: Option<usize>,
+    metrics_public: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -347,6 +350,7 @@ impl Config {
             shutdown_timeout_s: file.shutdown_timeout_s.unwrap_or(10),
             mask_fields: file.mask_fields.unwrap_or_default(),
             pool_size: file.pool_size.unwrap_or(16),
+            metrics_public: file.metrics_public.unwrap_or(false),
             listen,
             database,
             admin_token,

@@ -23,6 +23,7 @@ pub mod contract;
 pub mod domain;
 pub mod http;
 pub mod mask;
+pub mod metrics;
 pub mod ordering;
 pub mod projection;
 pub mod retry;

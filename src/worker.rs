@@ -16,6 +16,7 @@ use tracing::{debug, info, warn};
 
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::metrics;
 use crate::store::{SourceRules, Store};
 
 /// How often the dispatcher looks for due work without being woken (holds and retries fall due by time).
@@ -117,6 +118,7 @@ impl Worker {
             .await
         {
             Ok(report) => {
+                metrics::settled(&rules.name, &report);
                 if report.gaps_skipped > 0 {
                     warn!(source = %rules.name, aggregate = %shown, gaps = report.gaps_skipped,
                           "hold timeout: gap skipped");
@@ -139,9 +141,12 @@ impl Worker {
                     )
                     .await;
                 match recorded {
-                    Ok(report) => warn!(source = %rules.name, aggregate = %shown, %error,
+                    Ok(report) => {
+                        metrics::failed_attempt(&rules.name, report.retrying, report.dead);
+                        warn!(source = %rules.name, aggregate = %shown, %error,
                                         retrying = report.retrying, dead = report.dead,
-                                        "attempt failed"),
+                                        "attempt failed");
+                    }
                     Err(again) => warn!(source = %rules.name, aggregate = %shown, %error,
                                         record_error = %again,
                                         "attempt failed and could not be recorded; will retry"),

@@ -34,6 +34,31 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
+/// `GET /metrics`: Prometheus text; the backlog gauges are read from the store at each scrape.
+pub(super) async fn metrics(State(state): State<AppState>) -> Response {
+    match state.store.backlog().await {
+        Ok(counts) => {
+            for source in &state.config.sources {
+                let (held, backlog) = counts
+                    .iter()
+                    .find(|(name, _, _)| *name == source.name)
+                    .map_or((0, 0), |(_, held, backlog)| (*held, *backlog));
+                crate::metrics::backlog(&source.name, held, backlog);
+            }
+        }
+        Err(err) => tracing::warn!(error = %err, "backlog gauges not refreshed"),
+    }
+    let text = crate::metrics::render().unwrap_or_default();
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        text,
+    )
+        .into_response()
+}
+
 /// Optional `?source=` choosing among several sources of one kind.
 #[derive(Debug, Deserialize)]
 pub(super) struct SourceQuery {

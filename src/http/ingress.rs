@@ -11,6 +11,7 @@ use super::answer::Answer;
 use super::AppState;
 use crate::config::{Mode, SourceConfig};
 use crate::contract::Event;
+use crate::metrics;
 use crate::ordering::Outcome;
 use crate::signature;
 use crate::store::{Admission, Decided, NewEvent, StoreError};
@@ -22,10 +23,19 @@ pub(super) async fn receive(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let started = std::time::Instant::now();
     let Some(config) = state.config.source(&source) else {
-        return Answer::UnknownSource.into_response();
+        let response = Answer::UnknownSource.into_response();
+        metrics::request(metrics::UNKNOWN_SOURCE, response.status().as_u16(), 0.0);
+        return response;
     };
-    admit(&state, config, &headers, body).await.into_response()
+    let response = admit(&state, config, &headers, body).await.into_response();
+    metrics::request(
+        &config.name,
+        response.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
+    response
 }
 
 async fn admit(state: &AppState, source: &SourceConfig, headers: &HeaderMap, body: Body) -> Answer {
@@ -68,6 +78,7 @@ async fn check_and_log(
         Ok(verified) => verified,
         Err(err) => {
             warn!(source = %source.name, reason = err.code(), detail = %err, "signature rejected");
+            metrics::signature_failure(&source.name, err.code());
             return Answer::SignatureRejected(err);
         }
     };
@@ -75,6 +86,7 @@ async fn check_and_log(
         Ok(event) => event,
         Err(err) => {
             warn!(source = %source.name, problems = %err, "invalid payload");
+            metrics::invalid_payload(&source.name);
             return Answer::InvalidPayload(err.problems);
         }
     };
@@ -102,8 +114,9 @@ async fn check_and_log(
                 warn!(source = %source.name, event_id = %event.event_id(),
                       "publisher error: event_id resent with a different body");
             }
-            info!(source = %source.name, event_id = %event.event_id(), original = %original,
-                  key = key.as_str(), "duplicate of a logged event");
+            metrics::duplicate(&source.name, key);
+            tracing::debug!(source = %source.name, event_id = %event.event_id(),
+                            original = %original, key = key.as_str(), "duplicate of a logged event");
             Answer::Duplicate {
                 event_id: event.event_id().clone(),
                 key,
@@ -118,7 +131,10 @@ async fn check_and_log(
         Ok(Admission::Logged {
             decided: Some(decided),
             ..
-        }) => sync_answer(&event, decided),
+        }) => {
+            metrics::settled(&source.name, &decided.report);
+            sync_answer(&event, decided)
+        }
         Err(StoreError::Unavailable(detail)) => {
             warn!(source = %source.name, %detail, "store unavailable; delivery not stored");
             Answer::StoreUnavailable

@@ -49,8 +49,15 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/replay", post(api::replay_bulk))
         .route("/v1/replay/{job_id}", get(api::replay_job))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_admin));
+    let metrics = Router::new().route("/metrics", get(api::metrics));
+    let metrics = if state.config.metrics_public {
+        metrics
+    } else {
+        metrics.route_layer(middleware::from_fn_with_state(state.clone(), require_admin))
+    };
     Router::new()
         .route("/webhooks/{source}", post(ingress::receive))
+        .merge(metrics)
         .route("/healthz", get(api::healthz))
         .route("/readyz", get(api::readyz))
         .merge(admin)

@@ -105,6 +105,8 @@ pub enum Admission {
 pub struct Decided {
     /// What became of the event.
     pub outcome: Outcome,
+    /// Everything the settle step decided (the aggregate may have had other pending events).
+    pub report: SettleReport,
     /// The aggregate's current sequence after settling (presence: the applied sequence; save: `last_sequence`).
     pub current_sequence: Option<i64>,
 }
@@ -114,14 +116,20 @@ pub struct Decided {
 pub struct SettleReport {
     /// Events applied.
     pub applied: u64,
-    /// Events decided without change (stale, unsupported).
-    pub ignored: u64,
+    /// Events older than the state: nothing applied.
+    pub stale: u64,
+    /// Events of an unknown type: nothing applied.
+    pub unsupported: u64,
     /// Events left held.
     pub held: u64,
+    /// Events held for the first time (they arrived ahead of a gap).
+    pub newly_held: u64,
     /// Events that went dead, with their reasons.
     pub dead: Vec<DeadReason>,
     /// Missing sequences skipped by a hold timeout.
     pub gaps_skipped: u64,
+    /// For each decided event, milliseconds from receipt to decision.
+    pub lags_ms: Vec<i64>,
 }
 
 /// A page of presence states.
@@ -362,6 +370,9 @@ pub trait Store: Send + Sync + 'static {
         filter: &EventFilter,
         now_ms: i64,
     ) -> Result<ReplayJob, StoreError>;
+
+    /// Per source: events held, and events not yet decided (received, held, retrying).
+    async fn backlog(&self) -> Result<Vec<(String, u64, u64)>, StoreError>;
 
     /// A bulk replay's progress.
     async fn replay_job(&self, id: i64) -> Result<Option<ReplayJob>, StoreError>;

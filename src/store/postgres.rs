@@ -310,6 +310,7 @@ impl Store for PostgresStore {
                     .ok_or_else(|| StoreError::Internal("settled event has no outcome".into()))?;
                 Some(Decided {
                     outcome,
+                    report: settled.report,
                     current_sequence: settled.current_sequence,
                 })
             }
@@ -610,6 +611,27 @@ impl Store for PostgresStore {
             created_at_ms: now_ms,
             updated_at_ms: now_ms,
         })
+    }
+
+    async fn backlog(&self) -> Result<Vec<(String, u64, u64)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT source, COUNT(*) FILTER (WHERE status = 'held'), COUNT(*) FROM events
+                 WHERE status IN ('received', 'held', 'retrying') GROUP BY source",
+                &[],
+            )
+            .await
+            .map_err(pg_err)?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    col(r, 0)?,
+                    col::<i64>(r, 1)? as u64,
+                    col::<i64>(r, 2)? as u64,
+                ))
+            })
+            .collect()
     }
 
     async fn replay_job(&self, id: i64) -> Result<Option<ReplayJob>, StoreError> {
@@ -974,7 +996,7 @@ async fn settle_tx<C: GenericClient>(
 ) -> Result<Settled, StoreError> {
     let rows = tx
         .query(
-            "SELECT id, body, received_at, replays > 0 FROM events
+            "SELECT id, body, received_at, replays > 0, status = 'held' FROM events
              WHERE source = $1 AND aggregate = $2
                AND (status IN ('received', 'held')
                     OR (status = 'retrying' AND next_attempt_at <= $3))",
@@ -990,6 +1012,7 @@ async fn settle_tx<C: GenericClient>(
                 body: col(r, 1)?,
                 received_at_ms: col(r, 2)?,
                 replayed: col(r, 3)?,
+                was_held: col(r, 4)?,
             })
         })
         .collect::<Result<Vec<_>, StoreError>>()?;

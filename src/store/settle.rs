@@ -21,12 +21,16 @@ pub(crate) struct PendingRow {
     pub received_at_ms: i64,
     /// Whether a person replayed it.
     pub replayed: bool,
+    /// Whether it was already held before this step.
+    pub was_held: bool,
 }
 
 /// The pending events of one aggregate, parsed.
 pub(crate) struct Pending {
     parsed: Vec<(PendingRow, Event)>,
     invalid: Vec<(i64, Outcome)>,
+    /// `(row, received_at_ms, was_held)` of every row, for the report.
+    rows: Vec<(i64, i64, bool)>,
 }
 
 /// What settling decided, for the store to write.
@@ -49,6 +53,10 @@ impl Pending {
     pub fn parse(kind: SourceKind, rows: Vec<PendingRow>) -> Self {
         let mut parsed = Vec::with_capacity(rows.len());
         let mut invalid = Vec::new();
+        let seen = rows
+            .iter()
+            .map(|r| (r.row, r.received_at_ms, r.was_held))
+            .collect();
         for row in rows {
             match Event::parse(kind, &row.body) {
                 Ok(event) => parsed.push((row, event)),
@@ -61,7 +69,11 @@ impl Pending {
                 )),
             }
         }
-        Self { parsed, invalid }
+        Self {
+            parsed,
+            invalid,
+            rows: seen,
+        }
     }
 
     /// The lowest sequence whose occupancy the save rules may ask about.
@@ -80,6 +92,7 @@ impl Pending {
         before: Option<PresenceState>,
         now_ms: i64,
     ) -> Result<Plan<Option<PresenceState>>, StoreError> {
+        let rows = self.rows;
         let mut parsed = self.parsed;
         parsed.sort_by_key(|(row, e)| (e.sequence(), row.row));
         let mut state = before.clone();
@@ -97,11 +110,14 @@ impl Pending {
             decisions.push((row.row, outcome));
         }
         let current_sequence = state.as_ref().map(|s| s.sequence.get());
+        let changed = state != before;
         Ok(plan(
-            state.clone(),
-            state != before,
+            &rows,
+            state,
+            changed,
             decisions,
             0,
+            now_ms,
             current_sequence,
         ))
     }
@@ -114,6 +130,7 @@ impl Pending {
         now_ms: i64,
         hold_timeout_ms: i64,
     ) -> Plan<SaveState> {
+        let rows = self.rows;
         let pending = self
             .parsed
             .into_iter()
@@ -133,33 +150,47 @@ impl Pending {
         let current = Some(settlement.state.last_sequence);
         let changed = settlement.state != before;
         plan(
+            &rows,
             settlement.state,
             changed,
             decisions,
             settlement.gaps_skipped,
+            now_ms,
             current,
         )
     }
 }
 
 fn plan<S>(
+    rows: &[(i64, i64, bool)],
     state: S,
     changed: bool,
     decisions: Vec<(i64, Outcome)>,
     gaps_skipped: u64,
+    now_ms: i64,
     current_sequence: Option<i64>,
 ) -> Plan<S> {
     let mut report = SettleReport {
         gaps_skipped,
         ..SettleReport::default()
     };
-    for (_, outcome) in &decisions {
+    for (row, outcome) in &decisions {
+        let (received_at_ms, was_held) = rows
+            .iter()
+            .find(|(r, _, _)| r == row)
+            .map_or((now_ms, false), |(_, at, held)| (*at, *held));
         match outcome {
+            Outcome::Held => {
+                report.held += 1;
+                report.newly_held += u64::from(!was_held);
+                continue;
+            }
             Outcome::Applied => report.applied += 1,
-            Outcome::Stale | Outcome::Unsupported => report.ignored += 1,
-            Outcome::Held => report.held += 1,
+            Outcome::Stale => report.stale += 1,
+            Outcome::Unsupported => report.unsupported += 1,
             Outcome::Dead { reason, .. } => report.dead.push(*reason),
         }
+        report.lags_ms.push(now_ms.saturating_sub(received_at_ms));
     }
     Plan {
         state,

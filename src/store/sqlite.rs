@@ -180,6 +180,7 @@ impl Store for SqliteStore {
                         })?;
                     Some(Decided {
                         outcome,
+                        report: settled.report,
                         current_sequence: settled.current_sequence,
                     })
                 }
@@ -506,6 +507,28 @@ impl Store for SqliteStore {
                 created_at_ms: now_ms,
                 updated_at_ms: now_ms,
             })
+        })
+        .await
+    }
+
+    async fn backlog(&self) -> Result<Vec<(String, u64, u64)>, StoreError> {
+        self.run(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT source, SUM(status = 'held'), COUNT(*) FROM events
+                     WHERE status IN ('received', 'held', 'retrying') GROUP BY source",
+                )
+                .map_err(map_err)?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get::<_, i64>(1)? as u64,
+                        r.get::<_, i64>(2)? as u64,
+                    ))
+                })
+                .map_err(map_err)?;
+            rows.collect::<Result<_, _>>().map_err(map_err)
         })
         .await
     }
@@ -868,7 +891,7 @@ fn settle_tx(
     let rows: Vec<PendingRow> = {
         let mut stmt = tx
             .prepare_cached(
-                "SELECT id, body, received_at, replays > 0 FROM events
+                "SELECT id, body, received_at, replays > 0, status = 'held' FROM events
                  WHERE source = ?1 AND aggregate = ?2
                    AND (status IN ('received', 'held')
                         OR (status = 'retrying' AND next_attempt_at <= ?3))",
@@ -881,6 +904,7 @@ fn settle_tx(
                     body: r.get(1)?,
                     received_at_ms: r.get(2)?,
                     replayed: r.get(3)?,
+                    was_held: r.get(4)?,
                 })
             })
             .map_err(map_err)?;

@@ -13,19 +13,11 @@ use inhook::simulate::{
     expected_states, generate, plan, ChaosSpec, Endpoint, EventCopy, Plan, Publisher, Receipt,
     SendOptions, SourceSigner, StreamSpec,
 };
+use inhook::store::EventRecord;
 
 use crate::support::{TestServer, PRESENCE_SECRET, SAVE_SECRETS};
 
 const KILLS: usize = 4;
-
-/// One row of the event log, as the checks need it.
-struct LoggedRow {
-    source: String,
-    event_id: String,
-    idempotency_key: Option<String>,
-    /// `status`, or `dead/<reason>`.
-    status: String,
-}
 
 fn source_name(kind: SourceKind) -> &'static str {
     match kind {
@@ -34,34 +26,18 @@ fn source_name(kind: SourceKind) -> &'static str {
     }
 }
 
-/// The whole event log, read straight from the database file.
-fn logged(server: &TestServer) -> Vec<LoggedRow> {
-    let db = server.db();
-    let mut query = db
-        .prepare(
-            "SELECT source, event_id, idempotency_key, status || COALESCE('/' || dead_reason, '')
-             FROM events",
-        )
-        .unwrap();
-    let rows = query
-        .query_map([], |r| {
-            Ok(LoggedRow {
-                source: r.get(0)?,
-                event_id: r.get(1)?,
-                idempotency_key: r.get(2)?,
-                status: r.get(3)?,
-            })
-        })
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    rows
+/// The log's status of a row, with the dead reason: `dead/insufficient_quantity`.
+fn status_label(row: &EventRecord) -> String {
+    match row.dead_reason {
+        Some(reason) => format!("{}/{}", row.status.as_str(), reason.as_str()),
+        None => row.status.as_str().to_owned(),
+    }
 }
 
 /// G2: the answered deliveries missing from the log. A delivery is logged
 /// under its own event_id or, when it was answered as a duplicate by
 /// idempotency key, under that key.
-fn lost(rows: &[LoggedRow], plan: &Plan, answered: &[(usize, Receipt)]) -> Vec<String> {
+fn lost(rows: &[EventRecord], plan: &Plan, answered: &[(usize, Receipt)]) -> Vec<String> {
     let ids: HashSet<(&str, &str)> = rows
         .iter()
         .map(|r| (r.source.as_str(), r.event_id.as_str()))
@@ -153,7 +129,7 @@ async fn sigkill_under_a_steady_stream_loses_nothing_and_converges() {
         kills += 1;
         // Right after the kill, before anything can be resent: every answer so far is in the file.
         let answered = publisher.answered();
-        let missing = lost(&logged(&server), &plan, &answered);
+        let missing = lost(&server.logged().await, &plan, &answered);
         println!(
             "crash test: kill {kills}: {} answers before it, {} of them not in the log",
             answered.len(),
@@ -182,22 +158,26 @@ async fn sigkill_under_a_steady_stream_loses_nothing_and_converges() {
         .await
         .expect("read API");
 
-    let rows = logged(&server);
-    let twice: i64 = server
-        .db()
-        .query_row(
-            "SELECT COUNT(*) FROM (SELECT 1 FROM events GROUP BY source, event_id HAVING COUNT(*) > 1)",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    let mut statuses: HashMap<&str, usize> = HashMap::new();
+    let rows = server.logged().await;
+    let mut per_id: HashMap<(&str, &str), usize> = HashMap::new();
     for row in &rows {
-        *statuses.entry(row.status.as_str()).or_default() += 1;
+        *per_id
+            .entry((row.source.as_str(), row.event_id.as_str()))
+            .or_default() += 1;
+    }
+    let twice = per_id.values().filter(|n| **n > 1).count();
+    let mut statuses: HashMap<String, usize> = HashMap::new();
+    for row in &rows {
+        *statuses.entry(status_label(row)).or_default() += 1;
     }
     let not_terminal: usize = statuses
         .iter()
-        .filter(|(s, _)| !matches!(**s, "processed" | "ignored_stale" | "ignored_unsupported"))
+        .filter(|(s, _)| {
+            !matches!(
+                s.as_str(),
+                "processed" | "ignored_stale" | "ignored_unsupported"
+            )
+        })
         .map(|(_, n)| n)
         .sum();
     let answered: Vec<(usize, Receipt)> = report

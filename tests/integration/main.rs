@@ -6,6 +6,7 @@ mod support;
 mod crash;
 mod durability;
 mod event_log;
+mod metrics;
 mod postgres_outage;
 mod presence;
 mod rejections;

@@ -102,6 +102,9 @@ impl Store for FlakyStore {
     async fn create_replay_job(&self, f: &EventFilter, now: i64) -> Result<ReplayJob, StoreError> {
         self.inner.create_replay_job(f, now).await
     }
+    async fn backlog(&self) -> Result<Vec<(String, u64, u64)>, StoreError> {
+        self.inner.backlog().await
+    }
     async fn replay_job(&self, id: i64) -> Result<Option<ReplayJob>, StoreError> {
         self.inner.replay_job(id).await
     }

@@ -315,6 +315,18 @@ secrets = ["{s0}", "{s1}"]
         .await
     }
 
+    /// GETs a path and returns its body as text.
+    pub async fn get_text(&self, path: &str) -> String {
+        self.client
+            .get(format!("{}{path}", self.url))
+            .send()
+            .await
+            .expect("GET")
+            .text()
+            .await
+            .expect("body")
+    }
+
     /// Polls `path` until `done` holds for its answer, or panics after 10 s.
     pub async fn wait_for(&self, path: &str, done: impl Fn(&Reply) -> bool) -> Reply {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -407,13 +419,6 @@ secrets = ["{s0}", "{s1}"]
                 StoreLock::Postgres(client)
             }
         }
-    }
-
-    /// Opens the server's SQLite database directly.
-    pub fn db(&self) -> rusqlite::Connection {
-        let conn = rusqlite::Connection::open(self.db_path()).expect("open db");
-        conn.busy_timeout(Duration::from_secs(5)).unwrap();
-        conn
     }
 
     /// The directory holding the config, database and log.

@@ -1,0 +1,123 @@
+//! Every metric of SPEC §7, named once here. Handlers and workers call these
+//! functions; `/metrics` renders the Prometheus text. Labels only ever carry
+//! configured source names and fixed vocabularies, so a hostile client cannot
+//! grow the label space.
+
+use std::sync::OnceLock;
+
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::store::{DedupKey, SettleReport};
+
+/// Label used for deliveries to a source that is not configured.
+pub const UNKNOWN_SOURCE: &str = "_unknown";
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide Prometheus recorder (once); later calls reuse it.
+pub fn install() -> &'static PrometheusHandle {
+    HANDLE.get_or_init(|| {
+        PrometheusBuilder::new()
+            // Ingest is milliseconds; processing lag spans holds and retries, up to minutes.
+            .set_buckets_for_metric(
+                Matcher::Full("inhook_ingest_duration_seconds".into()),
+                &[
+                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                ],
+            )
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    Matcher::Full("inhook_processing_lag_seconds".into()),
+                    &[
+                        0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 1800.0,
+                    ],
+                )
+            })
+            .expect("bucket lists are non-empty")
+            .install_recorder()
+            .expect("no other metrics recorder is installed")
+    })
+}
+
+/// The rendered metrics, if a recorder is installed.
+pub fn render() -> Option<String> {
+    HANDLE.get().map(PrometheusHandle::render)
+}
+
+/// One answered delivery.
+pub fn request(source: &str, code: u16, seconds: f64) {
+    counter!("inhook_requests_total", "source" => source.to_owned(), "code" => code.to_string())
+        .increment(1);
+    histogram!("inhook_ingest_duration_seconds", "source" => source.to_owned()).record(seconds);
+}
+
+/// A delivery whose signature or timestamp was rejected.
+pub fn signature_failure(source: &str, reason: &'static str) {
+    counter!("inhook_signature_failures_total", "source" => source.to_owned(), "reason" => reason)
+        .increment(1);
+}
+
+/// A verified delivery whose body broke the contract.
+pub fn invalid_payload(source: &str) {
+    counter!("inhook_invalid_payloads_total", "source" => source.to_owned()).increment(1);
+}
+
+/// A duplicate delivery.
+pub fn duplicate(source: &str, key: DedupKey) {
+    counter!("inhook_duplicates_total", "source" => source.to_owned(), "key" => key.as_str())
+        .increment(1);
+}
+
+/// Outcomes of one settle step (ingest in sync mode, or a worker step).
+pub fn settled(source: &str, report: &SettleReport) {
+    let attempts = |outcome: &'static str, n: u64| {
+        if n > 0 {
+            counter!("inhook_attempts_total", "source" => source.to_owned(), "outcome" => outcome)
+                .increment(n);
+        }
+    };
+    attempts("applied", report.applied);
+    attempts("stale", report.stale);
+    attempts("unsupported", report.unsupported);
+    attempts("dead", report.dead.len() as u64);
+    for reason in &report.dead {
+        counter!("inhook_dead_events_total", "source" => source.to_owned(),
+                 "reason" => reason.as_str())
+        .increment(1);
+    }
+    if report.stale > 0 {
+        counter!("inhook_stale_events_total", "source" => source.to_owned())
+            .increment(report.stale);
+    }
+    // An event is out of order when it arrives after a newer one (stale) or ahead of a gap (held).
+    let out_of_order = report.stale + report.newly_held;
+    if out_of_order > 0 {
+        counter!("inhook_out_of_order_total", "source" => source.to_owned())
+            .increment(out_of_order);
+    }
+    if report.gaps_skipped > 0 {
+        counter!("inhook_gaps_skipped_total", "source" => source.to_owned())
+            .increment(report.gaps_skipped);
+    }
+    for lag_ms in &report.lags_ms {
+        histogram!("inhook_processing_lag_seconds", "source" => source.to_owned())
+            .record(*lag_ms as f64 / 1000.0);
+    }
+}
+
+/// A failed worker step and the events it retried or gave up on.
+pub fn failed_attempt(source: &str, retrying: u64, dead: u64) {
+    counter!("inhook_attempts_total", "source" => source.to_owned(), "outcome" => "failed")
+        .increment(retrying + dead);
+    if dead > 0 {
+        counter!("inhook_dead_events_total", "source" => source.to_owned(), "reason" => "exhausted")
+            .increment(dead);
+    }
+}
+
+/// Current undecided events of a source, set at each scrape.
+pub fn backlog(source: &str, held: u64, backlog: u64) {
+    gauge!("inhook_held_events", "source" => source.to_owned()).set(held as f64);
+    gauge!("inhook_backlog", "source" => source.to_owned()).set(backlog as f64);
+}
