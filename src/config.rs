@@ -318,12 +318,23 @@ impl Config {
                     s.name
                 )));
             }
+            let scheme = s.signature.unwrap_or(default_scheme);
+            let secrets: Vec<Secret> = secrets.into_iter().map(Secret::new).collect();
+            // A secret in the wrong form would turn every delivery into a 401: fail now instead.
+            for (i, secret) in secrets.iter().enumerate() {
+                if let Err(problem) = scheme.check_secret(secret) {
+                    return Err(ConfigError(format!(
+                        "source {:?}: secret #{i} {problem} (signature = \"{scheme}\")",
+                        s.name
+                    )));
+                }
+            }
             sources.push(SourceConfig {
                 name: s.name,
                 kind: s.kind,
                 mode: s.mode.unwrap_or(default_mode),
-                scheme: s.signature.unwrap_or(default_scheme),
-                secrets: secrets.into_iter().map(Secret::new).collect(),
+                scheme,
+                secrets,
                 tolerance_s: s.tolerance_s.unwrap_or(300),
                 first_sequence,
                 hold_timeout_s: s.hold_timeout_s.unwrap_or(30),
@@ -432,5 +443,31 @@ mod tests {
         assert_eq!(config.sources[0].secrets, vec![Secret::new("from-env")]);
         let err = Config::from_parts(Some("bogus = 1"), &env(&[])).unwrap_err();
         assert!(err.to_string().contains("bogus"), "{err}");
+    }
+
+    #[test]
+    fn every_scheme_is_configurable_and_bad_keys_fail_at_start() {
+        for scheme in crate::signature::Scheme::ALL {
+            let text = format!(
+                "[[sources]]\nname = \"s\"\nkind = \"presence\"\nsignature = \"{scheme}\"\nsecrets = [\"whsec_c2VjcmV0\"]\n"
+            );
+            let config = Config::from_parts(Some(&text), &env(&[])).unwrap();
+            assert_eq!(config.sources[0].scheme, scheme);
+        }
+        let text = r#"
+            [[sources]]
+            name = "sw"
+            kind = "presence"
+            signature = "standard-webhooks"
+            secrets = ["whsec_c2VjcmV0", "whpk_not-base64!"]
+        "#;
+        let err = Config::from_parts(Some(text), &env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("secret #1") && err.contains("whpk_"), "{err}");
+        assert!(
+            !err.contains("not-base64"),
+            "the key must not be echoed: {err}"
+        );
     }
 }

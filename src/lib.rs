@@ -3,7 +3,8 @@
 //!
 //! - [`http`]: the HTTP layer. `POST /webhooks/{source}` runs the checks of
 //!   SPEC §2 in order; the read API serves projections. Thin over the rest.
-//! - [`signature`]: signature schemes, pure functions over raw bytes.
+//! - [`signature`]: signature schemes (the seeds', Standard Webhooks, GitHub,
+//!   Stripe, Slack, Shopify), pure functions over raw bytes.
 //! - [`contract`]: payload contracts, raw body to typed [`contract::Event`].
 //! - [`ordering`]: the ordering rules (latest-wins, in-order with holds,
 //!   order-free) as pure functions from state and pending events to decisions.
@@ -11,7 +12,8 @@
 //! - [`store`]: the [`store::Store`] trait and its SQLite implementation:
 //!   the event log with its unique keys, and the projections, transactionally.
 //! - [`worker`]: applies async events by settling due aggregates.
-//! - [`config`], [`app`], [`cli`]: configuration, wiring, command line.
+//! - [`config`], [`app`], [`cli`]: configuration, wiring, command line;
+//!   [`verify_cli`]: the offline `verify` and `keygen` commands.
 //! - [`simulate`]: the chaos publisher of `inhook simulate`, which checks the above end to end.
 //! - [`domain`]: ids, sequences, statuses shared by all of the above.
 
@@ -30,4 +32,5 @@ pub mod retry;
 pub mod signature;
 pub mod simulate;
 pub mod store;
+pub mod verify_cli;
 pub mod worker;

@@ -724,25 +724,56 @@ fn retry_after(raw: Option<&str>, cap: Duration) -> Option<Duration> {
 // ---------------------------------------------------------------------------
 // The I/O layer.
 
-/// The server's base URL, shared so a test can point running senders at a restarted server.
+/// The servers' base URLs, shared so a test can point running senders at a
+/// restarted server. With several (nodes behind a load balancer), requests
+/// take them in turn, so a retry after a dead node goes to the next one.
 #[derive(Debug, Clone)]
-pub struct Endpoint(Arc<Mutex<String>>);
+pub struct Endpoint {
+    urls: Arc<Mutex<Vec<String>>>,
+    turn: Arc<std::sync::atomic::AtomicUsize>,
+}
 
 impl Endpoint {
     /// An endpoint at `url` (no trailing slash needed).
     pub fn new(url: &str) -> Self {
-        Self(Arc::new(Mutex::new(url.trim_end_matches('/').to_owned())))
+        Self::many(&[url])
     }
 
-    /// The current base URL.
+    /// An endpoint taking `urls` in turn.
+    pub fn many(urls: &[&str]) -> Self {
+        Self {
+            urls: Arc::new(Mutex::new(
+                urls.iter()
+                    .map(|u| u.trim_end_matches('/').to_owned())
+                    .collect(),
+            )),
+            turn: Arc::default(),
+        }
+    }
+
+    /// The base URL for the next request.
     pub fn get(&self) -> String {
-        self.0.lock().map(|u| u.clone()).unwrap_or_default()
+        let turn = self.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.urls
+            .lock()
+            .ok()
+            .and_then(|urls| urls.get(turn % urls.len().max(1)).cloned())
+            .unwrap_or_default()
     }
 
-    /// Points every later request at `url`.
+    /// Points every later request at `url` alone.
     pub fn set(&self, url: &str) {
-        if let Ok(mut current) = self.0.lock() {
-            *current = url.trim_end_matches('/').to_owned();
+        if let Ok(mut urls) = self.urls.lock() {
+            *urls = vec![url.trim_end_matches('/').to_owned()];
+        }
+    }
+
+    /// Stops sending to `url` (a node taken out of the balancer).
+    pub fn remove(&self, url: &str) {
+        if let Ok(mut urls) = self.urls.lock() {
+            if urls.len() > 1 {
+                urls.retain(|u| u != url.trim_end_matches('/'));
+            }
         }
     }
 }

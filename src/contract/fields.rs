@@ -106,6 +106,31 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// A required id field that may instead come from outside the body (a
+    /// signed delivery-id header): the body's value wins when it has one.
+    pub(crate) fn id_or<T>(
+        &mut self,
+        name: &str,
+        fallback: Option<&str>,
+        parse: fn(&str) -> Result<T, IdProblem>,
+    ) -> Option<T> {
+        let Some(fallback) = fallback.filter(|_| self.value(name, false).is_none()) else {
+            return self.id(name, true, parse);
+        };
+        match parse(fallback) {
+            Ok(id) => Some(id),
+            Err(problem) => {
+                self.problem(
+                    name,
+                    format!(
+                        "is absent, and the delivery id header that stands in for it {problem}"
+                    ),
+                );
+                None
+            }
+        }
+    }
+
     /// An integer field in `0..=i64::MAX`.
     pub(crate) fn non_negative(&mut self, name: &str, required: bool) -> Option<i64> {
         let value = self.value(name, required)?;

@@ -62,9 +62,25 @@ pub enum Event {
 impl Event {
     /// Parses a raw body with the contract of `kind`.
     pub fn parse(kind: SourceKind, body: &[u8]) -> Result<Self, ContractError> {
+        Self::parse_with_fallback(kind, body, None)
+    }
+
+    /// Parses a raw body with the contract of `kind`; a body without an
+    /// `event_id` takes `fallback_event_id`, the delivery id a signature
+    /// scheme carries (`webhook-id`, `X-GitHub-Delivery`, …), so publishers
+    /// that name deliveries only in headers still deduplicate.
+    pub fn parse_with_fallback(
+        kind: SourceKind,
+        body: &[u8],
+        fallback_event_id: Option<&str>,
+    ) -> Result<Self, ContractError> {
         match kind {
-            SourceKind::Presence => PresenceEvent::parse(body).map(Event::Presence),
-            SourceKind::SaveGame => SaveEvent::parse(body).map(Event::Save),
+            SourceKind::Presence => {
+                PresenceEvent::parse_with_fallback(body, fallback_event_id).map(Event::Presence)
+            }
+            SourceKind::SaveGame => {
+                SaveEvent::parse_with_fallback(body, fallback_event_id).map(Event::Save)
+            }
         }
     }
 
@@ -109,5 +125,54 @@ impl Event {
             Event::Presence(_) => presence::EVENT_TYPE,
             Event::Save(e) => e.event_type.as_str(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PRESENCE: &[u8] = br#"{"user_id":"u","presence":"AWAY","sequence_number":3}"#;
+
+    #[test]
+    fn a_missing_event_id_takes_the_delivery_id() {
+        let event =
+            Event::parse_with_fallback(SourceKind::Presence, PRESENCE, Some("msg_1")).unwrap();
+        assert_eq!(event.event_id().as_str(), "msg_1");
+        let save = br#"{"event_type":"progress.saved","player_id":"p","save_slot":"s",
+            "sequence":1,"idempotency_key":"k","data":{}}"#;
+        let event = Event::parse_with_fallback(SourceKind::SaveGame, save, Some("msg_2")).unwrap();
+        assert_eq!(event.event_id().as_str(), "msg_2");
+    }
+
+    #[test]
+    fn the_bodys_event_id_wins_over_the_delivery_id() {
+        let body =
+            br#"{"event_id":"evt_body","user_id":"u","presence":"AWAY","sequence_number":3}"#;
+        let event = Event::parse_with_fallback(SourceKind::Presence, body, Some("msg_1")).unwrap();
+        assert_eq!(event.event_id().as_str(), "evt_body");
+        // A body's bad event_id is still its own problem, not replaced by the header.
+        let bad = br#"{"event_id":7,"user_id":"u","presence":"AWAY","sequence_number":3}"#;
+        let err = Event::parse_with_fallback(SourceKind::Presence, bad, Some("msg_1")).unwrap_err();
+        assert_eq!(err.problems[0].field, "event_id");
+    }
+
+    #[test]
+    fn without_a_fallback_a_missing_event_id_is_still_a_400() {
+        for fallback in [None, Some(""), Some("\u{7}bell")] {
+            let err =
+                Event::parse_with_fallback(SourceKind::Presence, PRESENCE, fallback).unwrap_err();
+            assert_eq!(err.problems.len(), 1, "{err}");
+            assert_eq!(err.problems[0].field, "event_id");
+        }
+        let err = Event::parse(SourceKind::Presence, PRESENCE).unwrap_err();
+        assert_eq!(err.problems[0].problem, "is required");
+        let long = "x".repeat(129);
+        let err =
+            Event::parse_with_fallback(SourceKind::Presence, PRESENCE, Some(&long)).unwrap_err();
+        assert!(
+            err.problems[0].problem.contains("delivery id header"),
+            "{err}"
+        );
     }
 }

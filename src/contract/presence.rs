@@ -76,10 +76,18 @@ pub struct PresenceEvent {
 impl PresenceEvent {
     /// Parses a raw body.
     pub fn parse(body: &[u8]) -> Result<Self, ContractError> {
+        Self::parse_with_fallback(body, None)
+    }
+
+    /// Parses a raw body whose `event_id`, when absent, is `fallback_event_id`.
+    pub fn parse_with_fallback(
+        body: &[u8],
+        fallback_event_id: Option<&str>,
+    ) -> Result<Self, ContractError> {
         let map = object(body)?;
         let mut problems = Vec::new();
         let mut r = Reader::new(&map, &mut problems);
-        let event_id = r.id("event_id", true, EventId::parse);
+        let event_id = r.id_or("event_id", fallback_event_id, EventId::parse);
         let user_id = r.id("user_id", true, Ident::parse);
         let presence = r.string("presence", true).and_then(|raw| {
             let parsed = Presence::parse(raw);

@@ -63,10 +63,18 @@ pub struct SaveEvent {
 impl SaveEvent {
     /// Parses a raw body.
     pub fn parse(body: &[u8]) -> Result<Self, ContractError> {
+        Self::parse_with_fallback(body, None)
+    }
+
+    /// Parses a raw body whose `event_id`, when absent, is `fallback_event_id`.
+    pub fn parse_with_fallback(
+        body: &[u8],
+        fallback_event_id: Option<&str>,
+    ) -> Result<Self, ContractError> {
         let map = object(body)?;
         let mut problems = Vec::new();
         let mut r = Reader::new(&map, &mut problems);
-        let event_id = r.id("event_id", true, EventId::parse);
+        let event_id = r.id_or("event_id", fallback_event_id, EventId::parse);
         let event_type = r.id("event_type", true, Ident::parse);
         let payload_version = match r.non_negative("payload_version", false) {
             Some(0) => {

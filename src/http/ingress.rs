@@ -58,6 +58,7 @@ async fn check_and_log(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > limit as u64) {
+        discard(body, declared.unwrap_or(0)).await;
         return Answer::PayloadTooLarge { limit };
     }
     let Ok(body) = axum::body::to_bytes(body, limit).await else {
@@ -82,14 +83,15 @@ async fn check_and_log(
             return Answer::SignatureRejected(err);
         }
     };
-    let event = match Event::parse(source.kind, &body) {
-        Ok(event) => event,
-        Err(err) => {
-            warn!(source = %source.name, problems = %err, "invalid payload");
-            metrics::invalid_payload(&source.name);
-            return Answer::InvalidPayload(err.problems);
-        }
-    };
+    let event =
+        match Event::parse_with_fallback(source.kind, &body, verified.delivery_id.as_deref()) {
+            Ok(event) => event,
+            Err(err) => {
+                warn!(source = %source.name, problems = %err, "invalid payload");
+                metrics::invalid_payload(&source.name);
+                return Answer::InvalidPayload(err.problems);
+            }
+        };
     let rules = (source.mode == Mode::Sync).then(|| source.rules());
     let logged = state
         .store
@@ -170,6 +172,21 @@ fn sync_answer(event: &Event, decided: Decided) -> Answer {
         Outcome::Held => Answer::Accepted { event_id },
         Outcome::Dead { reason, .. } => Answer::Dead { event_id, reason },
     }
+}
+
+/// Most bytes of a refused body read (and dropped) so that the client, still
+/// sending, gets a clean 413 instead of a reset connection.
+const DRAIN_CAP: u64 = 4 * 1024 * 1024;
+
+/// Reads and drops a refused body, if it is small enough and arrives quickly.
+async fn discard(body: Body, declared: u64) {
+    use futures_util::StreamExt;
+    if declared > DRAIN_CAP {
+        return;
+    }
+    let mut stream = body.into_data_stream();
+    let drain = async { while let Some(Ok(_)) = stream.next().await {} };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), drain).await;
 }
 
 /// `application/json`, with or without parameters such as `charset`.

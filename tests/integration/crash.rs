@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use inhook::contract::SourceKind;
 use inhook::signature::{Scheme, Secret};
 use inhook::simulate::{
-    expected_states, generate, plan, ChaosSpec, Endpoint, EventCopy, Plan, Publisher, Receipt,
-    SendOptions, SourceSigner, StreamSpec,
+    expected_states, generate, plan, ChaosSpec, DeliveryReport, Endpoint, EventCopy, Plan,
+    Publisher, Receipt, SendOptions, SourceSigner, Stream, StreamSpec,
 };
 use inhook::store::EventRecord;
 
@@ -19,7 +19,7 @@ use crate::support::{TestServer, PRESENCE_SECRET, SAVE_SECRETS};
 
 const KILLS: usize = 4;
 
-fn source_name(kind: SourceKind) -> &'static str {
+pub(crate) fn source_name(kind: SourceKind) -> &'static str {
     match kind {
         SourceKind::Presence => "presence",
         SourceKind::SaveGame => "save-game",
@@ -27,7 +27,7 @@ fn source_name(kind: SourceKind) -> &'static str {
 }
 
 /// The log's status of a row, with the dead reason: `dead/insufficient_quantity`.
-fn status_label(row: &EventRecord) -> String {
+pub(crate) fn status_label(row: &EventRecord) -> String {
     match row.dead_reason {
         Some(reason) => format!("{}/{}", row.status.as_str(), reason.as_str()),
         None => row.status.as_str().to_owned(),
@@ -37,7 +37,11 @@ fn status_label(row: &EventRecord) -> String {
 /// G2: the answered deliveries missing from the log. A delivery is logged
 /// under its own event_id or, when it was answered as a duplicate by
 /// idempotency key, under that key.
-fn lost(rows: &[EventRecord], plan: &Plan, answered: &[(usize, Receipt)]) -> Vec<String> {
+pub(crate) fn lost(
+    rows: &[EventRecord],
+    plan: &Plan,
+    answered: &[(usize, Receipt)],
+) -> Vec<String> {
     let ids: HashSet<(&str, &str)> = rows
         .iter()
         .map(|r| (r.source.as_str(), r.event_id.as_str()))
@@ -159,50 +163,7 @@ async fn sigkill_under_a_steady_stream_loses_nothing_and_converges() {
         .expect("read API");
 
     let rows = server.logged().await;
-    let mut per_id: HashMap<(&str, &str), usize> = HashMap::new();
-    for row in &rows {
-        *per_id
-            .entry((row.source.as_str(), row.event_id.as_str()))
-            .or_default() += 1;
-    }
-    let twice = per_id.values().filter(|n| **n > 1).count();
-    let mut statuses: HashMap<String, usize> = HashMap::new();
-    for row in &rows {
-        *statuses.entry(status_label(row)).or_default() += 1;
-    }
-    let not_terminal: usize = statuses
-        .iter()
-        .filter(|(s, _)| {
-            !matches!(
-                s.as_str(),
-                "processed" | "ignored_stale" | "ignored_unsupported"
-            )
-        })
-        .map(|(_, n)| n)
-        .sum();
-    let answered: Vec<(usize, Receipt)> = report
-        .receipts
-        .iter()
-        .enumerate()
-        .filter_map(|(i, r)| Some((i, r.clone()?)))
-        .collect();
-    let lost_at_end = lost(&rows, &plan, &answered);
-    // Every logical event of the stream is logged, under its id or its duplicate's.
-    let ids: HashSet<(&str, &str)> = rows
-        .iter()
-        .map(|r| (r.source.as_str(), r.event_id.as_str()))
-        .collect();
-    let missing_events = stream
-        .aggregates
-        .iter()
-        .flat_map(|a| a.events.iter().map(move |e| (a.key.kind(), e)))
-        .filter(|(kind, e)| {
-            let source = source_name(*kind);
-            !ids.contains(&(source, e.event_id.as_str()))
-                && !ids.contains(&(source, format!("{}_dup", e.event_id).as_str()))
-        })
-        .count();
-
+    let audit = Audit::of(&rows, &stream, &plan, &report);
     println!(
         "crash test: {} events, {} deliveries ({} same-id duplicates, {} new-id duplicates, \
          {} resends, {} reordered), {} requests, {} retries, answers {:?}",
@@ -218,13 +179,16 @@ async fn sigkill_under_a_steady_stream_loses_nothing_and_converges() {
     );
     println!(
         "crash test: {kills} kills in {:.1}s of sending; {} deliveries answered 2xx; \
-         lost {} at the kills, {} at the end; {} logged rows ({missing_events} events missing, \
-         {twice} event_ids twice); statuses {statuses:?}; {} mismatches",
+         lost {} at the kills, {} at the end; {} logged rows ({} events missing, \
+         {} event_ids twice); statuses {:?}; {} mismatches",
         delivered_in.as_secs_f64(),
-        answered.len(),
+        audit.answered,
         lost_at_kills.len(),
-        lost_at_end.len(),
+        audit.lost.len(),
         rows.len(),
+        audit.missing_events,
+        audit.twice,
+        audit.statuses,
         mismatches.len(),
     );
     for m in mismatches.iter().take(5) {
@@ -235,20 +199,89 @@ async fn sigkill_under_a_steady_stream_loses_nothing_and_converges() {
         lost_at_kills.is_empty(),
         "answered 2xx but not in the log after SIGKILL: {lost_at_kills:?}"
     );
-    assert!(
-        lost_at_end.is_empty(),
-        "answered 2xx but not logged: {lost_at_end:?}"
-    );
-    assert_eq!(twice, 0, "an event_id logged twice");
-    assert_eq!(missing_events, 0);
-    assert_eq!(rows.len(), stream.event_count(), "one row per event");
-    assert_eq!(
-        not_terminal, 0,
-        "events not in a terminal status: {statuses:?}"
-    );
-    assert!(
-        mismatches.is_empty(),
-        "{} aggregates differ",
-        mismatches.len()
-    );
+    audit.assert_clean(rows.len(), stream.event_count(), mismatches.len());
+}
+
+/// What the log says after a chaotic stream: the checks shared by the crash
+/// and multi-node tests.
+pub(crate) struct Audit {
+    /// Deliveries answered 2xx.
+    pub answered: usize,
+    /// Answered deliveries missing from the log.
+    pub lost: Vec<String>,
+    /// Events of the stream logged under neither their id nor their duplicate's.
+    pub missing_events: usize,
+    /// `(source, event_id)` pairs logged more than once.
+    pub twice: usize,
+    /// Rows by status.
+    pub statuses: HashMap<String, usize>,
+    /// Rows not in a terminal status.
+    pub not_terminal: usize,
+}
+
+impl Audit {
+    /// Audits `rows` against the stream, the plan and the publisher's report.
+    pub fn of(rows: &[EventRecord], stream: &Stream, plan: &Plan, report: &DeliveryReport) -> Self {
+        let mut per_id: HashMap<(&str, &str), usize> = HashMap::new();
+        let mut statuses: HashMap<String, usize> = HashMap::new();
+        for row in rows {
+            *per_id
+                .entry((row.source.as_str(), row.event_id.as_str()))
+                .or_default() += 1;
+            *statuses.entry(status_label(row)).or_default() += 1;
+        }
+        let not_terminal = statuses
+            .iter()
+            .filter(|(s, _)| {
+                !matches!(
+                    s.as_str(),
+                    "processed" | "ignored_stale" | "ignored_unsupported"
+                )
+            })
+            .map(|(_, n)| n)
+            .sum();
+        let answered: Vec<(usize, Receipt)> = report
+            .receipts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| Some((i, r.clone()?)))
+            .collect();
+        let ids: HashSet<(&str, &str)> = per_id.keys().copied().collect();
+        let missing_events = stream
+            .aggregates
+            .iter()
+            .flat_map(|a| a.events.iter().map(move |e| (a.key.kind(), e)))
+            .filter(|(kind, e)| {
+                let source = source_name(*kind);
+                !ids.contains(&(source, e.event_id.as_str()))
+                    && !ids.contains(&(source, format!("{}_dup", e.event_id).as_str()))
+            })
+            .count();
+        Self {
+            answered: answered.len(),
+            lost: lost(rows, plan, &answered),
+            missing_events,
+            twice: per_id.values().filter(|n| **n > 1).count(),
+            statuses,
+            not_terminal,
+        }
+    }
+
+    /// Nothing lost, nothing twice, everything decided, and the state converged.
+    pub fn assert_clean(&self, rows: usize, events: usize, mismatches: usize) {
+        assert!(
+            self.lost.is_empty(),
+            "answered 2xx but not logged: {:?}",
+            self.lost
+        );
+        assert_eq!(self.twice, 0, "an event_id logged twice");
+        assert_eq!(self.missing_events, 0);
+        assert_eq!(rows, events, "one row per event");
+        assert_eq!(
+            self.not_terminal, 0,
+            "events not in a terminal status: {:?}",
+            self.statuses
+        );
+        assert_eq!(mismatches, 0, "{mismatches} aggregates differ");
+    }
 }

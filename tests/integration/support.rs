@@ -31,7 +31,9 @@ pub struct TestServer {
     client: reqwest::Client,
     extra: String,
     top: String,
+    sources: String,
     backend: Backend,
+    owns_database: bool,
     store: tokio::sync::OnceCell<Arc<dyn Store>>,
 }
 
@@ -143,6 +145,15 @@ impl TestServer {
 
     /// Starts a server with `top` TOML lines at the top level and `extra` in the save-game source.
     pub async fn spawn_configured(top: &str, extra: &str) -> Self {
+        Self::spawn_full(top, extra, "").await
+    }
+
+    /// Starts a server with the two seed sources followed by `sources`: whole `[[sources]]` tables.
+    pub async fn spawn_with_sources(sources: &str) -> Self {
+        Self::spawn_full("", "", sources).await
+    }
+
+    async fn spawn_full(top: &str, extra: &str, sources: &str) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut server = Self {
             dir,
@@ -151,7 +162,32 @@ impl TestServer {
             client: reqwest::Client::new(),
             extra: extra.to_owned(),
             top: top.to_owned(),
+            sources: sources.to_owned(),
             backend: Backend::fresh().await,
+            owns_database: true,
+            store: tokio::sync::OnceCell::new(),
+        };
+        server.write_config("127.0.0.1:0");
+        server.start();
+        server
+    }
+
+    /// Starts another node on `first`'s PostgreSQL database, with the same settings, on its own port.
+    pub async fn join(first: &TestServer) -> Self {
+        assert!(
+            matches!(first.backend, Backend::Postgres { .. }),
+            "several nodes share a database only on PostgreSQL"
+        );
+        let mut server = Self {
+            dir: tempfile::tempdir().expect("temp dir"),
+            child: None,
+            url: String::new(),
+            client: reqwest::Client::new(),
+            extra: first.extra.clone(),
+            top: first.top.clone(),
+            sources: first.sources.clone(),
+            backend: first.backend.clone(),
+            owns_database: false,
             store: tokio::sync::OnceCell::new(),
         };
         server.write_config("127.0.0.1:0");
@@ -192,12 +228,14 @@ signature = "hmac-timestamped"
 tolerance_s = 300
 secrets = ["{s0}", "{s1}"]
 {extra}
+{sources}
 "#,
             db = self.backend.url(self.dir.path()),
             s0 = SAVE_SECRETS[0],
             s1 = SAVE_SECRETS[1],
             extra = self.extra,
             top = self.top,
+            sources = self.sources,
         );
         std::fs::write(self.config_path(), config).expect("write config");
     }
@@ -448,10 +486,13 @@ impl StoreLock {
 impl Drop for TestServer {
     fn drop(&mut self) {
         self.kill9();
-        if let Backend::Postgres {
-            admin_url,
-            database,
-        } = &self.backend
+        if let (
+            true,
+            Backend::Postgres {
+                admin_url,
+                database,
+            },
+        ) = (self.owns_database, &self.backend)
         {
             let (admin_url, sql) = (
                 admin_url.clone(),

@@ -1,0 +1,694 @@
+//! Signature schemes (SPEC §2): pure functions from headers, raw body, secrets
+//! and the time of receipt to a verdict. No I/O, no JSON: every MAC is
+//! computed over the raw bytes before anything parses them.
+//!
+//! One module per publisher format; each follows its publisher's published
+//! format exactly and exposes its header parsers as pure `&str` functions, so
+//! they can be fuzzed alone. This module holds what they share: the secret,
+//! the verdicts, the tolerance window and constant-time matching.
+
+pub mod github;
+pub mod seed;
+pub mod shopify;
+pub mod slack;
+pub mod standard_webhooks;
+pub mod stripe;
+
+use std::fmt;
+
+use axum::http::HeaderMap;
+use base64::alphabet;
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+use hmac::{Hmac, Mac};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// How a source's publisher signs its deliveries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scheme {
+    /// `X-Signature: <hex HMAC of the raw body>` (first seed).
+    HmacHex,
+    /// `X-Timestamp: <unix s>` and `X-Signature: <hex HMAC of "{ts}.{body}">` (second seed).
+    HmacTimestamped,
+    /// Standard Webhooks (Svix and others): `webhook-id`, `webhook-timestamp`, `webhook-signature`.
+    StandardWebhooks,
+    /// GitHub: `X-Hub-Signature-256: sha256=<hex HMAC of the raw body>`.
+    Github,
+    /// Stripe: `Stripe-Signature: t=<unix s>,v1=<hex HMAC of "{t}.{body}">`.
+    Stripe,
+    /// Slack: `X-Slack-Request-Timestamp` and `X-Slack-Signature: v0=<hex HMAC of "v0:{ts}:{body}">`.
+    Slack,
+    /// Shopify: `X-Shopify-Hmac-SHA256: <base64 HMAC of the raw body>`.
+    Shopify,
+}
+
+impl Scheme {
+    /// Every scheme, in the order of SPEC §2.
+    pub const ALL: [Scheme; 7] = [
+        Scheme::HmacHex,
+        Scheme::HmacTimestamped,
+        Scheme::StandardWebhooks,
+        Scheme::Github,
+        Scheme::Stripe,
+        Scheme::Slack,
+        Scheme::Shopify,
+    ];
+
+    /// The scheme's name as written in the config.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scheme::HmacHex => "hmac-hex",
+            Scheme::HmacTimestamped => "hmac-timestamped",
+            Scheme::StandardWebhooks => "standard-webhooks",
+            Scheme::Github => "github",
+            Scheme::Stripe => "stripe",
+            Scheme::Slack => "slack",
+            Scheme::Shopify => "shopify",
+        }
+    }
+
+    /// The scheme written as `name` in the config, if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// Whether the scheme signs a timestamp that must fall inside the tolerance window.
+    pub fn is_timestamped(self) -> bool {
+        matches!(
+            self,
+            Scheme::HmacTimestamped | Scheme::StandardWebhooks | Scheme::Stripe | Scheme::Slack
+        )
+    }
+
+    /// The headers a delivery must carry, and what each holds, for explanations.
+    pub fn required_headers(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Scheme::HmacHex => &[(seed::SIGNATURE_HEADER, seed::HEX_FORMAT)],
+            Scheme::HmacTimestamped => &[
+                (seed::TIMESTAMP_HEADER, TIMESTAMP_FORMAT),
+                (seed::SIGNATURE_HEADER, seed::HEX_FORMAT),
+            ],
+            Scheme::StandardWebhooks => &[
+                (standard_webhooks::ID_HEADER, "the message id"),
+                (standard_webhooks::TIMESTAMP_HEADER, TIMESTAMP_FORMAT),
+                (
+                    standard_webhooks::SIGNATURE_HEADER,
+                    standard_webhooks::SIGNATURE_FORMAT,
+                ),
+            ],
+            Scheme::Github => &[(github::SIGNATURE_HEADER, github::SIGNATURE_FORMAT)],
+            Scheme::Stripe => &[(stripe::SIGNATURE_HEADER, stripe::SIGNATURE_FORMAT)],
+            Scheme::Slack => &[
+                (slack::TIMESTAMP_HEADER, TIMESTAMP_FORMAT),
+                (slack::SIGNATURE_HEADER, slack::SIGNATURE_FORMAT),
+            ],
+            Scheme::Shopify => &[(shopify::SIGNATURE_HEADER, shopify::SIGNATURE_FORMAT)],
+        }
+    }
+
+    /// The header whose value names the delivery, used as `event_id` when the body has none.
+    pub fn delivery_id_header(self) -> Option<&'static str> {
+        match self {
+            Scheme::StandardWebhooks => Some(standard_webhooks::ID_HEADER),
+            Scheme::Github => Some(github::DELIVERY_HEADER),
+            Scheme::Shopify => Some(shopify::EVENT_ID_HEADER),
+            _ => None,
+        }
+    }
+
+    /// Checks that a configured secret has the form this scheme needs, so a
+    /// typo fails at startup instead of as a 401 on every delivery. The
+    /// explanation never contains the secret.
+    pub fn check_secret(self, secret: &Secret) -> Result<(), &'static str> {
+        if secret.expose().is_empty() {
+            return Err("is empty");
+        }
+        match self {
+            Scheme::StandardWebhooks => standard_webhooks::Key::parse(secret).map(|_| ()),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl std::str::FromStr for Scheme {
+    type Err = String;
+
+    fn from_str(raw: &str) -> Result<Self, String> {
+        Self::from_name(raw).ok_or_else(|| {
+            format!(
+                "unknown scheme {raw:?}: expected one of {}",
+                Self::ALL.map(Scheme::name).join(", ")
+            )
+        })
+    }
+}
+
+impl fmt::Display for Scheme {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How every timestamped scheme writes its time.
+pub const TIMESTAMP_FORMAT: &str = "unix time in whole seconds (digits only)";
+
+/// A shared secret or key. Its `Debug` never shows the bytes, so it cannot leak into a log by accident.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(Vec<u8>);
+
+impl Secret {
+    /// Wraps the secret's bytes.
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Self {
+        Self(bytes.into())
+    }
+
+    /// The secret's bytes, for constant-time comparisons and signing; never log them.
+    pub fn expose(&self) -> &[u8] {
+        &self.0
+    }
+
+    fn mac(&self) -> HmacSha256 {
+        hmac_with(&self.0)
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// Why a delivery did not verify. Never carries a secret or an expected signature.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignatureError {
+    /// A header the scheme needs is absent.
+    Missing {
+        /// The absent header.
+        header: &'static str,
+    },
+    /// A header is present but not in the scheme's format.
+    Malformed {
+        /// The malformed header.
+        header: &'static str,
+        /// What the scheme expects there.
+        expected: &'static str,
+    },
+    /// No configured secret produces any of the given signatures.
+    Mismatch {
+        /// The header holding the signatures.
+        header: &'static str,
+        /// How many well-formed signatures the header held.
+        signatures: usize,
+        /// How many configured secrets could check them (a Standard Webhooks
+        /// `whpk_` key cannot check a `v1` HMAC, nor a `whsec_` key a `v1a`).
+        tried: usize,
+        /// How many secrets the source lists.
+        configured: usize,
+    },
+    /// The signature verifies, but its timestamp is outside the tolerance window.
+    TimestampOutOfTolerance {
+        /// Signed time minus time of receipt, in seconds.
+        skew_s: i64,
+        /// The source's tolerance, in seconds.
+        tolerance_s: u64,
+    },
+}
+
+impl SignatureError {
+    /// The `error` code of the 401 answer (SPEC §2).
+    pub fn code(&self) -> &'static str {
+        match self {
+            SignatureError::Missing { .. } => "missing_signature",
+            SignatureError::Malformed { .. } | SignatureError::Mismatch { .. } => {
+                "invalid_signature"
+            }
+            SignatureError::TimestampOutOfTolerance { .. } => "timestamp_out_of_tolerance",
+        }
+    }
+}
+
+impl fmt::Display for SignatureError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SignatureError::Missing { header } => write!(f, "header {header} is missing"),
+            SignatureError::Malformed { header, expected } => {
+                write!(f, "header {header} is malformed: expected {expected}")
+            }
+            SignatureError::Mismatch {
+                header,
+                signatures,
+                tried,
+                configured,
+            } => {
+                let sigs = plural(*signatures, "signature");
+                if *tried == 0 {
+                    write!(
+                        f,
+                        "none of the {} can check the {sigs} in {header}",
+                        plural(*configured, "configured secret")
+                    )
+                } else if tried == configured {
+                    write!(
+                        f,
+                        "none of the {} (#0..#{}) produces the {sigs} in {header} over the raw body",
+                        plural(*tried, "configured secret"),
+                        tried - 1
+                    )
+                } else {
+                    write!(
+                        f,
+                        "none of the {tried} of {} that can check them produces the {sigs} in {header} over the raw body",
+                        plural(*configured, "configured secret")
+                    )
+                }
+            }
+            SignatureError::TimestampOutOfTolerance {
+                skew_s,
+                tolerance_s,
+            } => write!(
+                f,
+                "signed timestamp is {}s {} the time of receipt, beyond the tolerance of {tolerance_s}s",
+                skew_s.unsigned_abs(),
+                if *skew_s < 0 { "before" } else { "after" }
+            ),
+        }
+    }
+}
+
+fn plural(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// What a verified delivery proved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    /// Position of the secret that matched in the source's list.
+    pub secret_index: usize,
+    /// The signed timestamp, for timestamped schemes.
+    pub signed_at: Option<i64>,
+    /// The publisher's id for the delivery, for schemes that send one
+    /// (`webhook-id`, `X-GitHub-Delivery`, `X-Shopify-Event-Id`): the
+    /// `event_id` of a body that carries none.
+    pub delivery_id: Option<String>,
+}
+
+/// Verifies one delivery against every secret of its source, as of `received_at` (unix seconds).
+pub fn verify(
+    scheme: Scheme,
+    headers: &HeaderMap,
+    body: &[u8],
+    secrets: &[Secret],
+    received_at: i64,
+    tolerance_s: u64,
+) -> Result<Verified, SignatureError> {
+    let verified = match scheme {
+        Scheme::HmacHex => seed::verify_plain(headers, body, secrets),
+        Scheme::HmacTimestamped => seed::verify_timestamped(headers, body, secrets),
+        Scheme::StandardWebhooks => standard_webhooks::verify(headers, body, secrets),
+        Scheme::Github => github::verify(headers, body, secrets),
+        Scheme::Stripe => stripe::verify(headers, body, secrets),
+        Scheme::Slack => slack::verify(headers, body, secrets),
+        Scheme::Shopify => shopify::verify(headers, body, secrets),
+    }?;
+    // Only now, with the signature proven, is the signed time worth judging:
+    // a tampered body on an old timestamp is a mismatch, not a timing problem.
+    if let Some(ts) = verified.signed_at {
+        let skew_s = ts.saturating_sub(received_at);
+        if skew_s.unsigned_abs() > tolerance_s {
+            return Err(SignatureError::TimestampOutOfTolerance {
+                skew_s,
+                tolerance_s,
+            });
+        }
+    }
+    Ok(verified)
+}
+
+/// Why a secret cannot sign for a scheme.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SignError(pub &'static str);
+
+/// Signs a body the way the scheme's publisher would, at `now` (unix seconds).
+/// Returns the headers to send. A key that cannot sign (a Standard Webhooks
+/// `whpk_` public key, malformed base64) yields no signature header, so the
+/// receiver answers `missing_signature`; [`try_sign`] says why instead.
+pub fn sign(scheme: Scheme, body: &[u8], secret: &Secret, now: i64) -> Vec<(&'static str, String)> {
+    try_sign(scheme, body, secret, now, None).unwrap_or_default()
+}
+
+/// Signs a body as the scheme's publisher would, with the given delivery id
+/// for schemes that send one (default: derived from the body, so a resend
+/// carries the same id as a publisher's retry would).
+pub fn try_sign(
+    scheme: Scheme,
+    body: &[u8],
+    secret: &Secret,
+    now: i64,
+    delivery_id: Option<&str>,
+) -> Result<Vec<(&'static str, String)>, SignError> {
+    let derived;
+    let id = match delivery_id {
+        Some(id) => id,
+        None => {
+            derived = derived_delivery_id(scheme, body);
+            &derived
+        }
+    };
+    Ok(match scheme {
+        Scheme::HmacHex => seed::sign_plain(body, secret),
+        Scheme::HmacTimestamped => seed::sign_timestamped(body, secret, now),
+        Scheme::StandardWebhooks => standard_webhooks::sign(body, secret, now, id)?,
+        Scheme::Github => github::sign(body, secret, id),
+        Scheme::Stripe => stripe::sign(body, secret, now),
+        Scheme::Slack => slack::sign(body, secret, now),
+        Scheme::Shopify => shopify::sign(body, secret, id),
+    })
+}
+
+/// A stable id for a body, shaped like the publisher's ids.
+fn derived_delivery_id(scheme: Scheme, body: &[u8]) -> String {
+    let digest = hex::encode(&Sha256::digest(body)[..16]);
+    match scheme {
+        Scheme::StandardWebhooks => format!("msg_{digest}"),
+        // GitHub's delivery ids are GUIDs.
+        Scheme::Github => format!(
+            "{}-{}-{}-{}-{}",
+            &digest[0..8],
+            &digest[8..12],
+            &digest[12..16],
+            &digest[16..20],
+            &digest[20..32]
+        ),
+        _ => digest,
+    }
+}
+
+/// Base64 as the publishers write it, tolerating missing padding as their libraries do.
+pub(crate) const BASE64: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
+
+/// Base64 with padding, as every publisher sends it.
+pub(crate) fn base64_encode(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// Decodes base64 into exactly `N` bytes.
+pub(crate) fn base64_exact<const N: usize>(raw: &str) -> Option<[u8; N]> {
+    use base64::Engine;
+    // Decoding a longer input would only be thrown away: refuse it before allocating.
+    if raw.len() > N.div_ceil(3) * 4 {
+        return None;
+    }
+    BASE64.decode(raw).ok()?.try_into().ok()
+}
+
+/// Decodes exactly 64 hex digits (an HMAC-SHA256).
+pub(crate) fn hex_32(raw: &str) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    hex::decode_to_slice(raw, &mut out).ok()?;
+    Some(out)
+}
+
+/// Parses a timestamp header's value: plain digits only, since `+5` or ` 5`
+/// would be signed differently by the publisher.
+pub fn parse_unix_timestamp(raw: &str) -> Option<i64> {
+    if raw.is_empty() || raw.len() > 18 || !raw.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    raw.parse().ok()
+}
+
+fn hmac_with(key: &[u8]) -> HmacSha256 {
+    // HMAC accepts keys of any length, so this cannot fail.
+    HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length")
+}
+
+/// HMAC-SHA256 of the concatenated parts.
+pub(crate) fn hmac_parts(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    let mut mac = hmac_with(key);
+    for part in parts {
+        mac.update(part);
+    }
+    mac.finalize().into_bytes().into()
+}
+
+/// Finds the first secret whose HMAC over `parts` equals one of `candidates`,
+/// comparing in constant time.
+pub(crate) fn match_hmac(
+    header: &'static str,
+    secrets: &[Secret],
+    parts: &[&[u8]],
+    candidates: &[[u8; 32]],
+) -> Result<usize, SignatureError> {
+    secrets
+        .iter()
+        .position(|secret| {
+            let mut mac = secret.mac();
+            for part in parts {
+                mac.update(part);
+            }
+            let expected: [u8; 32] = mac.finalize().into_bytes().into();
+            // `ct_eq` compares in constant time; folding with `|` keeps every
+            // candidate compared, so timing does not tell which one matched.
+            candidates
+                .iter()
+                .fold(subtle::Choice::from(0), |hit, c| hit | expected.ct_eq(c))
+                .into()
+        })
+        .ok_or(SignatureError::Mismatch {
+            header,
+            signatures: candidates.len(),
+            tried: secrets.len(),
+            configured: secrets.len(),
+        })
+}
+
+/// A header's value as text.
+pub(crate) fn header_str<'h>(
+    headers: &'h HeaderMap,
+    name: &'static str,
+) -> Result<&'h str, SignatureError> {
+    let value = headers
+        .get(name)
+        .ok_or(SignatureError::Missing { header: name })?;
+    value
+        .to_str()
+        .map(str::trim)
+        .map_err(|_| SignatureError::Malformed {
+            header: name,
+            expected: "visible ASCII text",
+        })
+}
+
+/// An optional header's value, when it is text.
+pub(crate) fn optional_header(headers: &HeaderMap, name: &'static str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned)
+}
+
+/// A timestamp header: its value and its text as sent.
+pub(crate) fn timestamp_header<'h>(
+    headers: &'h HeaderMap,
+    name: &'static str,
+) -> Result<(i64, &'h str), SignatureError> {
+    let raw = header_str(headers, name)?;
+    let ts = parse_unix_timestamp(raw).ok_or(SignatureError::Malformed {
+        header: name,
+        expected: TIMESTAMP_FORMAT,
+    })?;
+    Ok((ts, raw))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+    use proptest::prelude::*;
+
+    pub const NOW: i64 = 1_800_000_000;
+
+    pub fn headers_of(pairs: &[(&'static str, String)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.insert(*name, HeaderValue::from_str(value).unwrap());
+        }
+        headers
+    }
+
+    /// Two secrets per scheme, in the form each scheme's config holds.
+    pub fn secrets_for(scheme: Scheme) -> Vec<Secret> {
+        match scheme {
+            Scheme::StandardWebhooks => vec![
+                Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+                Secret::new("whsec_c2Vjb25kLXNlY3JldC1mb3ItdGVzdHM="),
+            ],
+            Scheme::Stripe => vec![
+                Secret::new("whsec_old_stripe_secret"),
+                Secret::new("whsec_new_stripe_secret"),
+            ],
+            _ => vec![Secret::new("old-secret"), Secret::new("new-secret")],
+        }
+    }
+
+    #[test]
+    fn every_scheme_verifies_its_own_signatures_with_any_listed_secret() {
+        for scheme in Scheme::ALL {
+            let secrets = secrets_for(scheme);
+            for (index, secret) in secrets.iter().enumerate() {
+                let headers = headers_of(&sign(scheme, b"{}", secret, NOW));
+                let verified = verify(scheme, &headers, b"{}", &secrets, NOW, 300)
+                    .unwrap_or_else(|e| panic!("{scheme}: {e}"));
+                assert_eq!(verified.secret_index, index, "{scheme}");
+                assert_eq!(verified.signed_at.is_some(), scheme.is_timestamped());
+                assert_eq!(
+                    verified.delivery_id.is_some(),
+                    scheme.delivery_id_header().is_some(),
+                    "{scheme}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_scheme_refuses_tampering_wrong_secrets_and_missing_headers() {
+        for scheme in Scheme::ALL {
+            let secrets = secrets_for(scheme);
+            let headers = headers_of(&sign(scheme, b"{}", &secrets[0], NOW));
+            let err = verify(scheme, &headers, b"{ }", &secrets, NOW, 300).unwrap_err();
+            assert!(
+                matches!(err, SignatureError::Mismatch { configured: 2, .. }),
+                "{scheme}: {err:?}"
+            );
+            let other = match scheme {
+                Scheme::StandardWebhooks => Secret::new("whsec_b3RoZXI="),
+                _ => Secret::new("other"),
+            };
+            let err = verify(scheme, &headers, b"{}", &[other], NOW, 300).unwrap_err();
+            assert_eq!(err.code(), "invalid_signature", "{scheme}");
+            for (header, _) in scheme.required_headers() {
+                let mut partial = headers.clone();
+                partial.remove(*header);
+                assert_eq!(
+                    verify(scheme, &partial, b"{}", &secrets, NOW, 300),
+                    Err(SignatureError::Missing { header }),
+                    "{scheme}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn timestamps_outside_the_window_fail_only_after_the_signature_verifies() {
+        for scheme in Scheme::ALL.into_iter().filter(|s| s.is_timestamped()) {
+            let secrets = secrets_for(scheme);
+            let at = |t: i64| headers_of(&sign(scheme, b"{}", &secrets[0], t));
+            let check = |h: &HeaderMap, body: &[u8]| verify(scheme, h, body, &secrets, NOW, 300);
+            assert_eq!(
+                check(&at(NOW - 600), b"{}"),
+                Err(SignatureError::TimestampOutOfTolerance {
+                    skew_s: -600,
+                    tolerance_s: 300
+                }),
+                "{scheme}"
+            );
+            assert_eq!(
+                check(&at(NOW + 301), b"{}").unwrap_err().code(),
+                "timestamp_out_of_tolerance",
+                "{scheme}"
+            );
+            assert!(check(&at(NOW - 300), b"{}").is_ok(), "{scheme}");
+            assert!(check(&at(NOW + 300), b"{}").is_ok(), "{scheme}");
+            // A tampered body on an old timestamp is a mismatch, not a timing problem.
+            assert_eq!(
+                check(&at(NOW - 600), b"[]").unwrap_err().code(),
+                "invalid_signature",
+                "{scheme}"
+            );
+        }
+    }
+
+    #[test]
+    fn scheme_names_round_trip_and_match_the_config_spelling() {
+        for scheme in Scheme::ALL {
+            assert_eq!(Scheme::from_name(scheme.name()), Some(scheme));
+            let parsed: Scheme = serde_json::from_value(scheme.name().into()).unwrap();
+            assert_eq!(parsed, scheme);
+        }
+        assert_eq!(Scheme::from_name("svix"), None);
+    }
+
+    #[test]
+    fn errors_never_show_secrets_or_expected_signatures() {
+        for scheme in Scheme::ALL {
+            let secrets = secrets_for(scheme);
+            let good = sign(scheme, b"{}", &secrets[0], NOW);
+            let headers = headers_of(&good);
+            let err = verify(scheme, &headers, b"{ }", &secrets, NOW, 300).unwrap_err();
+            let text = format!("{err} {err:?}");
+            for secret in &secrets {
+                assert!(!text.contains(&*String::from_utf8_lossy(secret.expose())));
+            }
+            // The signature over the tampered body is what a leak would show.
+            for (_, value) in sign(scheme, b"{ }", &secrets[0], NOW) {
+                if value.len() > 20 {
+                    assert!(!text.contains(&value), "{scheme}: {text}");
+                }
+            }
+        }
+        assert!(!format!("{:?}", Secret::new("hunter2")).contains("hunter2"));
+    }
+
+    #[test]
+    fn mismatch_explanations_count_the_secrets() {
+        let err = SignatureError::Mismatch {
+            header: "x-signature",
+            signatures: 1,
+            tried: 2,
+            configured: 2,
+        };
+        assert_eq!(
+            err.to_string(),
+            "none of the 2 configured secrets (#0..#1) produces the 1 signature in x-signature over the raw body"
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Hostile header values never panic any scheme, and never verify.
+        #[test]
+        fn arbitrary_headers_never_panic(
+            values in proptest::collection::vec("[ -~]{0,120}", 4),
+            body in proptest::collection::vec(any::<u8>(), 0..64),
+        ) {
+            for scheme in Scheme::ALL {
+                let mut headers = HeaderMap::new();
+                let names = scheme.required_headers();
+                for ((name, _), value) in names.iter().zip(&values) {
+                    if let Ok(v) = HeaderValue::from_str(value) {
+                        headers.insert(*name, v);
+                    }
+                }
+                let secrets = secrets_for(scheme);
+                let result = verify(scheme, &headers, &body, &secrets, NOW, 300);
+                prop_assert!(result.is_err());
+            }
+        }
+    }
+}

@@ -1,0 +1,448 @@
+//! Standard Webhooks (standardwebhooks.com, used by Svix and others):
+//! `webhook-id`, `webhook-timestamp` and `webhook-signature`, a space-separated
+//! list of `v1,<base64 HMAC-SHA256>` and `v1a,<base64 ed25519>` signatures
+//! over `"{id}.{timestamp}.{body}"`. Any valid signature verifies; unknown
+//! versions are ignored, so a publisher can add a scheme without breaking us.
+//!
+//! Keys as the spec serializes them: `whsec_<base64>` (the HMAC key is the
+//! decoded bytes; the prefix is optional, as in the reference libraries),
+//! `whpk_<base64>` (an ed25519 public key, verifies `v1a`) and
+//! `whsk_<base64>` (the 32-byte ed25519 seed, as the reference Go library
+//! reads it: signs `v1a`, and verifies with its public half).
+
+use axum::http::HeaderMap;
+use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
+use subtle::ConstantTimeEq;
+
+use super::{
+    base64_encode, base64_exact, header_str, hmac_parts, timestamp_header, Secret, SignError,
+    SignatureError, Verified, BASE64,
+};
+
+/// The message id header; signed, and stable across the publisher's retries.
+pub const ID_HEADER: &str = "webhook-id";
+/// The signing time header.
+pub const TIMESTAMP_HEADER: &str = "webhook-timestamp";
+/// The signatures header.
+pub const SIGNATURE_HEADER: &str = "webhook-signature";
+/// What the signatures header holds.
+pub const SIGNATURE_FORMAT: &str =
+    "space-separated v1,<base64 HMAC-SHA256> or v1a,<base64 ed25519> signatures";
+
+/// Prefix of a symmetric secret.
+pub const SECRET_PREFIX: &str = "whsec_";
+/// Prefix of an ed25519 public key.
+pub const PUBLIC_PREFIX: &str = "whpk_";
+/// Prefix of an ed25519 private key (its 32-byte seed).
+pub const PRIVATE_PREFIX: &str = "whsk_";
+
+/// More signatures than any publisher sends: refused rather than checked one by one.
+pub const MAX_SIGNATURES: usize = 64;
+
+/// One signature of the `webhook-signature` list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Signature {
+    /// `v1`: HMAC-SHA256 with the shared secret.
+    V1([u8; 32]),
+    /// `v1a`: ed25519 with the publisher's private key.
+    V1a([u8; 64]),
+}
+
+/// Parses `webhook-signature`. Tokens of unknown versions, and ill-formed
+/// tokens, are skipped as the reference libraries skip them; a header with no
+/// usable signature at all is malformed.
+pub fn parse_signatures(raw: &str) -> Result<Vec<Signature>, &'static str> {
+    let mut out = Vec::new();
+    for (i, token) in raw.split(' ').filter(|t| !t.is_empty()).enumerate() {
+        if i >= MAX_SIGNATURES {
+            return Err("at most 64 space-separated signatures");
+        }
+        let Some((version, value)) = token.split_once(',') else {
+            continue;
+        };
+        let signature = match version {
+            "v1" => base64_exact::<32>(value).map(Signature::V1),
+            "v1a" => base64_exact::<64>(value).map(Signature::V1a),
+            _ => None,
+        };
+        out.extend(signature);
+    }
+    if out.is_empty() {
+        return Err(SIGNATURE_FORMAT);
+    }
+    Ok(out)
+}
+
+/// A configured Standard Webhooks key, decoded.
+pub enum Key {
+    /// A `whsec_` HMAC key.
+    Hmac(Vec<u8>),
+    /// A `whpk_` ed25519 public key.
+    Public(VerifyingKey),
+    /// A `whsk_` ed25519 private key.
+    Private(SigningKey),
+}
+
+impl Key {
+    /// Decodes a configured secret; the explanation never contains it.
+    pub fn parse(secret: &Secret) -> Result<Key, &'static str> {
+        let text = std::str::from_utf8(secret.expose())
+            .map_err(|_| "is not text: expected whsec_<base64>, whpk_<base64> or whsk_<base64>")?
+            .trim();
+        if let Some(b64) = text.strip_prefix(PUBLIC_PREFIX) {
+            let bytes = base64_exact::<32>(b64)
+                .ok_or("is not whpk_ followed by the base64 of a 32-byte ed25519 public key")?;
+            return VerifyingKey::from_bytes(&bytes)
+                .map(Key::Public)
+                .map_err(|_| "whpk_ key is not a valid ed25519 public key");
+        }
+        if let Some(b64) = text.strip_prefix(PRIVATE_PREFIX) {
+            let seed = base64_exact::<32>(b64)
+                .ok_or("is not whsk_ followed by the base64 of a 32-byte ed25519 seed")?;
+            return Ok(Key::Private(SigningKey::from_bytes(&seed)));
+        }
+        let b64 = text.strip_prefix(SECRET_PREFIX).unwrap_or(text);
+        use base64::Engine;
+        match BASE64.decode(b64) {
+            Ok(bytes) if !bytes.is_empty() => Ok(Key::Hmac(bytes)),
+            _ => Err("is not whsec_ followed by base64 (or whpk_/whsk_ for ed25519 keys)"),
+        }
+    }
+
+    fn public(&self) -> Option<VerifyingKey> {
+        match self {
+            Key::Hmac(_) => None,
+            Key::Public(key) => Some(*key),
+            Key::Private(key) => Some(key.verifying_key()),
+        }
+    }
+}
+
+/// `whsec_` followed by the base64 of `key`: a new symmetric secret as the spec serializes it.
+pub fn format_secret(key: &[u8]) -> String {
+    format!("{SECRET_PREFIX}{}", base64_encode(key))
+}
+
+/// The (`whpk_…`, `whsk_…`) serialization of the ed25519 key pair grown from `seed`.
+pub fn format_keypair(seed: &[u8; 32]) -> (String, String) {
+    let signing = SigningKey::from_bytes(seed);
+    (
+        format!(
+            "{PUBLIC_PREFIX}{}",
+            base64_encode(signing.verifying_key().as_bytes())
+        ),
+        format!("{PRIVATE_PREFIX}{}", base64_encode(seed)),
+    )
+}
+
+fn signed_content(id: &str, ts: i64, body: &[u8]) -> Vec<u8> {
+    // The reference libraries print the parsed integer, so sign the canonical form.
+    let mut content = format!("{id}.{ts}.").into_bytes();
+    content.extend_from_slice(body);
+    content
+}
+
+pub(super) fn verify(
+    headers: &HeaderMap,
+    body: &[u8],
+    secrets: &[Secret],
+) -> Result<Verified, SignatureError> {
+    let raw = header_str(headers, SIGNATURE_HEADER)?;
+    let id = header_str(headers, ID_HEADER)?;
+    if id.is_empty() {
+        return Err(SignatureError::Malformed {
+            header: ID_HEADER,
+            expected: "a non-empty message id",
+        });
+    }
+    let (ts, _) = timestamp_header(headers, TIMESTAMP_HEADER)?;
+    let signatures = parse_signatures(raw).map_err(|expected| SignatureError::Malformed {
+        header: SIGNATURE_HEADER,
+        expected,
+    })?;
+    let has_v1 = signatures.iter().any(|s| matches!(s, Signature::V1(_)));
+    let has_v1a = signatures.iter().any(|s| matches!(s, Signature::V1a(_)));
+    let content = signed_content(id, ts, body);
+    let mut tried = 0;
+    for (index, secret) in secrets.iter().enumerate() {
+        let Ok(key) = Key::parse(secret) else {
+            continue;
+        };
+        let matched = match &key {
+            Key::Hmac(bytes) if has_v1 => {
+                tried += 1;
+                let expected = hmac_parts(bytes, &[&content]);
+                signatures
+                    .iter()
+                    .filter_map(|s| match s {
+                        Signature::V1(sig) => Some(sig),
+                        Signature::V1a(_) => None,
+                    })
+                    .fold(subtle::Choice::from(0), |hit, sig| {
+                        hit | expected.ct_eq(sig)
+                    })
+                    .into()
+            }
+            Key::Public(_) | Key::Private(_) if has_v1a => {
+                tried += 1;
+                let public = key.public().expect("an ed25519 key has a public half");
+                signatures.iter().any(|s| match s {
+                    Signature::V1a(sig) => public
+                        .verify_strict(&content, &ed25519_dalek::Signature::from_bytes(sig))
+                        .is_ok(),
+                    Signature::V1(_) => false,
+                })
+            }
+            _ => false,
+        };
+        if matched {
+            return Ok(Verified {
+                secret_index: index,
+                signed_at: Some(ts),
+                delivery_id: Some(id.to_owned()),
+            });
+        }
+    }
+    Err(SignatureError::Mismatch {
+        header: SIGNATURE_HEADER,
+        signatures: signatures.len(),
+        tried,
+        configured: secrets.len(),
+    })
+}
+
+pub(super) fn sign(
+    body: &[u8],
+    secret: &Secret,
+    now: i64,
+    id: &str,
+) -> Result<Vec<(&'static str, String)>, SignError> {
+    let content = signed_content(id, now, body);
+    let signature = match Key::parse(secret).map_err(SignError)? {
+        Key::Hmac(bytes) => format!("v1,{}", base64_encode(&hmac_parts(&bytes, &[&content]))),
+        Key::Private(key) => format!("v1a,{}", base64_encode(&key.sign(&content).to_bytes())),
+        Key::Public(_) => {
+            return Err(SignError(
+                "a whpk_ public key cannot sign: sign with the whsk_ private key",
+            ))
+        }
+    };
+    Ok(vec![
+        (ID_HEADER, id.to_owned()),
+        (TIMESTAMP_HEADER, now.to_string()),
+        (SIGNATURE_HEADER, signature),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{headers_of, NOW};
+    use super::super::{try_sign, verify, Scheme};
+    use super::*;
+
+    const MSG_ID: &str = "msg_p5jXN8AQM9LWM0D4loKWxJek";
+    const TS: i64 = 1614265330;
+    const PAYLOAD: &[u8] = br#"{"test": 2432232314}"#;
+
+    fn at_ts(signature: &str) -> HeaderMap {
+        headers_of(&[
+            (ID_HEADER, MSG_ID.into()),
+            (TIMESTAMP_HEADER, TS.to_string()),
+            (SIGNATURE_HEADER, signature.into()),
+        ])
+    }
+
+    #[test]
+    fn the_specs_symmetric_example_verifies_and_signs() {
+        // The example of the Standard Webhooks reference libraries' tests (and Svix's docs).
+        let secret = Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+        let expected = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+        let v = verify(
+            Scheme::StandardWebhooks,
+            &at_ts(expected),
+            PAYLOAD,
+            std::slice::from_ref(&secret),
+            TS,
+            300,
+        )
+        .unwrap();
+        assert_eq!(v.delivery_id.as_deref(), Some(MSG_ID));
+        assert_eq!(v.signed_at, Some(TS));
+        let signed =
+            try_sign(Scheme::StandardWebhooks, PAYLOAD, &secret, TS, Some(MSG_ID)).unwrap();
+        assert_eq!(headers_of(&signed), at_ts(expected));
+        // The prefix is optional, as in the reference libraries.
+        let bare = Secret::new("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+        assert!(verify(
+            Scheme::StandardWebhooks,
+            &at_ts(expected),
+            PAYLOAD,
+            &[bare],
+            TS,
+            300
+        )
+        .is_ok());
+    }
+
+    #[test]
+    fn the_reference_asymmetric_example_verifies_and_signs() {
+        // From the reference Go library's TestAsymmetricWebhookSign.
+        let private = Secret::new("whsk_VEVTVFNJR05JTkdLRVlET05PVFVTRVRISVNGT1JBTlk=");
+        let expected = "v1a,tQ9V2XOqn7jL/DQenEFpqIugdBVtiMmER5mhSkXBNwM0mkATuDe6KYYUuxqtaiHeYGb7KaaBRdM5WqyeFiL8Ag==";
+        let signed = try_sign(
+            Scheme::StandardWebhooks,
+            PAYLOAD,
+            &private,
+            TS,
+            Some(MSG_ID),
+        )
+        .unwrap();
+        assert_eq!(headers_of(&signed), at_ts(expected));
+        let Key::Private(key) = Key::parse(&private).unwrap() else {
+            panic!("whsk_ is a private key")
+        };
+        let public = Secret::new(format!(
+            "{PUBLIC_PREFIX}{}",
+            base64_encode(key.verifying_key().as_bytes())
+        ));
+        for secrets in [vec![public.clone()], vec![private.clone()]] {
+            let v = verify(
+                Scheme::StandardWebhooks,
+                &at_ts(expected),
+                PAYLOAD,
+                &secrets,
+                TS,
+                300,
+            );
+            assert!(v.is_ok(), "{v:?}");
+        }
+        assert_eq!(
+            try_sign(Scheme::StandardWebhooks, PAYLOAD, &public, TS, None).unwrap_err(),
+            SignError("a whpk_ public key cannot sign: sign with the whsk_ private key")
+        );
+    }
+
+    #[test]
+    fn any_valid_signature_of_several_verifies_and_unknown_versions_are_ignored() {
+        let secret = Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+        let good = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+        let header = format!(
+            "v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc= v2,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc= junk {good} v1a,AAAA"
+        );
+        let secrets = [secret];
+        assert!(verify(
+            Scheme::StandardWebhooks,
+            &at_ts(&header),
+            PAYLOAD,
+            &secrets,
+            TS,
+            300
+        )
+        .is_ok());
+        let only_unknown = "v2,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc=";
+        assert_eq!(
+            verify(
+                Scheme::StandardWebhooks,
+                &at_ts(only_unknown),
+                PAYLOAD,
+                &secrets,
+                TS,
+                300
+            ),
+            Err(SignatureError::Malformed {
+                header: SIGNATURE_HEADER,
+                expected: SIGNATURE_FORMAT
+            })
+        );
+        let wrong = "v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc=";
+        assert_eq!(
+            verify(
+                Scheme::StandardWebhooks,
+                &at_ts(wrong),
+                PAYLOAD,
+                &secrets,
+                TS,
+                300
+            ),
+            Err(SignatureError::Mismatch {
+                header: SIGNATURE_HEADER,
+                signatures: 1,
+                tried: 1,
+                configured: 1
+            })
+        );
+        let too_many = vec![wrong; MAX_SIGNATURES + 1].join(" ");
+        assert!(parse_signatures(&too_many).is_err());
+    }
+
+    #[test]
+    fn keys_only_check_their_own_signature_version() {
+        let (public, private) = format_keypair(&[7; 32]);
+        let hmac = Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+        let v1 = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+        // A public key cannot check an HMAC: zero secrets tried.
+        assert_eq!(
+            verify(
+                Scheme::StandardWebhooks,
+                &at_ts(v1),
+                PAYLOAD,
+                &[Secret::new(public.clone())],
+                TS,
+                300
+            ),
+            Err(SignatureError::Mismatch {
+                header: SIGNATURE_HEADER,
+                signatures: 1,
+                tried: 0,
+                configured: 1
+            })
+        );
+        // Rotation across kinds: the HMAC secret matches at index 1.
+        let secrets = [Secret::new(public), hmac];
+        let v = verify(
+            Scheme::StandardWebhooks,
+            &at_ts(v1),
+            PAYLOAD,
+            &secrets,
+            TS,
+            300,
+        )
+        .unwrap();
+        assert_eq!(v.secret_index, 1);
+        let signed = try_sign(
+            Scheme::StandardWebhooks,
+            PAYLOAD,
+            &Secret::new(private),
+            NOW,
+            None,
+        )
+        .unwrap();
+        let v = verify(
+            Scheme::StandardWebhooks,
+            &headers_of(&signed),
+            PAYLOAD,
+            &secrets,
+            NOW,
+            300,
+        );
+        assert_eq!(v.unwrap().secret_index, 0);
+    }
+
+    #[test]
+    fn malformed_keys_are_explained_without_showing_them() {
+        for bad in ["whsec_!!!", "whpk_AAAA", "whsk_c2hvcnQ=", "", "whsec_"] {
+            let err = Key::parse(&Secret::new(bad)).err().expect(bad);
+            // Past the prefix is key material, which must not be echoed.
+            assert!(
+                bad.is_empty() || bad.ends_with('_') || !err.contains(bad),
+                "{err}"
+            );
+            assert!(Scheme::StandardWebhooks
+                .check_secret(&Secret::new(bad))
+                .is_err());
+        }
+        assert!(Scheme::StandardWebhooks
+            .check_secret(&Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"))
+            .is_ok());
+    }
+}

@@ -1,0 +1,326 @@
+//! `inhook verify` and `inhook keygen` (SPEC §5): check a saved delivery
+//! offline, and mint secrets in each scheme's format. `verify` explains a
+//! failure well enough to fix it, without ever printing a secret or the
+//! signature it expected.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use rand::RngCore;
+
+use crate::clock;
+use crate::config::{secret_env_var, Config, SourceConfig};
+use crate::contract::Event;
+use crate::signature::{self, standard_webhooks, Scheme, SignatureError, Verified};
+
+/// Arguments of `inhook verify`.
+#[derive(Debug, clap::Args)]
+pub struct VerifyArgs {
+    /// The configured source whose scheme, secrets and tolerance apply.
+    #[arg(long)]
+    pub source: String,
+    /// The delivery's headers, one `Name: value` per line.
+    #[arg(long)]
+    pub headers: PathBuf,
+    /// Judge the signed timestamp as of this unix time, in seconds (default: now).
+    #[arg(long)]
+    pub at: Option<i64>,
+    /// The raw body exactly as received, or `-` for standard input.
+    pub body_file: PathBuf,
+}
+
+/// Arguments of `inhook keygen`.
+#[derive(Debug, clap::Args)]
+pub struct KeygenArgs {
+    /// The scheme whose secret format to print.
+    #[arg(long, default_value = "standard-webhooks")]
+    pub scheme: Scheme,
+    /// Standard Webhooks only: an ed25519 key pair (`v1a`) instead of a shared secret (`v1`).
+    #[arg(long)]
+    pub ed25519: bool,
+}
+
+/// Runs `inhook verify`: `Ok` if the delivery verifies, an explanation otherwise.
+pub fn verify(config_path: Option<&Path>, args: VerifyArgs) -> anyhow::Result<()> {
+    // Only the source being checked needs a secret, not every configured one.
+    let config = Config::load_for_store(config_path)?;
+    let Some(source) = config.source(&args.source) else {
+        bail!(
+            "no source {:?} in the configuration (configured: {})",
+            args.source,
+            config
+                .sources
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    };
+    if source.secrets.is_empty() {
+        bail!(
+            "source {:?} has no secret: set {} (several comma-separated) or `secrets` in the config file",
+            source.name,
+            secret_env_var(&source.name)
+        );
+    }
+    let text = std::fs::read_to_string(&args.headers)
+        .with_context(|| format!("reading {}", args.headers.display()))?;
+    let headers = parse_headers_file(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.headers.display()))?;
+    let body = read_body(&args.body_file)?;
+    let at = args.at.unwrap_or_else(|| clock::now_ms().div_euclid(1000));
+    let at_label = if args.at.is_some() { "--at" } else { "now" };
+    match signature::verify(
+        source.scheme,
+        &headers,
+        &body,
+        &source.secrets,
+        at,
+        source.tolerance_s,
+    ) {
+        Ok(verified) => {
+            print!("{}", success_report(source, &verified, &body, at, at_label));
+            Ok(())
+        }
+        Err(err) => bail!(
+            "{}",
+            failure_report(source, &headers, &body, &err, at_label)
+        ),
+    }
+}
+
+/// What a verified delivery proved, and whether its body would be accepted.
+fn success_report(
+    source: &SourceConfig,
+    verified: &Verified,
+    body: &[u8],
+    at: i64,
+    at_label: &str,
+) -> String {
+    let mut out = format!(
+        "verified: source {:?} ({}), secret #{} of {} matched\n",
+        source.name,
+        source.scheme,
+        verified.secret_index,
+        source.secrets.len()
+    );
+    if let Some(ts) = verified.signed_at {
+        let skew = ts - at;
+        out += &format!(
+            "signed at {ts} ({}), {}s {} {at_label}; tolerance {}s\n",
+            clock::rfc3339(ts.saturating_mul(1000)),
+            skew.unsigned_abs(),
+            if skew < 0 { "before" } else { "after" },
+            source.tolerance_s
+        );
+    }
+    if let Some(id) = &verified.delivery_id {
+        out += &format!("delivery id: {id}\n");
+    }
+    out += &match Event::parse_with_fallback(source.kind, body, verified.delivery_id.as_deref()) {
+        Ok(event) => format!(
+            "payload: follows the {} contract (event_id {})\n",
+            kind_name(source),
+            event.event_id()
+        ),
+        Err(err) => format!(
+            "payload: the signature is good, but the body would be refused 400 invalid_payload: {err}\n"
+        ),
+    };
+    out
+}
+
+/// Why a delivery did not verify, in terms of the scheme's rules.
+fn failure_report(
+    source: &SourceConfig,
+    headers: &HeaderMap,
+    body: &[u8],
+    err: &SignatureError,
+    at_label: &str,
+) -> String {
+    let scheme = source.scheme;
+    let mut out = format!(
+        "not verified ({}): source {:?} uses {scheme}: {err}\n",
+        err.code(),
+        source.name
+    );
+    match err {
+        SignatureError::Missing { .. } | SignatureError::Malformed { .. } => {
+            out += &format!("{scheme} deliveries carry:\n");
+            for (name, format) in scheme.required_headers() {
+                let state = if headers.contains_key(*name) {
+                    "present"
+                } else {
+                    "absent"
+                };
+                out += &format!("  {name}: {format} ({state})\n");
+            }
+            if headers.is_empty() {
+                out += "the headers file holds no header: expected one `Name: value` per line\n";
+            }
+        }
+        SignatureError::Mismatch { .. } => {
+            out += &format!(
+                "the body file holds {} bytes; the signature covers them exactly as received, so a \
+                 re-serialized JSON body or an editor's trailing newline does not verify\n",
+                body.len()
+            );
+            if body.last() == Some(&b'\n') {
+                out += "note: the body ends with a newline; publishers rarely send one\n";
+            }
+            if scheme == Scheme::StandardWebhooks {
+                out += "note: whsec_ secrets check v1 signatures, whpk_/whsk_ keys check v1a\n";
+            }
+        }
+        SignatureError::TimestampOutOfTolerance { .. } => {
+            out += &format!(
+                "the signature itself is valid; the timestamp is judged against {at_label}. To check \
+                 an old delivery, pass --at with the unix time it was received\n"
+            );
+        }
+    }
+    out.trim_end().to_owned()
+}
+
+fn kind_name(source: &SourceConfig) -> &'static str {
+    match source.kind {
+        crate::contract::SourceKind::Presence => "presence",
+        crate::contract::SourceKind::SaveGame => "save-game",
+    }
+}
+
+fn read_body(path: &Path) -> anyhow::Result<Vec<u8>> {
+    if path.as_os_str() == "-" {
+        let mut buf = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut buf)
+            .context("reading standard input")?;
+        return Ok(buf);
+    }
+    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// Parses a headers file: one `Name: value` per line. Blank lines, `#`
+/// comments and an HTTP request line (as `curl -v` or a proxy log shows
+/// one) are skipped, so a saved request can be pasted as it is.
+pub fn parse_headers_file(text: &str) -> Result<HeaderMap, String> {
+    let mut headers = HeaderMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || is_request_line(line) {
+            continue;
+        }
+        let Some((name, value)) = line.split_once(':') else {
+            return Err(format!("line {n}: expected `Name: value`"));
+        };
+        let name = HeaderName::from_bytes(name.trim().as_bytes())
+            .map_err(|_| format!("line {n}: {:?} is not a header name", name.trim()))?;
+        let value = HeaderValue::from_str(value.trim())
+            .map_err(|_| format!("line {n}: the value of {name} is not valid header text"))?;
+        headers.append(name, value);
+    }
+    Ok(headers)
+}
+
+fn is_request_line(line: &str) -> bool {
+    let mut words = line.split_whitespace();
+    let method = words.next().unwrap_or_default();
+    matches!(method, "POST" | "PUT" | "GET" | "PATCH")
+        && words.nth(1).is_some_and(|v| v.starts_with("HTTP/"))
+}
+
+/// Runs `inhook keygen`: prints a new random secret in the scheme's format.
+pub fn keygen(args: KeygenArgs) -> anyhow::Result<()> {
+    if args.ed25519 && args.scheme != Scheme::StandardWebhooks {
+        bail!("--ed25519 is only for --scheme standard-webhooks");
+    }
+    for line in generate(args.scheme, args.ed25519, &mut rand::rngs::OsRng) {
+        println!("{line}");
+    }
+    let note = match args.scheme {
+        Scheme::StandardWebhooks if args.ed25519 => Some(
+            "list the public key in the receiving source's `secrets`; the publisher signs with the \
+             private key (e.g. `inhook send --secret whsk_…`), which the receiver never needs",
+        ),
+        Scheme::Stripe | Scheme::Slack | Scheme::Shopify => Some(
+            "this publisher issues the real secret in its dashboard; a generated one suits tests \
+             and `inhook send`",
+        ),
+        _ => None,
+    };
+    if let Some(note) = note {
+        eprintln!("note: {note}");
+    }
+    Ok(())
+}
+
+/// The lines `keygen` prints, from `rng` (pure, for tests).
+fn generate(scheme: Scheme, ed25519: bool, rng: &mut impl RngCore) -> Vec<String> {
+    let mut key = [0u8; 32];
+    rng.fill_bytes(&mut key);
+    match scheme {
+        Scheme::StandardWebhooks if ed25519 => {
+            let (public, private) = standard_webhooks::format_keypair(&key);
+            vec![format!("public:  {public}"), format!("private: {private}")]
+        }
+        Scheme::StandardWebhooks => vec![standard_webhooks::format_secret(&key)],
+        // Stripe's endpoint secrets read `whsec_…`; the whole text is the HMAC key.
+        Scheme::Stripe => vec![format!("whsec_{}", hex::encode(&key[..16]))],
+        _ => vec![hex::encode(key)],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signature::{try_sign, Secret};
+
+    #[test]
+    fn headers_files_parse_like_a_saved_request() {
+        let text = "POST /webhooks/gh HTTP/1.1\r\n# saved by hand\r\nX-Hub-Signature-256: sha256=ab\r\n\r\ncontent-type:application/json\r\nWebhook-Signature: v1,a\nwebhook-signature: v1a,b\n";
+        let headers = parse_headers_file(text).unwrap();
+        assert_eq!(headers["x-hub-signature-256"], "sha256=ab");
+        assert_eq!(headers["content-type"], "application/json");
+        assert_eq!(headers.get_all("webhook-signature").iter().count(), 2);
+        assert_eq!(
+            parse_headers_file("X-Signature abc").unwrap_err(),
+            "line 1: expected `Name: value`"
+        );
+        assert!(parse_headers_file("\nBad Name: x")
+            .unwrap_err()
+            .starts_with("line 2:"));
+    }
+
+    #[test]
+    fn generated_keys_sign_and_verify_in_every_scheme() {
+        let mut rng = rand::rngs::mock::StepRng::new(7, 11);
+        for scheme in Scheme::ALL {
+            let lines = generate(scheme, false, &mut rng);
+            let secret = Secret::new(lines[0].clone());
+            assert!(scheme.check_secret(&secret).is_ok(), "{scheme}");
+            let headers = try_sign(scheme, b"{}", &secret, 1_000, None).unwrap();
+            let map = crate::signature::tests::headers_of(&headers);
+            assert!(signature::verify(scheme, &map, b"{}", &[secret], 1_000, 5).is_ok());
+        }
+        let lines = generate(Scheme::StandardWebhooks, true, &mut rng);
+        let public = lines[0].strip_prefix("public:  ").unwrap();
+        let private = lines[1].strip_prefix("private: ").unwrap();
+        assert!(public.starts_with("whpk_") && private.starts_with("whsk_"));
+        let headers = try_sign(
+            Scheme::StandardWebhooks,
+            b"{}",
+            &Secret::new(private),
+            1_000,
+            None,
+        )
+        .unwrap();
+        let map = crate::signature::tests::headers_of(&headers);
+        let secrets = [Secret::new(public)];
+        assert!(
+            signature::verify(Scheme::StandardWebhooks, &map, b"{}", &secrets, 1_000, 5).is_ok()
+        );
+    }
+}

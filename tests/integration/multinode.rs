@@ -1,0 +1,113 @@
+//! Three inhook nodes on one PostgreSQL database, each on its own port,
+//! behind a round-robin "balancer": a chaotic stream sent across all three,
+//! one node SIGKILLed mid-stream. Nothing answered 2xx is lost, nothing is
+//! applied twice, and the state is the in-order result.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use inhook::signature::{Scheme, Secret};
+use inhook::simulate::{
+    expected_states, generate, plan, ChaosSpec, Endpoint, Publisher, SendOptions, SourceSigner,
+    StreamSpec,
+};
+
+use crate::crash::Audit;
+use crate::support::{Backend, TestServer, PRESENCE_SECRET, SAVE_SECRETS};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_one_database_one_killed_converge() {
+    if Backend::fresh_kind() != "postgres" {
+        eprintln!("several nodes share one database only on PostgreSQL: set INHOOK_TEST_DATABASE");
+        return;
+    }
+    let first = TestServer::spawn().await;
+    let mut second = TestServer::join(&first).await;
+    let third = TestServer::join(&first).await;
+    let seed = 0x3_0de;
+    let stream = generate(&StreamSpec {
+        seed,
+        events: 3_000,
+        aggregates: 60,
+        presence_share: 0.5,
+    });
+    let plan = Arc::new(plan(
+        &stream,
+        &ChaosSpec {
+            seed,
+            window: 8,
+            duplicate_rate: 0.2,
+            resend_rate: 0.05,
+        },
+    ));
+    let endpoint = Endpoint::many(&[&first.url, &second.url, &third.url]);
+    let publisher = Publisher::new(
+        endpoint.clone(),
+        SourceSigner {
+            name: "presence".into(),
+            scheme: Scheme::HmacHex,
+            secret: Secret::new(PRESENCE_SECRET),
+        },
+        SourceSigner {
+            name: "save-game".into(),
+            scheme: Scheme::HmacTimestamped,
+            secret: Secret::new(SAVE_SECRETS[0]),
+        },
+        None,
+        SendOptions {
+            concurrency: 12,
+            rate: 600,
+            give_up_after: Duration::from_secs(60),
+            max_retry_after: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(5),
+        },
+    )
+    .unwrap();
+    let started = Instant::now();
+    let sending = tokio::spawn({
+        let (publisher, plan) = (publisher.clone(), plan.clone());
+        async move { publisher.deliver(plan).await }
+    });
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(
+        !sending.is_finished(),
+        "the stream ended before the kill: send slower"
+    );
+    let killed_after = publisher.answered().len();
+    tokio::task::block_in_place(|| second.kill9());
+    // The balancer notices; requests already sent to the dead node are retried on the others.
+    endpoint.remove(&second.url);
+    let report = sending.await.expect("publisher task");
+    assert!(
+        report.failures.is_empty(),
+        "deliveries failed: {:?}",
+        &report.failures[..report.failures.len().min(5)]
+    );
+    let mismatches = publisher
+        .converge(Arc::new(expected_states(&stream)), Duration::from_secs(60))
+        .await
+        .expect("read API");
+    let rows = first.logged().await;
+    let audit = Audit::of(&rows, &stream, &plan, &report);
+    println!(
+        "multi-node: 3 nodes, 1 killed after {killed_after} answers; {} events, {} deliveries, \
+         {} requests, answers {:?}; {} answered 2xx, {} lost, {} logged twice, {} rows, \
+         statuses {:?}, {} mismatches, {:.1}s",
+        stream.event_count(),
+        plan.deliveries.len(),
+        report.tally.requests,
+        report.tally.codes,
+        audit.answered,
+        audit.lost.len(),
+        audit.twice,
+        rows.len(),
+        audit.statuses,
+        mismatches.len(),
+        started.elapsed().as_secs_f64(),
+    );
+    for m in mismatches.iter().take(5) {
+        println!("  {}: expected {}, got {}", m.aggregate, m.expected, m.got);
+    }
+    audit.assert_clean(rows.len(), stream.event_count(), mismatches.len());
+    drop(third);
+}

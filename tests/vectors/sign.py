@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Signs webhook deliveries with each publisher's OFFICIAL library, so the
+Rust integration tests (tests/integration/signatures.rs) check inhook against
+the publishers' own code rather than against inhook's signer.
+
+    standard-webhooks  standardwebhooks (PyPI), Webhook.sign            -> v1
+    standard-webhooks  cryptography Ed25519 when the key is whsk_ (no   -> v1a
+                       official Python or JS signer exists for v1a; the
+                       format is checked against the reference Go
+                       library's vector in src/signature unit tests)
+    stripe             stripe (PyPI), WebhookSignature.generate_signature_header
+    slack              slack_sdk (PyPI), SignatureVerifier.generate_signature
+    github             @octokit/webhooks-methods (npm) sign(), via sign_github.mjs
+    shopify            Python's hmac + base64, following Shopify's docs
+                       (Shopify publishes no signing library)
+
+Install:  pip install -r tests/vectors/requirements.txt
+          npm ci --prefix tests/vectors
+Check:    python3 tests/vectors/sign.py --check
+Use:      echo '[{"scheme":"stripe","secret":"whsec_x","body":"{}","timestamp":1800000000}]' \
+              | python3 tests/vectors/sign.py
+stdin is a JSON list of {"scheme", "secret", "body" (UTF-8 text), "timestamp"
+(unix seconds), "id" (delivery id, for standard-webhooks and github)};
+stdout is a JSON list of {"headers": {name: value}, "library": "..."}.
+"""
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime, timezone
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def standard_webhooks(req):
+    ts = req["timestamp"]
+    secret = req["secret"]
+    if secret.startswith("whsk_"):
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        seed = base64.b64decode(secret[len("whsk_"):])
+        content = f'{req["id"]}.{ts}.{req["body"]}'.encode()
+        sig = Ed25519PrivateKey.from_private_bytes(seed).sign(content)
+        signature = "v1a," + base64.b64encode(sig).decode()
+        library = "cryptography Ed25519 (spec v1a; no official signer)"
+    else:
+        from standardwebhooks import Webhook
+
+        at = datetime.fromtimestamp(ts, tz=timezone.utc)
+        signature = Webhook(secret).sign(req["id"], at, req["body"])
+        library = "standardwebhooks"
+    headers = {
+        "webhook-id": req["id"],
+        "webhook-timestamp": str(ts),
+        "webhook-signature": signature,
+    }
+    return headers, library
+
+
+def stripe_(req):
+    import stripe
+
+    header = stripe.WebhookSignature.generate_signature_header(
+        req["body"], req["secret"], timestamp=req["timestamp"]
+    )
+    return {"stripe-signature": header}, "stripe"
+
+
+def slack(req):
+    from slack_sdk.signature import SignatureVerifier
+
+    ts = str(req["timestamp"])
+    signature = SignatureVerifier(req["secret"]).generate_signature(timestamp=ts, body=req["body"])
+    return {"x-slack-request-timestamp": ts, "x-slack-signature": signature}, "slack_sdk"
+
+
+def shopify(req):
+    digest = hmac.new(req["secret"].encode(), req["body"].encode(), hashlib.sha256).digest()
+    return {"x-shopify-hmac-sha256": base64.b64encode(digest).decode()}, "python hmac (no official library)"
+
+
+def github_all(reqs):
+    if not reqs:
+        return []
+    node = subprocess.run(
+        ["node", os.path.join(HERE, "sign_github.mjs")],
+        input=json.dumps([{"secret": r["secret"], "body": r["body"]} for r in reqs]),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    out = []
+    for req, signature in zip(reqs, json.loads(node.stdout)):
+        headers = {"x-hub-signature-256": signature}
+        if req.get("id"):
+            headers["x-github-delivery"] = req["id"]
+        out.append((headers, "@octokit/webhooks-methods"))
+    return out
+
+
+SIGNERS = {"standard-webhooks": standard_webhooks, "stripe": stripe_, "slack": slack, "shopify": shopify}
+
+
+def check():
+    import cryptography  # noqa: F401
+    import slack_sdk  # noqa: F401
+    import standardwebhooks  # noqa: F401
+    import stripe  # noqa: F401
+
+    github_all([{"secret": "s", "body": "{}"}])
+
+
+def main():
+    if sys.argv[1:] == ["--check"]:
+        check()
+        return
+    reqs = json.load(sys.stdin)
+    github = iter(github_all([r for r in reqs if r["scheme"] == "github"]))
+    out = []
+    for req in reqs:
+        headers, library = next(github) if req["scheme"] == "github" else SIGNERS[req["scheme"]](req)
+        out.append({"headers": headers, "library": library})
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
