@@ -63,6 +63,7 @@ impl Application {
                 store,
                 wake,
                 clock: Clock::System,
+                duplicates: Arc::default(),
             },
         })
     }

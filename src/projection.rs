@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use crate::contract::{ItemQty, Presence, PresenceEvent, SaveChange, SaveEvent};
 use crate::domain::{DeadReason, Sequence};
@@ -34,6 +34,35 @@ impl PresenceState {
     pub fn is_stale(&self, now_ms: i64, stale_after_ms: i64) -> bool {
         now_ms.saturating_sub(self.updated_at_ms) > stale_after_ms
     }
+}
+
+/// The API shape of a presence (SPEC §4); `stale` is judged at `now_ms`.
+pub fn presence_view(
+    user_id: &str,
+    state: &PresenceState,
+    now_ms: i64,
+    stale_after_ms: i64,
+) -> Value {
+    json!({
+        "user_id": user_id,
+        "status": state.presence,
+        "sequence": state.sequence,
+        "updated_at": crate::clock::rfc3339(state.updated_at_ms),
+        "stale": state.is_stale(now_ms, stale_after_ms),
+    })
+}
+
+/// The API shape of a save slot (SPEC §4).
+pub fn save_view(player_id: &str, save_slot: &str, state: &SaveState) -> Value {
+    json!({
+        "player_id": player_id,
+        "save_slot": save_slot,
+        "last_sequence": state.last_sequence,
+        "progress": state.progress,
+        "inventory": state.inventory,
+        "achievements": state.achievements,
+        "updated_at": (state.updated_at_ms > 0).then(|| crate::clock::rfc3339(state.updated_at_ms)),
+    })
 }
 
 /// A player's save slot: the projection plus the ordering bookkeeping it needs.

@@ -14,7 +14,7 @@ use crate::contract::{Presence, SourceKind};
 use crate::domain::EventStatus;
 use crate::domain::{AggregateKey, Ident};
 use crate::mask::mask;
-use crate::projection::PresenceState;
+use crate::projection::{presence_view, save_view, PresenceState};
 use crate::store::{EventFilter, EventRecord, ReplayJob, ReplayOutcome, StoreError};
 use axum::http::StatusCode;
 
@@ -36,13 +36,22 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
 
 /// `GET /metrics`: Prometheus text; the backlog gauges are read from the store at each scrape.
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
-    match state.store.backlog().await {
+    match state.store.status_counts().await {
         Ok(counts) => {
             for source in &state.config.sources {
-                let (held, backlog) = counts
-                    .iter()
-                    .find(|(name, _, _)| *name == source.name)
-                    .map_or((0, 0), |(_, held, backlog)| (*held, *backlog));
+                let count = |wanted: &[EventStatus]| -> u64 {
+                    counts
+                        .iter()
+                        .filter(|(name, status, _)| *name == source.name && wanted.contains(status))
+                        .map(|(_, _, n)| n)
+                        .sum()
+                };
+                let held = count(&[EventStatus::Held]);
+                let backlog = count(&[
+                    EventStatus::Received,
+                    EventStatus::Held,
+                    EventStatus::Retrying,
+                ]);
                 crate::metrics::backlog(&source.name, held, backlog);
             }
         }
@@ -100,13 +109,7 @@ fn store_answer(err: StoreError) -> Answer {
 
 fn presence_json(source: &SourceConfig, user_id: &str, state: &PresenceState) -> serde_json::Value {
     let stale_after_ms = (source.stale_after_s as i64).saturating_mul(1000);
-    json!({
-        "user_id": user_id,
-        "status": state.presence,
-        "sequence": state.sequence,
-        "updated_at": clock::rfc3339(state.updated_at_ms),
-        "stale": state.is_stale(clock::now_ms(), stale_after_ms),
-    })
+    presence_view(user_id, state, clock::now_ms(), stale_after_ms)
 }
 
 /// `GET /v1/presence/{user_id}`.
@@ -176,16 +179,7 @@ pub(super) async fn save_one(
         .await
         .map_err(store_answer)?
         .ok_or(Answer::NotFound("unknown_save"))?;
-    Ok(Json(json!({
-        "player_id": player_id,
-        "save_slot": save_slot,
-        "last_sequence": save.last_sequence,
-        "progress": save.progress,
-        "inventory": save.inventory,
-        "achievements": save.achievements,
-        "updated_at": (save.updated_at_ms > 0).then(|| clock::rfc3339(save.updated_at_ms)),
-    }))
-    .into_response())
+    Ok(Json(save_view(&player_id, &save_slot, &save)).into_response())
 }
 
 /// `?source=&status=&aggregate=&limit=&cursor=` of the event log listing.
@@ -238,6 +232,11 @@ fn event_json(record: &EventRecord, detail: bool, mask_fields: &[String]) -> ser
         "signature_valid": record.signature_valid,
     });
     if detail {
+        out["headers"] = record
+            .headers
+            .as_deref()
+            .and_then(|h| serde_json::from_str(h).ok())
+            .unwrap_or_else(|| json!({}));
         let mut body = serde_json::from_slice(&record.body).unwrap_or_else(|_| {
             serde_json::Value::String(String::from_utf8_lossy(&record.body).into())
         });
@@ -400,4 +399,163 @@ fn job_json(job: &ReplayJob) -> serde_json::Value {
         "created_at": clock::rfc3339(job.created_at_ms),
         "updated_at": clock::rfc3339(job.updated_at_ms),
     })
+}
+
+/// `?source=&limit=&cursor=` of the save slot listing.
+#[derive(Debug, Deserialize)]
+pub(super) struct SavesQuery {
+    source: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+/// `GET /v1/saves`: save slots with their state, ordered by player and slot.
+pub(super) async fn saves_list(
+    State(state): State<AppState>,
+    Query(query): Query<SavesQuery>,
+) -> Result<Response, Answer> {
+    let source = source_of_kind(&state, SourceKind::SaveGame, query.source.as_deref())?;
+    let limit = query.limit.unwrap_or(100);
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(Answer::BadRequest(format!(
+            "limit must be in 1..={MAX_PAGE}"
+        )));
+    }
+    let cursor = query.cursor.as_deref().map(aggregate_storage_key);
+    let page = state
+        .store
+        .saves_page(&source.name, limit, cursor.as_deref())
+        .await
+        .map_err(store_answer)?;
+    let items: Vec<_> = page
+        .items
+        .iter()
+        .map(|(key, save)| {
+            let (player, slot) = key.split_once('\u{1f}').unwrap_or((key, ""));
+            save_view(player, slot, save)
+        })
+        .collect();
+    let next_cursor = page.next_cursor.map(|c| c.replace('\u{1f}', "/"));
+    Ok(Json(json!({"items": items, "next_cursor": next_cursor})).into_response())
+}
+
+/// `GET /v1/overview`: per source, events by status and duplicates seen by this node.
+pub(super) async fn overview(State(state): State<AppState>) -> Result<Response, Answer> {
+    let counts = state.store.status_counts().await.map_err(store_answer)?;
+    let duplicates = state
+        .duplicates
+        .lock()
+        .map(|d| d.clone())
+        .unwrap_or_default();
+    let sources: Vec<_> = state
+        .config
+        .sources
+        .iter()
+        .map(|source| {
+            let count = |wanted: &[EventStatus]| -> u64 {
+                counts
+                    .iter()
+                    .filter(|(name, status, _)| *name == source.name && wanted.contains(status))
+                    .map(|(_, _, n)| n)
+                    .sum()
+            };
+            json!({
+                "source": source.name,
+                "kind": source.kind,
+                "mode": if source.mode == crate::config::Mode::Sync { "sync" } else { "async" },
+                "received": count(&EventStatus::ALL),
+                "processed": count(&[EventStatus::Processed]),
+                "duplicates": duplicates.get(&source.name).copied().unwrap_or(0),
+                "stale": count(&[EventStatus::IgnoredStale]),
+                "unsupported": count(&[EventStatus::IgnoredUnsupported]),
+                "held": count(&[EventStatus::Held]),
+                "retrying": count(&[EventStatus::Retrying]),
+                "dead": count(&[EventStatus::Dead]),
+                "backlog": count(&[EventStatus::Received, EventStatus::Held, EventStatus::Retrying]),
+            })
+        })
+        .collect();
+    Ok(
+        Json(json!({"sources": sources, "generated_at": clock::rfc3339(clock::now_ms())}))
+            .into_response(),
+    )
+}
+
+/// `?source=&aggregate=` of the change stream.
+#[derive(Debug, Deserialize)]
+pub(super) struct StreamQuery {
+    source: Option<String>,
+    aggregate: Option<String>,
+}
+
+/// How often the change stream looks for new changes (they may come from other nodes).
+const STREAM_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// `GET /v1/stream`: server-sent events of every applied state change, resumable with
+/// `Last-Event-ID`; without it the stream starts at the current end.
+pub(super) async fn stream(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+    Query(query): Query<StreamQuery>,
+) -> Result<Response, Answer> {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    let resume = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().parse::<i64>())
+        .transpose()
+        .map_err(|_| {
+            Answer::BadRequest("Last-Event-ID must be an event id from this stream".into())
+        })?;
+    let after = match resume {
+        Some(id) => id,
+        None => state.store.last_change_id().await.map_err(store_answer)?,
+    };
+    let filter = (
+        query.source.filter(|s| !s.is_empty()),
+        query
+            .aggregate
+            .filter(|a| !a.is_empty())
+            .map(|a| aggregate_storage_key(&a)),
+    );
+    let store = state.store.clone();
+    let changes = futures_util::stream::unfold(
+        (after, std::collections::VecDeque::new()),
+        move |(mut after, mut queue)| {
+            let (store, filter) = (store.clone(), filter.clone());
+            async move {
+                loop {
+                    if let Some(change) = queue.pop_front() {
+                        let change: crate::store::StateChange = change;
+                        after = change.id;
+                        let data = json!({
+                            "source": change.source,
+                            "aggregate": change.aggregate.replace('\u{1f}', "/"),
+                            "state": serde_json::from_str::<serde_json::Value>(&change.state)
+                                .unwrap_or(serde_json::Value::Null),
+                        });
+                        let event = Event::default()
+                            .id(change.id.to_string())
+                            .event(change.kind)
+                            .data(data.to_string());
+                        return Some((Ok::<_, std::convert::Infallible>(event), (after, queue)));
+                    }
+                    match store
+                        .changes_after(after, filter.0.as_deref(), filter.1.as_deref(), 256)
+                        .await
+                    {
+                        Ok(batch) if !batch.is_empty() => queue.extend(batch),
+                        Ok(_) => tokio::time::sleep(STREAM_POLL).await,
+                        Err(err) => {
+                            tracing::warn!(error = %err, "change stream cannot read; retrying");
+                            tokio::time::sleep(STREAM_POLL * 5).await;
+                        }
+                    }
+                }
+            }
+        },
+    );
+    Ok(Sse::new(changes)
+        .keep_alive(KeepAlive::default())
+        .into_response())
 }

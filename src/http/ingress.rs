@@ -97,6 +97,7 @@ async fn check_and_log(
         .store
         .ingest(
             NewEvent {
+                headers: &kept_headers(headers),
                 source: &source.name,
                 event: &event,
                 body: &body,
@@ -117,6 +118,9 @@ async fn check_and_log(
                       "publisher error: event_id resent with a different body");
             }
             metrics::duplicate(&source.name, key);
+            if let Ok(mut seen) = state.duplicates.lock() {
+                *seen.entry(source.name.clone()).or_default() += 1;
+            }
             tracing::debug!(source = %source.name, event_id = %event.event_id(),
                             original = %original, key = key.as_str(), "duplicate of a logged event");
             Answer::Duplicate {
@@ -172,6 +176,42 @@ fn sync_answer(event: &Event, decided: Decided) -> Answer {
         Outcome::Held => Answer::Accepted { event_id },
         Outcome::Dead { reason, .. } => Answer::Dead { event_id, reason },
     }
+}
+
+/// Parts of header names that mark a credential or a signature: never stored or shown.
+const SECRET_HEADER_MARKS: [&str; 8] = [
+    "signature",
+    "hmac",
+    "authorization",
+    "cookie",
+    "token",
+    "secret",
+    "api-key",
+    "apikey",
+];
+/// Most headers kept per event, and longest value kept.
+const KEPT_HEADERS: usize = 32;
+const KEPT_VALUE_BYTES: usize = 256;
+
+/// The request headers kept with an event for triage: everything but credentials and
+/// signatures, bounded in number and size.
+fn kept_headers(headers: &HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter(|(name, _)| {
+            let name = name.as_str();
+            !SECRET_HEADER_MARKS.iter().any(|mark| name.contains(mark))
+        })
+        .filter_map(|(name, value)| {
+            let value = value.to_str().ok()?;
+            let end = value
+                .char_indices()
+                .nth(KEPT_VALUE_BYTES)
+                .map_or(value.len(), |(i, _)| i);
+            Some((name.as_str().to_owned(), value[..end].to_owned()))
+        })
+        .take(KEPT_HEADERS)
+        .collect()
 }
 
 /// Most bytes of a refused body read (and dropped) so that the client, still

@@ -3,6 +3,7 @@
 
 pub mod answer;
 mod api;
+mod dashboard;
 mod ingress;
 
 use std::net::SocketAddr;
@@ -32,6 +33,8 @@ pub struct AppState {
     pub wake: Arc<Notify>,
     /// Where "now" comes from.
     pub clock: crate::clock::Clock,
+    /// Duplicates answered by this node since it started, per source (for the overview).
+    pub duplicates: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
 }
 
 /// Builds the router: ingress, read API, health.
@@ -40,6 +43,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/presence", get(api::presence_list))
         .route("/v1/presence/{user_id}", get(api::presence_one))
         .route("/v1/saves/{player_id}/{save_slot}", get(api::save_one))
+        .route("/v1/saves", get(api::saves_list))
+        .route("/v1/overview", get(api::overview))
+        .route("/v1/stream", get(api::stream))
         .route("/v1/events", get(api::events_list))
         .route("/v1/events/{source}/{event_id}", get(api::event_one))
         .route(
@@ -58,6 +64,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/webhooks/{source}", post(ingress::receive))
         .merge(metrics)
+        .route("/", get(dashboard::index))
         .route("/healthz", get(api::healthz))
         .route("/readyz", get(api::readyz))
         .merge(admin)

@@ -1,7 +1,13 @@
-//! SQL for an [`EventFilter`], shared by both stores; only the placeholder
-//! syntax differs (`?1` in SQLite, `$1` in PostgreSQL).
+//! SQL shared by both stores: the event columns, and the conditions of an
+//! [`EventFilter`]; only the placeholder syntax differs (`?1` in SQLite, `$1`
+//! in PostgreSQL).
 
 use super::EventFilter;
+
+/// The columns each store's `event_record` reads, in this order.
+pub(crate) const EVENT_COLUMNS: &str = "id, source, event_id, event_type, aggregate, sequence,
+    idempotency_key, body, signature_valid, signed_at, received_at, status, attempts,
+    next_attempt_at, last_error, dead_reason, decided_at, replays, headers";
 
 /// A bound value of a filter.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -23,7 +23,8 @@ CREATE TABLE events (
     last_error      TEXT,
     dead_reason     TEXT,
     decided_at      INTEGER,
-    replays         INTEGER NOT NULL DEFAULT 0
+    replays         INTEGER NOT NULL DEFAULT 0,
+    headers         TEXT
 );
 CREATE UNIQUE INDEX events_source_event_id ON events (source, event_id);
 CREATE UNIQUE INDEX events_source_idempotency_key ON events (source, idempotency_key)
@@ -65,6 +66,16 @@ CREATE TABLE replay_jobs (
     cursor_aggregate TEXT,
     created_at       INTEGER NOT NULL,
     updated_at       INTEGER NOT NULL
+);
+
+-- Every applied state change, in order: the source of GET /v1/stream.
+CREATE TABLE state_changes (
+    id        INTEGER PRIMARY KEY AUTOINCREMENT,
+    source    TEXT    NOT NULL,
+    aggregate TEXT    NOT NULL,
+    kind      TEXT    NOT NULL,
+    at        INTEGER NOT NULL,
+    state     TEXT    NOT NULL
 );
 
 CREATE TABLE presence_state (
@@ -115,7 +126,8 @@ CREATE TABLE events (
     last_error      TEXT,
     dead_reason     TEXT,
     decided_at      BIGINT,
-    replays         INTEGER NOT NULL DEFAULT 0
+    replays         INTEGER NOT NULL DEFAULT 0,
+    headers         TEXT
 );
 CREATE UNIQUE INDEX events_source_event_id ON events (source, event_id);
 CREATE UNIQUE INDEX events_source_idempotency_key ON events (source, idempotency_key)
@@ -154,6 +166,15 @@ CREATE TABLE replay_jobs (
     cursor_aggregate TEXT,
     created_at       BIGINT  NOT NULL,
     updated_at       BIGINT  NOT NULL
+);
+
+CREATE TABLE state_changes (
+    id        BIGSERIAL PRIMARY KEY,
+    source    TEXT   NOT NULL,
+    aggregate TEXT   NOT NULL,
+    kind      TEXT   NOT NULL,
+    at        BIGINT NOT NULL,
+    state     TEXT   NOT NULL
 );
 
 CREATE TABLE presence_state (

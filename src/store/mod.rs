@@ -54,6 +54,8 @@ pub struct NewEvent<'a> {
     pub event: &'a Event,
     /// The raw body exactly as received.
     pub body: &'a [u8],
+    /// Request headers worth keeping for triage (never signatures or credentials).
+    pub headers: &'a [(String, String)],
     /// Time of receipt, unix milliseconds.
     pub received_at_ms: i64,
     /// The signed timestamp, for timestamped schemes.
@@ -211,6 +213,8 @@ pub struct EventRecord {
     pub decided_at_ms: Option<i64>,
     /// How many times a person replayed it.
     pub replays: i64,
+    /// The kept request headers, as a JSON object text.
+    pub headers: Option<String>,
     /// Failures and replays, oldest first (filled by [`Store::event`] only).
     pub history: Vec<AttemptRecord>,
 }
@@ -270,6 +274,32 @@ pub struct FailureReport {
     pub retrying: u64,
     /// Events that ran out of attempts.
     pub dead: u64,
+}
+
+/// A page of save slots.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SavePage {
+    /// `(stored aggregate key, state)`, ordered by key.
+    pub items: Vec<(String, SaveState)>,
+    /// The cursor for the next page, if there is one.
+    pub next_cursor: Option<String>,
+}
+
+/// One applied state change, as streamed by `GET /v1/stream`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateChange {
+    /// Position in the change log; clients resume after it (`Last-Event-ID`).
+    pub id: i64,
+    /// The source.
+    pub source: String,
+    /// The aggregate, in stored form.
+    pub aggregate: String,
+    /// `presence` or `save`.
+    pub kind: String,
+    /// When it was applied, unix milliseconds.
+    pub at_ms: i64,
+    /// The new state in its API shape, as JSON text.
+    pub state: String,
 }
 
 /// The durable store behind inhook: event log, dedup keys, projections.
@@ -371,8 +401,28 @@ pub trait Store: Send + Sync + 'static {
         now_ms: i64,
     ) -> Result<ReplayJob, StoreError>;
 
-    /// Per source: events held, and events not yet decided (received, held, retrying).
-    async fn backlog(&self) -> Result<Vec<(String, u64, u64)>, StoreError>;
+    /// Events per source and status.
+    async fn status_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError>;
+
+    /// Save slots of a source, ordered by aggregate, after `cursor` (a stored aggregate key).
+    async fn saves_page(
+        &self,
+        source: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<SavePage, StoreError>;
+
+    /// The id of the latest applied state change (0 when there is none).
+    async fn last_change_id(&self) -> Result<i64, StoreError>;
+
+    /// Applied state changes after id `after`, oldest first, optionally of one source and aggregate.
+    async fn changes_after(
+        &self,
+        after: i64,
+        source: Option<&str>,
+        aggregate: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<StateChange>, StoreError>;
 
     /// A bulk replay's progress.
     async fn replay_job(&self, id: i64) -> Result<Option<ReplayJob>, StoreError>;

@@ -15,13 +15,14 @@ use tokio::sync::Notify;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
-use super::filter::{self, where_of, Param};
+use super::filter::{self, where_of, Param, EVENT_COLUMNS};
 use super::migrations::POSTGRES as MIGRATIONS;
 use super::settle::{Pending, PendingRow};
+use super::sqlite::headers_json;
 use super::{
     sequence_of, status_of, Admission, AttemptRecord, Decided, DedupKey, EventFilter, EventPage,
     EventRecord, FailureReport, NewEvent, PresencePage, PurgeReport, ReplayJob, ReplayOutcome,
-    SettleReport, SourceRules, Store, StoreError,
+    SavePage, SettleReport, SourceRules, StateChange, Store, StoreError,
 };
 use crate::contract::{Presence, SourceKind};
 use crate::domain::{AggregateKey, DeadReason, EventId, EventStatus};
@@ -275,8 +276,8 @@ impl Store for PostgresStore {
         let inserted = tx
             .query_opt(
                 "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
-                     idempotency_key, body, signature_valid, signed_at, received_at, status)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, TRUE, $8, $9, 'received')
+                     idempotency_key, body, signature_valid, signed_at, received_at, status, headers)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, TRUE, $8, $9, 'received', $10)
                  ON CONFLICT DO NOTHING
                  RETURNING id",
                 &[
@@ -289,6 +290,7 @@ impl Store for PostgresStore {
                     &event.body,
                     &event.signed_at,
                     &event.received_at_ms,
+                    &headers_json(event.headers),
                 ],
             )
             .await
@@ -613,23 +615,95 @@ impl Store for PostgresStore {
         })
     }
 
-    async fn backlog(&self) -> Result<Vec<(String, u64, u64)>, StoreError> {
+    async fn status_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT source, COUNT(*) FILTER (WHERE status = 'held'), COUNT(*) FROM events
-                 WHERE status IN ('received', 'held', 'retrying') GROUP BY source",
+                "SELECT source, status, COUNT(*) FROM events GROUP BY source, status",
                 &[],
             )
             .await
             .map_err(pg_err)?;
         rows.iter()
             .map(|r| {
-                Ok((
-                    col(r, 0)?,
-                    col::<i64>(r, 1)? as u64,
-                    col::<i64>(r, 2)? as u64,
-                ))
+                let status: String = col(r, 1)?;
+                Ok((col(r, 0)?, parse_status(&status)?, col::<i64>(r, 2)? as u64))
+            })
+            .collect()
+    }
+
+    async fn saves_page(
+        &self,
+        source: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<SavePage, StoreError> {
+        let client = self.client().await?;
+        let keys = client
+            .query(
+                "SELECT aggregate FROM save_state WHERE source = $1
+                   AND ($2::TEXT IS NULL OR aggregate > $2)
+                 ORDER BY aggregate LIMIT $3",
+                &[&source, &cursor, &(limit as i64 + 1)],
+            )
+            .await
+            .map_err(pg_err)?;
+        let mut items = Vec::with_capacity(keys.len());
+        for row in &keys {
+            let key: String = col(row, 0)?;
+            if let Some(state) = load_save(&client, source, &key).await? {
+                items.push((key, state));
+            }
+        }
+        let next_cursor = if items.len() > limit {
+            items.truncate(limit);
+            items.last().map(|(key, _)| key.clone())
+        } else {
+            None
+        };
+        Ok(SavePage { items, next_cursor })
+    }
+
+    async fn last_change_id(&self) -> Result<i64, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT COALESCE(MAX(id), 0)::BIGINT FROM state_changes",
+                &[],
+            )
+            .await
+            .map_err(pg_err)?;
+        col(&row, 0)
+    }
+
+    async fn changes_after(
+        &self,
+        after: i64,
+        source: Option<&str>,
+        aggregate: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<StateChange>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT id, source, aggregate, kind, at, state FROM state_changes
+                 WHERE id > $1 AND ($2::TEXT IS NULL OR source = $2)
+                   AND ($3::TEXT IS NULL OR aggregate = $3)
+                 ORDER BY id LIMIT $4",
+                &[&after, &source, &aggregate, &(limit as i64)],
+            )
+            .await
+            .map_err(pg_err)?;
+        rows.iter()
+            .map(|r| {
+                Ok(StateChange {
+                    id: col(r, 0)?,
+                    source: col(r, 1)?,
+                    aggregate: col(r, 2)?,
+                    kind: col(r, 3)?,
+                    at_ms: col(r, 4)?,
+                    state: col(r, 5)?,
+                })
             })
             .collect()
     }
@@ -798,16 +872,17 @@ impl Store for PostgresStore {
             .execute("DELETE FROM dedup_keys WHERE expires_at <= $1", &[&now_ms])
             .await
             .map_err(pg_err)?;
+        tx.execute(
+            "DELETE FROM state_changes WHERE id IN
+                 (SELECT id FROM state_changes WHERE at < $1 LIMIT $2)",
+            &[&before_ms, &(batch as i64)],
+        )
+        .await
+        .map_err(pg_err)?;
         tx.commit().await.map_err(pg_err)?;
         Ok(PurgeReport { events, dedup_keys })
     }
 }
-
-/// The columns [`event_record`] reads, in order.
-const EVENT_COLUMNS: &str =
-    "id, source, event_id, event_type, aggregate, sequence, idempotency_key,
-    body, signature_valid, signed_at, received_at, status, attempts, next_attempt_at, last_error,
-    dead_reason, decided_at, replays";
 
 fn event_record(r: &Row) -> Result<EventRecord, StoreError> {
     let status: String = col(r, 11)?;
@@ -837,6 +912,7 @@ fn event_record(r: &Row) -> Result<EventRecord, StoreError> {
             .transpose()?,
         decided_at_ms: col(r, 16)?,
         replays: i64::from(col::<i32>(r, 17)?),
+        headers: col(r, 18)?,
         history: Vec::new(),
     })
 }
@@ -996,7 +1072,7 @@ async fn settle_tx<C: GenericClient>(
 ) -> Result<Settled, StoreError> {
     let rows = tx
         .query(
-            "SELECT id, body, received_at, replays > 0, status = 'held' FROM events
+            "SELECT id, body, received_at, replays > 0, status = 'held', event_id FROM events
              WHERE source = $1 AND aggregate = $2
                AND (status IN ('received', 'held')
                     OR (status = 'retrying' AND next_attempt_at <= $3))",
@@ -1013,14 +1089,15 @@ async fn settle_tx<C: GenericClient>(
                 received_at_ms: col(r, 2)?,
                 replayed: col(r, 3)?,
                 was_held: col(r, 4)?,
+                event_id: col(r, 5)?,
             })
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
     let pending = Pending::parse(rules.kind, rows);
-    let (decisions, report, current_sequence) = match rules.kind {
+    let (decisions, report, current_sequence, change) = match rules.kind {
         SourceKind::Presence => {
             let before = load_presence(tx, &rules.name, aggregate).await?;
-            let plan = pending.settle_presence(before, now_ms)?;
+            let plan = pending.settle_presence(aggregate, before, now_ms)?;
             if let Some(state) = plan.state.as_ref().filter(|_| plan.changed) {
                 // Conditional upsert: an older sequence never overwrites a newer one.
                 tx.execute(
@@ -1041,7 +1118,12 @@ async fn settle_tx<C: GenericClient>(
                 .await
                 .map_err(pg_err)?;
             }
-            (plan.decisions, plan.report, plan.current_sequence)
+            (
+                plan.decisions,
+                plan.report,
+                plan.current_sequence,
+                plan.change,
+            )
         }
         SourceKind::SaveGame => {
             let before = load_save(tx, &rules.name, aggregate)
@@ -1049,13 +1131,28 @@ async fn settle_tx<C: GenericClient>(
                 .unwrap_or_else(|| SaveState::empty(rules.first_sequence));
             let from = pending.occupied_from(before.last_sequence);
             let occupied = occupied_sequences(tx, &rules.name, aggregate, from).await?;
-            let plan = pending.settle_save(before, occupied, now_ms, rules.hold_timeout_ms);
+            let plan =
+                pending.settle_save(aggregate, before, occupied, now_ms, rules.hold_timeout_ms);
             if plan.changed {
                 store_save(tx, &rules.name, aggregate, &plan.state).await?;
             }
-            (plan.decisions, plan.report, plan.current_sequence)
+            (
+                plan.decisions,
+                plan.report,
+                plan.current_sequence,
+                plan.change,
+            )
         }
     };
+    if let Some((kind, state)) = change {
+        tx.execute(
+            "INSERT INTO state_changes (source, aggregate, kind, at, state)
+             VALUES ($1, $2, $3, $4, $5)",
+            &[&rules.name, &aggregate, &kind, &now_ms, &state.to_string()],
+        )
+        .await
+        .map_err(pg_err)?;
+    }
     for (row, outcome) in &decisions {
         record_decision(tx, *row, outcome, now_ms, rules.hold_timeout_ms).await?;
     }

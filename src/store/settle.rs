@@ -6,15 +6,18 @@ use std::collections::BTreeSet;
 
 use super::{SettleReport, StoreError};
 use crate::contract::{Event, SourceKind};
+use crate::domain::AggregateKey;
 use crate::domain::DeadReason;
 use crate::ordering::{decide_presence, settle_save, Outcome, PendingSave};
-use crate::projection::{PresenceState, SaveState};
+use crate::projection::{presence_view, save_view, PresenceState, SaveState};
 
 /// A pending event row as loaded from the log.
 #[derive(Debug, Clone)]
 pub(crate) struct PendingRow {
     /// The log row id.
     pub row: i64,
+    /// The logged event_id: a body without one got it from its delivery's header.
+    pub event_id: String,
     /// The raw body.
     pub body: Vec<u8>,
     /// Time of receipt, unix milliseconds.
@@ -45,6 +48,8 @@ pub(crate) struct Plan<S> {
     pub report: SettleReport,
     /// The aggregate's current sequence afterwards.
     pub current_sequence: Option<i64>,
+    /// The new state for the change stream, when it changed: `(kind, API-shaped state)`.
+    pub change: Option<(&'static str, serde_json::Value)>,
 }
 
 impl Pending {
@@ -58,7 +63,7 @@ impl Pending {
             .map(|r| (r.row, r.received_at_ms, r.was_held))
             .collect();
         for row in rows {
-            match Event::parse(kind, &row.body) {
+            match Event::parse_with_fallback(kind, &row.body, Some(&row.event_id)) {
                 Ok(event) => parsed.push((row, event)),
                 Err(err) => invalid.push((
                     row.row,
@@ -89,6 +94,7 @@ impl Pending {
     /// Settles a presence aggregate (latest-wins).
     pub fn settle_presence(
         self,
+        user_id: &str,
         before: Option<PresenceState>,
         now_ms: i64,
     ) -> Result<Plan<Option<PresenceState>>, StoreError> {
@@ -111,7 +117,11 @@ impl Pending {
         }
         let current_sequence = state.as_ref().map(|s| s.sequence.get());
         let changed = state != before;
-        Ok(plan(
+        let change = state
+            .as_ref()
+            .filter(|_| changed)
+            .map(|s| ("presence", presence_view(user_id, s, now_ms, i64::MAX)));
+        let mut plan = plan(
             &rows,
             state,
             changed,
@@ -119,12 +129,15 @@ impl Pending {
             0,
             now_ms,
             current_sequence,
-        ))
+        );
+        plan.change = change;
+        Ok(plan)
     }
 
     /// Settles a save slot: `occupied` must hold the decided sequences from [`Self::occupied_from`] on.
     pub fn settle_save(
         self,
+        aggregate: &str,
         before: SaveState,
         occupied: BTreeSet<i64>,
         now_ms: i64,
@@ -149,7 +162,17 @@ impl Pending {
         decisions.extend(settlement.decisions);
         let current = Some(settlement.state.last_sequence);
         let changed = settlement.state != before;
-        plan(
+        let change = match AggregateKey::from_storage_key(aggregate) {
+            Some(AggregateKey::SaveSlot {
+                player_id,
+                save_slot,
+            }) if changed => Some((
+                "save",
+                save_view(player_id.as_str(), save_slot.as_str(), &settlement.state),
+            )),
+            _ => None,
+        };
+        let mut plan = plan(
             &rows,
             settlement.state,
             changed,
@@ -157,7 +180,9 @@ impl Pending {
             settlement.gaps_skipped,
             now_ms,
             current,
-        )
+        );
+        plan.change = change;
+        plan
     }
 }
 
@@ -198,5 +223,6 @@ fn plan<S>(
         decisions,
         report,
         current_sequence,
+        change: None,
     }
 }

@@ -10,13 +10,13 @@ use async_trait::async_trait;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, params_from_iter, Connection, ErrorCode, OptionalExtension, Transaction};
 
-use super::filter::{self, where_of, Param};
+use super::filter::{self, where_of, Param, EVENT_COLUMNS};
 use super::migrations::SQLITE as MIGRATIONS;
 use super::settle::{Pending, PendingRow};
 use super::{
     sequence_of, status_of, Admission, AttemptRecord, Decided, DedupKey, EventFilter, EventPage,
     EventRecord, FailureReport, NewEvent, PresencePage, PurgeReport, ReplayJob, ReplayOutcome,
-    SettleReport, SourceRules, Store, StoreError,
+    SavePage, SettleReport, SourceRules, StateChange, Store, StoreError,
 };
 use crate::contract::{Presence, SourceKind};
 use crate::domain::{AggregateKey, DeadReason, EventId, EventStatus};
@@ -128,6 +128,7 @@ impl Store for SqliteStore {
         let sequence = event.event.sequence().get();
         let idempotency_key = event.event.idempotency_key().map(|k| k.as_str().to_owned());
         let body = event.body.to_vec();
+        let headers = headers_json(event.headers);
         let received_at = event.received_at_ms;
         let signed_at = event.signed_at;
         let rules = settle_now.cloned();
@@ -145,8 +146,9 @@ impl Store for SqliteStore {
             let inserted = tx
                 .execute(
                     "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
-                         idempotency_key, body, signature_valid, signed_at, received_at, status)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, 'received')
+                         idempotency_key, body, signature_valid, signed_at, received_at, status,
+                         headers)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, 'received', ?10)
                      ON CONFLICT DO NOTHING",
                     params![
                         source,
@@ -157,7 +159,8 @@ impl Store for SqliteStore {
                         idempotency_key,
                         body,
                         signed_at,
-                        received_at
+                        received_at,
+                        headers
                     ],
                 )
                 .map_err(map_err)?;
@@ -511,21 +514,107 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn backlog(&self) -> Result<Vec<(String, u64, u64)>, StoreError> {
+    async fn status_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
         self.run(|conn| {
             let mut stmt = conn
                 .prepare_cached(
-                    "SELECT source, SUM(status = 'held'), COUNT(*) FROM events
-                     WHERE status IN ('received', 'held', 'retrying') GROUP BY source",
+                    "SELECT source, status, COUNT(*) FROM events GROUP BY source, status",
                 )
                 .map_err(map_err)?;
             let rows = stmt
                 .query_map([], |r| {
                     Ok((
-                        r.get(0)?,
-                        r.get::<_, i64>(1)? as u64,
-                        r.get::<_, i64>(2)? as u64,
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, i64>(2)?,
                     ))
+                })
+                .map_err(map_err)?;
+            let mut counts = Vec::new();
+            for row in rows {
+                let (source, status, n) = row.map_err(map_err)?;
+                counts.push((source, parse_status(&status)?, n as u64));
+            }
+            Ok(counts)
+        })
+        .await
+    }
+
+    async fn saves_page(
+        &self,
+        source: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<SavePage, StoreError> {
+        let (source, cursor) = (source.to_owned(), cursor.map(str::to_owned));
+        self.run(move |conn| {
+            let keys: Vec<String> = {
+                let mut stmt = conn
+                    .prepare_cached(
+                        "SELECT aggregate FROM save_state WHERE source = ?1
+                           AND (?2 IS NULL OR aggregate > ?2)
+                         ORDER BY aggregate LIMIT ?3",
+                    )
+                    .map_err(map_err)?;
+                let rows = stmt
+                    .query_map(params![source, cursor, limit as i64 + 1], |r| r.get(0))
+                    .map_err(map_err)?;
+                rows.collect::<Result<_, _>>().map_err(map_err)?
+            };
+            let mut items = Vec::with_capacity(keys.len());
+            for key in keys {
+                if let Some(state) = load_save(conn, &source, &key)? {
+                    items.push((key, state));
+                }
+            }
+            let next_cursor = if items.len() > limit {
+                items.truncate(limit);
+                items.last().map(|(key, _)| key.clone())
+            } else {
+                None
+            };
+            Ok(SavePage { items, next_cursor })
+        })
+        .await
+    }
+
+    async fn last_change_id(&self) -> Result<i64, StoreError> {
+        self.run(|conn| {
+            conn.query_row("SELECT COALESCE(MAX(id), 0) FROM state_changes", [], |r| {
+                r.get(0)
+            })
+            .map_err(map_err)
+        })
+        .await
+    }
+
+    async fn changes_after(
+        &self,
+        after: i64,
+        source: Option<&str>,
+        aggregate: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<StateChange>, StoreError> {
+        let (source, aggregate) = (source.map(str::to_owned), aggregate.map(str::to_owned));
+        self.run(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT id, source, aggregate, kind, at, state FROM state_changes
+                     WHERE id > ?1 AND (?2 IS NULL OR source = ?2)
+                       AND (?3 IS NULL OR aggregate = ?3)
+                     ORDER BY id LIMIT ?4",
+                )
+                .map_err(map_err)?;
+            let rows = stmt
+                .query_map(params![after, source, aggregate, limit as i64], |r| {
+                    Ok(StateChange {
+                        id: r.get(0)?,
+                        source: r.get(1)?,
+                        aggregate: r.get(2)?,
+                        kind: r.get(3)?,
+                        at_ms: r.get(4)?,
+                        state: r.get(5)?,
+                    })
                 })
                 .map_err(map_err)?;
             rows.collect::<Result<_, _>>().map_err(map_err)
@@ -687,18 +776,18 @@ impl Store for SqliteStore {
             let dedup_keys = tx
                 .execute("DELETE FROM dedup_keys WHERE expires_at <= ?1", [now_ms])
                 .map_err(map_err)? as u64;
+            tx.execute(
+                "DELETE FROM state_changes WHERE id IN
+                     (SELECT id FROM state_changes WHERE at < ?1 LIMIT ?2)",
+                params![before_ms, batch as i64],
+            )
+            .map_err(map_err)?;
             tx.commit().map_err(map_err)?;
             Ok(PurgeReport { events, dedup_keys })
         })
         .await
     }
 }
-
-/// The columns [`event_record`] reads, in order.
-const EVENT_COLUMNS: &str =
-    "id, source, event_id, event_type, aggregate, sequence, idempotency_key,
-    body, signature_valid, signed_at, received_at, status, attempts, next_attempt_at, last_error,
-    dead_reason, decided_at, replays";
 
 fn event_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRecord> {
     let status: String = r.get(11)?;
@@ -732,6 +821,7 @@ fn event_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRecord> {
         },
         decided_at_ms: r.get(16)?,
         replays: r.get(17)?,
+        headers: r.get(18)?,
         history: Vec::new(),
     })
 }
@@ -739,6 +829,17 @@ fn event_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRecord> {
 fn parse_status(raw: &str) -> Result<EventStatus, StoreError> {
     EventStatus::parse(raw)
         .ok_or_else(|| StoreError::Internal(format!("unknown status {raw:?} in store")))
+}
+
+/// Kept request headers as a JSON object text, or NULL when there are none.
+pub(crate) fn headers_json(headers: &[(String, String)]) -> Option<String> {
+    (!headers.is_empty()).then(|| {
+        let map: serde_json::Map<String, serde_json::Value> = headers
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect();
+        serde_json::Value::Object(map).to_string()
+    })
 }
 
 /// A filter's conditions with SQLite placeholders and values.
@@ -891,7 +992,7 @@ fn settle_tx(
     let rows: Vec<PendingRow> = {
         let mut stmt = tx
             .prepare_cached(
-                "SELECT id, body, received_at, replays > 0, status = 'held' FROM events
+                "SELECT id, body, received_at, replays > 0, status = 'held', event_id FROM events
                  WHERE source = ?1 AND aggregate = ?2
                    AND (status IN ('received', 'held')
                         OR (status = 'retrying' AND next_attempt_at <= ?3))",
@@ -905,16 +1006,17 @@ fn settle_tx(
                     received_at_ms: r.get(2)?,
                     replayed: r.get(3)?,
                     was_held: r.get(4)?,
+                    event_id: r.get(5)?,
                 })
             })
             .map_err(map_err)?;
         rows.collect::<Result<_, _>>().map_err(map_err)?
     };
     let pending = Pending::parse(rules.kind, rows);
-    let (decisions, report, current_sequence) = match rules.kind {
+    let (decisions, report, current_sequence, change) = match rules.kind {
         SourceKind::Presence => {
             let before = load_presence(tx, &rules.name, aggregate)?;
-            let plan = pending.settle_presence(before, now_ms)?;
+            let plan = pending.settle_presence(aggregate, before, now_ms)?;
             if let Some(state) = plan.state.as_ref().filter(|_| plan.changed) {
                 tx.execute(
                     "INSERT INTO presence_state (source, user_id, presence, sequence, updated_at)
@@ -933,20 +1035,39 @@ fn settle_tx(
                 )
                 .map_err(map_err)?;
             }
-            (plan.decisions, plan.report, plan.current_sequence)
+            (
+                plan.decisions,
+                plan.report,
+                plan.current_sequence,
+                plan.change,
+            )
         }
         SourceKind::SaveGame => {
             let before = load_save(tx, &rules.name, aggregate)?
                 .unwrap_or_else(|| SaveState::empty(rules.first_sequence));
             let from = pending.occupied_from(before.last_sequence);
             let occupied = occupied_sequences(tx, &rules.name, aggregate, from)?;
-            let plan = pending.settle_save(before, occupied, now_ms, rules.hold_timeout_ms);
+            let plan =
+                pending.settle_save(aggregate, before, occupied, now_ms, rules.hold_timeout_ms);
             if plan.changed {
                 store_save(tx, &rules.name, aggregate, &plan.state)?;
             }
-            (plan.decisions, plan.report, plan.current_sequence)
+            (
+                plan.decisions,
+                plan.report,
+                plan.current_sequence,
+                plan.change,
+            )
         }
     };
+    if let Some((kind, state)) = change {
+        tx.execute(
+            "INSERT INTO state_changes (source, aggregate, kind, at, state)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![rules.name, aggregate, kind, now_ms, state.to_string()],
+        )
+        .map_err(map_err)?;
+    }
     for (row, outcome) in &decisions {
         record_decision(tx, *row, outcome, now_ms, rules.hold_timeout_ms)?;
     }

@@ -78,6 +78,12 @@ async fn the_log_lists_filters_pages_and_masks() {
         "mask_fields applies"
     );
     assert_eq!(detail.body["body"]["data"]["added_items"][0]["qty"], 1);
+    assert_eq!(detail.body["headers"]["content-type"], "application/json");
+    assert!(detail.body["headers"]["x-timestamp"].is_string());
+    assert!(
+        detail.body["headers"].get("x-signature").is_none(),
+        "signatures are never kept"
+    );
     assert_eq!(server.get("/v1/events/save-game/nope").await.code, 404);
     assert_eq!(server.get("/v1/events?status=bogus").await.code, 400);
 

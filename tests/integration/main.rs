@@ -15,3 +15,4 @@ mod retries;
 mod save_game;
 mod signatures;
 mod simulate;
+mod stream;

@@ -102,8 +102,23 @@ impl Store for FlakyStore {
     async fn create_replay_job(&self, f: &EventFilter, now: i64) -> Result<ReplayJob, StoreError> {
         self.inner.create_replay_job(f, now).await
     }
-    async fn backlog(&self) -> Result<Vec<(String, u64, u64)>, StoreError> {
-        self.inner.backlog().await
+    async fn status_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
+        self.inner.status_counts().await
+    }
+    async fn saves_page(&self, s: &str, l: usize, c: Option<&str>) -> Result<SavePage, StoreError> {
+        self.inner.saves_page(s, l, c).await
+    }
+    async fn last_change_id(&self) -> Result<i64, StoreError> {
+        self.inner.last_change_id().await
+    }
+    async fn changes_after(
+        &self,
+        a: i64,
+        s: Option<&str>,
+        g: Option<&str>,
+        l: usize,
+    ) -> Result<Vec<StateChange>, StoreError> {
+        self.inner.changes_after(a, s, g, l).await
     }
     async fn replay_job(&self, id: i64) -> Result<Option<ReplayJob>, StoreError> {
         self.inner.replay_job(id).await
@@ -176,6 +191,7 @@ async fn log(h: &Harness, player: &str, event_id: &str) {
         body: &body,
         received_at_ms: h.clock.now_ms(),
         signed_at: None,
+        headers: &[],
     };
     h.store.ingest(new, None).await.unwrap();
 }

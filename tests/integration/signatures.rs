@@ -444,9 +444,6 @@ async fn delivery_ids_deduplicate_bodies_without_an_event_id() {
 }
 
 #[tokio::test]
-#[ignore = "needs store/settle.rs to re-parse logged bodies with their logged event_id \
-            (Event::parse_with_fallback); until then a header-only event_id is logged but dies \
-            invalid_for_projection when applied"]
 async fn a_delivery_id_event_is_applied() {
     if !vectors_available() {
         return;

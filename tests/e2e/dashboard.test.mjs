@@ -1,0 +1,426 @@
+// End-to-end test of the dashboard (`GET /`) in headless Chromium.
+//
+// Run from the repository root, after `cargo build`:
+//
+//     npm ci --prefix tests/e2e && node --test tests/e2e/
+//
+// It builds nothing: it starts `target/debug/inhook serve` (or $INHOOK_BIN) on a
+// random port with a temporary SQLite database and the two seed sources, drives
+// the page with playwright-core on the system's Chromium ($CHROMIUM, default
+// /usr/bin/chromium), and writes screenshots of the main views to
+// docs/screenshots/ (set INHOOK_SCREENSHOTS=0 to skip them, or to a directory).
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { createHmac } from 'node:crypto';
+import { mkdtempSync, mkdirSync, writeFileSync, readFileSync, rmSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+const BIN = path.resolve(ROOT, process.env.INHOOK_BIN || 'target/debug/inhook');
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const SHOTS = process.env.INHOOK_SCREENSHOTS === '0' ? null
+  : path.resolve(ROOT, process.env.INHOOK_SCREENSHOTS || 'docs/screenshots');
+
+const ADMIN_TOKEN = 'e2e-admin-token-3f9a';
+const PRESENCE_SECRET = 'presence-e2e-secret';
+const SAVE_SECRET = 'save-e2e-secret';
+const WAIT = 15_000;
+
+// ------------------------------------------------------------------ the server
+
+/** Starts `inhook serve` with the seed sources; resolves once it prints its address. */
+async function startServer({ adminToken }) {
+  const dir = mkdtempSync(path.join(tmpdir(), 'inhook-e2e-'));
+  const config = `
+listen = "127.0.0.1:0"
+database = "sqlite://${path.join(dir, 'inhook.db')}"
+${adminToken ? `admin_token = "${adminToken}"` : ''}
+
+[[sources]]
+name = "presence"
+kind = "presence"
+mode = "sync"
+signature = "hmac-hex"
+secrets = ["${PRESENCE_SECRET}"]
+
+[[sources]]
+name = "save-game"
+kind = "save-game"
+mode = "async"
+signature = "hmac-timestamped"
+tolerance_s = 300
+secrets = ["${SAVE_SECRET}"]
+`;
+  const configPath = path.join(dir, 'inhook.toml');
+  writeFileSync(configPath, config);
+  assert.ok(existsSync(BIN), `${BIN} is missing: run \`cargo build\` first (or set INHOOK_BIN)`);
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('INHOOK_')));
+  const logPath = path.join(dir, 'server.log');
+  const child = spawn(BIN, ['serve', '--config', configPath], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const log = [];
+  child.stderr.on('data', (chunk) => log.push(chunk));
+  const url = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('inhook did not start within 20 s')), 20_000);
+    const lines = createInterface({ input: child.stdout });
+    lines.once('line', (line) => {
+      clearTimeout(timer);
+      const m = /^inhook listening on (http:\/\/\S+)$/.exec(line.trim());
+      if (m) resolve(m[1]); else reject(new Error(`unexpected first line ${JSON.stringify(line)}`));
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`inhook exited with ${code}: ${Buffer.concat(log).toString()}`));
+    });
+  });
+  child.stdout.resume();
+  return {
+    url,
+    dir,
+    log: () => Buffer.concat(log).toString(),
+    async stop() {
+      if (child.exitCode === null) {
+        const exited = new Promise((r) => child.once('exit', r));
+        child.kill('SIGTERM');
+        const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
+        await exited;
+        clearTimeout(timer);
+      }
+      writeFileSync(logPath, this.log());
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+const hmacHex = (secret, data) => createHmac('sha256', secret).update(data).digest('hex');
+
+/** Posts a presence event signed with hmac-hex (X-Signature over the raw body). */
+async function postPresence(server, event) {
+  const body = JSON.stringify(event);
+  const res = await fetch(`${server.url}/webhooks/presence`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', 'X-Signature': hmacHex(PRESENCE_SECRET, body) },
+    body,
+  });
+  return { code: res.status, body: await res.json() };
+}
+
+/** Posts a save-game event signed with hmac-timestamped (X-Signature over "{ts}.{body}"). */
+async function postSave(server, event) {
+  const body = JSON.stringify(event);
+  const ts = Math.floor(Date.now() / 1000);
+  const res = await fetch(`${server.url}/webhooks/save-game`, {
+    method: 'POST',
+    headers: {
+      'Content-Type': 'application/json',
+      'X-Timestamp': String(ts),
+      'X-Signature': hmacHex(SAVE_SECRET, `${ts}.${body}`),
+    },
+    body,
+  });
+  return { code: res.status, body: await res.json() };
+}
+
+/** GETs the admin API with the token. */
+async function apiGet(server, p) {
+  const res = await fetch(`${server.url}${p}`, { headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } });
+  return { code: res.status, body: res.headers.get('content-type')?.includes('json') ? await res.json() : null };
+}
+
+async function waitFor(what, probe, timeout = WAIT) {
+  const deadline = Date.now() + timeout;
+  let last;
+  for (;;) {
+    last = await probe();
+    if (last.ok) return last.value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}: last ${JSON.stringify(last.value)}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+async function eventStatus(server, source, id) {
+  return waitFor(`${id}`, async () => {
+    const r = await apiGet(server, `/v1/events/${source}/${encodeURIComponent(id)}`);
+    return { ok: r.code === 200, value: r.body };
+  });
+}
+
+function saveEvent(id, type, seq, data) {
+  return {
+    event_id: id, event_type: type, payload_version: 1, occurred_at: new Date().toISOString(),
+    player_id: 'player_1024', save_slot: 'slot_a', sequence: seq, idempotency_key: `player_1024:slot_a:${id}`, data,
+  };
+}
+
+// ------------------------------------------------------------------ the browser
+
+async function launch() {
+  const profile = mkdtempSync(path.join(tmpdir(), 'inhook-e2e-chromium-'));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [
+      '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync',
+    ],
+    viewport: { width: 1280, height: 800 },
+    deviceScaleFactor: 1,
+    colorScheme: 'light',
+    locale: 'en-US',
+    timezoneId: 'UTC',
+  });
+  return {
+    context,
+    async close() {
+      await context.close();
+      rmSync(profile, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Collects page errors, failed console messages (CSP violations among them) and XSS probes. */
+function watch(page) {
+  const problems = [];
+  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
+  page.on('console', (msg) => {
+    if (msg.type() === 'error' && !/Failed to load resource: the server responded with a status of (401|404)/.test(msg.text())) {
+      problems.push(`console error: ${msg.text()}`);
+    }
+  });
+  page.on('dialog', (dialog) => { problems.push(`unexpected dialog: ${dialog.message()}`); dialog.dismiss(); });
+  return problems;
+}
+
+async function shot(page, name, opts = {}) {
+  if (!SHOTS) return;
+  mkdirSync(SHOTS, { recursive: true });
+  await page.evaluate(() => document.activeElement && document.activeElement.blur());
+  await page.waitForTimeout(1700); // let row highlights fade
+  await page.evaluate(() => document.getElementById('toasts').replaceChildren());
+  await page.screenshot({ path: path.join(SHOTS, `${name}.png`), ...opts });
+}
+
+/** Waits until `selector` contains every string of `texts`. */
+async function waitText(page, selector, texts, timeout = WAIT) {
+  await page.waitForFunction(([sel, want]) => {
+    const el = document.querySelector(sel);
+    return !!el && want.every((t) => el.textContent.includes(t));
+  }, [selector, [].concat(texts)], { timeout });
+}
+
+async function noHorizontalScroll(page) {
+  return page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth);
+}
+
+// ------------------------------------------------------------------ the scenario
+
+test('dashboard: log in, follow events, triage and replay a dead letter, watch state change', async (t) => {
+  const server = await startServer({ adminToken: ADMIN_TOKEN });
+  const browser = await launch();
+  t.after(async () => {
+    await browser.close();
+    await server.stop();
+  });
+  const page = browser.context.pages()[0] || await browser.context.newPage();
+  const problems = watch(page);
+
+  await t.test('the page is served without a token, with a strict policy', async () => {
+    const res = await fetch(`${server.url}/`);
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get('content-type'), /text\/html/);
+    const csp = res.headers.get('content-security-policy') || '';
+    assert.match(csp, /default-src 'none'/);
+    assert.doesNotMatch(csp, /unsafe-inline|unsafe-eval/);
+    const denied = await fetch(`${server.url}/v1/events`);
+    assert.equal(denied.status, 401, 'the data itself needs the token');
+  });
+
+  await t.test('a wrong token is refused, the right one logs in', async () => {
+    await page.goto(server.url + '/');
+    await page.locator('#login').waitFor();
+    await page.fill('#token', 'not-the-token');
+    await page.click('#login-button');
+    await waitText(page, '#login-error', 'refused');
+    assert.equal(await page.isVisible('#tabs'), false);
+    await page.fill('#token', ADMIN_TOKEN);
+    await page.click('#login-button');
+    await page.locator('#tabs').waitFor();
+    assert.equal(await page.evaluate(() => localStorage.getItem('inhook.token')), ADMIN_TOKEN);
+    await page.locator('.card[data-source="presence"]').waitFor();
+    await page.locator('.card[data-source="save-game"]').waitFor();
+    await page.waitForFunction(() => document.getElementById('live-label').textContent === 'live', null, { timeout: WAIT });
+  });
+
+  await t.test('a presence event appears in the event log and opens in detail', async () => {
+    const online = { event_id: 'evt_presence_0001', user_id: 'usr_ada', presence: 'ONLINE', sequence_number: 1, timestamp: Math.floor(Date.now() / 1000) };
+    assert.equal((await postPresence(server, online)).body.status, 'applied');
+    assert.equal((await postPresence(server, { ...online, event_id: 'evt_presence_0002', presence: 'BUSY', sequence_number: 2 })).body.status, 'applied');
+    assert.equal((await postPresence(server, { ...online, event_id: 'evt_presence_0003', user_id: 'usr_grace', presence: 'AWAY', sequence_number: 7 })).body.status, 'applied');
+    assert.equal((await postPresence(server, online)).body.status, 'duplicate');
+    assert.equal((await postPresence(server, { ...online, event_id: 'evt_presence_0004', presence: 'OFFLINE', sequence_number: 1 })).body.status, 'stale');
+
+    await page.click('#tabs a[data-tab="events"]');
+    await waitText(page, '#events-body', ['evt_presence_0001', 'evt_presence_0004', 'usr_grace']);
+    const row = page.locator('#events-body tr', { hasText: 'evt_presence_0001' });
+    assert.match(await row.innerText(), /processed/);
+    assert.match(await page.locator('#events-body tr', { hasText: 'evt_presence_0004' }).innerText(), /ignored stale/);
+
+    // Filters: by status, then back.
+    await page.selectOption('#event-filters select[name="status"]', 'ignored_stale');
+    await page.waitForFunction(() => document.querySelectorAll('#events-body tbody tr').length === 1, null, { timeout: WAIT });
+    await page.click('#events-reset');
+    await waitText(page, '#events-body', ['evt_presence_0001', 'evt_presence_0003']);
+    await shot(page, 'event-log');
+
+    await row.click();
+    await page.locator('#detail').waitFor();
+    await waitText(page, '#detail-body', ['usr_ada', 'ONLINE', 'History', 'Headers']);
+    assert.equal(await page.textContent('#detail-title'), 'evt_presence_0001');
+    const detail = await apiGet(server, '/v1/events/presence/evt_presence_0001');
+    if (detail.body && detail.body.headers) {
+      await waitText(page, '#detail-body', Object.keys(detail.body.headers).slice(0, 2));
+    } else {
+      await waitText(page, '#detail-body', 'Headers unavailable');
+      t.diagnostic('GET /v1/events/{source}/{event_id} has no "headers" field yet');
+    }
+    await shot(page, 'event-detail');
+    await page.keyboard.press('Escape');
+    await page.locator('#detail').waitFor({ state: 'hidden' });
+  });
+
+  await t.test('a delta that removes what the slot lacks dies, and a replay after a grant applies it', async () => {
+    assert.equal((await postSave(server, saveEvent('sg_progress_1', 'progress.saved', 1, { chapter: 3, checkpoint: 'lighthouse', playtime_s: 5400 }))).code, 202);
+    assert.equal((await postSave(server, saveEvent('sg_take_2', 'inventory.updated', 2, { reason: 'crafting', removed_items: [{ item_id: 'pressed_flower', qty: 2 }] }))).code, 202);
+    const dead = await waitFor('sg_take_2 dead', async () => {
+      const r = await apiGet(server, '/v1/events/save-game/sg_take_2');
+      return { ok: r.body?.status === 'dead', value: r.body };
+    });
+    assert.equal(dead.dead_reason, 'insufficient_quantity');
+    assert.equal((await postSave(server, saveEvent('sg_grant_3', 'inventory.updated', 3, { reason: 'chapter_reward', chapter: 3, added_items: [{ item_id: 'pressed_flower', qty: 3 }, { item_id: 'lantern_oil', qty: 2 }] }))).code, 202);
+    assert.equal((await postSave(server, saveEvent('sg_badge_4', 'achievement.unlocked', 4, { achievement_id: 'first_bloom' }))).code, 202);
+    await waitFor('sg_badge_4 processed', async () => {
+      const r = await apiGet(server, '/v1/events/save-game/sg_badge_4');
+      return { ok: r.body?.status === 'processed', value: r.body };
+    });
+
+    await page.click('#tabs a[data-tab="dead"]');
+    const row = page.locator('#dead-body tr', { hasText: 'sg_take_2' });
+    await row.waitFor();
+    assert.match(await row.innerText(), /insufficient_quantity/);
+    await page.waitForFunction(() => document.getElementById('dead-count').textContent === '1', null, { timeout: WAIT });
+    await shot(page, 'dead-letters');
+
+    await row.locator('button[data-action="replay"]').click();
+    await page.waitForFunction(() => {
+      const tr = [...document.querySelectorAll('#dead-body tr')].find((r) => r.textContent.includes('sg_take_2'));
+      return tr && tr.textContent.includes('processed');
+    }, null, { timeout: WAIT });
+    const replayed = await apiGet(server, '/v1/events/save-game/sg_take_2');
+    assert.equal(replayed.body.status, 'processed');
+    assert.equal(replayed.body.replays, 1);
+    const save = await apiGet(server, '/v1/saves/player_1024/slot_a');
+    assert.deepEqual(save.body.inventory, { pressed_flower: 1, lantern_oil: 2 });
+  });
+
+  await t.test('the aggregates view shows the current state, updated live', async () => {
+    await page.click('#tabs a[data-tab="aggregates"]');
+    await waitText(page, '#presence-body', ['usr_ada', 'BUSY', 'usr_grace', 'AWAY']);
+    await waitText(page, '#saves-body', ['player_1024', 'slot_a', 'pressed_flower', '×1', 'lantern_oil', 'first_bloom']);
+    // A change while the view is open arrives through the stream.
+    assert.equal((await postPresence(server, { event_id: 'evt_presence_0005', user_id: 'usr_ada', presence: 'AWAY', sequence_number: 3 })).body.status, 'applied');
+    await page.waitForFunction(() => {
+      const tr = [...document.querySelectorAll('#presence-body tr')].find((r) => r.textContent.includes('usr_ada'));
+      return tr && tr.textContent.includes('AWAY');
+    }, null, { timeout: WAIT });
+    await shot(page, 'aggregates');
+  });
+
+  await t.test('the live stream lists the latest changes', async () => {
+    await page.click('#tabs a[data-tab="stream"]');
+    await waitText(page, '#stream-body', ['usr_ada', 'player_1024/slot_a', 'first_bloom']);
+    await waitText(page, '#stream-state', ['connected', 'last event id']);
+    await shot(page, 'stream');
+  });
+
+  await t.test('the overview counts per source', async () => {
+    await page.click('#tabs a[data-tab="overview"]');
+    const counter = (source, key) => page.textContent(`.card[data-source="${source}"] [data-counter="${key}"] .v`);
+    await page.waitForFunction(() => {
+      const v = document.querySelector('.card[data-source="save-game"] [data-counter="processed"] .v');
+      return v && v.textContent === '4';
+    }, null, { timeout: WAIT });
+    assert.equal(await counter('presence', 'received'), '5');
+    assert.equal(await counter('presence', 'stale'), '1');
+    assert.equal(await counter('save-game', 'dead'), '0');
+    await shot(page, 'overview');
+  });
+
+  await t.test('on a 390 px phone nothing scrolls sideways but tables', async () => {
+    await page.setViewportSize({ width: 390, height: 844 });
+    for (const tab of ['overview', 'events', 'dead', 'aggregates', 'stream']) {
+      await page.click(`#tabs a[data-tab="${tab}"]`);
+      await page.waitForTimeout(300);
+      assert.ok(await noHorizontalScroll(page), `${tab} scrolls sideways at 390 px`);
+    }
+    await page.click('#tabs a[data-tab="events"]');
+    await waitText(page, '#events-body', 'evt_presence_0005');
+    await shot(page, 'phone-event-log');
+    await page.locator('#events-body tr', { hasText: 'sg_take_2' }).click();
+    await waitText(page, '#detail-body', ['pressed_flower', 'replayed']);
+    assert.ok(await noHorizontalScroll(page), 'the detail scrolls sideways at 390 px');
+    await page.keyboard.press('Escape');
+    await page.click('#tabs a[data-tab="overview"]');
+    await page.locator('.card[data-source="presence"]').waitFor();
+    await shot(page, 'phone-overview');
+    await page.setViewportSize({ width: 1280, height: 800 });
+  });
+
+  await t.test('publisher strings are shown as text, never run as markup', async () => {
+    const probe = '<img src=x onerror=window.__xss=1>';
+    assert.equal((await postPresence(server, { event_id: 'evt_<b>bold</b>', user_id: probe, presence: 'ONLINE', sequence_number: 1 })).body.status, 'applied');
+    await page.click('#tabs a[data-tab="events"]');
+    await waitText(page, '#events-body', [probe, 'evt_<b>bold</b>']);
+    await page.locator('#events-body tr', { hasText: 'evt_<b>bold</b>' }).click();
+    await waitText(page, '#detail-body', probe);
+    await page.keyboard.press('Escape');
+    await page.click('#tabs a[data-tab="aggregates"]');
+    await waitText(page, '#presence-body', probe);
+    assert.equal(await page.evaluate(() => window.__xss), undefined);
+    assert.equal(await page.evaluate(() => document.querySelectorAll('main img, #detail img').length), 0);
+    assert.equal(await page.evaluate(() => [...document.querySelectorAll('b')].some((b) => b.textContent === 'bold')), false);
+  });
+
+  await t.test('log out forgets the token', async () => {
+    await page.click('#logout');
+    await page.locator('#login').waitFor();
+    assert.equal(await page.evaluate(() => localStorage.getItem('inhook.token')), null);
+    await page.reload();
+    await page.locator('#login').waitFor();
+    assert.equal(await page.isVisible('#tabs'), false);
+  });
+
+  assert.deepEqual(problems, [], 'no page errors, console errors or dialogs');
+});
+
+test('dashboard: with no admin_token, an empty token works from loopback', async (t) => {
+  const server = await startServer({ adminToken: null });
+  const browser = await launch();
+  t.after(async () => {
+    await browser.close();
+    await server.stop();
+  });
+  const page = browser.context.pages()[0] || await browser.context.newPage();
+  const problems = watch(page);
+  await page.goto(server.url + '/');
+  await page.locator('#login').waitFor();
+  await page.click('#login-button');
+  await page.locator('#tabs').waitFor();
+  await page.locator('.card[data-source="save-game"]').waitFor();
+  assert.equal(await page.evaluate(() => localStorage.getItem('inhook.token')), '');
+  assert.deepEqual(problems, []);
+});
