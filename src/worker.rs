@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::JoinSet;
-use tracing::{debug, info, warn};
+use tracing::{debug, info, warn, Instrument};
 
 use crate::clock::Clock;
 use crate::config::Config;
@@ -94,8 +94,13 @@ impl Worker {
                 dispatched += 1;
                 let worker = self.clone();
                 let in_flight = Arc::clone(&in_flight);
+                let span = tracing::info_span!(
+                    "settle",
+                    source = %source_rules.name,
+                    aggregate = %key.1.replace('\u{1f}', "/"),
+                );
                 tasks.spawn(async move {
-                    worker.step(&source_rules, &key.1).await;
+                    worker.step(&source_rules, &key.1).instrument(span).await;
                     in_flight.lock().expect("in-flight set").remove(&key);
                     drop(permit);
                     worker.wake.notify_one();
@@ -119,6 +124,12 @@ impl Worker {
         {
             Ok(report) => {
                 metrics::settled(&rules.name, &report);
+                for line in &report.decided {
+                    info!(source = %rules.name, event_id = %line.event_id,
+                          idempotency_key = line.idempotency_key.as_deref(),
+                          aggregate = %shown, sequence = line.sequence,
+                          decision = line.decision.as_str(), "decision");
+                }
                 if report.gaps_skipped > 0 {
                     warn!(source = %rules.name, aggregate = %shown, gaps = report.gaps_skipped,
                           "hold timeout: gap skipped");

@@ -5,7 +5,7 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
-use tracing::{info, warn};
+use tracing::{info, warn, Instrument};
 
 use super::answer::Answer;
 use super::AppState;
@@ -29,7 +29,18 @@ pub(super) async fn receive(
         metrics::request(metrics::UNKNOWN_SOURCE, response.status().as_u16(), 0.0);
         return response;
     };
-    let response = admit(&state, config, &headers, body).await.into_response();
+    let span = tracing::info_span!(
+        "delivery",
+        source = %config.name,
+        event_id = tracing::field::Empty,
+        aggregate = tracing::field::Empty,
+        sequence = tracing::field::Empty,
+        decision = tracing::field::Empty,
+    );
+    let response = admit(&state, config, &headers, body)
+        .instrument(span)
+        .await
+        .into_response();
     metrics::request(
         &config.name,
         response.status().as_u16(),
@@ -92,6 +103,10 @@ async fn check_and_log(
                 return Answer::InvalidPayload(err.problems);
             }
         };
+    let span = tracing::Span::current();
+    span.record("event_id", event.event_id().as_str());
+    span.record("aggregate", tracing::field::display(event.aggregate()));
+    span.record("sequence", event.sequence().get());
     let rules = (source.mode == Mode::Sync).then(|| source.rules());
     let logged = state
         .store
@@ -150,6 +165,7 @@ async fn check_and_log(
             Answer::Internal
         }
     };
+    tracing::Span::current().record("decision", answer.decision());
     info!(
         source = %source.name,
         event_id = %event.event_id(),

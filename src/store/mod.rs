@@ -132,6 +132,21 @@ pub struct SettleReport {
     pub gaps_skipped: u64,
     /// For each decided event, milliseconds from receipt to decision.
     pub lags_ms: Vec<i64>,
+    /// One line per decision (held only the first time), for the log.
+    pub decided: Vec<DecisionLine>,
+}
+
+/// One decision about one event, as logged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecisionLine {
+    /// The event's id.
+    pub event_id: String,
+    /// Its idempotency key, if any.
+    pub idempotency_key: Option<String>,
+    /// Its sequence, when its body still parses.
+    pub sequence: Option<i64>,
+    /// The status it now has.
+    pub decision: EventStatus,
 }
 
 /// A page of presence states.

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{SettleReport, StoreError};
+use super::{DecisionLine, SettleReport, StoreError};
 use crate::contract::{Event, SourceKind};
 use crate::domain::AggregateKey;
 use crate::domain::DeadReason;
@@ -32,8 +32,18 @@ pub(crate) struct PendingRow {
 pub(crate) struct Pending {
     parsed: Vec<(PendingRow, Event)>,
     invalid: Vec<(i64, Outcome)>,
-    /// `(row, received_at_ms, was_held)` of every row, for the report.
-    rows: Vec<(i64, i64, bool)>,
+    /// What the report needs of every row.
+    rows: Vec<RowInfo>,
+}
+
+/// What the report says of one row.
+struct RowInfo {
+    row: i64,
+    received_at_ms: i64,
+    was_held: bool,
+    event_id: String,
+    idempotency_key: Option<String>,
+    sequence: Option<i64>,
 }
 
 /// What settling decided, for the store to write.
@@ -58,12 +68,21 @@ impl Pending {
     pub fn parse(kind: SourceKind, rows: Vec<PendingRow>) -> Self {
         let mut parsed = Vec::with_capacity(rows.len());
         let mut invalid = Vec::new();
-        let seen = rows
-            .iter()
-            .map(|r| (r.row, r.received_at_ms, r.was_held))
-            .collect();
+        let mut seen = Vec::with_capacity(rows.len());
         for row in rows {
-            match Event::parse_with_fallback(kind, &row.body, Some(&row.event_id)) {
+            let parsed_event = Event::parse_with_fallback(kind, &row.body, Some(&row.event_id));
+            seen.push(RowInfo {
+                row: row.row,
+                received_at_ms: row.received_at_ms,
+                was_held: row.was_held,
+                event_id: row.event_id.clone(),
+                idempotency_key: parsed_event
+                    .as_ref()
+                    .ok()
+                    .and_then(|e| e.idempotency_key().map(|k| k.as_str().to_owned())),
+                sequence: parsed_event.as_ref().ok().map(|e| e.sequence().get()),
+            });
+            match parsed_event {
                 Ok(event) => parsed.push((row, event)),
                 Err(err) => invalid.push((
                     row.row,
@@ -187,7 +206,7 @@ impl Pending {
 }
 
 fn plan<S>(
-    rows: &[(i64, i64, bool)],
+    rows: &[RowInfo],
     state: S,
     changed: bool,
     decisions: Vec<(i64, Outcome)>,
@@ -200,10 +219,17 @@ fn plan<S>(
         ..SettleReport::default()
     };
     for (row, outcome) in &decisions {
-        let (received_at_ms, was_held) = rows
-            .iter()
-            .find(|(r, _, _)| r == row)
-            .map_or((now_ms, false), |(_, at, held)| (*at, *held));
+        let info = rows.iter().find(|r| r.row == *row);
+        let (received_at_ms, was_held) =
+            info.map_or((now_ms, false), |r| (r.received_at_ms, r.was_held));
+        if let Some(info) = info.filter(|_| !(was_held && *outcome == Outcome::Held)) {
+            report.decided.push(DecisionLine {
+                event_id: info.event_id.clone(),
+                idempotency_key: info.idempotency_key.clone(),
+                sequence: info.sequence,
+                decision: super::status_of(outcome).0,
+            });
+        }
         match outcome {
             Outcome::Held => {
                 report.held += 1;

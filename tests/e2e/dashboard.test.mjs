@@ -366,6 +366,10 @@ test('dashboard: log in, follow events, triage and replay a dead letter, watch s
       await page.click(`#tabs a[data-tab="${tab}"]`);
       await page.waitForTimeout(300);
       assert.ok(await noHorizontalScroll(page), `${tab} scrolls sideways at 390 px`);
+      if (process.env.INHOOK_PHONE_SHOTS) { // every view at phone size, for a look
+        mkdirSync(process.env.INHOOK_PHONE_SHOTS, { recursive: true });
+        await page.screenshot({ path: path.join(process.env.INHOOK_PHONE_SHOTS, `${tab}.png`), fullPage: true });
+      }
     }
     await page.click('#tabs a[data-tab="events"]');
     await waitText(page, '#events-body', 'evt_presence_0005');
