@@ -25,10 +25,15 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
 /// Opens the configured store as it is, without migrating.
 pub fn connect_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     let store: Arc<dyn Store> = match &config.database {
-        Database::Sqlite(path) => Arc::new(
-            SqliteStore::open(path, Duration::from_millis(config.busy_timeout_ms))
-                .with_context(|| format!("opening SQLite database {}", path.display()))?,
-        ),
+        Database::Sqlite(path) => {
+            let store = SqliteStore::open(path, Duration::from_millis(config.busy_timeout_ms))
+                .with_context(|| format!("opening SQLite database {}", path.display()))?;
+            Arc::new(if config.group_commit {
+                store
+            } else {
+                store.without_group_commit()
+            })
+        }
         Database::Postgres(url) => Arc::new(PostgresStore::connect(
             url,
             PoolSettings {

@@ -101,6 +101,8 @@ pub struct Config {
     pub pool_size: usize,
     /// Serve `/metrics` without the admin token.
     pub metrics_public: bool,
+    /// Commit concurrent deliveries in shared transactions (SQLite); off is one fsync per request.
+    pub group_commit: bool,
 }
 
 impl Config {
@@ -143,6 +145,7 @@ struct FileConfig {
     mask_fields: Option<Vec<String>>,
     pool_size: Option<usize>,
     metrics_public: Option<bool>,
+    group_commit: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -362,6 +365,7 @@ impl Config {
             mask_fields: file.mask_fields.unwrap_or_default(),
             pool_size: file.pool_size.unwrap_or(16),
             metrics_public: file.metrics_public.unwrap_or(false),
+            group_commit: file.group_commit.unwrap_or(true),
             listen,
             database,
             admin_token,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rusqlite::types::Value as SqlValue;
-use rusqlite::{params, params_from_iter, Connection, ErrorCode, OptionalExtension, Transaction};
+use rusqlite::{params, params_from_iter, Connection, ErrorCode, OptionalExtension};
 
 use super::filter::{self, where_of, Param, EVENT_COLUMNS};
 use super::migrations::SQLITE as MIGRATIONS;
@@ -26,9 +26,140 @@ use crate::retry::{NextStep, RetryPolicy};
 
 /// The SQLite store. One connection behind a mutex: SQLite has one writer at a
 /// time anyway, and every call runs on the blocking pool, never on a runtime thread.
+/// Deliveries are group-committed: concurrent ingests share one transaction and
+/// one fsync, each in its own savepoint, each answered only after the commit.
 #[derive(Clone)]
 pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
+    queue: Arc<Mutex<Vec<IngestJob>>>,
+    group_commit: bool,
+}
+
+/// Most deliveries committed in one transaction.
+const MAX_BATCH: usize = 512;
+
+/// A delivery waiting for the writer.
+struct IngestJob {
+    source: String,
+    event_id: String,
+    event_type: String,
+    aggregate: String,
+    sequence: i64,
+    idempotency_key: Option<String>,
+    body: Vec<u8>,
+    headers: Option<String>,
+    received_at: i64,
+    signed_at: Option<i64>,
+    rules: Option<SourceRules>,
+    reply: tokio::sync::oneshot::Sender<Result<Admission, StoreError>>,
+}
+
+/// Logs a batch of deliveries in one transaction, each in a savepoint so that one
+/// failing delivery does not fail the others; answers each after the commit.
+fn commit_batch(conn: &mut Connection, batch: Vec<IngestJob>) {
+    if batch.is_empty() {
+        return;
+    }
+    let mut tx = match conn.transaction() {
+        Ok(tx) => tx,
+        Err(err) => {
+            let err = map_err(err);
+            for job in batch {
+                let _ = job.reply.send(Err(clone_err(&err)));
+            }
+            return;
+        }
+    };
+    let mut results = Vec::with_capacity(batch.len());
+    for job in &batch {
+        let result = tx.savepoint().map_err(map_err).and_then(|sp| {
+            let admission = ingest_one(&sp, job)?;
+            sp.commit().map_err(map_err)?;
+            Ok(admission)
+        });
+        results.push(result);
+    }
+    match tx.commit().map_err(map_err) {
+        Ok(()) => {
+            for (job, result) in batch.into_iter().zip(results) {
+                let _ = job.reply.send(result);
+            }
+        }
+        Err(err) => {
+            for job in batch {
+                let _ = job.reply.send(Err(clone_err(&err)));
+            }
+        }
+    }
+}
+
+fn clone_err(err: &StoreError) -> StoreError {
+    match err {
+        StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
+        StoreError::Internal(m) => StoreError::Internal(m.clone()),
+    }
+}
+
+/// Logs one delivery (and settles it in sync mode) inside the caller's transaction.
+fn ingest_one(conn: &Connection, job: &IngestJob) -> Result<Admission, StoreError> {
+    if let Some(admission) = purged_duplicate(
+        conn,
+        &job.source,
+        &job.event_id,
+        job.idempotency_key.as_deref(),
+        job.received_at,
+    )? {
+        return Ok(admission);
+    }
+    let inserted = conn
+        .execute(
+            "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
+                 idempotency_key, body, signature_valid, signed_at, received_at, status,
+                 headers)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, 'received', ?10)
+             ON CONFLICT DO NOTHING",
+            params![
+                job.source,
+                job.event_id,
+                job.event_type,
+                job.aggregate,
+                job.sequence,
+                job.idempotency_key,
+                job.body,
+                job.signed_at,
+                job.received_at,
+                job.headers
+            ],
+        )
+        .map_err(map_err)?;
+    if inserted == 0 {
+        return find_duplicate(
+            conn,
+            &job.source,
+            &job.event_id,
+            job.idempotency_key.as_deref(),
+            &job.body,
+        );
+    }
+    let row = conn.last_insert_rowid();
+    let decided = match &job.rules {
+        Some(rules) => {
+            let settled = settle_tx(conn, rules, &job.aggregate, job.received_at)?;
+            let outcome = settled
+                .decisions
+                .into_iter()
+                .find(|(r, _)| *r == row)
+                .map(|(_, o)| o)
+                .ok_or_else(|| StoreError::Internal("settled event has no outcome".into()))?;
+            Some(Decided {
+                outcome,
+                report: settled.report,
+                current_sequence: settled.current_sequence,
+            })
+        }
+        None => None,
+    };
+    Ok(Admission::Logged { row, decided })
 }
 
 impl SqliteStore {
@@ -43,7 +174,16 @@ impl SqliteStore {
             .map_err(map_err)?;
         Ok(Self {
             conn: Arc::new(Mutex::new(conn)),
+            queue: Arc::default(),
+            group_commit: true,
         })
+    }
+
+    /// Commits each delivery in a transaction of its own (one fsync per request), as a
+    /// naive receiver would: the baseline that benchmarks compare group commit against.
+    pub fn without_group_commit(mut self) -> Self {
+        self.group_commit = false;
+        self
     }
 
     async fn run<T, F>(&self, f: F) -> Result<T, StoreError>
@@ -121,78 +261,50 @@ impl Store for SqliteStore {
         event: NewEvent<'_>,
         settle_now: Option<&SourceRules>,
     ) -> Result<Admission, StoreError> {
-        let source = event.source.to_owned();
-        let event_id = event.event.event_id().as_str().to_owned();
-        let event_type = event.event.event_type().to_owned();
-        let aggregate = event.event.aggregate().storage_key();
-        let sequence = event.event.sequence().get();
-        let idempotency_key = event.event.idempotency_key().map(|k| k.as_str().to_owned());
-        let body = event.body.to_vec();
-        let headers = headers_json(event.headers);
-        let received_at = event.received_at_ms;
-        let signed_at = event.signed_at;
-        let rules = settle_now.cloned();
-        self.run(move |conn| {
-            let tx = conn.transaction().map_err(map_err)?;
-            if let Some(admission) = purged_duplicate(
-                &tx,
-                &source,
-                &event_id,
-                idempotency_key.as_deref(),
-                received_at,
-            )? {
-                return Ok(admission);
-            }
-            let inserted = tx
-                .execute(
-                    "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
-                         idempotency_key, body, signature_valid, signed_at, received_at, status,
-                         headers)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, 'received', ?10)
-                     ON CONFLICT DO NOTHING",
-                    params![
-                        source,
-                        event_id,
-                        event_type,
-                        aggregate,
-                        sequence,
-                        idempotency_key,
-                        body,
-                        signed_at,
-                        received_at,
-                        headers
-                    ],
-                )
-                .map_err(map_err)?;
-            if inserted == 0 {
-                let admission =
-                    find_duplicate(&tx, &source, &event_id, idempotency_key.as_deref(), &body)?;
-                return Ok(admission);
-            }
-            let row = tx.last_insert_rowid();
-            let decided = match rules {
-                Some(rules) => {
-                    let settled = settle_tx(&tx, &rules, &aggregate, received_at)?;
-                    let outcome = settled
-                        .decisions
-                        .into_iter()
-                        .find(|(r, _)| *r == row)
-                        .map(|(_, o)| o)
-                        .ok_or_else(|| {
-                            StoreError::Internal("settled event has no outcome".into())
-                        })?;
-                    Some(Decided {
-                        outcome,
-                        report: settled.report,
-                        current_sequence: settled.current_sequence,
-                    })
-                }
-                None => None,
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = IngestJob {
+            source: event.source.to_owned(),
+            event_id: event.event.event_id().as_str().to_owned(),
+            event_type: event.event.event_type().to_owned(),
+            aggregate: event.event.aggregate().storage_key(),
+            sequence: event.event.sequence().get(),
+            idempotency_key: event.event.idempotency_key().map(|k| k.as_str().to_owned()),
+            body: event.body.to_vec(),
+            headers: headers_json(event.headers),
+            received_at: event.received_at_ms,
+            signed_at: event.signed_at,
+            rules: settle_now.cloned(),
+            reply,
+        };
+        self.queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(job);
+        let (conn, queue, group_commit) = (
+            Arc::clone(&self.conn),
+            Arc::clone(&self.queue),
+            self.group_commit,
+        );
+        tokio::task::spawn_blocking(move || {
+            let mut conn = conn.lock().unwrap_or_else(|p| p.into_inner());
+            // Whoever holds the connection commits every delivery queued meanwhile
+            // (flat combining): batches form only under load, so a lone request waits for nothing.
+            let batch: Vec<IngestJob> = {
+                let mut queue = queue.lock().unwrap_or_else(|p| p.into_inner());
+                let take = queue.len().min(MAX_BATCH);
+                queue.drain(..take).collect()
             };
-            tx.commit().map_err(map_err)?;
-            Ok(Admission::Logged { row, decided })
-        })
-        .await
+            if group_commit {
+                commit_batch(&mut conn, batch);
+            } else {
+                for job in batch {
+                    commit_batch(&mut conn, vec![job]);
+                }
+            }
+        });
+        answer
+            .await
+            .map_err(|_| StoreError::Internal("the writer dropped a delivery".into()))?
     }
 
     async fn due_aggregates(
@@ -857,7 +969,7 @@ fn filter_sql(filter: &EventFilter) -> (Vec<String>, Vec<SqlValue>) {
 
 /// Puts the dead or retrying events matching `condition` back in the queue, recording the replay.
 fn requeue(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     condition: &str,
     values: &[SqlValue],
     now_ms: i64,
@@ -885,7 +997,7 @@ fn requeue(
 }
 
 fn add_history(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     row: i64,
     at_ms: i64,
     kind: &str,
@@ -901,7 +1013,7 @@ fn add_history(
 
 /// A duplicate of an event already purged from the log, caught by its kept dedup key.
 fn purged_duplicate(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     source: &str,
     event_id: &str,
     idempotency_key: Option<&str>,
@@ -934,7 +1046,7 @@ fn purged_duplicate(
 }
 
 fn find_duplicate(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     source: &str,
     event_id: &str,
     idempotency_key: Option<&str>,
@@ -984,7 +1096,7 @@ struct Settled {
 
 /// Settles one aggregate inside `tx`.
 fn settle_tx(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     rules: &SourceRules,
     aggregate: &str,
     now_ms: i64,
@@ -1079,7 +1191,7 @@ fn settle_tx(
 }
 
 fn record_decision(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     row: i64,
     outcome: &Outcome,
     now_ms: i64,
@@ -1117,7 +1229,7 @@ fn record_decision(
 }
 
 fn occupied_sequences(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     source: &str,
     aggregate: &str,
     from: i64,
@@ -1233,7 +1345,7 @@ fn load_save(
 }
 
 fn store_save(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     source: &str,
     aggregate: &str,
     state: &SaveState,

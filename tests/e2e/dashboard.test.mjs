@@ -275,7 +275,6 @@ test('dashboard: log in, follow events, triage and replay a dead letter, watch s
     await page.waitForFunction(() => document.querySelectorAll('#events-body tbody tr').length === 1, null, { timeout: WAIT });
     await page.click('#events-reset');
     await waitText(page, '#events-body', ['evt_presence_0001', 'evt_presence_0003']);
-    await shot(page, 'event-log');
 
     await row.click();
     await page.locator('#detail').waitFor();
@@ -288,7 +287,6 @@ test('dashboard: log in, follow events, triage and replay a dead letter, watch s
       await waitText(page, '#detail-body', 'Headers unavailable');
       t.diagnostic('GET /v1/events/{source}/{event_id} has no "headers" field yet');
     }
-    await shot(page, 'event-detail');
     await page.keyboard.press('Escape');
     await page.locator('#detail').waitFor({ state: 'hidden' });
   });
@@ -307,6 +305,16 @@ test('dashboard: log in, follow events, triage and replay a dead letter, watch s
       const r = await apiGet(server, '/v1/events/save-game/sg_badge_4');
       return { ok: r.body?.status === 'processed', value: r.body };
     });
+
+    // The log shows it dead, with its reason; its detail says why.
+    await page.click('#tabs a[data-tab="events"]');
+    await waitText(page, '#events-body', ['sg_badge_4', 'sg_take_2', 'insufficient_quantity']);
+    await shot(page, 'event-log');
+    await page.locator('#events-body tr', { hasText: 'sg_take_2' }).click();
+    await waitText(page, '#detail-body', ['insufficient_quantity', 'pressed_flower', 'content-type']);
+    assert.equal(await page.locator('#detail button[data-action="replay"]').count(), 1);
+    await shot(page, 'event-detail');
+    await page.keyboard.press('Escape');
 
     await page.click('#tabs a[data-tab="dead"]');
     const row = page.locator('#dead-body tr', { hasText: 'sg_take_2' });
@@ -399,6 +407,34 @@ test('dashboard: log in, follow events, triage and replay a dead letter, watch s
     assert.equal(await page.evaluate(() => [...document.querySelectorAll('b')].some((b) => b.textContent === 'bold')), false);
   });
 
+  await t.test('the log pages with More', async () => {
+    const bulk = [];
+    for (let i = 0; i < 55; i++) {
+      bulk.push(postPresence(server, { event_id: `evt_bulk_${i}`, user_id: `usr_bulk_${i % 5}`, presence: 'ONLINE', sequence_number: 100 + i }));
+    }
+    for (const r of await Promise.all(bulk)) assert.equal(r.code, 200);
+    await page.click('#tabs a[data-tab="events"]');
+    await waitText(page, '#events-body', 'evt_bulk_');
+    await page.locator('#events-more').waitFor();
+    assert.equal(await page.locator('#events-body tbody tr').count(), 50);
+    await page.click('#events-more');
+    await page.waitForFunction(() => document.querySelectorAll('#events-body tbody tr').length === 66, null, { timeout: WAIT });
+    await page.locator('#events-more').waitFor({ state: 'hidden' });
+    // A live refresh keeps every loaded row.
+    await page.waitForTimeout(2500);
+    assert.equal(await page.locator('#events-body tbody tr').count(), 66);
+  });
+
+  await t.test('a token the server stops accepting sends you back to log in', async () => {
+    await page.evaluate(() => localStorage.setItem('inhook.token', 'an-old-token'));
+    await page.reload();
+    await page.locator('#login').waitFor();
+    await waitText(page, '#login-error', 'refused');
+    await page.fill('#token', ADMIN_TOKEN);
+    await page.click('#login-button');
+    await page.locator('#tabs').waitFor();
+  });
+
   await t.test('log out forgets the token', async () => {
     await page.click('#logout');
     await page.locator('#login').waitFor();
@@ -426,5 +462,53 @@ test('dashboard: with no admin_token, an empty token works from loopback', async
   await page.locator('#tabs').waitFor();
   await page.locator('.card[data-source="save-game"]').waitFor();
   assert.equal(await page.evaluate(() => localStorage.getItem('inhook.token')), '');
+  assert.deepEqual(problems, []);
+});
+
+test('dashboard: degrades without the newer routes, and resumes the stream with Last-Event-ID', async (t) => {
+  const server = await startServer({ adminToken: ADMIN_TOKEN });
+  const browser = await launch();
+  t.after(async () => {
+    await browser.close();
+    await server.stop();
+  });
+  const page = browser.context.pages()[0] || await browser.context.newPage();
+  const problems = watch(page);
+  const notFound = (route) => route.fulfill({ status: 404, body: '' });
+  await page.route((url) => url.pathname === '/v1/overview', notFound);
+  await page.route((url) => url.pathname === '/v1/saves', notFound);
+  // The first stream ends after one event (CRLF lines, a comment, data over two lines);
+  // the reconnection must carry its id and the token; then the route is gone (404).
+  const streamRequests = [];
+  await page.route((url) => url.pathname === '/v1/stream', (route) => {
+    streamRequests.push(route.request().headers());
+    if (streamRequests.length > 1) return notFound(route);
+    return route.fulfill({
+      status: 200,
+      headers: { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' },
+      body: ': hello\r\nretry: 300\r\nid: 41\r\nevent: presence\r\n'
+        + 'data: {"source":"presence","aggregate":"usr_canned",\r\n'
+        + 'data: "state":{"user_id":"usr_canned","status":"BUSY","sequence":9,"updated_at":"2026-01-01T00:00:00Z","stale":false}}\r\n\r\n',
+    });
+  });
+  await page.goto(server.url + '/');
+  await page.fill('#token', ADMIN_TOKEN);
+  await page.click('#login-button');
+  await page.locator('#tabs').waitFor();
+  await waitText(page, '#overview-body', 'Counters unavailable');
+
+  await page.click('#tabs a[data-tab="stream"]');
+  await waitText(page, '#stream-body', ['usr_canned', 'BUSY']);
+  await waitText(page, '#stream-state', 'unavailable');
+  assert.equal(streamRequests.length, 2);
+  assert.equal(streamRequests[0].authorization, `Bearer ${ADMIN_TOKEN}`);
+  assert.equal(streamRequests[0]['last-event-id'], undefined);
+  assert.equal(streamRequests[1].authorization, `Bearer ${ADMIN_TOKEN}`);
+  assert.equal(streamRequests[1]['last-event-id'], '41');
+
+  await page.click('#tabs a[data-tab="aggregates"]');
+  await waitText(page, '#saves-body', 'unavailable');
+  await page.click('#tabs a[data-tab="events"]');
+  await waitText(page, '#events-body', 'No events match');
   assert.deepEqual(problems, []);
 });
