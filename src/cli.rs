@@ -41,6 +41,8 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Chaos publisher: duplicates, reordering, retries; then checks the state.
     Simulate(crate::simulate::SimulateArgs),
+    /// Load generator: signed events flat out or at a fixed rate; throughput and latency.
+    Bench(crate::bench::BenchArgs),
     /// Check a saved delivery offline against a source's secrets; exit 0 if it verifies.
     Verify(crate::verify_cli::VerifyArgs),
     /// Print a new random secret in a scheme's format.
@@ -194,6 +196,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Send(args) => send(cli.config, args).await,
         Command::Simulate(args) => crate::simulate::run(cli.config, args).await,
+        Command::Bench(args) => crate::bench::run(args).await,
         Command::Verify(args) => crate::verify_cli::verify(cli.config.as_deref(), args),
         Command::Keygen(args) => crate::verify_cli::keygen(args),
     }

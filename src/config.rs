@@ -103,6 +103,8 @@ pub struct Config {
     pub metrics_public: bool,
     /// Commit concurrent deliveries in shared transactions (SQLite); off is one fsync per request.
     pub group_commit: bool,
+    /// Serve `POST /bench/ceiling`, a fixed 202 with no work: the HTTP ceiling for benchmarks.
+    pub bench_ceiling: bool,
 }
 
 impl Config {
@@ -146,6 +148,7 @@ struct FileConfig {
     pool_size: Option<usize>,
     metrics_public: Option<bool>,
     group_commit: Option<bool>,
+    bench_ceiling: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -366,6 +369,7 @@ impl Config {
             pool_size: file.pool_size.unwrap_or(16),
             metrics_public: file.metrics_public.unwrap_or(false),
             group_commit: file.group_commit.unwrap_or(true),
+            bench_ceiling: file.bench_ceiling.unwrap_or(false),
             listen,
             database,
             admin_token,

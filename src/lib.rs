@@ -18,6 +18,7 @@
 //! - [`domain`]: ids, sequences, statuses shared by all of the above.
 
 pub mod app;
+pub mod bench;
 pub mod cli;
 pub mod clock;
 pub mod config;

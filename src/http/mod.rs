@@ -61,7 +61,22 @@ pub fn router(state: AppState) -> Router {
     } else {
         metrics.route_layer(middleware::from_fn_with_state(state.clone(), require_admin))
     };
+    let ceiling = if state.config.bench_ceiling {
+        // Reads the body and answers a fixed 202: what the HTTP stack costs with no work.
+        Router::new().route(
+            "/bench/ceiling",
+            post(|_body: axum::body::Bytes| async {
+                (
+                    axum::http::StatusCode::ACCEPTED,
+                    axum::Json(serde_json::json!({"status": "accepted"})),
+                )
+            }),
+        )
+    } else {
+        Router::new()
+    };
     Router::new()
+        .merge(ceiling)
         .route("/webhooks/{source}", post(ingress::receive))
         .merge(metrics)
         .route("/", get(dashboard::index))
