@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Side-by-side ingest benchmark, one run, same generator and machine:
+#   (a) inhook ingest (SQLite, durable commits, group commit),
+#   (b) the HTTP ceiling: the same HTTP stack answering a fixed 202 with no work,
+#   (c) the naive design: one transaction and one fsync per request.
+# Then each again at a fixed offered rate of half of (a)'s maximum, for latency.
+# Usage: scripts/bench.sh [EVENTS] [CONNECTIONS]   (builds the release binary first)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EVENTS=${1:-20000}
+CONNECTIONS=${2:-32}
+BIN=${INHOOK_BIN:-target/release/inhook}
+[ -x "$BIN" ] || cargo build --release --locked
+export INHOOK_SAVE_GAME_SECRET=bench-secret INHOOK_PRESENCE_SECRET=bench-presence
+
+run_server() { # $1 = dir, $2 = extra config lines; prints "PID URL"
+    local dir=$1
+    cat > "$dir/inhook.toml" <<TOML
+listen = "127.0.0.1:0"
+database = "sqlite://$dir/inhook.db"
+bench_ceiling = true
+$2
+TOML
+    INHOOK_LOG=warn "$BIN" serve --config "$dir/inhook.toml" > "$dir/out" 2> "$dir/err" &
+    local pid=$!
+    for _ in $(seq 1 100); do grep -q listening "$dir/out" 2>/dev/null && break; sleep 0.05; done
+    echo "$pid $(sed -n 's/inhook listening on //p' "$dir/out")"
+}
+
+bench() { # $1 = label, $2 = extra config, $3 = path, $4 = rate
+    local dir; dir=$(mktemp -d)
+    read -r pid url < <(run_server "$dir" "$2")
+    local out
+    out=$("$BIN" bench --url "$url" --path "$3" --events "$EVENTS" --connections "$CONNECTIONS" \
+        --rate "$4" --server-pid "$pid" --run-id "b$RANDOM" $( [ "$3" != /bench/ceiling ] && echo --wait-applied ))
+    kill "$pid"; wait "$pid" 2>/dev/null || true; rm -rf "$dir"
+    echo "== $1 (rate ${4:-0}) =="; echo "$out"
+    RPS=$(echo "$out" | sed -n 's/.* = \([0-9]*\) req\/s.*/\1/p')
+    P99=$(echo "$out" | sed -n 's/.* p99 \([0-9.]*\) .*/\1/p')
+}
+
+bench "a: inhook ingest, group commit" "" /webhooks/save-game 0; A=$RPS
+bench "b: HTTP ceiling" "" /bench/ceiling 0; B=$RPS
+bench "c: naive, one fsync per request" "group_commit = false" /webhooks/save-game 0; C=$RPS
+HALF=$((A / 2))
+bench "a at 50%" "" /webhooks/save-game "$HALF"; AP99=$P99
+bench "b at the same rate" "" /bench/ceiling "$HALF"; BP99=$P99
+echo
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+echo "ratios: ingest/ceiling = $(ratio "$A" "$B")  ingest/naive = $(ratio "$A" "$C")"
+echo "p99 at ${HALF} req/s: ingest ${AP99} ms, ceiling ${BP99} ms, ratio $(ratio "$AP99" "$BP99")"
