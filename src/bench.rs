@@ -63,7 +63,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             .context("no secret: pass --secret or set INHOOK_<SOURCE>_SECRET")?,
     };
     let secret = Secret::new(secret.split(',').next().unwrap_or_default().trim());
-    let path = args.path.clone().unwrap_or_else(|| format!("/webhooks/{}", args.source));
+    let path = args
+        .path
+        .clone()
+        .unwrap_or_else(|| format!("/webhooks/{}", args.source));
     let url = format!("{}{path}", args.url.trim_end_matches('/'));
     let requests = Arc::new(prepare(&args, &secret));
     let client = reqwest::Client::builder()
@@ -77,13 +80,16 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..args.connections.max(1) {
-        let (client, url, requests, next) = (client.clone(), url.clone(), requests.clone(), next.clone());
+        let (client, url, requests, next) =
+            (client.clone(), url.clone(), requests.clone(), next.clone());
         let (latencies, codes) = (latencies.clone(), codes.clone());
         let rate = args.rate;
         tasks.spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some((headers, body)) = requests.get(i) else { break };
+                let Some((headers, body)) = requests.get(i) else {
+                    break;
+                };
                 // Open loop: each request has a scheduled time; latency counts from it.
                 let scheduled = if rate > 0 {
                     let at = started + Duration::from_secs_f64(i as f64 / rate as f64);
@@ -127,7 +133,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         elapsed.as_secs_f64(),
         latencies.len() as f64 / elapsed.as_secs_f64(),
         args.connections,
-        if args.rate > 0 { format!("open loop at {} req/s", args.rate) } else { "flat out".into() }
+        if args.rate > 0 {
+            format!("open loop at {} req/s", args.rate)
+        } else {
+            "flat out".into()
+        }
     );
     println!(
         "bench: latency ms p50 {:.2} p90 {:.2} p99 {:.2} p99.9 {:.2} max {:.2}",
@@ -154,9 +164,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Headers and body of one pre-signed request.
+type SignedRequest = (Vec<(&'static str, String)>, Vec<u8>);
+
 /// Signed requests, one per event: deltas spread round-robin over the aggregates,
 /// each aggregate's sequences contiguous from 1.
-fn prepare(args: &BenchArgs, secret: &Secret) -> Vec<(Vec<(&'static str, String)>, Vec<u8>)> {
+fn prepare(args: &BenchArgs, secret: &Secret) -> Vec<SignedRequest> {
     let now = clock::now_ms() / 1000;
     (0..args.events)
         .map(|i| {
@@ -193,7 +206,10 @@ async fn wait_applied(client: &reqwest::Client, base: &str) -> anyhow::Result<Du
         if backlog == 0 {
             return Ok(started.elapsed());
         }
-        anyhow::ensure!(started.elapsed() < Duration::from_secs(600), "backlog never drained");
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(600),
+            "backlog never drained"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -21,6 +21,9 @@ use crate::store::{SourceRules, Store};
 
 /// How often the dispatcher looks for due work without being woken (holds and retries fall due by time).
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
+/// Aggregates settled in one store transaction, so that applying keeps up with a
+/// group-committed ingest instead of paying one fsync per aggregate.
+const AGGREGATES_PER_STEP: usize = 32;
 /// Aggregates fetched per round.
 const BATCH: usize = 256;
 /// Aggregates a bulk replay requeues per round.
@@ -75,36 +78,38 @@ impl Worker {
                     continue;
                 }
             };
-            let mut dispatched = 0;
+            let mut claimed = Vec::new();
             for key in due {
                 let Some(source_rules) = rules.iter().find(|r| r.name == key.0).cloned() else {
                     debug!(source = %key.0, "event of an unconfigured source left pending");
                     continue;
                 };
-                if !in_flight.lock().expect("in-flight set").insert(key.clone()) {
-                    continue;
+                if in_flight.lock().expect("in-flight set").insert(key.clone()) {
+                    claimed.push((source_rules, key.1));
                 }
+            }
+            let mut dispatched = 0;
+            let mut chunks = claimed.chunks(AGGREGATES_PER_STEP).map(<[_]>::to_vec);
+            for chunk in chunks.by_ref() {
                 let permit = tokio::select! {
                     permit = Arc::clone(&permits).acquire_owned() => permit.expect("semaphore open"),
                     _ = shutdown.changed() => {
-                        in_flight.lock().expect("in-flight set").remove(&key);
+                        release(&in_flight, &chunk);
                         break;
                     }
                 };
                 dispatched += 1;
                 let worker = self.clone();
                 let in_flight = Arc::clone(&in_flight);
-                let span = tracing::info_span!(
-                    "settle",
-                    source = %source_rules.name,
-                    aggregate = %key.1.replace('\u{1f}', "/"),
-                );
                 tasks.spawn(async move {
-                    worker.step(&source_rules, &key.1).instrument(span).await;
-                    in_flight.lock().expect("in-flight set").remove(&key);
+                    worker.steps(&chunk).await;
+                    release(&in_flight, &chunk);
                     drop(permit);
                     worker.wake.notify_one();
                 });
+            }
+            for chunk in chunks {
+                release(&in_flight, &chunk);
             }
             if dispatched == 0 {
                 pause(&mut shutdown, POLL_INTERVAL, Some(&self.wake)).await;
@@ -114,30 +119,67 @@ impl Worker {
         while tasks.join_next().await.is_some() {}
     }
 
+    /// Settles several aggregates in one store transaction; if that fails, settles them
+    /// one by one so that a failing aggregate is retried alone and blocks no other.
+    async fn steps(&self, chunk: &[(SourceRules, String)]) {
+        if let [(rules, aggregate)] = chunk {
+            return self.step(rules, aggregate).await;
+        }
+        let span = tracing::info_span!("settle_batch", aggregates = chunk.len());
+        match self
+            .store
+            .settle_many(chunk, self.clock.now_ms())
+            .instrument(span)
+            .await
+        {
+            Ok(reports) => {
+                for ((rules, aggregate), report) in chunk.iter().zip(reports) {
+                    self.report(rules, aggregate, &report);
+                }
+            }
+            Err(err) => {
+                debug!(error = %err, "batch settle failed; settling aggregates one by one");
+                for (rules, aggregate) in chunk {
+                    self.step(rules, aggregate).await;
+                }
+            }
+        }
+    }
+
+    /// Metrics and decision lines of one settled aggregate.
+    fn report(&self, rules: &SourceRules, aggregate: &str, report: &crate::store::SettleReport) {
+        let shown = aggregate.replace('\u{1f}', "/");
+        metrics::settled(&rules.name, report);
+        for line in &report.decided {
+            info!(source = %rules.name, event_id = %line.event_id,
+                  idempotency_key = line.idempotency_key.as_deref(),
+                  aggregate = %shown, sequence = line.sequence,
+                  decision = line.decision.as_str(), "decision");
+        }
+        if report.gaps_skipped > 0 {
+            warn!(source = %rules.name, aggregate = %shown, gaps = report.gaps_skipped,
+                  "hold timeout: gap skipped");
+        }
+    }
+
     /// Settles one aggregate; on failure records the attempt for a later retry.
     async fn step(&self, rules: &SourceRules, aggregate: &str) {
+        let span = tracing::info_span!(
+            "settle",
+            source = %rules.name,
+            aggregate = %aggregate.replace('\u{1f}', "/"),
+        );
+        self.step_inner(rules, aggregate).instrument(span).await
+    }
+
+    async fn step_inner(&self, rules: &SourceRules, aggregate: &str) {
         let shown = aggregate.replace('\u{1f}', "/");
         match self
             .store
             .settle(rules, aggregate, self.clock.now_ms())
             .await
         {
-            Ok(report) => {
-                metrics::settled(&rules.name, &report);
-                for line in &report.decided {
-                    info!(source = %rules.name, event_id = %line.event_id,
-                          idempotency_key = line.idempotency_key.as_deref(),
-                          aggregate = %shown, sequence = line.sequence,
-                          decision = line.decision.as_str(), "decision");
-                }
-                if report.gaps_skipped > 0 {
-                    warn!(source = %rules.name, aggregate = %shown, gaps = report.gaps_skipped,
-                          "hold timeout: gap skipped");
-                }
-                for reason in &report.dead {
-                    warn!(source = %rules.name, aggregate = %shown, reason = reason.as_str(), "event dead");
-                }
-            }
+            Ok(report) => self.report(rules, aggregate, &report),
             Err(err) => {
                 let error = err.to_string();
                 let recorded = self
@@ -201,6 +243,14 @@ impl Worker {
             }
             pause(&mut shutdown, interval, None).await;
         }
+    }
+}
+
+/// Frees claimed aggregates for the next round.
+fn release(in_flight: &Mutex<HashSet<(String, String)>>, chunk: &[(SourceRules, String)]) {
+    let mut set = in_flight.lock().expect("in-flight set");
+    for (rules, aggregate) in chunk {
+        set.remove(&(rules.name.clone(), aggregate.clone()));
     }
 }
 

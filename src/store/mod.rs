@@ -355,6 +355,19 @@ pub trait Store: Send + Sync + 'static {
         now_ms: i64,
     ) -> Result<SettleReport, StoreError>;
 
+    /// Settles several aggregates, in one transaction where the store can; all or nothing.
+    async fn settle_many(
+        &self,
+        work: &[(SourceRules, String)],
+        now_ms: i64,
+    ) -> Result<Vec<SettleReport>, StoreError> {
+        let mut reports = Vec::with_capacity(work.len());
+        for (rules, aggregate) in work {
+            reports.push(self.settle(rules, aggregate, now_ms).await?);
+        }
+        Ok(reports)
+    }
+
     /// A user's presence in a source.
     async fn presence(
         &self,

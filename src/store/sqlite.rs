@@ -348,6 +348,24 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn settle_many(
+        &self,
+        work: &[(SourceRules, String)],
+        now_ms: i64,
+    ) -> Result<Vec<SettleReport>, StoreError> {
+        let work = work.to_vec();
+        self.run(move |conn| {
+            let tx = conn.transaction().map_err(map_err)?;
+            let mut reports = Vec::with_capacity(work.len());
+            for (rules, aggregate) in &work {
+                reports.push(settle_tx(&tx, rules, aggregate, now_ms)?.report);
+            }
+            tx.commit().map_err(map_err)?;
+            Ok(reports)
+        })
+        .await
+    }
+
     async fn presence(
         &self,
         source: &str,
