@@ -357,14 +357,16 @@ test('dashboard: log in, follow events, triage and replay a dead letter, watch s
 
   await t.test('the overview counts per source', async () => {
     await page.click('#tabs a[data-tab="overview"]');
-    const counter = (source, key) => page.textContent(`.card[data-source="${source}"] [data-counter="${key}"] .v`);
-    await page.waitForFunction(() => {
-      const v = document.querySelector('.card[data-source="save-game"] [data-counter="processed"] .v');
-      return v && v.textContent === '4';
-    }, null, { timeout: WAIT });
-    assert.equal(await counter('presence', 'received'), '5');
-    assert.equal(await counter('presence', 'stale'), '1');
-    assert.equal(await counter('save-game', 'dead'), '0');
+    const want = {
+      presence: { received: '5', processed: '4', stale: '1', duplicates: '1', dead: '0' },
+      'save-game': { received: '4', processed: '4', dead: '0', held: '0', backlog: '0' },
+    };
+    // Counters refresh every 2 s: wait for a refresh that has seen every event.
+    await page.waitForFunction((expected) => Object.entries(expected).every(([source, counters]) =>
+      Object.entries(counters).every(([key, value]) => {
+        const v = document.querySelector(`.card[data-source="${source}"] [data-counter="${key}"] .v`);
+        return v && v.textContent === value;
+      })), want, { timeout: WAIT });
     await shot(page, 'overview');
   });
 
