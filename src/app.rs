@@ -69,6 +69,7 @@ impl Application {
                 wake,
                 clock: Clock::System,
                 duplicates: Arc::default(),
+                conflicting_duplicates: Arc::default(),
             },
         })
     }

@@ -69,6 +69,11 @@ pub fn duplicate(source: &str, key: DedupKey) {
         .increment(1);
 }
 
+/// A duplicate `event_id` whose body differs from the logged one: a publisher error.
+pub fn conflicting_duplicate(source: &str) {
+    counter!("inhook_conflicting_duplicates_total", "source" => source.to_owned()).increment(1);
+}
+
 /// Outcomes of one settle step (ingest in sync mode, or a worker step).
 pub fn settled(source: &str, report: &SettleReport) {
     let attempts = |outcome: &'static str, n: u64| {

@@ -447,6 +447,11 @@ pub(super) async fn overview(State(state): State<AppState>) -> Result<Response, 
         .lock()
         .map(|d| d.clone())
         .unwrap_or_default();
+    let conflicts = state
+        .conflicting_duplicates
+        .lock()
+        .map(|d| d.clone())
+        .unwrap_or_default();
     let sources: Vec<_> = state
         .config
         .sources
@@ -466,6 +471,7 @@ pub(super) async fn overview(State(state): State<AppState>) -> Result<Response, 
                 "received": count(&EventStatus::ALL),
                 "processed": count(&[EventStatus::Processed]),
                 "duplicates": duplicates.get(&source.name).copied().unwrap_or(0),
+                "conflicting_duplicates": conflicts.get(&source.name).copied().unwrap_or(0),
                 "stale": count(&[EventStatus::IgnoredStale]),
                 "unsupported": count(&[EventStatus::IgnoredUnsupported]),
                 "held": count(&[EventStatus::Held]),

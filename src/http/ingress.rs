@@ -131,6 +131,10 @@ async fn check_and_log(
             if body_differs {
                 warn!(source = %source.name, event_id = %event.event_id(),
                       "publisher error: event_id resent with a different body");
+                metrics::conflicting_duplicate(&source.name);
+                if let Ok(mut seen) = state.conflicting_duplicates.lock() {
+                    *seen.entry(source.name.clone()).or_default() += 1;
+                }
             }
             metrics::duplicate(&source.name, key);
             if let Ok(mut seen) = state.duplicates.lock() {

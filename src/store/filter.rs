@@ -9,6 +9,11 @@ pub(crate) const EVENT_COLUMNS: &str = "id, source, event_id, event_type, aggreg
     idempotency_key, body, signature_valid, signed_at, received_at, status, attempts,
     next_attempt_at, last_error, dead_reason, decided_at, replays, headers";
 
+/// History kind recorded on an event when its `event_id` is resent with another body.
+pub(crate) const CONFLICTING_DUPLICATE: &str = "conflicting_duplicate";
+/// The history detail of a [`CONFLICTING_DUPLICATE`].
+pub(crate) const CONFLICT_DETAIL: &str = "event_id resent with a different body (publisher error)";
+
 /// A bound value of a filter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Param {

@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
-use super::filter::{self, where_of, Param, EVENT_COLUMNS};
+use super::filter::{self, where_of, Param, CONFLICTING_DUPLICATE, CONFLICT_DETAIL, EVENT_COLUMNS};
 use super::migrations::POSTGRES as MIGRATIONS;
 use super::settle::{Pending, PendingRow};
 use super::sqlite::headers_json;
@@ -1023,16 +1023,29 @@ async fn find_duplicate<C: GenericClient>(
 ) -> Result<Admission, StoreError> {
     let by_id = tx
         .query_opt(
-            "SELECT body FROM events WHERE source = $1 AND event_id = $2",
+            "SELECT id, body FROM events WHERE source = $1 AND event_id = $2",
             &[&source, &event_id],
         )
         .await
         .map_err(pg_err)?;
     if let Some(stored) = by_id {
+        let body_differs = col::<Vec<u8>>(&stored, 1)? != body;
+        if body_differs {
+            // A publisher error worth a person's look: kept in the original's history.
+            let row: i64 = col(&stored, 0)?;
+            add_history(
+                tx,
+                row,
+                crate::clock::now_ms(),
+                CONFLICTING_DUPLICATE,
+                Some(CONFLICT_DETAIL),
+            )
+            .await?;
+        }
         return Ok(Admission::Duplicate {
             key: DedupKey::EventId,
             original: parse_event_id(event_id)?,
-            body_differs: col::<Vec<u8>>(&stored, 0)? != body,
+            body_differs,
         });
     }
     let original = tx
@@ -1185,6 +1198,9 @@ async fn record_decision<C: GenericClient>(
         Outcome::Dead { detail, .. } => Some(detail.as_str()),
         _ => None,
     };
+    if let (Some(reason), Some(detail)) = (reason, detail) {
+        add_history(tx, row, now_ms, reason.as_str(), Some(detail)).await?;
+    }
     tx.execute(
         "UPDATE events SET status = $2, dead_reason = $3, last_error = $4, decided_at = $5,
              attempts = attempts + 1, next_attempt_at = NULL

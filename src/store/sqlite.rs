@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, params_from_iter, Connection, ErrorCode, OptionalExtension};
 
-use super::filter::{self, where_of, Param, EVENT_COLUMNS};
+use super::filter::{self, where_of, Param, CONFLICTING_DUPLICATE, CONFLICT_DETAIL, EVENT_COLUMNS};
 use super::migrations::SQLITE as MIGRATIONS;
 use super::settle::{Pending, PendingRow};
 use super::{
@@ -1070,19 +1070,30 @@ fn find_duplicate(
     idempotency_key: Option<&str>,
     body: &[u8],
 ) -> Result<Admission, StoreError> {
-    let by_id: Option<Vec<u8>> = tx
+    let by_id: Option<(i64, Vec<u8>)> = tx
         .query_row(
-            "SELECT body FROM events WHERE source = ?1 AND event_id = ?2",
+            "SELECT id, body FROM events WHERE source = ?1 AND event_id = ?2",
             params![source, event_id],
-            |r| r.get(0),
+            |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .optional()
         .map_err(map_err)?;
-    if let Some(stored) = by_id {
+    if let Some((row, stored)) = by_id {
+        let body_differs = stored != body;
+        if body_differs {
+            // A publisher error worth a person's look: kept in the original's history.
+            add_history(
+                tx,
+                row,
+                crate::clock::now_ms(),
+                CONFLICTING_DUPLICATE,
+                Some(CONFLICT_DETAIL),
+            )?;
+        }
         return Ok(Admission::Duplicate {
             key: DedupKey::EventId,
             original: parse_event_id(event_id)?,
-            body_differs: stored != body,
+            body_differs,
         });
     }
     let original: String = tx
@@ -1230,6 +1241,9 @@ fn record_decision(
         Outcome::Dead { detail, .. } => Some(detail.as_str()),
         _ => None,
     };
+    if let (Some(reason), Some(detail)) = (reason, detail) {
+        add_history(tx, row, now_ms, reason.as_str(), Some(detail))?;
+    }
     tx.execute(
         "UPDATE events SET status = ?2, dead_reason = ?3, last_error = ?4, decided_at = ?5,
              attempts = attempts + 1, next_attempt_at = NULL

@@ -117,7 +117,17 @@ async fn a_dead_event_replayed_after_the_cause_is_fixed_applies_once() {
     assert_eq!(replay.status(), 202);
     let replayed = wait_status(&server, "d2", "processed").await;
     assert_eq!(replayed["replays"], 1);
-    assert_eq!(replayed["history"][0]["kind"], "replayed");
+    let kinds: Vec<_> = replayed["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["kind"].clone())
+        .collect();
+    assert_eq!(
+        kinds,
+        [json!("insufficient_quantity"), json!("replayed")],
+        "the first attempt, then the replay"
+    );
     assert_eq!(
         server.get("/v1/saves/fix/a").await.body["inventory"],
         json!({"gem": 3})
@@ -220,5 +230,37 @@ async fn sigterm_stops_the_server_gracefully() {
     assert!(
         started.elapsed() < Duration::from_secs(15),
         "bounded by shutdown_timeout_s"
+    );
+}
+
+#[tokio::test]
+async fn an_event_id_resent_with_another_body_is_a_duplicate_shown_as_a_publisher_error() {
+    let server = TestServer::spawn().await;
+    let first =
+        json!({"event_id": "c1", "user_id": "cu", "presence": "BUSY", "sequence_number": 1});
+    let changed =
+        json!({"event_id": "c1", "user_id": "cu", "presence": "AWAY", "sequence_number": 2});
+    assert_eq!(server.post_presence(&first).await.body["status"], "applied");
+    let reply = server.post_presence(&changed).await;
+    assert_eq!(
+        (reply.code, &reply.body["status"]),
+        (200, &json!("duplicate"))
+    );
+    let detail = server.get("/v1/events/presence/c1").await;
+    assert_eq!(detail.body["history"][0]["kind"], "conflicting_duplicate");
+    let overview = server.get("/v1/overview").await;
+    let presence = overview.body["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["source"] == "presence")
+        .unwrap()
+        .clone();
+    assert_eq!(presence["conflicting_duplicates"], 1);
+    assert_eq!(presence["duplicates"], 1);
+    assert_eq!(
+        server.get("/v1/presence/cu").await.body["status"],
+        "BUSY",
+        "state unchanged"
     );
 }
