@@ -112,25 +112,26 @@ fn ingest_one(conn: &Connection, job: &IngestJob) -> Result<Admission, StoreErro
         return Ok(admission);
     }
     let inserted = conn
-        .execute(
+        .prepare_cached(
             "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
                  idempotency_key, body, signature_valid, signed_at, received_at, status,
                  headers)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, 'received', ?10)
              ON CONFLICT DO NOTHING",
-            params![
-                job.source,
-                job.event_id,
-                job.event_type,
-                job.aggregate,
-                job.sequence,
-                job.idempotency_key,
-                job.body,
-                job.signed_at,
-                job.received_at,
-                job.headers
-            ],
         )
+        .map_err(map_err)?
+        .execute(params![
+            job.source,
+            job.event_id,
+            job.event_type,
+            job.aggregate,
+            job.sequence,
+            job.idempotency_key,
+            job.body,
+            job.signed_at,
+            job.received_at,
+            job.headers
+        ])
         .map_err(map_err)?;
     if inserted == 0 {
         return find_duplicate(
@@ -167,6 +168,8 @@ impl SqliteStore {
     pub fn open(path: &Path, busy_timeout: Duration) -> Result<Self, StoreError> {
         let conn = Connection::open(path).map_err(map_err)?;
         conn.busy_timeout(busy_timeout).map_err(map_err)?;
+        // Every hot statement stays prepared: parsing SQL per delivery showed in profiles.
+        conn.set_prepared_statement_cache_capacity(64);
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(map_err)?;
         // FULL fsyncs the WAL at every commit: an answered delivery survives power loss.
@@ -232,18 +235,17 @@ impl Store for SqliteStore {
             )
             .map_err(map_err)?;
             let current: i64 = tx
-                .query_row(
-                    "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
-                    [],
-                    |r| r.get(0),
-                )
+                .prepare_cached("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
+                .map_err(map_err)?
+                .query_row([], |r| r.get(0))
                 .map_err(map_err)?;
             for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
                 tx.execute_batch(sql).map_err(map_err)?;
-                tx.execute(
+                tx.prepare_cached(
                     "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
-                    params![version, crate::clock::now_ms()],
                 )
+                .map_err(map_err)?
+                .execute(params![version, crate::clock::now_ms()])
                 .map_err(map_err)?;
             }
             tx.commit().map_err(map_err)
@@ -252,8 +254,13 @@ impl Store for SqliteStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        self.run(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).map_err(map_err))
-            .await
+        self.run(|conn| {
+            conn.prepare_cached("SELECT 1")
+                .map_err(map_err)?
+                .query_row([], |_| Ok(()))
+                .map_err(map_err)
+        })
+        .await
     }
 
     async fn ingest(
@@ -473,23 +480,25 @@ impl Store for SqliteStore {
                 add_history(&tx, row, now_ms, "failed", Some(&error))?;
                 match policy.after_failure(failed, jitter) {
                     NextStep::RetryIn(delay_ms) => {
-                        tx.execute(
+                        tx.prepare_cached(
                             "UPDATE events SET status = 'retrying', attempts = ?2,
                                  next_attempt_at = ?3, last_error = ?4
                              WHERE id = ?1",
-                            params![row, failed, now_ms + delay_ms, error],
                         )
+                        .map_err(map_err)?
+                        .execute(params![row, failed, now_ms + delay_ms, error])
                         .map_err(map_err)?;
                         report.retrying += 1;
                     }
                     NextStep::GiveUp => {
-                        tx.execute(
+                        tx.prepare_cached(
                             "UPDATE events SET status = 'dead', dead_reason = 'exhausted',
                                  attempts = ?2, next_attempt_at = NULL, last_error = ?3,
                                  decided_at = ?4
                              WHERE id = ?1",
-                            params![row, failed, error, now_ms],
                         )
+                        .map_err(map_err)?
+                        .execute(params![row, failed, error, now_ms])
                         .map_err(map_err)?;
                         report.dead += 1;
                     }
@@ -582,11 +591,9 @@ impl Store for SqliteStore {
         self.run(move |conn| {
             let tx = conn.transaction().map_err(map_err)?;
             let found: Option<(i64, String)> = tx
-                .query_row(
-                    "SELECT id, status FROM events WHERE source = ?1 AND event_id = ?2",
-                    params![source, event_id],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
+                .prepare_cached("SELECT id, status FROM events WHERE source = ?1 AND event_id = ?2")
+                .map_err(map_err)?
+                .query_row(params![source, event_id], |r| Ok((r.get(0)?, r.get(1)?)))
                 .optional()
                 .map_err(map_err)?;
             let Some((row, status)) = found else {
@@ -623,11 +630,12 @@ impl Store for SqliteStore {
                 )
                 .map_err(map_err)?;
             let filter_json = serde_json::to_string(&filter).map_err(json_err)?;
-            tx.execute(
+            tx.prepare_cached(
                 "INSERT INTO replay_jobs (filter, state, total, created_at, updated_at)
                  VALUES (?1, 'running', ?2, ?3, ?3)",
-                params![filter_json, total, now_ms],
             )
+            .map_err(map_err)?
+            .execute(params![filter_json, total, now_ms])
             .map_err(map_err)?;
             let id = tx.last_insert_rowid();
             tx.commit().map_err(map_err)?;
@@ -710,10 +718,10 @@ impl Store for SqliteStore {
 
     async fn last_change_id(&self) -> Result<i64, StoreError> {
         self.run(|conn| {
-            conn.query_row("SELECT COALESCE(MAX(id), 0) FROM state_changes", [], |r| {
-                r.get(0)
-            })
-            .map_err(map_err)
+            conn.prepare_cached("SELECT COALESCE(MAX(id), 0) FROM state_changes")
+                .map_err(map_err)?
+                .query_row([], |r| r.get(0))
+                .map_err(map_err)
         })
         .await
     }
@@ -755,21 +763,21 @@ impl Store for SqliteStore {
     async fn replay_job(&self, id: i64) -> Result<Option<ReplayJob>, StoreError> {
         self.run(move |conn| {
             let row: Option<(String, String, i64, i64, i64, i64)> = conn
-                .query_row(
+                .prepare_cached(
                     "SELECT filter, state, total, requeued, created_at, updated_at
                      FROM replay_jobs WHERE id = ?1",
-                    [id],
-                    |r| {
-                        Ok((
-                            r.get(0)?,
-                            r.get(1)?,
-                            r.get(2)?,
-                            r.get(3)?,
-                            r.get(4)?,
-                            r.get(5)?,
-                        ))
-                    },
                 )
+                .map_err(map_err)?
+                .query_row([id], |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                    ))
+                })
                 .optional()
                 .map_err(map_err)?;
             row.map(
@@ -794,12 +802,12 @@ impl Store for SqliteStore {
         self.run(move |conn| {
             let tx = conn.transaction().map_err(map_err)?;
             let job: Option<(i64, String, Option<String>, Option<String>)> = tx
-                .query_row(
+                .prepare_cached(
                     "SELECT id, filter, cursor_source, cursor_aggregate FROM replay_jobs
                      WHERE state = 'running' ORDER BY id LIMIT 1",
-                    [],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
                 )
+                .map_err(map_err)?
+                .query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
                 .optional()
                 .map_err(map_err)?;
             let Some((id, filter, cursor_source, cursor_aggregate)) = job else {
@@ -849,20 +857,21 @@ impl Store for SqliteStore {
             } else {
                 "running"
             };
-            tx.execute(
+            tx.prepare_cached(
                 "UPDATE replay_jobs SET requeued = requeued + ?2, state = ?3, updated_at = ?4,
                      cursor_source = COALESCE(?5, cursor_source),
                      cursor_aggregate = COALESCE(?6, cursor_aggregate)
                  WHERE id = ?1",
-                params![
-                    id,
-                    requeued as i64,
-                    state,
-                    now_ms,
-                    cursor_source,
-                    cursor_aggregate
-                ],
             )
+            .map_err(map_err)?
+            .execute(params![
+                id,
+                requeued as i64,
+                state,
+                now_ms,
+                cursor_source,
+                cursor_aggregate
+            ])
             .map_err(map_err)?;
             tx.commit().map_err(map_err)?;
             Ok(requeued)
@@ -904,12 +913,15 @@ impl Store for SqliteStore {
                 .execute(&format!("DELETE FROM events WHERE id IN ({chosen})"), params![before_ms, batch as i64])
                 .map_err(map_err)? as u64;
             let dedup_keys = tx
-                .execute("DELETE FROM dedup_keys WHERE expires_at <= ?1", [now_ms])
+            .prepare_cached("DELETE FROM dedup_keys WHERE expires_at <= ?1")
+            .map_err(map_err)?
+            .execute([now_ms])
                 .map_err(map_err)? as u64;
-            tx.execute(
-                "DELETE FROM state_changes WHERE id IN
-                     (SELECT id FROM state_changes WHERE at < ?1 LIMIT ?2)",
-                params![before_ms, batch as i64],
+            tx
+            .prepare_cached("DELETE FROM state_changes WHERE id IN
+                     (SELECT id FROM state_changes WHERE at < ?1 LIMIT ?2)")
+            .map_err(map_err)?
+            .execute(params![before_ms, batch as i64],
             )
             .map_err(map_err)?;
             tx.commit().map_err(map_err)?;
@@ -1021,10 +1033,11 @@ fn add_history(
     kind: &str,
     error: Option<&str>,
 ) -> Result<(), StoreError> {
-    tx.execute(
+    tx.prepare_cached(
         "INSERT INTO event_attempts (event_row, at, kind, error) VALUES (?1, ?2, ?3, ?4)",
-        params![row, at_ms, kind, error],
     )
+    .map_err(map_err)?
+    .execute(params![row, at_ms, kind, error])
     .map_err(map_err)?;
     Ok(())
 }
@@ -1038,14 +1051,16 @@ fn purged_duplicate(
     now_ms: i64,
 ) -> Result<Option<Admission>, StoreError> {
     let found: Option<(String, String)> = tx
-        .query_row(
+        .prepare_cached(
             "SELECT kind, event_id FROM dedup_keys
              WHERE source = ?1 AND expires_at > ?4
                AND ((kind = 'event_id' AND key = ?2) OR (kind = 'idempotency_key' AND key = ?3))
              ORDER BY kind LIMIT 1",
-            params![source, event_id, idempotency_key, now_ms],
-            |r| Ok((r.get(0)?, r.get(1)?)),
         )
+        .map_err(map_err)?
+        .query_row(params![source, event_id, idempotency_key, now_ms], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
         .optional()
         .map_err(map_err)?;
     found
@@ -1071,11 +1086,9 @@ fn find_duplicate(
     body: &[u8],
 ) -> Result<Admission, StoreError> {
     let by_id: Option<(i64, Vec<u8>)> = tx
-        .query_row(
-            "SELECT id, body FROM events WHERE source = ?1 AND event_id = ?2",
-            params![source, event_id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
+        .prepare_cached("SELECT id, body FROM events WHERE source = ?1 AND event_id = ?2")
+        .map_err(map_err)?
+        .query_row(params![source, event_id], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()
         .map_err(map_err)?;
     if let Some((row, stored)) = by_id {
@@ -1097,11 +1110,9 @@ fn find_duplicate(
         });
     }
     let original: String = tx
-        .query_row(
-            "SELECT event_id FROM events WHERE source = ?1 AND idempotency_key = ?2",
-            params![source, idempotency_key],
-            |r| r.get(0),
-        )
+        .prepare_cached("SELECT event_id FROM events WHERE source = ?1 AND idempotency_key = ?2")
+        .map_err(map_err)?
+        .query_row(params![source, idempotency_key], |r| r.get(0))
         .map_err(map_err)?;
     Ok(Admission::Duplicate {
         key: DedupKey::IdempotencyKey,
@@ -1159,21 +1170,22 @@ fn settle_tx(
             let before = load_presence(tx, &rules.name, aggregate)?;
             let plan = pending.settle_presence(aggregate, before, now_ms)?;
             if let Some(state) = plan.state.as_ref().filter(|_| plan.changed) {
-                tx.execute(
+                tx.prepare_cached(
                     "INSERT INTO presence_state (source, user_id, presence, sequence, updated_at)
                      VALUES (?1, ?2, ?3, ?4, ?5)
                      ON CONFLICT (source, user_id) DO UPDATE SET
                          presence = excluded.presence, sequence = excluded.sequence,
                          updated_at = excluded.updated_at
                      WHERE excluded.sequence > presence_state.sequence",
-                    params![
-                        rules.name,
-                        aggregate,
-                        state.presence.as_str(),
-                        state.sequence.get(),
-                        state.updated_at_ms
-                    ],
                 )
+                .map_err(map_err)?
+                .execute(params![
+                    rules.name,
+                    aggregate,
+                    state.presence.as_str(),
+                    state.sequence.get(),
+                    state.updated_at_ms
+                ])
                 .map_err(map_err)?;
             }
             (
@@ -1202,11 +1214,18 @@ fn settle_tx(
         }
     };
     if let Some((kind, state)) = change {
-        tx.execute(
+        tx.prepare_cached(
             "INSERT INTO state_changes (source, aggregate, kind, at, state)
              VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![rules.name, aggregate, kind, now_ms, state.to_string()],
         )
+        .map_err(map_err)?
+        .execute(params![
+            rules.name,
+            aggregate,
+            kind,
+            now_ms,
+            state.to_string()
+        ])
         .map_err(map_err)?;
     }
     for (row, outcome) in &decisions {
@@ -1229,11 +1248,12 @@ fn record_decision(
     let (status, reason) = status_of(outcome);
     if *outcome == Outcome::Held {
         // Due again when the hold window of this event ends.
-        tx.execute(
+        tx.prepare_cached(
             "UPDATE events SET status = 'held', next_attempt_at = received_at + ?2
              WHERE id = ?1 AND status <> 'held'",
-            params![row, hold_timeout_ms],
         )
+        .map_err(map_err)?
+        .execute(params![row, hold_timeout_ms])
         .map_err(map_err)?;
         return Ok(());
     }
@@ -1244,18 +1264,19 @@ fn record_decision(
     if let (Some(reason), Some(detail)) = (reason, detail) {
         add_history(tx, row, now_ms, reason.as_str(), Some(detail))?;
     }
-    tx.execute(
+    tx.prepare_cached(
         "UPDATE events SET status = ?2, dead_reason = ?3, last_error = ?4, decided_at = ?5,
              attempts = attempts + 1, next_attempt_at = NULL
          WHERE id = ?1",
-        params![
-            row,
-            status.as_str(),
-            reason.map(DeadReason::as_str),
-            detail,
-            now_ms
-        ],
     )
+    .map_err(map_err)?
+    .execute(params![
+        row,
+        status.as_str(),
+        reason.map(DeadReason::as_str),
+        detail,
+        now_ms
+    ])
     .map_err(map_err)?;
     Ok(())
 }
@@ -1300,12 +1321,14 @@ fn load_presence(
     user_id: &str,
 ) -> Result<Option<PresenceState>, StoreError> {
     let row: Option<(String, i64, i64)> = conn
-        .query_row(
+        .prepare_cached(
             "SELECT presence, sequence, updated_at FROM presence_state
              WHERE source = ?1 AND user_id = ?2",
-            params![source, user_id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
+        .map_err(map_err)?
+        .query_row(params![source, user_id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
         .optional()
         .map_err(map_err)?;
     row.map(|(p, s, u)| presence_state(&p, s, u)).transpose()
@@ -1328,24 +1351,24 @@ fn load_save(
     aggregate: &str,
 ) -> Result<Option<SaveState>, StoreError> {
     let row: Option<SaveRow> = conn
-        .query_row(
+        .prepare_cached(
             "SELECT last_sequence, progress, progress_sequence, inventory, inventory_sequence,
                     snapshot_sequence, achievements, updated_at
              FROM save_state WHERE source = ?1 AND aggregate = ?2",
-            params![source, aggregate],
-            |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                    r.get(6)?,
-                    r.get(7)?,
-                ))
-            },
         )
+        .map_err(map_err)?
+        .query_row(params![source, aggregate], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+                r.get(7)?,
+            ))
+        })
         .optional()
         .map_err(map_err)?;
     let Some((
@@ -1388,7 +1411,7 @@ fn store_save(
         .map(serde_json::to_string)
         .transpose()
         .map_err(json_err)?;
-    tx.execute(
+    tx.prepare_cached(
         "INSERT INTO save_state (source, aggregate, last_sequence, progress, progress_sequence,
              inventory, inventory_sequence, snapshot_sequence, achievements, updated_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
@@ -1398,19 +1421,20 @@ fn store_save(
              inventory_sequence = excluded.inventory_sequence,
              snapshot_sequence = excluded.snapshot_sequence,
              achievements = excluded.achievements, updated_at = excluded.updated_at",
-        params![
-            source,
-            aggregate,
-            state.last_sequence,
-            progress,
-            state.progress_sequence.map(|s| s.get()),
-            serde_json::to_string(&state.inventory).map_err(json_err)?,
-            state.inventory_sequence.map(|s| s.get()),
-            state.snapshot_sequence.map(|s| s.get()),
-            serde_json::to_string(&state.achievements).map_err(json_err)?,
-            state.updated_at_ms
-        ],
     )
+    .map_err(map_err)?
+    .execute(params![
+        source,
+        aggregate,
+        state.last_sequence,
+        progress,
+        state.progress_sequence.map(|s| s.get()),
+        serde_json::to_string(&state.inventory).map_err(json_err)?,
+        state.inventory_sequence.map(|s| s.get()),
+        state.snapshot_sequence.map(|s| s.get()),
+        serde_json::to_string(&state.achievements).map_err(json_err)?,
+        state.updated_at_ms
+    ])
     .map_err(map_err)?;
     Ok(())
 }
