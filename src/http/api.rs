@@ -39,13 +39,7 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     match state.store.status_counts().await {
         Ok(counts) => {
             for source in &state.config.sources {
-                let count = |wanted: &[EventStatus]| -> u64 {
-                    counts
-                        .iter()
-                        .filter(|(name, status, _)| *name == source.name && wanted.contains(status))
-                        .map(|(_, _, n)| n)
-                        .sum()
-                };
+                let count = |wanted: &[EventStatus]| count_of(&counts, &source.name, wanted);
                 let held = count(&[EventStatus::Held]);
                 let backlog = count(&[
                     EventStatus::Received,
@@ -66,6 +60,15 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
         text,
     )
         .into_response()
+}
+
+/// Events of `source` in any of the `wanted` statuses, from [`crate::store::Store::status_counts`].
+fn count_of(counts: &[(String, EventStatus, u64)], source: &str, wanted: &[EventStatus]) -> u64 {
+    counts
+        .iter()
+        .filter(|(name, status, _)| name == source && wanted.contains(status))
+        .map(|(_, _, n)| n)
+        .sum()
 }
 
 /// Optional `?source=` choosing among several sources of one kind.
@@ -457,13 +460,7 @@ pub(super) async fn overview(State(state): State<AppState>) -> Result<Response, 
         .sources
         .iter()
         .map(|source| {
-            let count = |wanted: &[EventStatus]| -> u64 {
-                counts
-                    .iter()
-                    .filter(|(name, status, _)| *name == source.name && wanted.contains(status))
-                    .map(|(_, _, n)| n)
-                    .sum()
-            };
+            let count = |wanted: &[EventStatus]| count_of(&counts, &source.name, wanted);
             json!({
                 "source": source.name,
                 "kind": source.kind,

@@ -75,10 +75,8 @@ pub(crate) fn lost(
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_under_a_steady_stream_loses_nothing_and_converges() {
-    let mut server = TestServer::spawn().await;
-    let seed = 0x5eed;
+/// A 3,000-event stream over 60 aggregates of both sources, and its chaotic delivery plan.
+pub(crate) fn chaos_stream(seed: u64) -> (Stream, Arc<Plan>) {
     let stream = generate(&StreamSpec {
         seed,
         events: 3_000,
@@ -94,9 +92,13 @@ async fn sigkill_under_a_steady_stream_loses_nothing_and_converges() {
             resend_rate: 0.05,
         },
     ));
-    let endpoint = Endpoint::new(&server.url);
-    let publisher = Publisher::new(
-        endpoint.clone(),
+    (stream, plan)
+}
+
+/// A publisher signing for the test servers' two seed sources, retrying until 2xx.
+pub(crate) fn chaos_publisher(endpoint: Endpoint, concurrency: usize, rate: u64) -> Publisher {
+    Publisher::new(
+        endpoint,
         SourceSigner {
             name: "presence".into(),
             scheme: Scheme::HmacHex,
@@ -109,15 +111,23 @@ async fn sigkill_under_a_steady_stream_loses_nothing_and_converges() {
         },
         None,
         SendOptions {
-            concurrency: 8,
-            // Paced so the stream spans every kill: about 7 s for the whole plan.
-            rate: 500,
+            concurrency,
+            rate,
             give_up_after: Duration::from_secs(60),
             max_retry_after: Duration::from_secs(1),
             request_timeout: Duration::from_secs(5),
         },
     )
-    .unwrap();
+    .expect("publisher")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_under_a_steady_stream_loses_nothing_and_converges() {
+    let mut server = TestServer::spawn().await;
+    let (stream, plan) = chaos_stream(0x5eed);
+    let endpoint = Endpoint::new(&server.url);
+    // Paced so the stream spans every kill: about 7 s for the whole plan.
+    let publisher = chaos_publisher(endpoint.clone(), 8, 500);
     let started = Instant::now();
     let sending = tokio::spawn({
         let (publisher, plan) = (publisher.clone(), plan.clone());

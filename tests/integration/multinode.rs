@@ -6,14 +6,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use inhook::signature::{Scheme, Secret};
-use inhook::simulate::{
-    expected_states, generate, plan, ChaosSpec, Endpoint, Publisher, SendOptions, SourceSigner,
-    StreamSpec,
-};
+use inhook::simulate::{expected_states, Endpoint};
 
-use crate::crash::Audit;
-use crate::support::{Backend, TestServer, PRESENCE_SECRET, SAVE_SECRETS};
+use crate::crash::{chaos_publisher, chaos_stream, Audit};
+use crate::support::{Backend, TestServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_one_database_one_killed_converge() {
@@ -24,45 +20,9 @@ async fn three_nodes_one_database_one_killed_converge() {
     let first = TestServer::spawn().await;
     let mut second = TestServer::join(&first).await;
     let third = TestServer::join(&first).await;
-    let seed = 0x3_0de;
-    let stream = generate(&StreamSpec {
-        seed,
-        events: 3_000,
-        aggregates: 60,
-        presence_share: 0.5,
-    });
-    let plan = Arc::new(plan(
-        &stream,
-        &ChaosSpec {
-            seed,
-            window: 8,
-            duplicate_rate: 0.2,
-            resend_rate: 0.05,
-        },
-    ));
+    let (stream, plan) = chaos_stream(0x3_0de);
     let endpoint = Endpoint::many(&[&first.url, &second.url, &third.url]);
-    let publisher = Publisher::new(
-        endpoint.clone(),
-        SourceSigner {
-            name: "presence".into(),
-            scheme: Scheme::HmacHex,
-            secret: Secret::new(PRESENCE_SECRET),
-        },
-        SourceSigner {
-            name: "save-game".into(),
-            scheme: Scheme::HmacTimestamped,
-            secret: Secret::new(SAVE_SECRETS[0]),
-        },
-        None,
-        SendOptions {
-            concurrency: 12,
-            rate: 600,
-            give_up_after: Duration::from_secs(60),
-            max_retry_after: Duration::from_secs(1),
-            request_timeout: Duration::from_secs(5),
-        },
-    )
-    .unwrap();
+    let publisher = chaos_publisher(endpoint.clone(), 12, 600);
     let started = Instant::now();
     let sending = tokio::spawn({
         let (publisher, plan) = (publisher.clone(), plan.clone());
