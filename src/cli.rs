@@ -203,7 +203,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
-    init_tracing(config.log_json);
+    let _telemetry = crate::telemetry::init(config.log_json, config.otlp_endpoint.as_deref())?;
     if config.admin_token.is_none() {
         tracing::warn!("no admin_token configured: /v1/* answers loopback clients only");
     }
@@ -214,21 +214,6 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     // Tests and scripts read this line to learn the bound port.
     println!("inhook listening on http://{addr}");
     app.run_until_stopped(shutdown_signal()).await
-}
-
-fn init_tracing(json: bool) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("INHOOK_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    use std::io::IsTerminal;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
 }
 
 async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Result<()> {

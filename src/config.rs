@@ -105,6 +105,8 @@ pub struct Config {
     pub group_commit: bool,
     /// Serve `POST /bench/ceiling`, a fixed 202 with no work: the HTTP ceiling for benchmarks.
     pub bench_ceiling: bool,
+    /// Export spans over OTLP/HTTP to this URL (e.g. `http://collector:4318/v1/traces`); off when unset.
+    pub otlp_endpoint: Option<String>,
 }
 
 impl Config {
@@ -149,6 +151,7 @@ struct FileConfig {
     metrics_public: Option<bool>,
     group_commit: Option<bool>,
     bench_ceiling: Option<bool>,
+    otlp_endpoint: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -370,6 +373,11 @@ impl Config {
             metrics_public: file.metrics_public.unwrap_or(false),
             group_commit: file.group_commit.unwrap_or(true),
             bench_ceiling: file.bench_ceiling.unwrap_or(false),
+            otlp_endpoint: env
+                .get("INHOOK_OTLP_ENDPOINT")
+                .cloned()
+                .or(file.otlp_endpoint)
+                .filter(|e| !e.is_empty()),
             listen,
             database,
             admin_token,

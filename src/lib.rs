@@ -33,5 +33,6 @@ pub mod retry;
 pub mod signature;
 pub mod simulate;
 pub mod store;
+pub mod telemetry;
 pub mod verify_cli;
 pub mod worker;

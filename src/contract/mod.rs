@@ -175,4 +175,81 @@ mod tests {
             "{err}"
         );
     }
+
+    /// Any JSON value, a few levels deep.
+    fn json_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        use serde_json::Value;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            "[ -~]{0,12}".prop_map(Value::from),
+            "\\PC{0,4}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map("[a-z_]{1,12}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// The contracts' own field names, so generated bodies come near a valid one.
+    const FIELDS: [&str; 17] = [
+        "event_id",
+        "user_id",
+        "presence",
+        "sequence_number",
+        "timestamp",
+        "idempotency_key",
+        "event_type",
+        "payload_version",
+        "occurred_at",
+        "player_id",
+        "save_slot",
+        "sequence",
+        "data",
+        "added_items",
+        "removed_items",
+        "items",
+        "qty",
+    ];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+
+        /// The fuzz target `contract` in miniature, so CI checks it without nightly:
+        /// hostile bodies never panic, problems are always named, and a fallback
+        /// event id changes nothing but a missing `event_id`.
+        #[test]
+        fn hostile_bodies_are_named_problems_never_panics(
+            fields in proptest::collection::vec((0..FIELDS.len(), json_value()), 0..10),
+            raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..48),
+            as_raw in proptest::prelude::any::<bool>(),
+        ) {
+            let body = if as_raw {
+                raw
+            } else {
+                let map: serde_json::Map<String, serde_json::Value> =
+                    fields.into_iter().map(|(i, v)| (FIELDS[i].to_owned(), v)).collect();
+                serde_json::to_vec(&map).unwrap()
+            };
+            for kind in [SourceKind::Presence, SourceKind::SaveGame] {
+                let plain = Event::parse(kind, &body);
+                if let Err(err) = &plain {
+                    proptest::prop_assert!(!err.problems.is_empty());
+                }
+                let with = Event::parse_with_fallback(kind, &body, Some("msg_prop"));
+                match (&plain, &with) {
+                    (Ok(a), b) => proptest::prop_assert_eq!(Some(a), b.as_ref().ok()),
+                    (Err(_), Ok(b)) => proptest::prop_assert_eq!(b.event_id().as_str(), "msg_prop"),
+                    (Err(_), Err(_)) => {}
+                }
+            }
+        }
+    }
 }

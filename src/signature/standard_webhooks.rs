@@ -445,4 +445,39 @@ mod tests {
             .check_secret(&Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"))
             .is_ok());
     }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Lists assembled from known, unknown and broken tokens parse exactly
+        /// when one token is a well-formed signature of a known version.
+        #[test]
+        fn assembled_lists_keep_exactly_the_well_formed_known_tokens(
+            tokens in proptest::collection::vec(
+                prop_oneof![
+                    proptest::array::uniform32(any::<u8>())
+                        .prop_map(|b: [u8; 32]| format!("v1,{}", base64_encode(&b))),
+                    proptest::collection::vec(any::<u8>(), 64)
+                        .prop_map(|b: Vec<u8>| format!("v1a,{}", base64_encode(&b))),
+                    "v[0-9a-z]{0,3},[A-Za-z0-9+/=]{0,90}",
+                    "[!-~]{0,12}",
+                ],
+                0..6,
+            )
+        ) {
+            let raw = tokens.join(" ");
+            let expected = tokens
+                .iter()
+                .filter(|t| match t.split_once(',') {
+                    Some(("v1", v)) => base64_exact::<32>(v).is_some(),
+                    Some(("v1a", v)) => base64_exact::<64>(v).is_some(),
+                    _ => false,
+                })
+                .count();
+            match parse_signatures(&raw) {
+                Ok(list) => prop_assert_eq!(list.len(), expected),
+                Err(_) => prop_assert_eq!(expected, 0),
+            }
+        }
+    }
 }

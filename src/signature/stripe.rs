@@ -162,4 +162,32 @@ mod tests {
         }
         assert!(parse_header(&",".repeat(MAX_ITEMS + 1)).is_err());
     }
+
+    proptest::proptest! {
+        /// Headers assembled from plausible and hostile items parse exactly when
+        /// they hold one well-formed `t` and at least one well-formed `v1`.
+        #[test]
+        fn assembled_headers_parse_by_the_rules(
+            items in proptest::collection::vec(
+                proptest::prop_oneof![
+                    "t=[0-9]{1,12}",
+                    "t=[-+ a-z0-9]{0,4}",
+                    "v1=[0-9a-f]{64}",
+                    "v1=[0-9a-fz]{0,70}",
+                    "v0=[0-9a-f]{64}",
+                    "[ -+\\--~]{0,8}",
+                ],
+                0..8,
+            )
+        ) {
+            let raw = items.join(",");
+            let t_items: Vec<&String> = items.iter().filter(|i| i.trim().starts_with("t=")).collect();
+            let good_t = t_items.len() == 1
+                && super::super::parse_unix_timestamp(&t_items[0].trim()[2..]).is_some();
+            let good_v1 = items.iter().any(|i| {
+                i.trim().strip_prefix("v1=").and_then(super::super::hex_32).is_some()
+            });
+            proptest::prop_assert_eq!(parse_header(&raw).is_ok(), good_t && good_v1, "{}", raw);
+        }
+    }
 }

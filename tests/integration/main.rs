@@ -17,3 +17,4 @@ mod save_game;
 mod signatures;
 mod simulate;
 mod stream;
+mod telemetry;
