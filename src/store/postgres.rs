@@ -298,6 +298,8 @@ impl Store for PostgresStore {
         let Some(inserted) = inserted else {
             let admission =
                 find_duplicate(&tx, event.source, event_id, idempotency_key, event.body).await?;
+            // A conflicting body was recorded in the original's history: keep it.
+            tx.commit().await.map_err(pg_err)?;
             return Ok(admission);
         };
         let row: i64 = col(&inserted, 0)?;
