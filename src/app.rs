@@ -69,6 +69,7 @@ impl Application {
                 wake,
                 clock: Clock::System,
                 duplicates: Arc::default(),
+                backlog: Arc::default(),
                 conflicting_duplicates: Arc::default(),
             },
         })
@@ -96,6 +97,7 @@ impl Application {
         let mut background = tokio::task::JoinSet::new();
         background.spawn(worker.clone().run(stop_rx.clone()));
         background.spawn(worker.run_retention(stop_rx.clone()));
+        background.spawn(watch_backlog(self.state.clone(), stop_rx.clone()));
         let app = router(self.state).into_make_service_with_connect_info::<SocketAddr>();
         let stopping = {
             let stop_tx = stop_tx.clone();
@@ -126,6 +128,34 @@ impl Application {
             );
         }
         Ok(())
+    }
+}
+
+/// How often the backlog that `max_backlog` limits is read from the store.
+const BACKLOG_REFRESH: Duration = Duration::from_secs(1);
+
+/// Keeps `state.backlog` current, so ingress compares against it without a query per request.
+async fn watch_backlog(state: AppState, mut stop: watch::Receiver<bool>) {
+    use crate::domain::EventStatus;
+    while !*stop.borrow() {
+        if let Ok(counts) = state.store.status_counts().await {
+            let mut backlog = std::collections::HashMap::new();
+            for (source, status, n) in counts {
+                if matches!(
+                    status,
+                    EventStatus::Received | EventStatus::Held | EventStatus::Retrying
+                ) {
+                    *backlog.entry(source).or_insert(0) += n;
+                }
+            }
+            if let Ok(mut shared) = state.backlog.lock() {
+                *shared = backlog;
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(BACKLOG_REFRESH) => {}
+            _ = stop.changed() => {}
+        }
     }
 }
 

@@ -52,6 +52,8 @@ pub struct SourceConfig {
     pub hold_timeout_s: u64,
     /// After how long without an update a presence is reported stale.
     pub stale_after_s: u64,
+    /// Undecided events (received, held, retrying) above which deliveries get 429.
+    pub max_backlog: u64,
 }
 
 impl SourceConfig {
@@ -167,6 +169,7 @@ struct FileSource {
     first_sequence: Option<i64>,
     hold_timeout_s: Option<u64>,
     stale_after_s: Option<u64>,
+    max_backlog: Option<u64>,
 }
 
 impl FileSource {
@@ -181,6 +184,7 @@ impl FileSource {
             first_sequence: None,
             hold_timeout_s: None,
             stale_after_s: None,
+            max_backlog: None,
         }
     }
 }
@@ -348,6 +352,7 @@ impl Config {
                 first_sequence,
                 hold_timeout_s: s.hold_timeout_s.unwrap_or(30),
                 stale_after_s: s.stale_after_s.unwrap_or(15 * 60),
+                max_backlog: s.max_backlog.unwrap_or(1_000_000),
             });
         }
         let defaults = RetryPolicy::default();

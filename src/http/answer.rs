@@ -67,6 +67,8 @@ pub enum Answer {
     UnsupportedMediaType,
     /// 503: the store cannot be reached; nothing was stored.
     StoreUnavailable,
+    /// 429: the source's backlog is over `max_backlog`; nothing was stored.
+    BacklogFull,
     /// 500: a bug; details are in the log, not in the answer.
     Internal,
     /// 401 on the admin API.
@@ -93,6 +95,7 @@ impl Answer {
             Answer::PayloadTooLarge { .. } => "payload_too_large",
             Answer::UnsupportedMediaType => "unsupported_media_type",
             Answer::StoreUnavailable => "store_unavailable",
+            Answer::BacklogFull => "backlog_full",
             Answer::Internal => "internal_error",
             Answer::Unauthorized => "unauthorized",
             Answer::NotFound(_) => "not_found",
@@ -170,6 +173,18 @@ impl IntoResponse for Answer {
                 let mut response = (
                     StatusCode::SERVICE_UNAVAILABLE,
                     Json(json!({"status": "error", "error": "store_unavailable"})),
+                )
+                    .into_response();
+                response.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(RETRY_AFTER_UNAVAILABLE_S),
+                );
+                return response;
+            }
+            Answer::BacklogFull => {
+                let mut response = (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    Json(json!({"status": "rejected", "error": "backlog_full"})),
                 )
                     .into_response();
                 response.headers_mut().insert(

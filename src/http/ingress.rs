@@ -107,6 +107,15 @@ async fn check_and_log(
     span.record("event_id", event.event_id().as_str());
     span.record("aggregate", tracing::field::display(event.aggregate()));
     span.record("sequence", event.sequence().get());
+    let backlog = state
+        .backlog
+        .lock()
+        .map(|b| b.get(&source.name).copied().unwrap_or(0))
+        .unwrap_or(0);
+    if backlog >= source.max_backlog {
+        warn!(source = %source.name, backlog, "backlog over max_backlog: delivery refused");
+        return Answer::BacklogFull;
+    }
     let rules = (source.mode == Mode::Sync).then(|| source.rules());
     let logged = state
         .store

@@ -35,6 +35,8 @@ pub struct AppState {
     pub clock: crate::clock::Clock,
     /// Duplicates answered by this node since it started, per source (for the overview).
     pub duplicates: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
+    /// Undecided events per source, refreshed every second (for `max_backlog`).
+    pub backlog: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
     /// Duplicate `event_id`s with a different body (publisher errors) seen by this node, per source.
     pub conflicting_duplicates: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
 }

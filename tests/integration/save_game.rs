@@ -287,3 +287,42 @@ async fn unknown_saves_are_404() {
     let server = TestServer::spawn().await;
     assert_eq!(server.get("/v1/saves/nobody/slot_a").await.code, 404);
 }
+
+#[tokio::test]
+async fn a_backlog_over_max_backlog_is_answered_429_and_stores_nothing() {
+    let server = TestServer::spawn_with("max_backlog = 2").await;
+    // Deltas ahead of a gap stay held: the backlog grows and does not drain.
+    for seq in [5, 6] {
+        let body = save_event(
+            &format!("b{seq}"),
+            "inventory.updated",
+            seq,
+            &format!("b{seq}"),
+            json!({"added_items": items(&[("gem", 1)])}),
+        );
+        assert_eq!(server.post_save(&body).await.code, 202);
+    }
+    server.wait_status("save-game", "b6", "held").await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut attempt = 0;
+    let (refused_id, reply) = loop {
+        // Until the backlog is re-read (every second) a delivery may still be accepted;
+        // each try is a new event, itself held, so the backlog only grows.
+        attempt += 1;
+        let id = format!("b7_{attempt}");
+        let body = save_event(&id, "inventory.updated", 6 + attempt, &id, json!({}));
+        let reply = server.post_save(&body).await;
+        if reply.code != 202 {
+            break (id, reply);
+        }
+        assert!(std::time::Instant::now() < deadline, "never refused");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert_eq!(reply.code, 429);
+    assert_eq!(reply.body["error"], "backlog_full");
+    assert!(reply.retry_after.is_some());
+    assert!(
+        server.status("save-game", &refused_id).await.is_none(),
+        "nothing stored"
+    );
+}
