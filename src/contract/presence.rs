@@ -144,6 +144,30 @@ mod tests {
     }
 
     #[test]
+    fn a_key_given_twice_is_refused_at_any_depth() {
+        assert_eq!(
+            fields_of(
+                r#"{"event_id":"e","user_id":"u","presence":"AWAY","presence":"BUSY","sequence_number":1}"#
+            ),
+            ["$"]
+        );
+        assert_eq!(
+            fields_of(
+                r#"{"event_id":"e","user_id":"u","presence":"AWAY","sequence_number":1,"x":[{"a":1,"a":2}]}"#
+            ),
+            ["$"]
+        );
+        let deep = format!("{{\"x\":{}1{}}}", "[".repeat(200), "]".repeat(200));
+        assert_eq!(
+            fields_of(&deep),
+            ["$"],
+            "nesting past the parser's limit is refused"
+        );
+        let not_utf8 = PresenceEvent::parse(b"{\"event_id\":\"\xff\"}").unwrap_err();
+        assert_eq!(not_utf8.problems[0].field, "$");
+    }
+
+    #[test]
     fn each_bad_field_is_named() {
         assert_eq!(fields_of("nope"), ["$"]);
         assert_eq!(fields_of("[1]"), ["$"]);
