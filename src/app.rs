@@ -57,6 +57,7 @@ impl Application {
         crate::metrics::install();
         let store = open_store(&config).await?;
         let wake = Arc::new(Notify::new());
+        let secrets = crate::http::Secrets::of(&config);
         store.subscribe(Arc::clone(&wake));
         let listener = TcpListener::bind(config.listen)
             .await
@@ -70,9 +71,15 @@ impl Application {
                 clock: Clock::System,
                 duplicates: Arc::default(),
                 backlog: Arc::default(),
+                secrets,
                 conflicting_duplicates: Arc::default(),
             },
         })
+    }
+
+    /// The handle through which a config reload replaces the sources' secrets.
+    pub fn secrets(&self) -> crate::http::Secrets {
+        self.state.secrets.clone()
     }
 
     /// The address actually bound.

@@ -185,7 +185,7 @@ fn parse_scheme(raw: &str) -> Result<Scheme, String> {
 /// Runs a parsed command line.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve => serve(Config::load(cli.config.as_deref())?).await,
+        Command::Serve => serve(Config::load(cli.config.as_deref())?, cli.config).await,
         Command::Events(args) => events(cli.config, args).await,
         Command::Replay(args) => replay(cli.config, args).await,
         Command::Migrate => {
@@ -202,18 +202,47 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-async fn serve(config: Config) -> anyhow::Result<()> {
+async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Result<()> {
     let _telemetry = crate::telemetry::init(config.log_json, config.otlp_endpoint.as_deref())?;
     if config.admin_token.is_none() {
         tracing::warn!("no admin_token configured: /v1/* answers loopback clients only");
     }
     let sources: Vec<_> = config.sources.iter().map(|s| s.name.clone()).collect();
     let app = Application::build(config).await?;
+    reload_secrets_on_sighup(app.secrets(), config_path);
     let addr = app.local_addr()?;
     tracing::info!(%addr, ?sources, "inhook started");
     // Tests and scripts read this line to learn the bound port.
     println!("inhook listening on http://{addr}");
     app.run_until_stopped(shutdown_signal()).await
+}
+
+/// On SIGHUP, reads the config (file and environment) again and takes its sources'
+/// secrets: rotation needs no restart. Other settings need one. A config that no
+/// longer loads is reported and the secrets in force stay.
+fn reload_secrets_on_sighup(secrets: crate::http::Secrets, config_path: Option<PathBuf>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        // Registered before the server says it listens: an early SIGHUP must not kill it.
+        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+            tracing::warn!("cannot listen for SIGHUP: secrets reload needs a restart");
+            return;
+        };
+        tokio::spawn(async move {
+            while hangups.recv().await.is_some() {
+                match Config::load(config_path.as_deref()) {
+                    Ok(config) => {
+                        let sources = secrets.replace(&config);
+                        tracing::info!(sources, "SIGHUP: secrets reloaded");
+                    }
+                    Err(err) => tracing::warn!(error = %err, "SIGHUP: config not reloaded"),
+                }
+            }
+        });
+    }
+    #[cfg(not(unix))]
+    let _ = (secrets, config_path);
 }
 
 async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Result<()> {

@@ -79,11 +79,13 @@ async fn check_and_log(
         return Answer::UnsupportedMediaType;
     }
     let received_at_ms = state.clock.now_ms();
+    // The secrets in force now: a reload (SIGHUP) may have rotated them since start.
+    let secrets = state.secrets.current(source);
     let verified = match signature::verify(
         source.scheme,
         headers,
         &body,
-        &source.secrets,
+        &secrets,
         received_at_ms.div_euclid(1000),
         source.tolerance_s,
     ) {

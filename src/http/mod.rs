@@ -35,10 +35,50 @@ pub struct AppState {
     pub clock: crate::clock::Clock,
     /// Duplicates answered by this node since it started, per source (for the overview).
     pub duplicates: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
+    /// Each source's secrets, replaceable without a restart.
+    pub secrets: Secrets,
     /// Undecided events per source, refreshed every second (for `max_backlog`).
     pub backlog: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
     /// Duplicate `event_id`s with a different body (publisher errors) seen by this node, per source.
     pub conflicting_duplicates: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
+}
+
+/// Each source's secrets, shared with the reload handler so that rotation needs no restart.
+#[derive(Clone, Default)]
+pub struct Secrets(
+    Arc<std::sync::RwLock<std::collections::HashMap<String, Vec<crate::signature::Secret>>>>,
+);
+
+impl Secrets {
+    /// The secrets of the configured sources.
+    pub fn of(config: &Config) -> Self {
+        let secrets = Self::default();
+        secrets.replace(config);
+        secrets
+    }
+
+    /// Takes the secrets of `config`'s sources; returns how many sources it updated.
+    pub fn replace(&self, config: &Config) -> usize {
+        let fresh: std::collections::HashMap<_, _> = config
+            .sources
+            .iter()
+            .map(|s| (s.name.clone(), s.secrets.clone()))
+            .collect();
+        let count = fresh.len();
+        if let Ok(mut current) = self.0.write() {
+            *current = fresh;
+        }
+        count
+    }
+
+    /// The secrets in force for `source` (its configured ones if never replaced).
+    pub fn current(&self, source: &crate::config::SourceConfig) -> Vec<crate::signature::Secret> {
+        self.0
+            .read()
+            .ok()
+            .and_then(|map| map.get(&source.name).cloned())
+            .unwrap_or_else(|| source.secrets.clone())
+    }
 }
 
 /// Builds the router: ingress, read API, health.

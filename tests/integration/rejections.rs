@@ -172,3 +172,50 @@ async fn unknown_source_size_and_content_type_are_checked_in_order() {
 
     assert_eq!(server.count().await, 0);
 }
+
+#[tokio::test]
+async fn secrets_rotate_on_sighup_without_a_restart() {
+    let server = TestServer::spawn().await;
+    let rotated = "save-test-secret-rotated";
+    let config = std::fs::read_to_string(server.config_path()).unwrap();
+    std::fs::write(
+        server.config_path(),
+        config.replace(SAVE_SECRETS[1], rotated),
+    )
+    .unwrap();
+    server.hangup();
+    let body = |id: &str| {
+        serde_json::to_vec(&json!({"event_id": id, "event_type": "progress.saved",
+            "player_id": "r", "save_slot": "s", "sequence": 1, "idempotency_key": id,
+            "data": {}}))
+        .unwrap()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let b = body("rot_new");
+        let headers = signed(Scheme::HmacTimestamped, rotated, &b, now_s());
+        let reply = server.post_raw("save-game", &b, &headers).await;
+        if reply.code == 202 {
+            break;
+        }
+        assert_eq!(reply.code, 401);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the rotated secret never verified"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let b = body("rot_old");
+    let removed = signed(Scheme::HmacTimestamped, SAVE_SECRETS[1], &b, now_s());
+    let reply = server.post_raw("save-game", &b, &removed).await;
+    assert_eq!(
+        (reply.code, &reply.body["error"]),
+        (401, &json!("invalid_signature"))
+    );
+    let kept = signed(Scheme::HmacTimestamped, SAVE_SECRETS[0], &b, now_s());
+    assert_eq!(
+        server.post_raw("save-game", &b, &kept).await.code,
+        202,
+        "the other secret stays"
+    );
+}

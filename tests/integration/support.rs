@@ -286,6 +286,17 @@ secrets = ["{s0}", "{s1}"]
         child.wait().expect("reap").success()
     }
 
+    /// Sends SIGHUP: the server reloads its secrets from the config.
+    pub fn hangup(&self) {
+        let child = self.child.as_ref().expect("server running");
+        let status = Command::new("kill")
+            .arg("-HUP")
+            .arg(child.id().to_string())
+            .status()
+            .expect("kill -HUP");
+        assert!(status.success());
+    }
+
     /// Runs the inhook binary with `args` and this server's config; returns (success, stdout).
     pub fn cli(&self, args: &[&str]) -> (bool, String) {
         let output = Command::new(env!("CARGO_BIN_EXE_inhook"))
