@@ -71,6 +71,7 @@ impl Application {
                 clock: Clock::System,
                 duplicates: Arc::default(),
                 backlog: Arc::default(),
+                rate_limits: Arc::default(),
                 secrets,
                 conflicting_duplicates: Arc::default(),
             },

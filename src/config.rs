@@ -54,6 +54,8 @@ pub struct SourceConfig {
     pub stale_after_s: u64,
     /// Undecided events (received, held, retrying) above which deliveries get 429.
     pub max_backlog: u64,
+    /// Deliveries per second accepted from this source (bursts up to one second's worth); none when unset.
+    pub rate_limit_per_s: Option<u32>,
 }
 
 impl SourceConfig {
@@ -170,6 +172,7 @@ struct FileSource {
     hold_timeout_s: Option<u64>,
     stale_after_s: Option<u64>,
     max_backlog: Option<u64>,
+    rate_limit_per_s: Option<u32>,
 }
 
 impl FileSource {
@@ -185,6 +188,7 @@ impl FileSource {
             hold_timeout_s: None,
             stale_after_s: None,
             max_backlog: None,
+            rate_limit_per_s: None,
         }
     }
 }
@@ -353,6 +357,7 @@ impl Config {
                 hold_timeout_s: s.hold_timeout_s.unwrap_or(30),
                 stale_after_s: s.stale_after_s.unwrap_or(15 * 60),
                 max_backlog: s.max_backlog.unwrap_or(1_000_000),
+                rate_limit_per_s: s.rate_limit_per_s.filter(|r| *r > 0),
             });
         }
         let defaults = RetryPolicy::default();

@@ -69,6 +69,11 @@ pub enum Answer {
     StoreUnavailable,
     /// 429: the source's backlog is over `max_backlog`; nothing was stored.
     BacklogFull,
+    /// 429: the source sends faster than its `rate_limit_per_s`; nothing was stored.
+    RateLimited {
+        /// Whole seconds until a delivery would be accepted (at least 1).
+        retry_after_s: u64,
+    },
     /// 500: a bug; details are in the log, not in the answer.
     Internal,
     /// 401 on the admin API.
@@ -96,6 +101,7 @@ impl Answer {
             Answer::UnsupportedMediaType => "unsupported_media_type",
             Answer::StoreUnavailable => "store_unavailable",
             Answer::BacklogFull => "backlog_full",
+            Answer::RateLimited { .. } => "rate_limited",
             Answer::Internal => "internal_error",
             Answer::Unauthorized => "unauthorized",
             Answer::NotFound(_) => "not_found",
@@ -191,6 +197,17 @@ impl IntoResponse for Answer {
                     header::RETRY_AFTER,
                     HeaderValue::from(RETRY_AFTER_UNAVAILABLE_S),
                 );
+                return response;
+            }
+            Answer::RateLimited { retry_after_s } => {
+                let mut response = (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    Json(json!({"status": "rejected", "error": "rate_limited"})),
+                )
+                    .into_response();
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
                 return response;
             }
             Answer::Internal => (

@@ -109,6 +109,20 @@ async fn check_and_log(
     span.record("event_id", event.event_id().as_str());
     span.record("aggregate", tracing::field::display(event.aggregate()));
     span.record("sequence", event.sequence().get());
+    if let Some(rate) = source.rate_limit_per_s {
+        let now = std::time::Instant::now();
+        let taken = state.rate_limits.lock().map(|mut buckets| {
+            buckets
+                .entry(source.name.clone())
+                .or_insert_with(|| super::TokenBucket::full(rate, now))
+                .take(rate, now)
+        });
+        if let Ok(Err(wait)) = taken {
+            return Answer::RateLimited {
+                retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64,
+            };
+        }
+    }
     let backlog = state
         .backlog
         .lock()

@@ -37,6 +37,8 @@ pub struct AppState {
     pub duplicates: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
     /// Each source's secrets, replaceable without a restart.
     pub secrets: Secrets,
+    /// Token buckets of the sources with a `rate_limit_per_s`.
+    pub rate_limits: Arc<std::sync::Mutex<std::collections::HashMap<String, TokenBucket>>>,
     /// Undecided events per source, refreshed every second (for `max_backlog`).
     pub backlog: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
     /// Duplicate `event_id`s with a different body (publisher errors) seen by this node, per source.
@@ -78,6 +80,39 @@ impl Secrets {
             .ok()
             .and_then(|map| map.get(&source.name).cloned())
             .unwrap_or_else(|| source.secrets.clone())
+    }
+}
+
+/// A token bucket: `rate` tokens a second, holding at most one second's worth.
+#[derive(Debug, Clone, Copy)]
+pub struct TokenBucket {
+    tokens: f64,
+    last: std::time::Instant,
+}
+
+impl TokenBucket {
+    /// Takes a token if there is one at `now`; otherwise says how long until the next.
+    pub fn take(&mut self, rate: u32, now: std::time::Instant) -> Result<(), std::time::Duration> {
+        let rate = f64::from(rate);
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * rate).min(rate);
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(std::time::Duration::from_secs_f64(
+                (1.0 - self.tokens) / rate,
+            ))
+        }
+    }
+
+    /// A full bucket.
+    pub fn full(rate: u32, now: std::time::Instant) -> Self {
+        Self {
+            tokens: f64::from(rate),
+            last: now,
+        }
     }
 }
 

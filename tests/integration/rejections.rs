@@ -219,3 +219,45 @@ async fn secrets_rotate_on_sighup_without_a_restart() {
         "the other secret stays"
     );
 }
+
+#[tokio::test]
+async fn a_source_over_its_rate_limit_gets_429_with_retry_after() {
+    let server = TestServer::spawn_with("rate_limit_per_s = 2").await;
+    let mut codes = Vec::new();
+    let mut refused = Vec::new();
+    for i in 0..5 {
+        let id = format!("rl{i}");
+        let body = serde_json::to_vec(&json!({"event_id": id, "event_type": "progress.saved",
+            "player_id": "rl", "save_slot": "s", "sequence": i + 1, "idempotency_key": id,
+            "data": {}}))
+        .unwrap();
+        let headers = signed(Scheme::HmacTimestamped, SAVE_SECRETS[0], &body, now_s());
+        let reply = server.post_raw("save-game", &body, &headers).await;
+        if reply.code == 429 {
+            assert_eq!(reply.body["error"], "rate_limited");
+            assert!(reply
+                .retry_after
+                .as_deref()
+                .is_some_and(|s| s.parse::<u64>().unwrap() >= 1));
+            refused.push(id.clone());
+        }
+        codes.push(reply.code);
+    }
+    assert_eq!(
+        &codes[..2],
+        [202, 202],
+        "a full bucket takes a second's worth: {codes:?}"
+    );
+    assert!(!refused.is_empty(), "{codes:?}");
+    for id in &refused {
+        assert!(
+            server.status("save-game", id).await.is_none(),
+            "a refused delivery stores nothing"
+        );
+    }
+    // Presence has no limit configured: never refused.
+    for i in 0..5 {
+        let body = json!({"event_id": format!("np{i}"), "user_id": "np", "presence": "BUSY", "sequence_number": i});
+        assert_ne!(server.post_presence(&body).await.code, 429);
+    }
+}
