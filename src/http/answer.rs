@@ -119,11 +119,15 @@ impl Answer {
                 | Answer::Internal
         )
     }
+}
 
-    /// Turns the answer into a response (named apart from `IntoResponse` for call sites in middleware).
-    pub fn into_response_with_state(self) -> Response {
-        self.into_response()
-    }
+/// An answer asking the publisher to come back after `seconds`.
+fn retry_after(code: StatusCode, body: Value, seconds: u64) -> Response {
+    let mut response = (code, Json(body)).into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    response
 }
 
 fn rejected(code: StatusCode, error: &str) -> (StatusCode, Value) {
@@ -176,39 +180,24 @@ impl IntoResponse for Answer {
                        "expected": "application/json"}),
             ),
             Answer::StoreUnavailable => {
-                let mut response = (
+                let body = json!({"status": "error", "error": "store_unavailable"});
+                return retry_after(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    Json(json!({"status": "error", "error": "store_unavailable"})),
-                )
-                    .into_response();
-                response.headers_mut().insert(
-                    header::RETRY_AFTER,
-                    HeaderValue::from(RETRY_AFTER_UNAVAILABLE_S),
+                    body,
+                    RETRY_AFTER_UNAVAILABLE_S.into(),
                 );
-                return response;
             }
             Answer::BacklogFull => {
-                let mut response = (
+                let body = json!({"status": "rejected", "error": "backlog_full"});
+                return retry_after(
                     StatusCode::TOO_MANY_REQUESTS,
-                    Json(json!({"status": "rejected", "error": "backlog_full"})),
-                )
-                    .into_response();
-                response.headers_mut().insert(
-                    header::RETRY_AFTER,
-                    HeaderValue::from(RETRY_AFTER_UNAVAILABLE_S),
+                    body,
+                    RETRY_AFTER_UNAVAILABLE_S.into(),
                 );
-                return response;
             }
             Answer::RateLimited { retry_after_s } => {
-                let mut response = (
-                    StatusCode::TOO_MANY_REQUESTS,
-                    Json(json!({"status": "rejected", "error": "rate_limited"})),
-                )
-                    .into_response();
-                response
-                    .headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
-                return response;
+                let body = json!({"status": "rejected", "error": "rate_limited"});
+                return retry_after(StatusCode::TOO_MANY_REQUESTS, body, retry_after_s);
             }
             Answer::Internal => (
                 StatusCode::INTERNAL_SERVER_ERROR,

@@ -186,6 +186,6 @@ async fn require_admin(
     if allowed {
         next.run(request).await
     } else {
-        Answer::Unauthorized.into_response_with_state()
+        axum::response::IntoResponse::into_response(Answer::Unauthorized)
     }
 }

@@ -1,8 +1,11 @@
-//! SQL shared by both stores: the event columns, and the conditions of an
-//! [`EventFilter`]; only the placeholder syntax differs (`?1` in SQLite, `$1`
-//! in PostgreSQL).
+//! What both stores share below the SQL dialect: the event columns, the
+//! conditions of an [`EventFilter`] (only the placeholder syntax differs: `?1`
+//! in SQLite, `$1` in PostgreSQL), and the decoding of stored values.
 
-use super::EventFilter;
+use super::{sequence_of, EventFilter, StoreError};
+use crate::contract::Presence;
+use crate::domain::{EventId, EventStatus};
+use crate::projection::PresenceState;
 
 /// The columns each store's `event_record` reads, in this order.
 pub(crate) const EVENT_COLUMNS: &str = "id, source, event_id, event_type, aggregate, sequence,
@@ -59,4 +62,46 @@ pub(crate) fn where_of(clauses: &[String]) -> String {
     } else {
         clauses.join(" AND ")
     }
+}
+
+/// A stored JSON column that no longer parses.
+pub(crate) fn json_err(err: serde_json::Error) -> StoreError {
+    StoreError::Internal(format!("corrupt JSON in store: {err}"))
+}
+
+/// A stored status.
+pub(crate) fn parse_status(raw: &str) -> Result<EventStatus, StoreError> {
+    EventStatus::parse(raw)
+        .ok_or_else(|| StoreError::Internal(format!("unknown status {raw:?} in store")))
+}
+
+/// A stored event id.
+pub(crate) fn parse_event_id(raw: &str) -> Result<EventId, StoreError> {
+    EventId::parse(raw).map_err(|p| StoreError::Internal(format!("stored event_id {p}")))
+}
+
+/// A stored presence row.
+pub(crate) fn presence_state(
+    presence: &str,
+    sequence: i64,
+    updated_at_ms: i64,
+) -> Result<PresenceState, StoreError> {
+    Ok(PresenceState {
+        presence: Presence::parse(presence).ok_or_else(|| {
+            StoreError::Internal(format!("unknown presence {presence:?} in store"))
+        })?,
+        sequence: sequence_of(sequence)?,
+        updated_at_ms,
+    })
+}
+
+/// Kept request headers as a JSON object text, or NULL when there are none.
+pub(crate) fn headers_json(headers: &[(String, String)]) -> Option<String> {
+    (!headers.is_empty()).then(|| {
+        let map: serde_json::Map<String, serde_json::Value> = headers
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect();
+        serde_json::Value::Object(map).to_string()
+    })
 }

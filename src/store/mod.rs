@@ -22,7 +22,7 @@ pub use postgres::{PoolSettings, PostgresStore};
 pub use sqlite::SqliteStore;
 
 /// Why a store operation failed. Every variant means nothing was committed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The database cannot be reached or is busy; the caller may retry later.
     #[error("store unavailable: {0}")]

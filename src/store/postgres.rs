@@ -15,17 +15,19 @@ use tokio::sync::Notify;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
-use super::filter::{self, where_of, Param, CONFLICTING_DUPLICATE, CONFLICT_DETAIL, EVENT_COLUMNS};
+use super::filter::{
+    self, headers_json, json_err, parse_event_id, parse_status, presence_state, where_of, Param,
+    CONFLICTING_DUPLICATE, CONFLICT_DETAIL, EVENT_COLUMNS,
+};
 use super::migrations::POSTGRES as MIGRATIONS;
-use super::settle::{Pending, PendingRow};
-use super::sqlite::headers_json;
+use super::settle::{Pending, PendingRow, Settled};
 use super::{
-    sequence_of, status_of, Admission, AttemptRecord, Decided, DedupKey, EventFilter, EventPage,
+    sequence_of, status_of, Admission, AttemptRecord, DedupKey, EventFilter, EventPage,
     EventRecord, FailureReport, NewEvent, PresencePage, PurgeReport, ReplayJob, ReplayOutcome,
     SavePage, SettleReport, SourceRules, StateChange, Store, StoreError,
 };
 use crate::contract::{Presence, SourceKind};
-use crate::domain::{AggregateKey, DeadReason, EventId, EventStatus};
+use crate::domain::{AggregateKey, DeadReason, EventStatus};
 use crate::ordering::Outcome;
 use crate::projection::{PresenceState, SaveState};
 use crate::retry::{NextStep, RetryPolicy};
@@ -152,10 +154,6 @@ fn pg_err(err: tokio_postgres::Error) -> StoreError {
     } else {
         StoreError::Internal(err.to_string())
     }
-}
-
-fn json_err(err: serde_json::Error) -> StoreError {
-    StoreError::Internal(format!("corrupt JSON in store: {err}"))
 }
 
 fn col<'a, T: tokio_postgres::types::FromSql<'a>>(
@@ -306,17 +304,7 @@ impl Store for PostgresStore {
         let decided = match settle_now {
             Some(rules) => {
                 let settled = settle_tx(&tx, rules, &aggregate, event.received_at_ms).await?;
-                let outcome = settled
-                    .decisions
-                    .into_iter()
-                    .find(|(r, _)| *r == row)
-                    .map(|(_, o)| o)
-                    .ok_or_else(|| StoreError::Internal("settled event has no outcome".into()))?;
-                Some(Decided {
-                    outcome,
-                    report: settled.report,
-                    current_sequence: settled.current_sequence,
-                })
+                Some(settled.decided(row)?)
             }
             None => {
                 tx.execute("SELECT pg_notify($1, '')", &[&CHANNEL])
@@ -919,11 +907,6 @@ fn event_record(r: &Row) -> Result<EventRecord, StoreError> {
     })
 }
 
-fn parse_status(raw: &str) -> Result<EventStatus, StoreError> {
-    EventStatus::parse(raw)
-        .ok_or_else(|| StoreError::Internal(format!("unknown status {raw:?} in store")))
-}
-
 async fn lock_aggregate<C: GenericClient>(
     tx: &C,
     source: &str,
@@ -1065,17 +1048,6 @@ async fn find_duplicate<C: GenericClient>(
         original: parse_event_id(&col::<String>(&original, 0)?)?,
         body_differs: false,
     })
-}
-
-fn parse_event_id(raw: &str) -> Result<EventId, StoreError> {
-    EventId::parse(raw).map_err(|p| StoreError::Internal(format!("stored event_id {p}")))
-}
-
-/// What [`settle_tx`] did to one aggregate.
-struct Settled {
-    report: SettleReport,
-    decisions: Vec<(i64, Outcome)>,
-    current_sequence: Option<i64>,
 }
 
 /// Settles one aggregate inside `tx`; the caller holds the aggregate's advisory lock.
@@ -1237,20 +1209,6 @@ async fn occupied_sequences<C: GenericClient>(
         .await
         .map_err(pg_err)?;
     rows.iter().map(|r| col(r, 0)).collect()
-}
-
-fn presence_state(
-    presence: &str,
-    sequence: i64,
-    updated_at_ms: i64,
-) -> Result<PresenceState, StoreError> {
-    Ok(PresenceState {
-        presence: Presence::parse(presence).ok_or_else(|| {
-            StoreError::Internal(format!("unknown presence {presence:?} in store"))
-        })?,
-        sequence: sequence_of(sequence)?,
-        updated_at_ms,
-    })
 }
 
 async fn load_presence<C: GenericClient>(

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{DecisionLine, SettleReport, StoreError};
+use super::{Decided, DecisionLine, SettleReport, StoreError};
 use crate::contract::{Event, SourceKind};
 use crate::domain::AggregateKey;
 use crate::domain::DeadReason;
@@ -250,5 +250,32 @@ fn plan<S>(
         report,
         current_sequence,
         change: None,
+    }
+}
+
+/// What one store transaction did to one aggregate.
+pub(crate) struct Settled {
+    /// Counts and decision lines.
+    pub report: SettleReport,
+    /// Every decided or held row with its outcome.
+    pub decisions: Vec<(i64, Outcome)>,
+    /// The aggregate's current sequence afterwards.
+    pub current_sequence: Option<i64>,
+}
+
+impl Settled {
+    /// The sync-mode answer for `row`, one of the rows just settled.
+    pub fn decided(self, row: i64) -> Result<Decided, StoreError> {
+        let outcome = self
+            .decisions
+            .into_iter()
+            .find(|(r, _)| *r == row)
+            .map(|(_, o)| o)
+            .ok_or_else(|| StoreError::Internal("settled event has no outcome".into()))?;
+        Ok(Decided {
+            outcome,
+            report: self.report,
+            current_sequence: self.current_sequence,
+        })
     }
 }

@@ -10,16 +10,19 @@ use async_trait::async_trait;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, params_from_iter, Connection, ErrorCode, OptionalExtension};
 
-use super::filter::{self, where_of, Param, CONFLICTING_DUPLICATE, CONFLICT_DETAIL, EVENT_COLUMNS};
+use super::filter::{
+    self, headers_json, json_err, parse_event_id, parse_status, presence_state, where_of, Param,
+    CONFLICTING_DUPLICATE, CONFLICT_DETAIL, EVENT_COLUMNS,
+};
 use super::migrations::SQLITE as MIGRATIONS;
-use super::settle::{Pending, PendingRow};
+use super::settle::{Pending, PendingRow, Settled};
 use super::{
-    sequence_of, status_of, Admission, AttemptRecord, Decided, DedupKey, EventFilter, EventPage,
+    sequence_of, status_of, Admission, AttemptRecord, DedupKey, EventFilter, EventPage,
     EventRecord, FailureReport, NewEvent, PresencePage, PurgeReport, ReplayJob, ReplayOutcome,
     SavePage, SettleReport, SourceRules, StateChange, Store, StoreError,
 };
 use crate::contract::{Presence, SourceKind};
-use crate::domain::{AggregateKey, DeadReason, EventId, EventStatus};
+use crate::domain::{AggregateKey, DeadReason, EventStatus};
 use crate::ordering::Outcome;
 use crate::projection::{PresenceState, SaveState};
 use crate::retry::{NextStep, RetryPolicy};
@@ -65,7 +68,7 @@ fn commit_batch(conn: &mut Connection, batch: Vec<IngestJob>) {
         Err(err) => {
             let err = map_err(err);
             for job in batch {
-                let _ = job.reply.send(Err(clone_err(&err)));
+                let _ = job.reply.send(Err(err.clone()));
             }
             return;
         }
@@ -87,16 +90,9 @@ fn commit_batch(conn: &mut Connection, batch: Vec<IngestJob>) {
         }
         Err(err) => {
             for job in batch {
-                let _ = job.reply.send(Err(clone_err(&err)));
+                let _ = job.reply.send(Err(err.clone()));
             }
         }
-    }
-}
-
-fn clone_err(err: &StoreError) -> StoreError {
-    match err {
-        StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
-        StoreError::Internal(m) => StoreError::Internal(m.clone()),
     }
 }
 
@@ -146,17 +142,7 @@ fn ingest_one(conn: &Connection, job: &IngestJob) -> Result<Admission, StoreErro
     let decided = match &job.rules {
         Some(rules) => {
             let settled = settle_tx(conn, rules, &job.aggregate, job.received_at)?;
-            let outcome = settled
-                .decisions
-                .into_iter()
-                .find(|(r, _)| *r == row)
-                .map(|(_, o)| o)
-                .ok_or_else(|| StoreError::Internal("settled event has no outcome".into()))?;
-            Some(Decided {
-                outcome,
-                report: settled.report,
-                current_sequence: settled.current_sequence,
-            })
+            Some(settled.decided(row)?)
         }
         None => None,
     };
@@ -218,10 +204,6 @@ fn map_err(err: rusqlite::Error) -> StoreError {
         ) => StoreError::Unavailable(err.to_string()),
         _ => StoreError::Internal(err.to_string()),
     }
-}
-
-fn json_err(err: serde_json::Error) -> StoreError {
-    StoreError::Internal(format!("corrupt JSON in store: {err}"))
 }
 
 #[async_trait]
@@ -968,22 +950,6 @@ fn event_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRecord> {
     })
 }
 
-fn parse_status(raw: &str) -> Result<EventStatus, StoreError> {
-    EventStatus::parse(raw)
-        .ok_or_else(|| StoreError::Internal(format!("unknown status {raw:?} in store")))
-}
-
-/// Kept request headers as a JSON object text, or NULL when there are none.
-pub(crate) fn headers_json(headers: &[(String, String)]) -> Option<String> {
-    (!headers.is_empty()).then(|| {
-        let map: serde_json::Map<String, serde_json::Value> = headers
-            .iter()
-            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
-            .collect();
-        serde_json::Value::Object(map).to_string()
-    })
-}
-
 /// A filter's conditions with SQLite placeholders and values.
 fn filter_sql(filter: &EventFilter) -> (Vec<String>, Vec<SqlValue>) {
     let (clauses, params) = filter::filter_sql(filter, |n| format!("?{n}"));
@@ -1119,19 +1085,6 @@ fn find_duplicate(
         original: parse_event_id(&original)?,
         body_differs: false,
     })
-}
-
-fn parse_event_id(raw: &str) -> Result<EventId, StoreError> {
-    EventId::parse(raw).map_err(|p| StoreError::Internal(format!("stored event_id {p}")))
-}
-
-/// What [`settle_tx`] did to one aggregate.
-struct Settled {
-    report: SettleReport,
-    /// Every decided or held row with its outcome.
-    decisions: Vec<(i64, Outcome)>,
-    /// The aggregate's current sequence afterwards.
-    current_sequence: Option<i64>,
 }
 
 /// Settles one aggregate inside `tx`.
@@ -1299,20 +1252,6 @@ fn occupied_sequences(
         .query_map(params![source, aggregate, from], |r| r.get(0))
         .map_err(map_err)?;
     rows.collect::<Result<_, _>>().map_err(map_err)
-}
-
-fn presence_state(
-    presence: &str,
-    sequence: i64,
-    updated_at_ms: i64,
-) -> Result<PresenceState, StoreError> {
-    Ok(PresenceState {
-        presence: Presence::parse(presence).ok_or_else(|| {
-            StoreError::Internal(format!("unknown presence {presence:?} in store"))
-        })?,
-        sequence: sequence_of(sequence)?,
-        updated_at_ms,
-    })
 }
 
 fn load_presence(
