@@ -231,11 +231,8 @@ fn reload_secrets_on_sighup(secrets: crate::http::Secrets, config_path: Option<P
         };
         tokio::spawn(async move {
             while hangups.recv().await.is_some() {
-                match Config::load(config_path.as_deref()) {
-                    Ok(config) => {
-                        let sources = secrets.replace(&config);
-                        tracing::info!(sources, "SIGHUP: secrets reloaded");
-                    }
+                match secrets.reload(config_path.as_deref()) {
+                    Ok(sources) => tracing::info!(sources, "SIGHUP: secrets reloaded"),
                     Err(err) => tracing::warn!(error = %err, "SIGHUP: config not reloaded"),
                 }
             }

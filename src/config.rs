@@ -111,6 +111,8 @@ pub struct Config {
     pub bench_ceiling: bool,
     /// Export spans over OTLP/HTTP to this URL (e.g. `http://collector:4318/v1/traces`); off when unset.
     pub otlp_endpoint: Option<String>,
+    /// The file this config was read from, read again on a reload.
+    pub loaded_from: Option<PathBuf>,
 }
 
 impl Config {
@@ -223,7 +225,9 @@ impl Config {
             })?),
             None => None,
         };
-        Self::build(text.as_deref(), &env, secrets)
+        let mut config = Self::build(text.as_deref(), &env, secrets)?;
+        config.loaded_from = path.map(Path::to_path_buf);
+        Ok(config)
     }
 
     /// Builds a config from a file's text and environment variables (pure, for tests).
@@ -240,9 +244,7 @@ impl Config {
         secret_rule: Secrets,
     ) -> Result<Self, ConfigError> {
         let file: FileConfig = match text {
-            Some(text) => {
-                toml::from_str(text).map_err(|e| ConfigError(format!("config file: {e}")))?
-            }
+            Some(text) => toml::from_str(text).map_err(|e| ConfigError(toml_problem(text, &e)))?,
             None => FileConfig::default(),
         };
         let listen_raw = env
@@ -395,7 +397,33 @@ impl Config {
             busy_timeout_ms: file.busy_timeout_ms.unwrap_or(5_000),
             log_json,
             sources,
+            loaded_from: None,
         })
+    }
+}
+
+/// A TOML error as line and message, without the source snippet toml prints (it could hold
+/// a secret) and with quoted values elided (serde quotes the value it could not take).
+fn toml_problem(text: &str, err: &toml::de::Error) -> String {
+    let line = err
+        .span()
+        .map(|span| text[..span.start.min(text.len())].lines().count().max(1));
+    let mut message = String::new();
+    let mut quoted = false;
+    for c in err.message().chars() {
+        match (c, quoted) {
+            ('"', false) => {
+                quoted = true;
+                message.push_str("\"…\"");
+            }
+            ('"', true) => quoted = false,
+            (_, true) => {}
+            (c, false) => message.push(c),
+        }
+    }
+    match line {
+        Some(line) => format!("config file, line {line}: {}", message.trim_end()),
+        None => format!("config file: {}", message.trim_end()),
     }
 }
 
@@ -425,6 +453,21 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn a_broken_config_file_never_echoes_its_secrets() {
+        for text in [
+            "[[sources]]\nname = \"p\"\nsecrets = \"hunter2-secret\"\n",
+            "[[sources]]\nname = \"p\"\nsecrets = [\"hunter2-secret\n",
+            "admin_token = hunter2-secret\n",
+        ] {
+            let err = Config::from_parts(Some(text), &env(&[]))
+                .unwrap_err()
+                .to_string();
+            assert!(!err.contains("hunter2"), "{err}");
+            assert!(err.starts_with("config file, line "), "{err}");
+        }
     }
 
     #[test]

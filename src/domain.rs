@@ -162,7 +162,9 @@ impl fmt::Display for AggregateKey {
 }
 
 /// Where an event is in its life (SPEC §3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum EventStatus {
     /// Logged, not yet decided.
@@ -213,7 +215,7 @@ impl EventStatus {
 }
 
 /// Why an event is dead (SPEC §3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DeadReason {
     /// Every attempt failed.

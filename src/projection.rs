@@ -4,7 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::{Map, Value};
 
 use crate::contract::{ItemQty, Presence, PresenceEvent, SaveChange, SaveEvent};
 use crate::domain::{DeadReason, Sequence};
@@ -36,33 +37,68 @@ impl PresenceState {
     }
 }
 
-/// The API shape of a presence (SPEC §4); `stale` is judged at `now_ms`.
+/// The API shape of a presence (SPEC §4).
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct PresenceView {
+    /// The user.
+    pub user_id: String,
+    /// The latest presence by sequence.
+    pub status: Presence,
+    /// The sequence of the event that set it.
+    pub sequence: i64,
+    /// When it was applied (RFC 3339).
+    pub updated_at: String,
+    /// Whether it has not been updated for longer than the source's `stale_after_s`.
+    pub stale: bool,
+}
+
+/// The API shape of a presence; `stale` is judged at `now_ms`.
 pub fn presence_view(
     user_id: &str,
     state: &PresenceState,
     now_ms: i64,
     stale_after_ms: i64,
-) -> Value {
-    json!({
-        "user_id": user_id,
-        "status": state.presence,
-        "sequence": state.sequence,
-        "updated_at": crate::clock::rfc3339(state.updated_at_ms),
-        "stale": state.is_stale(now_ms, stale_after_ms),
-    })
+) -> PresenceView {
+    PresenceView {
+        user_id: user_id.to_owned(),
+        status: state.presence,
+        sequence: state.sequence.get(),
+        updated_at: crate::clock::rfc3339(state.updated_at_ms),
+        stale: state.is_stale(now_ms, stale_after_ms),
+    }
 }
 
 /// The API shape of a save slot (SPEC §4).
-pub fn save_view(player_id: &str, save_slot: &str, state: &SaveState) -> Value {
-    json!({
-        "player_id": player_id,
-        "save_slot": save_slot,
-        "last_sequence": state.last_sequence,
-        "progress": state.progress,
-        "inventory": state.inventory,
-        "achievements": state.achievements,
-        "updated_at": (state.updated_at_ms > 0).then(|| crate::clock::rfc3339(state.updated_at_ms)),
-    })
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct SaveView {
+    /// The player.
+    pub player_id: String,
+    /// The slot.
+    pub save_slot: String,
+    /// Highest sequence up to which every event was decided (or skipped).
+    pub last_sequence: i64,
+    /// The latest `progress.saved` data, null until one is applied.
+    #[schema(value_type = Option<Object>)]
+    pub progress: Option<Map<String, Value>>,
+    /// Item id to quantity.
+    pub inventory: BTreeMap<String, i64>,
+    /// Unlocked achievements.
+    pub achievements: BTreeSet<String>,
+    /// When anything was last applied (RFC 3339), null if never.
+    pub updated_at: Option<String>,
+}
+
+/// The API shape of a save slot.
+pub fn save_view(player_id: &str, save_slot: &str, state: &SaveState) -> SaveView {
+    SaveView {
+        player_id: player_id.to_owned(),
+        save_slot: save_slot.to_owned(),
+        last_sequence: state.last_sequence,
+        progress: state.progress.clone(),
+        inventory: state.inventory.clone(),
+        achievements: state.achievements.clone(),
+        updated_at: (state.updated_at_ms > 0).then(|| crate::clock::rfc3339(state.updated_at_ms)),
+    }
 }
 
 /// A player's save slot: the projection plus the ordering bookkeeping it needs.

@@ -13,7 +13,7 @@ pub use presence::{Presence, PresenceEvent};
 pub use save::{ItemQty, SaveChange, SaveEvent};
 
 /// What kind of projection a source feeds, and so which contract its bodies follow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum SourceKind {
     /// Remote-worker presence (first seed).
@@ -23,7 +23,7 @@ pub enum SourceKind {
 }
 
 /// One bad field of a body, as reported in a 400 answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct FieldProblem {
     /// Path of the field, e.g. `sequence` or `data.added_items[0].qty`; `$` is the whole body.
     pub field: String,

@@ -12,7 +12,7 @@ use crate::domain::{EventId, IdempotencyKey, Ident, Sequence};
 pub const EVENT_TYPE: &str = "presence.changed";
 
 /// A remote worker's presence.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Presence {
     /// Working and reachable.

@@ -3,7 +3,8 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Value};
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::contract::FieldProblem;
 use crate::domain::{DeadReason, EventId};
@@ -82,6 +83,8 @@ pub enum Answer {
     NotFound(&'static str),
     /// 400 on the read API.
     BadRequest(String),
+    /// 422 on a reload: the config does not load.
+    InvalidConfig(String),
 }
 
 impl Answer {
@@ -106,6 +109,7 @@ impl Answer {
             Answer::Unauthorized => "unauthorized",
             Answer::NotFound(_) => "not_found",
             Answer::BadRequest(_) => "bad_request",
+            Answer::InvalidConfig(_) => "invalid_config",
         }
     }
 
@@ -121,8 +125,99 @@ impl Answer {
     }
 }
 
+/// The body of an ingress answer that logged (or had logged) the delivery: `status` says which.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum DeliveryBody {
+    /// Sync mode: applied to the state.
+    Applied {
+        /// The event's sequence.
+        sequence: i64,
+    },
+    /// Logged; applied later (async mode, or a sync event held for a gap).
+    Accepted {
+        /// The event's id.
+        event_id: String,
+    },
+    /// Already logged under this `event_id` or `idempotency_key`: nothing changed.
+    Duplicate {
+        /// The id of this delivery.
+        event_id: String,
+        /// Which key matched: `event_id` or `idempotency_key`.
+        key: String,
+    },
+    /// Sync mode: older than the current state; logged, not applied.
+    Stale {
+        /// The event's sequence.
+        sequence: i64,
+        /// The aggregate's current sequence.
+        current_sequence: Option<i64>,
+    },
+    /// Sync mode: logged, but of an event type this source does not apply.
+    IgnoredUnsupported {
+        /// The event's id.
+        event_id: String,
+    },
+    /// Sync mode: logged, but the projection refused it; retrying will not help.
+    Dead {
+        /// The event's id.
+        event_id: String,
+        /// Why (SPEC §3).
+        reason: DeadReason,
+    },
+}
+
+/// Whether an error answer refused the request or failed on inhook's side.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorStatus {
+    /// The request was refused; nothing was stored.
+    Rejected,
+    /// inhook could not serve it; nothing was stored.
+    Error,
+}
+
+/// The body of every 4xx and 5xx answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// `rejected` for the caller's errors, `error` for inhook's.
+    pub status: ErrorStatus,
+    /// A stable code, e.g. `invalid_signature`, `invalid_payload`, `unknown_source`.
+    pub error: String,
+    /// Each bad field of an `invalid_payload` body.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub details: Option<Vec<FieldProblem>>,
+    /// What was wrong with a read API request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// The body limit a `payload_too_large` body broke.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_bytes: Option<usize>,
+    /// The media type expected by an `unsupported_media_type` answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected: Option<String>,
+}
+
+impl ErrorBody {
+    fn new(status: ErrorStatus, error: &str) -> Self {
+        Self {
+            status,
+            error: error.to_owned(),
+            details: None,
+            detail: None,
+            limit_bytes: None,
+            expected: None,
+        }
+    }
+
+    /// A refusal with only its code.
+    pub fn rejected(error: &str) -> Self {
+        Self::new(ErrorStatus::Rejected, error)
+    }
+}
+
 /// An answer asking the publisher to come back after `seconds`.
-fn retry_after(code: StatusCode, body: Value, seconds: u64) -> Response {
+fn retry_after(code: StatusCode, body: ErrorBody, seconds: u64) -> Response {
     let mut response = (code, Json(body)).into_response();
     response
         .headers_mut()
@@ -130,86 +225,115 @@ fn retry_after(code: StatusCode, body: Value, seconds: u64) -> Response {
     response
 }
 
-fn rejected(code: StatusCode, error: &str) -> (StatusCode, Value) {
-    (code, json!({"status": "rejected", "error": error}))
-}
-
 impl IntoResponse for Answer {
     fn into_response(self) -> Response {
-        let (code, body) = match self {
-            Answer::Applied { sequence } => (
-                StatusCode::OK,
-                json!({"status": "applied", "sequence": sequence}),
-            ),
-            Answer::Accepted { event_id } => (
+        let delivery = |code: StatusCode, body: DeliveryBody| (code, Json(body)).into_response();
+        let error = |code: StatusCode, body: ErrorBody| (code, Json(body)).into_response();
+        match self {
+            Answer::Applied { sequence } => {
+                delivery(StatusCode::OK, DeliveryBody::Applied { sequence })
+            }
+            Answer::Accepted { event_id } => delivery(
                 StatusCode::ACCEPTED,
-                json!({"status": "accepted", "event_id": event_id}),
+                DeliveryBody::Accepted {
+                    event_id: event_id.to_string(),
+                },
             ),
-            Answer::Duplicate { event_id, key } => (
+            Answer::Duplicate { event_id, key } => delivery(
                 StatusCode::OK,
-                json!({"status": "duplicate", "event_id": event_id, "key": key.as_str()}),
+                DeliveryBody::Duplicate {
+                    event_id: event_id.to_string(),
+                    key: key.as_str().to_owned(),
+                },
             ),
             Answer::Stale {
                 sequence,
                 current_sequence,
-            } => (
+            } => delivery(
                 StatusCode::OK,
-                json!({"status": "stale", "sequence": sequence, "current_sequence": current_sequence}),
+                DeliveryBody::Stale {
+                    sequence,
+                    current_sequence,
+                },
             ),
-            Answer::Unsupported { event_id } => (
+            Answer::Unsupported { event_id } => delivery(
                 StatusCode::OK,
-                json!({"status": "ignored_unsupported", "event_id": event_id}),
+                DeliveryBody::IgnoredUnsupported {
+                    event_id: event_id.to_string(),
+                },
             ),
-            Answer::Dead { event_id, reason } => (
+            Answer::Dead { event_id, reason } => delivery(
                 StatusCode::OK,
-                json!({"status": "dead", "event_id": event_id, "reason": reason.as_str()}),
+                DeliveryBody::Dead {
+                    event_id: event_id.to_string(),
+                    reason,
+                },
             ),
-            Answer::SignatureRejected(err) => rejected(StatusCode::UNAUTHORIZED, err.code()),
-            Answer::InvalidPayload(details) => (
+            Answer::SignatureRejected(err) => {
+                error(StatusCode::UNAUTHORIZED, ErrorBody::rejected(err.code()))
+            }
+            Answer::InvalidPayload(details) => error(
                 StatusCode::BAD_REQUEST,
-                json!({"status": "rejected", "error": "invalid_payload", "details": details}),
+                ErrorBody {
+                    details: Some(details),
+                    ..ErrorBody::rejected("invalid_payload")
+                },
             ),
-            Answer::UnknownSource => rejected(StatusCode::NOT_FOUND, "unknown_source"),
-            Answer::PayloadTooLarge { limit } => (
+            Answer::UnknownSource => {
+                error(StatusCode::NOT_FOUND, ErrorBody::rejected("unknown_source"))
+            }
+            Answer::PayloadTooLarge { limit } => error(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                json!({"status": "rejected", "error": "payload_too_large", "limit_bytes": limit}),
+                ErrorBody {
+                    limit_bytes: Some(limit),
+                    ..ErrorBody::rejected("payload_too_large")
+                },
             ),
-            Answer::UnsupportedMediaType => (
+            Answer::UnsupportedMediaType => error(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                json!({"status": "rejected", "error": "unsupported_media_type",
-                       "expected": "application/json"}),
+                ErrorBody {
+                    expected: Some("application/json".into()),
+                    ..ErrorBody::rejected("unsupported_media_type")
+                },
             ),
-            Answer::StoreUnavailable => {
-                let body = json!({"status": "error", "error": "store_unavailable"});
-                return retry_after(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    body,
-                    RETRY_AFTER_UNAVAILABLE_S.into(),
-                );
-            }
-            Answer::BacklogFull => {
-                let body = json!({"status": "rejected", "error": "backlog_full"});
-                return retry_after(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    body,
-                    RETRY_AFTER_UNAVAILABLE_S.into(),
-                );
-            }
-            Answer::RateLimited { retry_after_s } => {
-                let body = json!({"status": "rejected", "error": "rate_limited"});
-                return retry_after(StatusCode::TOO_MANY_REQUESTS, body, retry_after_s);
-            }
-            Answer::Internal => (
+            Answer::StoreUnavailable => retry_after(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorBody::new(ErrorStatus::Error, "store_unavailable"),
+                RETRY_AFTER_UNAVAILABLE_S.into(),
+            ),
+            Answer::BacklogFull => retry_after(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorBody::rejected("backlog_full"),
+                RETRY_AFTER_UNAVAILABLE_S.into(),
+            ),
+            Answer::RateLimited { retry_after_s } => retry_after(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorBody::rejected("rate_limited"),
+                retry_after_s,
+            ),
+            Answer::Internal => error(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                json!({"status": "error", "error": "internal"}),
+                ErrorBody::new(ErrorStatus::Error, "internal"),
             ),
-            Answer::Unauthorized => rejected(StatusCode::UNAUTHORIZED, "unauthorized"),
-            Answer::NotFound(what) => rejected(StatusCode::NOT_FOUND, what),
-            Answer::BadRequest(detail) => (
+            Answer::Unauthorized => error(
+                StatusCode::UNAUTHORIZED,
+                ErrorBody::rejected("unauthorized"),
+            ),
+            Answer::NotFound(what) => error(StatusCode::NOT_FOUND, ErrorBody::rejected(what)),
+            Answer::BadRequest(detail) => error(
                 StatusCode::BAD_REQUEST,
-                json!({"status": "rejected", "error": "bad_request", "detail": detail}),
+                ErrorBody {
+                    detail: Some(detail),
+                    ..ErrorBody::rejected("bad_request")
+                },
             ),
-        };
-        (code, Json(body)).into_response()
+            Answer::InvalidConfig(detail) => error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                ErrorBody {
+                    detail: Some(detail),
+                    ..ErrorBody::rejected("invalid_config")
+                },
+            ),
+        }
     }
 }

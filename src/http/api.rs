@@ -1,12 +1,14 @@
 //! The read API of SPEC §4 and the health probes.
 
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
+use utoipa::{IntoParams, ToSchema};
 
-use super::answer::Answer;
+use super::answer::{Answer, ErrorBody};
 use super::AppState;
 use crate::clock;
 use crate::config::SourceConfig;
@@ -14,27 +16,47 @@ use crate::contract::{Presence, SourceKind};
 use crate::domain::EventStatus;
 use crate::domain::{AggregateKey, Ident};
 use crate::mask::mask;
-use crate::projection::{presence_view, save_view, PresenceState};
+use crate::projection::{presence_view, save_view, PresenceState, PresenceView, SaveView};
 use crate::store::{EventFilter, EventRecord, ReplayJob, ReplayOutcome, StoreError};
 use axum::http::StatusCode;
 
 /// Most items one page may hold.
 const MAX_PAGE: usize = 500;
 
-/// `GET /healthz`: the process is up.
-pub(super) async fn healthz() -> Response {
-    Json(json!({"status": "ok"})).into_response()
+/// The body of the health probes.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct Health {
+    /// `ok` (process up) or `ready` (store answers).
+    status: &'static str,
 }
 
-/// `GET /readyz`: the store answers.
+/// The process is up.
+#[utoipa::path(get, path = "/healthz", tag = "health",
+    responses((status = 200, description = "Up", body = Health)))]
+pub(super) async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
+}
+
+/// The store answers.
+#[utoipa::path(get, path = "/readyz", tag = "health", responses(
+    (status = 200, description = "Ready", body = Health),
+    (status = 503, description = "The store cannot be reached", body = ErrorBody,
+        headers(("Retry-After" = u32, description = "Seconds to wait"))),
+))]
 pub(super) async fn readyz(State(state): State<AppState>) -> Response {
     match state.store.ping().await {
-        Ok(()) => Json(json!({"status": "ready"})).into_response(),
+        Ok(()) => Json(Health { status: "ready" }).into_response(),
         Err(_) => Answer::StoreUnavailable.into_response(),
     }
 }
 
-/// `GET /metrics`: Prometheus text; the backlog gauges are read from the store at each scrape.
+/// Prometheus text; the backlog gauges are read from the store at each scrape.
+#[utoipa::path(get, path = "/metrics", tag = "observability", security((), ("admin_token" = [])),
+    responses(
+        (status = 200, description = "Prometheus text exposition", body = String,
+            content_type = "text/plain"),
+        (status = 401, description = "Admin token missing or wrong (unless `metrics_public`)", body = ErrorBody),
+    ))]
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     match state.store.status_counts().await {
         Ok(counts) => {
@@ -72,18 +94,70 @@ fn count_of(counts: &[(String, EventStatus, u64)], source: &str, wanted: &[Event
 }
 
 /// Optional `?source=` choosing among several sources of one kind.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(super) struct SourceQuery {
+    /// The source to read (default: the first configured source of this kind).
     source: Option<String>,
 }
 
 /// `?status=&limit=&cursor=&source=` of the presence listing.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(super) struct PresenceListQuery {
+    /// The presence source to read (default: the first configured one).
     source: Option<String>,
+    /// Only users with this presence.
+    #[param(value_type = Option<Presence>)]
     status: Option<String>,
-    limit: Option<usize>,
+    /// Page size, 1..=500 (default 100).
+    #[param(minimum = 1, maximum = 500)]
+    limit: Option<u64>,
+    /// `next_cursor` of the previous page.
     cursor: Option<String>,
+}
+
+/// The query string of a request, or a 400 naming what is wrong with it.
+fn query<T>(parsed: Result<Query<T>, QueryRejection>) -> Result<T, Answer> {
+    parsed
+        .map(|Query(query)| query)
+        .map_err(|rejection| Answer::BadRequest(rejection.body_text()))
+}
+
+/// The path parameters of a request, or a 400 naming what is wrong with them.
+fn path<T>(parsed: Result<Path<T>, PathRejection>) -> Result<T, Answer> {
+    parsed
+        .map(|Path(path)| path)
+        .map_err(|rejection| Answer::BadRequest(rejection.body_text()))
+}
+
+/// A page size from `?limit=`, checked against [`MAX_PAGE`].
+fn page_size(limit: Option<u64>) -> Result<usize, Answer> {
+    match limit {
+        None => Ok(100),
+        Some(n @ 1..) if n <= MAX_PAGE as u64 => Ok(n as usize),
+        Some(_) => Err(Answer::BadRequest(format!(
+            "limit must be in 1..={MAX_PAGE}"
+        ))),
+    }
+}
+
+/// A page of presences.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct PresencePage {
+    /// The presences, by user id.
+    items: Vec<PresenceView>,
+    /// Pass as `cursor` for the next page; null on the last.
+    next_cursor: Option<String>,
+}
+
+/// A page of save slots.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct SavePage {
+    /// The slots, by player and slot.
+    items: Vec<SaveView>,
+    /// Pass as `cursor` for the next page; null on the last.
+    next_cursor: Option<String>,
 }
 
 fn source_of_kind<'a>(
@@ -110,17 +184,27 @@ fn store_answer(err: StoreError) -> Answer {
     }
 }
 
-fn presence_json(source: &SourceConfig, user_id: &str, state: &PresenceState) -> serde_json::Value {
+fn presence_json(source: &SourceConfig, user_id: &str, state: &PresenceState) -> PresenceView {
     let stale_after_ms = (source.stale_after_s as i64).saturating_mul(1000);
     presence_view(user_id, state, clock::now_ms(), stale_after_ms)
 }
 
-/// `GET /v1/presence/{user_id}`.
+/// One user's presence.
+#[utoipa::path(get, path = "/v1/presence/{user_id}", tag = "state", security(("admin_token" = [])),
+    params(("user_id" = String, Path, description = "The user", example = "usr_A"), SourceQuery),
+    responses(
+        (status = 200, description = "The user's presence", body = PresenceView),
+        (status = 400, description = "Bad query string", body = ErrorBody),
+        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
+        (status = 404, description = "`unknown_user` or `unknown_source`", body = ErrorBody),
+        (status = 503, description = "The store cannot be reached", body = ErrorBody),
+    ))]
 pub(super) async fn presence_one(
     State(state): State<AppState>,
-    Path(user_id): Path<String>,
-    Query(query): Query<SourceQuery>,
+    user_id: Result<Path<String>, PathRejection>,
+    params: Result<Query<SourceQuery>, QueryRejection>,
 ) -> Result<Response, Answer> {
+    let (user_id, query) = (path(user_id)?, query(params)?);
     let source = source_of_kind(&state, SourceKind::Presence, query.source.as_deref())?;
     let found = state
         .store
@@ -131,11 +215,21 @@ pub(super) async fn presence_one(
     Ok(Json(presence_json(source, &user_id, &found)).into_response())
 }
 
-/// `GET /v1/presence?status=BUSY&limit=&cursor=`.
+/// Presences, optionally of one status, a page at a time.
+#[utoipa::path(get, path = "/v1/presence", tag = "state", security(("admin_token" = [])),
+    params(PresenceListQuery),
+    responses(
+        (status = 200, description = "A page of presences", body = PresencePage),
+        (status = 400, description = "Bad query string", body = ErrorBody),
+        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
+        (status = 404, description = "`unknown_source`", body = ErrorBody),
+        (status = 503, description = "The store cannot be reached", body = ErrorBody),
+    ))]
 pub(super) async fn presence_list(
     State(state): State<AppState>,
-    Query(query): Query<PresenceListQuery>,
+    params: Result<Query<PresenceListQuery>, QueryRejection>,
 ) -> Result<Response, Answer> {
+    let query = query(params)?;
     let source = source_of_kind(&state, SourceKind::Presence, query.source.as_deref())?;
     let status = match query.status.as_deref() {
         None | Some("") => None,
@@ -143,12 +237,7 @@ pub(super) async fn presence_list(
             Answer::BadRequest("status must be one of ONLINE, BUSY, AWAY, OFFLINE".into())
         })?),
     };
-    let limit = query.limit.unwrap_or(100);
-    if limit == 0 || limit > MAX_PAGE {
-        return Err(Answer::BadRequest(format!(
-            "limit must be in 1..={MAX_PAGE}"
-        )));
-    }
+    let limit = page_size(query.limit)?;
     let page = state
         .store
         .presence_page(&source.name, status, limit, query.cursor.as_deref())
@@ -159,15 +248,31 @@ pub(super) async fn presence_list(
         .iter()
         .map(|(user, s)| presence_json(source, user, s))
         .collect();
-    Ok(Json(json!({"items": items, "next_cursor": page.next_cursor})).into_response())
+    Ok(Json(PresencePage {
+        items,
+        next_cursor: page.next_cursor,
+    })
+    .into_response())
 }
 
-/// `GET /v1/saves/{player_id}/{save_slot}`.
+/// One save slot.
+#[utoipa::path(get, path = "/v1/saves/{player_id}/{save_slot}", tag = "state",
+    security(("admin_token" = [])),
+    params(("player_id" = String, Path, description = "The player", example = "player_1024"),
+        ("save_slot" = String, Path, description = "The slot", example = "slot_a"), SourceQuery),
+    responses(
+        (status = 200, description = "The slot's state", body = SaveView),
+        (status = 400, description = "Bad query string", body = ErrorBody),
+        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
+        (status = 404, description = "`unknown_save` or `unknown_source`", body = ErrorBody),
+        (status = 503, description = "The store cannot be reached", body = ErrorBody),
+    ))]
 pub(super) async fn save_one(
     State(state): State<AppState>,
-    Path((player_id, save_slot)): Path<(String, String)>,
-    Query(query): Query<SourceQuery>,
+    ids: Result<Path<(String, String)>, PathRejection>,
+    params: Result<Query<SourceQuery>, QueryRejection>,
 ) -> Result<Response, Answer> {
+    let ((player_id, save_slot), query) = (path(ids)?, query(params)?);
     let source = source_of_kind(&state, SourceKind::SaveGame, query.source.as_deref())?;
     let (Ok(player), Ok(slot)) = (Ident::parse(&player_id), Ident::parse(&save_slot)) else {
         return Err(Answer::NotFound("unknown_save"));
@@ -186,13 +291,94 @@ pub(super) async fn save_one(
 }
 
 /// `?source=&status=&aggregate=&limit=&cursor=` of the event log listing.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(super) struct EventsQuery {
+    /// Only this source's events.
     source: Option<String>,
+    /// Only events in this status (SPEC §3).
+    #[param(value_type = Option<EventStatus>)]
     status: Option<String>,
+    /// Only this aggregate's events: a user id, or `player/slot`.
     aggregate: Option<String>,
-    limit: Option<usize>,
+    /// Page size, 1..=500 (default 100).
+    #[param(minimum = 1, maximum = 500)]
+    limit: Option<u64>,
+    /// `next_cursor` of the previous page.
     cursor: Option<i64>,
+}
+
+/// An event as the event log shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct EventView {
+    /// The source that received it.
+    source: String,
+    /// Its id (from the body, or the scheme's delivery id).
+    event_id: String,
+    /// Its type.
+    event_type: String,
+    /// The aggregate: a user id, or `player/slot`.
+    aggregate: String,
+    /// The publisher's per-aggregate sequence.
+    sequence: i64,
+    /// The publisher's idempotency key, if any.
+    idempotency_key: Option<String>,
+    /// Where it is in its life.
+    status: EventStatus,
+    /// Why it is dead, if it is.
+    dead_reason: Option<crate::domain::DeadReason>,
+    /// Failed attempts so far.
+    attempts: i64,
+    /// Times it was replayed.
+    replays: i64,
+    /// The last attempt's error.
+    last_error: Option<String>,
+    /// When it was received (RFC 3339).
+    received_at: String,
+    /// When it reached a final status (RFC 3339).
+    decided_at: Option<String>,
+    /// When the next attempt is due (RFC 3339).
+    next_attempt_at: Option<String>,
+    /// Whether its signature verified (always true for logged events).
+    signature_valid: bool,
+}
+
+/// One event with its masked body, headers and history.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct EventDetail {
+    /// The event log's fields.
+    #[serde(flatten)]
+    event: EventView,
+    /// The delivery's headers, signatures removed.
+    #[schema(value_type = Object)]
+    headers: serde_json::Value,
+    /// The body, masked fields replaced.
+    #[schema(value_type = Object)]
+    body: serde_json::Value,
+    /// The signed timestamp, unix seconds, where the scheme carries one.
+    signed_at: Option<i64>,
+    /// Failed attempts, exhaustion and replays, oldest first.
+    history: Vec<HistoryEntry>,
+}
+
+/// One entry of an event's history.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct HistoryEntry {
+    /// When (RFC 3339).
+    at: String,
+    /// `failed`, `exhausted` or `replayed`.
+    kind: String,
+    /// The error of a failed attempt.
+    error: Option<String>,
+}
+
+/// A page of the event log, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct EventPage {
+    /// The events.
+    items: Vec<EventView>,
+    /// Pass as `cursor` for the next page; null on the last.
+    next_cursor: Option<i64>,
 }
 
 /// The stored form of an aggregate given as shown (`user` or `player/slot`).
@@ -215,57 +401,69 @@ fn parse_status(raw: Option<&str>) -> Result<Option<EventStatus>, Answer> {
     }
 }
 
-fn event_json(record: &EventRecord, detail: bool, mask_fields: &[String]) -> serde_json::Value {
+fn event_view(record: &EventRecord) -> EventView {
     let time = |ms: Option<i64>| ms.map(clock::rfc3339);
-    let mut out = json!({
-        "source": record.source,
-        "event_id": record.event_id,
-        "event_type": record.event_type,
-        "aggregate": record.aggregate.replace('\u{1f}', "/"),
-        "sequence": record.sequence,
-        "idempotency_key": record.idempotency_key,
-        "status": record.status,
-        "dead_reason": record.dead_reason,
-        "attempts": record.attempts,
-        "replays": record.replays,
-        "last_error": record.last_error,
-        "received_at": clock::rfc3339(record.received_at_ms),
-        "decided_at": time(record.decided_at_ms),
-        "next_attempt_at": time(record.next_attempt_at_ms),
-        "signature_valid": record.signature_valid,
-    });
-    if detail {
-        out["headers"] = record
-            .headers
-            .as_deref()
-            .and_then(|h| serde_json::from_str(h).ok())
-            .unwrap_or_else(|| json!({}));
-        let mut body = serde_json::from_slice(&record.body).unwrap_or_else(|_| {
-            serde_json::Value::String(String::from_utf8_lossy(&record.body).into())
-        });
-        mask(&mut body, mask_fields);
-        out["body"] = body;
-        out["signed_at"] = json!(record.signed_at);
-        out["history"] = record
-            .history
-            .iter()
-            .map(|h| json!({"at": clock::rfc3339(h.at_ms), "kind": h.kind, "error": h.error}))
-            .collect();
+    EventView {
+        source: record.source.clone(),
+        event_id: record.event_id.clone(),
+        event_type: record.event_type.clone(),
+        aggregate: record.aggregate.replace('\u{1f}', "/"),
+        sequence: record.sequence,
+        idempotency_key: record.idempotency_key.clone(),
+        status: record.status,
+        dead_reason: record.dead_reason,
+        attempts: record.attempts,
+        replays: record.replays,
+        last_error: record.last_error.clone(),
+        received_at: clock::rfc3339(record.received_at_ms),
+        decided_at: time(record.decided_at_ms),
+        next_attempt_at: time(record.next_attempt_at_ms),
+        signature_valid: record.signature_valid,
     }
-    out
 }
 
-/// `GET /v1/events`: the event log, newest first.
+fn event_detail(record: &EventRecord, mask_fields: &[String]) -> EventDetail {
+    let headers = record
+        .headers
+        .as_deref()
+        .and_then(|h| serde_json::from_str(h).ok())
+        .unwrap_or_else(|| json!({}));
+    let mut body = serde_json::from_slice(&record.body).unwrap_or_else(|_| {
+        serde_json::Value::String(String::from_utf8_lossy(&record.body).into())
+    });
+    mask(&mut body, mask_fields);
+    EventDetail {
+        event: event_view(record),
+        headers,
+        body,
+        signed_at: record.signed_at,
+        history: record
+            .history
+            .iter()
+            .map(|h| HistoryEntry {
+                at: clock::rfc3339(h.at_ms),
+                kind: h.kind.clone(),
+                error: h.error.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// The event log, newest first.
+#[utoipa::path(get, path = "/v1/events", tag = "events", security(("admin_token" = [])),
+    params(EventsQuery),
+    responses(
+        (status = 200, description = "A page of the event log", body = EventPage),
+        (status = 400, description = "Bad query string", body = ErrorBody),
+        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
+        (status = 503, description = "The store cannot be reached", body = ErrorBody),
+    ))]
 pub(super) async fn events_list(
     State(state): State<AppState>,
-    Query(query): Query<EventsQuery>,
+    params: Result<Query<EventsQuery>, QueryRejection>,
 ) -> Result<Response, Answer> {
-    let limit = query.limit.unwrap_or(100);
-    if limit == 0 || limit > MAX_PAGE {
-        return Err(Answer::BadRequest(format!(
-            "limit must be in 1..={MAX_PAGE}"
-        )));
-    }
+    let query = query(params)?;
+    let limit = page_size(query.limit)?;
     let filter = EventFilter {
         source: query.source.filter(|s| !s.is_empty()),
         status: parse_status(query.status.as_deref())?,
@@ -280,33 +478,80 @@ pub(super) async fn events_list(
         .events(&filter, limit, query.cursor)
         .await
         .map_err(store_answer)?;
-    let items: Vec<_> = page
-        .items
-        .iter()
-        .map(|e| event_json(e, false, &state.config.mask_fields))
-        .collect();
-    Ok(Json(json!({"items": items, "next_cursor": page.next_cursor})).into_response())
+    let items: Vec<_> = page.items.iter().map(event_view).collect();
+    Ok(Json(EventPage {
+        items,
+        next_cursor: page.next_cursor,
+    })
+    .into_response())
 }
 
-/// `GET /v1/events/{source}/{event_id}`: one event with its masked body and history.
+/// One event with its masked body and history.
+#[utoipa::path(get, path = "/v1/events/{source}/{event_id}", tag = "events",
+    security(("admin_token" = [])),
+    params(("source" = String, Path, description = "The source", example = "presence"),
+        ("event_id" = String, Path, description = "The event's id", example = "evt_1")),
+    responses(
+        (status = 200, description = "The event", body = EventDetail),
+        (status = 400, description = "Bad path", body = ErrorBody),
+        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
+        (status = 404, description = "`unknown_event`", body = ErrorBody),
+        (status = 503, description = "The store cannot be reached", body = ErrorBody),
+    ))]
 pub(super) async fn event_one(
     State(state): State<AppState>,
-    Path((source, event_id)): Path<(String, String)>,
+    ids: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Response, Answer> {
+    let (source, event_id) = path(ids)?;
     let record = state
         .store
         .event(&source, &event_id)
         .await
         .map_err(store_answer)?
         .ok_or(Answer::NotFound("unknown_event"))?;
-    Ok(Json(event_json(&record, true, &state.config.mask_fields)).into_response())
+    Ok(Json(event_detail(&record, &state.config.mask_fields)).into_response())
 }
 
-/// `POST /v1/events/{source}/{event_id}/replay`.
+/// What replaying one event did.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub(super) enum ReplayAnswer {
+    /// Queued again: a worker applies it anew.
+    Requeued {
+        /// The source.
+        source: String,
+        /// The event.
+        event_id: String,
+    },
+    /// Not dead or retrying, so left as it is.
+    Unchanged {
+        /// The source.
+        source: String,
+        /// The event.
+        event_id: String,
+        /// Its status, which replay does not change.
+        event_status: EventStatus,
+    },
+}
+
+/// Queues one dead or retrying event again (its signature is not checked again).
+#[utoipa::path(post, path = "/v1/events/{source}/{event_id}/replay", tag = "events",
+    security(("admin_token" = [])),
+    params(("source" = String, Path, description = "The source", example = "presence"),
+        ("event_id" = String, Path, description = "The event's id", example = "evt_1")),
+    responses(
+        (status = 200, description = "Not dead or retrying: unchanged", body = ReplayAnswer),
+        (status = 202, description = "Requeued", body = ReplayAnswer),
+        (status = 400, description = "Bad path", body = ErrorBody),
+        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
+        (status = 404, description = "`unknown_event`", body = ErrorBody),
+        (status = 503, description = "The store cannot be reached", body = ErrorBody),
+    ))]
 pub(super) async fn event_replay(
     State(state): State<AppState>,
-    Path((source, event_id)): Path<(String, String)>,
+    ids: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Response, Answer> {
+    let (source, event_id) = path(ids)?;
     let outcome = state
         .store
         .replay_event(&source, &event_id, state.clock.now_ms())
@@ -318,26 +563,65 @@ pub(super) async fn event_replay(
             state.wake.notify_one();
             Ok((
                 StatusCode::ACCEPTED,
-                Json(json!({"status": "requeued", "source": source, "event_id": event_id})),
+                Json(ReplayAnswer::Requeued { source, event_id }),
             )
                 .into_response())
         }
-        ReplayOutcome::Unchanged(status) => Ok(Json(json!({
-            "status": "unchanged", "source": source, "event_id": event_id, "event_status": status,
-        }))
+        ReplayOutcome::Unchanged(event_status) => Ok(Json(ReplayAnswer::Unchanged {
+            source,
+            event_id,
+            event_status,
+        })
         .into_response()),
     }
 }
 
-/// Body of `POST /v1/replay`.
-#[derive(Debug, Deserialize)]
+/// Body of `POST /v1/replay`: which dead or retrying events to queue again.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ReplayRequest {
+    /// Only this source's events.
     source: Option<String>,
-    status: Option<String>,
+    /// `dead` or `retrying` (default: both).
+    status: Option<Replayable>,
+    /// Only this aggregate's events: a user id, or `player/slot`.
     aggregate: Option<String>,
+    /// Only events received at or after this time (RFC 3339).
+    #[schema(format = DateTime)]
     received_after: Option<String>,
+    /// Only events received before this time (RFC 3339).
+    #[schema(format = DateTime)]
     received_before: Option<String>,
+}
+
+/// The statuses a bulk replay can take events from.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum Replayable {
+    /// Dead events.
+    Dead,
+    /// Events waiting for a retry.
+    Retrying,
+}
+
+/// A bulk replay job.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct ReplayJobView {
+    /// Its id, for `GET /v1/replay/{job_id}`.
+    job_id: i64,
+    /// `running` or `done`.
+    state: String,
+    /// The filter it was started with.
+    #[schema(value_type = Object)]
+    filter: serde_json::Value,
+    /// Events it covers.
+    total: i64,
+    /// Events queued again so far.
+    requeued: i64,
+    /// When it was started (RFC 3339).
+    created_at: String,
+    /// When it last advanced (RFC 3339).
+    updated_at: String,
 }
 
 fn rfc3339_ms(field: &str, raw: Option<&str>) -> Result<Option<i64>, Answer> {
@@ -350,18 +634,33 @@ fn rfc3339_ms(field: &str, raw: Option<&str>) -> Result<Option<i64>, Answer> {
     .transpose()
 }
 
-/// `POST /v1/replay`: starts a persisted bulk replay.
+/// Starts a persisted bulk replay, carried out by the running nodes.
+#[utoipa::path(post, path = "/v1/replay", tag = "events", security(("admin_token" = [])),
+    request_body = ReplayRequest,
+    responses(
+        (status = 202, description = "Started", body = ReplayJobView),
+        (status = 400, description = "Bad body", body = ErrorBody),
+        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
+        (status = 503, description = "The store cannot be reached", body = ErrorBody),
+    ))]
 pub(super) async fn replay_bulk(
     State(state): State<AppState>,
     body: Result<Json<ReplayRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, Answer> {
     let Json(request) = body.map_err(|e| Answer::BadRequest(e.body_text()))?;
-    let status = parse_status(request.status.as_deref())?;
-    if status.is_some_and(|s| !matches!(s, EventStatus::Dead | EventStatus::Retrying)) {
+    let texts = [&request.source, &request.aggregate];
+    if texts
+        .iter()
+        .any(|t| t.as_deref().is_some_and(|t| t.contains('\0')))
+    {
         return Err(Answer::BadRequest(
-            "only dead or retrying events can be replayed".into(),
+            "source and aggregate cannot hold a NUL character".into(),
         ));
     }
+    let status = request.status.map(|s| match s {
+        Replayable::Dead => EventStatus::Dead,
+        Replayable::Retrying => EventStatus::Retrying,
+    });
     let filter = EventFilter {
         source: request.source,
         status,
@@ -378,11 +677,21 @@ pub(super) async fn replay_bulk(
     Ok((StatusCode::ACCEPTED, Json(job_json(&job))).into_response())
 }
 
-/// `GET /v1/replay/{job_id}`: a bulk replay's progress.
+/// A bulk replay's progress.
+#[utoipa::path(get, path = "/v1/replay/{job_id}", tag = "events", security(("admin_token" = [])),
+    params(("job_id" = i64, Path, description = "The job's id", example = 1)),
+    responses(
+        (status = 200, description = "The job", body = ReplayJobView),
+        (status = 400, description = "Bad path", body = ErrorBody),
+        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
+        (status = 404, description = "`unknown_job`", body = ErrorBody),
+        (status = 503, description = "The store cannot be reached", body = ErrorBody),
+    ))]
 pub(super) async fn replay_job(
     State(state): State<AppState>,
-    Path(id): Path<i64>,
+    id: Result<Path<i64>, PathRejection>,
 ) -> Result<Response, Answer> {
+    let id = path(id)?;
     let job = state
         .store
         .replay_job(id)
@@ -392,38 +701,48 @@ pub(super) async fn replay_job(
     Ok(Json(job_json(&job)).into_response())
 }
 
-fn job_json(job: &ReplayJob) -> serde_json::Value {
-    json!({
-        "job_id": job.id,
-        "state": job.state,
-        "filter": job.filter,
-        "total": job.total,
-        "requeued": job.requeued,
-        "created_at": clock::rfc3339(job.created_at_ms),
-        "updated_at": clock::rfc3339(job.updated_at_ms),
-    })
+fn job_json(job: &ReplayJob) -> ReplayJobView {
+    ReplayJobView {
+        job_id: job.id,
+        state: job.state.clone(),
+        filter: json!(job.filter),
+        total: job.total,
+        requeued: job.requeued,
+        created_at: clock::rfc3339(job.created_at_ms),
+        updated_at: clock::rfc3339(job.updated_at_ms),
+    }
 }
 
 /// `?source=&limit=&cursor=` of the save slot listing.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(super) struct SavesQuery {
+    /// The save-game source to read (default: the first configured one).
     source: Option<String>,
-    limit: Option<usize>,
+    /// Page size, 1..=500 (default 100).
+    #[param(minimum = 1, maximum = 500)]
+    limit: Option<u64>,
+    /// `next_cursor` of the previous page.
     cursor: Option<String>,
 }
 
-/// `GET /v1/saves`: save slots with their state, ordered by player and slot.
+/// Save slots with their state, ordered by player and slot.
+#[utoipa::path(get, path = "/v1/saves", tag = "state", security(("admin_token" = [])),
+    params(SavesQuery),
+    responses(
+        (status = 200, description = "A page of save slots", body = SavePage),
+        (status = 400, description = "Bad query string", body = ErrorBody),
+        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
+        (status = 404, description = "`unknown_source`", body = ErrorBody),
+        (status = 503, description = "The store cannot be reached", body = ErrorBody),
+    ))]
 pub(super) async fn saves_list(
     State(state): State<AppState>,
-    Query(query): Query<SavesQuery>,
+    params: Result<Query<SavesQuery>, QueryRejection>,
 ) -> Result<Response, Answer> {
+    let query = query(params)?;
     let source = source_of_kind(&state, SourceKind::SaveGame, query.source.as_deref())?;
-    let limit = query.limit.unwrap_or(100);
-    if limit == 0 || limit > MAX_PAGE {
-        return Err(Answer::BadRequest(format!(
-            "limit must be in 1..={MAX_PAGE}"
-        )));
-    }
+    let limit = page_size(query.limit)?;
     let cursor = query.cursor.as_deref().map(aggregate_storage_key);
     let page = state
         .store
@@ -439,10 +758,57 @@ pub(super) async fn saves_list(
         })
         .collect();
     let next_cursor = page.next_cursor.map(|c| c.replace('\u{1f}', "/"));
-    Ok(Json(json!({"items": items, "next_cursor": next_cursor})).into_response())
+    Ok(Json(SavePage { items, next_cursor }).into_response())
 }
 
-/// `GET /v1/overview`: per source, events by status and duplicates seen by this node.
+/// One source's counts in the overview.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct SourceOverview {
+    /// The source.
+    source: String,
+    /// What it feeds.
+    kind: SourceKind,
+    /// `sync` or `async`.
+    mode: &'static str,
+    /// Events logged.
+    received: u64,
+    /// Events applied.
+    processed: u64,
+    /// Duplicates answered by this node since it started.
+    duplicates: u64,
+    /// Duplicate `event_id`s with a different body seen by this node since it started.
+    conflicting_duplicates: u64,
+    /// Events ignored as stale.
+    stale: u64,
+    /// Events of unsupported types.
+    unsupported: u64,
+    /// Events held for a gap.
+    held: u64,
+    /// Events waiting for a retry.
+    retrying: u64,
+    /// Dead events.
+    dead: u64,
+    /// Events not yet decided.
+    backlog: u64,
+}
+
+/// Per source, events by status.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct Overview {
+    /// Every configured source.
+    sources: Vec<SourceOverview>,
+    /// When these counts were read (RFC 3339).
+    generated_at: String,
+}
+
+/// Per source, events by status and duplicates seen by this node.
+#[utoipa::path(get, path = "/v1/overview", tag = "observability", security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The counts", body = Overview),
+        (status = 400, description = "The URL holds a NUL character", body = ErrorBody),
+        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
+        (status = 503, description = "The store cannot be reached", body = ErrorBody),
+    ))]
 pub(super) async fn overview(State(state): State<AppState>) -> Result<Response, Answer> {
     let counts = state.store.status_counts().await.map_err(store_answer)?;
     let duplicates = state
@@ -461,46 +827,69 @@ pub(super) async fn overview(State(state): State<AppState>) -> Result<Response, 
         .iter()
         .map(|source| {
             let count = |wanted: &[EventStatus]| count_of(&counts, &source.name, wanted);
-            json!({
-                "source": source.name,
-                "kind": source.kind,
-                "mode": if source.mode == crate::config::Mode::Sync { "sync" } else { "async" },
-                "received": count(&EventStatus::ALL),
-                "processed": count(&[EventStatus::Processed]),
-                "duplicates": duplicates.get(&source.name).copied().unwrap_or(0),
-                "conflicting_duplicates": conflicts.get(&source.name).copied().unwrap_or(0),
-                "stale": count(&[EventStatus::IgnoredStale]),
-                "unsupported": count(&[EventStatus::IgnoredUnsupported]),
-                "held": count(&[EventStatus::Held]),
-                "retrying": count(&[EventStatus::Retrying]),
-                "dead": count(&[EventStatus::Dead]),
-                "backlog": count(&[EventStatus::Received, EventStatus::Held, EventStatus::Retrying]),
-            })
+            SourceOverview {
+                source: source.name.clone(),
+                kind: source.kind,
+                mode: if source.mode == crate::config::Mode::Sync {
+                    "sync"
+                } else {
+                    "async"
+                },
+                received: count(&EventStatus::ALL),
+                processed: count(&[EventStatus::Processed]),
+                duplicates: duplicates.get(&source.name).copied().unwrap_or(0),
+                conflicting_duplicates: conflicts.get(&source.name).copied().unwrap_or(0),
+                stale: count(&[EventStatus::IgnoredStale]),
+                unsupported: count(&[EventStatus::IgnoredUnsupported]),
+                held: count(&[EventStatus::Held]),
+                retrying: count(&[EventStatus::Retrying]),
+                dead: count(&[EventStatus::Dead]),
+                backlog: count(&[
+                    EventStatus::Received,
+                    EventStatus::Held,
+                    EventStatus::Retrying,
+                ]),
+            }
         })
         .collect();
-    Ok(
-        Json(json!({"sources": sources, "generated_at": clock::rfc3339(clock::now_ms())}))
-            .into_response(),
-    )
+    Ok(Json(Overview {
+        sources,
+        generated_at: clock::rfc3339(clock::now_ms()),
+    })
+    .into_response())
 }
 
 /// `?source=&aggregate=` of the change stream.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(super) struct StreamQuery {
+    /// Only this source's changes.
     source: Option<String>,
+    /// Only this aggregate's changes: a user id, or `player/slot`.
     aggregate: Option<String>,
 }
 
 /// How often the change stream looks for new changes (they may come from other nodes).
 const STREAM_POLL: std::time::Duration = std::time::Duration::from_millis(200);
 
-/// `GET /v1/stream`: server-sent events of every applied state change, resumable with
-/// `Last-Event-ID`; without it the stream starts at the current end.
+/// Server-sent events of every applied state change, resumable with `Last-Event-ID`;
+/// without it the stream starts at the current end.
+#[utoipa::path(get, path = "/v1/stream", tag = "state", security(("admin_token" = [])),
+    params(StreamQuery,
+        ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this change")),
+    responses(
+        (status = 200, description = "`presence` and `save` events whose data is the new state",
+            body = String, content_type = "text/event-stream"),
+        (status = 400, description = "Bad query string or Last-Event-ID", body = ErrorBody),
+        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
+        (status = 503, description = "The store cannot be reached", body = ErrorBody),
+    ))]
 pub(super) async fn stream(
     State(state): State<AppState>,
     headers: axum::http::HeaderMap,
-    Query(query): Query<StreamQuery>,
+    params: Result<Query<StreamQuery>, QueryRejection>,
 ) -> Result<Response, Answer> {
+    let query = query(params)?;
     use axum::response::sse::{Event, KeepAlive, Sse};
     let resume = headers
         .get("last-event-id")

@@ -29,7 +29,9 @@ static POLICY: LazyLock<HeaderValue> = LazyLock::new(|| {
     HeaderValue::from_str(&policy).expect("the policy is ASCII")
 });
 
-/// `GET /`: the dashboard.
+/// The dashboard: a page that reads the `/v1/*` API with the admin token typed into it.
+#[utoipa::path(get, path = "/", tag = "observability", security(()),
+    responses((status = 200, description = "The dashboard page", body = String, content_type = "text/html")))]
 pub(super) async fn index() -> ([(HeaderName, HeaderValue); 5], Html<&'static str>) {
     (
         [

@@ -2,12 +2,13 @@
 //! source, size, content type, signature, contract, store.
 
 use axum::body::Body;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use tracing::{info, warn, Instrument};
 
-use super::answer::Answer;
+use super::answer::{Answer, DeliveryBody, ErrorBody};
 use super::AppState;
 use crate::config::{Mode, SourceConfig};
 use crate::contract::Event;
@@ -16,14 +17,40 @@ use crate::ordering::Outcome;
 use crate::signature;
 use crate::store::{Admission, Decided, NewEvent, StoreError};
 
-/// Receives one delivery.
+/// Receives one delivery: verifies its signature, checks its contract, logs it durably
+/// and answers (SPEC §2). The signature headers are the source's scheme's
+/// (`X-Signature`/`X-Timestamp`, `webhook-signature`, `X-Hub-Signature-256`,
+/// `Stripe-Signature`, `X-Slack-Signature`, `X-Shopify-Hmac-Sha256`, …).
+#[utoipa::path(post, path = "/webhooks/{source}", tag = "ingress", security(()),
+    params(("source" = String, Path, description = "The configured source", example = "presence")),
+    request_body(content = Object, content_type = "application/json",
+        description = "The event, following the source's contract",
+        example = json!({"event_id": "evt_1", "user_id": "usr_A", "presence": "ONLINE",
+            "sequence_number": 1, "timestamp": 1_764_460_800})),
+    responses(
+        (status = 200, description = "Sync: applied, stale, unsupported or dead; or a duplicate",
+            body = DeliveryBody),
+        (status = 202, description = "Logged durably; applied later", body = DeliveryBody),
+        (status = 400, description = "`invalid_payload`, each bad field named", body = ErrorBody),
+        (status = 401, description = "`missing_signature`, `invalid_signature` or `timestamp_out_of_tolerance`",
+            body = ErrorBody),
+        (status = 404, description = "`unknown_source`", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
+        (status = 429, description = "`backlog_full` or `rate_limited`; nothing stored", body = ErrorBody,
+            headers(("Retry-After" = u32, description = "Seconds to wait"))),
+        (status = 503, description = "`store_unavailable`; nothing stored", body = ErrorBody,
+            headers(("Retry-After" = u32, description = "Seconds to wait"))),
+    ))]
 pub(super) async fn receive(
     State(state): State<AppState>,
-    Path(source): Path<String>,
+    source: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let started = std::time::Instant::now();
+    // A name that does not decode cannot be a configured source.
+    let source = source.map(|Path(name)| name).unwrap_or_default();
     let Some(config) = state.config.source(&source) else {
         let response = Answer::UnknownSource.into_response();
         metrics::request(metrics::UNKNOWN_SOURCE, response.status().as_u16(), 0.0);

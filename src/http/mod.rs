@@ -1,6 +1,7 @@
 //! The HTTP layer: thin handlers over the signature, contract and store
 //! modules. Every answer's code and body comes from [`answer`].
 
+mod admin;
 pub mod answer;
 mod api;
 mod dashboard;
@@ -12,7 +13,7 @@ use std::sync::Arc;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::post;
 use axum::Router;
 use subtle::ConstantTimeEq;
 use tokio::sync::Notify;
@@ -73,6 +74,15 @@ impl Secrets {
         count
     }
 
+    /// Reads the config at `path` (and the environment) again and takes its secrets;
+    /// returns how many sources it updated. On an error the secrets in force stay.
+    pub fn reload(
+        &self,
+        path: Option<&std::path::Path>,
+    ) -> Result<usize, crate::config::ConfigError> {
+        Config::load(path).map(|config| self.replace(&config))
+    }
+
     /// The secrets in force for `source` (its configured ones if never replaced).
     pub fn current(&self, source: &crate::config::SourceConfig) -> Vec<crate::signature::Secret> {
         self.0
@@ -116,30 +126,88 @@ impl TokenBucket {
     }
 }
 
-/// Builds the router: ingress, read API, health.
-pub fn router(state: AppState) -> Router {
-    let admin = Router::new()
-        .route("/v1/presence", get(api::presence_list))
-        .route("/v1/presence/{user_id}", get(api::presence_one))
-        .route("/v1/saves/{player_id}/{save_slot}", get(api::save_one))
-        .route("/v1/saves", get(api::saves_list))
-        .route("/v1/overview", get(api::overview))
-        .route("/v1/stream", get(api::stream))
-        .route("/v1/events", get(api::events_list))
-        .route("/v1/events/{source}/{event_id}", get(api::event_one))
-        .route(
-            "/v1/events/{source}/{event_id}/replay",
-            post(api::event_replay),
-        )
-        .route("/v1/replay", post(api::replay_bulk))
-        .route("/v1/replay/{job_id}", get(api::replay_job))
+/// The OpenAPI document's frame: title, the admin token scheme, tags.
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(title = "inhook", description = "A webhook receiver that is correct under retries, duplicates and reordering."),
+    modifiers(&AdminTokenScheme),
+    tags(
+        (name = "ingress", description = "Signed deliveries from publishers"),
+        (name = "state", description = "The projections: presence and save slots"),
+        (name = "events", description = "The event log and replay"),
+        (name = "observability", description = "Counts and metrics"),
+        (name = "admin", description = "Administration"),
+        (name = "health", description = "Probes"),
+    )
+)]
+struct ApiDoc;
+
+/// Declares the `admin_token` bearer scheme the `/v1/*` routes name.
+struct AdminTokenScheme;
+
+impl utoipa::Modify for AdminTokenScheme {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        openapi
+            .components
+            .get_or_insert_with(Default::default)
+            .add_security_scheme(
+                "admin_token",
+                SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+            );
+    }
+}
+
+/// The documented routes and the OpenAPI document built from their handlers.
+fn documented_routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    use utoipa::OpenApi;
+    use utoipa_axum::{router::OpenApiRouter, routes};
+    let admin = OpenApiRouter::new()
+        .routes(routes!(api::presence_list))
+        .routes(routes!(api::presence_one))
+        .routes(routes!(api::save_one))
+        .routes(routes!(api::saves_list))
+        .routes(routes!(api::overview))
+        .routes(routes!(api::stream))
+        .routes(routes!(api::events_list))
+        .routes(routes!(api::event_one))
+        .routes(routes!(api::event_replay))
+        .routes(routes!(api::replay_bulk))
+        .routes(routes!(api::replay_job))
+        .routes(routes!(admin::reload))
+        .route_layer(middleware::from_fn(refuse_nul_in_url))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_admin));
-    let metrics = Router::new().route("/metrics", get(api::metrics));
+    let metrics = OpenApiRouter::new().routes(routes!(api::metrics));
     let metrics = if state.config.metrics_public {
         metrics
     } else {
         metrics.route_layer(middleware::from_fn_with_state(state.clone(), require_admin))
     };
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(ingress::receive))
+        .routes(routes!(dashboard::index))
+        .routes(routes!(api::healthz))
+        .routes(routes!(api::readyz))
+        .routes(routes!(admin::openapi_json))
+        .merge(metrics)
+        .merge(admin)
+        .split_for_parts()
+}
+
+/// The OpenAPI document of the whole HTTP interface, as `/openapi.json` serves it.
+pub fn openapi(state: &AppState) -> utoipa::openapi::OpenApi {
+    documented_routes(state).1
+}
+
+/// Builds the router: ingress, read API, health, and `/openapi.json` describing them.
+pub fn router(state: AppState) -> Router {
+    let (documented, document) = documented_routes(&state);
+    let document = admin::OpenApiJson(
+        document
+            .to_json()
+            .unwrap_or_else(|_| "{}".to_owned())
+            .into(),
+    );
     let ceiling = if state.config.bench_ceiling {
         // Reads the body and answers a fixed 202: what the HTTP stack costs with no work.
         Router::new().route(
@@ -154,17 +222,23 @@ pub fn router(state: AppState) -> Router {
     } else {
         Router::new()
     };
-    Router::new()
+    documented
         .merge(ceiling)
-        .route("/webhooks/{source}", post(ingress::receive))
-        .merge(metrics)
-        .route("/", get(dashboard::index))
-        .route("/healthz", get(api::healthz))
-        .route("/readyz", get(api::readyz))
-        .merge(admin)
+        .layer(axum::Extension(document))
         // The ingress handler enforces each source's limit itself, after the 404 check.
         .layer(DefaultBodyLimit::disable())
         .with_state(state)
+}
+
+/// Refuses a URL holding a NUL character (`%00`): no id or name can hold one, and
+/// PostgreSQL cannot even compare text with it, so it is a 400 before any query.
+async fn refuse_nul_in_url(request: Request, next: Next) -> Response {
+    if request.uri().to_string().contains("%00") {
+        return axum::response::IntoResponse::into_response(Answer::BadRequest(
+            "the URL holds a NUL character (%00), which no id or name can hold".into(),
+        ));
+    }
+    next.run(request).await
 }
 
 /// Lets a request through with the admin token, or from loopback when none is configured.

@@ -4,6 +4,8 @@
 
 use std::collections::BTreeSet;
 
+use serde_json::json;
+
 use super::{Decided, DecisionLine, SettleReport, StoreError};
 use crate::contract::{Event, SourceKind};
 use crate::domain::AggregateKey;
@@ -136,10 +138,12 @@ impl Pending {
         }
         let current_sequence = state.as_ref().map(|s| s.sequence.get());
         let changed = state != before;
-        let change = state
-            .as_ref()
-            .filter(|_| changed)
-            .map(|s| ("presence", presence_view(user_id, s, now_ms, i64::MAX)));
+        let change = state.as_ref().filter(|_| changed).map(|s| {
+            (
+                "presence",
+                json!(presence_view(user_id, s, now_ms, i64::MAX)),
+            )
+        });
         let mut plan = plan(
             &rows,
             state,
@@ -187,7 +191,11 @@ impl Pending {
                 save_slot,
             }) if changed => Some((
                 "save",
-                save_view(player_id.as_str(), save_slot.as_str(), &settlement.state),
+                json!(save_view(
+                    player_id.as_str(),
+                    save_slot.as_str(),
+                    &settlement.state
+                )),
             )),
             _ => None,
         };

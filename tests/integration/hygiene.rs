@@ -75,6 +75,25 @@ async fn logs_and_answers_never_show_secrets_signatures_or_the_token() {
     }
     server.wait_status("save-game", "hs", "processed").await;
 
+    // A reload through the admin API of a config broken on the line of a secret: refused,
+    // and neither the answer nor the log line echoes that line.
+    let config = std::fs::read_to_string(server.config_path()).unwrap();
+    let broken = config.replacen(
+        &format!("\"{}\"", SAVE_SECRETS[0]),
+        &format!("\"{}", SAVE_SECRETS[0]),
+        1,
+    );
+    assert_ne!(broken, config);
+    std::fs::write(server.config_path(), broken).unwrap();
+    let reply = client
+        .post(format!("{}/v1/admin/reload", server.url))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 422);
+    answers.push_str(&reply.text().await.unwrap());
+
     let log = std::fs::read_to_string(server.dir().join("server.log")).unwrap();
     assert!(
         log.contains("\"decision\""),

@@ -9,6 +9,7 @@ mod event_log;
 mod hygiene;
 mod metrics;
 mod multinode;
+mod openapi;
 mod postgres_outage;
 mod presence;
 mod rejections;

@@ -1,7 +1,7 @@
 //! Every bad delivery gets its clear 4xx and stores nothing.
 
 use inhook::signature::Scheme;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::support::{now_s, signed, TestServer, PRESENCE_SECRET, SAVE_SECRETS};
 
@@ -218,6 +218,71 @@ async fn secrets_rotate_on_sighup_without_a_restart() {
         202,
         "the other secret stays"
     );
+}
+
+#[tokio::test]
+async fn secrets_rotate_through_the_admin_api_without_a_restart() {
+    let token = "reload-admin-token";
+    let server = TestServer::spawn_configured(&format!("admin_token = \"{token}\""), "").await;
+    let reload = |bearer: &'static str| {
+        let url = format!("{}/v1/admin/reload", server.url);
+        async move {
+            let reply = reqwest::Client::new()
+                .post(url)
+                .bearer_auth(bearer)
+                .send()
+                .await
+                .unwrap();
+            let code = reply.status().as_u16();
+            (code, reply.json::<Value>().await.unwrap())
+        }
+    };
+    let body = |id: &str| {
+        serde_json::to_vec(&json!({"event_id": id, "event_type": "progress.saved",
+            "player_id": "r", "save_slot": "s", "sequence": 1, "idempotency_key": id,
+            "data": {}}))
+        .unwrap()
+    };
+    let rotated = "save-test-secret-rotated-by-api";
+    let config = std::fs::read_to_string(server.config_path()).unwrap();
+    std::fs::write(
+        server.config_path(),
+        config.replace(SAVE_SECRETS[1], rotated),
+    )
+    .unwrap();
+
+    // Before the reload the new secret does not verify; a wrong token changes nothing.
+    let b = body("api_new");
+    let with_rotated = signed(Scheme::HmacTimestamped, rotated, &b, now_s());
+    assert_eq!(
+        server.post_raw("save-game", &b, &with_rotated).await.code,
+        401
+    );
+    assert_eq!(reload("not-the-token").await.0, 401);
+    assert_eq!(
+        server.post_raw("save-game", &b, &with_rotated).await.code,
+        401
+    );
+
+    assert_eq!(
+        reload(token).await,
+        (200, json!({"status": "reloaded", "sources": 2}))
+    );
+    assert_eq!(
+        server.post_raw("save-game", &b, &with_rotated).await.code,
+        202
+    );
+    let b = body("api_old");
+    let removed = signed(Scheme::HmacTimestamped, SAVE_SECRETS[1], &b, now_s());
+    assert_eq!(server.post_raw("save-game", &b, &removed).await.code, 401);
+
+    // A config that no longer loads is refused, and the secrets in force stay.
+    std::fs::write(server.config_path(), "listen = ").unwrap();
+    let (code, answer) = reload(token).await;
+    assert_eq!((code, &answer["error"]), (422, &json!("invalid_config")));
+    let b = body("api_kept");
+    let kept = signed(Scheme::HmacTimestamped, rotated, &b, now_s());
+    assert_eq!(server.post_raw("save-game", &b, &kept).await.code, 202);
 }
 
 #[tokio::test]
