@@ -11,6 +11,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::clock::Clock;
 use crate::config::{Config, Database};
+use crate::http::server::{serve, ConnectionLimits};
 use crate::http::{router, AppState};
 use crate::store::{PoolSettings, PostgresStore, SqliteStore, Store};
 use crate::worker::Worker;
@@ -106,7 +107,11 @@ impl Application {
         background.spawn(worker.clone().run(stop_rx.clone()));
         background.spawn(worker.run_retention(stop_rx.clone()));
         background.spawn(watch_backlog(self.state.clone(), stop_rx.clone()));
-        let app = router(self.state).into_make_service_with_connect_info::<SocketAddr>();
+        let limits = ConnectionLimits {
+            header_read_timeout: Duration::from_secs(self.state.config.header_read_timeout_s),
+            max_header_bytes: self.state.config.max_header_bytes,
+        };
+        let app = router(self.state);
         let stopping = {
             let stop_tx = stop_tx.clone();
             async move {
@@ -115,14 +120,14 @@ impl Application {
                 let _ = stop_tx.send(true);
             }
         };
-        let server = axum::serve(self.listener, app).with_graceful_shutdown(stopping);
+        let server = serve(self.listener, app, limits, stopping);
         let mut stopped = stop_rx.clone();
         let deadline = async move {
             let _ = stopped.wait_for(|s| *s).await;
             tokio::time::sleep(grace).await;
         };
         tokio::select! {
-            served = server => served.context("serving HTTP")?,
+            () = server => {}
             () = deadline => tracing::warn!("shutdown timeout: dropping open connections"),
         }
         let _ = stop_tx.send(true);

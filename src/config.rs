@@ -99,6 +99,12 @@ pub struct Config {
     pub purge_interval_s: u64,
     /// How long shutdown waits for in-flight requests and steps.
     pub shutdown_timeout_s: u64,
+    /// A request's head must arrive within this; also how long an idle keep-alive connection stays open.
+    pub header_read_timeout_s: u64,
+    /// A delivery's body must arrive within this (408 otherwise).
+    pub body_read_timeout_s: u64,
+    /// Largest request head (request line and headers) in bytes (431 beyond).
+    pub max_header_bytes: usize,
     /// Fields masked in API output (top-level names or dotted paths).
     pub mask_fields: Vec<String>,
     /// Most PostgreSQL connections one node opens.
@@ -152,6 +158,9 @@ struct FileConfig {
     dedup_window_s: Option<u64>,
     purge_interval_s: Option<u64>,
     shutdown_timeout_s: Option<u64>,
+    header_read_timeout_s: Option<u64>,
+    body_read_timeout_s: Option<u64>,
+    max_header_bytes: Option<usize>,
     mask_fields: Option<Vec<String>>,
     pool_size: Option<usize>,
     metrics_public: Option<bool>,
@@ -380,6 +389,10 @@ impl Config {
             dedup_window_s: file.dedup_window_s.unwrap_or(30 * DAY_S),
             purge_interval_s: file.purge_interval_s.unwrap_or(60 * 60),
             shutdown_timeout_s: file.shutdown_timeout_s.unwrap_or(10),
+            header_read_timeout_s: file.header_read_timeout_s.unwrap_or(10).max(1),
+            body_read_timeout_s: file.body_read_timeout_s.unwrap_or(30).max(1),
+            // hyper's floor for its read buffer is 8 KiB.
+            max_header_bytes: file.max_header_bytes.unwrap_or(16 * 1024).max(8 * 1024),
             mask_fields: file.mask_fields.unwrap_or_default(),
             pool_size: file.pool_size.unwrap_or(16),
             metrics_public: file.metrics_public.unwrap_or(false),

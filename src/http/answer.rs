@@ -64,6 +64,8 @@ pub enum Answer {
         /// The limit in bytes.
         limit: usize,
     },
+    /// 408: the body did not arrive within `body_read_timeout_s`.
+    RequestTimeout,
     /// 415: not `application/json`.
     UnsupportedMediaType,
     /// 503: the store cannot be reached; nothing was stored.
@@ -101,6 +103,7 @@ impl Answer {
             Answer::InvalidPayload(_) => "invalid_payload",
             Answer::UnknownSource => "unknown_source",
             Answer::PayloadTooLarge { .. } => "payload_too_large",
+            Answer::RequestTimeout => "request_timeout",
             Answer::UnsupportedMediaType => "unsupported_media_type",
             Answer::StoreUnavailable => "store_unavailable",
             Answer::BacklogFull => "backlog_full",
@@ -118,6 +121,7 @@ impl Answer {
         matches!(
             self,
             Answer::PayloadTooLarge { .. }
+                | Answer::RequestTimeout
                 | Answer::UnsupportedMediaType
                 | Answer::StoreUnavailable
                 | Answer::Internal
@@ -289,6 +293,17 @@ impl IntoResponse for Answer {
                     ..ErrorBody::rejected("payload_too_large")
                 },
             ),
+            Answer::RequestTimeout => {
+                let mut response = error(
+                    StatusCode::REQUEST_TIMEOUT,
+                    ErrorBody::rejected("request_timeout"),
+                );
+                // The rest of a body that stalled may still come: do not read it as a next request.
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                response
+            }
             Answer::UnsupportedMediaType => error(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 ErrorBody {

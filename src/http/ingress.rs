@@ -35,6 +35,8 @@ use crate::store::{Admission, Decided, NewEvent, StoreError};
         (status = 401, description = "`missing_signature`, `invalid_signature` or `timestamp_out_of_tolerance`",
             body = ErrorBody),
         (status = 404, description = "`unknown_source`", body = ErrorBody),
+        (status = 408, description = "`request_timeout`: the body did not arrive within `body_read_timeout_s`",
+            body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
         (status = 429, description = "`backlog_full` or `rate_limited`; nothing stored", body = ErrorBody,
@@ -99,8 +101,11 @@ async fn check_and_log(
         discard(body, declared.unwrap_or(0)).await;
         return Answer::PayloadTooLarge { limit };
     }
-    let Ok(body) = axum::body::to_bytes(body, limit).await else {
-        return Answer::PayloadTooLarge { limit };
+    let deadline = std::time::Duration::from_secs(state.config.body_read_timeout_s);
+    let body = match tokio::time::timeout(deadline, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(_)) => return Answer::PayloadTooLarge { limit },
+        Err(_) => return Answer::RequestTimeout,
     };
     if !is_json(headers) {
         return Answer::UnsupportedMediaType;

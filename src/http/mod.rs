@@ -6,6 +6,7 @@ pub mod answer;
 mod api;
 mod dashboard;
 mod ingress;
+pub mod server;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -17,5 +17,6 @@ mod retries;
 mod save_game;
 mod signatures;
 mod simulate;
+mod slow_clients;
 mod stream;
 mod telemetry;

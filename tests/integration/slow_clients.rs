@@ -1,0 +1,139 @@
+//! A public endpoint meets clients that send slowly, never finish, or send heads
+//! too large: each gets a bounded answer or a closed connection, nothing is
+//! stored, and the server keeps serving the others meanwhile.
+
+use std::time::{Duration, Instant};
+
+use inhook::signature::Scheme;
+use serde_json::json;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::support::{now_s, signed, TestServer, SAVE_SECRETS};
+
+const LIMITS: &str = "header_read_timeout_s = 1\nbody_read_timeout_s = 1";
+
+async fn connect(server: &TestServer) -> TcpStream {
+    TcpStream::connect(server.url.trim_start_matches("http://"))
+        .await
+        .expect("connect")
+}
+
+/// Reads until the server closes the connection (or 10 s pass); returns what came and when.
+async fn read_until_closed(stream: &mut (impl AsyncRead + Unpin)) -> (String, Duration) {
+    let started = Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => panic!("the server kept the connection open for 10 s"),
+        }
+    }
+    (
+        String::from_utf8_lossy(&got).into_owned(),
+        started.elapsed(),
+    )
+}
+
+#[tokio::test]
+async fn a_silent_or_trickling_client_is_cut_off_after_the_head_timeout() {
+    let server = TestServer::spawn_configured(LIMITS, "").await;
+
+    let mut silent = connect(&server).await;
+    let (mut trickle_read, mut trickle_write) = connect(&server).await.into_split();
+    let trickle = async move {
+        // One byte of a head every 300 ms: never a whole head within the timeout.
+        for byte in b"POST /webhooks/save-game HTTP/1.1\r\nHost: x\r\nx-a: b\r\n" {
+            if trickle_write.write_all(&[*byte]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        std::future::pending::<()>().await;
+    };
+    tokio::spawn(trickle);
+    let (silent_end, trickle_end) = tokio::join!(
+        async {
+            // Meanwhile the server answers everyone else.
+            assert_eq!(server.get("/healthz").await.code, 200);
+            read_until_closed(&mut silent).await
+        },
+        read_until_closed(&mut trickle_read),
+    );
+    for (what, (_, after)) in [("silent", silent_end), ("trickling", trickle_end)] {
+        assert!(
+            after < Duration::from_secs(5),
+            "{what} connection held {after:?}"
+        );
+    }
+
+    // An idle keep-alive connection is closed too, after a request it was answered.
+    let mut idle = connect(&server).await;
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let (answered, after) = read_until_closed(&mut idle).await;
+    assert!(answered.starts_with("HTTP/1.1 200"), "{answered}");
+    assert!(
+        after < Duration::from_secs(5),
+        "idle connection held {after:?}"
+    );
+    assert_eq!(server.count().await, 0);
+}
+
+#[tokio::test]
+async fn a_body_that_stalls_gets_408_and_nothing_is_stored() {
+    let server = TestServer::spawn_configured(LIMITS, "").await;
+    let body = serde_json::to_vec(&json!({"event_id": "slow", "event_type": "progress.saved",
+        "player_id": "p", "save_slot": "s", "sequence": 1, "idempotency_key": "slow",
+        "data": {}}))
+    .unwrap();
+    let mut head = format!(
+        "POST /webhooks/save-game HTTP/1.1\r\nHost: x\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in signed(Scheme::HmacTimestamped, SAVE_SECRETS[0], &body, now_s()) {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut stream = connect(&server).await;
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&body[..body.len() / 2]).await.unwrap();
+    let (answer, after) = read_until_closed(&mut stream).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains(r#""error":"request_timeout""#), "{answer}");
+    assert!(after < Duration::from_secs(5), "answered after {after:?}");
+    assert_eq!(server.count().await, 0);
+
+    // The same delivery sent whole is taken.
+    let headers = signed(Scheme::HmacTimestamped, SAVE_SECRETS[0], &body, now_s());
+    assert_eq!(
+        server.post_raw("save-game", &body, &headers).await.code,
+        202
+    );
+}
+
+#[tokio::test]
+async fn heads_too_large_or_with_too_many_headers_get_431() {
+    let server = TestServer::spawn().await;
+    let huge = format!(
+        "POST /webhooks/save-game HTTP/1.1\r\nHost: x\r\nx-padding: {}\r\n\r\n",
+        "a".repeat(64 * 1024)
+    );
+    let mut many = String::from("POST /webhooks/save-game HTTP/1.1\r\nHost: x\r\n");
+    for i in 0..150 {
+        many.push_str(&format!("x-h{i}: v\r\n"));
+    }
+    many.push_str("\r\n");
+    for head in [huge, many] {
+        let mut stream = connect(&server).await;
+        // The server may answer and close before it has read all of a huge head.
+        let _ = stream.write_all(head.as_bytes()).await;
+        let (answer, _) = read_until_closed(&mut stream).await;
+        assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    }
+    assert_eq!(server.get("/healthz").await.code, 200);
+    assert_eq!(server.count().await, 0);
+}
