@@ -35,13 +35,20 @@ pub fn connect_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
                 store.without_group_commit()
             })
         }
-        Database::Postgres(url) => Arc::new(PostgresStore::connect(
-            url,
-            PoolSettings {
-                max_size: config.pool_size,
-                timeout: Duration::from_millis(config.busy_timeout_ms),
-            },
-        )?),
+        Database::Postgres(url) => {
+            let store = PostgresStore::connect(
+                url,
+                PoolSettings {
+                    max_size: config.pool_size,
+                    timeout: Duration::from_millis(config.busy_timeout_ms),
+                },
+            )?;
+            Arc::new(if config.group_commit {
+                store
+            } else {
+                store.without_group_commit()
+            })
+        }
     };
     Ok(store)
 }

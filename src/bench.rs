@@ -53,7 +53,18 @@ pub struct BenchArgs {
     /// Prefix of player ids, so runs against one database do not collide.
     #[arg(long, default_value = "bench")]
     pub run_id: String,
+    /// With `--rate`: run this many seconds (sends rate × seconds events, overriding `--events`).
+    #[arg(long)]
+    pub duration_s: Option<u64>,
+    /// After `--wait-applied`, read the event log and report how long each event took from
+    /// receipt to its final status (the store's own timestamps).
+    #[arg(long)]
+    pub apply_lag: bool,
 }
+
+/// Above this many events, requests are signed as they are sent rather than all up front
+/// (memory, and signatures that would age past the source's tolerance in a long run).
+const PREGENERATE_MAX: usize = 200_000;
 
 /// Runs the benchmark and prints its report.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -68,28 +79,64 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| format!("/webhooks/{}", args.source));
     let url = format!("{}{path}", args.url.trim_end_matches('/'));
-    let requests = Arc::new(prepare(&args, &secret));
+    let events = match (args.duration_s, args.rate) {
+        (Some(seconds), rate) if rate > 0 => (seconds * rate) as usize,
+        _ => args.events,
+    };
+    let generator = Arc::new(Generator {
+        run_id: args.run_id.clone(),
+        aggregates: args.aggregates.max(1),
+        secret,
+    });
+    let pregenerated: Arc<Vec<SignedRequest>> = Arc::new(if events <= PREGENERATE_MAX {
+        let now = clock::now_ms() / 1000;
+        (0..events).map(|i| generator.request(i, now)).collect()
+    } else {
+        println!("bench: {events} events: each signed as it is sent");
+        Vec::new()
+    });
+    let rss_samples = Arc::new(Mutex::new(Vec::new()));
+    let sampler = args.server_pid.map(|pid| {
+        let samples = rss_samples.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            loop {
+                if let Some(kib) = proc_status_kib(pid, "VmRSS:") {
+                    samples
+                        .lock()
+                        .expect("samples")
+                        .push((started.elapsed().as_secs(), kib));
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    });
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.connections)
         .http1_only()
         .timeout(Duration::from_secs(30))
         .build()?;
-    let latencies = Arc::new(Mutex::new(Vec::with_capacity(args.events)));
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity(events)));
     let codes = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
     let started = Instant::now();
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..args.connections.max(1) {
-        let (client, url, requests, next) =
-            (client.clone(), url.clone(), requests.clone(), next.clone());
+        let (client, url, pregenerated, generator, next) = (
+            client.clone(),
+            url.clone(),
+            pregenerated.clone(),
+            generator.clone(),
+            next.clone(),
+        );
         let (latencies, codes) = (latencies.clone(), codes.clone());
         let rate = args.rate;
         tasks.spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some((headers, body)) = requests.get(i) else {
+                if i >= events {
                     break;
-                };
+                }
                 // Open loop: each request has a scheduled time; latency counts from it.
                 let scheduled = if rate > 0 {
                     let at = started + Duration::from_secs_f64(i as f64 / rate as f64);
@@ -97,6 +144,14 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
                     at
                 } else {
                     Instant::now()
+                };
+                let signed_now;
+                let (headers, body) = match pregenerated.get(i) {
+                    Some(request) => request,
+                    None => {
+                        signed_now = generator.request(i, clock::now_ms() / 1000);
+                        &signed_now
+                    }
                 };
                 let mut request = client.post(&url).body(body.clone());
                 for (name, value) in headers {
@@ -156,41 +211,127 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             applied_after.as_secs_f64()
         );
     }
+    if args.apply_lag {
+        apply_lag(&client, &args.url).await?;
+    }
     if let Some(pid) = args.server_pid {
-        if let Some(kib) = peak_rss_kib(pid) {
-            println!("bench: server peak RSS {:.1} MiB", kib as f64 / 1024.0);
+        if let Some(sampler) = sampler {
+            sampler.abort();
+        }
+        report_rss(pid, &rss_samples.lock().expect("samples"));
+    }
+    Ok(())
+}
+
+/// Prints the server's peak RSS and, for runs of two minutes or more, its RSS over time:
+/// the highest of the first minute against the highest of the last.
+fn report_rss(pid: u32, samples: &[(u64, u64)]) {
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    if let Some(kib) = proc_status_kib(pid, "VmHWM:") {
+        println!("bench: server peak RSS {:.1} MiB", mib(kib));
+    }
+    let Some(&(last_s, _)) = samples.last() else {
+        return;
+    };
+    if last_s < 120 {
+        return;
+    }
+    let max_between = |from: u64, to: u64| {
+        samples
+            .iter()
+            .filter(|(s, _)| (from..to).contains(s))
+            .map(|(_, kib)| *kib)
+            .max()
+            .unwrap_or(0)
+    };
+    let per_minute: Vec<String> = (0..=last_s / 60)
+        .map(|m| format!("{:.0}", mib(max_between(m * 60, m * 60 + 60))))
+        .collect();
+    println!(
+        "bench: server RSS MiB, highest per minute: {} (first minute {:.1}, last minute {:.1})",
+        per_minute.join(" "),
+        mib(max_between(0, 60)),
+        mib(max_between(last_s.saturating_sub(59), last_s + 1))
+    );
+}
+
+/// Reads the event log through the API and prints, over every decided event, the time
+/// from receipt to decision (percentiles, and the share within 2 s).
+async fn apply_lag(client: &reqwest::Client, base: &str) -> anyhow::Result<()> {
+    use time::format_description::well_known::Rfc3339;
+    let ms = |v: &serde_json::Value| {
+        v.as_str()
+            .and_then(|s| time::OffsetDateTime::parse(s, &Rfc3339).ok())
+            .map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64)
+    };
+    let mut lags = Vec::new();
+    let mut cursor: Option<i64> = None;
+    loop {
+        let mut url = format!("{}/v1/events?limit=500", base.trim_end_matches('/'));
+        if let Some(c) = cursor {
+            url.push_str(&format!("&cursor={c}"));
+        }
+        let page: serde_json::Value = client.get(&url).send().await?.json().await?;
+        for event in page["items"].as_array().into_iter().flatten() {
+            if let (Some(received), Some(decided)) =
+                (ms(&event["received_at"]), ms(&event["decided_at"]))
+            {
+                lags.push(decided - received);
+            }
+        }
+        match page["next_cursor"].as_i64() {
+            Some(next) => cursor = Some(next),
+            None => break,
         }
     }
+    lags.sort_unstable();
+    let at = |p: f64| {
+        let i = ((lags.len() as f64 * p).ceil() as usize).clamp(1, lags.len().max(1)) - 1;
+        lags.get(i).copied().unwrap_or(0)
+    };
+    let within_2s = lags.iter().filter(|&&lag| lag <= 2_000).count();
+    println!(
+        "bench: receipt to applied, {} events: ms p50 {} p99 {} p99.9 {} max {}; {:.3}% within 2 s",
+        lags.len(),
+        at(0.50),
+        at(0.99),
+        at(0.999),
+        at(1.0),
+        100.0 * within_2s as f64 / lags.len().max(1) as f64
+    );
     Ok(())
 }
 
 /// Headers and body of one pre-signed request.
 type SignedRequest = (Vec<(&'static str, String)>, Vec<u8>);
 
-/// Signed requests, one per event: deltas spread round-robin over the aggregates,
+/// Makes the signed request of event `i`: deltas spread round-robin over the aggregates,
 /// each aggregate's sequences contiguous from 1.
-fn prepare(args: &BenchArgs, secret: &Secret) -> Vec<SignedRequest> {
-    let now = clock::now_ms() / 1000;
-    (0..args.events)
-        .map(|i| {
-            let aggregate = i % args.aggregates.max(1);
-            let sequence = i / args.aggregates.max(1) + 1;
-            let body = json!({
-                "event_id": format!("{}_{i}", args.run_id),
-                "event_type": "inventory.updated",
-                "player_id": format!("{}_{aggregate}", args.run_id),
-                "save_slot": "slot_a",
-                "sequence": sequence,
-                "idempotency_key": format!("{}_{i}", args.run_id),
-                "data": {"added_items": [{"item_id": "gem", "qty": 1}]},
-            })
-            .to_string()
-            .into_bytes();
-            let mut headers = signature::sign(Scheme::HmacTimestamped, &body, secret, now);
-            headers.push(("content-type", "application/json".into()));
-            (headers, body)
+struct Generator {
+    run_id: String,
+    aggregates: usize,
+    secret: Secret,
+}
+
+impl Generator {
+    fn request(&self, i: usize, now_s: i64) -> SignedRequest {
+        let aggregate = i % self.aggregates;
+        let sequence = i / self.aggregates + 1;
+        let body = json!({
+            "event_id": format!("{}_{i}", self.run_id),
+            "event_type": "inventory.updated",
+            "player_id": format!("{}_{aggregate}", self.run_id),
+            "save_slot": "slot_a",
+            "sequence": sequence,
+            "idempotency_key": format!("{}_{i}", self.run_id),
+            "data": {"added_items": [{"item_id": "gem", "qty": 1}]},
         })
-        .collect()
+        .to_string()
+        .into_bytes();
+        let mut headers = signature::sign(Scheme::HmacTimestamped, &body, &self.secret, now_s);
+        headers.push(("content-type", "application/json".into()));
+        (headers, body)
+    }
 }
 
 /// Polls `/v1/overview` until no source has a backlog; returns how long that took.
@@ -214,11 +355,11 @@ async fn wait_applied(client: &reqwest::Client, base: &str) -> anyhow::Result<Du
     }
 }
 
-/// The peak resident set of a process, from `/proc/{pid}/status`.
-fn peak_rss_kib(pid: u32) -> Option<u64> {
+/// A process's memory figure (`VmRSS:`, `VmHWM:`) in KiB, from `/proc/{pid}/status`.
+fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }

@@ -46,11 +46,137 @@ pub struct PoolSettings {
     pub timeout: Duration,
 }
 
-/// The PostgreSQL store.
+/// The PostgreSQL store. Async deliveries are group-committed: concurrent ingests
+/// share one transaction (their statements pipelined on one connection) and one
+/// WAL flush, each answered only after the commit.
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: Pool,
     pg_config: tokio_postgres::Config,
+    group_commit: bool,
+    queue: Arc<std::sync::Mutex<Vec<PgJob>>>,
+    writers: Arc<tokio::sync::Semaphore>,
+}
+
+/// Most deliveries committed in one transaction.
+const MAX_BATCH: usize = 256;
+/// Batches committed at once on one node: one fills while another flushes.
+const BATCH_WRITERS: usize = 2;
+
+/// An async delivery waiting for a batch.
+struct PgJob {
+    source: String,
+    event_id: String,
+    event_type: String,
+    aggregate: String,
+    sequence: i64,
+    idempotency_key: Option<String>,
+    body: Vec<u8>,
+    headers: Option<String>,
+    received_at: i64,
+    signed_at: Option<i64>,
+    reply: tokio::sync::oneshot::Sender<Result<Admission, StoreError>>,
+}
+
+/// Logs one delivery inside the caller's transaction (no settling, no notify).
+async fn log_one<C: GenericClient>(tx: &C, job: &PgJob) -> Result<Admission, StoreError> {
+    if let Some(admission) = purged_duplicate(
+        tx,
+        &job.source,
+        &job.event_id,
+        job.idempotency_key.as_deref(),
+        job.received_at,
+    )
+    .await?
+    {
+        return Ok(admission);
+    }
+    let inserted = tx
+        .query_opt(
+            "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
+                 idempotency_key, body, signature_valid, signed_at, received_at, status, headers)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, TRUE, $8, $9, 'received', $10)
+             ON CONFLICT DO NOTHING
+             RETURNING id",
+            &[
+                &job.source,
+                &job.event_id,
+                &job.event_type,
+                &job.aggregate,
+                &job.sequence,
+                &job.idempotency_key,
+                &job.body,
+                &job.signed_at,
+                &job.received_at,
+                &job.headers,
+            ],
+        )
+        .await
+        .map_err(pg_err)?;
+    match inserted {
+        Some(inserted) => Ok(Admission::Logged {
+            row: col(&inserted, 0)?,
+            decided: None,
+        }),
+        None => {
+            find_duplicate(
+                tx,
+                &job.source,
+                &job.event_id,
+                job.idempotency_key.as_deref(),
+                &job.body,
+            )
+            .await
+        }
+    }
+}
+
+/// Logs `jobs` in one transaction and wakes the workers: every statement of the batch
+/// is sent before the first answer is read (tokio-postgres pipelines concurrent queries).
+async fn log_batch(pool: &Pool, jobs: &[PgJob]) -> Result<Vec<Admission>, StoreError> {
+    let mut client = pool
+        .get()
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("no PostgreSQL connection: {e}")))?;
+    let tx = client.transaction().await.map_err(pg_err)?;
+    let admissions = futures_util::future::join_all(jobs.iter().map(|job| log_one(&tx, job)))
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
+    tx.execute("SELECT pg_notify($1, '')", &[&CHANNEL])
+        .await
+        .map_err(pg_err)?;
+    tx.commit().await.map_err(pg_err)?;
+    Ok(admissions)
+}
+
+/// Commits a batch and answers each delivery. If a statement fails, the transaction is
+/// gone for all, so each delivery is retried in a transaction of its own: one bad
+/// delivery never fails the others.
+async fn commit_batch(pool: &Pool, batch: Vec<PgJob>) {
+    match log_batch(pool, &batch).await {
+        Ok(admissions) => {
+            for (job, admission) in batch.into_iter().zip(admissions) {
+                let _ = job.reply.send(Ok(admission));
+            }
+        }
+        Err(StoreError::Unavailable(detail)) => {
+            for job in batch {
+                let _ = job.reply.send(Err(StoreError::Unavailable(detail.clone())));
+            }
+        }
+        Err(_) if batch.len() > 1 => {
+            for job in batch {
+                let result = log_batch(pool, std::slice::from_ref(&job)).await;
+                let _ = job.reply.send(result.map(|mut one| one.remove(0)));
+            }
+        }
+        Err(err) => {
+            for job in batch {
+                let _ = job.reply.send(Err(err.clone()));
+            }
+        }
+    }
 }
 
 impl PostgresStore {
@@ -78,7 +204,66 @@ impl PostgresStore {
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| StoreError::Internal(format!("building the pool: {e}")))?;
-        Ok(Self { pool, pg_config })
+        Ok(Self {
+            pool,
+            pg_config,
+            group_commit: true,
+            queue: Arc::default(),
+            writers: Arc::new(tokio::sync::Semaphore::new(BATCH_WRITERS)),
+        })
+    }
+
+    /// Logs every delivery in a transaction of its own, as a naive receiver would:
+    /// the baseline that benchmarks compare group commit against.
+    pub fn without_group_commit(mut self) -> Self {
+        self.group_commit = false;
+        self
+    }
+
+    /// Queues an async delivery for the next batch and waits for its commit.
+    async fn ingest_batched(&self, event: NewEvent<'_>) -> Result<Admission, StoreError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = PgJob {
+            source: event.source.to_owned(),
+            event_id: event.event.event_id().as_str().to_owned(),
+            event_type: event.event.event_type().to_owned(),
+            aggregate: event.event.aggregate().storage_key(),
+            sequence: event.event.sequence().get(),
+            idempotency_key: event.event.idempotency_key().map(|k| k.as_str().to_owned()),
+            body: event.body.to_vec(),
+            headers: headers_json(event.headers),
+            received_at: event.received_at_ms,
+            signed_at: event.signed_at,
+            reply,
+        };
+        self.queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(job);
+        let (pool, queue, writers) = (
+            self.pool.clone(),
+            Arc::clone(&self.queue),
+            Arc::clone(&self.writers),
+        );
+        // A task of its own, so that a caller that goes away never abandons a batch.
+        tokio::spawn(async move {
+            let Ok(_writer) = writers.acquire().await else {
+                return;
+            };
+            // Whoever gets a writer commits every delivery queued meanwhile (flat combining):
+            // batches form only under load, so a lone request waits for nothing.
+            let batch: Vec<PgJob> = {
+                let mut queue = queue.lock().unwrap_or_else(|p| p.into_inner());
+                let take = queue.len().min(MAX_BATCH);
+                queue.drain(..take).collect()
+            };
+            if !batch.is_empty() {
+                commit_batch(&pool, batch).await;
+            }
+        });
+        answer
+            .await
+            .map_err(|_| StoreError::Internal("the writer dropped a delivery".into()))?
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
@@ -251,6 +436,9 @@ impl Store for PostgresStore {
         event: NewEvent<'_>,
         settle_now: Option<&SourceRules>,
     ) -> Result<Admission, StoreError> {
+        if self.group_commit && settle_now.is_none() {
+            return self.ingest_batched(event).await;
+        }
         let event_id = event.event.event_id().as_str();
         let aggregate = event.event.aggregate().storage_key();
         let idempotency_key = event.event.idempotency_key().map(|k| k.as_str());
