@@ -5,6 +5,8 @@
 #   (c) the naive design: one transaction and one fsync per request.
 # Then each again at a fixed offered rate of half of (a)'s maximum, for latency.
 # Usage: scripts/bench.sh [EVENTS] [CONNECTIONS]   (builds the release binary first)
+# With BENCH_DATABASE=postgres://USER@HOST:PORT/DB the ingest lines run on PostgreSQL,
+# each on a fresh database `inhook_bench` beside DB; the default is SQLite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EVENTS=${1:-20000}
@@ -14,10 +16,14 @@ BIN=${INHOOK_BIN:-target/release/inhook}
 export INHOOK_SAVE_GAME_SECRET=bench-secret INHOOK_PRESENCE_SECRET=bench-presence
 
 run_server() { # $1 = dir, $2 = extra config lines; prints "PID URL"
-    local dir=$1
+    local dir=$1 database="sqlite://$1/inhook.db"
+    if [ -n "${BENCH_DATABASE:-}" ]; then
+        psql -q "$BENCH_DATABASE" -c "DROP DATABASE IF EXISTS inhook_bench" -c "CREATE DATABASE inhook_bench" >&2
+        database="${BENCH_DATABASE%/*}/inhook_bench"
+    fi
     cat > "$dir/inhook.toml" <<TOML
 listen = "127.0.0.1:0"
-database = "sqlite://$dir/inhook.db"
+database = "$database"
 bench_ceiling = true
 $2
 TOML

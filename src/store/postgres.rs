@@ -37,6 +37,53 @@ const CHANNEL: &str = "inhook_events";
 /// Advisory lock key held while migrating, so that nodes starting together migrate once.
 const MIGRATION_LOCK: i64 = 0x696e_686f_6f6b;
 
+/// Statements through the connection's statement cache: each SQL text is parsed and
+/// planned once per connection, and every later run is one round trip instead of two.
+#[async_trait]
+trait CachedStatements: GenericClient {
+    /// `query` with a cached statement.
+    async fn cached_query(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        let statement = self.prepare_cached(sql).await?;
+        self.query(&statement, params).await
+    }
+
+    /// `query_opt` with a cached statement.
+    async fn cached_query_opt(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, tokio_postgres::Error> {
+        let statement = self.prepare_cached(sql).await?;
+        self.query_opt(&statement, params).await
+    }
+
+    /// `query_one` with a cached statement.
+    async fn cached_query_one(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Row, tokio_postgres::Error> {
+        let statement = self.prepare_cached(sql).await?;
+        self.query_one(&statement, params).await
+    }
+
+    /// `execute` with a cached statement.
+    async fn cached_execute(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, tokio_postgres::Error> {
+        let statement = self.prepare_cached(sql).await?;
+        self.execute(&statement, params).await
+    }
+}
+
+impl<C: GenericClient> CachedStatements for C {}
+
 /// Sizing and timeouts of the connection pool.
 #[derive(Debug, Clone, Copy)]
 pub struct PoolSettings {
@@ -78,8 +125,9 @@ struct PgJob {
     reply: tokio::sync::oneshot::Sender<Result<Admission, StoreError>>,
 }
 
-/// Logs one delivery inside the caller's transaction (no settling, no notify).
-async fn log_one<C: GenericClient>(tx: &C, job: &PgJob) -> Result<Admission, StoreError> {
+/// What became of a delivery the batch insert did not insert: a duplicate, of a logged
+/// event (maybe earlier in the same batch) or of a purged one.
+async fn not_inserted<C: GenericClient>(tx: &C, job: &PgJob) -> Result<Admission, StoreError> {
     if let Some(admission) = purged_duplicate(
         tx,
         &job.source,
@@ -91,59 +139,86 @@ async fn log_one<C: GenericClient>(tx: &C, job: &PgJob) -> Result<Admission, Sto
     {
         return Ok(admission);
     }
-    let inserted = tx
-        .query_opt(
-            "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
-                 idempotency_key, body, signature_valid, signed_at, received_at, status, headers)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, TRUE, $8, $9, 'received', $10)
-             ON CONFLICT DO NOTHING
-             RETURNING id",
-            &[
-                &job.source,
-                &job.event_id,
-                &job.event_type,
-                &job.aggregate,
-                &job.sequence,
-                &job.idempotency_key,
-                &job.body,
-                &job.signed_at,
-                &job.received_at,
-                &job.headers,
-            ],
-        )
-        .await
-        .map_err(pg_err)?;
-    match inserted {
-        Some(inserted) => Ok(Admission::Logged {
-            row: col(&inserted, 0)?,
-            decided: None,
-        }),
-        None => {
-            find_duplicate(
-                tx,
-                &job.source,
-                &job.event_id,
-                job.idempotency_key.as_deref(),
-                &job.body,
-            )
-            .await
-        }
-    }
+    find_duplicate(
+        tx,
+        &job.source,
+        &job.event_id,
+        job.idempotency_key.as_deref(),
+        &job.body,
+    )
+    .await
 }
 
-/// Logs `jobs` in one transaction and wakes the workers: every statement of the batch
-/// is sent before the first answer is read (tokio-postgres pipelines concurrent queries).
+/// Logs `jobs` in one transaction with one multi-row insert, and wakes the workers.
 async fn log_batch(pool: &Pool, jobs: &[PgJob]) -> Result<Vec<Admission>, StoreError> {
     let mut client = pool
         .get()
         .await
         .map_err(|e| StoreError::Unavailable(format!("no PostgreSQL connection: {e}")))?;
     let tx = client.transaction().await.map_err(pg_err)?;
-    let admissions = futures_util::future::join_all(jobs.iter().map(|job| log_one(&tx, job)))
+    let column = |f: fn(&PgJob) -> String| jobs.iter().map(f).collect::<Vec<_>>();
+    let sources = column(|j| j.source.clone());
+    let event_ids = column(|j| j.event_id.clone());
+    let event_types = column(|j| j.event_type.clone());
+    let aggregates = column(|j| j.aggregate.clone());
+    let sequences: Vec<i64> = jobs.iter().map(|j| j.sequence).collect();
+    let keys: Vec<Option<String>> = jobs.iter().map(|j| j.idempotency_key.clone()).collect();
+    let bodies: Vec<&[u8]> = jobs.iter().map(|j| j.body.as_slice()).collect();
+    let signed_at: Vec<Option<i64>> = jobs.iter().map(|j| j.signed_at).collect();
+    let received_at: Vec<i64> = jobs.iter().map(|j| j.received_at).collect();
+    let headers: Vec<Option<String>> = jobs.iter().map(|j| j.headers.clone()).collect();
+    // In batch order, so that of two deliveries with one key the first is the one logged;
+    // a key of a purged event (dedup_keys) is left to `not_inserted`.
+    let inserted = tx
+        .cached_query(
+            "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
+                 idempotency_key, body, signature_valid, signed_at, received_at, status, headers)
+             SELECT b.source, b.event_id, b.event_type, b.aggregate, b.sequence,
+                    b.idempotency_key, b.body, TRUE, b.signed_at, b.received_at, 'received', b.headers
+             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[], $6::text[],
+                         $7::bytea[], $8::int8[], $9::int8[], $10::text[]) WITH ORDINALITY
+                  AS b(source, event_id, event_type, aggregate, sequence, idempotency_key, body,
+                       signed_at, received_at, headers, ord)
+             WHERE NOT EXISTS (
+                 SELECT 1 FROM dedup_keys d
+                 WHERE d.source = b.source AND d.expires_at > b.received_at
+                   AND ((d.kind = 'event_id' AND d.key = b.event_id)
+                     OR (d.kind = 'idempotency_key' AND d.key = b.idempotency_key)))
+             ORDER BY b.ord
+             ON CONFLICT DO NOTHING
+             RETURNING id, source, event_id",
+            &[
+                &sources,
+                &event_ids,
+                &event_types,
+                &aggregates,
+                &sequences,
+                &keys,
+                &bodies,
+                &signed_at,
+                &received_at,
+                &headers,
+            ],
+        )
         .await
-        .into_iter()
-        .collect::<Result<Vec<_>, _>>()?;
-    tx.execute("SELECT pg_notify($1, '')", &[&CHANNEL])
+        .map_err(pg_err)?;
+    let mut rows = std::collections::HashMap::with_capacity(inserted.len());
+    for row in &inserted {
+        rows.insert(
+            (col::<String>(row, 1)?, col::<String>(row, 2)?),
+            col::<i64>(row, 0)?,
+        );
+    }
+    let mut admissions = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        // `remove`: of two deliveries with one event_id, only the first gets the row.
+        let admission = match rows.remove(&(job.source.clone(), job.event_id.clone())) {
+            Some(row) => Admission::Logged { row, decided: None },
+            None => not_inserted(&tx, job).await?,
+        };
+        admissions.push(admission);
+    }
+    tx.cached_execute("SELECT pg_notify($1, '')", &[&CHANNEL])
         .await
         .map_err(pg_err)?;
     tx.commit().await.map_err(pg_err)?;
@@ -388,7 +463,7 @@ impl Store for PostgresStore {
     async fn migrate(&self) -> Result<(), StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        tx.cached_execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
             .await
             .map_err(pg_err)?;
         tx.batch_execute(
@@ -398,7 +473,7 @@ impl Store for PostgresStore {
         .await
         .map_err(pg_err)?;
         let current: i64 = col(
-            &tx.query_one(
+            &tx.cached_query_one(
                 "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
                 &[],
             )
@@ -408,7 +483,7 @@ impl Store for PostgresStore {
         )?;
         for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
             tx.batch_execute(sql).await.map_err(pg_err)?;
-            tx.execute(
+            tx.cached_execute(
                 "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
                 &[version, &crate::clock::now_ms()],
             )
@@ -425,7 +500,7 @@ impl Store for PostgresStore {
     async fn ping(&self) -> Result<(), StoreError> {
         self.client()
             .await?
-            .query_one("SELECT 1", &[])
+            .cached_query_one("SELECT 1", &[])
             .await
             .map(|_| ())
             .map_err(pg_err)
@@ -460,7 +535,7 @@ impl Store for PostgresStore {
             lock_aggregate(&tx, event.source, &aggregate).await?;
         }
         let inserted = tx
-            .query_opt(
+            .cached_query_opt(
                 "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
                      idempotency_key, body, signature_valid, signed_at, received_at, status, headers)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, TRUE, $8, $9, 'received', $10)
@@ -495,7 +570,7 @@ impl Store for PostgresStore {
                 Some(settled.decided(row)?)
             }
             None => {
-                tx.execute("SELECT pg_notify($1, '')", &[&CHANNEL])
+                tx.cached_execute("SELECT pg_notify($1, '')", &[&CHANNEL])
                     .await
                     .map_err(pg_err)?;
                 None
@@ -512,7 +587,7 @@ impl Store for PostgresStore {
     ) -> Result<Vec<(String, String)>, StoreError> {
         let client = self.client().await?;
         let rows = client
-            .query(
+            .cached_query(
                 "SELECT DISTINCT source, aggregate FROM events
                  WHERE status = 'received'
                     OR (status IN ('held', 'retrying') AND next_attempt_at <= $1)
@@ -556,7 +631,7 @@ impl Store for PostgresStore {
     ) -> Result<PresencePage, StoreError> {
         let client = self.client().await?;
         let rows = client
-            .query(
+            .cached_query(
                 "SELECT user_id, presence, sequence, updated_at FROM presence_state
                  WHERE source = $1 AND ($2::TEXT IS NULL OR presence = $2)
                    AND ($3::TEXT IS NULL OR user_id > $3)
@@ -609,7 +684,7 @@ impl Store for PostgresStore {
         let tx = client.transaction().await.map_err(pg_err)?;
         lock_aggregate(&tx, &rules.name, aggregate).await?;
         let due = tx
-            .query(
+            .cached_query(
                 "SELECT id, attempts FROM events
                  WHERE source = $1 AND aggregate = $2
                    AND (status = 'received' OR (status = 'retrying' AND next_attempt_at <= $3))",
@@ -624,7 +699,7 @@ impl Store for PostgresStore {
             add_history(&tx, id, now_ms, "failed", Some(error)).await?;
             match policy.after_failure(failed, jitter) {
                 NextStep::RetryIn(delay_ms) => {
-                    tx.execute(
+                    tx.cached_execute(
                         "UPDATE events SET status = 'retrying', attempts = $2,
                              next_attempt_at = $3, last_error = $4
                          WHERE id = $1",
@@ -635,7 +710,7 @@ impl Store for PostgresStore {
                     report.retrying += 1;
                 }
                 NextStep::GiveUp => {
-                    tx.execute(
+                    tx.cached_execute(
                         "UPDATE events SET status = 'dead', dead_reason = 'exhausted',
                              attempts = $2, next_attempt_at = NULL, last_error = $3,
                              decided_at = $4
@@ -655,7 +730,7 @@ impl Store for PostgresStore {
     async fn event(&self, source: &str, event_id: &str) -> Result<Option<EventRecord>, StoreError> {
         let client = self.client().await?;
         let row = client
-            .query_opt(
+            .cached_query_opt(
                 &format!("SELECT {EVENT_COLUMNS} FROM events WHERE source = $1 AND event_id = $2"),
                 &[&source, &event_id],
             )
@@ -666,7 +741,7 @@ impl Store for PostgresStore {
         };
         let mut record = event_record(&row)?;
         let history = client
-            .query(
+            .cached_query(
                 "SELECT at, kind, error FROM event_attempts WHERE event_row = $1 ORDER BY id",
                 &[&record.row],
             )
@@ -703,7 +778,10 @@ impl Store for PostgresStore {
             values.len()
         );
         let client = self.client().await?;
-        let rows = client.query(&sql, &refs(&values)).await.map_err(pg_err)?;
+        let rows = client
+            .cached_query(&sql, &refs(&values))
+            .await
+            .map_err(pg_err)?;
         let mut items: Vec<EventRecord> =
             rows.iter().map(event_record).collect::<Result<_, _>>()?;
         let next_cursor = if items.len() > limit {
@@ -724,7 +802,7 @@ impl Store for PostgresStore {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
         let found = tx
-            .query_opt(
+            .cached_query_opt(
                 "SELECT id, status FROM events WHERE source = $1 AND event_id = $2 FOR UPDATE",
                 &[&source, &event_id],
             )
@@ -739,7 +817,7 @@ impl Store for PostgresStore {
             return Ok(ReplayOutcome::Unchanged(status));
         }
         requeue(&tx, "id = $1", vec![Box::new(row)], now_ms).await?;
-        tx.execute("SELECT pg_notify($1, '')", &[&CHANNEL])
+        tx.cached_execute("SELECT pg_notify($1, '')", &[&CHANNEL])
             .await
             .map_err(pg_err)?;
         tx.commit().await.map_err(pg_err)?;
@@ -759,7 +837,7 @@ impl Store for PostgresStore {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
         let total: i64 = col(
-            &tx.query_one(
+            &tx.cached_query_one(
                 &format!("SELECT COUNT(*) FROM events WHERE {}", where_of(&clauses)),
                 &refs(&values),
             )
@@ -769,7 +847,7 @@ impl Store for PostgresStore {
         )?;
         let filter_json = serde_json::to_string(&filter).map_err(json_err)?;
         let id: i64 = col(
-            &tx.query_one(
+            &tx.cached_query_one(
                 "INSERT INTO replay_jobs (filter, state, total, created_at, updated_at)
                  VALUES ($1, 'running', $2, $3, $3) RETURNING id",
                 &[&filter_json, &total, &now_ms],
@@ -778,7 +856,7 @@ impl Store for PostgresStore {
             .map_err(pg_err)?,
             0,
         )?;
-        tx.execute("SELECT pg_notify($1, '')", &[&CHANNEL])
+        tx.cached_execute("SELECT pg_notify($1, '')", &[&CHANNEL])
             .await
             .map_err(pg_err)?;
         tx.commit().await.map_err(pg_err)?;
@@ -796,7 +874,7 @@ impl Store for PostgresStore {
     async fn status_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
         let client = self.client().await?;
         let rows = client
-            .query(
+            .cached_query(
                 "SELECT source, status, COUNT(*) FROM events GROUP BY source, status",
                 &[],
             )
@@ -818,7 +896,7 @@ impl Store for PostgresStore {
     ) -> Result<SavePage, StoreError> {
         let client = self.client().await?;
         let keys = client
-            .query(
+            .cached_query(
                 "SELECT aggregate FROM save_state WHERE source = $1
                    AND ($2::TEXT IS NULL OR aggregate > $2)
                  ORDER BY aggregate LIMIT $3",
@@ -845,7 +923,7 @@ impl Store for PostgresStore {
     async fn last_change_id(&self) -> Result<i64, StoreError> {
         let client = self.client().await?;
         let row = client
-            .query_one(
+            .cached_query_one(
                 "SELECT COALESCE(MAX(id), 0)::BIGINT FROM state_changes",
                 &[],
             )
@@ -863,7 +941,7 @@ impl Store for PostgresStore {
     ) -> Result<Vec<StateChange>, StoreError> {
         let client = self.client().await?;
         let rows = client
-            .query(
+            .cached_query(
                 "SELECT id, source, aggregate, kind, at, state FROM state_changes
                  WHERE id > $1 AND ($2::TEXT IS NULL OR source = $2)
                    AND ($3::TEXT IS NULL OR aggregate = $3)
@@ -889,7 +967,7 @@ impl Store for PostgresStore {
     async fn replay_job(&self, id: i64) -> Result<Option<ReplayJob>, StoreError> {
         let client = self.client().await?;
         let row = client
-            .query_opt(
+            .cached_query_opt(
                 "SELECT filter, state, total, requeued, created_at, updated_at
                  FROM replay_jobs WHERE id = $1",
                 &[&id],
@@ -915,7 +993,7 @@ impl Store for PostgresStore {
         let tx = client.transaction().await.map_err(pg_err)?;
         // One node advances a job at a time; the others skip it.
         let job = tx
-            .query_opt(
+            .cached_query_opt(
                 "SELECT id, filter, cursor_source, cursor_aggregate FROM replay_jobs
                  WHERE state = 'running' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED",
                 &[],
@@ -941,7 +1019,7 @@ impl Store for PostgresStore {
         }
         values.push(Box::new(aggregates as i64));
         let next = tx
-            .query(
+            .cached_query(
                 &format!(
                     "SELECT DISTINCT source, aggregate FROM events WHERE {}
                      ORDER BY source, aggregate LIMIT ${}",
@@ -974,7 +1052,7 @@ impl Store for PostgresStore {
         } else {
             "running"
         };
-        tx.execute(
+        tx.cached_execute(
             "UPDATE replay_jobs SET requeued = requeued + $2, state = $3, updated_at = $4,
                  cursor_source = COALESCE($5, cursor_source),
                  cursor_aggregate = COALESCE($6, cursor_aggregate)
@@ -991,7 +1069,7 @@ impl Store for PostgresStore {
         .await
         .map_err(pg_err)?;
         if requeued > 0 {
-            tx.execute("SELECT pg_notify($1, '')", &[&CHANNEL])
+            tx.cached_execute("SELECT pg_notify($1, '')", &[&CHANNEL])
                 .await
                 .map_err(pg_err)?;
         }
@@ -1009,7 +1087,7 @@ impl Store for PostgresStore {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
         let chosen: Vec<i64> = tx
-            .query(
+            .cached_query(
                 "SELECT id FROM events
                  WHERE status IN ('processed', 'ignored_stale', 'ignored_unsupported')
                    AND received_at < $1
@@ -1023,7 +1101,7 @@ impl Store for PostgresStore {
             .collect::<Result<_, _>>()?;
         if dedup_until_ms > now_ms {
             for column in ["event_id", "idempotency_key"] {
-                tx.execute(
+                tx.cached_execute(
                     &format!(
                         "INSERT INTO dedup_keys (source, kind, key, event_id, expires_at)
                          SELECT source, '{column}', {column}, event_id, $2 FROM events
@@ -1036,21 +1114,21 @@ impl Store for PostgresStore {
                 .map_err(pg_err)?;
             }
         }
-        tx.execute(
+        tx.cached_execute(
             "DELETE FROM event_attempts WHERE event_row = ANY($1)",
             &[&chosen],
         )
         .await
         .map_err(pg_err)?;
         let events = tx
-            .execute("DELETE FROM events WHERE id = ANY($1)", &[&chosen])
+            .cached_execute("DELETE FROM events WHERE id = ANY($1)", &[&chosen])
             .await
             .map_err(pg_err)?;
         let dedup_keys = tx
-            .execute("DELETE FROM dedup_keys WHERE expires_at <= $1", &[&now_ms])
+            .cached_execute("DELETE FROM dedup_keys WHERE expires_at <= $1", &[&now_ms])
             .await
             .map_err(pg_err)?;
-        tx.execute(
+        tx.cached_execute(
             "DELETE FROM state_changes WHERE id IN
                  (SELECT id FROM state_changes WHERE at < $1 LIMIT $2)",
             &[&before_ms, &(batch as i64)],
@@ -1100,7 +1178,7 @@ async fn lock_aggregate<C: GenericClient>(
     source: &str,
     aggregate: &str,
 ) -> Result<(), StoreError> {
-    tx.execute(
+    tx.cached_execute(
         "SELECT pg_advisory_xact_lock($1)",
         &[&lock_key(source, aggregate)],
     )
@@ -1117,7 +1195,7 @@ async fn requeue<C: GenericClient>(
     now_ms: i64,
 ) -> Result<u64, StoreError> {
     let replayable = format!("({condition}) AND status IN ('dead', 'retrying')");
-    tx.execute(
+    tx.cached_execute(
         &format!(
             "INSERT INTO event_attempts (event_row, at, kind)
              SELECT id, {now_ms}, 'replayed' FROM events WHERE {replayable}"
@@ -1126,7 +1204,7 @@ async fn requeue<C: GenericClient>(
     )
     .await
     .map_err(pg_err)?;
-    tx.execute(
+    tx.cached_execute(
         &format!(
             "UPDATE events SET status = 'received', replays = replays + 1, dead_reason = NULL,
                  next_attempt_at = NULL, decided_at = NULL
@@ -1145,7 +1223,7 @@ async fn add_history<C: GenericClient>(
     kind: &str,
     error: Option<&str>,
 ) -> Result<(), StoreError> {
-    tx.execute(
+    tx.cached_execute(
         "INSERT INTO event_attempts (event_row, at, kind, error) VALUES ($1, $2, $3, $4)",
         &[&row, &at_ms, &kind, &error],
     )
@@ -1162,7 +1240,7 @@ async fn purged_duplicate<C: GenericClient>(
     now_ms: i64,
 ) -> Result<Option<Admission>, StoreError> {
     let found = tx
-        .query_opt(
+        .cached_query_opt(
             "SELECT kind, event_id FROM dedup_keys
              WHERE source = $1 AND expires_at > $4
                AND ((kind = 'event_id' AND key = $2) OR (kind = 'idempotency_key' AND key = $3))
@@ -1195,7 +1273,7 @@ async fn find_duplicate<C: GenericClient>(
     body: &[u8],
 ) -> Result<Admission, StoreError> {
     let by_id = tx
-        .query_opt(
+        .cached_query_opt(
             "SELECT id, body FROM events WHERE source = $1 AND event_id = $2",
             &[&source, &event_id],
         )
@@ -1222,7 +1300,7 @@ async fn find_duplicate<C: GenericClient>(
         });
     }
     let original = tx
-        .query_opt(
+        .cached_query_opt(
             "SELECT event_id FROM events WHERE source = $1 AND idempotency_key = $2",
             &[&source, &idempotency_key],
         )
@@ -1246,7 +1324,7 @@ async fn settle_tx<C: GenericClient>(
     now_ms: i64,
 ) -> Result<Settled, StoreError> {
     let rows = tx
-        .query(
+        .cached_query(
             "SELECT id, body, received_at, replays > 0, status = 'held', event_id FROM events
              WHERE source = $1 AND aggregate = $2
                AND (status IN ('received', 'held')
@@ -1275,7 +1353,7 @@ async fn settle_tx<C: GenericClient>(
             let plan = pending.settle_presence(aggregate, before, now_ms)?;
             if let Some(state) = plan.state.as_ref().filter(|_| plan.changed) {
                 // Conditional upsert: an older sequence never overwrites a newer one.
-                tx.execute(
+                tx.cached_execute(
                     "INSERT INTO presence_state (source, user_id, presence, sequence, updated_at)
                      VALUES ($1, $2, $3, $4, $5)
                      ON CONFLICT (source, user_id) DO UPDATE SET
@@ -1320,7 +1398,7 @@ async fn settle_tx<C: GenericClient>(
         }
     };
     if let Some((kind, state)) = change {
-        tx.execute(
+        tx.cached_execute(
             "INSERT INTO state_changes (source, aggregate, kind, at, state)
              VALUES ($1, $2, $3, $4, $5)",
             &[&rules.name, &aggregate, &kind, &now_ms, &state.to_string()],
@@ -1347,7 +1425,7 @@ async fn record_decision<C: GenericClient>(
 ) -> Result<(), StoreError> {
     let (status, reason) = status_of(outcome);
     if *outcome == Outcome::Held {
-        tx.execute(
+        tx.cached_execute(
             "UPDATE events SET status = 'held', next_attempt_at = received_at + $2
              WHERE id = $1 AND status <> 'held'",
             &[&row, &hold_timeout_ms],
@@ -1363,7 +1441,7 @@ async fn record_decision<C: GenericClient>(
     if let (Some(reason), Some(detail)) = (reason, detail) {
         add_history(tx, row, now_ms, reason.as_str(), Some(detail)).await?;
     }
-    tx.execute(
+    tx.cached_execute(
         "UPDATE events SET status = $2, dead_reason = $3, last_error = $4, decided_at = $5,
              attempts = attempts + 1, next_attempt_at = NULL
          WHERE id = $1",
@@ -1387,7 +1465,7 @@ async fn occupied_sequences<C: GenericClient>(
     from: i64,
 ) -> Result<BTreeSet<i64>, StoreError> {
     let rows = tx
-        .query(
+        .cached_query(
             "SELECT sequence FROM events
              WHERE source = $1 AND aggregate = $2 AND sequence >= $3
                AND (status IN ('processed', 'ignored_stale', 'ignored_unsupported')
@@ -1405,7 +1483,7 @@ async fn load_presence<C: GenericClient>(
     user_id: &str,
 ) -> Result<Option<PresenceState>, StoreError> {
     let row = client
-        .query_opt(
+        .cached_query_opt(
             "SELECT presence, sequence, updated_at FROM presence_state
              WHERE source = $1 AND user_id = $2",
             &[&source, &user_id],
@@ -1422,7 +1500,7 @@ async fn load_save<C: GenericClient>(
     aggregate: &str,
 ) -> Result<Option<SaveState>, StoreError> {
     let row = client
-        .query_opt(
+        .cached_query_opt(
             "SELECT last_sequence, progress, progress_sequence, inventory, inventory_sequence,
                     snapshot_sequence, achievements, updated_at
              FROM save_state WHERE source = $1 AND aggregate = $2",
@@ -1465,7 +1543,7 @@ async fn store_save<C: GenericClient>(
         .map_err(json_err)?;
     let inventory = serde_json::to_string(&state.inventory).map_err(json_err)?;
     let achievements = serde_json::to_string(&state.achievements).map_err(json_err)?;
-    tx.execute(
+    tx.cached_execute(
         "INSERT INTO save_state (source, aggregate, last_sequence, progress, progress_sequence,
              inventory, inventory_sequence, snapshot_sequence, achievements, updated_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Fills a SQLite store with a large, decided history, for the "cost stays flat as
+# work grows" benchmark: ROWS processed save-game events spread over AGGREGATES
+# slots (each with its save_state row), written straight into the schema that
+# `inhook migrate` creates.
+# Usage: scripts/seed_large.sh DB_FILE [AGGREGATES] [ROWS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DB=$1
+AGGREGATES=${2:-1000000}
+ROWS=${3:-10000000}
+BIN=${INHOOK_BIN:-target/release/inhook}
+INHOOK_DATABASE="sqlite://$DB" INHOOK_SAVE_GAME_SECRET=x INHOOK_PRESENCE_SECRET=x "$BIN" migrate
+sqlite3 "$DB" <<SQL
+PRAGMA synchronous = OFF;
+BEGIN;
+WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < $ROWS - 1)
+INSERT INTO events (source, event_id, event_type, aggregate, sequence, idempotency_key, body,
+                    signature_valid, received_at, status, decided_at)
+SELECT 'save-game', 'seed_' || i, 'inventory.updated',
+       'seed_' || (i % $AGGREGATES) || char(31) || 'slot_a', i / $AGGREGATES + 1, 'seed_' || i,
+       CAST('{"added_items":[{"item_id":"gem","qty":1}]}' AS BLOB), 1,
+       1764460800000 + i, 'processed', 1764460800000 + i
+FROM n;
+WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < $AGGREGATES - 1)
+INSERT INTO save_state (source, aggregate, last_sequence, inventory, achievements, updated_at)
+SELECT 'save-game', 'seed_' || i || char(31) || 'slot_a', $ROWS / $AGGREGATES,
+       '{"gem":' || ($ROWS / $AGGREGATES) || '}', '[]', 1764460800000
+FROM n;
+COMMIT;
+SQL
+echo "seeded $DB: $(sqlite3 "$DB" 'SELECT count(*) FROM events') events, $(sqlite3 "$DB" 'SELECT count(*) FROM save_state') slots"
