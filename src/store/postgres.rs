@@ -1406,9 +1406,7 @@ async fn settle_tx<C: GenericClient>(
         .await
         .map_err(pg_err)?;
     }
-    for (row, outcome) in &decisions {
-        record_decision(tx, *row, outcome, now_ms, rules.hold_timeout_ms).await?;
-    }
+    record_decisions(tx, &decisions, now_ms, rules.hold_timeout_ms).await?;
     Ok(Settled {
         report,
         decisions,
@@ -1416,45 +1414,60 @@ async fn settle_tx<C: GenericClient>(
     })
 }
 
-async fn record_decision<C: GenericClient>(
+/// Writes a settle's decisions: one statement for the held events and one for the
+/// decided ones, whatever their number (plus a history entry per dead event).
+async fn record_decisions<C: GenericClient>(
     tx: &C,
-    row: i64,
-    outcome: &Outcome,
+    decisions: &[(i64, Outcome)],
     now_ms: i64,
     hold_timeout_ms: i64,
 ) -> Result<(), StoreError> {
-    let (status, reason) = status_of(outcome);
-    if *outcome == Outcome::Held {
+    let held: Vec<i64> = decisions
+        .iter()
+        .filter(|(_, outcome)| *outcome == Outcome::Held)
+        .map(|(row, _)| *row)
+        .collect();
+    if !held.is_empty() {
         tx.cached_execute(
             "UPDATE events SET status = 'held', next_attempt_at = received_at + $2
-             WHERE id = $1 AND status <> 'held'",
-            &[&row, &hold_timeout_ms],
+             WHERE id = ANY($1) AND status <> 'held'",
+            &[&held, &hold_timeout_ms],
         )
         .await
         .map_err(pg_err)?;
-        return Ok(());
     }
-    let detail = match outcome {
-        Outcome::Dead { detail, .. } => Some(detail.as_str()),
-        _ => None,
-    };
-    if let (Some(reason), Some(detail)) = (reason, detail) {
-        add_history(tx, row, now_ms, reason.as_str(), Some(detail)).await?;
+    let mut rows = Vec::new();
+    let mut statuses = Vec::new();
+    let mut reasons = Vec::new();
+    let mut details = Vec::new();
+    for (row, outcome) in decisions {
+        if *outcome == Outcome::Held {
+            continue;
+        }
+        let (status, reason) = status_of(outcome);
+        let detail = match outcome {
+            Outcome::Dead { detail, .. } => Some(detail.as_str()),
+            _ => None,
+        };
+        if let (Some(reason), Some(detail)) = (reason, detail) {
+            add_history(tx, *row, now_ms, reason.as_str(), Some(detail)).await?;
+        }
+        rows.push(*row);
+        statuses.push(status.as_str());
+        reasons.push(reason.map(DeadReason::as_str));
+        details.push(detail);
     }
-    tx.cached_execute(
-        "UPDATE events SET status = $2, dead_reason = $3, last_error = $4, decided_at = $5,
-             attempts = attempts + 1, next_attempt_at = NULL
-         WHERE id = $1",
-        &[
-            &row,
-            &status.as_str(),
-            &reason.map(DeadReason::as_str),
-            &detail,
-            &now_ms,
-        ],
-    )
-    .await
-    .map_err(pg_err)?;
+    if !rows.is_empty() {
+        tx.cached_execute(
+            "UPDATE events SET status = d.status, dead_reason = d.reason, last_error = d.detail,
+                 decided_at = $5, attempts = attempts + 1, next_attempt_at = NULL
+             FROM UNNEST($1::int8[], $2::text[], $3::text[], $4::text[]) AS d(id, status, reason, detail)
+             WHERE events.id = d.id",
+            &[&rows, &statuses, &reasons, &details, &now_ms],
+        )
+        .await
+        .map_err(pg_err)?;
+    }
     Ok(())
 }
 
