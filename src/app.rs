@@ -158,7 +158,7 @@ const BACKLOG_REFRESH: Duration = Duration::from_secs(1);
 async fn watch_backlog(state: AppState, mut stop: watch::Receiver<bool>) {
     use crate::domain::EventStatus;
     while !*stop.borrow() {
-        if let Ok(counts) = state.store.status_counts().await {
+        if let Ok(counts) = state.store.undecided_counts().await {
             let mut backlog = std::collections::HashMap::new();
             for (source, status, n) in counts {
                 if matches!(

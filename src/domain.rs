@@ -195,6 +195,14 @@ impl EventStatus {
         EventStatus::Dead,
     ];
 
+    /// Whether the event still waits for a decision (received, held or retrying).
+    pub fn is_undecided(self) -> bool {
+        matches!(
+            self,
+            EventStatus::Received | EventStatus::Held | EventStatus::Retrying
+        )
+    }
+
     /// The status as stored and shown.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -58,7 +58,7 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
         (status = 401, description = "Admin token missing or wrong (unless `metrics_public`)", body = ErrorBody),
     ))]
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
-    match state.store.status_counts().await {
+    match state.store.undecided_counts().await {
         Ok(counts) => {
             for source in &state.config.sources {
                 let count = |wanted: &[EventStatus]| count_of(&counts, &source.name, wanted);

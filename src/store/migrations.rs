@@ -2,9 +2,10 @@
 //! a change is a new entry at the end.
 
 /// `(version, SQL)` in order; the SQL is valid for SQLite.
-pub(crate) const SQLITE: &[(i64, &str)] = &[(
-    1,
-    r#"
+pub(crate) const SQLITE: &[(i64, &str)] = &[
+    (
+        1,
+        r#"
 CREATE TABLE events (
     id              INTEGER PRIMARY KEY AUTOINCREMENT,
     source          TEXT    NOT NULL,
@@ -102,12 +103,46 @@ CREATE TABLE save_state (
     PRIMARY KEY (source, aggregate)
 );
 "#,
-)];
+    ),
+    (
+        2,
+        // Events per source and status, kept by triggers in the writing transaction, so that
+        // counting does not scan the log (SQLite has one writer: no contention on these rows).
+        r#"
+CREATE TABLE event_counts (
+    source TEXT    NOT NULL,
+    status TEXT    NOT NULL,
+    n      INTEGER NOT NULL,
+    PRIMARY KEY (source, status)
+);
+INSERT INTO event_counts (source, status, n)
+    SELECT source, status, COUNT(*) FROM events GROUP BY source, status;
+CREATE TRIGGER event_counts_insert AFTER INSERT ON events BEGIN
+    INSERT INTO event_counts (source, status, n) VALUES (new.source, new.status, 1)
+        ON CONFLICT (source, status) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER event_counts_update AFTER UPDATE OF status ON events
+    WHEN old.status <> new.status BEGIN
+    UPDATE event_counts SET n = n - 1 WHERE source = old.source AND status = old.status;
+    INSERT INTO event_counts (source, status, n) VALUES (new.source, new.status, 1)
+        ON CONFLICT (source, status) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER event_counts_delete AFTER DELETE ON events BEGIN
+    UPDATE event_counts SET n = n - 1 WHERE source = old.source AND status = old.status;
+END;
+
+-- The retention task's expiry scans, by index rather than over the whole table.
+CREATE INDEX dedup_keys_expiry ON dedup_keys (expires_at);
+CREATE INDEX state_changes_at ON state_changes (at);
+"#,
+    ),
+];
 
 /// `(version, SQL)` in order, for PostgreSQL; the same schema as [`SQLITE`].
-pub(crate) const POSTGRES: &[(i64, &str)] = &[(
-    1,
-    r#"
+pub(crate) const POSTGRES: &[(i64, &str)] = &[
+    (
+        1,
+        r#"
 CREATE TABLE events (
     id              BIGSERIAL PRIMARY KEY,
     source          TEXT    NOT NULL,
@@ -201,4 +236,13 @@ CREATE TABLE save_state (
     PRIMARY KEY (source, aggregate)
 );
 "#,
-)];
+    ),
+    (
+        2,
+        r#"
+-- The retention task's expiry scans, by index rather than over the whole table.
+CREATE INDEX dedup_keys_expiry ON dedup_keys (expires_at);
+CREATE INDEX state_changes_at ON state_changes (at);
+"#,
+    ),
+];

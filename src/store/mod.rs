@@ -432,6 +432,10 @@ pub trait Store: Send + Sync + 'static {
     /// Events per source and status.
     async fn status_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError>;
 
+    /// Undecided events (received, held, retrying) per source and status: what the
+    /// backlog limit and gauges need, read without scanning decided history.
+    async fn undecided_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError>;
+
     /// Save slots of a source, ordered by aggregate, after `cursor` (a stored aggregate key).
     async fn saves_page(
         &self,

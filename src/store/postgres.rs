@@ -588,9 +588,10 @@ impl Store for PostgresStore {
         let client = self.client().await?;
         let rows = client
             .cached_query(
+                // The partial index's own condition, so that only undecided events are read.
                 "SELECT DISTINCT source, aggregate FROM events
-                 WHERE status = 'received'
-                    OR (status IN ('held', 'retrying') AND next_attempt_at <= $1)
+                 WHERE status IN ('received', 'held', 'retrying')
+                   AND (status = 'received' OR next_attempt_at <= $1)
                  LIMIT $2",
                 &[&now_ms, &(limit as i64)],
             )
@@ -876,6 +877,25 @@ impl Store for PostgresStore {
         let rows = client
             .cached_query(
                 "SELECT source, status, COUNT(*) FROM events GROUP BY source, status",
+                &[],
+            )
+            .await
+            .map_err(pg_err)?;
+        rows.iter()
+            .map(|r| {
+                let status: String = col(r, 1)?;
+                Ok((col(r, 0)?, parse_status(&status)?, col::<i64>(r, 2)? as u64))
+            })
+            .collect()
+    }
+
+    async fn undecided_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .cached_query(
+                // The partial index's own condition: proportional to the backlog, not the log.
+                "SELECT source, status, COUNT(*) FROM events
+                 WHERE status IN ('received', 'held', 'retrying') GROUP BY source, status",
                 &[],
             )
             .await

@@ -219,6 +219,68 @@ async fn retention_purges_decided_events_and_keeps_their_dedup_keys() {
         "BUSY",
         "state is kept"
     );
+    assert_eq!(
+        source_overview(&server, "presence").await["received"],
+        0,
+        "the counts follow the purge"
+    );
+}
+
+/// One source's counts from `/v1/overview`.
+async fn source_overview(server: &TestServer, source: &str) -> Value {
+    let overview = server.get("/v1/overview").await;
+    overview.body["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["source"] == source)
+        .unwrap()
+        .clone()
+}
+
+#[tokio::test]
+async fn the_overview_counts_agree_with_the_log_through_every_decision() {
+    let server = TestServer::spawn().await;
+    let presence = |id: &str, seq: i64| json!({"event_id": id, "user_id": "cnt", "presence": "AWAY", "sequence_number": seq});
+    for (id, seq) in [("p1", 1), ("p3", 3), ("p2", 2), ("p1", 1)] {
+        server.post_presence(&presence(id, seq)).await;
+    }
+    // Saves: applied, then a delta removing more than there is (dead), then one after it.
+    server.post_save(&delta("s1", "cnt", 1, 2, 0)).await;
+    server.post_save(&delta("s2", "cnt", 2, 0, 5)).await;
+    server.post_save(&delta("s3", "cnt", 3, 1, 0)).await;
+    wait_status(&server, "s3", "processed").await;
+
+    let logged = server.logged().await;
+    for source in ["presence", "save-game"] {
+        let counts = source_overview(&server, source).await;
+        let count = |status: &str| {
+            logged
+                .iter()
+                .filter(|e| e.source == source && e.status.as_str() == status)
+                .count() as u64
+        };
+        let received = logged.iter().filter(|e| e.source == source).count() as u64;
+        assert_eq!(counts["received"], received, "{source}: {counts}");
+        for (field, status) in [
+            ("processed", "processed"),
+            ("stale", "ignored_stale"),
+            ("dead", "dead"),
+            ("held", "held"),
+            ("retrying", "retrying"),
+        ] {
+            assert_eq!(counts[field], count(status), "{source} {field}: {counts}");
+        }
+    }
+    let presence_counts = source_overview(&server, "presence").await;
+    assert_eq!(
+        (
+            presence_counts["received"].as_u64(),
+            presence_counts["stale"].as_u64()
+        ),
+        (Some(3), Some(1))
+    );
+    assert_eq!(source_overview(&server, "save-game").await["dead"], 1);
 }
 
 #[tokio::test]

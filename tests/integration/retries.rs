@@ -105,6 +105,9 @@ impl Store for FlakyStore {
     async fn status_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
         self.inner.status_counts().await
     }
+    async fn undecided_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
+        self.inner.undecided_counts().await
+    }
     async fn saves_page(&self, s: &str, l: usize, c: Option<&str>) -> Result<SavePage, StoreError> {
         self.inner.saves_page(s, l, c).await
     }
