@@ -10,6 +10,8 @@ DB=$1
 AGGREGATES=${2:-1000000}
 ROWS=${3:-10000000}
 BIN=${INHOOK_BIN:-target/release/inhook}
+# Received over the last hours, so that the default 30-day retention leaves them be.
+NOW_MS=$(( $(date +%s) * 1000 - ROWS ))
 INHOOK_DATABASE="sqlite://$DB" INHOOK_SAVE_GAME_SECRET=x INHOOK_PRESENCE_SECRET=x "$BIN" migrate
 sqlite3 "$DB" <<SQL
 PRAGMA synchronous = OFF;
@@ -20,12 +22,12 @@ INSERT INTO events (source, event_id, event_type, aggregate, sequence, idempoten
 SELECT 'save-game', 'seed_' || i, 'inventory.updated',
        'seed_' || (i % $AGGREGATES) || char(31) || 'slot_a', i / $AGGREGATES + 1, 'seed_' || i,
        CAST('{"added_items":[{"item_id":"gem","qty":1}]}' AS BLOB), 1,
-       1764460800000 + i, 'processed', 1764460800000 + i
+       $NOW_MS + i, 'processed', $NOW_MS + i
 FROM n;
 WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < $AGGREGATES - 1)
 INSERT INTO save_state (source, aggregate, last_sequence, inventory, achievements, updated_at)
 SELECT 'save-game', 'seed_' || i || char(31) || 'slot_a', $ROWS / $AGGREGATES,
-       '{"gem":' || ($ROWS / $AGGREGATES) || '}', '[]', 1764460800000
+       '{"gem":' || ($ROWS / $AGGREGATES) || '}', '[]', $NOW_MS
 FROM n;
 COMMIT;
 SQL
