@@ -114,6 +114,7 @@ impl Application {
         background.spawn(worker.clone().run(stop_rx.clone()));
         background.spawn(worker.run_retention(stop_rx.clone()));
         background.spawn(watch_backlog(self.state.clone(), stop_rx.clone()));
+        background.spawn(metrics_upkeep(stop_rx.clone()));
         let limits = ConnectionLimits {
             header_read_timeout: Duration::from_secs(self.state.config.header_read_timeout_s),
             max_header_bytes: self.state.config.max_header_bytes,
@@ -174,6 +175,17 @@ async fn watch_backlog(state: AppState, mut stop: watch::Receiver<bool>) {
         }
         tokio::select! {
             _ = tokio::time::sleep(BACKLOG_REFRESH) => {}
+            _ = stop.changed() => {}
+        }
+    }
+}
+
+/// Runs [`crate::metrics::run_upkeep`] until shutdown.
+async fn metrics_upkeep(mut stop: watch::Receiver<bool>) {
+    while !*stop.borrow() {
+        crate::metrics::run_upkeep();
+        tokio::select! {
+            _ = tokio::time::sleep(crate::metrics::UPKEEP_EVERY) => {}
             _ = stop.changed() => {}
         }
     }

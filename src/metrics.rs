@@ -40,6 +40,17 @@ pub fn install() -> &'static PrometheusHandle {
     })
 }
 
+/// How often histogram samples are folded into their buckets.
+pub const UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Folds the samples recorded since the last call into the histograms' buckets. Without
+/// it every sample is kept until the next scrape: memory grows on a server nobody scrapes.
+pub fn run_upkeep() {
+    if let Some(handle) = HANDLE.get() {
+        handle.run_upkeep();
+    }
+}
+
 /// The rendered metrics, if a recorder is installed.
 pub fn render() -> Option<String> {
     HANDLE.get().map(PrometheusHandle::render)
