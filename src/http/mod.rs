@@ -195,11 +195,6 @@ fn documented_routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::Op
         .split_for_parts()
 }
 
-/// The OpenAPI document of the whole HTTP interface, as `/openapi.json` serves it.
-pub fn openapi(state: &AppState) -> utoipa::openapi::OpenApi {
-    documented_routes(state).1
-}
-
 /// Builds the router: ingress, read API, health, and `/openapi.json` describing them.
 pub fn router(state: AppState) -> Router {
     let (documented, document) = documented_routes(&state);
