@@ -11,35 +11,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 EVENTS=${1:-20000}
 CONNECTIONS=${2:-32}
-BIN=${INHOOK_BIN:-target/release/inhook}
-[ -x "$BIN" ] || cargo build --release --locked
-export INHOOK_SAVE_GAME_SECRET=bench-secret INHOOK_PRESENCE_SECRET=bench-presence
-
-run_server() { # $1 = dir, $2 = extra config lines; prints "PID URL"
-    local dir=$1 database="sqlite://$1/inhook.db"
-    if [ -n "${BENCH_DATABASE:-}" ]; then
-        psql -q "$BENCH_DATABASE" -c "DROP DATABASE IF EXISTS inhook_bench" -c "CREATE DATABASE inhook_bench" >&2
-        database="${BENCH_DATABASE%/*}/inhook_bench"
-    fi
-    cat > "$dir/inhook.toml" <<TOML
-listen = "127.0.0.1:0"
-database = "$database"
-bench_ceiling = true
-$2
-TOML
-    INHOOK_LOG=warn "$BIN" serve --config "$dir/inhook.toml" > "$dir/out" 2> "$dir/err" &
-    local pid=$!
-    for _ in $(seq 1 100); do grep -q listening "$dir/out" 2>/dev/null && break; sleep 0.05; done
-    echo "$pid $(sed -n 's/inhook listening on //p' "$dir/out")"
-}
+. scripts/lib.sh
 
 bench() { # $1 = label, $2 = extra config, $3 = path, $4 = rate
     local dir; dir=$(mktemp -d)
-    read -r pid url < <(run_server "$dir" "$2")
+    start_server "$dir" "$(bench_database "$dir")" "bench_ceiling = true
+$2"
     local out
-    out=$("$BIN" bench --url "$url" --path "$3" --events "$EVENTS" --connections "$CONNECTIONS" \
-        --rate "$4" --server-pid "$pid" --run-id "b$RANDOM" $( [ "$3" != /bench/ceiling ] && echo --wait-applied ))
-    kill "$pid"; wait "$pid" 2>/dev/null || true; rm -rf "$dir"
+    out=$("$BIN" bench --url "$URL" --path "$3" --events "$EVENTS" --connections "$CONNECTIONS" \
+        --rate "$4" --server-pid "$PID" --run-id "b$RANDOM" $( [ "$3" != /bench/ceiling ] && echo --wait-applied ))
+    stop_server; rm -rf "$dir"
     echo "== $1 (rate ${4:-0}) =="; echo "$out"
     RPS=$(echo "$out" | sed -n 's/.* = \([0-9]*\) req\/s.*/\1/p')
     P99=$(echo "$out" | sed -n 's/.* p99 \([0-9.]*\) .*/\1/p')

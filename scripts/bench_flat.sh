@@ -8,20 +8,15 @@ cd "$(dirname "$0")/.."
 LARGE=$1
 RUNS=${2:-3}
 EVENTS=${3:-20000}
-BIN=${INHOOK_BIN:-target/release/inhook}
-export INHOOK_SAVE_GAME_SECRET=bench-secret INHOOK_PRESENCE_SECRET=bench-presence
+. scripts/lib.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 flat() { # $1 = database file, $2 = run id
-    printf 'listen = "127.0.0.1:0"\ndatabase = "sqlite://%s"\n' "$1" > "$work/inhook.toml"
-    INHOOK_LOG=warn "$BIN" serve --config "$work/inhook.toml" > "$work/out" 2> "$work/err" &
-    local pid=$!
-    for _ in $(seq 1 600); do grep -q listening "$work/out" && break; sleep 0.1; done
-    local url; url=$(sed -n 's/inhook listening on //p' "$work/out")
-    "$BIN" bench --url "$url" --events "$EVENTS" --connections 32 --wait-applied \
-        --run-id "$2" --server-pid "$pid" | grep -v answers
-    kill "$pid"; wait "$pid" || true
+    start_server "$work" "sqlite://$1"
+    "$BIN" bench --url "$URL" --events "$EVENTS" --connections 32 --wait-applied \
+        --run-id "$2" --server-pid "$PID" | grep -v answers
+    stop_server
 }
 
 for i in $(seq 1 "$RUNS"); do

@@ -157,17 +157,11 @@ const BACKLOG_REFRESH: Duration = Duration::from_secs(1);
 
 /// Keeps `state.backlog` current, so ingress compares against it without a query per request.
 async fn watch_backlog(state: AppState, mut stop: watch::Receiver<bool>) {
-    use crate::domain::EventStatus;
     while !*stop.borrow() {
         if let Ok(counts) = state.store.undecided_counts().await {
             let mut backlog = std::collections::HashMap::new();
-            for (source, status, n) in counts {
-                if matches!(
-                    status,
-                    EventStatus::Received | EventStatus::Held | EventStatus::Retrying
-                ) {
-                    *backlog.entry(source).or_insert(0) += n;
-                }
+            for (source, _, n) in counts {
+                *backlog.entry(source).or_insert(0) += n;
             }
             if let Ok(mut shared) = state.backlog.lock() {
                 *shared = backlog;

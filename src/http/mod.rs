@@ -229,7 +229,8 @@ pub fn router(state: AppState) -> Router {
 /// Refuses a URL holding a NUL character (`%00`): no id or name can hold one, and
 /// PostgreSQL cannot even compare text with it, so it is a 400 before any query.
 async fn refuse_nul_in_url(request: Request, next: Next) -> Response {
-    if request.uri().to_string().contains("%00") {
+    let uri = request.uri();
+    if uri.path().contains("%00") || uri.query().is_some_and(|q| q.contains("%00")) {
         return axum::response::IntoResponse::into_response(Answer::BadRequest(
             "the URL holds a NUL character (%00), which no id or name can hold".into(),
         ));

@@ -62,6 +62,41 @@ pub struct NewEvent<'a> {
     pub signed_at: Option<i64>,
 }
 
+/// A delivery as one row of the event log, owned so that it can wait in a
+/// group-commit queue until a writer takes its batch.
+#[derive(Debug, Clone)]
+pub(crate) struct EventRow {
+    pub(crate) source: String,
+    pub(crate) event_id: String,
+    pub(crate) event_type: String,
+    pub(crate) aggregate: String,
+    pub(crate) sequence: i64,
+    pub(crate) idempotency_key: Option<String>,
+    pub(crate) body: Vec<u8>,
+    /// The kept headers as JSON.
+    pub(crate) headers: Option<String>,
+    pub(crate) received_at: i64,
+    pub(crate) signed_at: Option<i64>,
+}
+
+impl EventRow {
+    /// The row `event` is logged as.
+    pub(crate) fn of(event: &NewEvent<'_>) -> Self {
+        Self {
+            source: event.source.to_owned(),
+            event_id: event.event.event_id().as_str().to_owned(),
+            event_type: event.event.event_type().to_owned(),
+            aggregate: event.event.aggregate().storage_key(),
+            sequence: event.event.sequence().get(),
+            idempotency_key: event.event.idempotency_key().map(|k| k.as_str().to_owned()),
+            body: event.body.to_vec(),
+            headers: filter::headers_json(event.headers),
+            received_at: event.received_at_ms,
+            signed_at: event.signed_at,
+        }
+    }
+}
+
 /// Which unique key made a delivery a duplicate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DedupKey {

@@ -23,8 +23,8 @@ use super::migrations::POSTGRES as MIGRATIONS;
 use super::settle::{Pending, PendingRow, Settled};
 use super::{
     sequence_of, status_of, Admission, AttemptRecord, DedupKey, EventFilter, EventPage,
-    EventRecord, FailureReport, NewEvent, PresencePage, PurgeReport, ReplayJob, ReplayOutcome,
-    SavePage, SettleReport, SourceRules, StateChange, Store, StoreError,
+    EventRecord, EventRow, FailureReport, NewEvent, PresencePage, PurgeReport, ReplayJob,
+    ReplayOutcome, SavePage, SettleReport, SourceRules, StateChange, Store, StoreError,
 };
 use crate::contract::{Presence, SourceKind};
 use crate::domain::{AggregateKey, DeadReason, EventStatus};
@@ -112,16 +112,7 @@ const BATCH_WRITERS: usize = 2;
 
 /// An async delivery waiting for a batch.
 struct PgJob {
-    source: String,
-    event_id: String,
-    event_type: String,
-    aggregate: String,
-    sequence: i64,
-    idempotency_key: Option<String>,
-    body: Vec<u8>,
-    headers: Option<String>,
-    received_at: i64,
-    signed_at: Option<i64>,
+    row: EventRow,
     reply: tokio::sync::oneshot::Sender<Result<Admission, StoreError>>,
 }
 
@@ -130,10 +121,10 @@ struct PgJob {
 async fn not_inserted<C: GenericClient>(tx: &C, job: &PgJob) -> Result<Admission, StoreError> {
     if let Some(admission) = purged_duplicate(
         tx,
-        &job.source,
-        &job.event_id,
-        job.idempotency_key.as_deref(),
-        job.received_at,
+        &job.row.source,
+        &job.row.event_id,
+        job.row.idempotency_key.as_deref(),
+        job.row.received_at,
     )
     .await?
     {
@@ -141,10 +132,10 @@ async fn not_inserted<C: GenericClient>(tx: &C, job: &PgJob) -> Result<Admission
     }
     find_duplicate(
         tx,
-        &job.source,
-        &job.event_id,
-        job.idempotency_key.as_deref(),
-        &job.body,
+        &job.row.source,
+        &job.row.event_id,
+        job.row.idempotency_key.as_deref(),
+        &job.row.body,
     )
     .await
 }
@@ -156,17 +147,18 @@ async fn log_batch(pool: &Pool, jobs: &[PgJob]) -> Result<Vec<Admission>, StoreE
         .await
         .map_err(|e| StoreError::Unavailable(format!("no PostgreSQL connection: {e}")))?;
     let tx = client.transaction().await.map_err(pg_err)?;
-    let column = |f: fn(&PgJob) -> String| jobs.iter().map(f).collect::<Vec<_>>();
-    let sources = column(|j| j.source.clone());
-    let event_ids = column(|j| j.event_id.clone());
-    let event_types = column(|j| j.event_type.clone());
-    let aggregates = column(|j| j.aggregate.clone());
-    let sequences: Vec<i64> = jobs.iter().map(|j| j.sequence).collect();
-    let keys: Vec<Option<String>> = jobs.iter().map(|j| j.idempotency_key.clone()).collect();
-    let bodies: Vec<&[u8]> = jobs.iter().map(|j| j.body.as_slice()).collect();
-    let signed_at: Vec<Option<i64>> = jobs.iter().map(|j| j.signed_at).collect();
-    let received_at: Vec<i64> = jobs.iter().map(|j| j.received_at).collect();
-    let headers: Vec<Option<String>> = jobs.iter().map(|j| j.headers.clone()).collect();
+    let rows: Vec<&EventRow> = jobs.iter().map(|j| &j.row).collect();
+    let text = |f: fn(&EventRow) -> &str| rows.iter().map(|r| f(r)).collect::<Vec<_>>();
+    let sources = text(|r| &r.source);
+    let event_ids = text(|r| &r.event_id);
+    let event_types = text(|r| &r.event_type);
+    let aggregates = text(|r| &r.aggregate);
+    let sequences: Vec<i64> = rows.iter().map(|r| r.sequence).collect();
+    let keys: Vec<Option<&str>> = rows.iter().map(|r| r.idempotency_key.as_deref()).collect();
+    let bodies: Vec<&[u8]> = rows.iter().map(|r| r.body.as_slice()).collect();
+    let signed_at: Vec<Option<i64>> = rows.iter().map(|r| r.signed_at).collect();
+    let received_at: Vec<i64> = rows.iter().map(|r| r.received_at).collect();
+    let headers: Vec<Option<&str>> = rows.iter().map(|r| r.headers.as_deref()).collect();
     // In batch order, so that of two deliveries with one key the first is the one logged;
     // a key of a purged event (dedup_keys) is left to `not_inserted`.
     let inserted = tx
@@ -212,7 +204,7 @@ async fn log_batch(pool: &Pool, jobs: &[PgJob]) -> Result<Vec<Admission>, StoreE
     let mut admissions = Vec::with_capacity(jobs.len());
     for job in jobs {
         // `remove`: of two deliveries with one event_id, only the first gets the row.
-        let admission = match rows.remove(&(job.source.clone(), job.event_id.clone())) {
+        let admission = match rows.remove(&(job.row.source.clone(), job.row.event_id.clone())) {
             Some(row) => Admission::Logged { row, decided: None },
             None => not_inserted(&tx, job).await?,
         };
@@ -299,16 +291,7 @@ impl PostgresStore {
     async fn ingest_batched(&self, event: NewEvent<'_>) -> Result<Admission, StoreError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let job = PgJob {
-            source: event.source.to_owned(),
-            event_id: event.event.event_id().as_str().to_owned(),
-            event_type: event.event.event_type().to_owned(),
-            aggregate: event.event.aggregate().storage_key(),
-            sequence: event.event.sequence().get(),
-            idempotency_key: event.event.idempotency_key().map(|k| k.as_str().to_owned()),
-            body: event.body.to_vec(),
-            headers: headers_json(event.headers),
-            received_at: event.received_at_ms,
-            signed_at: event.signed_at,
+            row: EventRow::of(&event),
             reply,
         };
         self.queue

@@ -11,15 +11,15 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, params_from_iter, Connection, ErrorCode, OptionalExtension};
 
 use super::filter::{
-    self, headers_json, json_err, parse_event_id, parse_status, presence_state, where_of, Param,
+    self, json_err, parse_event_id, parse_status, presence_state, where_of, Param,
     CONFLICTING_DUPLICATE, CONFLICT_DETAIL, EVENT_COLUMNS,
 };
 use super::migrations::SQLITE as MIGRATIONS;
 use super::settle::{Pending, PendingRow, Settled};
 use super::{
     sequence_of, status_of, Admission, AttemptRecord, DedupKey, EventFilter, EventPage,
-    EventRecord, FailureReport, NewEvent, PresencePage, PurgeReport, ReplayJob, ReplayOutcome,
-    SavePage, SettleReport, SourceRules, StateChange, Store, StoreError,
+    EventRecord, EventRow, FailureReport, NewEvent, PresencePage, PurgeReport, ReplayJob,
+    ReplayOutcome, SavePage, SettleReport, SourceRules, StateChange, Store, StoreError,
 };
 use crate::contract::{Presence, SourceKind};
 use crate::domain::{AggregateKey, DeadReason, EventStatus};
@@ -43,16 +43,7 @@ const MAX_BATCH: usize = 512;
 
 /// A delivery waiting for the writer.
 struct IngestJob {
-    source: String,
-    event_id: String,
-    event_type: String,
-    aggregate: String,
-    sequence: i64,
-    idempotency_key: Option<String>,
-    body: Vec<u8>,
-    headers: Option<String>,
-    received_at: i64,
-    signed_at: Option<i64>,
+    row: EventRow,
     rules: Option<SourceRules>,
     reply: tokio::sync::oneshot::Sender<Result<Admission, StoreError>>,
 }
@@ -100,10 +91,10 @@ fn commit_batch(conn: &mut Connection, batch: Vec<IngestJob>) {
 fn ingest_one(conn: &Connection, job: &IngestJob) -> Result<Admission, StoreError> {
     if let Some(admission) = purged_duplicate(
         conn,
-        &job.source,
-        &job.event_id,
-        job.idempotency_key.as_deref(),
-        job.received_at,
+        &job.row.source,
+        &job.row.event_id,
+        job.row.idempotency_key.as_deref(),
+        job.row.received_at,
     )? {
         return Ok(admission);
     }
@@ -117,31 +108,31 @@ fn ingest_one(conn: &Connection, job: &IngestJob) -> Result<Admission, StoreErro
         )
         .map_err(map_err)?
         .execute(params![
-            job.source,
-            job.event_id,
-            job.event_type,
-            job.aggregate,
-            job.sequence,
-            job.idempotency_key,
-            job.body,
-            job.signed_at,
-            job.received_at,
-            job.headers
+            job.row.source,
+            job.row.event_id,
+            job.row.event_type,
+            job.row.aggregate,
+            job.row.sequence,
+            job.row.idempotency_key,
+            job.row.body,
+            job.row.signed_at,
+            job.row.received_at,
+            job.row.headers
         ])
         .map_err(map_err)?;
     if inserted == 0 {
         return find_duplicate(
             conn,
-            &job.source,
-            &job.event_id,
-            job.idempotency_key.as_deref(),
-            &job.body,
+            &job.row.source,
+            &job.row.event_id,
+            job.row.idempotency_key.as_deref(),
+            &job.row.body,
         );
     }
     let row = conn.last_insert_rowid();
     let decided = match &job.rules {
         Some(rules) => {
-            let settled = settle_tx(conn, rules, &job.aggregate, job.received_at)?;
+            let settled = settle_tx(conn, rules, &job.row.aggregate, job.row.received_at)?;
             Some(settled.decided(row)?)
         }
         None => None,
@@ -252,16 +243,7 @@ impl Store for SqliteStore {
     ) -> Result<Admission, StoreError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let job = IngestJob {
-            source: event.source.to_owned(),
-            event_id: event.event.event_id().as_str().to_owned(),
-            event_type: event.event.event_type().to_owned(),
-            aggregate: event.event.aggregate().storage_key(),
-            sequence: event.event.sequence().get(),
-            idempotency_key: event.event.idempotency_key().map(|k| k.as_str().to_owned()),
-            body: event.body.to_vec(),
-            headers: headers_json(event.headers),
-            received_at: event.received_at_ms,
-            signed_at: event.signed_at,
+            row: EventRow::of(&event),
             rules: settle_now.cloned(),
             reply,
         };

@@ -1,0 +1,40 @@
+# Shared by the benchmark scripts; sourced, not run. Expects to be in the repository root.
+
+BIN=${INHOOK_BIN:-target/release/inhook}
+[ -x "$BIN" ] || cargo build --release --locked
+export INHOOK_SAVE_GAME_SECRET=bench-secret INHOOK_PRESENCE_SECRET=bench-presence
+
+# bench_database DIR: a SQLite file in DIR, or with BENCH_DATABASE=postgres://USER@HOST:PORT/DB
+# a fresh database `inhook_bench` beside DB (dropped and created again).
+bench_database() {
+    if [ -n "${BENCH_DATABASE:-}" ]; then
+        psql -q "$BENCH_DATABASE" -c "DROP DATABASE IF EXISTS inhook_bench" \
+            -c "CREATE DATABASE inhook_bench" >&2
+        echo "${BENCH_DATABASE%/*}/inhook_bench"
+    else
+        echo "sqlite://$1/inhook.db"
+    fi
+}
+
+# start_server DIR DATABASE [EXTRA_CONFIG]: starts inhook on a free port with its config,
+# output and log in DIR; sets PID and URL once it listens.
+start_server() {
+    local dir=$1
+    printf 'listen = "127.0.0.1:0"\ndatabase = "%s"\n%s\n' "$2" "${3:-}" > "$dir/inhook.toml"
+    INHOOK_LOG=warn "$BIN" serve --config "$dir/inhook.toml" > "$dir/out" 2> "$dir/err" &
+    PID=$!
+    URL=
+    for _ in $(seq 1 600); do
+        URL=$(sed -n 's/inhook listening on //p' "$dir/out" 2>/dev/null)
+        [ -n "$URL" ] && return 0
+        sleep 0.1
+    done
+    cat "$dir/err" >&2
+    return 1
+}
+
+# stop_server: stops the server start_server started.
+stop_server() {
+    kill "$PID"
+    wait "$PID" 2>/dev/null || true
+}
