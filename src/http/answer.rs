@@ -220,6 +220,21 @@ impl ErrorBody {
     }
 }
 
+/// The failures every admin API call can answer, for the OpenAPI document.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)] // Only its OpenAPI description is used; answers are built from [`Answer`].
+pub(super) enum AdminFailures {
+    /// Bad query string, path or URL (`bad_request`)
+    #[response(status = 400)]
+    BadRequest(ErrorBody),
+    /// Admin token missing or wrong
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+    /// The store cannot be reached (`store_unavailable`)
+    #[response(status = 503, headers(("Retry-After" = u32, description = "Seconds to wait")))]
+    StoreUnavailable(ErrorBody),
+}
+
 /// An answer asking the publisher to come back after `seconds`.
 fn retry_after(code: StatusCode, body: ErrorBody, seconds: u64) -> Response {
     let mut response = (code, Json(body)).into_response();

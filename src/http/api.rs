@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
 
-use super::answer::{Answer, ErrorBody};
+use super::answer::{AdminFailures, Answer, ErrorBody};
 use super::AppState;
 use crate::clock;
 use crate::config::SourceConfig;
@@ -194,10 +194,8 @@ fn presence_json(source: &SourceConfig, user_id: &str, state: &PresenceState) ->
     params(("user_id" = String, Path, description = "The user", example = "usr_A"), SourceQuery),
     responses(
         (status = 200, description = "The user's presence", body = PresenceView),
-        (status = 400, description = "Bad query string", body = ErrorBody),
-        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
         (status = 404, description = "`unknown_user` or `unknown_source`", body = ErrorBody),
-        (status = 503, description = "The store cannot be reached", body = ErrorBody),
+        AdminFailures,
     ))]
 pub(super) async fn presence_one(
     State(state): State<AppState>,
@@ -220,10 +218,8 @@ pub(super) async fn presence_one(
     params(PresenceListQuery),
     responses(
         (status = 200, description = "A page of presences", body = PresencePage),
-        (status = 400, description = "Bad query string", body = ErrorBody),
-        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
         (status = 404, description = "`unknown_source`", body = ErrorBody),
-        (status = 503, description = "The store cannot be reached", body = ErrorBody),
+        AdminFailures,
     ))]
 pub(super) async fn presence_list(
     State(state): State<AppState>,
@@ -262,10 +258,8 @@ pub(super) async fn presence_list(
         ("save_slot" = String, Path, description = "The slot", example = "slot_a"), SourceQuery),
     responses(
         (status = 200, description = "The slot's state", body = SaveView),
-        (status = 400, description = "Bad query string", body = ErrorBody),
-        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
         (status = 404, description = "`unknown_save` or `unknown_source`", body = ErrorBody),
-        (status = 503, description = "The store cannot be reached", body = ErrorBody),
+        AdminFailures,
     ))]
 pub(super) async fn save_one(
     State(state): State<AppState>,
@@ -454,9 +448,7 @@ fn event_detail(record: &EventRecord, mask_fields: &[String]) -> EventDetail {
     params(EventsQuery),
     responses(
         (status = 200, description = "A page of the event log", body = EventPage),
-        (status = 400, description = "Bad query string", body = ErrorBody),
-        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
-        (status = 503, description = "The store cannot be reached", body = ErrorBody),
+        AdminFailures,
     ))]
 pub(super) async fn events_list(
     State(state): State<AppState>,
@@ -493,10 +485,8 @@ pub(super) async fn events_list(
         ("event_id" = String, Path, description = "The event's id", example = "evt_1")),
     responses(
         (status = 200, description = "The event", body = EventDetail),
-        (status = 400, description = "Bad path", body = ErrorBody),
-        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
         (status = 404, description = "`unknown_event`", body = ErrorBody),
-        (status = 503, description = "The store cannot be reached", body = ErrorBody),
+        AdminFailures,
     ))]
 pub(super) async fn event_one(
     State(state): State<AppState>,
@@ -542,10 +532,8 @@ pub(super) enum ReplayAnswer {
     responses(
         (status = 200, description = "Not dead or retrying: unchanged", body = ReplayAnswer),
         (status = 202, description = "Requeued", body = ReplayAnswer),
-        (status = 400, description = "Bad path", body = ErrorBody),
-        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
         (status = 404, description = "`unknown_event`", body = ErrorBody),
-        (status = 503, description = "The store cannot be reached", body = ErrorBody),
+        AdminFailures,
     ))]
 pub(super) async fn event_replay(
     State(state): State<AppState>,
@@ -639,9 +627,7 @@ fn rfc3339_ms(field: &str, raw: Option<&str>) -> Result<Option<i64>, Answer> {
     request_body = ReplayRequest,
     responses(
         (status = 202, description = "Started", body = ReplayJobView),
-        (status = 400, description = "Bad body", body = ErrorBody),
-        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
-        (status = 503, description = "The store cannot be reached", body = ErrorBody),
+        AdminFailures,
     ))]
 pub(super) async fn replay_bulk(
     State(state): State<AppState>,
@@ -682,10 +668,8 @@ pub(super) async fn replay_bulk(
     params(("job_id" = i64, Path, description = "The job's id", example = 1)),
     responses(
         (status = 200, description = "The job", body = ReplayJobView),
-        (status = 400, description = "Bad path", body = ErrorBody),
-        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
         (status = 404, description = "`unknown_job`", body = ErrorBody),
-        (status = 503, description = "The store cannot be reached", body = ErrorBody),
+        AdminFailures,
     ))]
 pub(super) async fn replay_job(
     State(state): State<AppState>,
@@ -731,10 +715,8 @@ pub(super) struct SavesQuery {
     params(SavesQuery),
     responses(
         (status = 200, description = "A page of save slots", body = SavePage),
-        (status = 400, description = "Bad query string", body = ErrorBody),
-        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
         (status = 404, description = "`unknown_source`", body = ErrorBody),
-        (status = 503, description = "The store cannot be reached", body = ErrorBody),
+        AdminFailures,
     ))]
 pub(super) async fn saves_list(
     State(state): State<AppState>,
@@ -805,9 +787,7 @@ pub(super) struct Overview {
 #[utoipa::path(get, path = "/v1/overview", tag = "observability", security(("admin_token" = [])),
     responses(
         (status = 200, description = "The counts", body = Overview),
-        (status = 400, description = "The URL holds a NUL character", body = ErrorBody),
-        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
-        (status = 503, description = "The store cannot be reached", body = ErrorBody),
+        AdminFailures,
     ))]
 pub(super) async fn overview(State(state): State<AppState>) -> Result<Response, Answer> {
     let counts = state.store.status_counts().await.map_err(store_answer)?;
@@ -880,9 +860,7 @@ const STREAM_POLL: std::time::Duration = std::time::Duration::from_millis(200);
     responses(
         (status = 200, description = "`presence` and `save` events whose data is the new state",
             body = String, content_type = "text/event-stream"),
-        (status = 400, description = "Bad query string or Last-Event-ID", body = ErrorBody),
-        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
-        (status = 503, description = "The store cannot be reached", body = ErrorBody),
+        AdminFailures,
     ))]
 pub(super) async fn stream(
     State(state): State<AppState>,
