@@ -173,23 +173,30 @@ async fn unknown_source_size_and_content_type_are_checked_in_order() {
     assert_eq!(server.count().await, 0);
 }
 
-#[tokio::test]
-async fn secrets_rotate_on_sighup_without_a_restart() {
-    let server = TestServer::spawn().await;
-    let rotated = "save-test-secret-rotated";
+/// A save-game delivery with `id` as event id and idempotency key, for the rotation tests.
+fn body(id: &str) -> Vec<u8> {
+    serde_json::to_vec(&json!({"event_id": id, "event_type": "progress.saved",
+        "player_id": "r", "save_slot": "s", "sequence": 1, "idempotency_key": id,
+        "data": {}}))
+    .unwrap()
+}
+
+/// Rewrites the config file with `rotated` in place of the save-game source's second secret.
+fn replace_second_save_secret(server: &TestServer, rotated: &str) {
     let config = std::fs::read_to_string(server.config_path()).unwrap();
     std::fs::write(
         server.config_path(),
         config.replace(SAVE_SECRETS[1], rotated),
     )
     .unwrap();
+}
+
+#[tokio::test]
+async fn secrets_rotate_on_sighup_without_a_restart() {
+    let server = TestServer::spawn().await;
+    let rotated = "save-test-secret-rotated";
+    replace_second_save_secret(&server, rotated);
     server.hangup();
-    let body = |id: &str| {
-        serde_json::to_vec(&json!({"event_id": id, "event_type": "progress.saved",
-            "player_id": "r", "save_slot": "s", "sequence": 1, "idempotency_key": id,
-            "data": {}}))
-        .unwrap()
-    };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         let b = body("rot_new");
@@ -237,19 +244,8 @@ async fn secrets_rotate_through_the_admin_api_without_a_restart() {
             (code, reply.json::<Value>().await.unwrap())
         }
     };
-    let body = |id: &str| {
-        serde_json::to_vec(&json!({"event_id": id, "event_type": "progress.saved",
-            "player_id": "r", "save_slot": "s", "sequence": 1, "idempotency_key": id,
-            "data": {}}))
-        .unwrap()
-    };
     let rotated = "save-test-secret-rotated-by-api";
-    let config = std::fs::read_to_string(server.config_path()).unwrap();
-    std::fs::write(
-        server.config_path(),
-        config.replace(SAVE_SECRETS[1], rotated),
-    )
-    .unwrap();
+    replace_second_save_secret(&server, rotated);
 
     // Before the reload the new secret does not verify; a wrong token changes nothing.
     let b = body("api_new");
