@@ -6,6 +6,7 @@ mod support;
 mod crash;
 mod durability;
 mod event_log;
+mod hostile_ingress;
 mod hygiene;
 mod metrics;
 mod multinode;
