@@ -11,6 +11,7 @@ mod metrics;
 mod multinode;
 mod openapi;
 mod postgres_outage;
+mod postgres_tls;
 mod presence;
 mod rejections;
 mod retries;
