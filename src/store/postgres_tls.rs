@@ -172,7 +172,7 @@ pub fn configure(url: &str) -> Result<(tokio_postgres::Config, MakeRustlsConnect
     let (url, params) = split_url(url)?;
     let mut config: tokio_postgres::Config = url
         .parse()
-        .map_err(|e| format!("invalid PostgreSQL URL: {e}"))?;
+        .map_err(|e: tokio_postgres::Error| format!("invalid PostgreSQL URL: {}", describe(&e)))?;
     config.ssl_mode(match params.mode {
         SslMode::Disable => WireMode::Disable,
         SslMode::Prefer => WireMode::Prefer,
@@ -397,6 +397,15 @@ mod tests {
             .err()
             .unwrap();
         assert!(err.contains("sslmode \"allow\""), "{err}");
+    }
+
+    #[test]
+    fn another_bad_parameter_is_named() {
+        let err = configure("postgres://u:hunter2@h/db?sslcert=/client.pem")
+            .err()
+            .unwrap();
+        assert!(err.contains("sslcert"), "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
     }
 
     #[test]
