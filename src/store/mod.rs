@@ -5,6 +5,7 @@
 mod filter;
 mod migrations;
 pub mod postgres;
+pub mod postgres_tls;
 mod settle;
 pub mod sqlite;
 

@@ -5,7 +5,6 @@
 //! connection closes), and `LISTEN/NOTIFY` wakes every node's workers.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +12,8 @@ use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::sync::Notify;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{NoTls, Row};
+use tokio_postgres::Row;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::filter::{
     self, headers_json, json_err, parse_event_id, parse_status, presence_state, where_of, Param,
@@ -100,6 +100,7 @@ pub struct PoolSettings {
 pub struct PostgresStore {
     pool: Pool,
     pg_config: tokio_postgres::Config,
+    tls: MakeRustlsConnect,
     group_commit: bool,
     queue: Arc<std::sync::Mutex<Vec<PgJob>>>,
     writers: Arc<tokio::sync::Semaphore>,
@@ -247,10 +248,11 @@ async fn commit_batch(pool: &Pool, batch: Vec<PgJob>) {
 }
 
 impl PostgresStore {
-    /// Builds the pool for `url` (`postgres://user@host:port/db`); connects lazily.
+    /// Builds the pool for `url` (`postgres://user@host:port/db`, with libpq's `sslmode`
+    /// and `sslrootcert`); connects lazily.
     pub fn connect(url: &str, settings: PoolSettings) -> Result<Self, StoreError> {
-        let mut pg_config = tokio_postgres::Config::from_str(url)
-            .map_err(|e| StoreError::Internal(format!("invalid PostgreSQL URL: {e}")))?;
+        let (mut pg_config, tls) =
+            super::postgres_tls::configure(url).map_err(StoreError::Internal)?;
         let timeout_ms = settings.timeout.as_millis();
         // A lock held elsewhere (a migration, an operator) becomes a quick 503, not a hung request.
         pg_config.options(format!("-c lock_timeout={timeout_ms}"));
@@ -258,7 +260,7 @@ impl PostgresStore {
         pg_config.application_name("inhook");
         let manager = Manager::from_config(
             pg_config.clone(),
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -274,6 +276,7 @@ impl PostgresStore {
         Ok(Self {
             pool,
             pg_config,
+            tls,
             group_commit: true,
             queue: Arc::default(),
             writers: Arc::new(tokio::sync::Semaphore::new(BATCH_WRITERS)),
@@ -325,20 +328,17 @@ impl PostgresStore {
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
-        self.pool
-            .get()
-            .await
-            .map_err(|e| StoreError::Unavailable(format!("no PostgreSQL connection: {e}")))
+        self.pool.get().await.map_err(no_connection)
     }
 
     /// Keeps a connection listening on the events channel and wakes `wake` on each
     /// notification, reconnecting with backoff when PostgreSQL goes away.
     fn listen(&self, wake: Arc<Notify>) {
-        let config = self.pg_config.clone();
+        let (config, tls) = (self.pg_config.clone(), self.tls.clone());
         tokio::spawn(async move {
             let mut backoff = Duration::from_millis(200);
             loop {
-                match listen_once(&config, &wake).await {
+                match listen_once(&config, tls.clone(), &wake).await {
                     Ok(()) => backoff = Duration::from_millis(200),
                     Err(err) => {
                         tracing::debug!(error = %err, "LISTEN connection lost; reconnecting")
@@ -355,9 +355,10 @@ impl PostgresStore {
 
 async fn listen_once(
     config: &tokio_postgres::Config,
+    tls: MakeRustlsConnect,
     wake: &Arc<Notify>,
 ) -> Result<(), tokio_postgres::Error> {
-    let (client, mut connection) = config.connect(NoTls).await?;
+    let (client, mut connection) = config.connect(tls).await?;
     let notified = Arc::clone(wake);
     // The connection task delivers notifications; it ends when the connection does.
     let driver = tokio::spawn(async move {
@@ -378,6 +379,12 @@ async fn listen_once(
         Ok(result) => result,
         Err(_) => Ok(()),
     }
+}
+
+/// A pool that could not hand out a connection, with the cause (a TLS check, say) spelled out.
+fn no_connection(err: deadpool_postgres::PoolError) -> StoreError {
+    let cause = super::postgres_tls::describe(&err);
+    StoreError::Unavailable(format!("no PostgreSQL connection: {cause}"))
 }
 
 fn pg_err(err: tokio_postgres::Error) -> StoreError {

@@ -12,6 +12,7 @@ mod metrics;
 mod multinode;
 mod openapi;
 mod postgres_outage;
+mod postgres_tls;
 mod presence;
 mod rejections;
 mod retries;
