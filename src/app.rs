@@ -123,9 +123,15 @@ impl Application {
             Database::Sqlite(_) => 0,
         };
         let max_connections = effective_max_connections(config.max_connections, pool);
+        let mut max_connections_per_peer = config.max_connections_per_peer;
         if max_connections < config.max_connections {
+            // The cap the operator chose no longer leaves room for other peers: keep half for them.
+            if max_connections_per_peer >= max_connections {
+                max_connections_per_peer = (max_connections / 2).max(1);
+            }
             tracing::warn!(
                 max_connections,
+                max_connections_per_peer,
                 configured = config.max_connections,
                 open_files_limit = open_files_limit(),
                 "max_connections lowered to fit the open files limit (ulimit -n)"
@@ -142,7 +148,7 @@ impl Application {
             header_read_timeout: Duration::from_secs(config.header_read_timeout_s),
             max_header_bytes: config.max_header_bytes,
             max_connections,
-            max_connections_per_peer: config.max_connections_per_peer,
+            max_connections_per_peer,
         };
         let app = router(self.state);
         let stopping = {

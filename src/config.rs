@@ -217,8 +217,9 @@ impl FileSource {
 pub const DEFAULT_MAX_BODY_BYTES: usize = 256 * 1024;
 /// Default cap on open connections.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
-/// Default cap on open connections from one IP address.
-pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 64;
+/// Default cap on open connections from one IP address: room for a benchmark's or a
+/// proxy's 64 keep-alive connections while they reconnect.
+pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 128;
 /// Default budget of request bodies read at once: 256 bodies of the default limit.
 pub const DEFAULT_MAX_BUFFERED_BODY_BYTES: usize = 64 * 1024 * 1024;
 

@@ -107,7 +107,9 @@ async fn check_and_log(
         .try_take(declared.map_or(limit, |len| len as usize))
     else {
         discard(body, declared.unwrap_or(u64::MAX)).await;
-        warn!(source = %source.name, "max_buffered_body_bytes in use: delivery refused");
+        if let Some(suppressed) = BUSY_LOG.admit() {
+            warn!(source = %source.name, suppressed, "max_buffered_body_bytes in use: delivery refused");
+        }
         return Answer::Busy;
     };
     let deadline = std::time::Duration::from_secs(state.config.body_read_timeout_s);
@@ -299,6 +301,10 @@ fn kept_headers(headers: &HeaderMap) -> Vec<(String, String)> {
         .take(KEPT_HEADERS)
         .collect()
 }
+
+/// Refusals for a full body budget come in floods: one log line per interval.
+static BUSY_LOG: crate::log_throttle::LogThrottle =
+    crate::log_throttle::LogThrottle::new(std::time::Duration::from_secs(10));
 
 /// Most bytes of a refused body read (and dropped) so that the client, still
 /// sending, gets a clean 413 instead of a reset connection.

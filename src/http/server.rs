@@ -32,7 +32,7 @@ pub struct ConnectionLimits {
     pub max_header_bytes: usize,
     /// Most connections open at once; at the cap, accepting waits (the kernel's backlog holds new ones).
     pub max_connections: usize,
-    /// Most connections open at once from one IP address; beyond, a new one gets 429 and is closed.
+    /// Most connections open at once from one IP address (IPv6: one /64); beyond, a new one gets 429 and is closed.
     pub max_connections_per_peer: usize,
 }
 
@@ -86,8 +86,7 @@ struct PeerSlot {
 impl PeerCounts {
     /// Counts a new connection from `peer`, unless it holds `cap` already.
     fn enter(&self, peer: IpAddr, cap: usize) -> Option<PeerSlot> {
-        // An IPv4 client on a dual-stack socket is the same peer as on a v4 one.
-        let peer = peer.to_canonical();
+        let peer = peer_key(peer);
         let mut counts = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let open = counts.entry(peer).or_default();
         if *open >= cap {
@@ -98,6 +97,17 @@ impl PeerCounts {
             counts: self.clone(),
             peer,
         })
+    }
+}
+
+/// Whom a connection is counted against: its IPv4 address (also when it arrives
+/// IPv4-mapped on a dual-stack socket), or its IPv6 /64, the block one host usually holds.
+fn peer_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6(std::net::Ipv6Addr::from_bits(
+            v6.to_bits() & !((1u128 << 64) - 1),
+        )),
+        v4 => v4,
     }
 }
 
@@ -331,6 +341,15 @@ mod tests {
         let mapped: IpAddr = "::ffff:127.0.0.1".parse().unwrap();
         assert!(peers.enter(mapped, 2).is_none(), "the same peer over IPv6");
         assert!(peers.enter(b, 2).is_some(), "another peer is not affected");
+        let v6: IpAddr = "2001:db8::1".parse().unwrap();
+        let same_block: IpAddr = "2001:db8::ffff:2".parse().unwrap();
+        let other_block: IpAddr = "2001:db8:0:1::1".parse().unwrap();
+        let _v6 = peers.enter(v6, 1).unwrap();
+        assert!(
+            peers.enter(same_block, 1).is_none(),
+            "one IPv6 /64 is one peer"
+        );
+        assert!(peers.enter(other_block, 1).is_some());
         drop(first);
         assert!(
             peers.enter(a, 2).is_some(),
