@@ -84,6 +84,9 @@ impl Application {
                 secrets,
                 conflicting_duplicates: Arc::default(),
                 body_budget,
+                costly_checks: Arc::new(tokio::sync::Semaphore::new(
+                    std::thread::available_parallelism().map_or(1, |n| n.get()),
+                )),
             },
         })
     }

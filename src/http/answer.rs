@@ -73,7 +73,9 @@ pub enum Answer {
     /// 503: the store cannot be reached; nothing was stored.
     StoreUnavailable,
     /// 503: the request bodies being read at once already fill `max_buffered_body_bytes`; nothing was stored.
-    Busy,
+    BodyBudgetFull,
+    /// 503: every core is busy with costly signature checks (ed25519, lists); nothing was stored.
+    VerificationBusy,
     /// 429: the source's backlog is over `max_backlog`; nothing was stored.
     BacklogFull,
     /// 429: the source sends faster than its `rate_limit_per_s`; nothing was stored.
@@ -110,7 +112,8 @@ impl Answer {
             Answer::RequestTimeout => "request_timeout",
             Answer::UnsupportedMediaType => "unsupported_media_type",
             Answer::StoreUnavailable => "store_unavailable",
-            Answer::Busy => "server_busy",
+            Answer::BodyBudgetFull => "server_busy",
+            Answer::VerificationBusy => "verification_busy",
             Answer::BacklogFull => "backlog_full",
             Answer::RateLimited { .. } => "rate_limited",
             Answer::Internal => "internal_error",
@@ -129,7 +132,8 @@ impl Answer {
                 | Answer::RequestTimeout
                 | Answer::UnsupportedMediaType
                 | Answer::StoreUnavailable
-                | Answer::Busy
+                | Answer::BodyBudgetFull
+                | Answer::VerificationBusy
                 | Answer::Internal
         )
     }
@@ -337,10 +341,16 @@ impl IntoResponse for Answer {
                 ErrorBody::new(ErrorStatus::Error, "store_unavailable"),
                 RETRY_AFTER_UNAVAILABLE_S.into(),
             ),
-            Answer::Busy => retry_after(
+            Answer::BodyBudgetFull => retry_after(
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorBody::new(ErrorStatus::Error, "server_busy"),
                 RETRY_AFTER_BUSY_S,
+            ),
+            Answer::VerificationBusy => retry_after(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorBody::new(ErrorStatus::Error, "verification_busy"),
+                // The checks ahead of it take milliseconds: a core frees up soon.
+                1,
             ),
             Answer::BacklogFull => retry_after(
                 StatusCode::TOO_MANY_REQUESTS,
