@@ -11,7 +11,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::clock::Clock;
 use crate::config::{Config, Database};
-use crate::http::server::{serve, ConnectionLimits};
+use crate::http::server::{effective_max_connections, open_files_limit, serve, ConnectionLimits};
 use crate::http::{router, AppState};
 use crate::store::{PoolSettings, PostgresStore, SqliteStore, Store};
 use crate::worker::Worker;
@@ -70,6 +70,7 @@ impl Application {
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("binding {}", config.listen))?;
+        let body_budget = crate::http::BodyBudget::new(config.max_buffered_body_bytes);
         Ok(Self {
             listener,
             state: AppState {
@@ -82,6 +83,7 @@ impl Application {
                 rate_limits: Arc::default(),
                 secrets,
                 conflicting_duplicates: Arc::default(),
+                body_budget,
                 costly_checks: Arc::new(tokio::sync::Semaphore::new(
                     std::thread::available_parallelism().map_or(1, |n| n.get()),
                 )),
@@ -118,9 +120,38 @@ impl Application {
         background.spawn(worker.run_retention(stop_rx.clone()));
         background.spawn(watch_backlog(self.state.clone(), stop_rx.clone()));
         background.spawn(metrics_upkeep(stop_rx.clone()));
+        let config = &self.state.config;
+        let pool = match config.database {
+            Database::Postgres(_) => config.pool_size,
+            Database::Sqlite(_) => 0,
+        };
+        let max_connections = effective_max_connections(config.max_connections, pool);
+        let mut max_connections_per_peer = config.max_connections_per_peer;
+        if max_connections < config.max_connections {
+            // The cap the operator chose no longer leaves room for other peers: keep half for them.
+            if max_connections_per_peer >= max_connections {
+                max_connections_per_peer = (max_connections / 2).max(1);
+            }
+            tracing::warn!(
+                max_connections,
+                max_connections_per_peer,
+                configured = config.max_connections,
+                open_files_limit = open_files_limit(),
+                "max_connections lowered to fit the open files limit (ulimit -n)"
+            );
+        } else {
+            tracing::info!(
+                max_connections,
+                max_connections_per_peer = config.max_connections_per_peer,
+                open_files_limit = open_files_limit(),
+                "connection cap"
+            );
+        }
         let limits = ConnectionLimits {
-            header_read_timeout: Duration::from_secs(self.state.config.header_read_timeout_s),
-            max_header_bytes: self.state.config.max_header_bytes,
+            header_read_timeout: Duration::from_secs(config.header_read_timeout_s),
+            max_header_bytes: config.max_header_bytes,
+            max_connections,
+            max_connections_per_peer,
         };
         let app = router(self.state);
         let stopping = {

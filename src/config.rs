@@ -108,6 +108,12 @@ pub struct Config {
     pub body_read_timeout_s: u64,
     /// Largest request head (request line and headers) in bytes (431 beyond).
     pub max_header_bytes: usize,
+    /// Most connections open at once (lowered at start to fit the descriptor limit).
+    pub max_connections: usize,
+    /// Most connections open at once from one IP address (429 and closed beyond).
+    pub max_connections_per_peer: usize,
+    /// Most bytes of request bodies being read at once, over all connections (503 beyond).
+    pub max_buffered_body_bytes: usize,
     /// Fields masked in API output (top-level names or dotted paths).
     pub mask_fields: Vec<String>,
     /// Request headers kept with every source's events beyond the built-in allowlist (lower case).
@@ -166,6 +172,9 @@ struct FileConfig {
     header_read_timeout_s: Option<u64>,
     body_read_timeout_s: Option<u64>,
     max_header_bytes: Option<usize>,
+    max_connections: Option<usize>,
+    max_connections_per_peer: Option<usize>,
+    max_buffered_body_bytes: Option<usize>,
     mask_fields: Option<Vec<String>>,
     keep_headers: Option<Vec<String>>,
     pool_size: Option<usize>,
@@ -214,6 +223,13 @@ impl FileSource {
 
 /// Default body limit: 256 KiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 256 * 1024;
+/// Default cap on open connections.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Default cap on open connections from one IP address: room for a benchmark's or a
+/// proxy's 64 keep-alive connections while they reconnect.
+pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 128;
+/// Default budget of request bodies read at once: 256 bodies of the default limit.
+pub const DEFAULT_MAX_BUFFERED_BODY_BYTES: usize = 64 * 1024 * 1024;
 
 /// The environment variable that holds a source's secrets.
 pub fn secret_env_var(source: &str) -> String {
@@ -400,8 +416,30 @@ impl Config {
                 .map_or(defaults.max_delay_ms, |s| s as i64 * 1000),
             max_attempts: file.max_attempts.unwrap_or(defaults.max_attempts).max(1),
         };
+        let max_body_bytes = file.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
+        let max_buffered_body_bytes = file
+            .max_buffered_body_bytes
+            .unwrap_or(DEFAULT_MAX_BUFFERED_BODY_BYTES.max(max_body_bytes));
+        if max_buffered_body_bytes < max_body_bytes {
+            return Err(ConfigError(format!(
+                "max_buffered_body_bytes ({max_buffered_body_bytes}) must be at least max_body_bytes ({max_body_bytes}): \
+                 otherwise no body of the largest size could ever be read"
+            )));
+        }
+        let max_connections = file.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
+        let max_connections_per_peer = file
+            .max_connections_per_peer
+            .unwrap_or(DEFAULT_MAX_CONNECTIONS_PER_PEER);
+        if max_connections == 0 || max_connections_per_peer == 0 {
+            return Err(ConfigError(
+                "max_connections and max_connections_per_peer must be at least 1".into(),
+            ));
+        }
         const DAY_S: u64 = 24 * 60 * 60;
         Ok(Self {
+            max_connections,
+            max_connections_per_peer,
+            max_buffered_body_bytes,
             workers: file.workers.unwrap_or(4).max(1),
             retry,
             retention_s: file.retention_s.unwrap_or(30 * DAY_S),
@@ -426,7 +464,7 @@ impl Config {
             listen,
             database,
             admin_token,
-            max_body_bytes: file.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES),
+            max_body_bytes,
             busy_timeout_ms: file.busy_timeout_ms.unwrap_or(5_000),
             log_json,
             sources,
@@ -501,6 +539,33 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn connection_and_buffer_limits_have_safe_defaults_and_are_checked() {
+        let secrets = env(&[
+            ("INHOOK_PRESENCE_SECRET", "a"),
+            ("INHOOK_SAVE_GAME_SECRET", "b"),
+        ]);
+        let config = Config::from_parts(None, &secrets).unwrap();
+        assert_eq!(config.max_connections, DEFAULT_MAX_CONNECTIONS);
+        assert_eq!(
+            config.max_connections_per_peer,
+            DEFAULT_MAX_CONNECTIONS_PER_PEER
+        );
+        assert_eq!(
+            config.max_buffered_body_bytes,
+            DEFAULT_MAX_BUFFERED_BODY_BYTES
+        );
+        let big_bodies = Config::from_parts(Some("max_body_bytes = 100000000"), &secrets).unwrap();
+        assert_eq!(big_bodies.max_buffered_body_bytes, 100_000_000);
+        for text in [
+            "max_body_bytes = 2000\nmax_buffered_body_bytes = 1000",
+            "max_connections = 0",
+            "max_connections_per_peer = 0",
+        ] {
+            assert!(Config::from_parts(Some(text), &secrets).is_err(), "{text}");
+        }
     }
 
     #[test]

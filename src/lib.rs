@@ -25,6 +25,7 @@ pub mod config;
 pub mod contract;
 pub mod domain;
 pub mod http;
+pub mod log_throttle;
 pub mod mask;
 pub mod metrics;
 pub mod ordering;

@@ -13,6 +13,8 @@ use crate::store::DedupKey;
 
 /// Seconds a publisher is asked to wait before retrying after a 503.
 const RETRY_AFTER_UNAVAILABLE_S: u32 = 5;
+/// Seconds to wait after a refusal that only lasts while other requests finish.
+const RETRY_AFTER_BUSY_S: u64 = 1;
 
 /// An answer, before it becomes a response.
 #[derive(Debug)]
@@ -70,6 +72,8 @@ pub enum Answer {
     UnsupportedMediaType,
     /// 503: the store cannot be reached; nothing was stored.
     StoreUnavailable,
+    /// 503: the request bodies being read at once already fill `max_buffered_body_bytes`; nothing was stored.
+    BodyBudgetFull,
     /// 503: every core is busy with costly signature checks (ed25519, lists); nothing was stored.
     VerificationBusy,
     /// 429: the source's backlog is over `max_backlog`; nothing was stored.
@@ -108,6 +112,7 @@ impl Answer {
             Answer::RequestTimeout => "request_timeout",
             Answer::UnsupportedMediaType => "unsupported_media_type",
             Answer::StoreUnavailable => "store_unavailable",
+            Answer::BodyBudgetFull => "server_busy",
             Answer::VerificationBusy => "verification_busy",
             Answer::BacklogFull => "backlog_full",
             Answer::RateLimited { .. } => "rate_limited",
@@ -127,6 +132,7 @@ impl Answer {
                 | Answer::RequestTimeout
                 | Answer::UnsupportedMediaType
                 | Answer::StoreUnavailable
+                | Answer::BodyBudgetFull
                 | Answer::VerificationBusy
                 | Answer::Internal
         )
@@ -335,6 +341,11 @@ impl IntoResponse for Answer {
                 ErrorBody::new(ErrorStatus::Error, "store_unavailable"),
                 RETRY_AFTER_UNAVAILABLE_S.into(),
             ),
+            Answer::BodyBudgetFull => retry_after(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorBody::new(ErrorStatus::Error, "server_busy"),
+                RETRY_AFTER_BUSY_S,
+            ),
             Answer::VerificationBusy => retry_after(
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorBody::new(ErrorStatus::Error, "verification_busy"),
@@ -374,6 +385,100 @@ impl IntoResponse for Answer {
                     ..ErrorBody::rejected("invalid_config")
                 },
             ),
+        }
+    }
+}
+
+/// The answer written straight to a connection refused before HTTP is spoken on it
+/// (its peer holds `max_connections_per_peer` already): 429 `too_many_connections`.
+pub fn too_many_connections() -> Vec<u8> {
+    let body = serde_json::to_vec(&ErrorBody::rejected("too_many_connections")).unwrap_or_default();
+    let mut answer = format!(
+        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nretry-after: {RETRY_AFTER_BUSY_S}\r\nconnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    answer.extend_from_slice(&body);
+    answer
+}
+
+/// hyper answers a request it cannot parse itself, with an empty body: 400, 414, or 431
+/// (head over `max_header_bytes` or too many headers). Given the bytes hyper is about to
+/// write, returns that answer with the JSON body every other answer carries instead
+/// (`bad_request`, `uri_too_long`, `headers_too_large`); `None` for anything else.
+pub fn with_json_body(hyper_answer: &[u8]) -> Option<Vec<u8>> {
+    // Cheap first: this sees every write of every connection.
+    if hyper_answer.len() > 512 || !hyper_answer.starts_with(b"HTTP/1.1 4") {
+        return None;
+    }
+    let head = std::str::from_utf8(hyper_answer).ok()?;
+    let code = match head.get(..13)? {
+        "HTTP/1.1 400 " => "bad_request",
+        "HTTP/1.1 414 " => "uri_too_long",
+        "HTTP/1.1 431 " => "headers_too_large",
+        _ => return None,
+    };
+    let lines = head.strip_suffix("\r\n\r\n")?;
+    // Only hyper's own answer: a head with an empty body and nothing after it.
+    if !lines
+        .split("\r\n")
+        .any(|line| line.eq_ignore_ascii_case("content-length: 0"))
+        || lines.contains("\r\n\r\n")
+    {
+        return None;
+    }
+    let body = serde_json::to_vec(&ErrorBody::rejected(code)).ok()?;
+    let mut answer = String::with_capacity(head.len() + 96);
+    for line in lines.split("\r\n") {
+        let name = line.split(':').next().unwrap_or_default();
+        if !(name.eq_ignore_ascii_case("content-length") || name.eq_ignore_ascii_case("connection"))
+        {
+            answer.push_str(line);
+            answer.push_str("\r\n");
+        }
+    }
+    answer.push_str(&format!(
+        "content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    ));
+    let mut answer = answer.into_bytes();
+    answer.extend_from_slice(&body);
+    Some(answer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hyper_parse_error_answers_get_a_json_body() {
+        let hyper_431 =
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\ndate: Mon, 30 Nov 2026 21:00:00 GMT\r\n\r\n";
+        let answer = String::from_utf8(with_json_body(hyper_431).unwrap()).unwrap();
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 431 "), "{answer}");
+        assert!(head.contains("\r\ndate: Mon"), "{answer}");
+        assert!(
+            head.contains(&format!("\r\ncontent-length: {}", body.len())),
+            "{answer}"
+        );
+        assert!(!head.contains("content-length: 0"), "{answer}");
+        let body: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(body["status"], "rejected");
+        assert_eq!(body["error"], "headers_too_large");
+    }
+
+    #[test]
+    fn answers_with_a_body_or_other_codes_pass_untouched() {
+        for written in [
+            &b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 2\r\n\r\n{}"[..],
+            b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",
+            b"HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n",
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 10\r\n\r\n",
+            b"{\"status\":\"rejected\"}",
+        ] {
+            assert!(with_json_body(written).is_none(), "{written:?}");
         }
     }
 }

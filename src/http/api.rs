@@ -637,13 +637,22 @@ fn rfc3339_ms(field: &str, raw: Option<&str>) -> Result<Option<i64>, Answer> {
     request_body = ReplayRequest,
     responses(
         (status = 202, description = "Started", body = ReplayJobView),
+        (status = 413, description = "`payload_too_large`: the body is over 64 KiB; nothing stored", body = ErrorBody),
         AdminFailures,
     ))]
 pub(super) async fn replay_bulk(
     State(state): State<AppState>,
     body: Result<Json<ReplayRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, Answer> {
-    let Json(request) = body.map_err(|e| Answer::BadRequest(e.body_text()))?;
+    let Json(request) = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            Answer::PayloadTooLarge {
+                limit: super::ADMIN_MAX_BODY_BYTES,
+            }
+        } else {
+            Answer::BadRequest(e.body_text())
+        }
+    })?;
     let texts = [&request.source, &request.aggregate];
     if texts
         .iter()

@@ -41,7 +41,7 @@ use crate::store::{Admission, Decided, NewEvent, StoreError};
         (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
         (status = 429, description = "`backlog_full` or `rate_limited`; nothing stored", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait"))),
-        (status = 503, description = "`store_unavailable`, or `verification_busy` (every core busy with costly signature checks); nothing stored", body = ErrorBody,
+        (status = 503, description = "`store_unavailable`, `verification_busy` (every core busy with costly signature checks) or `server_busy` (the bodies being read fill `max_buffered_body_bytes`); nothing stored", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait"))),
     ))]
 pub(super) async fn receive(
@@ -101,6 +101,17 @@ async fn check_and_log(
         discard(body, declared.unwrap_or(0)).await;
         return Answer::PayloadTooLarge { limit };
     }
+    // Room for the whole body before reading any of it: a body without a length may be as large as the limit.
+    let Some(_buffering) = state
+        .body_budget
+        .try_take(declared.map_or(limit, |len| len as usize))
+    else {
+        discard(body, declared.unwrap_or(u64::MAX)).await;
+        if let Some(suppressed) = BUSY_LOG.admit() {
+            warn!(source = %source.name, suppressed, "max_buffered_body_bytes in use: delivery refused");
+        }
+        return Answer::BodyBudgetFull;
+    };
     let deadline = std::time::Duration::from_secs(state.config.body_read_timeout_s);
     let body = match tokio::time::timeout(deadline, axum::body::to_bytes(body, limit)).await {
         Ok(Ok(body)) => body,
@@ -356,6 +367,10 @@ fn sync_answer(event: &Event, decided: Decided) -> Answer {
         Outcome::Dead { reason, .. } => Answer::Dead { event_id, reason },
     }
 }
+
+/// Refusals for a full body budget come in floods: one log line per interval.
+static BUSY_LOG: crate::log_throttle::LogThrottle =
+    crate::log_throttle::LogThrottle::new(std::time::Duration::from_secs(10));
 
 /// Most bytes of a refused body read (and dropped) so that the client, still
 /// sending, gets a clean 413 instead of a reset connection.

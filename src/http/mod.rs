@@ -25,6 +25,9 @@ use crate::store::Store;
 use answer::Answer;
 pub use api::aggregate_storage_key;
 
+/// Largest body an admin API call (e.g. `POST /v1/replay`) may send.
+pub const ADMIN_MAX_BODY_BYTES: usize = 64 * 1024;
+
 /// What every handler shares.
 #[derive(Clone)]
 pub struct AppState {
@@ -46,9 +49,31 @@ pub struct AppState {
     pub backlog: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
     /// Duplicate `event_id`s with a different body (publisher errors) seen by this node, per source.
     pub conflicting_duplicates: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
+    /// Bytes of request bodies being read at once, bounded by `max_buffered_body_bytes`.
+    pub body_budget: BodyBudget,
     /// One permit per core for costly signature checks (ed25519, lists of signatures), which
     /// run on blocking threads: a flood of them waits here instead of taking every core.
     pub costly_checks: Arc<tokio::sync::Semaphore>,
+}
+
+/// The bytes of request bodies all connections may hold at once: without it,
+/// `max_connections` unauthenticated clients could each pin `max_body_bytes`.
+#[derive(Clone)]
+pub struct BodyBudget(Arc<tokio::sync::Semaphore>);
+
+impl BodyBudget {
+    /// A budget of `bytes`.
+    pub fn new(bytes: usize) -> Self {
+        Self(Arc::new(tokio::sync::Semaphore::new(
+            bytes.min(tokio::sync::Semaphore::MAX_PERMITS),
+        )))
+    }
+
+    /// Takes `bytes` of the budget until the returned permit is dropped; `None` when they are not free now.
+    pub fn try_take(&self, bytes: usize) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
+        Arc::clone(&self.0).try_acquire_many_owned(bytes).ok()
+    }
 }
 
 /// Each source's secrets, shared with the reload handler so that rotation needs no restart.
@@ -185,6 +210,8 @@ fn documented_routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::Op
         .routes(routes!(api::replay_bulk))
         .routes(routes!(api::replay_job))
         .routes(routes!(admin::reload))
+        // Admin bodies are small filters: anything larger is refused (413), not stored.
+        .route_layer(DefaultBodyLimit::max(ADMIN_MAX_BODY_BYTES))
         .route_layer(middleware::from_fn(refuse_nul_in_url))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_admin));
     let metrics = OpenApiRouter::new().routes(routes!(api::metrics));

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod connections;
 mod crash;
 mod durability;
 mod event_log;

@@ -20,7 +20,7 @@ async fn connect(server: &TestServer) -> TcpStream {
 }
 
 /// Reads until the server closes the connection (or 10 s pass); returns what came and when.
-async fn read_until_closed(stream: &mut (impl AsyncRead + Unpin)) -> (String, Duration) {
+pub(crate) async fn read_until_closed(stream: &mut (impl AsyncRead + Unpin)) -> (String, Duration) {
     let started = Instant::now();
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
@@ -116,7 +116,7 @@ async fn a_body_that_stalls_gets_408_and_nothing_is_stored() {
 }
 
 #[tokio::test]
-async fn heads_too_large_or_with_too_many_headers_get_431() {
+async fn unparsable_or_oversized_heads_get_400_or_431_with_a_json_body() {
     let server = TestServer::spawn().await;
     let huge = format!(
         "POST /webhooks/save-game HTTP/1.1\r\nHost: x\r\nx-padding: {}\r\n\r\n",
@@ -133,7 +133,29 @@ async fn heads_too_large_or_with_too_many_headers_get_431() {
         let _ = stream.write_all(head.as_bytes()).await;
         let (answer, _) = read_until_closed(&mut stream).await;
         assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+        // Like every other answer, with a JSON error body saying what was wrong.
+        let (head, body) = answer.split_once("\r\n\r\n").expect("head and body");
+        assert!(
+            head.contains("\r\ncontent-type: application/json\r\n"),
+            "{answer}"
+        );
+        let body: serde_json::Value = serde_json::from_str(body).expect(&answer);
+        assert_eq!(
+            (body["status"].as_str(), body["error"].as_str()),
+            (Some("rejected"), Some("headers_too_large"))
+        );
     }
+    // A head hyper cannot parse gets its 400 with a JSON body too.
+    let mut stream = connect(&server).await;
+    stream
+        .write_all(b"POST /webhooks/save-game HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n")
+        .await
+        .unwrap();
+    let (answer, _) = read_until_closed(&mut stream).await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    let body: serde_json::Value =
+        serde_json::from_str(answer.split_once("\r\n\r\n").unwrap().1).expect(&answer);
+    assert_eq!(body["error"], "bad_request");
     assert_eq!(server.get("/healthz").await.code, 200);
     assert_eq!(server.count().await, 0);
 }

@@ -286,6 +286,11 @@ secrets = ["{s0}", "{s1}"]
         child.wait().expect("reap").success()
     }
 
+    /// The server's process id (e.g. to count its open descriptors in `/proc`).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server running").id()
+    }
+
     /// Sends SIGHUP: the server reloads its secrets from the config.
     pub fn hangup(&self) {
         let child = self.child.as_ref().expect("server running");
