@@ -6,6 +6,7 @@ mod support;
 mod crash;
 mod durability;
 mod event_log;
+mod held_limits;
 mod hygiene;
 mod metrics;
 mod multinode;
