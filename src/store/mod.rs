@@ -201,7 +201,7 @@ pub struct SettleReport {
     pub stale: u64,
     /// Events of an unknown type: nothing applied.
     pub unsupported: u64,
-    /// Events left held.
+    /// Events left held, of those the step read (held events out of reach are not read).
     pub held: u64,
     /// Events held for the first time (they arrived ahead of a gap).
     pub newly_held: u64,

@@ -169,6 +169,39 @@ async fn out_of_order_counts_by_order_of_receipt() {
     assert_eq!(counted, 5.0);
 }
 
+#[tokio::test]
+async fn migration_3_upgrades_a_store_in_place() {
+    let mut server = TestServer::spawn_with("hold_timeout_s = 600\nmax_backlog = 3").await;
+    for seq in [5, 6] {
+        assert_eq!(server.post_save(&delta("up", seq)).await.code, 202);
+    }
+    wait_count(&server, EventStatus::Held, 2).await;
+    assert!(server.terminate());
+    // Back to the schema of version 2, with the events logged under it.
+    server
+        .run_sql(
+            "DROP TABLE aggregate_seen; DROP INDEX events_held; DROP INDEX events_aggregate;
+             CREATE INDEX events_aggregate ON events (source, aggregate, sequence);
+             DELETE FROM schema_migrations WHERE version = 3;",
+            "DROP TABLE aggregate_seen; DROP INDEX events_held;
+             DROP TRIGGER backlog_counts_insert ON events;
+             DROP TRIGGER backlog_counts_update ON events;
+             DROP TRIGGER backlog_counts_delete ON events;
+             DROP FUNCTION backlog_counts_apply(); DROP TABLE backlog_counts;
+             DELETE FROM schema_migrations WHERE version = 3;",
+        )
+        .await;
+    server.restart();
+    // The highest received sequence (6) and the backlog (2) were carried over.
+    assert_eq!(server.post_save(&delta("up", 4)).await.code, 202);
+    let counted = counter(&server, "inhook_out_of_order_total", "save-game").await;
+    assert_eq!(counted, 1.0);
+    let refused = server.post_save(&delta("more", 2)).await;
+    assert_eq!(refused.code, 429, "{refused:?}");
+    assert_eq!(refused.body["error"], "backlog_full");
+    wait_count(&server, EventStatus::Held, 3).await;
+}
+
 /// CPU seconds this process has used (user + system), from /proc.
 fn cpu_seconds() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
