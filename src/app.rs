@@ -82,6 +82,9 @@ impl Application {
                 rate_limits: Arc::default(),
                 secrets,
                 conflicting_duplicates: Arc::default(),
+                costly_checks: Arc::new(tokio::sync::Semaphore::new(
+                    std::thread::available_parallelism().map_or(1, |n| n.get()),
+                )),
             },
         })
     }

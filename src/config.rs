@@ -58,6 +58,9 @@ pub struct SourceConfig {
     pub max_held_per_aggregate: u64,
     /// Deliveries per second accepted from this source (bursts up to one second's worth); none when unset.
     pub rate_limit_per_s: Option<u32>,
+    /// Request headers kept with its events beyond the built-in allowlist (lower case;
+    /// the top-level `keep_headers` and the source's own).
+    pub keep_headers: Vec<String>,
 }
 
 impl SourceConfig {
@@ -118,6 +121,8 @@ pub struct Config {
     pub max_header_bytes: usize,
     /// Fields masked in API output (top-level names or dotted paths).
     pub mask_fields: Vec<String>,
+    /// Request headers kept with every source's events beyond the built-in allowlist (lower case).
+    pub keep_headers: Vec<String>,
     /// Most PostgreSQL connections one node opens.
     pub pool_size: usize,
     /// Serve `/metrics` without the admin token.
@@ -173,6 +178,7 @@ struct FileConfig {
     body_read_timeout_s: Option<u64>,
     max_header_bytes: Option<usize>,
     mask_fields: Option<Vec<String>>,
+    keep_headers: Option<Vec<String>>,
     pool_size: Option<usize>,
     metrics_public: Option<bool>,
     group_commit: Option<bool>,
@@ -196,6 +202,7 @@ struct FileSource {
     max_backlog: Option<u64>,
     max_held_per_aggregate: Option<u64>,
     rate_limit_per_s: Option<u32>,
+    keep_headers: Option<Vec<String>>,
 }
 
 impl FileSource {
@@ -213,6 +220,7 @@ impl FileSource {
             max_backlog: None,
             max_held_per_aggregate: None,
             rate_limit_per_s: None,
+            keep_headers: None,
         }
     }
 }
@@ -314,6 +322,7 @@ impl Config {
                 FileSource::default_for("save-game", SourceKind::SaveGame),
             ]
         });
+        let keep_headers = header_names("keep_headers", file.keep_headers.unwrap_or_default())?;
         let mut sources: Vec<SourceConfig> = Vec::with_capacity(file_sources.len());
         for s in file_sources {
             if s.name.is_empty()
@@ -373,7 +382,17 @@ impl Config {
                     )));
                 }
             }
+            let mut source_keeps = keep_headers.clone();
+            for name in header_names(
+                &format!("source {:?}: keep_headers", s.name),
+                s.keep_headers.unwrap_or_default(),
+            )? {
+                if !source_keeps.contains(&name) {
+                    source_keeps.push(name);
+                }
+            }
             sources.push(SourceConfig {
+                keep_headers: source_keeps,
                 name: s.name,
                 kind: s.kind,
                 mode: s.mode.unwrap_or(default_mode),
@@ -413,6 +432,7 @@ impl Config {
             // hyper's floor for its read buffer is 8 KiB.
             max_header_bytes: file.max_header_bytes.unwrap_or(16 * 1024).max(8 * 1024),
             mask_fields: file.mask_fields.unwrap_or_default(),
+            keep_headers,
             pool_size: file.pool_size.unwrap_or(16),
             metrics_public: file.metrics_public.unwrap_or(false),
             group_commit: file.group_commit.unwrap_or(true),
@@ -432,6 +452,21 @@ impl Config {
             loaded_from: None,
         })
     }
+}
+
+/// Header names of a `keep_headers` list in lower case, refusing any that is not a
+/// header name or that carries a signature or a credential.
+fn header_names(setting: &str, names: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    names
+        .into_iter()
+        .map(|name| {
+            let name = name.trim().to_ascii_lowercase();
+            match crate::http::kept_headers::refusal(&name) {
+                Some(problem) => Err(ConfigError(format!("{setting}: {name:?} {problem}"))),
+                None => Ok(name),
+            }
+        })
+        .collect()
 }
 
 /// A TOML error as line and message, without the source snippet toml prints (it could hold
@@ -544,6 +579,30 @@ mod tests {
         assert_eq!(config.sources[0].secrets, vec![Secret::new("from-env")]);
         let err = Config::from_parts(Some("bogus = 1"), &env(&[])).unwrap_err();
         assert!(err.to_string().contains("bogus"), "{err}");
+    }
+
+    #[test]
+    fn kept_headers_merge_the_top_level_and_the_source_lists_and_refuse_credentials() {
+        let text = r#"
+            keep_headers = ["X-Tenant"]
+            [[sources]]
+            name = "p"
+            kind = "presence"
+            secrets = ["s"]
+            keep_headers = ["x-region", "x-tenant"]
+        "#;
+        let config = Config::from_parts(Some(text), &env(&[])).unwrap();
+        assert_eq!(config.keep_headers, ["x-tenant"]);
+        assert_eq!(config.sources[0].keep_headers, ["x-tenant", "x-region"]);
+        for bad in ["X-Hub-Signature-256", "authorization", "not a header"] {
+            let text = format!(
+                "[[sources]]\nname = \"p\"\nkind = \"presence\"\nsecrets = [\"s\"]\nkeep_headers = [\"{bad}\"]\n"
+            );
+            let err = Config::from_parts(Some(&text), &env(&[]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("keep_headers"), "{err}");
+        }
     }
 
     #[test]

@@ -70,6 +70,8 @@ pub enum Answer {
     UnsupportedMediaType,
     /// 503: the store cannot be reached; nothing was stored.
     StoreUnavailable,
+    /// 503: every core is busy with costly signature checks (ed25519, lists); nothing was stored.
+    VerificationBusy,
     /// 429: the source's backlog is over `max_backlog`; nothing was stored.
     BacklogFull,
     /// 429: the aggregate has `max_held_per_aggregate` events waiting ahead of a gap; nothing was stored.
@@ -108,6 +110,7 @@ impl Answer {
             Answer::RequestTimeout => "request_timeout",
             Answer::UnsupportedMediaType => "unsupported_media_type",
             Answer::StoreUnavailable => "store_unavailable",
+            Answer::VerificationBusy => "verification_busy",
             Answer::BacklogFull => "backlog_full",
             Answer::AggregateBacklogFull => "aggregate_backlog_full",
             Answer::RateLimited { .. } => "rate_limited",
@@ -127,6 +130,7 @@ impl Answer {
                 | Answer::RequestTimeout
                 | Answer::UnsupportedMediaType
                 | Answer::StoreUnavailable
+                | Answer::VerificationBusy
                 | Answer::Internal
         )
     }
@@ -333,6 +337,12 @@ impl IntoResponse for Answer {
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorBody::new(ErrorStatus::Error, "store_unavailable"),
                 RETRY_AFTER_UNAVAILABLE_S.into(),
+            ),
+            Answer::VerificationBusy => retry_after(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorBody::new(ErrorStatus::Error, "verification_busy"),
+                // The checks ahead of it take milliseconds: a core frees up soon.
+                1,
             ),
             Answer::BacklogFull => retry_after(
                 StatusCode::TOO_MANY_REQUESTS,

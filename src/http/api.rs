@@ -343,7 +343,7 @@ pub(super) struct EventDetail {
     /// The event log's fields.
     #[serde(flatten)]
     event: EventView,
-    /// The delivery's headers, signatures removed.
+    /// The delivery's allowlisted headers (never signatures or credentials).
     #[schema(value_type = Object)]
     headers: serde_json::Value,
     /// The body, masked fields replaced.
@@ -416,12 +416,12 @@ fn event_view(record: &EventRecord) -> EventView {
     }
 }
 
-fn event_detail(record: &EventRecord, mask_fields: &[String]) -> EventDetail {
-    let headers = record
-        .headers
-        .as_deref()
-        .and_then(|h| serde_json::from_str(h).ok())
-        .unwrap_or_else(|| json!({}));
+fn event_detail(
+    record: &EventRecord,
+    mask_fields: &[String],
+    keep_headers: &[String],
+) -> EventDetail {
+    let headers = super::kept_headers::shown(record.headers.as_deref(), keep_headers);
     let mut body = serde_json::from_slice(&record.body).unwrap_or_else(|_| {
         serde_json::Value::String(String::from_utf8_lossy(&record.body).into())
     });
@@ -499,7 +499,17 @@ pub(super) async fn event_one(
         .await
         .map_err(store_answer)?
         .ok_or(Answer::NotFound("unknown_event"))?;
-    Ok(Json(event_detail(&record, &state.config.mask_fields)).into_response())
+    // A source removed from the config keeps only the allowlist every source shares.
+    let keep_headers = state
+        .config
+        .source(&record.source)
+        .map_or(&state.config.keep_headers, |s| &s.keep_headers);
+    Ok(Json(event_detail(
+        &record,
+        &state.config.mask_fields,
+        keep_headers,
+    ))
+    .into_response())
 }
 
 /// What replaying one event did.

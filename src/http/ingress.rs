@@ -41,7 +41,7 @@ use crate::store::{Admission, Decided, NewEvent, Refusal, StoreError};
         (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
         (status = 429, description = "`backlog_full`, `aggregate_backlog_full` or `rate_limited`; nothing stored", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait"))),
-        (status = 503, description = "`store_unavailable`; nothing stored", body = ErrorBody,
+        (status = 503, description = "`store_unavailable`, or `verification_busy` (every core busy with costly signature checks); nothing stored", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait"))),
     ))]
 pub(super) async fn receive(
@@ -111,22 +111,9 @@ async fn check_and_log(
         return Answer::UnsupportedMediaType;
     }
     let received_at_ms = state.clock.now_ms();
-    // The secrets in force now: a reload (SIGHUP) may have rotated them since start.
-    let secrets = state.secrets.current(source);
-    let verified = match signature::verify(
-        source.scheme,
-        headers,
-        &body,
-        &secrets,
-        received_at_ms.div_euclid(1000),
-        source.tolerance_s,
-    ) {
+    let verified = match verify_signature(state, source, headers, &body, received_at_ms).await {
         Ok(verified) => verified,
-        Err(err) => {
-            warn!(source = %source.name, reason = err.code(), detail = %err, "signature rejected");
-            metrics::signature_failure(&source.name, err.code());
-            return Answer::SignatureRejected(err);
-        }
+        Err(answer) => return answer,
     };
     let event =
         match Event::parse_with_fallback(source.kind, &body, verified.delivery_id.as_deref()) {
@@ -141,47 +128,54 @@ async fn check_and_log(
     span.record("event_id", event.event_id().as_str());
     span.record("aggregate", tracing::field::display(event.aggregate()));
     span.record("sequence", event.sequence().get());
-    if let Some(rate) = source.rate_limit_per_s {
-        let now = std::time::Instant::now();
-        let taken = state.rate_limits.lock().map(|mut buckets| {
-            buckets
-                .entry(source.name.clone())
-                .or_insert_with(|| super::TokenBucket::full(rate, now))
-                .take(rate, now)
-        });
-        if let Ok(Err(wait)) = taken {
-            return Answer::RateLimited {
-                retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64,
-            };
+    let logged = match take_rate_token(state, source) {
+        Ok(charged) => {
+            // A cheap early refusal from the figure refreshed every second; the store
+            // decides the limit itself, in the transaction that would log the delivery.
+            let backlog = state
+                .backlog
+                .lock()
+                .map(|b| b.get(&source.name).copied().unwrap_or(0))
+                .unwrap_or(0);
+            if backlog >= source.max_backlog {
+                warn!(source = %source.name, backlog, "backlog over max_backlog: delivery refused");
+                refund_rate_token(state, source, charged);
+                return Answer::BacklogFull;
+            }
+            let rules = (source.mode == Mode::Sync).then(|| source.rules());
+            let logged = state
+                .store
+                .ingest(
+                    NewEvent {
+                        headers: &super::kept_headers::keep(headers, &source.keep_headers),
+                        source: &source.name,
+                        event: &event,
+                        body: &body,
+                        received_at_ms,
+                        signed_at: verified.signed_at,
+                        limits: source.limits(),
+                    },
+                    rules.as_ref(),
+                )
+                .await;
+            // Only a newly logged event spends the publisher's budget: replays of a
+            // captured delivery must not starve its genuine ones.
+            if !matches!(logged, Ok(Admission::Logged { .. })) {
+                refund_rate_token(state, source, charged);
+            }
+            logged
         }
-    }
-    // A cheap early refusal from the figure refreshed every second; the store decides
-    // the limit itself, in the transaction that would log the delivery.
-    let backlog = state
-        .backlog
-        .lock()
-        .map(|b| b.get(&source.name).copied().unwrap_or(0))
-        .unwrap_or(0);
-    if backlog >= source.max_backlog {
-        warn!(source = %source.name, backlog, "backlog over max_backlog: delivery refused");
-        return Answer::BacklogFull;
-    }
-    let rules = (source.mode == Mode::Sync).then(|| source.rules());
-    let logged = state
-        .store
-        .ingest(
-            NewEvent {
-                headers: &kept_headers(headers),
-                source: &source.name,
-                event: &event,
-                body: &body,
-                received_at_ms,
-                signed_at: verified.signed_at,
-                limits: source.limits(),
-            },
-            rules.as_ref(),
-        )
-        .await;
+        // Out of tokens: a replay of a logged delivery is still answered as the duplicate
+        // it is (2xx, so its sender stops), without storing anything.
+        Err(wait) => match logged_copy(state, source, &event, &body).await {
+            Some(duplicate) => Ok(duplicate),
+            None => {
+                return Answer::RateLimited {
+                    retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64,
+                }
+            }
+        },
+    };
     let answer = match logged {
         Ok(Admission::Duplicate {
             key,
@@ -262,6 +256,114 @@ async fn check_and_log(
     answer
 }
 
+/// Longest a costly signature check waits for a free core before its delivery gets a 503.
+const COSTLY_CHECK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Verifies the delivery's signature with the secrets in force now (a reload may have
+/// rotated them). Costly checks (ed25519, lists of signatures) run on a blocking thread
+/// under [`AppState::costly_checks`], so that a flood of them cannot stall the async
+/// threads that serve every other request.
+async fn verify_signature(
+    state: &AppState,
+    source: &SourceConfig,
+    headers: &HeaderMap,
+    body: &axum::body::Bytes,
+    received_at_ms: i64,
+) -> Result<signature::Verified, Answer> {
+    let secrets = state.secrets.current(source);
+    let (scheme, tolerance_s) = (source.scheme, source.tolerance_s);
+    let received_at = received_at_ms.div_euclid(1000);
+    let ignored = signature::ignored_signatures(scheme, headers);
+    if ignored > 0 {
+        warn!(source = %source.name, ignored,
+              checked = signature::standard_webhooks::MAX_CHECKED_SIGNATURES,
+              "more signatures than are checked: the rest are ignored");
+    }
+    let verdict = if signature::is_costly(scheme, headers) {
+        let waited = tokio::time::timeout(
+            COSTLY_CHECK_WAIT,
+            std::sync::Arc::clone(&state.costly_checks).acquire_owned(),
+        )
+        .await;
+        let Ok(Ok(permit)) = waited else {
+            warn!(source = %source.name, "every core busy with costly signature checks: delivery refused");
+            return Err(Answer::VerificationBusy);
+        };
+        let (headers, body) = (headers.clone(), body.clone());
+        let check = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            signature::verify(scheme, &headers, &body, &secrets, received_at, tolerance_s)
+        });
+        match check.await {
+            Ok(verdict) => verdict,
+            Err(err) => {
+                tracing::error!(source = %source.name, %err, "signature check failed to run");
+                return Err(Answer::Internal);
+            }
+        }
+    } else {
+        signature::verify(scheme, headers, body, &secrets, received_at, tolerance_s)
+    };
+    verdict.map_err(|err| {
+        warn!(source = %source.name, reason = err.code(), detail = %err, "signature rejected");
+        metrics::signature_failure(&source.name, err.code());
+        Answer::SignatureRejected(err)
+    })
+}
+
+/// Takes a token from the source's bucket: `Ok(true)` when one was taken, `Ok(false)`
+/// when the source has no limit, or how long until the next token.
+fn take_rate_token(state: &AppState, source: &SourceConfig) -> Result<bool, std::time::Duration> {
+    let Some(rate) = source.rate_limit_per_s else {
+        return Ok(false);
+    };
+    let now = std::time::Instant::now();
+    let taken = state.rate_limits.lock().map(|mut buckets| {
+        buckets
+            .entry(source.name.clone())
+            .or_insert_with(|| super::TokenBucket::full(rate, now))
+            .take(rate, now)
+    });
+    match taken {
+        Ok(Err(wait)) => Err(wait),
+        Ok(Ok(())) => Ok(true),
+        // A poisoned lock must not refuse every delivery: let it through uncounted.
+        Err(_) => Ok(false),
+    }
+}
+
+/// Gives back the token taken for a delivery that stored nothing.
+fn refund_rate_token(state: &AppState, source: &SourceConfig, charged: bool) {
+    let Some(rate) = source.rate_limit_per_s.filter(|_| charged) else {
+        return;
+    };
+    if let Ok(mut buckets) = state.rate_limits.lock() {
+        if let Some(bucket) = buckets.get_mut(&source.name) {
+            bucket.refund(rate);
+        }
+    }
+}
+
+/// The logged event this delivery repeats (same source and `event_id`), as the store
+/// would report it. A failed lookup is no duplicate: the caller then answers 429.
+async fn logged_copy(
+    state: &AppState,
+    source: &SourceConfig,
+    event: &Event,
+    body: &[u8],
+) -> Option<Admission> {
+    let record = state
+        .store
+        .event(&source.name, event.event_id().as_str())
+        .await
+        .ok()??;
+    Some(Admission::Duplicate {
+        key: crate::store::DedupKey::EventId,
+        original: event.event_id().clone(),
+        body_differs: record.body != body,
+    })
+}
+
 fn sync_answer(event: &Event, decided: Decided) -> Answer {
     let event_id = event.event_id().clone();
     match decided.outcome {
@@ -276,42 +378,6 @@ fn sync_answer(event: &Event, decided: Decided) -> Answer {
         Outcome::Held => Answer::Accepted { event_id },
         Outcome::Dead { reason, .. } => Answer::Dead { event_id, reason },
     }
-}
-
-/// Parts of header names that mark a credential or a signature: never stored or shown.
-const SECRET_HEADER_MARKS: [&str; 8] = [
-    "signature",
-    "hmac",
-    "authorization",
-    "cookie",
-    "token",
-    "secret",
-    "api-key",
-    "apikey",
-];
-/// Most headers kept per event, and longest value kept.
-const KEPT_HEADERS: usize = 32;
-const KEPT_VALUE_BYTES: usize = 256;
-
-/// The request headers kept with an event for triage: everything but credentials and
-/// signatures, bounded in number and size.
-fn kept_headers(headers: &HeaderMap) -> Vec<(String, String)> {
-    headers
-        .iter()
-        .filter(|(name, _)| {
-            let name = name.as_str();
-            !SECRET_HEADER_MARKS.iter().any(|mark| name.contains(mark))
-        })
-        .filter_map(|(name, value)| {
-            let value = value.to_str().ok()?;
-            let end = value
-                .char_indices()
-                .nth(KEPT_VALUE_BYTES)
-                .map_or(value.len(), |(i, _)| i);
-            Some((name.as_str().to_owned(), value[..end].to_owned()))
-        })
-        .take(KEPT_HEADERS)
-        .collect()
 }
 
 /// Most bytes of a refused body read (and dropped) so that the client, still

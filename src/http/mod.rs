@@ -6,6 +6,7 @@ pub mod answer;
 mod api;
 mod dashboard;
 mod ingress;
+pub mod kept_headers;
 pub mod server;
 
 use std::net::SocketAddr;
@@ -45,6 +46,9 @@ pub struct AppState {
     pub backlog: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
     /// Duplicate `event_id`s with a different body (publisher errors) seen by this node, per source.
     pub conflicting_duplicates: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
+    /// One permit per core for costly signature checks (ed25519, lists of signatures), which
+    /// run on blocking threads: a flood of them waits here instead of taking every core.
+    pub costly_checks: Arc<tokio::sync::Semaphore>,
 }
 
 /// Each source's secrets, shared with the reload handler so that rotation needs no restart.
@@ -116,6 +120,11 @@ impl TokenBucket {
                 (1.0 - self.tokens) / rate,
             ))
         }
+    }
+
+    /// Gives back a token taken for a delivery that turned out to cost nothing (a duplicate).
+    pub fn refund(&mut self, rate: u32) {
+        self.tokens = (self.tokens + 1.0).min(f64::from(rate));
     }
 
     /// A full bucket.

@@ -332,6 +332,27 @@ pub fn verify(
     Ok(verified)
 }
 
+/// Whether verifying this delivery may cost more than one HMAC per secret (an ed25519
+/// signature, or a list of signatures to check): such checks belong off the async threads.
+pub fn is_costly(scheme: Scheme, headers: &HeaderMap) -> bool {
+    match scheme {
+        Scheme::StandardWebhooks => header_str(headers, standard_webhooks::SIGNATURE_HEADER)
+            .is_ok_and(standard_webhooks::is_costly),
+        // One HMAC per secret, compared with every listed signature: cheap whatever the list.
+        _ => false,
+    }
+}
+
+/// How many of the delivery's signatures go unchecked beyond the scheme's cap
+/// ([`standard_webhooks::MAX_CHECKED_SIGNATURES`]).
+pub fn ignored_signatures(scheme: Scheme, headers: &HeaderMap) -> usize {
+    match scheme {
+        Scheme::StandardWebhooks => header_str(headers, standard_webhooks::SIGNATURE_HEADER)
+            .map_or(0, standard_webhooks::ignored_signatures),
+        _ => 0,
+    }
+}
+
 /// Why a secret cannot sign for a scheme.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]

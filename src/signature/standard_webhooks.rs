@@ -38,6 +38,11 @@ pub const PRIVATE_PREFIX: &str = "whsk_";
 
 /// More signatures than any publisher sends: refused rather than checked one by one.
 pub const MAX_SIGNATURES: usize = 64;
+/// Signatures checked per delivery, in header order; the rest are ignored. A publisher
+/// sends one per active key (two or three during a rotation), while each `v1a` checked
+/// costs one ed25519 verification per public key: 64 of them against two keys would cost
+/// 128 verifications, a CPU amplification.
+pub const MAX_CHECKED_SIGNATURES: usize = 8;
 
 /// One signature of the `webhook-signature` list.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +76,20 @@ pub fn parse_signatures(raw: &str) -> Result<Vec<Signature>, &'static str> {
         return Err(SIGNATURE_FORMAT);
     }
     Ok(out)
+}
+
+/// How many well-formed signatures of `webhook-signature` go unchecked beyond
+/// [`MAX_CHECKED_SIGNATURES`] (zero for a header that does not parse).
+pub fn ignored_signatures(raw: &str) -> usize {
+    parse_signatures(raw).map_or(0, |list| list.len().saturating_sub(MAX_CHECKED_SIGNATURES))
+}
+
+/// Whether checking `webhook-signature` may cost more than one HMAC per key: it holds
+/// an ed25519 (`v1a`) signature, or several signatures.
+pub fn is_costly(raw: &str) -> bool {
+    let mut tokens = raw.split(' ').filter(|t| !t.is_empty());
+    let first = tokens.next();
+    tokens.next().is_some() || first.is_some_and(|t| t.starts_with("v1a,"))
 }
 
 /// A configured Standard Webhooks key, decoded.
@@ -156,10 +175,11 @@ pub(super) fn verify(
         });
     }
     let (ts, _) = timestamp_header(headers, TIMESTAMP_HEADER)?;
-    let signatures = parse_signatures(raw).map_err(|expected| SignatureError::Malformed {
+    let mut signatures = parse_signatures(raw).map_err(|expected| SignatureError::Malformed {
         header: SIGNATURE_HEADER,
         expected,
     })?;
+    signatures.truncate(MAX_CHECKED_SIGNATURES);
     let has_v1 = signatures.iter().any(|s| matches!(s, Signature::V1(_)));
     let has_v1a = signatures.iter().any(|s| matches!(s, Signature::V1a(_)));
     let content = signed_content(id, ts, body);
@@ -444,6 +464,120 @@ mod tests {
         assert!(Scheme::StandardWebhooks
             .check_secret(&Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"))
             .is_ok());
+    }
+
+    /// A `v1a` list as an attacker builds it: well-formed signatures (valid points,
+    /// canonical scalars, so each costs a full verification) that match no key.
+    fn forged_v1a_list(tokens: usize, body: &[u8]) -> String {
+        let (_, attacker) = format_keypair(&[9; 32]);
+        let signed = try_sign(
+            Scheme::StandardWebhooks,
+            body,
+            &Secret::new(attacker),
+            TS,
+            Some(MSG_ID),
+        )
+        .unwrap();
+        vec![signed[2].1.clone(); tokens].join(" ")
+    }
+
+    /// Prints what the issue's attack (64 `v1a` tokens against two `whpk_` keys) costs
+    /// relative to one valid signature. A measurement for the record, not an assertion:
+    /// `cargo test --lib long_v1a_list_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a timing measurement; run by hand"]
+    fn long_v1a_list_cost() {
+        const ROUNDS: u32 = 50;
+        let body = vec![b'x'; 4096];
+        let pairs = [format_keypair(&[1; 32]), format_keypair(&[2; 32])];
+        let secrets: Vec<Secret> = pairs.iter().map(|(p, _)| Secret::new(p.clone())).collect();
+        let valid = try_sign(
+            Scheme::StandardWebhooks,
+            &body,
+            &Secret::new(pairs[1].1.clone()),
+            TS,
+            Some(MSG_ID),
+        )
+        .unwrap();
+        let attack = at_ts(&forged_v1a_list(MAX_SIGNATURES, &body));
+        let time = |headers: &HeaderMap| {
+            let started = std::time::Instant::now();
+            for _ in 0..ROUNDS {
+                let _ = verify(Scheme::StandardWebhooks, headers, &body, &secrets, TS, 300);
+            }
+            started.elapsed() / ROUNDS
+        };
+        let single = time(&headers_of(&valid));
+        let attacked = time(&attack);
+        println!(
+            "one valid v1a: {single:?}; 64 forged v1a against 2 keys: {attacked:?}; ratio {:.1}",
+            attacked.as_secs_f64() / single.as_secs_f64()
+        );
+    }
+
+    #[test]
+    fn only_the_first_signatures_are_checked() {
+        let body = br#"{"a":1}"#;
+        let (public, private) = format_keypair(&[3; 32]);
+        let secrets = [Secret::new(public)];
+        let valid = try_sign(
+            Scheme::StandardWebhooks,
+            body,
+            &Secret::new(private),
+            TS,
+            Some(MSG_ID),
+        )
+        .unwrap()[2]
+            .1
+            .clone();
+        let forged = |n: usize| forged_v1a_list(n, body);
+        let check = |raw: &str| {
+            verify(
+                Scheme::StandardWebhooks,
+                &at_ts(raw),
+                body,
+                &secrets,
+                TS,
+                300,
+            )
+        };
+        // Within the cap, a valid signature verifies wherever it stands.
+        let last_checked = format!("{} {valid}", forged(MAX_CHECKED_SIGNATURES - 1));
+        assert!(check(&last_checked).is_ok());
+        assert_eq!(ignored_signatures(&last_checked), 0);
+        // Beyond it, it is never looked at: the delivery is refused as unverified.
+        let beyond = format!("{} {valid}", forged(MAX_CHECKED_SIGNATURES));
+        assert_eq!(
+            check(&beyond),
+            Err(SignatureError::Mismatch {
+                header: SIGNATURE_HEADER,
+                signatures: MAX_CHECKED_SIGNATURES,
+                tried: 1,
+                configured: 1
+            })
+        );
+        assert_eq!(ignored_signatures(&beyond), 1);
+        // The issue's attack: 64 forged tokens, 56 of them ignored.
+        let attack = forged(MAX_SIGNATURES);
+        assert_eq!(check(&attack).unwrap_err().code(), "invalid_signature");
+        assert_eq!(
+            ignored_signatures(&attack),
+            MAX_SIGNATURES - MAX_CHECKED_SIGNATURES
+        );
+        // Junk and unknown versions are not signatures, so they take no place in the cap.
+        let junk = format!("{} {valid}", vec!["v2,AAAA"; 20].join(" "));
+        assert!(check(&junk).is_ok());
+    }
+
+    #[test]
+    fn lists_and_ed25519_signatures_are_costly_a_single_hmac_is_not() {
+        assert!(!is_costly(
+            "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+        ));
+        assert!(!is_costly(""));
+        assert!(is_costly("v1a,AAAA"));
+        assert!(is_costly("v1,AAAA v1,BBBB"));
+        assert!(is_costly(" v1,AAAA  junk "));
     }
 
     use proptest::prelude::*;
