@@ -133,10 +133,18 @@ async fn max_backlog_holds_under_400_concurrent_sends() {
     let replies: Vec<Reply> =
         join_all((0..400).map(|i| send(&server, delta(&format!("p{i}"), 2)))).await;
     let accepted = replies.iter().filter(|r| r.code == 202).count();
-    assert_eq!(accepted, 50);
-    for refused in replies.iter().filter(|r| r.code != 202) {
+    // A loaded machine may answer a few 503s (nothing stored); every other refusal is 429.
+    let transient = replies.iter().filter(|r| r.code == 503).count();
+    assert!(accepted <= 50, "{accepted} accepted over max_backlog = 50");
+    assert!(accepted + transient >= 50, "only {accepted} accepted");
+    for refused in replies.iter().filter(|r| r.code != 202 && r.code != 503) {
         assert_eq!(refused.code, 429, "{refused:?}");
         assert_eq!(refused.body["error"], "backlog_full");
+    }
+    assert_eq!(server.count().await, accepted);
+    for i in accepted..50 {
+        let reply = send(&server, delta(&format!("q{i}"), 2)).await;
+        assert_eq!(reply.code, 202, "{reply:?}");
     }
     assert_eq!(server.count().await, 50);
     wait_count(&server, EventStatus::Held, 50).await;
