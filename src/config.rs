@@ -10,7 +10,7 @@ use serde::Deserialize;
 use crate::contract::SourceKind;
 use crate::retry::RetryPolicy;
 use crate::signature::{Scheme, Secret};
-use crate::store::SourceRules;
+use crate::store::{IngestLimits, SourceRules};
 
 /// Whether a source answers after applying (sync) or after logging (async).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -54,6 +54,8 @@ pub struct SourceConfig {
     pub stale_after_s: u64,
     /// Undecided events (received, held, retrying) above which deliveries get 429.
     pub max_backlog: u64,
+    /// In-order events of one aggregate waiting ahead of a gap above which its deliveries get 429.
+    pub max_held_per_aggregate: u64,
     /// Deliveries per second accepted from this source (bursts up to one second's worth); none when unset.
     pub rate_limit_per_s: Option<u32>,
     /// Request headers kept with its events beyond the built-in allowlist (lower case;
@@ -69,6 +71,15 @@ impl SourceConfig {
             kind: self.kind,
             first_sequence: self.first_sequence,
             hold_timeout_ms: (self.hold_timeout_s as i64).saturating_mul(1000),
+        }
+    }
+
+    /// The limits the store admits this source's deliveries under.
+    pub fn limits(&self) -> IngestLimits {
+        IngestLimits {
+            max_backlog: self.max_backlog,
+            max_held_per_aggregate: self.max_held_per_aggregate,
+            first_sequence: self.first_sequence,
         }
     }
 }
@@ -198,6 +209,7 @@ struct FileSource {
     hold_timeout_s: Option<u64>,
     stale_after_s: Option<u64>,
     max_backlog: Option<u64>,
+    max_held_per_aggregate: Option<u64>,
     rate_limit_per_s: Option<u32>,
     keep_headers: Option<Vec<String>>,
 }
@@ -215,11 +227,15 @@ impl FileSource {
             hold_timeout_s: None,
             stale_after_s: None,
             max_backlog: None,
+            max_held_per_aggregate: None,
             rate_limit_per_s: None,
             keep_headers: None,
         }
     }
 }
+
+/// Default cap on the in-order events of one aggregate waiting ahead of a gap.
+pub const DEFAULT_MAX_HELD_PER_AGGREGATE: u64 = 1000;
 
 /// Default body limit: 256 KiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 256 * 1024;
@@ -403,6 +419,9 @@ impl Config {
                 hold_timeout_s: s.hold_timeout_s.unwrap_or(30),
                 stale_after_s: s.stale_after_s.unwrap_or(15 * 60),
                 max_backlog: s.max_backlog.unwrap_or(1_000_000),
+                max_held_per_aggregate: s
+                    .max_held_per_aggregate
+                    .unwrap_or(DEFAULT_MAX_HELD_PER_AGGREGATE),
                 rate_limit_per_s: s.rate_limit_per_s.filter(|r| *r > 0),
             });
         }

@@ -85,6 +85,12 @@ pub fn conflicting_duplicate(source: &str) {
     counter!("inhook_conflicting_duplicates_total", "source" => source.to_owned()).increment(1);
 }
 
+/// A delivery received after one of a higher sequence of its aggregate: counted at
+/// ingest, by order of receipt, whatever a worker later sees at once.
+pub fn out_of_order(source: &str) {
+    counter!("inhook_out_of_order_total", "source" => source.to_owned()).increment(1);
+}
+
 /// Outcomes of one settle step (ingest in sync mode, or a worker step).
 pub fn settled(source: &str, report: &SettleReport) {
     let attempts = |outcome: &'static str, n: u64| {
@@ -105,12 +111,6 @@ pub fn settled(source: &str, report: &SettleReport) {
     if report.stale > 0 {
         counter!("inhook_stale_events_total", "source" => source.to_owned())
             .increment(report.stale);
-    }
-    // An event is out of order when it arrives after a newer one (stale) or ahead of a gap (held).
-    let out_of_order = report.stale + report.newly_held;
-    if out_of_order > 0 {
-        counter!("inhook_out_of_order_total", "source" => source.to_owned())
-            .increment(out_of_order);
     }
     if report.gaps_skipped > 0 {
         counter!("inhook_gaps_skipped_total", "source" => source.to_owned())

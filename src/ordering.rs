@@ -147,6 +147,88 @@ pub fn settle_save(
     }
 }
 
+/// A held event as the held-event selection sees it: no body, nothing parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct HeldRef {
+    /// Its sequence (first, so that refs sort as [`settle_save`] orders events).
+    pub sequence: i64,
+    /// The event log row.
+    pub row: i64,
+    /// When it was received, unix milliseconds.
+    pub received_at_ms: i64,
+}
+
+/// How many of the `held` events (sorted) a settle step must see: the contiguous run the
+/// watermark can reach, counting every `arriving` sequence as decided, plus each gap a hold
+/// timeout skips, plus the lowest one still waiting (it decides whether a gap is skipped).
+/// Held events past it wait whatever the step decides, so their bodies stay unread.
+pub fn held_in_reach(
+    last_sequence: i64,
+    occupied: &BTreeSet<i64>,
+    arriving: &[i64],
+    held: &[HeldRef],
+    now_ms: i64,
+    hold_timeout_ms: i64,
+) -> usize {
+    let mut occupied = occupied.clone();
+    occupied.extend(arriving.iter().copied());
+    let mut watermark = last_sequence;
+    advance(&mut watermark, &occupied);
+    let mut taken = 0;
+    loop {
+        while let Some(next) = held.get(taken).filter(|h| h.sequence <= watermark + 1) {
+            occupied.insert(next.sequence);
+            advance(&mut watermark, &occupied);
+            taken += 1;
+        }
+        let Some(next) = held.get(taken) else {
+            return taken;
+        };
+        taken += 1;
+        if now_ms.saturating_sub(next.received_at_ms) < hold_timeout_ms {
+            return taken;
+        }
+        watermark = watermark.max(next.sequence - 1);
+        occupied.insert(next.sequence);
+        advance(&mut watermark, &occupied);
+    }
+}
+
+/// The held events a settle step left out that its result would have decided: at or
+/// below the new watermark or snapshot, on a sequence now taken, or the lowest one left
+/// out when a gap before it may be skipped. Empty means the step is exactly what settling
+/// with every held event would have done.
+///
+/// `decided` holds the sequences the step's non-held, non-conflicting decisions took (and
+/// those taken before); `lowest_held` is the lowest `(sequence, row)` the step left held.
+pub fn held_left_out(
+    state: &SaveState,
+    decided: &BTreeSet<i64>,
+    lowest_held: Option<(i64, i64)>,
+    left_out: &[HeldRef],
+    now_ms: i64,
+    hold_timeout_ms: i64,
+) -> Vec<HeldRef> {
+    let reach = state
+        .last_sequence
+        .saturating_add(1)
+        .max(state.snapshot_sequence.map_or(i64::MIN, Sequence::get));
+    let mut missing: Vec<HeldRef> = left_out
+        .iter()
+        .filter(|h| h.sequence <= reach || decided.contains(&h.sequence))
+        .copied()
+        .collect();
+    let lowest_left = left_out.iter().filter(|h| !missing.contains(h)).min();
+    if let Some(first) = lowest_left {
+        let behind_a_held = lowest_held.is_some_and(|low| low < (first.sequence, first.row));
+        let due = now_ms.saturating_sub(first.received_at_ms) >= hold_timeout_ms;
+        if due && !behind_a_held {
+            missing.push(*first);
+        }
+    }
+    missing
+}
+
 /// Moves the watermark over every contiguous decided sequence.
 fn advance(watermark: &mut i64, occupied: &BTreeSet<i64>) {
     while let Some(next) = watermark.checked_add(1) {
@@ -495,5 +577,177 @@ mod tests {
             let last = stream.last().unwrap();
             prop_assert_eq!(state.map(|s| (s.presence, s.sequence)), Some((last.presence, last.sequence)));
         }
+    }
+
+    /// Settles as the stores do: only the held events in reach, then whatever the
+    /// result says was left out, until nothing is. Unread held events stay held.
+    fn settle_in_reach(
+        state: SaveState,
+        occupied: &BTreeSet<i64>,
+        arriving: Vec<PendingSave>,
+        held: Vec<PendingSave>,
+        now_ms: i64,
+    ) -> (Settlement, usize) {
+        let mut refs: Vec<HeldRef> = held
+            .iter()
+            .map(|p| HeldRef {
+                sequence: p.event.sequence.get(),
+                row: p.row,
+                received_at_ms: p.received_at_ms,
+            })
+            .collect();
+        refs.sort();
+        let arriving_seqs: Vec<i64> = arriving.iter().map(|p| p.event.sequence.get()).collect();
+        let take = held_in_reach(
+            state.last_sequence,
+            occupied,
+            &arriving_seqs,
+            &refs,
+            now_ms,
+            HOLD,
+        );
+        let mut loaded: Vec<HeldRef> = refs[..take].to_vec();
+        loop {
+            let mut pending = arriving.clone();
+            pending.extend(
+                held.iter()
+                    .filter(|p| loaded.iter().any(|h| h.row == p.row))
+                    .cloned(),
+            );
+            let seq_of = |row: i64| {
+                pending
+                    .iter()
+                    .find(|p| p.row == row)
+                    .map(|p| p.event.sequence.get())
+                    .unwrap()
+            };
+            let settled = settle_save(
+                state.clone(),
+                occupied.clone(),
+                pending.clone(),
+                now_ms,
+                HOLD,
+            );
+            let mut decided = occupied.clone();
+            let mut lowest_held = None;
+            for (row, outcome) in &settled.decisions {
+                match outcome {
+                    Outcome::Held => {
+                        let key = (seq_of(*row), *row);
+                        lowest_held = Some(lowest_held.map_or(key, |low: (i64, i64)| low.min(key)));
+                    }
+                    Outcome::Dead {
+                        reason: DeadReason::SequenceConflict,
+                        ..
+                    } => {}
+                    _ => {
+                        decided.insert(seq_of(*row));
+                    }
+                }
+            }
+            let left_out: Vec<HeldRef> = refs
+                .iter()
+                .filter(|h| !loaded.contains(h))
+                .copied()
+                .collect();
+            let missing = held_left_out(
+                &settled.state,
+                &decided,
+                lowest_held,
+                &left_out,
+                now_ms,
+                HOLD,
+            );
+            if missing.is_empty() {
+                return (settled, loaded.len());
+            }
+            loaded.extend(missing);
+        }
+    }
+
+    proptest! {
+        /// Reading only the held events in reach decides exactly what reading them all does.
+        #[test]
+        fn settling_the_held_events_in_reach_equals_settling_them_all(
+            stream in arb_stream(),
+            split in proptest::collection::vec((0u8..3, any::<bool>(), 0u8..4), 12),
+            start in 0i64..3,
+        ) {
+            let now = 100_000;
+            let mut arriving = Vec::new();
+            let mut held = Vec::new();
+            for (i, event) in stream.into_iter().enumerate() {
+                // Some sequences never arrive, so that gaps wait and time out.
+                let (place, old, missing) = split[i];
+                if missing == 0 {
+                    continue;
+                }
+                let is_held = place > 0;
+                let p = PendingSave {
+                    row: i as i64,
+                    received_at_ms: if old { 0 } else { now },
+                    replayed: false,
+                    event,
+                };
+                let delta = matches!(p.event.change, SaveChange::InventoryUpdated { .. });
+                if is_held && delta { held.push(p) } else { arriving.push(p) }
+            }
+            let state = SaveState::empty(1 + start);
+            let occupied = BTreeSet::new();
+            let mut all = arriving.clone();
+            all.extend(held.clone());
+            let full = settle_save(state.clone(), occupied.clone(), all, now, HOLD);
+            let (partial, _) = settle_in_reach(state, &occupied, arriving, held.clone(), now);
+            let mut expected = full.decisions.clone();
+            expected.sort_by_key(|(row, _)| *row);
+            let mut got = partial.decisions.clone();
+            got.extend(
+                held.iter()
+                    .filter(|p| !partial.decisions.iter().any(|(r, _)| *r == p.row))
+                    .map(|p| (p.row, Outcome::Held)),
+            );
+            got.sort_by_key(|(row, _)| *row);
+            prop_assert_eq!(got, expected);
+            prop_assert_eq!(partial.state, full.state);
+            prop_assert_eq!(partial.gaps_skipped, full.gaps_skipped);
+        }
+    }
+
+    #[test]
+    fn a_far_arrival_reads_one_held_event_and_a_filled_gap_reads_the_run() {
+        let now = 1_000;
+        let held: Vec<PendingSave> = (3..=600)
+            .map(|seq| PendingSave {
+                row: seq,
+                received_at_ms: now,
+                event: delta(seq, "gem", 1, 0),
+                replayed: false,
+            })
+            .collect();
+        let far = pending(vec![delta(700, "gem", 1, 0)], now)
+            .into_iter()
+            .map(|p| PendingSave { row: 700, ..p })
+            .collect();
+        let (settled, read) = settle_in_reach(
+            SaveState::empty(1),
+            &BTreeSet::new(),
+            far,
+            held.clone(),
+            now,
+        );
+        assert_eq!(read, 1, "only the lowest held event decides anything");
+        assert_eq!(settled.state.last_sequence, 0);
+        let fill = pending(vec![delta(1, "gem", 1, 0), delta(2, "gem", 1, 0)], now)
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| PendingSave {
+                row: 1000 + i as i64,
+                ..p
+            })
+            .collect();
+        let (settled, read) =
+            settle_in_reach(SaveState::empty(1), &BTreeSet::new(), fill, held, now);
+        assert_eq!(read, 598, "the whole run becomes applicable");
+        assert_eq!(settled.state.last_sequence, 600);
     }
 }

@@ -78,6 +78,8 @@ pub enum Answer {
     VerificationBusy,
     /// 429: the source's backlog is over `max_backlog`; nothing was stored.
     BacklogFull,
+    /// 429: the aggregate has `max_held_per_aggregate` events waiting ahead of a gap; nothing was stored.
+    AggregateBacklogFull,
     /// 429: the source sends faster than its `rate_limit_per_s`; nothing was stored.
     RateLimited {
         /// Whole seconds until a delivery would be accepted (at least 1).
@@ -115,6 +117,7 @@ impl Answer {
             Answer::BodyBudgetFull => "server_busy",
             Answer::VerificationBusy => "verification_busy",
             Answer::BacklogFull => "backlog_full",
+            Answer::AggregateBacklogFull => "aggregate_backlog_full",
             Answer::RateLimited { .. } => "rate_limited",
             Answer::Internal => "internal_error",
             Answer::Unauthorized => "unauthorized",
@@ -355,6 +358,11 @@ impl IntoResponse for Answer {
             Answer::BacklogFull => retry_after(
                 StatusCode::TOO_MANY_REQUESTS,
                 ErrorBody::rejected("backlog_full"),
+                RETRY_AFTER_UNAVAILABLE_S.into(),
+            ),
+            Answer::AggregateBacklogFull => retry_after(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorBody::rejected("aggregate_backlog_full"),
                 RETRY_AFTER_UNAVAILABLE_S.into(),
             ),
             Answer::RateLimited { retry_after_s } => retry_after(

@@ -15,7 +15,7 @@ use crate::contract::Event;
 use crate::metrics;
 use crate::ordering::Outcome;
 use crate::signature;
-use crate::store::{Admission, Decided, NewEvent, StoreError};
+use crate::store::{Admission, Decided, NewEvent, Refusal, StoreError};
 
 /// Receives one delivery: verifies its signature, checks its contract, logs it durably
 /// and answers (SPEC §2). The signature headers are the source's scheme's
@@ -39,7 +39,7 @@ use crate::store::{Admission, Decided, NewEvent, StoreError};
             body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
-        (status = 429, description = "`backlog_full` or `rate_limited`; nothing stored", body = ErrorBody,
+        (status = 429, description = "`backlog_full`, `aggregate_backlog_full` or `rate_limited`; nothing stored", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait"))),
         (status = 503, description = "`store_unavailable`, `verification_busy` (every core busy with costly signature checks) or `server_busy` (the bodies being read fill `max_buffered_body_bytes`); nothing stored", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait"))),
@@ -141,6 +141,8 @@ async fn check_and_log(
     span.record("sequence", event.sequence().get());
     let logged = match take_rate_token(state, source) {
         Ok(charged) => {
+            // A cheap early refusal from the figure refreshed every second; the store
+            // decides the limit itself, in the transaction that would log the delivery.
             let backlog = state
                 .backlog
                 .lock()
@@ -162,6 +164,7 @@ async fn check_and_log(
                         body: &body,
                         received_at_ms,
                         signed_at: verified.signed_at,
+                        limits: source.limits(),
                     },
                     rules.as_ref(),
                 )
@@ -209,7 +212,23 @@ async fn check_and_log(
                 key,
             }
         }
-        Ok(Admission::Logged { decided: None, .. }) => {
+        Ok(Admission::Refused(Refusal::BacklogFull)) => {
+            warn!(source = %source.name, "backlog over max_backlog: delivery refused");
+            Answer::BacklogFull
+        }
+        Ok(Admission::Refused(Refusal::AggregateBacklogFull)) => {
+            warn!(source = %source.name, aggregate = %event.aggregate(),
+                  "aggregate over max_held_per_aggregate: delivery refused");
+            Answer::AggregateBacklogFull
+        }
+        Ok(Admission::Logged {
+            decided: None,
+            out_of_order,
+            ..
+        }) => {
+            if out_of_order {
+                metrics::out_of_order(&source.name);
+            }
             state.wake.notify_one();
             Answer::Accepted {
                 event_id: event.event_id().clone(),
@@ -217,8 +236,12 @@ async fn check_and_log(
         }
         Ok(Admission::Logged {
             decided: Some(decided),
+            out_of_order,
             ..
         }) => {
+            if out_of_order {
+                metrics::out_of_order(&source.name);
+            }
             metrics::settled(&source.name, &decided.report);
             sync_answer(&event, decided)
         }

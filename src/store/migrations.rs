@@ -136,6 +136,29 @@ CREATE INDEX dedup_keys_expiry ON dedup_keys (expires_at);
 CREATE INDEX state_changes_at ON state_changes (at);
 "#,
     ),
+    (
+        3,
+        // The highest sequence received per aggregate, so that an event is counted out of
+        // order by order of receipt; and the held events by sequence, so that settling reads
+        // only the ones in reach instead of every held body.
+        r#"
+CREATE TABLE aggregate_seen (
+    source       TEXT    NOT NULL,
+    aggregate    TEXT    NOT NULL,
+    max_sequence INTEGER NOT NULL,
+    PRIMARY KEY (source, aggregate)
+);
+INSERT INTO aggregate_seen (source, aggregate, max_sequence)
+    SELECT source, aggregate, MAX(sequence) FROM events GROUP BY source, aggregate;
+CREATE INDEX events_held ON events (source, aggregate, sequence, received_at)
+    WHERE status = 'held';
+-- An aggregate's rows by sequence with their status: the columns settling and the hold
+-- cap filter on sit after the body, so without them in the index every held row's
+-- body overflow pages were walked on every arrival.
+DROP INDEX events_aggregate;
+CREATE INDEX events_aggregate ON events (source, aggregate, sequence, status, dead_reason);
+"#,
+    ),
 ];
 
 /// `(version, SQL)` in order, for PostgreSQL; the same schema as [`SQLITE`].
@@ -243,6 +266,68 @@ CREATE TABLE save_state (
 -- The retention task's expiry scans, by index rather than over the whole table.
 CREATE INDEX dedup_keys_expiry ON dedup_keys (expires_at);
 CREATE INDEX state_changes_at ON state_changes (at);
+"#,
+    ),
+    (
+        3,
+        r#"
+-- The highest sequence received per aggregate: out-of-order counting by order of receipt.
+CREATE TABLE aggregate_seen (
+    source       TEXT   NOT NULL,
+    aggregate    TEXT   NOT NULL,
+    max_sequence BIGINT NOT NULL,
+    PRIMARY KEY (source, aggregate)
+);
+INSERT INTO aggregate_seen (source, aggregate, max_sequence)
+    SELECT source, aggregate, MAX(sequence) FROM events GROUP BY source, aggregate;
+
+-- The held events by sequence: settling reads only the ones in reach.
+CREATE INDEX events_held ON events (source, aggregate, sequence, id, received_at)
+    WHERE status = 'held';
+
+-- Undecided events per source, kept by statement triggers in the writing transaction:
+-- the ingest transaction reads its source's row, locked, so that max_backlog is a hard limit.
+CREATE TABLE backlog_counts (
+    source TEXT   PRIMARY KEY,
+    n      BIGINT NOT NULL
+);
+INSERT INTO backlog_counts (source, n)
+    SELECT source, COUNT(*) FILTER (WHERE status IN ('received', 'held', 'retrying'))
+    FROM events GROUP BY source;
+
+CREATE FUNCTION backlog_counts_apply() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO backlog_counts (source, n)
+            SELECT source, COUNT(*) FROM new_rows
+            WHERE status IN ('received', 'held', 'retrying') GROUP BY source ORDER BY source
+            ON CONFLICT (source) DO UPDATE SET n = backlog_counts.n + EXCLUDED.n;
+    ELSIF TG_OP = 'UPDATE' THEN
+        INSERT INTO backlog_counts (source, n)
+            SELECT source, SUM(d) FROM (
+                SELECT source, 1 AS d FROM new_rows
+                WHERE status IN ('received', 'held', 'retrying')
+                UNION ALL
+                SELECT source, -1 FROM old_rows
+                WHERE status IN ('received', 'held', 'retrying')) t
+            GROUP BY source HAVING SUM(d) <> 0 ORDER BY source
+            ON CONFLICT (source) DO UPDATE SET n = backlog_counts.n + EXCLUDED.n;
+    ELSE
+        UPDATE backlog_counts b SET n = b.n - d.n
+            FROM (SELECT source, COUNT(*) AS n FROM old_rows
+                  WHERE status IN ('received', 'held', 'retrying') GROUP BY source) d
+            WHERE b.source = d.source;
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+CREATE TRIGGER backlog_counts_insert AFTER INSERT ON events
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION backlog_counts_apply();
+CREATE TRIGGER backlog_counts_update AFTER UPDATE ON events
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION backlog_counts_apply();
+CREATE TRIGGER backlog_counts_delete AFTER DELETE ON events
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION backlog_counts_apply();
 "#,
     ),
 ];

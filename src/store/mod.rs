@@ -13,7 +13,7 @@ use async_trait::async_trait;
 
 use serde::Serialize;
 
-use crate::contract::{Event, Presence, SourceKind};
+use crate::contract::{Event, Presence, SaveChange, SourceKind};
 use crate::domain::{AggregateKey, DeadReason, EventId, EventStatus, Sequence};
 use crate::ordering::Outcome;
 use crate::projection::{PresenceState, SaveState};
@@ -61,6 +61,29 @@ pub struct NewEvent<'a> {
     pub received_at_ms: i64,
     /// The signed timestamp, for timestamped schemes.
     pub signed_at: Option<i64>,
+    /// The source's admission limits, enforced inside the ingest transaction.
+    pub limits: IngestLimits,
+}
+
+/// Limits a delivery is admitted under. The store decides them in the transaction
+/// that logs the delivery, so that concurrent deliveries can never overshoot them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IngestLimits {
+    /// Undecided events (received, held, retrying) of the source logging may leave at most.
+    pub max_backlog: u64,
+    /// In-order events of one aggregate waiting ahead of a gap that logging may leave at most.
+    pub max_held_per_aggregate: u64,
+    /// The source's first sequence: an aggregate without state waits for it.
+    pub first_sequence: i64,
+}
+
+impl IngestLimits {
+    /// No limit at all.
+    pub const NONE: Self = Self {
+        max_backlog: u64::MAX,
+        max_held_per_aggregate: u64::MAX,
+        first_sequence: 1,
+    };
 }
 
 /// A delivery as one row of the event log, owned so that it can wait in a
@@ -78,6 +101,9 @@ pub(crate) struct EventRow {
     pub(crate) headers: Option<String>,
     pub(crate) received_at: i64,
     pub(crate) signed_at: Option<i64>,
+    pub(crate) limits: IngestLimits,
+    /// Whether the event is an in-order delta, the only kind that can be held.
+    pub(crate) may_hold: bool,
 }
 
 impl EventRow {
@@ -94,6 +120,11 @@ impl EventRow {
             headers: filter::headers_json(event.headers),
             received_at: event.received_at_ms,
             signed_at: event.signed_at,
+            limits: event.limits,
+            may_hold: matches!(
+                event.event,
+                Event::Save(save) if matches!(save.change, SaveChange::InventoryUpdated { .. })
+            ),
         }
     }
 }
@@ -126,7 +157,11 @@ pub enum Admission {
         row: i64,
         /// The outcome when the source is in sync mode.
         decided: Option<Decided>,
+        /// Whether an event of a higher sequence of its aggregate was received before it.
+        out_of_order: bool,
     },
+    /// Refused by a limit: nothing was stored.
+    Refused(Refusal),
     /// Already logged: nothing was stored.
     Duplicate {
         /// The key that matched.
@@ -136,6 +171,15 @@ pub enum Admission {
         /// Whether the stored body differs from this one (a publisher error when the key is `event_id`).
         body_differs: bool,
     },
+}
+
+/// Which limit refused a delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The source's undecided events would exceed `max_backlog`.
+    BacklogFull,
+    /// The aggregate's events waiting ahead of a gap would exceed `max_held_per_aggregate`.
+    AggregateBacklogFull,
 }
 
 /// The outcome of a sync-mode event and the aggregate's sequence after it.
@@ -158,7 +202,7 @@ pub struct SettleReport {
     pub stale: u64,
     /// Events of an unknown type: nothing applied.
     pub unsupported: u64,
-    /// Events left held.
+    /// Events left held, of those the step read (held events out of reach are not read).
     pub held: u64,
     /// Events held for the first time (they arrived ahead of a gap).
     pub newly_held: u64,

@@ -4,7 +4,7 @@
 //! aggregate serializes settling (and is released if the node dies, when its
 //! connection closes), and `LISTEN/NOTIFY` wakes every node's workers.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,12 +23,12 @@ use super::migrations::POSTGRES as MIGRATIONS;
 use super::settle::{Pending, PendingRow, Settled};
 use super::{
     sequence_of, status_of, Admission, AttemptRecord, DedupKey, EventFilter, EventPage,
-    EventRecord, EventRow, FailureReport, NewEvent, PresencePage, PurgeReport, ReplayJob,
+    EventRecord, EventRow, FailureReport, NewEvent, PresencePage, PurgeReport, Refusal, ReplayJob,
     ReplayOutcome, SavePage, SettleReport, SourceRules, StateChange, Store, StoreError,
 };
 use crate::contract::{Presence, SourceKind};
 use crate::domain::{AggregateKey, DeadReason, EventStatus};
-use crate::ordering::Outcome;
+use crate::ordering::{held_in_reach, held_left_out, HeldRef, Outcome};
 use crate::projection::{PresenceState, SaveState};
 use crate::retry::{NextStep, RetryPolicy};
 
@@ -149,6 +149,40 @@ async fn log_batch(pool: &Pool, jobs: &[PgJob]) -> Result<Vec<Admission>, StoreE
         .map_err(|e| StoreError::Unavailable(format!("no PostgreSQL connection: {e}")))?;
     let tx = client.transaction().await.map_err(pg_err)?;
     let rows: Vec<&EventRow> = jobs.iter().map(|j| &j.row).collect();
+    // The limits are decided here, in the writing transaction: first the batch's aggregates
+    // (in key order, as everyone takes them before a counter row), then its sources' counter
+    // rows, so that no concurrent delivery or batch can overshoot either limit.
+    let mut keys: Vec<i64> = rows
+        .iter()
+        .map(|r| lock_key(&r.source, &r.aggregate))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    tx.cached_execute(
+        "SELECT pg_advisory_xact_lock(k) FROM UNNEST($1::int8[]) WITH ORDINALITY AS t(k, i) ORDER BY i",
+        &[&keys],
+    )
+    .await
+    .map_err(pg_err)?;
+    let mut source_names: Vec<&str> = rows.iter().map(|r| r.source.as_str()).collect();
+    source_names.sort_unstable();
+    source_names.dedup();
+    tx.cached_execute(
+        "INSERT INTO backlog_counts (source, n)
+         SELECT s, 0 FROM UNNEST($1::text[]) AS s ORDER BY s ON CONFLICT DO NOTHING",
+        &[&source_names],
+    )
+    .await
+    .map_err(pg_err)?;
+    tx.cached_execute(
+        "SELECT n FROM backlog_counts WHERE source = ANY($1) ORDER BY source FOR UPDATE",
+        &[&source_names],
+    )
+    .await
+    .map_err(pg_err)?;
+    let mut backlog = backlogs(&tx, &source_names).await?;
+    let mut highest = highest_received(&tx, &rows).await?;
+    let mut waiting = waiting_ahead(&tx, &rows).await?;
     let text = |f: fn(&EventRow) -> &str| rows.iter().map(|r| f(r)).collect::<Vec<_>>();
     let sources = text(|r| &r.source);
     let event_ids = text(|r| &r.event_id);
@@ -203,14 +237,52 @@ async fn log_batch(pool: &Pool, jobs: &[PgJob]) -> Result<Vec<Admission>, StoreE
         );
     }
     let mut admissions = Vec::with_capacity(jobs.len());
+    let mut refused = Vec::new();
+    let mut accepted = Vec::new();
     for job in jobs {
         // `remove`: of two deliveries with one event_id, only the first gets the row.
-        let admission = match rows.remove(&(job.row.source.clone(), job.row.event_id.clone())) {
-            Some(row) => Admission::Logged { row, decided: None },
-            None => not_inserted(&tx, job).await?,
+        let Some(row) = rows.remove(&(job.row.source.clone(), job.row.event_id.clone())) else {
+            admissions.push(not_inserted(&tx, job).await?);
+            continue;
         };
-        admissions.push(admission);
+        let r = &job.row;
+        let id = (r.source.clone(), r.aggregate.clone());
+        let ahead = waiting
+            .get_mut(&id)
+            .filter(|(last, _)| r.sequence > *last + 1);
+        if let Some((_, count)) = &ahead {
+            if *count as u64 >= r.limits.max_held_per_aggregate {
+                refused.push(row);
+                admissions.push(Admission::Refused(Refusal::AggregateBacklogFull));
+                continue;
+            }
+        }
+        let undecided = backlog.entry(r.source.clone()).or_insert(0);
+        if *undecided as u64 >= r.limits.max_backlog {
+            refused.push(row);
+            admissions.push(Admission::Refused(Refusal::BacklogFull));
+            continue;
+        }
+        *undecided += 1;
+        if let Some((_, count)) = ahead {
+            *count += 1;
+        }
+        let seen = highest.entry(id).or_insert(r.sequence);
+        let out_of_order = r.sequence < *seen;
+        *seen = (*seen).max(r.sequence);
+        accepted.push(r);
+        admissions.push(Admission::Logged {
+            row,
+            decided: None,
+            out_of_order,
+        });
     }
+    if !refused.is_empty() {
+        tx.cached_execute("DELETE FROM events WHERE id = ANY($1)", &[&refused])
+            .await
+            .map_err(pg_err)?;
+    }
+    raise_highest_received(&tx, &accepted).await?;
     tx.cached_execute("SELECT pg_notify($1, '')", &[&CHANNEL])
         .await
         .map_err(pg_err)?;
@@ -520,10 +592,10 @@ impl Store for PostgresStore {
         {
             return Ok(admission);
         }
-        if settle_now.is_some() {
-            // Serialize with any other node settling this aggregate before reading its state.
-            lock_aggregate(&tx, event.source, &aggregate).await?;
-        }
+        // Serialize with any other node logging or settling this aggregate: its highest
+        // received sequence, its waiting events and (sync) its state are read below.
+        lock_aggregate(&tx, event.source, &aggregate).await?;
+        let row = EventRow::of(&event);
         let inserted = tx
             .cached_query_opt(
                 "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
@@ -553,11 +625,16 @@ impl Store for PostgresStore {
             tx.commit().await.map_err(pg_err)?;
             return Ok(admission);
         };
-        let row: i64 = col(&inserted, 0)?;
+        let row_id: i64 = col(&inserted, 0)?;
+        let seen = highest_received(&tx, &[&row]).await?;
+        let out_of_order = seen
+            .get(&(row.source.clone(), row.aggregate.clone()))
+            .is_some_and(|h| row.sequence < *h);
+        raise_highest_received(&tx, &[&row]).await?;
         let decided = match settle_now {
             Some(rules) => {
                 let settled = settle_tx(&tx, rules, &aggregate, event.received_at_ms).await?;
-                Some(settled.decided(row)?)
+                Some(settled.decided(row_id)?)
             }
             None => {
                 tx.cached_execute("SELECT pg_notify($1, '')", &[&CHANNEL])
@@ -566,8 +643,29 @@ impl Store for PostgresStore {
                 None
             }
         };
+        let waiting = waiting_ahead(&tx, &[&row]).await?;
+        let waiting_here = waiting
+            .get(&(row.source.clone(), row.aggregate.clone()))
+            .copied();
+        if let Some((ahead_of, count)) = waiting_here {
+            if row.sequence > ahead_of + 1 && count as u64 > row.limits.max_held_per_aggregate {
+                return Ok(Admission::Refused(Refusal::AggregateBacklogFull));
+            }
+        }
+        // The source's counter row was updated (so locked) by this transaction's insert:
+        // whoever else logs for this source waits for the commit, so no one overshoots.
+        if row.limits.max_backlog < u64::MAX {
+            let backlog = backlogs(&tx, &[row.source.as_str()]).await?;
+            if backlog.get(&row.source).copied().unwrap_or(0) as u64 > row.limits.max_backlog {
+                return Ok(Admission::Refused(Refusal::BacklogFull));
+            }
+        }
         tx.commit().await.map_err(pg_err)?;
-        Ok(Admission::Logged { row, decided })
+        Ok(Admission::Logged {
+            row: row_id,
+            decided,
+            out_of_order,
+        })
     }
 
     async fn due_aggregates(
@@ -1183,6 +1281,108 @@ fn event_record(r: &Row) -> Result<EventRecord, StoreError> {
     })
 }
 
+/// An aggregate's identity in the maps below.
+type AggregateId = (String, String);
+
+/// The highest sequence received so far for each of the rows' aggregates.
+async fn highest_received<C: GenericClient>(
+    tx: &C,
+    rows: &[&EventRow],
+) -> Result<HashMap<AggregateId, i64>, StoreError> {
+    let sources: Vec<&str> = rows.iter().map(|r| r.source.as_str()).collect();
+    let aggregates: Vec<&str> = rows.iter().map(|r| r.aggregate.as_str()).collect();
+    let found = tx
+        .cached_query(
+            "SELECT s.source, s.aggregate, s.max_sequence FROM aggregate_seen s
+             JOIN (SELECT DISTINCT * FROM UNNEST($1::text[], $2::text[])) AS a(source, aggregate)
+               ON s.source = a.source AND s.aggregate = a.aggregate",
+            &[&sources, &aggregates],
+        )
+        .await
+        .map_err(pg_err)?;
+    found
+        .iter()
+        .map(|r| Ok(((col(r, 0)?, col(r, 1)?), col(r, 2)?)))
+        .collect()
+}
+
+/// Raises each aggregate's highest received sequence to the rows' sequences.
+async fn raise_highest_received<C: GenericClient>(
+    tx: &C,
+    rows: &[&EventRow],
+) -> Result<(), StoreError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let sources: Vec<&str> = rows.iter().map(|r| r.source.as_str()).collect();
+    let aggregates: Vec<&str> = rows.iter().map(|r| r.aggregate.as_str()).collect();
+    let sequences: Vec<i64> = rows.iter().map(|r| r.sequence).collect();
+    tx.cached_execute(
+        "INSERT INTO aggregate_seen (source, aggregate, max_sequence)
+         SELECT source, aggregate, MAX(sequence)
+         FROM UNNEST($1::text[], $2::text[], $3::int8[]) AS r(source, aggregate, sequence)
+         GROUP BY source, aggregate ORDER BY source, aggregate
+         ON CONFLICT (source, aggregate) DO UPDATE
+             SET max_sequence = GREATEST(aggregate_seen.max_sequence, EXCLUDED.max_sequence)",
+        &[&sources, &aggregates, &sequences],
+    )
+    .await
+    .map_err(pg_err)?;
+    Ok(())
+}
+
+/// For the aggregates of the rows that may be held: the sequence events wait behind
+/// (`last_sequence`) and how many in-order events wait ahead of the gap after it.
+async fn waiting_ahead<C: GenericClient>(
+    tx: &C,
+    rows: &[&EventRow],
+) -> Result<HashMap<AggregateId, (i64, i64)>, StoreError> {
+    let rows: Vec<&&EventRow> = rows
+        .iter()
+        .filter(|r| r.may_hold && r.limits.max_held_per_aggregate < u64::MAX)
+        .collect();
+    if rows.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let sources: Vec<&str> = rows.iter().map(|r| r.source.as_str()).collect();
+    let aggregates: Vec<&str> = rows.iter().map(|r| r.aggregate.as_str()).collect();
+    let firsts: Vec<i64> = rows.iter().map(|r| r.limits.first_sequence).collect();
+    let found = tx
+        .cached_query(
+            "SELECT a.source, a.aggregate, a.last,
+                    (SELECT COUNT(*) FROM events e
+                     WHERE e.source = a.source AND e.aggregate = a.aggregate
+                       AND e.status IN ('received', 'held')
+                       AND e.sequence > a.last + 1)
+             FROM (SELECT DISTINCT u.source, u.aggregate,
+                          COALESCE(s.last_sequence, u.first - 1) AS last
+                   FROM UNNEST($1::text[], $2::text[], $3::int8[]) AS u(source, aggregate, first)
+                   LEFT JOIN save_state s ON s.source = u.source AND s.aggregate = u.aggregate) a",
+            &[&sources, &aggregates, &firsts],
+        )
+        .await
+        .map_err(pg_err)?;
+    found
+        .iter()
+        .map(|r| Ok(((col(r, 0)?, col(r, 1)?), (col(r, 2)?, col(r, 3)?))))
+        .collect()
+}
+
+/// Undecided events per source, from the counter rows the triggers keep.
+async fn backlogs<C: GenericClient>(
+    tx: &C,
+    sources: &[&str],
+) -> Result<HashMap<String, i64>, StoreError> {
+    let found = tx
+        .cached_query(
+            "SELECT source, n FROM backlog_counts WHERE source = ANY($1)",
+            &[&sources],
+        )
+        .await
+        .map_err(pg_err)?;
+    found.iter().map(|r| Ok((col(r, 0)?, col(r, 1)?))).collect()
+}
+
 async fn lock_aggregate<C: GenericClient>(
     tx: &C,
     source: &str,
@@ -1333,32 +1533,11 @@ async fn settle_tx<C: GenericClient>(
     aggregate: &str,
     now_ms: i64,
 ) -> Result<Settled, StoreError> {
-    let rows = tx
-        .cached_query(
-            "SELECT id, body, received_at, replays > 0, status = 'held', event_id FROM events
-             WHERE source = $1 AND aggregate = $2
-               AND (status IN ('received', 'held')
-                    OR (status = 'retrying' AND next_attempt_at <= $3))",
-            &[&rules.name, &aggregate, &now_ms],
-        )
-        .await
-        .map_err(pg_err)?;
-    let rows = rows
-        .iter()
-        .map(|r| {
-            Ok(PendingRow {
-                row: col(r, 0)?,
-                body: col(r, 1)?,
-                received_at_ms: col(r, 2)?,
-                replayed: col(r, 3)?,
-                was_held: col(r, 4)?,
-                event_id: col(r, 5)?,
-            })
-        })
-        .collect::<Result<Vec<_>, StoreError>>()?;
-    let pending = Pending::parse(rules.kind, rows);
+    let (mut rows, arriving) = arriving_rows(tx, &rules.name, aggregate, now_ms).await?;
     let (decisions, report, current_sequence, change) = match rules.kind {
         SourceKind::Presence => {
+            // Presence never holds: every pending row is an arrival.
+            let pending = Pending::parse(rules.kind, rows);
             let before = load_presence(tx, &rules.name, aggregate).await?;
             let plan = pending.settle_presence(aggregate, before, now_ms)?;
             if let Some(state) = plan.state.as_ref().filter(|_| plan.changed) {
@@ -1392,10 +1571,56 @@ async fn settle_tx<C: GenericClient>(
             let before = load_save(tx, &rules.name, aggregate)
                 .await?
                 .unwrap_or_else(|| SaveState::empty(rules.first_sequence));
-            let from = pending.occupied_from(before.last_sequence);
+            let held = held_refs(tx, &rules.name, aggregate).await?;
+            let from = arriving
+                .iter()
+                .chain(held.iter().map(|h| &h.sequence))
+                .copied()
+                .min()
+                .unwrap_or(i64::MAX)
+                .min(before.last_sequence.saturating_add(1));
             let occupied = occupied_sequences(tx, &rules.name, aggregate, from).await?;
-            let plan =
-                pending.settle_save(aggregate, before, occupied, now_ms, rules.hold_timeout_ms);
+            // Only the held events whose turn may come are read and parsed (issue #13 item 7).
+            let reach = held_in_reach(
+                before.last_sequence,
+                &occupied,
+                &arriving,
+                &held,
+                now_ms,
+                rules.hold_timeout_ms,
+            );
+            let mut loaded: HashSet<i64> = held[..reach].iter().map(|h| h.row).collect();
+            rows.extend(held_rows(tx, &held[..reach]).await?);
+            let plan = loop {
+                let pending = Pending::parse(rules.kind, rows.clone());
+                let sequences = pending.sequences();
+                let plan = pending.settle_save(
+                    aggregate,
+                    before.clone(),
+                    occupied.clone(),
+                    now_ms,
+                    rules.hold_timeout_ms,
+                );
+                let (taken, lowest_held) = plan.taken(&occupied, &sequences);
+                let left_out: Vec<HeldRef> = held
+                    .iter()
+                    .filter(|h| !loaded.contains(&h.row))
+                    .copied()
+                    .collect();
+                let missing = held_left_out(
+                    &plan.state,
+                    &taken,
+                    lowest_held,
+                    &left_out,
+                    now_ms,
+                    rules.hold_timeout_ms,
+                );
+                if missing.is_empty() {
+                    break plan;
+                }
+                loaded.extend(missing.iter().map(|h| h.row));
+                rows.extend(held_rows(tx, &missing).await?);
+            };
             if plan.changed {
                 store_save(tx, &rules.name, aggregate, &plan.state).await?;
             }
@@ -1422,6 +1647,97 @@ async fn settle_tx<C: GenericClient>(
         decisions,
         current_sequence,
     })
+}
+
+/// The aggregate's pending events that are not held (received, or retrying and due),
+/// with their sequences.
+async fn arriving_rows<C: GenericClient>(
+    tx: &C,
+    source: &str,
+    aggregate: &str,
+    now_ms: i64,
+) -> Result<(Vec<PendingRow>, Vec<i64>), StoreError> {
+    let found = tx
+        .cached_query(
+            "SELECT id, body, received_at, replays > 0, event_id, sequence FROM events
+             WHERE source = $1 AND aggregate = $2
+               AND (status = 'received' OR (status = 'retrying' AND next_attempt_at <= $3))",
+            &[&source, &aggregate, &now_ms],
+        )
+        .await
+        .map_err(pg_err)?;
+    let mut rows = Vec::with_capacity(found.len());
+    let mut sequences = Vec::with_capacity(found.len());
+    for r in &found {
+        rows.push(PendingRow {
+            row: col(r, 0)?,
+            body: col(r, 1)?,
+            received_at_ms: col(r, 2)?,
+            replayed: col(r, 3)?,
+            was_held: false,
+            event_id: col(r, 4)?,
+        });
+        sequences.push(col(r, 5)?);
+    }
+    Ok((rows, sequences))
+}
+
+/// The aggregate's held events, without their bodies, by sequence.
+async fn held_refs<C: GenericClient>(
+    tx: &C,
+    source: &str,
+    aggregate: &str,
+) -> Result<Vec<HeldRef>, StoreError> {
+    let found = tx
+        .cached_query(
+            "SELECT sequence, id, received_at FROM events
+             WHERE source = $1 AND aggregate = $2 AND status = 'held'
+             ORDER BY sequence, id",
+            &[&source, &aggregate],
+        )
+        .await
+        .map_err(pg_err)?;
+    found
+        .iter()
+        .map(|r| {
+            Ok(HeldRef {
+                sequence: col(r, 0)?,
+                row: col(r, 1)?,
+                received_at_ms: col(r, 2)?,
+            })
+        })
+        .collect()
+}
+
+/// The full rows of the given held events.
+async fn held_rows<C: GenericClient>(
+    tx: &C,
+    held: &[HeldRef],
+) -> Result<Vec<PendingRow>, StoreError> {
+    if held.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<i64> = held.iter().map(|h| h.row).collect();
+    let found = tx
+        .cached_query(
+            "SELECT id, body, received_at, replays > 0, event_id FROM events WHERE id = ANY($1)",
+            &[&ids],
+        )
+        .await
+        .map_err(pg_err)?;
+    found
+        .iter()
+        .map(|r| {
+            Ok(PendingRow {
+                row: col(r, 0)?,
+                body: col(r, 1)?,
+                received_at_ms: col(r, 2)?,
+                replayed: col(r, 3)?,
+                was_held: true,
+                event_id: col(r, 4)?,
+            })
+        })
+        .collect()
 }
 
 /// Writes a settle's decisions: one statement for the held events and one for the

@@ -2,7 +2,7 @@
 //! rows, run the ordering rules, and say what to write. Each store only
 //! loads the inputs and writes the plan, inside its own transaction.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use serde_json::json;
 
@@ -102,14 +102,12 @@ impl Pending {
         }
     }
 
-    /// The lowest sequence whose occupancy the save rules may ask about.
-    pub fn occupied_from(&self, last_sequence: i64) -> i64 {
+    /// `(row, sequence)` of every row whose body parsed.
+    pub fn sequences(&self) -> HashMap<i64, i64> {
         self.parsed
             .iter()
-            .map(|(_, e)| e.sequence().get())
-            .min()
-            .unwrap_or(i64::MAX)
-            .min(last_sequence.saturating_add(1))
+            .map(|(row, e)| (row.row, e.sequence().get()))
+            .collect()
     }
 
     /// Settles a presence aggregate (latest-wins).
@@ -258,6 +256,39 @@ fn plan<S>(
         report,
         current_sequence,
         change: None,
+    }
+}
+
+impl Plan<SaveState> {
+    /// The sequences taken once this plan is written (`occupied` plus every decision but
+    /// a conflict), and the lowest `(sequence, row)` it leaves held: what
+    /// [`crate::ordering::held_left_out`] needs. `sequences` maps rows to their sequences.
+    pub fn taken(
+        &self,
+        occupied: &BTreeSet<i64>,
+        sequences: &HashMap<i64, i64>,
+    ) -> (BTreeSet<i64>, Option<(i64, i64)>) {
+        let mut taken = occupied.clone();
+        let mut lowest_held: Option<(i64, i64)> = None;
+        for (row, outcome) in &self.decisions {
+            let Some(sequence) = sequences.get(row).copied() else {
+                continue;
+            };
+            match outcome {
+                Outcome::Held => {
+                    let key = (sequence, *row);
+                    lowest_held = Some(lowest_held.map_or(key, |low| low.min(key)));
+                }
+                Outcome::Dead {
+                    reason: DeadReason::SequenceConflict,
+                    ..
+                } => {}
+                _ => {
+                    taken.insert(sequence);
+                }
+            }
+        }
+        (taken, lowest_held)
     }
 }
 

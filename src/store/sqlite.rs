@@ -1,7 +1,7 @@
 //! The embedded SQLite store: WAL journal, `synchronous = FULL` so that a
 //! commit is on disk before inhook answers (G2).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,12 +18,12 @@ use super::migrations::SQLITE as MIGRATIONS;
 use super::settle::{Pending, PendingRow, Settled};
 use super::{
     sequence_of, status_of, Admission, AttemptRecord, DedupKey, EventFilter, EventPage,
-    EventRecord, EventRow, FailureReport, NewEvent, PresencePage, PurgeReport, ReplayJob,
+    EventRecord, EventRow, FailureReport, NewEvent, PresencePage, PurgeReport, Refusal, ReplayJob,
     ReplayOutcome, SavePage, SettleReport, SourceRules, StateChange, Store, StoreError,
 };
 use crate::contract::{Presence, SourceKind};
 use crate::domain::{AggregateKey, DeadReason, EventStatus};
-use crate::ordering::Outcome;
+use crate::ordering::{held_in_reach, held_left_out, HeldRef, Outcome};
 use crate::projection::{PresenceState, SaveState};
 use crate::retry::{NextStep, RetryPolicy};
 
@@ -68,7 +68,10 @@ fn commit_batch(conn: &mut Connection, batch: Vec<IngestJob>) {
     for job in &batch {
         let result = tx.savepoint().map_err(map_err).and_then(|sp| {
             let admission = ingest_one(&sp, job)?;
-            sp.commit().map_err(map_err)?;
+            // A refused delivery leaves nothing: its savepoint rolls back when dropped.
+            if !matches!(admission, Admission::Refused(_)) {
+                sp.commit().map_err(map_err)?;
+            }
             Ok(admission)
         });
         results.push(result);
@@ -130,6 +133,7 @@ fn ingest_one(conn: &Connection, job: &IngestJob) -> Result<Admission, StoreErro
         );
     }
     let row = conn.last_insert_rowid();
+    let out_of_order = record_received(conn, &job.row)?;
     let decided = match &job.rules {
         Some(rules) => {
             let settled = settle_tx(conn, rules, &job.row.aggregate, job.row.received_at)?;
@@ -137,7 +141,82 @@ fn ingest_one(conn: &Connection, job: &IngestJob) -> Result<Admission, StoreErro
         }
         None => None,
     };
-    Ok(Admission::Logged { row, decided })
+    if let Some(refusal) = over_limits(conn, &job.row)? {
+        return Ok(Admission::Refused(refusal));
+    }
+    Ok(Admission::Logged {
+        row,
+        decided,
+        out_of_order,
+    })
+}
+
+/// Raises the aggregate's highest received sequence; says whether `row` came in below it.
+fn record_received(conn: &Connection, row: &EventRow) -> Result<bool, StoreError> {
+    let highest: Option<i64> = conn
+        .prepare_cached(
+            "SELECT max_sequence FROM aggregate_seen WHERE source = ?1 AND aggregate = ?2",
+        )
+        .map_err(map_err)?
+        .query_row(params![row.source, row.aggregate], |r| r.get(0))
+        .optional()
+        .map_err(map_err)?;
+    if highest.is_none_or(|h| row.sequence > h) {
+        conn.prepare_cached(
+            "INSERT INTO aggregate_seen (source, aggregate, max_sequence) VALUES (?1, ?2, ?3)
+             ON CONFLICT (source, aggregate) DO UPDATE SET max_sequence = excluded.max_sequence",
+        )
+        .map_err(map_err)?
+        .execute(params![row.source, row.aggregate, row.sequence])
+        .map_err(map_err)?;
+    }
+    Ok(highest.is_some_and(|h| row.sequence < h))
+}
+
+/// Which limit, if any, the just-logged `row` takes its source or aggregate over. Read in
+/// the writing transaction: SQLite has one writer, so no concurrent delivery can overshoot.
+fn over_limits(conn: &Connection, row: &EventRow) -> Result<Option<Refusal>, StoreError> {
+    if row.may_hold && row.limits.max_held_per_aggregate < u64::MAX {
+        let waiting: i64 = conn
+            .prepare_cached(
+                "SELECT COUNT(*) FROM events e
+                 WHERE e.source = ?1 AND e.aggregate = ?2 AND e.status IN ('received', 'held')
+                   AND e.sequence > 1 + COALESCE(
+                       (SELECT last_sequence FROM save_state s
+                        WHERE s.source = ?1 AND s.aggregate = ?2), ?3 - 1)
+                   AND ?4 > 1 + COALESCE(
+                       (SELECT last_sequence FROM save_state s
+                        WHERE s.source = ?1 AND s.aggregate = ?2), ?3 - 1)",
+            )
+            .map_err(map_err)?
+            .query_row(
+                params![
+                    row.source,
+                    row.aggregate,
+                    row.limits.first_sequence,
+                    row.sequence
+                ],
+                |r| r.get(0),
+            )
+            .map_err(map_err)?;
+        if waiting as u64 > row.limits.max_held_per_aggregate {
+            return Ok(Some(Refusal::AggregateBacklogFull));
+        }
+    }
+    if row.limits.max_backlog < u64::MAX {
+        let backlog: i64 = conn
+            .prepare_cached(
+                "SELECT COALESCE(SUM(n), 0) FROM event_counts
+                 WHERE source = ?1 AND status IN ('received', 'held', 'retrying')",
+            )
+            .map_err(map_err)?
+            .query_row(params![row.source], |r| r.get(0))
+            .map_err(map_err)?;
+        if backlog as u64 > row.limits.max_backlog {
+            return Ok(Some(Refusal::BacklogFull));
+        }
+    }
+    Ok(None)
 }
 
 impl SqliteStore {
@@ -1084,32 +1163,11 @@ fn settle_tx(
     aggregate: &str,
     now_ms: i64,
 ) -> Result<Settled, StoreError> {
-    let rows: Vec<PendingRow> = {
-        let mut stmt = tx
-            .prepare_cached(
-                "SELECT id, body, received_at, replays > 0, status = 'held', event_id FROM events
-                 WHERE source = ?1 AND aggregate = ?2
-                   AND (status IN ('received', 'held')
-                        OR (status = 'retrying' AND next_attempt_at <= ?3))",
-            )
-            .map_err(map_err)?;
-        let rows = stmt
-            .query_map(params![rules.name, aggregate, now_ms], |r| {
-                Ok(PendingRow {
-                    row: r.get(0)?,
-                    body: r.get(1)?,
-                    received_at_ms: r.get(2)?,
-                    replayed: r.get(3)?,
-                    was_held: r.get(4)?,
-                    event_id: r.get(5)?,
-                })
-            })
-            .map_err(map_err)?;
-        rows.collect::<Result<_, _>>().map_err(map_err)?
-    };
-    let pending = Pending::parse(rules.kind, rows);
     let (decisions, report, current_sequence, change) = match rules.kind {
         SourceKind::Presence => {
+            // Presence never holds: every pending row is an arrival.
+            let (rows, _) = arriving_rows(tx, &rules.name, aggregate, now_ms)?;
+            let pending = Pending::parse(rules.kind, rows);
             let before = load_presence(tx, &rules.name, aggregate)?;
             let plan = pending.settle_presence(aggregate, before, now_ms)?;
             if let Some(state) = plan.state.as_ref().filter(|_| plan.changed) {
@@ -1141,10 +1199,57 @@ fn settle_tx(
         SourceKind::SaveGame => {
             let before = load_save(tx, &rules.name, aggregate)?
                 .unwrap_or_else(|| SaveState::empty(rules.first_sequence));
-            let from = pending.occupied_from(before.last_sequence);
+            let (mut rows, arriving) = arriving_rows(tx, &rules.name, aggregate, now_ms)?;
+            let held = held_refs(tx, &rules.name, aggregate)?;
+            let from = arriving
+                .iter()
+                .chain(held.iter().map(|h| &h.sequence))
+                .copied()
+                .min()
+                .unwrap_or(i64::MAX)
+                .min(before.last_sequence.saturating_add(1));
             let occupied = occupied_sequences(tx, &rules.name, aggregate, from)?;
-            let plan =
-                pending.settle_save(aggregate, before, occupied, now_ms, rules.hold_timeout_ms);
+            // Only the held events whose turn may come are read and parsed (issue #13 item 7).
+            let reach = held_in_reach(
+                before.last_sequence,
+                &occupied,
+                &arriving,
+                &held,
+                now_ms,
+                rules.hold_timeout_ms,
+            );
+            let mut loaded: HashSet<i64> = held[..reach].iter().map(|h| h.row).collect();
+            rows.extend(held_rows(tx, &held[..reach])?);
+            let plan = loop {
+                let pending = Pending::parse(rules.kind, rows.clone());
+                let sequences = pending.sequences();
+                let plan = pending.settle_save(
+                    aggregate,
+                    before.clone(),
+                    occupied.clone(),
+                    now_ms,
+                    rules.hold_timeout_ms,
+                );
+                let (taken, lowest_held) = plan.taken(&occupied, &sequences);
+                let left_out: Vec<HeldRef> = held
+                    .iter()
+                    .filter(|h| !loaded.contains(&h.row))
+                    .copied()
+                    .collect();
+                let missing = held_left_out(
+                    &plan.state,
+                    &taken,
+                    lowest_held,
+                    &left_out,
+                    now_ms,
+                    rules.hold_timeout_ms,
+                );
+                if missing.is_empty() {
+                    break plan;
+                }
+                loaded.extend(missing.iter().map(|h| h.row));
+                rows.extend(held_rows(tx, &missing)?);
+            };
             if plan.changed {
                 store_save(tx, &rules.name, aggregate, &plan.state)?;
             }
@@ -1179,6 +1284,85 @@ fn settle_tx(
         decisions,
         current_sequence,
     })
+}
+
+/// The aggregate's pending events that are not held (received, or retrying and due),
+/// with their sequences.
+fn arriving_rows(
+    tx: &Connection,
+    source: &str,
+    aggregate: &str,
+    now_ms: i64,
+) -> Result<(Vec<PendingRow>, Vec<i64>), StoreError> {
+    let mut stmt = tx
+        .prepare_cached(
+            "SELECT id, body, received_at, replays > 0, event_id, sequence FROM events
+             WHERE source = ?1 AND aggregate = ?2 AND status IN ('received', 'retrying')
+               AND (status = 'received' OR next_attempt_at <= ?3)",
+        )
+        .map_err(map_err)?;
+    let rows = stmt
+        .query_map(params![source, aggregate, now_ms], |r| {
+            Ok((
+                PendingRow {
+                    row: r.get(0)?,
+                    body: r.get(1)?,
+                    received_at_ms: r.get(2)?,
+                    replayed: r.get(3)?,
+                    was_held: false,
+                    event_id: r.get(4)?,
+                },
+                r.get::<_, i64>(5)?,
+            ))
+        })
+        .map_err(map_err)?;
+    let rows: Vec<(PendingRow, i64)> = rows.collect::<Result<_, _>>().map_err(map_err)?;
+    Ok(rows.into_iter().unzip())
+}
+
+/// The aggregate's held events, without their bodies, by sequence.
+fn held_refs(tx: &Connection, source: &str, aggregate: &str) -> Result<Vec<HeldRef>, StoreError> {
+    let mut stmt = tx
+        .prepare_cached(
+            "SELECT sequence, id, received_at FROM events
+             WHERE source = ?1 AND aggregate = ?2 AND status = 'held'
+             ORDER BY sequence, id",
+        )
+        .map_err(map_err)?;
+    let rows = stmt
+        .query_map(params![source, aggregate], |r| {
+            Ok(HeldRef {
+                sequence: r.get(0)?,
+                row: r.get(1)?,
+                received_at_ms: r.get(2)?,
+            })
+        })
+        .map_err(map_err)?;
+    rows.collect::<Result<_, _>>().map_err(map_err)
+}
+
+/// The full rows of the given held events.
+fn held_rows(tx: &Connection, held: &[HeldRef]) -> Result<Vec<PendingRow>, StoreError> {
+    let mut stmt = tx
+        .prepare_cached(
+            "SELECT id, body, received_at, replays > 0, event_id FROM events WHERE id = ?1",
+        )
+        .map_err(map_err)?;
+    held.iter()
+        .map(|h| {
+            stmt.query_row(params![h.row], |r| {
+                Ok(PendingRow {
+                    row: r.get(0)?,
+                    body: r.get(1)?,
+                    received_at_ms: r.get(2)?,
+                    replayed: r.get(3)?,
+                    was_held: true,
+                    event_id: r.get(4)?,
+                })
+            })
+            .map_err(map_err)
+        })
+        .collect()
 }
 
 fn record_decision(

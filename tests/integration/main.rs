@@ -7,6 +7,7 @@ mod connections;
 mod crash;
 mod durability;
 mod event_log;
+mod held_limits;
 mod hostile_ingress;
 mod hygiene;
 mod metrics;

@@ -195,6 +195,7 @@ async fn log(h: &Harness, player: &str, event_id: &str) {
         received_at_ms: h.clock.now_ms(),
         signed_at: None,
         headers: &[],
+        limits: IngestLimits::NONE,
     };
     h.store.ingest(new, None).await.unwrap();
 }

@@ -475,6 +475,26 @@ secrets = ["{s0}", "{s1}"]
         }
     }
 
+    /// Runs SQL on the server's database: `sqlite` on SQLite, `postgres` on PostgreSQL.
+    pub async fn run_sql(&self, sqlite: &str, postgres: &str) {
+        match &self.backend {
+            Backend::Sqlite => {
+                let conn = rusqlite::Connection::open(self.db_path()).expect("open db");
+                conn.execute_batch(sqlite).expect(sqlite);
+            }
+            Backend::Postgres { .. } => {
+                let url = self.backend.url(self.dir.path());
+                let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                    .await
+                    .expect("connect");
+                let driver = tokio::spawn(connection);
+                client.batch_execute(postgres).await.expect(postgres);
+                drop(client);
+                let _ = driver.await;
+            }
+        }
+    }
+
     /// The directory holding the config, database and log.
     pub fn dir(&self) -> &Path {
         self.dir.path()
