@@ -96,6 +96,11 @@ impl Application {
         self.state.secrets.clone()
     }
 
+    /// The running configuration, which a reload checks the config read against.
+    pub fn config(&self) -> Arc<Config> {
+        Arc::clone(&self.state.config)
+    }
+
     /// The address actually bound.
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()

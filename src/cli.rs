@@ -2,6 +2,7 @@
 
 use std::io::Read;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
@@ -185,7 +186,7 @@ fn parse_scheme(raw: &str) -> Result<Scheme, String> {
 /// Runs a parsed command line.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve => serve(Config::load(cli.config.as_deref())?, cli.config).await,
+        Command::Serve => serve(Config::load(cli.config.as_deref())?).await,
         Command::Events(args) => events(cli.config, args).await,
         Command::Replay(args) => replay(cli.config, args).await,
         Command::Migrate => {
@@ -202,14 +203,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Result<()> {
+async fn serve(config: Config) -> anyhow::Result<()> {
     let _telemetry = crate::telemetry::init(config.log_json, config.otlp_endpoint.as_deref())?;
     if config.admin_token.is_none() {
-        tracing::warn!("no admin_token configured: /v1/* answers loopback clients only");
+        tracing::warn!(
+            "no admin_token configured: /v1/* answers direct loopback clients only (no proxy headers, loopback Host)"
+        );
     }
     let sources: Vec<_> = config.sources.iter().map(|s| s.name.clone()).collect();
     let app = Application::build(config).await?;
-    reload_secrets_on_sighup(app.secrets(), config_path);
+    reload_secrets_on_sighup(app.secrets(), app.config());
     let addr = app.local_addr()?;
     tracing::info!(%addr, ?sources, "inhook started");
     // Tests and scripts read this line to learn the bound port.
@@ -217,10 +220,10 @@ async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Result<(
     app.run_until_stopped(shutdown_signal()).await
 }
 
-/// On SIGHUP, reads the config (file and environment) again and takes its sources'
-/// secrets: rotation needs no restart. Other settings need one. A config that no
-/// longer loads is reported and the secrets in force stay.
-fn reload_secrets_on_sighup(secrets: crate::http::Secrets, config_path: Option<PathBuf>) {
+/// On SIGHUP, reloads the secrets exactly as `POST /v1/admin/reload` does: rotation needs no
+/// restart, other settings need one. A config that fails the reload checks is reported and
+/// the secrets in force stay.
+fn reload_secrets_on_sighup(secrets: crate::http::Secrets, running: Arc<Config>) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
@@ -231,15 +234,13 @@ fn reload_secrets_on_sighup(secrets: crate::http::Secrets, config_path: Option<P
         };
         tokio::spawn(async move {
             while hangups.recv().await.is_some() {
-                match secrets.reload(config_path.as_deref()) {
-                    Ok(sources) => tracing::info!(sources, "SIGHUP: secrets reloaded"),
-                    Err(err) => tracing::warn!(error = %err, "SIGHUP: config not reloaded"),
-                }
+                // The outcome is logged by `reload`; there is no one else to tell.
+                let _ = secrets.reload(&running, "SIGHUP");
             }
         });
     }
     #[cfg(not(unix))]
-    let _ = (secrets, config_path);
+    let _ = (secrets, running);
 }
 
 async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Result<()> {

@@ -12,6 +12,9 @@ use crate::retry::RetryPolicy;
 use crate::signature::{Scheme, Secret};
 use crate::store::{IngestLimits, SourceRules};
 
+mod reload;
+pub use reload::{check_reload, ReloadPlan};
+
 /// Whether a source answers after applying (sync) or after logging (async).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -44,6 +47,8 @@ pub struct SourceConfig {
     pub scheme: Scheme,
     /// Secrets any of which may verify (rotation).
     pub secrets: Vec<Secret>,
+    /// Whether `secrets` came from `INHOOK_<SOURCE>_SECRET`: edits to the file's then change nothing.
+    pub secrets_from_environment: bool,
     /// Allowed distance between a signed timestamp and the time of receipt.
     pub tolerance_s: u64,
     /// The first sequence of every aggregate.
@@ -91,7 +96,7 @@ pub struct Config {
     pub listen: SocketAddr,
     /// The store.
     pub database: Database,
-    /// Token for `/v1/*`; without one those routes answer loopback clients only.
+    /// Token for `/v1/*`; without one those routes answer direct loopback clients only.
     pub admin_token: Option<Secret>,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
@@ -312,12 +317,11 @@ impl Config {
             .or(file.database)
             .unwrap_or_else(|| "sqlite://inhook.db".into());
         let database = parse_database(&database_raw)?;
-        let admin_token = env
-            .get("INHOOK_ADMIN_TOKEN")
-            .cloned()
-            .or(file.admin_token)
-            .filter(|t| !t.is_empty())
-            .map(Secret::new);
+        let admin_token = match (env.get("INHOOK_ADMIN_TOKEN"), file.admin_token) {
+            (Some(token), _) => Some(admin_token(token, "INHOOK_ADMIN_TOKEN")?),
+            (None, Some(token)) => Some(admin_token(&token, "admin_token")?),
+            (None, None) => None,
+        };
         let log_json = match env
             .get("INHOOK_LOG_FORMAT")
             .cloned()
@@ -359,6 +363,7 @@ impl Config {
                 )));
             }
             let var = secret_env_var(&s.name);
+            let secrets_from_environment = env.contains_key(&var);
             let secrets: Vec<String> = match env.get(&var) {
                 Some(list) => list
                     .split(',')
@@ -414,6 +419,7 @@ impl Config {
                 mode: s.mode.unwrap_or(default_mode),
                 scheme,
                 secrets,
+                secrets_from_environment,
                 tolerance_s: s.tolerance_s.unwrap_or(300),
                 first_sequence,
                 hold_timeout_s: s.hold_timeout_s.unwrap_or(30),
@@ -505,6 +511,17 @@ fn header_names(setting: &str, names: Vec<String>) -> Result<Vec<String>, Config
             }
         })
         .collect()
+}
+
+/// The admin token set by `key`, refused when empty: an empty token would silently
+/// turn token mode into no-token mode (loopback trust). The error names the key, never the value.
+fn admin_token(token: &str, key: &str) -> Result<Secret, ConfigError> {
+    if token.trim().is_empty() {
+        return Err(ConfigError(format!(
+            "{key} is set but empty: set a token, or remove {key} to serve /v1/* to direct loopback clients only"
+        )));
+    }
+    Ok(Secret::new(token))
 }
 
 /// A TOML error as line and message, without the source snippet toml prints (it could hold

@@ -6,7 +6,7 @@ use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::answer::{Answer, ErrorBody};
+use super::answer::{AdminFailures, Answer, ErrorBody};
 use super::AppState;
 
 /// What a reload did.
@@ -14,34 +14,38 @@ use super::AppState;
 pub(super) struct Reloaded {
     /// Always `reloaded`.
     status: &'static str,
-    /// Sources whose secrets are now those of the config read.
+    /// Running sources whose secrets are now those of the config read.
     sources: usize,
+    /// Running sources whose secrets come from `INHOOK_<SOURCE>_SECRET`, which wins over the
+    /// file: edits to their secrets in the file changed nothing.
+    #[schema(example = json!(["save-game"]))]
+    from_environment: Vec<String>,
+    /// Sources new in the file: not served (their deliveries get 404) until a restart.
+    not_served_until_restart: Vec<String>,
 }
 
 /// Reads the config (file and environment) again and takes its sources' secrets, as SIGHUP
-/// does: rotation needs no restart. A config that does not load changes nothing.
+/// does: rotation needs no restart. A config that does not load, drops or renames a running
+/// source, or changes one's kind or signature scheme changes nothing.
 #[utoipa::path(post, path = "/v1/admin/reload", tag = "admin", security(("admin_token" = [])),
     responses(
         (status = 200, description = "Secrets replaced", body = Reloaded),
-        (status = 400, description = "The URL holds a NUL character", body = ErrorBody),
-        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
-        (status = 422, description = "`invalid_config`: the config does not load; the secrets in force stay",
+        (status = 415, description = "`unsupported_media_type`: a body that is not `application/json`",
             body = ErrorBody),
+        (status = 422, description = "`invalid_config`: the config does not load, drops or renames a running \
+            source, or changes a running source's kind or signature; nothing changed", body = ErrorBody),
+        AdminFailures,
     ))]
 pub(super) async fn reload(State(state): State<AppState>) -> Response {
-    match state.secrets.reload(state.config.loaded_from.as_deref()) {
-        Ok(sources) => {
-            tracing::info!(sources, "admin call: secrets reloaded");
-            Json(Reloaded {
-                status: "reloaded",
-                sources,
-            })
-            .into_response()
-        }
-        Err(err) => {
-            tracing::warn!(error = %err, "admin call: config not reloaded");
-            Answer::InvalidConfig(err.to_string()).into_response()
-        }
+    match state.secrets.reload(&state.config, "admin call") {
+        Ok(plan) => Json(Reloaded {
+            status: "reloaded",
+            sources: plan.sources,
+            from_environment: plan.from_environment,
+            not_served_until_restart: plan.not_served_until_restart,
+        })
+        .into_response(),
+        Err(err) => Answer::InvalidConfig(err.to_string()).into_response(),
     }
 }
 

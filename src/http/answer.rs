@@ -87,8 +87,15 @@ pub enum Answer {
     },
     /// 500: a bug; details are in the log, not in the answer.
     Internal,
-    /// 401 on the admin API.
-    Unauthorized,
+    /// 401 on the admin API, saying why (never echoing the token).
+    Unauthorized(&'static str),
+    /// 403 on the admin API: a foreign `Host` (DNS rebinding) or a cross-site `Origin` (CSRF).
+    Forbidden {
+        /// `forbidden_host` or `forbidden_origin`.
+        error: &'static str,
+        /// What was refused and why.
+        detail: &'static str,
+    },
     /// 404 on the read API.
     NotFound(&'static str),
     /// 400 on the read API.
@@ -120,7 +127,8 @@ impl Answer {
             Answer::AggregateBacklogFull => "aggregate_backlog_full",
             Answer::RateLimited { .. } => "rate_limited",
             Answer::Internal => "internal_error",
-            Answer::Unauthorized => "unauthorized",
+            Answer::Unauthorized(_) => "unauthorized",
+            Answer::Forbidden { error, .. } => *error,
             Answer::NotFound(_) => "not_found",
             Answer::BadRequest(_) => "bad_request",
             Answer::InvalidConfig(_) => "invalid_config",
@@ -240,9 +248,14 @@ pub(super) enum AdminFailures {
     /// Bad query string, path or URL (`bad_request`)
     #[response(status = 400)]
     BadRequest(ErrorBody),
-    /// Admin token missing or wrong
+    /// `unauthorized`: admin token missing or wrong; or, with no `admin_token`, not a direct
+    /// loopback client (a `Forwarded`, `X-Forwarded-For` or `X-Real-IP` header means a proxy)
     #[response(status = 401)]
     Unauthorized(ErrorBody),
+    /// `forbidden_host`: with no `admin_token`, a `Host` other than localhost, 127.0.0.1 or [::1]
+    /// (DNS rebinding); `forbidden_origin`: a state-changing call whose `Origin` is not this server
+    #[response(status = 403)]
+    Forbidden(ErrorBody),
     /// The store cannot be reached (`store_unavailable`)
     #[response(status = 503, headers(("Retry-After" = u32, description = "Seconds to wait")))]
     StoreUnavailable(ErrorBody),
@@ -374,9 +387,22 @@ impl IntoResponse for Answer {
                 StatusCode::INTERNAL_SERVER_ERROR,
                 ErrorBody::new(ErrorStatus::Error, "internal"),
             ),
-            Answer::Unauthorized => error(
+            Answer::Unauthorized(detail) => error(
                 StatusCode::UNAUTHORIZED,
-                ErrorBody::rejected("unauthorized"),
+                ErrorBody {
+                    detail: Some(detail.into()),
+                    ..ErrorBody::rejected("unauthorized")
+                },
+            ),
+            Answer::Forbidden {
+                error: code,
+                detail,
+            } => error(
+                StatusCode::FORBIDDEN,
+                ErrorBody {
+                    detail: Some(detail.into()),
+                    ..ErrorBody::rejected(code)
+                },
             ),
             Answer::NotFound(what) => error(StatusCode::NOT_FOUND, ErrorBody::rejected(what)),
             Answer::BadRequest(detail) => error(

@@ -543,6 +543,8 @@ pub(super) enum ReplayAnswer {
         (status = 200, description = "Not dead or retrying: unchanged", body = ReplayAnswer),
         (status = 202, description = "Requeued", body = ReplayAnswer),
         (status = 404, description = "`unknown_event`", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: a body that is not `application/json`",
+            body = ErrorBody),
         AdminFailures,
     ))]
 pub(super) async fn event_replay(
@@ -638,6 +640,8 @@ fn rfc3339_ms(field: &str, raw: Option<&str>) -> Result<Option<i64>, Answer> {
     responses(
         (status = 202, description = "Started", body = ReplayJobView),
         (status = 413, description = "`payload_too_large`: the body is over 64 KiB; nothing stored", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: a body that is not `application/json`",
+            body = ErrorBody),
         AdminFailures,
     ))]
 pub(super) async fn replay_bulk(

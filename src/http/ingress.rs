@@ -281,7 +281,7 @@ async fn verify_signature(
     body: &axum::body::Bytes,
     received_at_ms: i64,
 ) -> Result<signature::Verified, Answer> {
-    let secrets = state.secrets.current(source);
+    let secrets = state.secrets.current(&source.name);
     let (scheme, tolerance_s) = (source.scheme, source.tolerance_s);
     let received_at = received_at_ms.div_euclid(1000);
     let ignored = signature::ignored_signatures(scheme, headers);
@@ -411,7 +411,7 @@ async fn discard(body: Body, declared: u64) {
 }
 
 /// `application/json`, with or without parameters such as `charset`.
-fn is_json(headers: &HeaderMap) -> bool {
+pub(super) fn is_json(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

@@ -4,20 +4,19 @@
 mod admin;
 pub mod answer;
 mod api;
+mod auth;
 mod dashboard;
 mod ingress;
 pub mod kept_headers;
 pub mod server;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::post;
 use axum::Router;
-use subtle::ConstantTimeEq;
 use tokio::sync::Notify;
 
 use crate::config::Config;
@@ -76,7 +75,9 @@ impl BodyBudget {
     }
 }
 
-/// Each source's secrets, shared with the reload handler so that rotation needs no restart.
+/// Each running source's secrets, shared with the reload paths so that rotation needs no
+/// restart. There is no fallback to the secrets read at start: a source not in the map
+/// verifies nothing, so a revoked secret cannot come back.
 #[derive(Clone, Default)]
 pub struct Secrets(
     Arc<std::sync::RwLock<std::collections::HashMap<String, Vec<crate::signature::Secret>>>>,
@@ -86,40 +87,57 @@ impl Secrets {
     /// The secrets of the configured sources.
     pub fn of(config: &Config) -> Self {
         let secrets = Self::default();
-        secrets.replace(config);
+        secrets.take(config, config);
         secrets
     }
 
-    /// Takes the secrets of `config`'s sources; returns how many sources it updated.
-    pub fn replace(&self, config: &Config) -> usize {
-        let fresh: std::collections::HashMap<_, _> = config
+    /// Takes `fresh`'s secrets for the sources of `running`, all at once.
+    fn take(&self, running: &Config, fresh: &Config) {
+        let taken: std::collections::HashMap<_, _> = running
             .sources
             .iter()
+            .filter_map(|s| fresh.source(&s.name))
             .map(|s| (s.name.clone(), s.secrets.clone()))
             .collect();
-        let count = fresh.len();
-        if let Ok(mut current) = self.0.write() {
-            *current = fresh;
-        }
-        count
+        // A poisoned lock only means a panic elsewhere mid-write; the map itself is whole.
+        let mut current = self.0.write().unwrap_or_else(|p| p.into_inner());
+        *current = taken;
     }
 
-    /// Reads the config at `path` (and the environment) again and takes its secrets;
-    /// returns how many sources it updated. On an error the secrets in force stay.
+    /// Reads `running`'s config file (and the environment) again and, if it passes
+    /// [`check_reload`](crate::config::check_reload), takes its secrets. On an error nothing
+    /// changes. `trigger` (`SIGHUP`, `admin call`) is logged with the outcome, never a secret.
     pub fn reload(
         &self,
-        path: Option<&std::path::Path>,
-    ) -> Result<usize, crate::config::ConfigError> {
-        Config::load(path).map(|config| self.replace(&config))
+        running: &Config,
+        trigger: &'static str,
+    ) -> Result<crate::config::ReloadPlan, crate::config::ConfigError> {
+        let outcome = Config::load(running.loaded_from.as_deref()).and_then(|fresh| {
+            let plan = crate::config::check_reload(running, &fresh)?;
+            self.take(running, &fresh);
+            Ok(plan)
+        });
+        match &outcome {
+            Ok(plan) => tracing::info!(
+                trigger,
+                sources = plan.sources,
+                from_environment = ?plan.from_environment,
+                not_served_until_restart = ?plan.not_served_until_restart,
+                "secrets reloaded"
+            ),
+            Err(err) => tracing::warn!(trigger, error = %err, "config not reloaded"),
+        }
+        outcome
     }
 
-    /// The secrets in force for `source` (its configured ones if never replaced).
-    pub fn current(&self, source: &crate::config::SourceConfig) -> Vec<crate::signature::Secret> {
+    /// The secrets in force for the source named `source`; none (nothing verifies) if unknown.
+    pub fn current(&self, source: &str) -> Vec<crate::signature::Secret> {
         self.0
             .read()
-            .ok()
-            .and_then(|map| map.get(&source.name).cloned())
-            .unwrap_or_else(|| source.secrets.clone())
+            .unwrap_or_else(|p| p.into_inner())
+            .get(source)
+            .cloned()
+            .unwrap_or_default()
     }
 }
 
@@ -213,12 +231,18 @@ fn documented_routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::Op
         // Admin bodies are small filters: anything larger is refused (413), not stored.
         .route_layer(DefaultBodyLimit::max(ADMIN_MAX_BODY_BYTES))
         .route_layer(middleware::from_fn(refuse_nul_in_url))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_admin));
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_admin,
+        ));
     let metrics = OpenApiRouter::new().routes(routes!(api::metrics));
     let metrics = if state.config.metrics_public {
         metrics
     } else {
-        metrics.route_layer(middleware::from_fn_with_state(state.clone(), require_admin))
+        metrics.route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_admin,
+        ))
     };
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(ingress::receive))
@@ -257,6 +281,7 @@ pub fn router(state: AppState) -> Router {
     documented
         .merge(ceiling)
         .layer(axum::Extension(document))
+        .layer(middleware::from_fn(auth::mark_admin_answers))
         // The ingress handler enforces each source's limit itself, after the 404 check.
         .layer(DefaultBodyLimit::disable())
         .with_state(state)
@@ -272,27 +297,4 @@ async fn refuse_nul_in_url(request: Request, next: Next) -> Response {
         ));
     }
     next.run(request).await
-}
-
-/// Lets a request through with the admin token, or from loopback when none is configured.
-async fn require_admin(
-    State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let allowed = match &state.config.admin_token {
-        Some(token) => request
-            .headers()
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|given| bool::from(given.as_bytes().ct_eq(token.expose()))),
-        None => peer.ip().is_loopback(),
-    };
-    if allowed {
-        next.run(request).await
-    } else {
-        axum::response::IntoResponse::into_response(Answer::Unauthorized)
-    }
 }

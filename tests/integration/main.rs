@@ -3,6 +3,7 @@
 
 mod support;
 
+mod admin_auth;
 mod connections;
 mod crash;
 mod durability;
@@ -18,6 +19,7 @@ mod postgres_tls;
 mod presence;
 mod rejections;
 mod retries;
+mod revocation;
 mod save_game;
 mod signatures;
 mod simulate;

@@ -262,7 +262,11 @@ async fn secrets_rotate_through_the_admin_api_without_a_restart() {
 
     assert_eq!(
         reload(token).await,
-        (200, json!({"status": "reloaded", "sources": 2}))
+        (
+            200,
+            json!({"status": "reloaded", "sources": 2, "from_environment": [],
+                "not_served_until_restart": []})
+        )
     );
     assert_eq!(
         server.post_raw("save-game", &b, &with_rotated).await.code,

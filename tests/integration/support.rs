@@ -35,6 +35,7 @@ pub struct TestServer {
     backend: Backend,
     owns_database: bool,
     store: tokio::sync::OnceCell<Arc<dyn Store>>,
+    env: Vec<(String, String)>,
 }
 
 /// The store a test server runs on.
@@ -153,9 +154,27 @@ impl TestServer {
         Self::spawn_full("", "", sources).await
     }
 
+    /// Starts a server with `top` TOML lines and the environment variables `env` set
+    /// (e.g. `INHOOK_SAVE_GAME_SECRET`, or `INHOOK_LISTEN` to bind another address).
+    pub async fn spawn_with_env(top: &str, env: &[(&str, &str)]) -> Self {
+        let mut server = Self::unstarted(top, "", "").await;
+        server.env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        server.start();
+        server
+    }
+
     async fn spawn_full(top: &str, extra: &str, sources: &str) -> Self {
+        let mut server = Self::unstarted(top, extra, sources).await;
+        server.start();
+        server
+    }
+
+    async fn unstarted(top: &str, extra: &str, sources: &str) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut server = Self {
+        let server = Self {
             dir,
             child: None,
             url: String::new(),
@@ -166,9 +185,9 @@ impl TestServer {
             backend: Backend::fresh().await,
             owns_database: true,
             store: tokio::sync::OnceCell::new(),
+            env: Vec::new(),
         };
         server.write_config("127.0.0.1:0");
-        server.start();
         server
     }
 
@@ -189,6 +208,7 @@ impl TestServer {
             backend: first.backend.clone(),
             owns_database: false,
             store: tokio::sync::OnceCell::new(),
+            env: first.env.clone(),
         };
         server.write_config("127.0.0.1:0");
         server.start();
@@ -257,6 +277,7 @@ secrets = ["{s0}", "{s1}"]
             .arg(self.config_path())
             .env_remove("INHOOK_PRESENCE_SECRET")
             .env_remove("INHOOK_SAVE_GAME_SECRET")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()

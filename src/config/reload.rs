@@ -1,0 +1,139 @@
+//! What a reload (SIGHUP or `POST /v1/admin/reload`) may take from a freshly read config.
+//! Only secrets change without a restart, so a config that would need more is refused
+//! whole: the running sources keep serving with the secrets in force.
+
+use super::{Config, ConfigError};
+
+/// What a reload of a config that passed [`check_reload`] does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReloadPlan {
+    /// Running sources whose secrets are now those of the config read.
+    pub sources: usize,
+    /// Running sources whose secrets come from `INHOOK_<SOURCE>_SECRET`: edits to the
+    /// file's secrets changed nothing for them.
+    pub from_environment: Vec<String>,
+    /// Sources new in the file: not served until a restart.
+    pub not_served_until_restart: Vec<String>,
+}
+
+/// Checks `fresh` against the `running` config. A running source missing from `fresh`
+/// (dropped or renamed), or whose kind or signature scheme changed, is an error naming it:
+/// taking its secrets would either revive old ones or check them with the wrong scheme.
+pub fn check_reload(running: &Config, fresh: &Config) -> Result<ReloadPlan, ConfigError> {
+    let mut problems = Vec::new();
+    let mut from_environment = Vec::new();
+    for source in &running.sources {
+        let Some(next) = fresh.source(&source.name) else {
+            problems.push(format!(
+                "source {:?} is running but missing from the config read (dropped or renamed)",
+                source.name
+            ));
+            continue;
+        };
+        if next.kind != source.kind {
+            problems.push(format!(
+                "source {:?}: kind changed from {:?} to {:?}",
+                source.name, source.kind, next.kind
+            ));
+        }
+        if next.scheme != source.scheme {
+            problems.push(format!(
+                "source {:?}: signature changed from \"{}\" to \"{}\"",
+                source.name, source.scheme, next.scheme
+            ));
+        }
+        if next.secrets_from_environment {
+            from_environment.push(source.name.clone());
+        }
+    }
+    if !problems.is_empty() {
+        return Err(ConfigError(format!(
+            "{}; that needs a restart, nothing was changed",
+            problems.join("; ")
+        )));
+    }
+    Ok(ReloadPlan {
+        sources: running.sources.len(),
+        from_environment,
+        not_served_until_restart: fresh
+            .sources
+            .iter()
+            .filter(|s| running.source(&s.name).is_none())
+            .map(|s| s.name.clone())
+            .collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    const RUNNING: &str = r#"
+        [[sources]]
+        name = "p"
+        kind = "presence"
+        secrets = ["p-secret"]
+        [[sources]]
+        name = "s"
+        kind = "save-game"
+        secrets = ["s-secret"]
+    "#;
+
+    fn config(text: &str, env: &[(&str, &str)]) -> Config {
+        let env: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_parts(Some(text), &env).unwrap()
+    }
+
+    #[test]
+    fn a_dropped_or_renamed_source_is_refused_by_name() {
+        let running = config(RUNNING, &[]);
+        let dropped = RUNNING.replace(
+            "[[sources]]\n        name = \"s\"\n        kind = \"save-game\"\n        secrets = [\"s-secret\"]",
+            "",
+        );
+        let renamed = RUNNING.replace("name = \"s\"", "name = \"s2\"");
+        for text in [dropped, renamed] {
+            let err = check_reload(&running, &config(&text, &[]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("\"s\"") && err.contains("missing"), "{err}");
+            assert!(!err.contains("s-secret"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_changed_kind_or_scheme_is_refused() {
+        let running = config(RUNNING, &[]);
+        let kind = RUNNING.replace("kind = \"presence\"", "kind = \"save-game\"");
+        let err = check_reload(&running, &config(&kind, &[])).unwrap_err();
+        assert!(err.to_string().contains("kind changed"), "{err}");
+        let scheme = RUNNING.replace(
+            "kind = \"presence\"",
+            "kind = \"presence\"\n        signature = \"hmac-timestamped\"",
+        );
+        let err = check_reload(&running, &config(&scheme, &[])).unwrap_err();
+        assert!(err.to_string().contains("signature changed"), "{err}");
+    }
+
+    #[test]
+    fn the_plan_names_environment_secrets_and_new_sources() {
+        let env = [("INHOOK_S_SECRET", "from-env")];
+        let running = config(RUNNING, &env);
+        let grown = format!(
+            "{RUNNING}\n[[sources]]\nname = \"n\"\nkind = \"presence\"\nsecrets = [\"n-secret\"]\n"
+        );
+        let plan = check_reload(&running, &config(&grown, &env)).unwrap();
+        assert_eq!(
+            plan,
+            ReloadPlan {
+                sources: 2,
+                from_environment: vec!["s".into()],
+                not_served_until_restart: vec!["n".into()],
+            }
+        );
+    }
+}

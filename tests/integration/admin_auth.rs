@@ -1,0 +1,262 @@
+//! The admin API fails closed: an empty token does not start, no-token mode trusts only
+//! direct loopback clients naming a loopback `Host`, state-changing calls refuse other
+//! origins and non-JSON bodies, and every admin answer is `no-store` and `nosniff`.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use inhook::signature::Scheme;
+use reqwest::header::HeaderMap;
+use serde_json::{json, Value};
+
+use crate::support::{now_s, signed, TestServer, PRESENCE_SECRET, SAVE_SECRETS};
+
+/// An answer's code, headers and JSON body.
+async fn call(request: reqwest::RequestBuilder) -> (u16, HeaderMap, Value) {
+    let reply = request.send().await.expect("admin call");
+    let code = reply.status().as_u16();
+    let headers = reply.headers().clone();
+    (code, headers, reply.json().await.unwrap_or(Value::Null))
+}
+
+/// Asserts the headers every admin answer carries.
+fn assert_admin_headers(headers: &HeaderMap, what: &str) {
+    assert_eq!(headers["cache-control"], "no-store", "{what}");
+    assert_eq!(headers["x-content-type-options"], "nosniff", "{what}");
+}
+
+/// The port of a `http://HOST:PORT` URL.
+fn port(url: &str) -> u16 {
+    url.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// Runs `inhook serve` on `config` with `env`; returns its stderr once it exits (it must, within 20 s).
+fn serve_expecting_failure(config: &str, env: &[(&str, &str)]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inhook.toml");
+    let config = format!(
+        "listen = \"127.0.0.1:0\"\ndatabase = \"sqlite://{}\"\n{config}\n",
+        dir.path().join("inhook.db").display()
+    );
+    std::fs::write(&path, &config).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_inhook"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env_remove("INHOOK_ADMIN_TOKEN")
+        .env("INHOOK_PRESENCE_SECRET", PRESENCE_SECRET)
+        .env("INHOOK_SAVE_GAME_SECRET", SAVE_SECRETS[0])
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("inhook started with config {config:?} and env {env:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().unwrap();
+    assert!(!output.status.success());
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[tokio::test]
+async fn an_empty_admin_token_is_a_startup_error_naming_the_key() {
+    let stderr = serve_expecting_failure("admin_token = \"\"", &[]);
+    assert!(stderr.contains("admin_token is set but empty"), "{stderr}");
+    // An empty variable must not silently disable the file's token either.
+    let stderr = serve_expecting_failure(
+        "admin_token = \"file-admin-token-value\"",
+        &[("INHOOK_ADMIN_TOKEN", "")],
+    );
+    assert!(
+        stderr.contains("INHOOK_ADMIN_TOKEN is set but empty"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("file-admin-token-value"), "{stderr}");
+}
+
+#[tokio::test]
+async fn without_a_token_only_direct_loopback_clients_are_served() {
+    let server = TestServer::spawn().await;
+    let client = reqwest::Client::new();
+    let events = format!("{}/v1/events", server.url);
+
+    let (code, headers, _) = call(client.get(&events)).await;
+    assert_eq!(code, 200);
+    assert_admin_headers(&headers, "200");
+
+    // Behind a forwarder every client is a loopback peer; a proxy header gives it away.
+    for (name, value) in [
+        ("x-forwarded-for", "203.0.113.5"),
+        ("forwarded", "for=203.0.113.5"),
+        ("x-real-ip", "203.0.113.5"),
+    ] {
+        let (code, headers, body) = call(client.get(&events).header(name, value)).await;
+        assert_eq!(
+            (code, &body["error"]),
+            (401, &json!("unauthorized")),
+            "{name}"
+        );
+        assert!(body["detail"].as_str().unwrap().contains("proxy"), "{body}");
+        assert_admin_headers(&headers, name);
+    }
+
+    // A DNS-rebound page reaches loopback under its own name.
+    let port = port(&server.url);
+    let (code, headers, body) = call(
+        client
+            .get(&events)
+            .header("host", format!("rebind.example:{port}")),
+    )
+    .await;
+    assert_eq!((code, &body["error"]), (403, &json!("forbidden_host")));
+    assert_admin_headers(&headers, "403");
+    for host in [format!("localhost:{port}"), format!("[::1]:{port}")] {
+        let (code, _, _) = call(client.get(&events).header("host", &host)).await;
+        assert_eq!(code, 200, "{host}");
+    }
+
+    // An unknown admin path is still an admin answer.
+    let (code, headers, _) = call(client.get(format!("{}/v1/nothing-here", server.url))).await;
+    assert_eq!(code, 404);
+    assert_admin_headers(&headers, "404");
+}
+
+#[tokio::test]
+async fn an_ipv4_client_of_a_dual_stack_listener_is_loopback() {
+    let server = TestServer::spawn_with_env("", &[("INHOOK_LISTEN", "[::]:0")]).await;
+    let port = port(&server.url);
+    let client = reqwest::Client::new();
+    // The IPv4 client arrives as ::ffff:127.0.0.1, the IPv6 one as ::1: both are loopback.
+    for base in [
+        format!("http://127.0.0.1:{port}"),
+        format!("http://[::1]:{port}"),
+    ] {
+        let (code, _, body) = call(client.get(format!("{base}/v1/events"))).await;
+        assert_eq!(code, 200, "{base}: {body}");
+    }
+}
+
+/// Replaces the save-game source's second secret in the config file with `rotated`.
+fn rotate_in_file(server: &TestServer, rotated: &str) {
+    let config = std::fs::read_to_string(server.config_path()).unwrap();
+    std::fs::write(
+        server.config_path(),
+        config.replace(SAVE_SECRETS[1], rotated),
+    )
+    .unwrap();
+}
+
+/// Whether a delivery signed with `secret` verifies (202) or not (401).
+async fn verifies(server: &TestServer, secret: &str, id: &str) -> bool {
+    let body = serde_json::to_vec(&json!({"event_id": id, "event_type": "progress.saved",
+        "player_id": "csrf", "save_slot": "s", "sequence": 1, "idempotency_key": id,
+        "data": {}}))
+    .unwrap();
+    let headers = signed(Scheme::HmacTimestamped, secret, &body, now_s());
+    match server.post_raw("save-game", &body, &headers).await.code {
+        202 => true,
+        401 => false,
+        other => panic!("unexpected {other}"),
+    }
+}
+
+#[tokio::test]
+async fn cross_site_state_changes_are_refused_and_change_nothing() {
+    let server = TestServer::spawn().await;
+    let client = reqwest::Client::new();
+    let reload = format!("{}/v1/admin/reload", server.url);
+    let rotated = "save-test-secret-csrf-rotated";
+    rotate_in_file(&server, rotated);
+
+    // A cross-site form post: foreign Origin, text/plain body.
+    let (code, headers, body) = call(
+        client
+            .post(&reload)
+            .header("origin", "http://evil.example")
+            .header("content-type", "text/plain")
+            .body("x=1"),
+    )
+    .await;
+    assert_eq!((code, &body["error"]), (403, &json!("forbidden_origin")));
+    assert_admin_headers(&headers, "403");
+    // The same body from this origin is still not JSON.
+    let origin = server.url.clone();
+    let (code, _, body) = call(
+        client
+            .post(&reload)
+            .header("origin", &origin)
+            .header("content-type", "text/plain")
+            .body("x=1"),
+    )
+    .await;
+    assert_eq!(
+        (code, &body["error"]),
+        (415, &json!("unsupported_media_type"))
+    );
+    // Neither reloaded: the old secret verifies, the rotated one does not.
+    assert!(verifies(&server, SAVE_SECRETS[1], "csrf_old").await);
+    assert!(!verifies(&server, rotated, "csrf_new").await);
+
+    // A cross-site bulk replay with a JSON body is refused too.
+    let (code, _, body) = call(
+        client
+            .post(format!("{}/v1/replay", server.url))
+            .header("origin", "null")
+            .json(&json!({"status": "dead"})),
+    )
+    .await;
+    assert_eq!((code, &body["error"]), (403, &json!("forbidden_origin")));
+
+    // From this origin, with no body, the reload goes through.
+    let (code, headers, body) = call(client.post(&reload).header("origin", &origin)).await;
+    assert_eq!(code, 200, "{body}");
+    assert_admin_headers(&headers, "200");
+    assert!(verifies(&server, rotated, "csrf_after").await);
+}
+
+#[tokio::test]
+async fn with_a_token_the_bearer_decides_and_origins_are_still_checked() {
+    let token = "admin-auth-test-token";
+    let server = TestServer::spawn_configured(&format!("admin_token = \"{token}\""), "").await;
+    let client = reqwest::Client::new();
+    let events = format!("{}/v1/events", server.url);
+    for wrong in ["", "admin-auth-test", "admin-auth-test-token-and-more", "x"] {
+        let (code, headers, body) = call(client.get(&events).bearer_auth(wrong)).await;
+        assert_eq!(
+            (code, &body["error"]),
+            (401, &json!("unauthorized")),
+            "{wrong:?}"
+        );
+        assert_admin_headers(&headers, "401");
+        assert!(!body.to_string().contains(token));
+    }
+    let (code, _, _) = call(client.get(&events)).await;
+    assert_eq!(
+        code, 401,
+        "loopback alone is not enough once a token is set"
+    );
+    // A token holder may sit behind a proxy under any name.
+    let (code, headers, _) = call(
+        client
+            .get(&events)
+            .bearer_auth(token)
+            .header("x-forwarded-for", "203.0.113.5")
+            .header("host", "inhook.example"),
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_admin_headers(&headers, "200");
+    let (code, _, body) = call(
+        client
+            .post(format!("{}/v1/admin/reload", server.url))
+            .bearer_auth(token)
+            .header("origin", "https://evil.example"),
+    )
+    .await;
+    assert_eq!((code, &body["error"]), (403, &json!("forbidden_origin")));
+}

@@ -1,0 +1,181 @@
+//! A revoked secret stays revoked: a reload (admin API or SIGHUP) that would drop, rename
+//! or re-kind a running source is refused whole, and nothing ever falls back to the
+//! secrets read at start. Secrets set in the environment win over the file, and the
+//! reload answer says so.
+
+use std::time::{Duration, Instant};
+
+use inhook::signature::Scheme;
+use serde_json::{json, Value};
+
+use crate::support::{now_s, signed, TestServer, SAVE_SECRETS};
+
+const TOKEN: &str = "revocation-admin-token";
+
+/// `POST /v1/admin/reload` with the admin token: code and body.
+async fn reload(server: &TestServer) -> (u16, Value) {
+    let reply = reqwest::Client::new()
+        .post(format!("{}/v1/admin/reload", server.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    let code = reply.status().as_u16();
+    (code, reply.json().await.unwrap())
+}
+
+/// Whether a save-game delivery signed with `secret` verifies (202) or not (401).
+async fn verifies(server: &TestServer, secret: &str, id: &str) -> bool {
+    let body = serde_json::to_vec(&json!({"event_id": id, "event_type": "progress.saved",
+        "player_id": "rv", "save_slot": "s", "sequence": 1, "idempotency_key": id,
+        "data": {}}))
+    .unwrap();
+    let headers = signed(Scheme::HmacTimestamped, secret, &body, now_s());
+    match server.post_raw("save-game", &body, &headers).await.code {
+        202 => true,
+        401 => false,
+        other => panic!("unexpected {other}"),
+    }
+}
+
+/// Rewrites the config file through `edit`.
+fn edit_config(server: &TestServer, edit: impl FnOnce(String) -> String) {
+    let config = std::fs::read_to_string(server.config_path()).unwrap();
+    let edited = edit(config.clone());
+    assert_ne!(edited, config, "the edit changed nothing");
+    std::fs::write(server.config_path(), edited).unwrap();
+}
+
+/// Asserts a refused reload: 422 `invalid_config` whose detail holds `needle`.
+async fn assert_refused(server: &TestServer, needle: &str) {
+    let (code, body) = reload(server).await;
+    assert_eq!(
+        (code, &body["error"]),
+        (422, &json!("invalid_config")),
+        "{body}"
+    );
+    let detail = body["detail"].as_str().unwrap();
+    assert!(detail.contains(needle), "{detail}");
+    assert!(!detail.contains("save-test-secret"), "a secret in {detail}");
+}
+
+/// Waits until a line of the server log holds all of `needles`.
+async fn wait_for_log(server: &TestServer, needles: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = std::fs::read_to_string(server.dir().join("server.log")).unwrap_or_default();
+        if log.lines().any(|l| needles.iter().all(|n| l.contains(n))) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {needles:?} in the log: {log}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_revoked_secret_never_comes_back_when_a_source_is_dropped_or_renamed() {
+    let server = TestServer::spawn_configured(&format!("admin_token = \"{TOKEN}\""), "").await;
+    let (revoked, rotated) = (SAVE_SECRETS[1], "save-test-secret-rotated-in");
+    assert!(verifies(&server, revoked, "rv_before").await);
+
+    // Rotate A→B and reload: A is refused.
+    let running = std::fs::read_to_string(server.config_path()).unwrap();
+    edit_config(&server, |c| c.replace(revoked, rotated));
+    let rotated_config = std::fs::read_to_string(server.config_path()).unwrap();
+    let (code, body) = reload(&server).await;
+    assert_eq!(
+        (code, body),
+        (
+            200,
+            json!({"status": "reloaded", "sources": 2, "from_environment": [],
+                "not_served_until_restart": []})
+        )
+    );
+    assert!(!verifies(&server, revoked, "rv_rotated_a").await);
+    assert!(verifies(&server, rotated, "rv_rotated_b").await);
+
+    // Drop the source, then rename it: each reload is refused and changes nothing.
+    let save_table = "[[sources]]\nname = \"save-game\"\nkind = \"save-game\"";
+    edit_config(&server, |c| c[..c.find(save_table).unwrap()].to_owned());
+    assert!(!std::fs::read_to_string(server.config_path())
+        .unwrap()
+        .contains("save-game"));
+    assert_refused(&server, "\"save-game\" is running but missing").await;
+    assert!(!verifies(&server, revoked, "rv_dropped_a").await);
+    assert!(verifies(&server, rotated, "rv_dropped_b").await);
+    // SIGHUP takes the same path.
+    server.hangup();
+    wait_for_log(&server, &["SIGHUP", "config not reloaded", "save-game"]).await;
+    assert!(!verifies(&server, revoked, "rv_hup_a").await);
+    assert!(verifies(&server, rotated, "rv_hup_b").await);
+
+    std::fs::write(
+        server.config_path(),
+        rotated_config.replace("name = \"save-game\"", "name = \"save-game-2\""),
+    )
+    .unwrap();
+    assert_refused(&server, "\"save-game\" is running but missing").await;
+    assert!(!verifies(&server, revoked, "rv_renamed_a").await);
+    assert!(verifies(&server, rotated, "rv_renamed_b").await);
+
+    // A changed kind or signature scheme cannot be taken without a restart either.
+    std::fs::write(
+        server.config_path(),
+        rotated_config.replace(
+            "signature = \"hmac-timestamped\"",
+            "signature = \"hmac-hex\"",
+        ),
+    )
+    .unwrap();
+    assert_refused(&server, "signature changed").await;
+    assert!(verifies(&server, rotated, "rv_scheme_b").await);
+
+    // A new source is reported, not silently ignored, and not served until a restart.
+    std::fs::write(
+        server.config_path(),
+        format!(
+            "{rotated_config}\n[[sources]]\nname = \"newcomer\"\nkind = \"presence\"\nsecrets = [\"newcomer-secret\"]\n"
+        ),
+    )
+    .unwrap();
+    let (code, body) = reload(&server).await;
+    assert_eq!(
+        (code, &body["not_served_until_restart"]),
+        (200, &json!(["newcomer"]))
+    );
+    assert_eq!(server.post_raw("newcomer", b"{}", &[]).await.code, 404);
+
+    // Putting the start-up config back is an explicit re-grant, and only that brings A back.
+    std::fs::write(server.config_path(), running).unwrap();
+    assert_eq!(reload(&server).await.0, 200);
+    assert!(verifies(&server, revoked, "rv_regranted_a").await);
+}
+
+#[tokio::test]
+async fn secrets_from_the_environment_win_and_the_reload_says_so() {
+    let env_secret = "save-env-secret-wins";
+    let server = TestServer::spawn_with_env(
+        &format!("admin_token = \"{TOKEN}\""),
+        &[("INHOOK_SAVE_GAME_SECRET", env_secret)],
+    )
+    .await;
+    assert!(verifies(&server, env_secret, "env_before").await);
+    assert!(!verifies(&server, SAVE_SECRETS[0], "env_file_before").await);
+
+    let edited = "save-test-secret-edited-in-file";
+    edit_config(&server, |c| c.replace(SAVE_SECRETS[0], edited));
+    let (code, body) = reload(&server).await;
+    assert_eq!(
+        (code, body),
+        (
+            200,
+            json!({"status": "reloaded", "sources": 2, "from_environment": ["save-game"],
+                "not_served_until_restart": []})
+        )
+    );
+    assert!(verifies(&server, env_secret, "env_after").await);
+    assert!(!verifies(&server, edited, "env_file_after").await);
+}
