@@ -620,6 +620,34 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_admin_token_is_refused_by_name_never_by_value() {
+        let secrets = [
+            ("INHOOK_PRESENCE_SECRET", "a"),
+            ("INHOOK_SAVE_GAME_SECRET", "b"),
+        ];
+        let err = Config::from_parts(Some("admin_token = \" \""), &env(&secrets)).unwrap_err();
+        assert!(
+            err.to_string().starts_with("admin_token is set but empty"),
+            "{err}"
+        );
+        let mut with_empty_var = secrets.to_vec();
+        with_empty_var.push(("INHOOK_ADMIN_TOKEN", ""));
+        let err = Config::from_parts(
+            Some("admin_token = \"file-token-value\""),
+            &env(&with_empty_var),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("INHOOK_ADMIN_TOKEN is set but empty"),
+            "{err}"
+        );
+        assert!(!err.contains("file-token-value"), "{err}");
+        let config = Config::from_parts(None, &env(&secrets)).unwrap();
+        assert!(config.admin_token.is_none(), "unset is no-token mode");
+    }
+
+    #[test]
     fn zero_config_needs_both_secrets() {
         let err = Config::from_parts(None, &env(&[("INHOOK_PRESENCE_SECRET", "a")])).unwrap_err();
         assert!(err.to_string().contains("INHOOK_SAVE_GAME_SECRET"), "{err}");

@@ -128,7 +128,7 @@ impl Answer {
             Answer::RateLimited { .. } => "rate_limited",
             Answer::Internal => "internal_error",
             Answer::Unauthorized(_) => "unauthorized",
-            Answer::Forbidden { error, .. } => *error,
+            Answer::Forbidden { error, .. } => error,
             Answer::NotFound(_) => "not_found",
             Answer::BadRequest(_) => "bad_request",
             Answer::InvalidConfig(_) => "invalid_config",
