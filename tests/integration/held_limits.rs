@@ -128,7 +128,12 @@ async fn an_aggregate_over_max_held_per_aggregate_gets_429_and_others_do_not() {
 
 #[tokio::test]
 async fn max_backlog_holds_under_400_concurrent_sends() {
-    let server = TestServer::spawn_with("hold_timeout_s = 600\nmax_backlog = 50").await;
+    // 400 connections from one client: above the default per-peer connection cap.
+    let server = TestServer::spawn_configured(
+        "max_connections_per_peer = 1024",
+        "hold_timeout_s = 600\nmax_backlog = 50",
+    )
+    .await;
     // Each on its own aggregate, each ahead of a gap: no worker can decide any of them.
     let replies: Vec<Reply> =
         join_all((0..400).map(|i| send(&server, delta(&format!("p{i}"), 2)))).await;
