@@ -67,6 +67,11 @@ impl Application {
         let wake = Arc::new(Notify::new());
         let secrets = crate::http::Secrets::of(&config);
         store.subscribe(Arc::clone(&wake));
+        let feed_start = store
+            .last_change_id()
+            .await
+            .context("reading the last state change")?;
+        let feed = Arc::new(crate::http::ChangeFeed::new(feed_start, config.max_streams));
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("binding {}", config.listen))?;
@@ -77,6 +82,7 @@ impl Application {
                 config: Arc::new(config),
                 store,
                 wake,
+                feed,
                 clock: Clock::System,
                 duplicates: Arc::default(),
                 backlog: Arc::default(),
@@ -125,6 +131,11 @@ impl Application {
         background.spawn(worker.run_retention(stop_rx.clone()));
         background.spawn(watch_backlog(self.state.clone(), stop_rx.clone()));
         background.spawn(metrics_upkeep(stop_rx.clone()));
+        background.spawn(Arc::clone(&self.state.feed).run(
+            Arc::clone(&self.state.store),
+            self.state.config.mask_fields.clone(),
+            stop_rx.clone(),
+        ));
         let config = &self.state.config;
         let pool = match config.database {
             Database::Postgres(_) => config.pool_size,

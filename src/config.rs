@@ -130,10 +130,13 @@ pub struct Config {
     pub max_connections_per_peer: usize,
     /// Most bytes of request bodies being read at once, over all connections (503 beyond).
     pub max_buffered_body_bytes: usize,
-    /// Fields masked in API output (top-level names or dotted paths).
+    /// Fields masked in all API, stream and dashboard output (names at any depth or dotted
+    /// paths, case-insensitive).
     pub mask_fields: Vec<String>,
     /// Request headers kept with every source's events beyond the built-in allowlist (lower case).
     pub keep_headers: Vec<String>,
+    /// Most `GET /v1/stream` connections open at once on this node (503 beyond).
+    pub max_streams: usize,
     /// Most PostgreSQL connections one node opens.
     pub pool_size: usize,
     /// Serve `/metrics` without the admin token.
@@ -193,6 +196,7 @@ struct FileConfig {
     max_buffered_body_bytes: Option<usize>,
     mask_fields: Option<Vec<String>>,
     keep_headers: Option<Vec<String>>,
+    max_streams: Option<usize>,
     pool_size: Option<usize>,
     metrics_public: Option<bool>,
     group_commit: Option<bool>,
@@ -251,6 +255,9 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 128;
 /// Default budget of request bodies read at once: 256 bodies of the default limit.
 pub const DEFAULT_MAX_BUFFERED_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// Default cap on open change streams per node.
+pub const DEFAULT_MAX_STREAMS: usize = 64;
 
 /// The environment variable that holds a source's secrets.
 pub fn secret_env_var(source: &str) -> String {
@@ -461,6 +468,12 @@ impl Config {
             ));
         }
         const DAY_S: u64 = 24 * 60 * 60;
+        let max_streams = file.max_streams.unwrap_or(DEFAULT_MAX_STREAMS);
+        if max_streams == 0 {
+            return Err(ConfigError(
+                "max_streams: must be at least 1 (open change streams per node)".into(),
+            ));
+        }
         Ok(Self {
             max_connections,
             max_connections_per_peer,
@@ -477,6 +490,7 @@ impl Config {
             max_header_bytes: file.max_header_bytes.unwrap_or(16 * 1024).max(8 * 1024),
             mask_fields: file.mask_fields.unwrap_or_default(),
             keep_headers,
+            max_streams,
             pool_size: file.pool_size.unwrap_or(16),
             metrics_public: file.metrics_public.unwrap_or(false),
             group_commit: file.group_commit.unwrap_or(true),
@@ -739,5 +753,19 @@ mod tests {
             !err.contains("not-base64"),
             "the key must not be echoed: {err}"
         );
+    }
+
+    #[test]
+    fn max_streams_defaults_to_64_and_must_allow_one() {
+        let secrets = env(&[("INHOOK_P_SECRET", "s")]);
+        let source = "[[sources]]\nname = \"p\"\nkind = \"presence\"\n";
+        let config = Config::from_parts(Some(source), &secrets).unwrap();
+        assert_eq!(config.max_streams, DEFAULT_MAX_STREAMS);
+        let config = Config::from_parts(Some(&format!("max_streams = 2\n{source}")), &secrets);
+        assert_eq!(config.unwrap().max_streams, 2);
+        let err = Config::from_parts(Some(&format!("max_streams = 0\n{source}")), &secrets)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("max_streams"), "{err}");
     }
 }

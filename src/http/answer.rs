@@ -85,6 +85,8 @@ pub enum Answer {
         /// Whole seconds until a delivery would be accepted (at least 1).
         retry_after_s: u64,
     },
+    /// 503: this node already serves `max_streams` change streams.
+    TooManyStreams,
     /// 500: a bug; details are in the log, not in the answer.
     Internal,
     /// 401 on the admin API, saying why (never echoing the token).
@@ -126,6 +128,7 @@ impl Answer {
             Answer::BacklogFull => "backlog_full",
             Answer::AggregateBacklogFull => "aggregate_backlog_full",
             Answer::RateLimited { .. } => "rate_limited",
+            Answer::TooManyStreams => "too_many_streams",
             Answer::Internal => "internal_error",
             Answer::Unauthorized(_) => "unauthorized",
             Answer::Forbidden { error, .. } => error,
@@ -382,6 +385,11 @@ impl IntoResponse for Answer {
                 StatusCode::TOO_MANY_REQUESTS,
                 ErrorBody::rejected("rate_limited"),
                 retry_after_s,
+            ),
+            Answer::TooManyStreams => retry_after(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorBody::new(ErrorStatus::Error, "too_many_streams"),
+                RETRY_AFTER_UNAVAILABLE_S.into(),
             ),
             Answer::Internal => error(
                 StatusCode::INTERNAL_SERVER_ERROR,

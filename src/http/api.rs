@@ -15,7 +15,7 @@ use crate::config::SourceConfig;
 use crate::contract::{Presence, SourceKind};
 use crate::domain::EventStatus;
 use crate::domain::{AggregateKey, Ident};
-use crate::mask::mask;
+use crate::mask::{mask, mask_at, MASK};
 use crate::projection::{presence_view, save_view, PresenceState, PresenceView, SaveView};
 use crate::store::{EventFilter, EventRecord, ReplayJob, ReplayOutcome, StoreError};
 use axum::http::StatusCode;
@@ -154,8 +154,9 @@ pub(super) struct PresencePage {
 /// A page of save slots.
 #[derive(Debug, Serialize, ToSchema)]
 pub(super) struct SavePage {
-    /// The slots, by player and slot.
-    items: Vec<SaveView>,
+    /// The slots, by player and slot (each built by [`masked_state`]).
+    #[schema(value_type = Vec<SaveView>)]
+    items: Vec<serde_json::Value>,
     /// Pass as `cursor` for the next page; null on the last.
     next_cursor: Option<String>,
 }
@@ -174,7 +175,7 @@ fn source_of_kind<'a>(
     }
 }
 
-fn store_answer(err: StoreError) -> Answer {
+pub(super) fn store_answer(err: StoreError) -> Answer {
     match err {
         StoreError::Unavailable(_) => Answer::StoreUnavailable,
         StoreError::Internal(detail) => {
@@ -182,6 +183,26 @@ fn store_answer(err: StoreError) -> Answer {
             Answer::Internal
         }
     }
+}
+
+/// A state view as shown (API and stream): a save slot's `progress`, which is the
+/// body's `data`, masked like the payload it came from. Every state view passes here.
+pub(super) fn masked_state(
+    mut state: serde_json::Value,
+    mask_fields: &[String],
+) -> serde_json::Value {
+    if let Some(progress) = state.get_mut("progress").filter(|p| p.is_object()) {
+        let keys: Vec<String> = progress
+            .as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default();
+        mask_at(progress, mask_fields, &["data"]);
+        if !progress.is_object() {
+            // Masked whole: still an object (the documented shape), every value hidden.
+            *progress = keys.into_iter().map(|k| (k, json!(MASK))).collect();
+        }
+    }
+    state
 }
 
 fn presence_json(source: &SourceConfig, user_id: &str, state: &PresenceState) -> PresenceView {
@@ -281,7 +302,8 @@ pub(super) async fn save_one(
         .await
         .map_err(store_answer)?
         .ok_or(Answer::NotFound("unknown_save"))?;
-    Ok(Json(save_view(&player_id, &save_slot, &save)).into_response())
+    let view = json!(save_view(&player_id, &save_slot, &save));
+    Ok(Json(masked_state(view, &state.config.mask_fields)).into_response())
 }
 
 /// `?source=&status=&aggregate=&limit=&cursor=` of the event log listing.
@@ -343,7 +365,7 @@ pub(super) struct EventDetail {
     /// The event log's fields.
     #[serde(flatten)]
     event: EventView,
-    /// The delivery's allowlisted headers (never signatures or credentials).
+    /// The delivery's allowlisted headers (never signatures or credentials), masked fields replaced.
     #[schema(value_type = Object)]
     headers: serde_json::Value,
     /// The body, masked fields replaced.
@@ -421,7 +443,8 @@ fn event_detail(
     mask_fields: &[String],
     keep_headers: &[String],
 ) -> EventDetail {
-    let headers = super::kept_headers::shown(record.headers.as_deref(), keep_headers);
+    let mut headers = super::kept_headers::shown(record.headers.as_deref(), keep_headers);
+    mask(&mut headers, mask_fields);
     let mut body = serde_json::from_slice(&record.body).unwrap_or_else(|_| {
         serde_json::Value::String(String::from_utf8_lossy(&record.body).into())
     });
@@ -759,7 +782,10 @@ pub(super) async fn saves_list(
         .iter()
         .map(|(key, save)| {
             let (player, slot) = key.split_once('\u{1f}').unwrap_or((key, ""));
-            save_view(player, slot, save)
+            masked_state(
+                json!(save_view(player, slot, save)),
+                &state.config.mask_fields,
+            )
         })
         .collect();
     let next_cursor = page.next_cursor.map(|c| c.replace('\u{1f}', "/"));
@@ -860,95 +886,4 @@ pub(super) async fn overview(State(state): State<AppState>) -> Result<Response, 
         generated_at: clock::rfc3339(clock::now_ms()),
     })
     .into_response())
-}
-
-/// `?source=&aggregate=` of the change stream.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub(super) struct StreamQuery {
-    /// Only this source's changes.
-    source: Option<String>,
-    /// Only this aggregate's changes: a user id, or `player/slot`.
-    aggregate: Option<String>,
-}
-
-/// How often the change stream looks for new changes (they may come from other nodes).
-const STREAM_POLL: std::time::Duration = std::time::Duration::from_millis(200);
-
-/// Server-sent events of every applied state change, resumable with `Last-Event-ID`;
-/// without it the stream starts at the current end.
-#[utoipa::path(get, path = "/v1/stream", tag = "state", security(("admin_token" = [])),
-    params(StreamQuery,
-        ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this change")),
-    responses(
-        (status = 200, description = "`presence` and `save` events whose data is the new state",
-            body = String, content_type = "text/event-stream"),
-        AdminFailures,
-    ))]
-pub(super) async fn stream(
-    State(state): State<AppState>,
-    headers: axum::http::HeaderMap,
-    params: Result<Query<StreamQuery>, QueryRejection>,
-) -> Result<Response, Answer> {
-    let query = query(params)?;
-    use axum::response::sse::{Event, KeepAlive, Sse};
-    let resume = headers
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .map(|v| v.trim().parse::<i64>())
-        .transpose()
-        .map_err(|_| {
-            Answer::BadRequest("Last-Event-ID must be an event id from this stream".into())
-        })?;
-    let after = match resume {
-        Some(id) => id,
-        None => state.store.last_change_id().await.map_err(store_answer)?,
-    };
-    let filter = (
-        query.source.filter(|s| !s.is_empty()),
-        query
-            .aggregate
-            .filter(|a| !a.is_empty())
-            .map(|a| aggregate_storage_key(&a)),
-    );
-    let store = state.store.clone();
-    let changes = futures_util::stream::unfold(
-        (after, std::collections::VecDeque::new()),
-        move |(mut after, mut queue)| {
-            let (store, filter) = (store.clone(), filter.clone());
-            async move {
-                loop {
-                    if let Some(change) = queue.pop_front() {
-                        let change: crate::store::StateChange = change;
-                        after = change.id;
-                        let data = json!({
-                            "source": change.source,
-                            "aggregate": change.aggregate.replace('\u{1f}', "/"),
-                            "state": serde_json::from_str::<serde_json::Value>(&change.state)
-                                .unwrap_or(serde_json::Value::Null),
-                        });
-                        let event = Event::default()
-                            .id(change.id.to_string())
-                            .event(change.kind)
-                            .data(data.to_string());
-                        return Some((Ok::<_, std::convert::Infallible>(event), (after, queue)));
-                    }
-                    match store
-                        .changes_after(after, filter.0.as_deref(), filter.1.as_deref(), 256)
-                        .await
-                    {
-                        Ok(batch) if !batch.is_empty() => queue.extend(batch),
-                        Ok(_) => tokio::time::sleep(STREAM_POLL).await,
-                        Err(err) => {
-                            tracing::warn!(error = %err, "change stream cannot read; retrying");
-                            tokio::time::sleep(STREAM_POLL * 5).await;
-                        }
-                    }
-                }
-            }
-        },
-    );
-    Ok(Sse::new(changes)
-        .keep_alive(KeepAlive::default())
-        .into_response())
 }

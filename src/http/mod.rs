@@ -9,6 +9,7 @@ mod dashboard;
 mod ingress;
 pub mod kept_headers;
 pub mod server;
+mod stream;
 
 use std::sync::Arc;
 
@@ -23,6 +24,7 @@ use crate::config::Config;
 use crate::store::Store;
 use answer::Answer;
 pub use api::aggregate_storage_key;
+pub use stream::ChangeFeed;
 
 /// Largest body an admin API call (e.g. `POST /v1/replay`) may send.
 pub const ADMIN_MAX_BODY_BYTES: usize = 64 * 1024;
@@ -40,6 +42,8 @@ pub struct AppState {
     pub clock: crate::clock::Clock,
     /// Duplicates answered by this node since it started, per source (for the overview).
     pub duplicates: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
+    /// The change feed `GET /v1/stream` follows, and its cap.
+    pub feed: Arc<ChangeFeed>,
     /// Each source's secrets, replaceable without a restart.
     pub secrets: Secrets,
     /// Token buckets of the sources with a `rate_limit_per_s`.
@@ -221,7 +225,7 @@ fn documented_routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::Op
         .routes(routes!(api::save_one))
         .routes(routes!(api::saves_list))
         .routes(routes!(api::overview))
-        .routes(routes!(api::stream))
+        .routes(routes!(stream::stream))
         .routes(routes!(api::events_list))
         .routes(routes!(api::event_one))
         .routes(routes!(api::event_replay))

@@ -11,6 +11,7 @@ mod event_log;
 mod held_limits;
 mod hostile_ingress;
 mod hygiene;
+mod masking;
 mod metrics;
 mod multinode;
 mod openapi;

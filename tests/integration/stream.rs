@@ -1,5 +1,6 @@
 //! `GET /v1/stream`: a client connected before the deliveries receives every
-//! change in order; one that reconnects with `Last-Event-ID` misses nothing.
+//! change in order; one that reconnects with `Last-Event-ID` misses nothing;
+//! every open stream gets every change; `max_streams` caps them; shutdown ends them.
 
 use std::time::Duration;
 
@@ -9,14 +10,19 @@ use crate::support::TestServer;
 
 /// One server-sent event.
 #[derive(Debug, Clone)]
-struct Frame {
-    id: i64,
-    event: String,
-    data: Value,
+pub struct Frame {
+    /// Its `id:` (the change's id).
+    pub id: i64,
+    /// Its `event:` (`presence` or `save`).
+    pub event: String,
+    /// Its `data:`, parsed.
+    pub data: Value,
+    /// The frame as sent.
+    pub raw: String,
 }
 
 /// Reads frames from an SSE response until `count` arrived (or 10 s passed).
-async fn read_frames(response: &mut reqwest::Response, count: usize) -> Vec<Frame> {
+pub async fn read_frames(response: &mut reqwest::Response, count: usize) -> Vec<Frame> {
     let mut frames = Vec::new();
     let mut buffer = String::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -44,6 +50,7 @@ async fn read_frames(response: &mut reqwest::Response, count: usize) -> Vec<Fram
                     id,
                     event,
                     data: serde_json::from_str(&data).expect("JSON data"),
+                    raw: block,
                 });
             }
         }
@@ -51,7 +58,7 @@ async fn read_frames(response: &mut reqwest::Response, count: usize) -> Vec<Fram
     frames
 }
 
-async fn connect(server: &TestServer, last_event_id: Option<i64>) -> reqwest::Response {
+pub async fn connect(server: &TestServer, last_event_id: Option<i64>) -> reqwest::Response {
     let mut request = reqwest::Client::new().get(format!("{}/v1/stream", server.url));
     if let Some(id) = last_event_id {
         request = request.header("Last-Event-ID", id.to_string());
@@ -69,7 +76,6 @@ async fn connect(server: &TestServer, last_event_id: Option<i64>) -> reqwest::Re
 async fn every_change_streams_in_order_and_a_reconnect_resumes_without_gaps() {
     let server = TestServer::spawn().await;
     let mut live = connect(&server, None).await;
-    let presence = |id: &str, user: &str, status: &str, seq: i64| json!({"event_id": id, "user_id": user, "presence": status, "sequence_number": seq});
     server
         .post_presence(&presence("p1", "ana", "ONLINE", 1))
         .await;
@@ -134,4 +140,120 @@ async fn every_change_streams_in_order_and_a_reconnect_resumes_without_gaps() {
         .unwrap();
     let ben = read_frames(&mut only_ben, 1).await;
     assert_eq!(ben[0].data["aggregate"], "ben");
+}
+
+fn presence(id: &str, user: &str, status: &str, seq: i64) -> Value {
+    json!({"event_id": id, "user_id": user, "presence": status, "sequence_number": seq})
+}
+
+#[tokio::test]
+async fn every_open_stream_receives_every_change() {
+    let server = TestServer::spawn().await;
+    let mut streams = Vec::new();
+    for _ in 0..6 {
+        streams.push(connect(&server, None).await);
+    }
+    for (seq, status) in [(1, "ONLINE"), (2, "BUSY"), (3, "AWAY")] {
+        let reply = server
+            .post_presence(&presence(&format!("f{seq}"), "fan", status, seq))
+            .await;
+        assert_eq!(reply.code, 200, "{reply:?}");
+    }
+    let stored: Vec<i64> = server
+        .store()
+        .await
+        .changes_after(0, None, None, 100)
+        .await
+        .expect("changes")
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(stored.len(), 3);
+    for stream in &mut streams {
+        let frames = read_frames(stream, 3).await;
+        let seen: Vec<(i64, Value)> = frames
+            .iter()
+            .map(|f| (f.id, f.data["state"]["status"].clone()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (stored[0], json!("ONLINE")),
+                (stored[1], json!("BUSY")),
+                (stored[2], json!("AWAY"))
+            ]
+        );
+    }
+}
+
+#[tokio::test]
+async fn streams_beyond_max_streams_get_503_and_a_freed_slot_is_reused() {
+    let mut server =
+        TestServer::spawn_configured("max_streams = 2\nshutdown_timeout_s = 30", "").await;
+    let first = connect(&server, None).await;
+    let mut second = connect(&server, None).await;
+
+    let refused = reqwest::Client::new()
+        .get(format!("{}/v1/stream", server.url))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(refused.status(), 503);
+    assert!(
+        refused.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse::<u32>()
+            .unwrap()
+            > 0
+    );
+    let body: Value = refused.json().await.expect("JSON body");
+    assert_eq!(
+        body,
+        json!({"status": "error", "error": "too_many_streams"})
+    );
+    // Other routes are not limited.
+    assert_eq!(server.get("/v1/events").await.code, 200);
+
+    // A closed stream frees its slot.
+    drop(first);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut third = loop {
+        let response = reqwest::Client::new()
+            .get(format!("{}/v1/stream", server.url))
+            .send()
+            .await
+            .expect("request");
+        if response.status() == 200 {
+            break response;
+        }
+        assert_eq!(response.status(), 503);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the slot was never freed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    server
+        .post_presence(&presence("c1", "cap", "ONLINE", 1))
+        .await;
+    assert_eq!(
+        read_frames(&mut second, 1).await[0].data["aggregate"],
+        "cap"
+    );
+    assert_eq!(read_frames(&mut third, 1).await[0].data["aggregate"], "cap");
+
+    // Shutdown ends the open streams: it does not wait them out until its timeout.
+    assert!(server.terminate(), "clean exit");
+    for stream in [&mut second, &mut third] {
+        while let Ok(Some(_)) = stream.chunk().await {}
+    }
+    if std::env::var_os("TEST_LOG").is_none() {
+        let log = std::fs::read_to_string(server.dir().join("server.log")).expect("log");
+        assert!(log.contains("shutting down"), "{log}");
+        assert!(
+            !log.contains("shutdown timeout"),
+            "streams held the shutdown: {log}"
+        );
+    }
 }

@@ -1,0 +1,309 @@
+//! `GET /v1/stream`: server-sent events of applied state changes.
+//!
+//! One [`ChangeFeed`] per server reads the store's new changes (every
+//! [`FEED_POLL`], since other nodes write them too) and fans them out through a
+//! broadcast channel, so an idle stream costs no query. A stream first catches
+//! up from the store by its cursor (`Last-Event-ID`), then follows the feed; one
+//! that falls behind the channel catches up from the store again, so none loses
+//! a change. At most `max_streams` are open at once; all end on shutdown.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::{broadcast, watch, OwnedSemaphorePermit, Semaphore};
+use utoipa::IntoParams;
+
+use super::answer::{Answer, ErrorBody};
+use super::api::{aggregate_storage_key, masked_state, store_answer};
+use super::AppState;
+use crate::store::{StateChange, Store, StoreError};
+
+/// How often the feed looks for new changes (they may come from other nodes).
+const FEED_POLL: Duration = Duration::from_millis(200);
+
+/// How long the feed and the streams wait after a store error before reading again.
+const STORE_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Changes read from the store at once.
+const BATCH: usize = 256;
+
+/// Changes the broadcast channel holds for a slow stream before it must catch up from the store.
+const CHANNEL_CAPACITY: usize = 1024;
+
+/// One applied change, masked and serialized once for every stream.
+#[derive(Debug)]
+pub struct FeedChange {
+    id: i64,
+    kind: String,
+    source: String,
+    /// The stored aggregate key, for `?aggregate=` filters.
+    aggregate: String,
+    /// The SSE `data` line: source, aggregate as shown and the masked state.
+    data: String,
+}
+
+impl FeedChange {
+    fn of(change: StateChange, mask_fields: &[String]) -> Self {
+        let state = serde_json::from_str(&change.state).unwrap_or(serde_json::Value::Null);
+        let data = json!({
+            "source": change.source,
+            "aggregate": change.aggregate.replace('\u{1f}', "/"),
+            "state": masked_state(state, mask_fields),
+        });
+        Self {
+            id: change.id,
+            kind: change.kind,
+            source: change.source,
+            aggregate: change.aggregate,
+            data: data.to_string(),
+        }
+    }
+
+    fn event(&self) -> Event {
+        Event::default()
+            .id(self.id.to_string())
+            .event(&self.kind)
+            .data(&self.data)
+    }
+}
+
+/// The change feed every stream of this server follows, and the cap on open streams.
+pub struct ChangeFeed {
+    changes: broadcast::Sender<Arc<FeedChange>>,
+    /// The id after which the feed reads next; starts at the store's last change.
+    after: std::sync::atomic::AtomicI64,
+    slots: Arc<Semaphore>,
+    closing: watch::Sender<bool>,
+}
+
+impl ChangeFeed {
+    /// A feed starting after change `after`, allowing `max_streams` open streams.
+    pub fn new(after: i64, max_streams: usize) -> Self {
+        Self {
+            changes: broadcast::channel(CHANNEL_CAPACITY).0,
+            after: after.into(),
+            slots: Arc::new(Semaphore::new(max_streams)),
+            closing: watch::channel(false).0,
+        }
+    }
+
+    /// Reads new changes and fans them out until `stop`; then ends every open stream.
+    pub async fn run(
+        self: Arc<Self>,
+        store: Arc<dyn Store>,
+        mask_fields: Vec<String>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        while !*stop.borrow() {
+            let pause = match self.step(store.as_ref(), &mask_fields).await {
+                Ok(true) => Duration::ZERO,
+                Ok(false) => FEED_POLL,
+                Err(err) => {
+                    tracing::warn!(error = %err, "change feed cannot read; retrying");
+                    STORE_BACKOFF
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = stop.changed() => {}
+            }
+        }
+        self.closing.send_replace(true);
+    }
+
+    /// One read; returns whether a full batch came (more may be waiting).
+    async fn step(&self, store: &dyn Store, mask_fields: &[String]) -> Result<bool, StoreError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.changes.receiver_count() == 0 {
+            // Nobody listens: only follow the head. The head is read before the second
+            // look, so a stream that subscribed after it caught up past the head itself.
+            let head = store.last_change_id().await?;
+            if self.changes.receiver_count() == 0 {
+                self.after.store(head, SeqCst);
+                return Ok(false);
+            }
+        }
+        let after = self.after.load(SeqCst);
+        let batch = store.changes_after(after, None, None, BATCH).await?;
+        let full = batch.len() == BATCH;
+        for change in batch {
+            self.after.store(change.id, SeqCst);
+            // An error means every stream just left: nothing to deliver to.
+            let _ = self
+                .changes
+                .send(Arc::new(FeedChange::of(change, mask_fields)));
+        }
+        Ok(full)
+    }
+}
+
+/// `?source=&aggregate=` of the change stream.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(super) struct StreamQuery {
+    /// Only this source's changes.
+    source: Option<String>,
+    /// Only this aggregate's changes: a user id, or `player/slot`.
+    aggregate: Option<String>,
+}
+
+/// Server-sent events of every applied state change, resumable with `Last-Event-ID`;
+/// without it the stream starts at the current end.
+#[utoipa::path(get, path = "/v1/stream", tag = "state", security(("admin_token" = [])),
+    params(StreamQuery,
+        ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this change")),
+    responses(
+        (status = 200, description = "`presence` and `save` events whose data is the new state \
+            (masked fields replaced); the stream ends when the server shuts down",
+            body = String, content_type = "text/event-stream"),
+        (status = 400, description = "Bad query string or `Last-Event-ID` (`bad_request`)", body = ErrorBody),
+        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
+        (status = 503, description = "`too_many_streams` (this node already serves `max_streams`) \
+            or `store_unavailable`", body = ErrorBody,
+            headers(("Retry-After" = u32, description = "Seconds to wait"))),
+    ))]
+pub(super) async fn stream(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+    params: Result<Query<StreamQuery>, QueryRejection>,
+) -> Result<Response, Answer> {
+    let Query(query) = params.map_err(|rejection| Answer::BadRequest(rejection.body_text()))?;
+    let resume = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().parse::<i64>())
+        .transpose()
+        .map_err(|_| {
+            Answer::BadRequest("Last-Event-ID must be an event id from this stream".into())
+        })?;
+    let feed = &state.feed;
+    let slot = Arc::clone(&feed.slots)
+        .try_acquire_owned()
+        .map_err(|_| Answer::TooManyStreams)?;
+    // Subscribed before the cursor is read: nothing published from here on is missed.
+    let changes = feed.changes.subscribe();
+    let cursor = match resume {
+        Some(id) => id,
+        None => state.store.last_change_id().await.map_err(store_answer)?,
+    };
+    let follower = Follower {
+        store: Arc::clone(&state.store),
+        mask_fields: state.config.mask_fields.clone(),
+        source: query.source.filter(|s| !s.is_empty()),
+        aggregate: query
+            .aggregate
+            .filter(|a| !a.is_empty())
+            .map(|a| aggregate_storage_key(&a)),
+        cursor,
+        catching_up: true,
+        queue: VecDeque::new(),
+        changes,
+        closing: feed.closing.subscribe(),
+        _slot: slot,
+    };
+    let events = futures_util::stream::unfold(follower, |mut follower| async move {
+        let change = follower.next().await?;
+        Some((Ok::<_, Infallible>(change.event()), follower))
+    });
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+/// One open stream: where it is, what it wants, and its slot under `max_streams`.
+struct Follower {
+    store: Arc<dyn Store>,
+    mask_fields: Vec<String>,
+    source: Option<String>,
+    aggregate: Option<String>,
+    /// The last change sent (or the start).
+    cursor: i64,
+    /// Reading from the store rather than the feed.
+    catching_up: bool,
+    queue: VecDeque<Arc<FeedChange>>,
+    changes: broadcast::Receiver<Arc<FeedChange>>,
+    closing: watch::Receiver<bool>,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Follower {
+    fn wants(&self, change: &FeedChange) -> bool {
+        change.id > self.cursor
+            && self.source.as_ref().is_none_or(|s| *s == change.source)
+            && self
+                .aggregate
+                .as_ref()
+                .is_none_or(|a| *a == change.aggregate)
+    }
+
+    /// The next change to send; `None` when the server shuts down.
+    async fn next(&mut self) -> Option<Arc<FeedChange>> {
+        loop {
+            if *self.closing.borrow() {
+                return None;
+            }
+            if let Some(change) = self.queue.pop_front() {
+                self.cursor = change.id;
+                return Some(change);
+            }
+            if self.catching_up {
+                self.catch_up().await;
+                continue;
+            }
+            tokio::select! {
+                _ = self.closing.changed() => return None,
+                received = self.changes.recv() => match received {
+                    Ok(change) => {
+                        if self.wants(&change) {
+                            self.queue.push_back(change);
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        tracing::debug!(missed, "a slow stream catches up from the store");
+                        self.catching_up = true;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                },
+            }
+        }
+    }
+
+    /// Reads one batch after the cursor from the store; done when it is not full.
+    async fn catch_up(&mut self) {
+        let batch = self
+            .store
+            .changes_after(
+                self.cursor,
+                self.source.as_deref(),
+                self.aggregate.as_deref(),
+                BATCH,
+            )
+            .await;
+        match batch {
+            Ok(batch) => {
+                self.catching_up = batch.len() == BATCH;
+                let fields = &self.mask_fields;
+                self.queue.extend(
+                    batch
+                        .into_iter()
+                        .map(|change| Arc::new(FeedChange::of(change, fields))),
+                );
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "change stream cannot read; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(STORE_BACKOFF) => {}
+                    _ = self.closing.changed() => {}
+                }
+            }
+        }
+    }
+}
