@@ -71,7 +71,11 @@ impl Application {
             .last_change_id()
             .await
             .context("reading the last state change")?;
-        let feed = Arc::new(crate::http::ChangeFeed::new(feed_start, config.max_streams));
+        let feed = Arc::new(crate::http::ChangeFeed::new(
+            feed_start,
+            config.max_streams,
+            config.stream_buffer,
+        ));
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("binding {}", config.listen))?;

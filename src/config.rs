@@ -137,6 +137,8 @@ pub struct Config {
     pub keep_headers: Vec<String>,
     /// Most `GET /v1/stream` connections open at once on this node (503 beyond).
     pub max_streams: usize,
+    /// Changes held for a stream that reads slowly; past it, the stream catches up from the store.
+    pub stream_buffer: usize,
     /// Most PostgreSQL connections one node opens.
     pub pool_size: usize,
     /// Serve `/metrics` without the admin token.
@@ -197,6 +199,7 @@ struct FileConfig {
     mask_fields: Option<Vec<String>>,
     keep_headers: Option<Vec<String>>,
     max_streams: Option<usize>,
+    stream_buffer: Option<usize>,
     pool_size: Option<usize>,
     metrics_public: Option<bool>,
     group_commit: Option<bool>,
@@ -258,6 +261,9 @@ pub const DEFAULT_MAX_BUFFERED_BODY_BYTES: usize = 64 * 1024 * 1024;
 
 /// Default cap on open change streams per node.
 pub const DEFAULT_MAX_STREAMS: usize = 64;
+
+/// Default number of changes held for a slow stream.
+pub const DEFAULT_STREAM_BUFFER: usize = 1024;
 
 /// The environment variable that holds a source's secrets.
 pub fn secret_env_var(source: &str) -> String {
@@ -474,6 +480,12 @@ impl Config {
                 "max_streams: must be at least 1 (open change streams per node)".into(),
             ));
         }
+        let stream_buffer = file.stream_buffer.unwrap_or(DEFAULT_STREAM_BUFFER);
+        if stream_buffer == 0 {
+            return Err(ConfigError(
+                "stream_buffer: must be at least 1 (changes held for a slow stream)".into(),
+            ));
+        }
         Ok(Self {
             max_connections,
             max_connections_per_peer,
@@ -491,6 +503,7 @@ impl Config {
             mask_fields: file.mask_fields.unwrap_or_default(),
             keep_headers,
             max_streams,
+            stream_buffer,
             pool_size: file.pool_size.unwrap_or(16),
             metrics_public: file.metrics_public.unwrap_or(false),
             group_commit: file.group_commit.unwrap_or(true),
@@ -756,7 +769,7 @@ mod tests {
     }
 
     #[test]
-    fn max_streams_defaults_to_64_and_must_allow_one() {
+    fn stream_limits_default_and_must_allow_one() {
         let secrets = env(&[("INHOOK_P_SECRET", "s")]);
         let source = "[[sources]]\nname = \"p\"\nkind = \"presence\"\n";
         let config = Config::from_parts(Some(source), &secrets).unwrap();
@@ -767,5 +780,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("max_streams"), "{err}");
+        let err = Config::from_parts(Some(&format!("stream_buffer = 0\n{source}")), &secrets)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("stream_buffer"), "{err}");
     }
 }

@@ -175,7 +175,7 @@ fn source_of_kind<'a>(
     }
 }
 
-pub(super) fn store_answer(err: StoreError) -> Answer {
+fn store_answer(err: StoreError) -> Answer {
     match err {
         StoreError::Unavailable(_) => Answer::StoreUnavailable,
         StoreError::Internal(detail) => {

@@ -5,12 +5,14 @@
 //! broadcast channel, so an idle stream costs no query. A stream first catches
 //! up from the store by its cursor (`Last-Event-ID`), then follows the feed; one
 //! that falls behind the channel catches up from the store again, so none loses
-//! a change. At most `max_streams` are open at once; all end on shutdown.
+//! a change. The feed releases ids in order and waits briefly at a gap, since on
+//! PostgreSQL a change can commit after one with a later id. At most
+//! `max_streams` streams are open at once; all end on shutdown.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -22,7 +24,7 @@ use tokio::sync::{broadcast, watch, OwnedSemaphorePermit, Semaphore};
 use utoipa::IntoParams;
 
 use super::answer::{Answer, ErrorBody};
-use super::api::{aggregate_storage_key, masked_state, store_answer};
+use super::api::{aggregate_storage_key, masked_state};
 use super::AppState;
 use crate::store::{StateChange, Store, StoreError};
 
@@ -32,11 +34,11 @@ const FEED_POLL: Duration = Duration::from_millis(200);
 /// How long the feed and the streams wait after a store error before reading again.
 const STORE_BACKOFF: Duration = Duration::from_secs(1);
 
+/// How long the feed waits for a missing change id before it takes it as rolled back.
+const GAP_GRACE: Duration = Duration::from_secs(2);
+
 /// Changes read from the store at once.
 const BATCH: usize = 256;
-
-/// Changes the broadcast channel holds for a slow stream before it must catch up from the store.
-const CHANNEL_CAPACITY: usize = 1024;
 
 /// One applied change, masked and serialized once for every stream.
 #[derive(Debug)]
@@ -78,17 +80,19 @@ impl FeedChange {
 /// The change feed every stream of this server follows, and the cap on open streams.
 pub struct ChangeFeed {
     changes: broadcast::Sender<Arc<FeedChange>>,
-    /// The id after which the feed reads next; starts at the store's last change.
+    /// The last change released to the streams (every lower id is released or was skipped);
+    /// starts at the store's last change.
     after: std::sync::atomic::AtomicI64,
     slots: Arc<Semaphore>,
     closing: watch::Sender<bool>,
 }
 
 impl ChangeFeed {
-    /// A feed starting after change `after`, allowing `max_streams` open streams.
-    pub fn new(after: i64, max_streams: usize) -> Self {
+    /// A feed starting after change `after`, allowing `max_streams` open streams, each of
+    /// which may fall `buffer` changes behind before it catches up from the store.
+    pub fn new(after: i64, max_streams: usize, buffer: usize) -> Self {
         Self {
-            changes: broadcast::channel(CHANNEL_CAPACITY).0,
+            changes: broadcast::channel(buffer).0,
             after: after.into(),
             slots: Arc::new(Semaphore::new(max_streams)),
             closing: watch::channel(false).0,
@@ -102,8 +106,10 @@ impl ChangeFeed {
         mask_fields: Vec<String>,
         mut stop: watch::Receiver<bool>,
     ) {
+        let mut gap_since = None;
         while !*stop.borrow() {
-            let pause = match self.step(store.as_ref(), &mask_fields).await {
+            let step = self.step(store.as_ref(), &mask_fields, &mut gap_since);
+            let pause = match step.await {
                 Ok(true) => Duration::ZERO,
                 Ok(false) => FEED_POLL,
                 Err(err) => {
@@ -119,29 +125,45 @@ impl ChangeFeed {
         self.closing.send_replace(true);
     }
 
-    /// One read; returns whether a full batch came (more may be waiting).
-    async fn step(&self, store: &dyn Store, mask_fields: &[String]) -> Result<bool, StoreError> {
+    /// One read; returns whether more may be waiting. Ids are released in order: on
+    /// PostgreSQL a transaction can commit after one that took a later id, so a gap
+    /// in the ids is waited for (up to [`GAP_GRACE`]; a rolled-back one never fills).
+    async fn step(
+        &self,
+        store: &dyn Store,
+        mask_fields: &[String],
+        gap_since: &mut Option<Instant>,
+    ) -> Result<bool, StoreError> {
         use std::sync::atomic::Ordering::SeqCst;
-        if self.changes.receiver_count() == 0 {
-            // Nobody listens: only follow the head. The head is read before the second
-            // look, so a stream that subscribed after it caught up past the head itself.
-            let head = store.last_change_id().await?;
-            if self.changes.receiver_count() == 0 {
-                self.after.store(head, SeqCst);
-                return Ok(false);
-            }
-        }
-        let after = self.after.load(SeqCst);
+        let mut after = self.after.load(SeqCst);
         let batch = store.changes_after(after, None, None, BATCH).await?;
         let full = batch.len() == BATCH;
         for change in batch {
-            self.after.store(change.id, SeqCst);
-            // An error means every stream just left: nothing to deliver to.
-            let _ = self
-                .changes
-                .send(Arc::new(FeedChange::of(change, mask_fields)));
+            if change.id != after + 1 {
+                let since = *gap_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < GAP_GRACE {
+                    return Ok(false);
+                }
+            }
+            *gap_since = None;
+            after = change.id;
+            // Only released ids: a stream catching up reads the store no further than this.
+            // Released before the look at the receivers: a stream subscribing after that
+            // look starts at or past this change.
+            self.after.store(after, SeqCst);
+            if self.changes.receiver_count() > 0 {
+                // An error means every stream just left: nothing to deliver to.
+                let _ = self
+                    .changes
+                    .send(Arc::new(FeedChange::of(change, mask_fields)));
+            }
         }
         Ok(full)
+    }
+
+    /// The last change released to the streams.
+    fn released(&self) -> i64 {
+        self.after.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -190,10 +212,9 @@ pub(super) async fn stream(
         .map_err(|_| Answer::TooManyStreams)?;
     // Subscribed before the cursor is read: nothing published from here on is missed.
     let changes = feed.changes.subscribe();
-    let cursor = match resume {
-        Some(id) => id,
-        None => state.store.last_change_id().await.map_err(store_answer)?,
-    };
+    // Without a resume point: the current end, as released (a later commit of a lower id
+    // still comes through the feed).
+    let cursor = resume.unwrap_or_else(|| feed.released());
     let follower = Follower {
         store: Arc::clone(&state.store),
         mask_fields: state.config.mask_fields.clone(),
@@ -203,10 +224,11 @@ pub(super) async fn stream(
             .filter(|a| !a.is_empty())
             .map(|a| aggregate_storage_key(&a)),
         cursor,
-        catching_up: true,
+        catching_up: resume.is_some(),
         queue: VecDeque::new(),
         changes,
         closing: feed.closing.subscribe(),
+        feed: Arc::clone(feed),
         _slot: slot,
     };
     let events = futures_util::stream::unfold(follower, |mut follower| async move {
@@ -231,6 +253,7 @@ struct Follower {
     queue: VecDeque<Arc<FeedChange>>,
     changes: broadcast::Receiver<Arc<FeedChange>>,
     closing: watch::Receiver<bool>,
+    feed: Arc<ChangeFeed>,
     _slot: OwnedSemaphorePermit,
 }
 
@@ -267,7 +290,7 @@ impl Follower {
                         }
                     }
                     Err(broadcast::error::RecvError::Lagged(missed)) => {
-                        tracing::debug!(missed, "a slow stream catches up from the store");
+                        tracing::info!(missed, "a slow stream catches up from the store");
                         self.catching_up = true;
                     }
                     Err(broadcast::error::RecvError::Closed) => return None,
@@ -276,8 +299,10 @@ impl Follower {
         }
     }
 
-    /// Reads one batch after the cursor from the store; done when it is not full.
+    /// Reads one batch after the cursor from the store, up to what the feed released (what
+    /// comes after reaches this stream through the feed); done when that is all.
     async fn catch_up(&mut self) {
+        let released = self.feed.released();
         let batch = self
             .store
             .changes_after(
@@ -289,11 +314,13 @@ impl Follower {
             .await;
         match batch {
             Ok(batch) => {
-                self.catching_up = batch.len() == BATCH;
+                self.catching_up =
+                    batch.len() == BATCH && batch.last().is_some_and(|c| c.id <= released);
                 let fields = &self.mask_fields;
                 self.queue.extend(
                     batch
                         .into_iter()
+                        .take_while(|change| change.id <= released)
                         .map(|change| Arc::new(FeedChange::of(change, fields))),
                 );
             }
