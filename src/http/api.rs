@@ -887,3 +887,34 @@ pub(super) async fn overview(State(state): State<AppState>) -> Result<Response, 
     })
     .into_response())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn a_state_view_masks_progress_as_the_body_s_data() {
+        let save = json!({"player_id": "p", "save_slot": "s", "email": "view field, not payload",
+                          "progress": {"Email": "a", "card": {"number": "1"}, "level": 2}});
+        let masked = masked_state(save.clone(), &fields(&["email", "data.card.number"]));
+        assert_eq!(
+            masked["progress"],
+            json!({"Email": "***", "card": {"number": "***"}, "level": 2})
+        );
+        assert_eq!(masked["email"], save["email"], "only the payload is masked");
+
+        // `data` itself masked: progress stays an object, every value hidden.
+        let masked = masked_state(save, &fields(&["DATA"]));
+        assert_eq!(
+            masked["progress"],
+            json!({"Email": "***", "card": "***", "level": "***"})
+        );
+
+        let presence = json!({"user_id": "u", "status": "ONLINE", "progress": null});
+        assert_eq!(masked_state(presence.clone(), &fields(&["data"])), presence);
+    }
+}
