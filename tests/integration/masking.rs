@@ -38,7 +38,7 @@ fn urls(template: &str, values: &[(&str, Vec<String>)]) -> Vec<String> {
 #[tokio::test]
 async fn no_output_route_shows_a_masked_field() {
     let server = TestServer::spawn_configured(
-        r#"mask_fields = ["email", "data.card.number", "x-contact"]"#,
+        "mask_fields = [\"email\", \"data.card.number\", \"X-Contact\"]\nkeep_headers = [\"x-contact\"]",
         "",
     )
     .await;
