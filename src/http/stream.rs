@@ -188,8 +188,7 @@ pub(super) struct StreamQuery {
             body = String, content_type = "text/event-stream"),
         (status = 400, description = "Bad query string or `Last-Event-ID` (`bad_request`)", body = ErrorBody),
         (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
-        (status = 503, description = "`too_many_streams` (this node already serves `max_streams`) \
-            or `store_unavailable`", body = ErrorBody,
+        (status = 503, description = "`too_many_streams`: this node already serves `max_streams` streams", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait"))),
     ))]
 pub(super) async fn stream(
