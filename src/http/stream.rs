@@ -187,7 +187,10 @@ pub(super) struct StreamQuery {
             (masked fields replaced); the stream ends when the server shuts down",
             body = String, content_type = "text/event-stream"),
         (status = 400, description = "Bad query string or `Last-Event-ID` (`bad_request`)", body = ErrorBody),
-        (status = 401, description = "Admin token missing or wrong", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: admin token missing or wrong; or, with no \
+            `admin_token`, not a direct loopback client", body = ErrorBody),
+        (status = 403, description = "`forbidden_host`: with no `admin_token`, a `Host` other than \
+            localhost, 127.0.0.1 or [::1]", body = ErrorBody),
         (status = 503, description = "`too_many_streams`: this node already serves `max_streams` streams", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait"))),
     ))]
