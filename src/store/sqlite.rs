@@ -1,7 +1,7 @@
 //! The embedded SQLite store: WAL journal, `synchronous = FULL` so that a
 //! commit is on disk before inhook answers (G2).
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,7 +15,7 @@ use super::filter::{
     CONFLICTING_DUPLICATE, CONFLICT_DETAIL, EVENT_COLUMNS,
 };
 use super::migrations::SQLITE as MIGRATIONS;
-use super::settle::{Pending, PendingRow, Settled};
+use super::settle::{HeldReach, Pending, PendingRow, Settled};
 use super::{
     sequence_of, status_of, Admission, AttemptRecord, DedupKey, EventFilter, EventPage,
     EventRecord, EventRow, FailureReport, NewEvent, PresencePage, PurgeReport, Refusal, ReplayJob,
@@ -23,7 +23,7 @@ use super::{
 };
 use crate::contract::{Presence, SourceKind};
 use crate::domain::{AggregateKey, DeadReason, EventStatus};
-use crate::ordering::{held_in_reach, held_left_out, HeldRef, Outcome};
+use crate::ordering::{HeldRef, Outcome};
 use crate::projection::{PresenceState, SaveState};
 use crate::retry::{NextStep, RetryPolicy};
 
@@ -1201,54 +1201,30 @@ fn settle_tx(
                 .unwrap_or_else(|| SaveState::empty(rules.first_sequence));
             let (mut rows, arriving) = arriving_rows(tx, &rules.name, aggregate, now_ms)?;
             let held = held_refs(tx, &rules.name, aggregate)?;
-            let from = arriving
-                .iter()
-                .chain(held.iter().map(|h| &h.sequence))
-                .copied()
-                .min()
-                .unwrap_or(i64::MAX)
-                .min(before.last_sequence.saturating_add(1));
+            let from = HeldReach::occupied_from(&arriving, &held, before.last_sequence);
             let occupied = occupied_sequences(tx, &rules.name, aggregate, from)?;
-            // Only the held events whose turn may come are read and parsed (issue #13 item 7).
-            let reach = held_in_reach(
-                before.last_sequence,
+            let (mut reach, first) = HeldReach::start(
+                &held,
+                &before,
                 &occupied,
                 &arriving,
-                &held,
                 now_ms,
                 rules.hold_timeout_ms,
             );
-            let mut loaded: HashSet<i64> = held[..reach].iter().map(|h| h.row).collect();
-            rows.extend(held_rows(tx, &held[..reach])?);
+            rows.extend(held_rows(tx, first)?);
             let plan = loop {
-                let pending = Pending::parse(rules.kind, rows.clone());
-                let sequences = pending.sequences();
-                let plan = pending.settle_save(
+                match reach.settle(
+                    rules.kind,
+                    &rows,
                     aggregate,
-                    before.clone(),
-                    occupied.clone(),
+                    &before,
+                    &occupied,
                     now_ms,
                     rules.hold_timeout_ms,
-                );
-                let (taken, lowest_held) = plan.taken(&occupied, &sequences);
-                let left_out: Vec<HeldRef> = held
-                    .iter()
-                    .filter(|h| !loaded.contains(&h.row))
-                    .copied()
-                    .collect();
-                let missing = held_left_out(
-                    &plan.state,
-                    &taken,
-                    lowest_held,
-                    &left_out,
-                    now_ms,
-                    rules.hold_timeout_ms,
-                );
-                if missing.is_empty() {
-                    break plan;
+                ) {
+                    Ok(plan) => break plan,
+                    Err(missing) => rows.extend(held_rows(tx, &missing)?),
                 }
-                loaded.extend(missing.iter().map(|h| h.row));
-                rows.extend(held_rows(tx, &missing)?);
             };
             if plan.changed {
                 store_save(tx, &rules.name, aggregate, &plan.state)?;
