@@ -382,7 +382,8 @@ pub(super) struct EventDetail {
 pub(super) struct HistoryEntry {
     /// When (RFC 3339).
     at: String,
-    /// `failed`, `exhausted` or `replayed`.
+    /// `failed` (an attempt that failed), a dead reason such as `insufficient_quantity` (an event
+    /// dead as `exhausted` shows its `failed` attempts instead), `replayed` or `conflicting_duplicate`.
     kind: String,
     /// The error of a failed attempt.
     error: Option<String>,
@@ -605,7 +606,7 @@ pub(super) async fn event_replay(
 pub(super) struct ReplayRequest {
     /// Only this source's events.
     source: Option<String>,
-    /// `dead` or `retrying` (default: both).
+    /// `dead` or `retrying` (default: `dead`; retrying events are retried anyway).
     status: Option<Replayable>,
     /// Only this aggregate's events: a user id, or `player/slot`.
     aggregate: Option<String>,

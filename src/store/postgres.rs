@@ -17,7 +17,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::filter::{
     self, headers_json, json_err, parse_event_id, parse_status, presence_state, where_of, Param,
-    CONFLICTING_DUPLICATE, CONFLICT_DETAIL, EVENT_COLUMNS,
+    CONFLICTING_DUPLICATE, CONFLICT_DETAIL, EVENT_COLUMNS, FAILURES_SINCE_REPLAY,
 };
 use super::migrations::POSTGRES as MIGRATIONS;
 use super::settle::{HeldReach, Pending, PendingRow, Settled};
@@ -774,25 +774,27 @@ impl Store for PostgresStore {
         lock_aggregate(&tx, &rules.name, aggregate).await?;
         let due = tx
             .cached_query(
-                "SELECT id, attempts FROM events
-                 WHERE source = $1 AND aggregate = $2
-                   AND (status = 'received' OR (status = 'retrying' AND next_attempt_at <= $3))",
+                &format!(
+                    "SELECT id, {FAILURES_SINCE_REPLAY} FROM events
+                     WHERE source = $1 AND aggregate = $2
+                       AND (status = 'received' OR (status = 'retrying' AND next_attempt_at <= $3))"
+                ),
                 &[&rules.name, &aggregate, &now_ms],
             )
             .await
             .map_err(pg_err)?;
         let mut report = FailureReport::default();
         for row in &due {
-            let (id, attempts): (i64, i32) = (col(row, 0)?, col(row, 1)?);
-            let failed = u32::try_from(attempts + 1).unwrap_or(u32::MAX);
+            let (id, failed_before): (i64, i64) = (col(row, 0)?, col(row, 1)?);
+            let failed = u32::try_from(failed_before + 1).unwrap_or(u32::MAX);
             add_history(&tx, id, now_ms, "failed", Some(error)).await?;
             match policy.after_failure(failed, jitter) {
                 NextStep::RetryIn(delay_ms) => {
                     tx.cached_execute(
-                        "UPDATE events SET status = 'retrying', attempts = $2,
-                             next_attempt_at = $3, last_error = $4
+                        "UPDATE events SET status = 'retrying', attempts = attempts + 1,
+                             next_attempt_at = $2, last_error = $3
                          WHERE id = $1",
-                        &[&id, &(failed as i32), &(now_ms + delay_ms), &error],
+                        &[&id, &(now_ms + delay_ms), &error],
                     )
                     .await
                     .map_err(pg_err)?;
@@ -801,10 +803,10 @@ impl Store for PostgresStore {
                 NextStep::GiveUp => {
                     tx.cached_execute(
                         "UPDATE events SET status = 'dead', dead_reason = 'exhausted',
-                             attempts = $2, next_attempt_at = NULL, last_error = $3,
-                             decided_at = $4
+                             attempts = attempts + 1, next_attempt_at = NULL, last_error = $2,
+                             decided_at = $3
                          WHERE id = $1",
-                        &[&id, &(failed as i32), &error, &now_ms],
+                        &[&id, &error, &now_ms],
                     )
                     .await
                     .map_err(pg_err)?;

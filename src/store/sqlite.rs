@@ -12,7 +12,7 @@ use rusqlite::{params, params_from_iter, Connection, ErrorCode, OptionalExtensio
 
 use super::filter::{
     self, json_err, parse_event_id, parse_status, presence_state, where_of, Param,
-    CONFLICTING_DUPLICATE, CONFLICT_DETAIL, EVENT_COLUMNS,
+    CONFLICTING_DUPLICATE, CONFLICT_DETAIL, EVENT_COLUMNS, FAILURES_SINCE_REPLAY,
 };
 use super::migrations::SQLITE as MIGRATIONS;
 use super::settle::{HeldReach, Pending, PendingRow, Settled};
@@ -504,12 +504,12 @@ impl Store for SqliteStore {
             let tx = conn.transaction().map_err(map_err)?;
             let due: Vec<(i64, i64)> = {
                 let mut stmt = tx
-                    .prepare_cached(
-                        "SELECT id, attempts FROM events
+                    .prepare_cached(&format!(
+                        "SELECT id, {FAILURES_SINCE_REPLAY} FROM events
                          WHERE source = ?1 AND aggregate = ?2
                            AND (status = 'received'
-                                OR (status = 'retrying' AND next_attempt_at <= ?3))",
-                    )
+                                OR (status = 'retrying' AND next_attempt_at <= ?3))"
+                    ))
                     .map_err(map_err)?;
                 let rows = stmt
                     .query_map(params![source, aggregate, now_ms], |r| {
@@ -519,30 +519,30 @@ impl Store for SqliteStore {
                 rows.collect::<Result<_, _>>().map_err(map_err)?
             };
             let mut report = FailureReport::default();
-            for (row, attempts) in due {
-                let failed = u32::try_from(attempts + 1).unwrap_or(u32::MAX);
+            for (row, failed_before) in due {
+                let failed = u32::try_from(failed_before + 1).unwrap_or(u32::MAX);
                 add_history(&tx, row, now_ms, "failed", Some(&error))?;
                 match policy.after_failure(failed, jitter) {
                     NextStep::RetryIn(delay_ms) => {
                         tx.prepare_cached(
-                            "UPDATE events SET status = 'retrying', attempts = ?2,
-                                 next_attempt_at = ?3, last_error = ?4
+                            "UPDATE events SET status = 'retrying', attempts = attempts + 1,
+                                 next_attempt_at = ?2, last_error = ?3
                              WHERE id = ?1",
                         )
                         .map_err(map_err)?
-                        .execute(params![row, failed, now_ms + delay_ms, error])
+                        .execute(params![row, now_ms + delay_ms, error])
                         .map_err(map_err)?;
                         report.retrying += 1;
                     }
                     NextStep::GiveUp => {
                         tx.prepare_cached(
                             "UPDATE events SET status = 'dead', dead_reason = 'exhausted',
-                                 attempts = ?2, next_attempt_at = NULL, last_error = ?3,
-                                 decided_at = ?4
+                                 attempts = attempts + 1, next_attempt_at = NULL,
+                                 last_error = ?2, decided_at = ?3
                              WHERE id = ?1",
                         )
                         .map_err(map_err)?
-                        .execute(params![row, failed, error, now_ms])
+                        .execute(params![row, error, now_ms])
                         .map_err(map_err)?;
                         report.dead += 1;
                     }
