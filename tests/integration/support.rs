@@ -58,6 +58,11 @@ impl Backend {
         let Ok(admin_url) = std::env::var("INHOOK_TEST_DATABASE") else {
             return Backend::Sqlite;
         };
+        Self::fresh_postgres(admin_url).await
+    }
+
+    /// A fresh database on the PostgreSQL server of `admin_url`, whatever `INHOOK_TEST_DATABASE` says.
+    pub async fn fresh_postgres(admin_url: String) -> Self {
         static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let database = format!(
             "inhook_t{}_{}_{}",
