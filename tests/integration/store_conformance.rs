@@ -46,11 +46,20 @@ where
     F: FnOnce(Arc<dyn Store>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
+    on_postgres_with("", check).await;
+}
+
+/// Runs `check` on a fresh PostgreSQL database created with `options`.
+async fn on_postgres_with<F, Fut>(options: &str, check: F)
+where
+    F: FnOnce(Arc<dyn Store>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let Some(server) = postgres_server().await else {
         eprintln!("skipped: no PostgreSQL (set INHOOK_TEST_DATABASE or run one on 127.0.0.1:5432)");
         return;
     };
-    let backend = Backend::fresh_postgres(server).await;
+    let backend = Backend::fresh_postgres_with(server, options).await;
     let settings = PoolSettings {
         max_size: 4,
         timeout: Duration::from_secs(10),
@@ -97,6 +106,9 @@ macro_rules! conformance {
 }
 
 conformance! {
+    concurrency::racing_resends_log_exactly_one_event,
+    concurrency::racing_deliveries_never_overshoot_max_backlog,
+    concurrency::racing_deltas_never_overshoot_max_held_per_aggregate,
     ingest::a_resent_event_id_is_a_duplicate_and_a_changed_body_is_flagged,
     ingest::a_known_idempotency_key_is_a_duplicate_of_the_first_event,
     ingest::the_out_of_order_flag_compares_with_the_highest_sequence_received,
@@ -106,10 +118,33 @@ conformance! {
     settle::async_events_are_due_until_settled,
     settle::a_gap_is_skipped_after_the_hold_timeout,
     settle::the_change_feed_lists_applied_changes_in_order,
+    settle::a_taken_sequence_is_a_conflict,
+    settle::presence_pages_order_by_user_and_filter_by_status,
     retries::failures_back_off_then_the_event_is_dead_with_its_history,
     retries::replaying_one_event_requeues_only_dead_or_retrying_events,
     retries::a_bulk_replay_advances_by_aggregate_from_a_stored_cursor,
     log::listings_filter_and_page_newest_first,
     log::overview_counts_every_status_per_source,
     log::purge_deletes_decided_events_and_keeps_their_dedup_keys,
+    log::text_orders_are_byte_orders,
+}
+
+/// The checks whose answers could depend on the database's collation, on a
+/// database whose default collation is linguistic (ICU `en-US`), as a
+/// PostgreSQL initialised with `en_US.UTF-8` would have.
+mod postgres_linguistic_collation {
+    use crate::conformance::log;
+
+    const ICU_EN_US: &str = "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'";
+
+    #[tokio::test]
+    #[ignore = "stores differ: PostgreSQL orders presence_page and saves_page \
+                by the database's collation, SQLite by bytes; on an ICU en-US database \
+                [A1, Z_1, a-1, a_1, b_1] lists as [a_1, a-1, A1, b_1, Z_1]"]
+    async fn text_orders_are_byte_orders() {
+        super::on_postgres_with(ICU_EN_US, |store| async move {
+            log::text_orders_are_byte_orders(&*store).await
+        })
+        .await;
+    }
 }

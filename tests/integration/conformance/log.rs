@@ -320,3 +320,38 @@ pub async fn purge_deletes_decided_events_and_keeps_their_dedup_keys(store: &dyn
 fn id(raw: &str) -> inhook::domain::EventId {
     inhook::domain::EventId::parse(raw).unwrap()
 }
+
+/// Pages and bulk replays order ids byte by byte (`Z` before `a`, `-` before
+/// `_`), as SQLite compares text: the order must not depend on the database's
+/// collation.
+pub async fn text_orders_are_byte_orders(store: &dyn Store) {
+    let users = ["b_1", "a_1", "Z_1", "a-1", "A1"];
+    let mut bytewise = users.map(str::to_owned).to_vec();
+    bytewise.sort();
+    let presence_rules = presence_rules();
+    for (i, user) in users.iter().enumerate() {
+        let body = presence(&format!("p{i}"), user, "ONLINE", 1);
+        super::ingest_sync(store, &presence_rules, body, T0).await;
+    }
+    let page = store.presence_page(PRESENCE, None, 10, None).await.unwrap();
+    let presence_listed: Vec<_> = page.items.into_iter().map(|(u, _)| u).collect();
+    let presence_bytewise = bytewise;
+
+    let slots = ["s_b", "s_a", "S_z", "s-a", "S1"];
+    for (i, slot_name) in slots.iter().enumerate() {
+        logged(&ingest_save(store, &delta(&format!("s{i}"), slot_name, 1, 1), T0).await);
+        store
+            .settle(&save_rules(), &slot(slot_name), T0)
+            .await
+            .unwrap();
+    }
+    let mut bytewise: Vec<_> = slots.iter().map(|s| slot(s)).collect();
+    bytewise.sort();
+    let page = store.saves_page(SAVES, 10, None).await.unwrap();
+    let listed: Vec<_> = page.items.into_iter().map(|(k, _)| k).collect();
+    assert_eq!(
+        (presence_listed, listed),
+        (presence_bytewise, bytewise),
+        "(presence pages, save pages)"
+    );
+}

@@ -4,6 +4,7 @@
 //! `store_conformance` runs every one on a fresh SQLite and a fresh
 //! PostgreSQL store, so a new store is proven by passing them.
 
+pub mod concurrency;
 pub mod ingest;
 pub mod log;
 pub mod retries;

@@ -298,3 +298,97 @@ pub async fn the_change_feed_lists_applied_changes_in_order(store: &dyn Store) {
         .unwrap()
         .is_empty());
 }
+
+/// Two events with one sequence: the first by row applies, the other is dead
+/// with `sequence_conflict`, also when it arrives after the first was settled.
+pub async fn a_taken_sequence_is_a_conflict(store: &dyn Store) {
+    let rules = save_rules();
+    let with_key = |event_id: &str, key: &str, seq: i64, qty: i64| {
+        super::save_keyed(
+            event_id,
+            "slot_a",
+            "inventory.updated",
+            seq,
+            key,
+            json!({"added_items": [{"item_id": "sword", "qty": qty}]}),
+        )
+    };
+    logged(&ingest_save(store, &with_key("c2a", "k2a", 2, 1), T0).await);
+    logged(&ingest_save(store, &with_key("c2b", "k2b", 2, 10), T0 + 1).await);
+    logged(&ingest_save(store, &with_key("c1", "k1", 1, 1), T0 + 2).await);
+    let report = store.settle(&rules, &slot("slot_a"), T0 + 3).await.unwrap();
+    assert_eq!(
+        (report.applied, report.dead.clone()),
+        (2, vec![DeadReason::SequenceConflict])
+    );
+    logged(&ingest_save(store, &with_key("c2c", "k2c", 2, 100), T0 + 4).await);
+    let report = store.settle(&rules, &slot("slot_a"), T0 + 5).await.unwrap();
+    assert_eq!(report.dead, [DeadReason::SequenceConflict]);
+    for (event_id, status) in [
+        ("c1", EventStatus::Processed),
+        ("c2a", EventStatus::Processed),
+        ("c2b", EventStatus::Dead),
+        ("c2c", EventStatus::Dead),
+    ] {
+        assert_eq!(
+            store.event(SAVES, event_id).await.unwrap().unwrap().status,
+            status,
+            "{event_id}"
+        );
+    }
+    let state = save_state(store, "slot_a").await;
+    assert_eq!((state.last_sequence, state.inventory), (2, sword(2)));
+}
+
+/// Presence pages are ordered by user id, narrowed by status, and page by
+/// the last user id.
+pub async fn presence_pages_order_by_user_and_filter_by_status(store: &dyn Store) {
+    let rules = presence_rules();
+    for (i, (user, status)) in [
+        ("usr_D", "ONLINE"),
+        ("usr_B", "OFFLINE"),
+        ("usr_A", "ONLINE"),
+        ("usr_C", "ONLINE"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let body = presence(&format!("e{i}"), user, status, 1);
+        super::ingest_sync(store, &rules, body, T0 + i as i64).await;
+    }
+    let users = |page: &inhook::store::PresencePage| -> Vec<String> {
+        page.items.iter().map(|(u, _)| u.clone()).collect()
+    };
+    let online = store
+        .presence_page(PRESENCE, Some(Presence::Online), 2, None)
+        .await
+        .unwrap();
+    assert_eq!(users(&online), ["usr_A", "usr_C"]);
+    assert_eq!(online.next_cursor.as_deref(), Some("usr_C"));
+    let rest = store
+        .presence_page(
+            PRESENCE,
+            Some(Presence::Online),
+            2,
+            online.next_cursor.as_deref(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (users(&rest), rest.next_cursor),
+        (vec!["usr_D".to_owned()], None)
+    );
+    let all = store.presence_page(PRESENCE, None, 10, None).await.unwrap();
+    assert_eq!(users(&all), ["usr_A", "usr_B", "usr_C", "usr_D"]);
+    let (_, b) = &all.items[1];
+    assert_eq!(
+        (b.presence, b.sequence.get(), b.updated_at_ms),
+        (Presence::Offline, 1, T0 + 1)
+    );
+    assert!(store
+        .presence_page("other", None, 10, None)
+        .await
+        .unwrap()
+        .items
+        .is_empty());
+}
