@@ -24,6 +24,20 @@ where
     run(check(Arc::new(store))).await;
 }
 
+/// Runs `check` on a fresh SQLite store that commits each delivery on its own (no group commit).
+async fn on_sqlite_one_by_one<F, Fut>(check: F)
+where
+    F: FnOnce(Arc<dyn Store>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(&dir.path().join("inhook.db"), Duration::from_secs(5))
+        .expect("open SQLite")
+        .without_group_commit();
+    store.migrate().await.expect("migrate SQLite");
+    run(check(Arc::new(store))).await;
+}
+
 /// The PostgreSQL server to create test databases on, if there is one.
 async fn postgres_server() -> Option<String> {
     match std::env::var("INHOOK_TEST_DATABASE") {
@@ -55,6 +69,24 @@ where
     F: FnOnce(Arc<dyn Store>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
+    on_postgres_store(options, true, check).await;
+}
+
+/// Runs `check` on a fresh PostgreSQL database that commits each delivery on its own.
+async fn on_postgres_one_by_one<F, Fut>(check: F)
+where
+    F: FnOnce(Arc<dyn Store>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    on_postgres_store("", false, check).await;
+}
+
+/// Runs `check` on a fresh PostgreSQL database created with `options`, with or without group commit.
+async fn on_postgres_store<F, Fut>(options: &str, group_commit: bool, check: F)
+where
+    F: FnOnce(Arc<dyn Store>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let Some(server) = postgres_server().await else {
         eprintln!("skipped: no PostgreSQL (set INHOOK_TEST_DATABASE or run one on 127.0.0.1:5432)");
         return;
@@ -65,7 +97,10 @@ where
         timeout: Duration::from_secs(10),
     };
     let url = backend.url(std::path::Path::new(""));
-    let store = PostgresStore::connect(&url, settings).expect("connect PostgreSQL");
+    let mut store = PostgresStore::connect(&url, settings).expect("connect PostgreSQL");
+    if !group_commit {
+        store = store.without_group_commit();
+    }
     store.migrate().await.expect("migrate PostgreSQL");
     let outcome = tokio::spawn(check(Arc::new(store))).await;
     backend.drop_database().await;
@@ -81,7 +116,8 @@ async fn run(check: impl Future<Output = ()> + Send + 'static) {
     }
 }
 
-/// One test per check and store: `store_conformance::{sqlite,postgres}::<check>`.
+/// One test per check and store: `store_conformance::{sqlite,postgres}::<check>`, and again
+/// on each store committing every delivery on its own (`*_one_by_one`), another ingest path.
 macro_rules! conformance {
     ($($module:ident :: $check:ident),* $(,)?) => {
         mod sqlite {
@@ -99,6 +135,24 @@ macro_rules! conformance {
                 #[tokio::test]
                 async fn $check() {
                     super::on_postgres(|store| async move { $module::$check(&*store).await }).await;
+                }
+            )*
+        }
+        mod sqlite_one_by_one {
+            use crate::conformance::*;
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    super::on_sqlite_one_by_one(|store| async move { $module::$check(&*store).await }).await;
+                }
+            )*
+        }
+        mod postgres_one_by_one {
+            use crate::conformance::*;
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    super::on_postgres_one_by_one(|store| async move { $module::$check(&*store).await }).await;
                 }
             )*
         }
@@ -127,6 +181,7 @@ conformance! {
     log::overview_counts_every_status_per_source,
     log::purge_deletes_decided_events_and_keeps_their_dedup_keys,
     log::text_orders_are_byte_orders,
+    log::ids_are_never_reused_after_a_purge,
 }
 
 /// The checks whose answers could depend on the database's collation, on a
