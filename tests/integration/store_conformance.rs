@@ -177,6 +177,7 @@ conformance! {
     retries::failures_back_off_then_the_event_is_dead_with_its_history,
     retries::replaying_one_event_requeues_only_dead_or_retrying_events,
     retries::a_bulk_replay_advances_by_aggregate_from_a_stored_cursor,
+    retries::replays_apply_late_deltas_and_bulk_replays_take_a_status,
     log::listings_filter_and_page_newest_first,
     log::overview_counts_every_status_per_source,
     log::purge_deletes_decided_events_and_keeps_their_dedup_keys,

@@ -277,3 +277,81 @@ pub async fn a_bulk_replay_advances_by_aggregate_from_a_stored_cursor(store: &dy
     }
     assert_eq!(store.advance_replay_jobs(T0 + 5, 10).await.unwrap(), 0);
 }
+
+/// A late delta, dead after its gap was skipped, applies when a person
+/// replays it (its sequence is still free); a held event cannot be replayed;
+/// a bulk replay can take retrying events instead of dead ones.
+pub async fn replays_apply_late_deltas_and_bulk_replays_take_a_status(store: &dyn Store) {
+    let rules = save_rules();
+    logged(&ingest_save(store, &delta("g1", "slot_a", 1, 1), T0).await);
+    logged(&ingest_save(store, &delta("g3", "slot_a", 3, 1), T0).await);
+    logged(&ingest_save(store, &delta("g5", "slot_a", 5, 1), T0 + 40_000).await);
+    let skip_at = T0 + rules.hold_timeout_ms;
+    let report = store
+        .settle(&rules, &slot("slot_a"), skip_at)
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.applied, report.gaps_skipped, report.held),
+        (2, 1, 1)
+    );
+    assert_eq!(
+        store.replay_event(SAVES, "g5", skip_at).await.unwrap(),
+        ReplayOutcome::Unchanged(EventStatus::Held)
+    );
+    logged(&ingest_save(store, &delta("g2", "slot_a", 2, 10), skip_at + 1).await);
+    let report = store
+        .settle(&rules, &slot("slot_a"), skip_at + 2)
+        .await
+        .unwrap();
+    assert_eq!(report.dead, [DeadReason::LateAfterGapSkip]);
+    assert_eq!(
+        store.replay_event(SAVES, "g2", skip_at + 3).await.unwrap(),
+        ReplayOutcome::Requeued
+    );
+    let report = store
+        .settle(&rules, &slot("slot_a"), skip_at + 4)
+        .await
+        .unwrap();
+    assert_eq!((report.applied, report.dead.len()), (1, 0));
+    let replayed = store.event(SAVES, "g2").await.unwrap().unwrap();
+    assert_eq!(
+        (replayed.status, replayed.replays),
+        (EventStatus::Processed, 1)
+    );
+    let key = inhook::domain::AggregateKey::from_storage_key(&slot("slot_a")).unwrap();
+    let state = store.save(SAVES, &key).await.unwrap().unwrap();
+    assert_eq!(state.inventory.get("sword"), Some(&12));
+    assert_eq!(state.last_sequence, 3, "g5 still waits for 4");
+
+    // Bulk replay of retrying events only.
+    logged(&ingest_save(store, &delta("t1", "slot_b", 1, 1), T0).await);
+    logged(&ingest_save(store, &delta("k1", "slot_c", 1, 1), T0).await);
+    store
+        .record_failure(&rules, &slot("slot_b"), "x", T0, POLICY, 0.0)
+        .await
+        .unwrap();
+    kill(store, "slot_c", T0).await;
+    let filter = EventFilter {
+        status: Some(EventStatus::Retrying),
+        ..EventFilter::default()
+    };
+    let job = store.create_replay_job(&filter, T0 + 1).await.unwrap();
+    assert_eq!(
+        (job.total, job.filter.status),
+        (1, Some(EventStatus::Retrying))
+    );
+    assert_eq!(store.advance_replay_jobs(T0 + 2, 10).await.unwrap(), 1);
+    assert_eq!(
+        store.replay_job(job.id).await.unwrap().unwrap().state,
+        "done"
+    );
+    assert_eq!(
+        store.event(SAVES, "t1").await.unwrap().unwrap().status,
+        EventStatus::Received
+    );
+    assert_eq!(
+        store.event(SAVES, "k1").await.unwrap().unwrap().status,
+        EventStatus::Dead
+    );
+}
