@@ -168,6 +168,7 @@ conformance! {
     ingest::the_out_of_order_flag_compares_with_the_highest_sequence_received,
     ingest::max_backlog_refuses_and_stores_nothing,
     ingest::max_held_per_aggregate_refuses_only_events_ahead_of_the_gap,
+    ingest::a_body_without_event_id_is_kept_under_its_delivery_id,
     settle::sync_ingest_answers_applied_stale_held_and_dead,
     settle::async_events_are_due_until_settled,
     settle::a_gap_is_skipped_after_the_hold_timeout,
@@ -183,6 +184,7 @@ conformance! {
     log::purge_deletes_decided_events_and_keeps_their_dedup_keys,
     log::text_orders_are_byte_orders,
     log::ids_are_never_reused_after_a_purge,
+    log::counts_match_the_log_after_every_transition,
 }
 
 /// The checks whose answers could depend on the database's collation, on a

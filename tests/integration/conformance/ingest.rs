@@ -229,3 +229,45 @@ pub async fn max_held_per_aggregate_refuses_only_events_ahead_of_the_gap(store: 
     let held = all_events(store, &EventFilter::default()).await;
     assert_eq!(held.len(), 4);
 }
+
+/// A body without `event_id` is logged under its delivery's id (a header's,
+/// for schemes that send one), deduplicated and settled under that id.
+pub async fn a_body_without_event_id_is_kept_under_its_delivery_id(store: &dyn Store) {
+    let rules = save_rules();
+    let mut body = delta("unused", "slot_a", 1, 3);
+    body.as_object_mut().unwrap().remove("event_id");
+    let raw = serde_json::to_vec(&body).unwrap();
+    let event = inhook::contract::Event::parse_with_fallback(rules.kind, &raw, Some("msg_1"))
+        .expect("a body the contract accepts");
+    let post = |at_ms| {
+        store.ingest(
+            inhook::store::NewEvent {
+                source: SAVES,
+                event: &event,
+                body: &raw,
+                headers: &[],
+                received_at_ms: at_ms,
+                signed_at: None,
+                limits: IngestLimits::NONE,
+            },
+            None,
+        )
+    };
+    logged(&post(T0).await.unwrap());
+    assert_eq!(
+        post(T0 + 1).await.unwrap(),
+        Admission::Duplicate {
+            key: DedupKey::EventId,
+            original: id("msg_1"),
+            body_differs: false
+        }
+    );
+    let report = store.settle(&rules, &slot("slot_a"), T0 + 2).await.unwrap();
+    assert_eq!(report.applied, 1);
+    assert_eq!(report.decided[0].event_id, "msg_1");
+    let record = store.event(SAVES, "msg_1").await.unwrap().unwrap();
+    assert_eq!(
+        (record.status, record.body, record.headers),
+        (EventStatus::Processed, raw.clone(), None)
+    );
+}

@@ -388,3 +388,103 @@ pub async fn ids_are_never_reused_after_a_purge(store: &dyn Store) {
     );
     assert_eq!(store.last_change_id().await.unwrap(), next[0].id);
 }
+
+/// The counts each store keeps beside the log (overview and undecided
+/// counts) match a tally of the log itself after every kind of transition.
+pub async fn counts_match_the_log_after_every_transition(store: &dyn Store) {
+    async fn assert_counts_match(store: &dyn Store, step: &str) {
+        let mut tally = std::collections::BTreeMap::<(String, &str), u64>::new();
+        for event in all_events(store, &EventFilter::default()).await {
+            *tally
+                .entry((event.source, event.status.as_str()))
+                .or_default() += 1;
+        }
+        let mut counts: Vec<_> = store
+            .status_counts()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(source, status, n)| ((source, status.as_str()), n))
+            .collect();
+        counts.sort();
+        let expected: Vec<_> = tally.clone().into_iter().collect();
+        assert_eq!(counts, expected, "status_counts after {step}");
+        let mut undecided: Vec<_> = store
+            .undecided_counts()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(source, status, n)| ((source, status.as_str()), n))
+            .collect();
+        undecided.sort();
+        let expected: Vec<_> = tally
+            .into_iter()
+            .filter(|((_, status), _)| EventStatus::parse(status).unwrap().is_undecided())
+            .collect();
+        assert_eq!(undecided, expected, "undecided_counts after {step}");
+    }
+    let rules = save_rules();
+    let limits = inhook::store::IngestLimits {
+        max_backlog: 4,
+        ..inhook::store::IngestLimits::NONE
+    };
+    assert_counts_match(store, "nothing").await;
+    for (event_id, slot_name, seq) in [
+        ("a1", "slot_a", 1),
+        ("a3", "slot_a", 3),
+        ("b1", "slot_b", 1),
+        ("c1", "slot_c", 1),
+    ] {
+        let body = delta(event_id, slot_name, seq, 1);
+        logged(&super::ingest(store, &rules, &body, T0, limits, false).await);
+    }
+    let refused = delta("d1", "slot_d", 1, 1);
+    assert!(matches!(
+        super::ingest(store, &rules, &refused, T0, limits, false).await,
+        Admission::Refused(_)
+    ));
+    ingest_save(store, &delta("a1", "slot_a", 1, 1), T0).await;
+    assert_counts_match(store, "ingest, a refusal and a duplicate").await;
+    store.settle(&rules, &slot("slot_a"), T0 + 1).await.unwrap();
+    assert_counts_match(store, "settle with a hold").await;
+    store
+        .record_failure(
+            &rules,
+            &slot("slot_b"),
+            "x",
+            T0 + 1,
+            RetryPolicy::default(),
+            0.0,
+        )
+        .await
+        .unwrap();
+    store
+        .record_failure(&rules, &slot("slot_c"), "x", T0 + 1, ONE_ATTEMPT, 0.0)
+        .await
+        .unwrap();
+    assert_counts_match(store, "a retry and a death").await;
+    store.replay_event(SAVES, "c1", T0 + 2).await.unwrap();
+    assert_counts_match(store, "a replay").await;
+    store
+        .record_failure(&rules, &slot("slot_c"), "x", T0 + 3, ONE_ATTEMPT, 0.0)
+        .await
+        .unwrap();
+    store
+        .create_replay_job(&EventFilter::default(), T0 + 4)
+        .await
+        .unwrap();
+    store.advance_replay_jobs(T0 + 4, 10).await.unwrap();
+    assert_counts_match(store, "a bulk replay").await;
+    for slot_name in ["slot_a", "slot_b", "slot_c"] {
+        store
+            .settle(&rules, &slot(slot_name), T0 + 100_000)
+            .await
+            .unwrap();
+    }
+    assert_counts_match(store, "settling everything").await;
+    store.purge(T0 + 1, T0, T0 + 100_000, 2).await.unwrap();
+    assert_counts_match(store, "a partial purge").await;
+    store.purge(T0 + 1, T0, T0 + 100_000, 100).await.unwrap();
+    assert_counts_match(store, "a full purge").await;
+    assert!(store.status_counts().await.unwrap().is_empty());
+}
