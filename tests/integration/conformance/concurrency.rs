@@ -117,3 +117,54 @@ pub async fn racing_deltas_never_overshoot_max_held_per_aggregate(store: &dyn St
     assert_eq!(refused, 8, "{admissions:?}");
     assert_eq!(all_events(store, &EventFilter::default()).await.len(), 4);
 }
+
+/// Sync deliveries of one aggregate racing each other each get an answer
+/// that agrees with the log and the change feed, and the state ends at the
+/// highest sequence.
+pub async fn racing_sync_deliveries_end_at_the_highest_sequence(store: &dyn Store) {
+    let rules = super::presence_rules();
+    let order = [7, 3, 12, 1, 9, 5, 11, 2, 10, 4, 8, 6];
+    let bodies: Vec<_> = order
+        .iter()
+        .map(|seq| super::presence(&format!("p{seq}"), "usr_A", "ONLINE", *seq))
+        .collect();
+    let admissions = join_all(
+        bodies
+            .iter()
+            .map(|b| ingest(store, &rules, b, T0, IngestLimits::NONE, true)),
+    )
+    .await;
+    let mut applied = 0;
+    for (seq, admission) in order.iter().zip(&admissions) {
+        let Admission::Logged {
+            decided: Some(decided),
+            ..
+        } = admission
+        else {
+            panic!("expected a sync decision, got {admission:?}");
+        };
+        let expected = match decided.outcome {
+            inhook::ordering::Outcome::Applied => {
+                applied += 1;
+                EventStatus::Processed
+            }
+            inhook::ordering::Outcome::Stale => EventStatus::IgnoredStale,
+            ref other => panic!("unexpected {other:?}"),
+        };
+        let record = store
+            .event(super::PRESENCE, &format!("p{seq}"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(record.status, expected, "p{seq}");
+        assert!(decided.current_sequence.unwrap() >= *seq);
+    }
+    let state = store
+        .presence(super::PRESENCE, "usr_A")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(state.sequence.get(), 12);
+    let changes = store.changes_after(0, None, None, 100).await.unwrap();
+    assert_eq!(changes.len(), applied, "one change per applied event");
+}
