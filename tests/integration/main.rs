@@ -4,6 +4,7 @@
 mod support;
 
 mod admin_auth;
+mod conformance;
 mod connections;
 mod crash;
 mod durability;
@@ -25,5 +26,6 @@ mod save_game;
 mod signatures;
 mod simulate;
 mod slow_clients;
+mod store_conformance;
 mod stream;
 mod telemetry;

@@ -58,6 +58,16 @@ impl Backend {
         let Ok(admin_url) = std::env::var("INHOOK_TEST_DATABASE") else {
             return Backend::Sqlite;
         };
+        Self::fresh_postgres(admin_url).await
+    }
+
+    /// A fresh database on the PostgreSQL server of `admin_url`, whatever `INHOOK_TEST_DATABASE` says.
+    pub async fn fresh_postgres(admin_url: String) -> Self {
+        Self::fresh_postgres_with(admin_url, "").await
+    }
+
+    /// Like [`Self::fresh_postgres`], with `options` appended to `CREATE DATABASE` (e.g. a collation).
+    pub async fn fresh_postgres_with(admin_url: String, options: &str) -> Self {
         static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let database = format!(
             "inhook_t{}_{}_{}",
@@ -65,7 +75,7 @@ impl Backend {
             COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
             rand::random::<u32>()
         );
-        admin(&admin_url, &format!("CREATE DATABASE {database}")).await;
+        admin(&admin_url, &format!("CREATE DATABASE {database} {options}")).await;
         Backend::Postgres {
             admin_url,
             database,

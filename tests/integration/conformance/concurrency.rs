@@ -1,0 +1,170 @@
+//! Deliveries racing each other: the group-commit paths must keep the dedup
+//! keys and the hard limits exact, whatever the batch they land in.
+
+use futures_util::future::join_all;
+use inhook::domain::EventStatus;
+use inhook::store::{Admission, DedupKey, EventFilter, IngestLimits, Refusal, Store};
+use serde_json::json;
+
+use super::{all_events, delta, ingest, save_keyed, save_rules, SAVES, T0};
+
+/// Resends racing the first delivery (new event ids with one idempotency
+/// key, and the same event id again) log exactly one event; every other
+/// answer is a duplicate of it.
+pub async fn racing_resends_log_exactly_one_event(store: &dyn Store) {
+    let rules = save_rules();
+    let key = "player_1024:slot_a:race";
+    let body = |event_id: String| {
+        save_keyed(
+            &event_id,
+            "slot_a",
+            "inventory.updated",
+            1,
+            key,
+            json!({"added_items": [{"item_id": "stamp", "qty": 1}]}),
+        )
+    };
+    let bodies: Vec<_> = (0..16).map(|i| body(format!("race_{}", i % 12))).collect();
+    let admissions = join_all(
+        bodies
+            .iter()
+            .map(|b| ingest(store, &rules, b, T0, IngestLimits::NONE, false)),
+    )
+    .await;
+    let logged: Vec<_> = admissions
+        .iter()
+        .zip(&bodies)
+        .filter(|(a, _)| matches!(a, Admission::Logged { .. }))
+        .map(|(_, b)| b["event_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(logged.len(), 1, "{admissions:?}");
+    for admission in &admissions {
+        match admission {
+            Admission::Logged { .. } => {}
+            Admission::Duplicate {
+                key,
+                original,
+                body_differs,
+            } => {
+                // By either key, the duplicate is of the one event logged.
+                assert!(matches!(key, DedupKey::IdempotencyKey | DedupKey::EventId));
+                assert_eq!(
+                    (original.as_str(), *body_differs),
+                    (logged[0].as_str(), false)
+                );
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let events = all_events(store, &EventFilter::default()).await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].event_id, logged[0]);
+}
+
+/// Many deliveries at once never take the source over `max_backlog`: exactly
+/// as many are logged as it allows, the rest are refused and leave nothing.
+pub async fn racing_deliveries_never_overshoot_max_backlog(store: &dyn Store) {
+    let rules = save_rules();
+    let limits = IngestLimits {
+        max_backlog: 5,
+        ..IngestLimits::NONE
+    };
+    let bodies: Vec<_> = (0..24)
+        .map(|i| delta(&format!("b{i}"), &format!("slot_{i}"), 1, 1))
+        .collect();
+    let admissions = join_all(
+        bodies
+            .iter()
+            .map(|b| ingest(store, &rules, b, T0, limits, false)),
+    )
+    .await;
+    let refused = admissions
+        .iter()
+        .filter(|a| **a == Admission::Refused(Refusal::BacklogFull))
+        .count();
+    let logged = admissions
+        .iter()
+        .filter(|a| matches!(a, Admission::Logged { .. }))
+        .count();
+    assert_eq!((logged, refused), (5, 19), "{admissions:?}");
+    assert_eq!(all_events(store, &EventFilter::default()).await.len(), 5);
+    assert_eq!(
+        store.undecided_counts().await.unwrap(),
+        [(SAVES.to_owned(), EventStatus::Received, 5)]
+    );
+}
+
+/// Many deltas ahead of one gap at once never exceed `max_held_per_aggregate`.
+pub async fn racing_deltas_never_overshoot_max_held_per_aggregate(store: &dyn Store) {
+    let rules = save_rules();
+    let limits = IngestLimits {
+        max_held_per_aggregate: 4,
+        ..IngestLimits::NONE
+    };
+    let bodies: Vec<_> = (3..=14)
+        .map(|seq| delta(&format!("h{seq}"), "slot_a", seq, 1))
+        .collect();
+    let admissions = join_all(
+        bodies
+            .iter()
+            .map(|b| ingest(store, &rules, b, T0, limits, false)),
+    )
+    .await;
+    let refused = admissions
+        .iter()
+        .filter(|a| **a == Admission::Refused(Refusal::AggregateBacklogFull))
+        .count();
+    assert_eq!(refused, 8, "{admissions:?}");
+    assert_eq!(all_events(store, &EventFilter::default()).await.len(), 4);
+}
+
+/// Sync deliveries of one aggregate racing each other each get an answer
+/// that agrees with the log and the change feed, and the state ends at the
+/// highest sequence.
+pub async fn racing_sync_deliveries_end_at_the_highest_sequence(store: &dyn Store) {
+    let rules = super::presence_rules();
+    let order = [7, 3, 12, 1, 9, 5, 11, 2, 10, 4, 8, 6];
+    let bodies: Vec<_> = order
+        .iter()
+        .map(|seq| super::presence(&format!("p{seq}"), "usr_A", "ONLINE", *seq))
+        .collect();
+    let admissions = join_all(
+        bodies
+            .iter()
+            .map(|b| ingest(store, &rules, b, T0, IngestLimits::NONE, true)),
+    )
+    .await;
+    let mut applied = 0;
+    for (seq, admission) in order.iter().zip(&admissions) {
+        let Admission::Logged {
+            decided: Some(decided),
+            ..
+        } = admission
+        else {
+            panic!("expected a sync decision, got {admission:?}");
+        };
+        let expected = match decided.outcome {
+            inhook::ordering::Outcome::Applied => {
+                applied += 1;
+                EventStatus::Processed
+            }
+            inhook::ordering::Outcome::Stale => EventStatus::IgnoredStale,
+            ref other => panic!("unexpected {other:?}"),
+        };
+        let record = store
+            .event(super::PRESENCE, &format!("p{seq}"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(record.status, expected, "p{seq}");
+        assert!(decided.current_sequence.unwrap() >= *seq);
+    }
+    let state = store
+        .presence(super::PRESENCE, "usr_A")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(state.sequence.get(), 12);
+    let changes = store.changes_after(0, None, None, 100).await.unwrap();
+    assert_eq!(changes.len(), applied, "one change per applied event");
+}
