@@ -1,7 +1,7 @@
 //! The publisher's side of the wire: signs each planned delivery and sends it
 //! the way real publishers do (concurrent senders, resends while in flight,
 //! retries until 2xx), keeping a tally of what came back. Reading the state
-//! back is in [`super::convergence`].
+//! back is in `convergence`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
