@@ -1,0 +1,258 @@
+//! The expected state: the library's own ordering and projection rules,
+//! applied once, in order, to each aggregate's stream. Whatever the chaos,
+//! the server must end in this state.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{json, Map, Value};
+
+use super::stream::{Aggregate, AggregateRef, Stream};
+use crate::contract::{Presence, PresenceEvent, SaveEvent, SourceKind};
+use crate::ordering::{decide_presence, Outcome};
+use crate::projection::{PresenceState, SaveState};
+
+/// The state an aggregate must reach: what applying its stream once, in order, gives.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expected {
+    /// A presence user.
+    Presence {
+        /// The presence of the newest event.
+        status: Presence,
+        /// Its sequence.
+        sequence: i64,
+    },
+    /// A save slot.
+    Save {
+        /// The highest contiguous sequence.
+        last_sequence: i64,
+        /// The latest progress, if any.
+        progress: Option<Map<String, Value>>,
+        /// Item id to quantity, zero quantities absent.
+        inventory: BTreeMap<String, i64>,
+        /// Unlocked achievements.
+        achievements: BTreeSet<String>,
+    },
+}
+
+/// The in-order state of one aggregate, or `None` when it has no events (the API then answers 404).
+fn expected_state(aggregate: &Aggregate) -> Option<Expected> {
+    let last = aggregate.events.last()?;
+    let bodies = aggregate
+        .events
+        .iter()
+        .map(|e| serde_json::to_vec(&e.body).unwrap_or_default());
+    match aggregate.key.kind() {
+        SourceKind::Presence => {
+            let mut state: Option<PresenceState> = None;
+            for body in bodies {
+                let event = PresenceEvent::parse(&body).expect("generated presence bodies parse");
+                if decide_presence(state.as_ref(), &event) == Outcome::Applied {
+                    state = Some(PresenceState::from_event(&event, 0));
+                }
+            }
+            state.map(|s| Expected::Presence {
+                status: s.presence,
+                sequence: s.sequence.get(),
+            })
+        }
+        SourceKind::SaveGame => {
+            let mut state = SaveState::empty(1);
+            for body in bodies {
+                let event = SaveEvent::parse(&body).expect("generated save-game bodies parse");
+                // An event the rules refuse leaves the state as it was, as on the server.
+                let _ = state.apply(&event, 0);
+            }
+            Some(Expected::Save {
+                last_sequence: last.sequence,
+                progress: state.progress,
+                inventory: state.inventory,
+                achievements: state.achievements,
+            })
+        }
+    }
+}
+
+/// The expected state of every aggregate of the stream, in the stream's order.
+pub fn expected_states(stream: &Stream) -> Vec<(AggregateRef, Option<Expected>)> {
+    stream
+        .aggregates
+        .iter()
+        .map(|a| (a.key.clone(), expected_state(a)))
+        .collect()
+}
+
+impl Expected {
+    /// Whether a read API answer body shows this state (only the fields the stream decides).
+    pub(super) fn matches(&self, got: &Value) -> bool {
+        match self {
+            Expected::Presence { status, sequence } => {
+                got["status"] == status.as_str() && got["sequence"] == *sequence
+            }
+            Expected::Save {
+                last_sequence,
+                progress,
+                inventory,
+                achievements,
+            } => {
+                let progress_ok = match progress {
+                    Some(p) => got["progress"].as_object() == Some(p),
+                    None => got["progress"].is_null(),
+                };
+                let inventory_got: Option<BTreeMap<String, i64>> =
+                    serde_json::from_value(got["inventory"].clone()).ok();
+                let achievements_got: Option<BTreeSet<String>> =
+                    serde_json::from_value(got["achievements"].clone()).ok();
+                got["last_sequence"] == *last_sequence
+                    && progress_ok
+                    && inventory_got.as_ref() == Some(inventory)
+                    && achievements_got.as_ref() == Some(achievements)
+            }
+        }
+    }
+
+    /// The state in the read API's shape, for mismatch reports.
+    pub(super) fn to_json(&self) -> Value {
+        match self {
+            Expected::Presence { status, sequence } => {
+                json!({"status": status.as_str(), "sequence": sequence})
+            }
+            Expected::Save {
+                last_sequence,
+                progress,
+                inventory,
+                achievements,
+            } => json!({"last_sequence": last_sequence, "progress": progress,
+                        "inventory": inventory, "achievements": achievements}),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simulate::stream::{object, StreamEvent};
+
+    #[test]
+    fn expected_state_is_the_in_order_result() {
+        let user = Aggregate {
+            key: AggregateRef::User("u".into()),
+            events: [("ONLINE", 1), ("BUSY", 2), ("OFFLINE", 3)]
+                .iter()
+                .map(|(p, s)| StreamEvent {
+                    event_id: format!("e{s}"),
+                    idempotency_key: None,
+                    sequence: *s,
+                    body: object(
+                        json!({"event_id": format!("e{s}"), "user_id": "u", "presence": p, "sequence_number": s}),
+                    ),
+                })
+                .collect(),
+        };
+        assert_eq!(
+            expected_state(&user),
+            Some(Expected::Presence {
+                status: Presence::Offline,
+                sequence: 3
+            })
+        );
+        let save = |seq: i64, event_type: &str, data: Value| StreamEvent {
+            event_id: format!("s{seq}"),
+            idempotency_key: Some(format!("k{seq}")),
+            sequence: seq,
+            body: object(
+                json!({"event_id": format!("s{seq}"), "event_type": event_type,
+                "player_id": "p", "save_slot": "a", "sequence": seq,
+                "idempotency_key": format!("k{seq}"), "data": data}),
+            ),
+        };
+        let slot = Aggregate {
+            key: AggregateRef::Slot {
+                player_id: "p".into(),
+                save_slot: "a".into(),
+            },
+            events: vec![
+                save(
+                    1,
+                    "inventory.updated",
+                    json!({"added_items": [{"item_id": "gem", "qty": 3}]}),
+                ),
+                save(
+                    2,
+                    "inventory.snapshot",
+                    json!({"items": [{"item_id": "gem", "qty": 1}]}),
+                ),
+                save(
+                    3,
+                    "inventory.updated",
+                    json!({"removed_items": [{"item_id": "gem", "qty": 1}],
+                                                    "added_items": [{"item_id": "key", "qty": 2}]}),
+                ),
+                save(
+                    4,
+                    "achievement.unlocked",
+                    json!({"achievement_id": "first"}),
+                ),
+                save(5, "progress.saved", json!({"chapter": 2})),
+                save(6, "quest.started", json!({})),
+            ],
+        };
+        let want = Expected::Save {
+            last_sequence: 6,
+            progress: Some(object(json!({"chapter": 2}))),
+            inventory: BTreeMap::from([("key".to_owned(), 2)]),
+            achievements: BTreeSet::from(["first".to_owned()]),
+        };
+        assert_eq!(expected_state(&slot), Some(want.clone()));
+        let api = json!({"player_id": "p", "save_slot": "a", "last_sequence": 6,
+            "progress": {"chapter": 2}, "inventory": {"key": 2}, "achievements": ["first"],
+            "updated_at": "2026-01-01T00:00:00Z"});
+        assert!(want.matches(&api));
+        let mut behind = api.clone();
+        behind["last_sequence"] = json!(5);
+        assert!(!want.matches(&behind));
+        let mut extra = api;
+        extra["inventory"]["gem"] = json!(1);
+        assert!(!want.matches(&extra));
+        assert_eq!(
+            expected_state(&Aggregate {
+                key: AggregateRef::User("none".into()),
+                events: vec![]
+            }),
+            None
+        );
+    }
+
+    #[test]
+    fn the_expected_state_in_the_api_shape_is_what_it_matches() {
+        let presence = Expected::Presence {
+            status: Presence::Busy,
+            sequence: 4,
+        };
+        let shown = presence.to_json();
+        assert_eq!(shown["sequence"], 4);
+        assert_eq!(shown["status"], Presence::Busy.as_str());
+        assert!(presence.matches(&shown));
+        let mut older = shown.clone();
+        older["sequence"] = json!(3);
+        assert!(!presence.matches(&older));
+        let mut other = shown;
+        other["status"] = json!(Presence::Online.as_str());
+        assert!(!presence.matches(&other));
+
+        let save = Expected::Save {
+            last_sequence: 2,
+            progress: None,
+            inventory: BTreeMap::from([("gem".to_owned(), 1)]),
+            achievements: BTreeSet::new(),
+        };
+        let shown = save.to_json();
+        assert!(shown["progress"].is_null());
+        assert!(save.matches(&shown));
+        let mut with_progress = shown;
+        with_progress["progress"] = json!({"chapter": 1});
+        assert!(
+            !save.matches(&with_progress),
+            "progress where none is expected"
+        );
+    }
+}
