@@ -47,7 +47,7 @@ const RESERVED_DESCRIPTORS: usize = 64;
 const NOISY_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The `max_connections` this process can hold given its descriptor limit
-/// (`RLIMIT_NOFILE`), keeping [`RESERVED_DESCRIPTORS`] and `other_descriptors` for the rest.
+/// (`RLIMIT_NOFILE`), keeping `RESERVED_DESCRIPTORS` and `other_descriptors` for the rest.
 pub fn effective_max_connections(configured: usize, other_descriptors: usize) -> usize {
     match open_files_limit() {
         Some(limit) => capped(configured, limit, other_descriptors),
