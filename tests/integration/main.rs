@@ -4,6 +4,7 @@
 mod support;
 
 mod admin_auth;
+mod aggregate_keys;
 mod connections;
 mod crash;
 mod durability;
