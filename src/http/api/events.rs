@@ -24,7 +24,8 @@ pub(crate) struct EventsQuery {
     /// Only events in this status (SPEC §3).
     #[param(value_type = Option<EventStatus>)]
     status: Option<String>,
-    /// Only this aggregate's events, in text form (SPEC §8): a user id, or `player/slot`, with `%` and `/` inside an id written `%25` and `%2F`.
+    /// Only this aggregate's events, in text form (SPEC §8): a user id, or
+    /// `player/slot`, with `%` and `/` inside an id written `%25` and `%2F`.
     aggregate: Option<String>,
     /// Page size, 1..=500 (default 100).
     #[param(minimum = 1, maximum = 500)]
@@ -42,7 +43,8 @@ pub(crate) struct EventView {
     event_id: String,
     /// Its type.
     event_type: String,
-    /// The aggregate, in text form (SPEC §8): a user id, or `player/slot`, with `%` and `/` inside an id written `%25` and `%2F`.
+    /// The aggregate, in text form (SPEC §8): a user id, or
+    /// `player/slot`, with `%` and `/` inside an id written `%25` and `%2F`.
     aggregate: String,
     /// The publisher's per-aggregate sequence.
     sequence: i64,
