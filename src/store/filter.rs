@@ -17,6 +17,14 @@ pub(crate) const CONFLICTING_DUPLICATE: &str = "conflicting_duplicate";
 /// The history detail of a [`CONFLICTING_DUPLICATE`].
 pub(crate) const CONFLICT_DETAIL: &str = "event_id resent with a different body (publisher error)";
 
+/// An `events` row's failed attempts since it was last replayed (or ever, if never), as
+/// an SQL expression over `events.id`: a replay gives an event a fresh attempt budget
+/// while `attempts` keeps counting every attempt.
+pub(crate) const FAILURES_SINCE_REPLAY: &str = "(SELECT COUNT(*) FROM event_attempts f
+    WHERE f.event_row = events.id AND f.kind = 'failed'
+      AND f.id > COALESCE((SELECT MAX(r.id) FROM event_attempts r
+                           WHERE r.event_row = events.id AND r.kind = 'replayed'), 0))";
+
 /// A bound value of a filter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Param {

@@ -4,7 +4,7 @@
 //! aggregate serializes settling (and is released if the node dies, when its
 //! connection closes), and `LISTEN/NOTIFY` wakes every node's workers.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,10 +17,10 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::filter::{
     self, headers_json, json_err, parse_event_id, parse_status, presence_state, where_of, Param,
-    CONFLICTING_DUPLICATE, CONFLICT_DETAIL, EVENT_COLUMNS,
+    CONFLICTING_DUPLICATE, CONFLICT_DETAIL, EVENT_COLUMNS, FAILURES_SINCE_REPLAY,
 };
 use super::migrations::POSTGRES as MIGRATIONS;
-use super::settle::{Pending, PendingRow, Settled};
+use super::settle::{HeldReach, Pending, PendingRow, Settled};
 use super::{
     sequence_of, status_of, Admission, AttemptRecord, DedupKey, EventFilter, EventPage,
     EventRecord, EventRow, FailureReport, NewEvent, PresencePage, PurgeReport, Refusal, ReplayJob,
@@ -28,7 +28,7 @@ use super::{
 };
 use crate::contract::{Presence, SourceKind};
 use crate::domain::{AggregateKey, DeadReason, EventStatus};
-use crate::ordering::{held_in_reach, held_left_out, HeldRef, Outcome};
+use crate::ordering::{HeldRef, Outcome};
 use crate::projection::{PresenceState, SaveState};
 use crate::retry::{NextStep, RetryPolicy};
 
@@ -774,25 +774,27 @@ impl Store for PostgresStore {
         lock_aggregate(&tx, &rules.name, aggregate).await?;
         let due = tx
             .cached_query(
-                "SELECT id, attempts FROM events
-                 WHERE source = $1 AND aggregate = $2
-                   AND (status = 'received' OR (status = 'retrying' AND next_attempt_at <= $3))",
+                &format!(
+                    "SELECT id, {FAILURES_SINCE_REPLAY} FROM events
+                     WHERE source = $1 AND aggregate = $2
+                       AND (status = 'received' OR (status = 'retrying' AND next_attempt_at <= $3))"
+                ),
                 &[&rules.name, &aggregate, &now_ms],
             )
             .await
             .map_err(pg_err)?;
         let mut report = FailureReport::default();
         for row in &due {
-            let (id, attempts): (i64, i32) = (col(row, 0)?, col(row, 1)?);
-            let failed = u32::try_from(attempts + 1).unwrap_or(u32::MAX);
+            let (id, failed_before): (i64, i64) = (col(row, 0)?, col(row, 1)?);
+            let failed = u32::try_from(failed_before + 1).unwrap_or(u32::MAX);
             add_history(&tx, id, now_ms, "failed", Some(error)).await?;
             match policy.after_failure(failed, jitter) {
                 NextStep::RetryIn(delay_ms) => {
                     tx.cached_execute(
-                        "UPDATE events SET status = 'retrying', attempts = $2,
-                             next_attempt_at = $3, last_error = $4
+                        "UPDATE events SET status = 'retrying', attempts = attempts + 1,
+                             next_attempt_at = $2, last_error = $3
                          WHERE id = $1",
-                        &[&id, &(failed as i32), &(now_ms + delay_ms), &error],
+                        &[&id, &(now_ms + delay_ms), &error],
                     )
                     .await
                     .map_err(pg_err)?;
@@ -801,10 +803,10 @@ impl Store for PostgresStore {
                 NextStep::GiveUp => {
                     tx.cached_execute(
                         "UPDATE events SET status = 'dead', dead_reason = 'exhausted',
-                             attempts = $2, next_attempt_at = NULL, last_error = $3,
-                             decided_at = $4
+                             attempts = attempts + 1, next_attempt_at = NULL, last_error = $2,
+                             decided_at = $3
                          WHERE id = $1",
-                        &[&id, &(failed as i32), &error, &now_ms],
+                        &[&id, &error, &now_ms],
                     )
                     .await
                     .map_err(pg_err)?;
@@ -1572,54 +1574,30 @@ async fn settle_tx<C: GenericClient>(
                 .await?
                 .unwrap_or_else(|| SaveState::empty(rules.first_sequence));
             let held = held_refs(tx, &rules.name, aggregate).await?;
-            let from = arriving
-                .iter()
-                .chain(held.iter().map(|h| &h.sequence))
-                .copied()
-                .min()
-                .unwrap_or(i64::MAX)
-                .min(before.last_sequence.saturating_add(1));
+            let from = HeldReach::occupied_from(&arriving, &held, before.last_sequence);
             let occupied = occupied_sequences(tx, &rules.name, aggregate, from).await?;
-            // Only the held events whose turn may come are read and parsed (issue #13 item 7).
-            let reach = held_in_reach(
-                before.last_sequence,
+            let (mut reach, first) = HeldReach::start(
+                &held,
+                &before,
                 &occupied,
                 &arriving,
-                &held,
                 now_ms,
                 rules.hold_timeout_ms,
             );
-            let mut loaded: HashSet<i64> = held[..reach].iter().map(|h| h.row).collect();
-            rows.extend(held_rows(tx, &held[..reach]).await?);
+            rows.extend(held_rows(tx, first).await?);
             let plan = loop {
-                let pending = Pending::parse(rules.kind, rows.clone());
-                let sequences = pending.sequences();
-                let plan = pending.settle_save(
+                match reach.settle(
+                    rules.kind,
+                    &rows,
                     aggregate,
-                    before.clone(),
-                    occupied.clone(),
+                    &before,
+                    &occupied,
                     now_ms,
                     rules.hold_timeout_ms,
-                );
-                let (taken, lowest_held) = plan.taken(&occupied, &sequences);
-                let left_out: Vec<HeldRef> = held
-                    .iter()
-                    .filter(|h| !loaded.contains(&h.row))
-                    .copied()
-                    .collect();
-                let missing = held_left_out(
-                    &plan.state,
-                    &taken,
-                    lowest_held,
-                    &left_out,
-                    now_ms,
-                    rules.hold_timeout_ms,
-                );
-                if missing.is_empty() {
-                    break plan;
+                ) {
+                    Ok(plan) => break plan,
+                    Err(missing) => rows.extend(held_rows(tx, &missing).await?),
                 }
-                loaded.extend(missing.iter().map(|h| h.row));
-                rows.extend(held_rows(tx, &missing).await?);
             };
             if plan.changed {
                 store_save(tx, &rules.name, aggregate, &plan.state).await?;

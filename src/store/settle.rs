@@ -2,7 +2,7 @@
 //! rows, run the ordering rules, and say what to write. Each store only
 //! loads the inputs and writes the plan, inside its own transaction.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde_json::json;
 
@@ -10,7 +10,9 @@ use super::{Decided, DecisionLine, SettleReport, StoreError};
 use crate::contract::{Event, SourceKind};
 use crate::domain::AggregateKey;
 use crate::domain::DeadReason;
-use crate::ordering::{decide_presence, settle_save, Outcome, PendingSave};
+use crate::ordering::{
+    decide_presence, held_in_reach, held_left_out, settle_save, HeldRef, Outcome, PendingSave,
+};
 use crate::projection::{presence_view, save_view, PresenceState, SaveState};
 
 /// A pending event row as loaded from the log.
@@ -289,6 +291,94 @@ impl Plan<SaveState> {
             }
         }
         (taken, lowest_held)
+    }
+}
+
+/// The held events of a save slot, read only as far as settling needs them: a slot may
+/// hold many, and reading and parsing every held body on each arrival made the cost of an
+/// arrival grow with the number held.
+pub(crate) struct HeldReach<'a> {
+    held: &'a [HeldRef],
+    loaded: HashSet<i64>,
+}
+
+impl<'a> HeldReach<'a> {
+    /// The lowest sequence whose decided state settling needs: that of the arriving and
+    /// held events, or the next one expected if lower.
+    pub fn occupied_from(arriving: &[i64], held: &[HeldRef], last_sequence: i64) -> i64 {
+        arriving
+            .iter()
+            .chain(held.iter().map(|h| &h.sequence))
+            .copied()
+            .min()
+            .unwrap_or(i64::MAX)
+            .min(last_sequence.saturating_add(1))
+    }
+
+    /// Starts with the held events whose turn may come; returns them, to be read.
+    pub fn start(
+        held: &'a [HeldRef],
+        before: &SaveState,
+        occupied: &BTreeSet<i64>,
+        arriving: &[i64],
+        now_ms: i64,
+        hold_timeout_ms: i64,
+    ) -> (Self, &'a [HeldRef]) {
+        let reach = held_in_reach(
+            before.last_sequence,
+            occupied,
+            arriving,
+            held,
+            now_ms,
+            hold_timeout_ms,
+        );
+        let first = &held[..reach];
+        let loaded = first.iter().map(|h| h.row).collect();
+        (Self { held, loaded }, first)
+    }
+
+    /// Settles with the `rows` read so far: the plan, or the held events it turns out
+    /// would be decided too, to be read and added to `rows` before settling again.
+    #[allow(clippy::too_many_arguments)]
+    pub fn settle(
+        &mut self,
+        kind: SourceKind,
+        rows: &[PendingRow],
+        aggregate: &str,
+        before: &SaveState,
+        occupied: &BTreeSet<i64>,
+        now_ms: i64,
+        hold_timeout_ms: i64,
+    ) -> Result<Plan<SaveState>, Vec<HeldRef>> {
+        let pending = Pending::parse(kind, rows.to_vec());
+        let sequences = pending.sequences();
+        let plan = pending.settle_save(
+            aggregate,
+            before.clone(),
+            occupied.clone(),
+            now_ms,
+            hold_timeout_ms,
+        );
+        let (taken, lowest_held) = plan.taken(occupied, &sequences);
+        let left_out: Vec<HeldRef> = self
+            .held
+            .iter()
+            .filter(|h| !self.loaded.contains(&h.row))
+            .copied()
+            .collect();
+        let missing = held_left_out(
+            &plan.state,
+            &taken,
+            lowest_held,
+            &left_out,
+            now_ms,
+            hold_timeout_ms,
+        );
+        if missing.is_empty() {
+            return Ok(plan);
+        }
+        self.loaded.extend(missing.iter().map(|h| h.row));
+        Err(missing)
     }
 }
 

@@ -1,7 +1,7 @@
 //! The embedded SQLite store: WAL journal, `synchronous = FULL` so that a
 //! commit is on disk before inhook answers (G2).
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,10 +12,10 @@ use rusqlite::{params, params_from_iter, Connection, ErrorCode, OptionalExtensio
 
 use super::filter::{
     self, json_err, parse_event_id, parse_status, presence_state, where_of, Param,
-    CONFLICTING_DUPLICATE, CONFLICT_DETAIL, EVENT_COLUMNS,
+    CONFLICTING_DUPLICATE, CONFLICT_DETAIL, EVENT_COLUMNS, FAILURES_SINCE_REPLAY,
 };
 use super::migrations::SQLITE as MIGRATIONS;
-use super::settle::{Pending, PendingRow, Settled};
+use super::settle::{HeldReach, Pending, PendingRow, Settled};
 use super::{
     sequence_of, status_of, Admission, AttemptRecord, DedupKey, EventFilter, EventPage,
     EventRecord, EventRow, FailureReport, NewEvent, PresencePage, PurgeReport, Refusal, ReplayJob,
@@ -23,7 +23,7 @@ use super::{
 };
 use crate::contract::{Presence, SourceKind};
 use crate::domain::{AggregateKey, DeadReason, EventStatus};
-use crate::ordering::{held_in_reach, held_left_out, HeldRef, Outcome};
+use crate::ordering::{HeldRef, Outcome};
 use crate::projection::{PresenceState, SaveState};
 use crate::retry::{NextStep, RetryPolicy};
 
@@ -504,12 +504,12 @@ impl Store for SqliteStore {
             let tx = conn.transaction().map_err(map_err)?;
             let due: Vec<(i64, i64)> = {
                 let mut stmt = tx
-                    .prepare_cached(
-                        "SELECT id, attempts FROM events
+                    .prepare_cached(&format!(
+                        "SELECT id, {FAILURES_SINCE_REPLAY} FROM events
                          WHERE source = ?1 AND aggregate = ?2
                            AND (status = 'received'
-                                OR (status = 'retrying' AND next_attempt_at <= ?3))",
-                    )
+                                OR (status = 'retrying' AND next_attempt_at <= ?3))"
+                    ))
                     .map_err(map_err)?;
                 let rows = stmt
                     .query_map(params![source, aggregate, now_ms], |r| {
@@ -519,30 +519,30 @@ impl Store for SqliteStore {
                 rows.collect::<Result<_, _>>().map_err(map_err)?
             };
             let mut report = FailureReport::default();
-            for (row, attempts) in due {
-                let failed = u32::try_from(attempts + 1).unwrap_or(u32::MAX);
+            for (row, failed_before) in due {
+                let failed = u32::try_from(failed_before + 1).unwrap_or(u32::MAX);
                 add_history(&tx, row, now_ms, "failed", Some(&error))?;
                 match policy.after_failure(failed, jitter) {
                     NextStep::RetryIn(delay_ms) => {
                         tx.prepare_cached(
-                            "UPDATE events SET status = 'retrying', attempts = ?2,
-                                 next_attempt_at = ?3, last_error = ?4
+                            "UPDATE events SET status = 'retrying', attempts = attempts + 1,
+                                 next_attempt_at = ?2, last_error = ?3
                              WHERE id = ?1",
                         )
                         .map_err(map_err)?
-                        .execute(params![row, failed, now_ms + delay_ms, error])
+                        .execute(params![row, now_ms + delay_ms, error])
                         .map_err(map_err)?;
                         report.retrying += 1;
                     }
                     NextStep::GiveUp => {
                         tx.prepare_cached(
                             "UPDATE events SET status = 'dead', dead_reason = 'exhausted',
-                                 attempts = ?2, next_attempt_at = NULL, last_error = ?3,
-                                 decided_at = ?4
+                                 attempts = attempts + 1, next_attempt_at = NULL,
+                                 last_error = ?2, decided_at = ?3
                              WHERE id = ?1",
                         )
                         .map_err(map_err)?
-                        .execute(params![row, failed, error, now_ms])
+                        .execute(params![row, error, now_ms])
                         .map_err(map_err)?;
                         report.dead += 1;
                     }
@@ -1201,54 +1201,30 @@ fn settle_tx(
                 .unwrap_or_else(|| SaveState::empty(rules.first_sequence));
             let (mut rows, arriving) = arriving_rows(tx, &rules.name, aggregate, now_ms)?;
             let held = held_refs(tx, &rules.name, aggregate)?;
-            let from = arriving
-                .iter()
-                .chain(held.iter().map(|h| &h.sequence))
-                .copied()
-                .min()
-                .unwrap_or(i64::MAX)
-                .min(before.last_sequence.saturating_add(1));
+            let from = HeldReach::occupied_from(&arriving, &held, before.last_sequence);
             let occupied = occupied_sequences(tx, &rules.name, aggregate, from)?;
-            // Only the held events whose turn may come are read and parsed (issue #13 item 7).
-            let reach = held_in_reach(
-                before.last_sequence,
+            let (mut reach, first) = HeldReach::start(
+                &held,
+                &before,
                 &occupied,
                 &arriving,
-                &held,
                 now_ms,
                 rules.hold_timeout_ms,
             );
-            let mut loaded: HashSet<i64> = held[..reach].iter().map(|h| h.row).collect();
-            rows.extend(held_rows(tx, &held[..reach])?);
+            rows.extend(held_rows(tx, first)?);
             let plan = loop {
-                let pending = Pending::parse(rules.kind, rows.clone());
-                let sequences = pending.sequences();
-                let plan = pending.settle_save(
+                match reach.settle(
+                    rules.kind,
+                    &rows,
                     aggregate,
-                    before.clone(),
-                    occupied.clone(),
+                    &before,
+                    &occupied,
                     now_ms,
                     rules.hold_timeout_ms,
-                );
-                let (taken, lowest_held) = plan.taken(&occupied, &sequences);
-                let left_out: Vec<HeldRef> = held
-                    .iter()
-                    .filter(|h| !loaded.contains(&h.row))
-                    .copied()
-                    .collect();
-                let missing = held_left_out(
-                    &plan.state,
-                    &taken,
-                    lowest_held,
-                    &left_out,
-                    now_ms,
-                    rules.hold_timeout_ms,
-                );
-                if missing.is_empty() {
-                    break plan;
+                ) {
+                    Ok(plan) => break plan,
+                    Err(missing) => rows.extend(held_rows(tx, &missing)?),
                 }
-                loaded.extend(missing.iter().map(|h| h.row));
-                rows.extend(held_rows(tx, &missing)?);
             };
             if plan.changed {
                 store_save(tx, &rules.name, aggregate, &plan.state)?;

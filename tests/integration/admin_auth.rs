@@ -5,11 +5,10 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use inhook::signature::Scheme;
 use reqwest::header::HeaderMap;
 use serde_json::{json, Value};
 
-use crate::support::{now_s, signed, TestServer, PRESENCE_SECRET, SAVE_SECRETS};
+use crate::support::{TestServer, PRESENCE_SECRET, SAVE_SECRETS};
 
 /// An answer's code, headers and JSON body.
 async fn call(request: reqwest::RequestBuilder) -> (u16, HeaderMap, Value) {
@@ -151,20 +150,6 @@ fn rotate_in_file(server: &TestServer, rotated: &str) {
     .unwrap();
 }
 
-/// Whether a delivery signed with `secret` verifies (202) or not (401).
-async fn verifies(server: &TestServer, secret: &str, id: &str) -> bool {
-    let body = serde_json::to_vec(&json!({"event_id": id, "event_type": "progress.saved",
-        "player_id": "csrf", "save_slot": "s", "sequence": 1, "idempotency_key": id,
-        "data": {}}))
-    .unwrap();
-    let headers = signed(Scheme::HmacTimestamped, secret, &body, now_s());
-    match server.post_raw("save-game", &body, &headers).await.code {
-        202 => true,
-        401 => false,
-        other => panic!("unexpected {other}"),
-    }
-}
-
 #[tokio::test]
 async fn cross_site_state_changes_are_refused_and_change_nothing() {
     let server = TestServer::spawn().await;
@@ -199,8 +184,12 @@ async fn cross_site_state_changes_are_refused_and_change_nothing() {
         (415, &json!("unsupported_media_type"))
     );
     // Neither reloaded: the old secret verifies, the rotated one does not.
-    assert!(verifies(&server, SAVE_SECRETS[1], "csrf_old").await);
-    assert!(!verifies(&server, rotated, "csrf_new").await);
+    assert!(
+        server
+            .save_secret_verifies(SAVE_SECRETS[1], "csrf_old")
+            .await
+    );
+    assert!(!server.save_secret_verifies(rotated, "csrf_new").await);
 
     // A cross-site bulk replay with a JSON body is refused too.
     let (code, _, body) = call(
@@ -216,7 +205,7 @@ async fn cross_site_state_changes_are_refused_and_change_nothing() {
     let (code, headers, body) = call(client.post(&reload).header("origin", &origin)).await;
     assert_eq!(code, 200, "{body}");
     assert_admin_headers(&headers, "200");
-    assert!(verifies(&server, rotated, "csrf_after").await);
+    assert!(server.save_secret_verifies(rotated, "csrf_after").await);
 }
 
 #[tokio::test]

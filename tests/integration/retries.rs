@@ -1,6 +1,7 @@
 //! Retries with backoff and dead letters, driven in-process with Tokio's
 //! paused clock: a store whose settling fails on purpose stands in for a
-//! projection that fails transiently.
+//! projection that fails transiently. The replay test runs the real server on
+//! either store, its projection broken by a trigger.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -16,8 +17,10 @@ use inhook::projection::{PresenceState, SaveState};
 use inhook::retry::RetryPolicy;
 use inhook::store::*;
 use inhook::worker::Worker;
-use serde_json::json;
+use serde_json::{json, Value};
 use tokio::sync::{watch, Notify};
+
+use crate::support::TestServer;
 
 /// Fails `settle` for aggregates whose key starts with `failing_prefix`, `failures` times.
 struct FlakyStore {
@@ -281,4 +284,145 @@ async fn a_failure_that_never_ends_is_dead_after_max_attempts_and_blocks_nothing
 
 fn key(player: &str) -> AggregateKey {
     AggregateKey::from_storage_key(&format!("{player}\u{1f}a")).unwrap()
+}
+
+/// Makes every write of a save slot's state fail in the real server, on either store,
+/// until [`heal_projection`]: a projection failing for as long as a person has not fixed it.
+async fn break_projection(server: &TestServer) {
+    server
+        .run_sql(
+            "CREATE TRIGGER broken_insert BEFORE INSERT ON save_state
+             BEGIN SELECT RAISE(ABORT, 'projection failed on purpose'); END;
+             CREATE TRIGGER broken_update BEFORE UPDATE ON save_state
+             BEGIN SELECT RAISE(ABORT, 'projection failed on purpose'); END;",
+            "CREATE FUNCTION broken() RETURNS trigger LANGUAGE plpgsql AS
+               $$ BEGIN RAISE EXCEPTION 'projection failed on purpose'; END $$;
+             CREATE TRIGGER broken BEFORE INSERT OR UPDATE ON save_state
+               FOR EACH ROW EXECUTE FUNCTION broken();",
+        )
+        .await;
+}
+
+/// Undoes [`break_projection`].
+async fn heal_projection(server: &TestServer) {
+    server
+        .run_sql(
+            "DROP TRIGGER broken_insert; DROP TRIGGER broken_update;",
+            "DROP TRIGGER broken ON save_state; DROP FUNCTION broken();",
+        )
+        .await;
+}
+
+/// Kinds of an event's history, oldest first, over the API.
+async fn history_kinds(server: &TestServer, event_id: &str) -> Vec<String> {
+    let event = server
+        .get(&format!("/v1/events/save-game/{event_id}"))
+        .await;
+    event.body["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["kind"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_replayed_exhausted_event_gets_a_fresh_attempt_budget_and_keeps_its_history() {
+    let server = TestServer::spawn_configured(
+        "max_attempts = 3\nretry_base_s = 1\nretry_max_delay_s = 60",
+        "",
+    )
+    .await;
+    break_projection(&server).await;
+    let body = |id: &str, player: &str| {
+        json!({"event_id": id, "event_type": "inventory.updated", "player_id": player,
+               "save_slot": "a", "sequence": 1, "idempotency_key": id,
+               "data": {"added_items": [{"item_id": "gem", "qty": 1}]}})
+    };
+    assert_eq!(server.post_save(&body("rf1", "replayer")).await.code, 202);
+    let path = "/v1/events/save-game/rf1";
+    let dead = server.wait_for(path, |r| r.body["status"] == "dead").await;
+    assert_eq!(dead.body["dead_reason"], "exhausted");
+    assert_eq!(dead.body["attempts"], 3);
+    assert_eq!(history_kinds(&server, "rf1").await, ["failed"; 3]);
+
+    // Replayed while still broken: max_attempts more attempts, backoff from the start.
+    let replay = reqwest::Client::new()
+        .post(format!("{}{path}/replay", server.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replay.status(), 202);
+    let dead_again = server
+        .wait_for(path, |r| {
+            r.body["status"] == "dead" && r.body["replays"] == 1
+        })
+        .await;
+    assert_eq!(dead_again.body["dead_reason"], "exhausted");
+    assert_eq!(dead_again.body["attempts"], 6, "attempts counts both runs");
+    assert_eq!(
+        history_kinds(&server, "rf1").await,
+        ["failed", "failed", "failed", "replayed", "failed", "failed", "failed"]
+    );
+    let record = server
+        .store()
+        .await
+        .event("save-game", "rf1")
+        .await
+        .unwrap()
+        .unwrap();
+    let second_run: Vec<i64> = record
+        .history
+        .iter()
+        .skip_while(|h| h.kind != "replayed")
+        .filter(|h| h.kind == "failed")
+        .map(|h| h.at_ms)
+        .collect();
+    let gaps: Vec<i64> = second_run.windows(2).map(|w| w[1] - w[0]).collect();
+    assert_eq!(gaps.len(), 2);
+    assert!(
+        gaps[0] >= 1_000 && gaps[0] < 4_000 && gaps[1] >= 2_000,
+        "the second run's backoff starts again at retry_base_s: {gaps:?}"
+    );
+
+    // A retrying event is left alone by a bulk replay without a status.
+    assert_eq!(server.post_save(&body("rf2", "waiter")).await.code, 202);
+    server
+        .wait_for("/v1/events/save-game/rf2", |r| {
+            r.body["status"] == "retrying"
+        })
+        .await;
+    server
+        .run_sql(
+            "UPDATE events SET next_attempt_at = 9000000000000 WHERE event_id = 'rf2'",
+            "UPDATE events SET next_attempt_at = 9000000000000 WHERE event_id = 'rf2'",
+        )
+        .await;
+
+    // Fixed, then replayed in bulk (dead events by default): applied once.
+    heal_projection(&server).await;
+    let job = reqwest::Client::new()
+        .post(format!("{}/v1/replay", server.url))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(job.status(), 202);
+    assert_eq!(job.json::<Value>().await.unwrap()["total"], 1, "only rf1");
+    let processed = server
+        .wait_for(path, |r| r.body["status"] == "processed")
+        .await;
+    assert_eq!(processed.body["replays"], 2);
+    assert_eq!(processed.body["attempts"], 7);
+    assert_eq!(history_kinds(&server, "rf1").await.len(), 8);
+    let save = server.get("/v1/saves/replayer/a").await;
+    assert_eq!(save.body["inventory"], json!({"gem": 1}));
+    let waiter = server.get("/v1/events/save-game/rf2").await;
+    assert_eq!(
+        (
+            waiter.body["status"].as_str(),
+            waiter.body["replays"].as_i64()
+        ),
+        (Some("retrying"), Some(0))
+    );
 }

@@ -5,10 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use inhook::signature::Scheme;
 use serde_json::{json, Value};
 
-use crate::support::{now_s, signed, TestServer, SAVE_SECRETS};
+use crate::support::{TestServer, SAVE_SECRETS};
 
 const TOKEN: &str = "revocation-admin-token";
 
@@ -22,20 +21,6 @@ async fn reload(server: &TestServer) -> (u16, Value) {
         .unwrap();
     let code = reply.status().as_u16();
     (code, reply.json().await.unwrap())
-}
-
-/// Whether a save-game delivery signed with `secret` verifies (202) or not (401).
-async fn verifies(server: &TestServer, secret: &str, id: &str) -> bool {
-    let body = serde_json::to_vec(&json!({"event_id": id, "event_type": "progress.saved",
-        "player_id": "rv", "save_slot": "s", "sequence": 1, "idempotency_key": id,
-        "data": {}}))
-    .unwrap();
-    let headers = signed(Scheme::HmacTimestamped, secret, &body, now_s());
-    match server.post_raw("save-game", &body, &headers).await.code {
-        202 => true,
-        401 => false,
-        other => panic!("unexpected {other}"),
-    }
 }
 
 /// Rewrites the config file through `edit`.
@@ -79,7 +64,7 @@ async fn wait_for_log(server: &TestServer, needles: &[&str]) {
 async fn a_revoked_secret_never_comes_back_when_a_source_is_dropped_or_renamed() {
     let server = TestServer::spawn_configured(&format!("admin_token = \"{TOKEN}\""), "").await;
     let (revoked, rotated) = (SAVE_SECRETS[1], "save-test-secret-rotated-in");
-    assert!(verifies(&server, revoked, "rv_before").await);
+    assert!(server.save_secret_verifies(revoked, "rv_before").await);
 
     // Rotate A→B and reload: A is refused.
     let running = std::fs::read_to_string(server.config_path()).unwrap();
@@ -94,8 +79,8 @@ async fn a_revoked_secret_never_comes_back_when_a_source_is_dropped_or_renamed()
                 "not_served_until_restart": []})
         )
     );
-    assert!(!verifies(&server, revoked, "rv_rotated_a").await);
-    assert!(verifies(&server, rotated, "rv_rotated_b").await);
+    assert!(!server.save_secret_verifies(revoked, "rv_rotated_a").await);
+    assert!(server.save_secret_verifies(rotated, "rv_rotated_b").await);
 
     // Drop the source, then rename it: each reload is refused and changes nothing.
     let save_table = "[[sources]]\nname = \"save-game\"\nkind = \"save-game\"";
@@ -104,13 +89,13 @@ async fn a_revoked_secret_never_comes_back_when_a_source_is_dropped_or_renamed()
         .unwrap()
         .contains("save-game"));
     assert_refused(&server, "\"save-game\" is running but missing").await;
-    assert!(!verifies(&server, revoked, "rv_dropped_a").await);
-    assert!(verifies(&server, rotated, "rv_dropped_b").await);
+    assert!(!server.save_secret_verifies(revoked, "rv_dropped_a").await);
+    assert!(server.save_secret_verifies(rotated, "rv_dropped_b").await);
     // SIGHUP takes the same path.
     server.hangup();
     wait_for_log(&server, &["SIGHUP", "config not reloaded", "save-game"]).await;
-    assert!(!verifies(&server, revoked, "rv_hup_a").await);
-    assert!(verifies(&server, rotated, "rv_hup_b").await);
+    assert!(!server.save_secret_verifies(revoked, "rv_hup_a").await);
+    assert!(server.save_secret_verifies(rotated, "rv_hup_b").await);
 
     std::fs::write(
         server.config_path(),
@@ -118,8 +103,8 @@ async fn a_revoked_secret_never_comes_back_when_a_source_is_dropped_or_renamed()
     )
     .unwrap();
     assert_refused(&server, "\"save-game\" is running but missing").await;
-    assert!(!verifies(&server, revoked, "rv_renamed_a").await);
-    assert!(verifies(&server, rotated, "rv_renamed_b").await);
+    assert!(!server.save_secret_verifies(revoked, "rv_renamed_a").await);
+    assert!(server.save_secret_verifies(rotated, "rv_renamed_b").await);
 
     // A changed kind or signature scheme cannot be taken without a restart either.
     std::fs::write(
@@ -131,7 +116,7 @@ async fn a_revoked_secret_never_comes_back_when_a_source_is_dropped_or_renamed()
     )
     .unwrap();
     assert_refused(&server, "signature changed").await;
-    assert!(verifies(&server, rotated, "rv_scheme_b").await);
+    assert!(server.save_secret_verifies(rotated, "rv_scheme_b").await);
 
     // A new source is reported, not silently ignored, and not served until a restart.
     std::fs::write(
@@ -151,7 +136,7 @@ async fn a_revoked_secret_never_comes_back_when_a_source_is_dropped_or_renamed()
     // Putting the start-up config back is an explicit re-grant, and only that brings A back.
     std::fs::write(server.config_path(), running).unwrap();
     assert_eq!(reload(&server).await.0, 200);
-    assert!(verifies(&server, revoked, "rv_regranted_a").await);
+    assert!(server.save_secret_verifies(revoked, "rv_regranted_a").await);
 }
 
 #[tokio::test]
@@ -162,8 +147,12 @@ async fn secrets_from_the_environment_win_and_the_reload_says_so() {
         &[("INHOOK_SAVE_GAME_SECRET", env_secret)],
     )
     .await;
-    assert!(verifies(&server, env_secret, "env_before").await);
-    assert!(!verifies(&server, SAVE_SECRETS[0], "env_file_before").await);
+    assert!(server.save_secret_verifies(env_secret, "env_before").await);
+    assert!(
+        !server
+            .save_secret_verifies(SAVE_SECRETS[0], "env_file_before")
+            .await
+    );
 
     let edited = "save-test-secret-edited-in-file";
     edit_config(&server, |c| c.replace(SAVE_SECRETS[0], edited));
@@ -176,6 +165,6 @@ async fn secrets_from_the_environment_win_and_the_reload_says_so() {
                 "not_served_until_restart": []})
         )
     );
-    assert!(verifies(&server, env_secret, "env_after").await);
-    assert!(!verifies(&server, edited, "env_file_after").await);
+    assert!(server.save_secret_verifies(env_secret, "env_after").await);
+    assert!(!server.save_secret_verifies(edited, "env_file_after").await);
 }

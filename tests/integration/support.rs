@@ -338,6 +338,20 @@ secrets = ["{s0}", "{s1}"]
         )
     }
 
+    /// Whether a save-game delivery (event `id`) signed with `secret` verifies (202) or not (401).
+    pub async fn save_secret_verifies(&self, secret: &str, id: &str) -> bool {
+        let body = serde_json::to_vec(&serde_json::json!({"event_id": id,
+            "event_type": "progress.saved", "player_id": "verifies", "save_slot": "s",
+            "sequence": 1, "idempotency_key": id, "data": {}}))
+        .unwrap();
+        let headers = signed(Scheme::HmacTimestamped, secret, &body, now_s());
+        match self.post_raw("save-game", &body, &headers).await.code {
+            202 => true,
+            401 => false,
+            other => panic!("unexpected {other}"),
+        }
+    }
+
     /// Kills the process with SIGKILL: no shutdown code runs.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -93,7 +93,8 @@ pub(crate) struct EventDetail {
 pub(crate) struct HistoryEntry {
     /// When (RFC 3339).
     at: String,
-    /// `failed`, `exhausted` or `replayed`.
+    /// `failed` (an attempt that failed), a dead reason such as `insufficient_quantity` (an event
+    /// dead as `exhausted` shows its `failed` attempts instead), `replayed` or `conflicting_duplicate`.
     kind: String,
     /// The error of a failed attempt.
     error: Option<String>,

@@ -83,7 +83,7 @@ pub(crate) async fn event_replay(
 pub(crate) struct ReplayRequest {
     /// Only this source's events.
     source: Option<String>,
-    /// `dead` or `retrying` (default: both).
+    /// `dead` or `retrying` (default: `dead`; retrying events are retried anyway).
     status: Option<Replayable>,
     /// Only this aggregate's events, in text form (SPEC §8): a user id, or
     /// `player/slot`, with `%` and `/` inside an id written `%25` and `%2F`.
