@@ -10,8 +10,7 @@ use clap::{Parser, Subcommand};
 use crate::app::{open_store, shutdown_signal, Application};
 use crate::clock;
 use crate::config::{secret_env_var, Config};
-use crate::domain::EventStatus;
-use crate::http::aggregate_storage_key;
+use crate::domain::{AggregateKey, EventStatus};
 use crate::signature::{self, Scheme, Secret};
 use crate::store::{EventFilter, ReplayOutcome};
 
@@ -59,9 +58,10 @@ pub struct EventsArgs {
     /// Only this source.
     #[arg(long)]
     pub source: Option<String>,
-    /// Only this aggregate: a user id, or `player/slot`.
-    #[arg(long)]
-    pub aggregate: Option<String>,
+    /// Only this aggregate, in text form: a user id, or `player/slot`, with `%`
+    /// and `/` inside an id written `%25` and `%2F`.
+    #[arg(long, value_parser = parse_aggregate)]
+    pub aggregate: Option<AggregateKey>,
     /// How many events, newest first.
     #[arg(long, default_value_t = 50)]
     pub limit: usize,
@@ -79,9 +79,10 @@ pub struct ReplayArgs {
     /// Only this source.
     #[arg(long)]
     pub source: Option<String>,
-    /// Only this aggregate: a user id, or `player/slot`.
-    #[arg(long)]
-    pub aggregate: Option<String>,
+    /// Only this aggregate, in text form: a user id, or `player/slot`, with `%`
+    /// and `/` inside an id written `%25` and `%2F`.
+    #[arg(long, value_parser = parse_aggregate)]
+    pub aggregate: Option<AggregateKey>,
 }
 
 fn parse_status(raw: &str) -> Result<EventStatus, String> {
@@ -93,13 +94,18 @@ fn parse_status(raw: &str) -> Result<EventStatus, String> {
     })
 }
 
+/// An `--aggregate` in text form (SPEC §8), refused with the reason when malformed.
+fn parse_aggregate(raw: &str) -> Result<AggregateKey, String> {
+    AggregateKey::parse_text(raw).map_err(|problem| format!("aggregate {problem}"))
+}
+
 async fn events(config_path: Option<PathBuf>, args: EventsArgs) -> anyhow::Result<()> {
     let config = Config::load_for_store(config_path.as_deref())?;
     let store = open_store(&config).await?;
     let filter = EventFilter {
         source: args.source,
         status: args.status,
-        aggregate: args.aggregate.as_deref().map(aggregate_storage_key),
+        aggregate: args.aggregate.as_ref().map(AggregateKey::storage_key),
         ..EventFilter::default()
     };
     let page = store
@@ -116,7 +122,7 @@ async fn events(config_path: Option<PathBuf>, args: EventsArgs) -> anyhow::Resul
             e.source,
             e.event_id,
             e.event_type,
-            e.aggregate.replace('\u{1f}', "/"),
+            AggregateKey::text_of_stored(&e.aggregate),
             e.sequence,
             e.status.as_str(),
             e.attempts,
@@ -149,7 +155,7 @@ async fn replay(config_path: Option<PathBuf>, args: ReplayArgs) -> anyhow::Resul
     let filter = EventFilter {
         source: args.source,
         status: Some(args.status),
-        aggregate: args.aggregate.as_deref().map(aggregate_storage_key),
+        aggregate: args.aggregate.as_ref().map(AggregateKey::storage_key),
         ..EventFilter::default()
     };
     let job = store.create_replay_job(&filter, now_ms).await?;

@@ -125,16 +125,94 @@ pub enum AggregateKey {
 /// this control character can never appear inside one.
 const KEY_SEPARATOR: char = '\u{1f}';
 
-impl AggregateKey {
-    /// The key as stored in the event log's `aggregate` column.
-    pub fn storage_key(&self) -> String {
+/// Separates the parts of an aggregate key's text form (SPEC §8).
+const TEXT_SEPARATOR: char = '/';
+
+/// Why a text form is not an aggregate key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggregateKeyProblem {
+    /// A `%` not followed by `25` or `2F`.
+    BadEscape,
+    /// More parts than any kind's key has.
+    TooManyParts,
+    /// A part, once decoded, breaks the id rule.
+    Part(IdProblem),
+}
+
+impl fmt::Display for AggregateKeyProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            AggregateKey::User(user) => user.as_str().to_owned(),
+            AggregateKeyProblem::BadEscape => f.write_str(
+                "has a % that is not %25 or %2F (write % as %25 and a / inside an id as %2F)",
+            ),
+            AggregateKeyProblem::TooManyParts => {
+                f.write_str("must be a user id or player/slot (a / inside an id is %2F)")
+            }
+            AggregateKeyProblem::Part(problem) => write!(f, "part {problem}"),
+        }
+    }
+}
+
+/// One part in text form: `%` and `/` percent-encoded, so parts never split.
+fn encode_part(part: &str) -> String {
+    part.replace('%', "%25").replace('/', "%2F")
+}
+
+/// Undoes [`encode_part`], refusing every other escape so a text form has one reading.
+fn decode_part(text: &str) -> Result<String, AggregateKeyProblem> {
+    let mut decoded = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('%') {
+        decoded.push_str(&rest[..at]);
+        let escape = rest.get(at..at + 3).ok_or(AggregateKeyProblem::BadEscape)?;
+        decoded.push(match escape {
+            "%25" => '%',
+            "%2F" | "%2f" => '/',
+            _ => return Err(AggregateKeyProblem::BadEscape),
+        });
+        rest = &rest[at + 3..];
+    }
+    decoded.push_str(rest);
+    Ok(decoded)
+}
+
+impl AggregateKey {
+    /// The ids that make up the key, in order.
+    pub fn parts(&self) -> Vec<&Ident> {
+        match self {
+            AggregateKey::User(user) => vec![user],
             AggregateKey::SaveSlot {
                 player_id,
                 save_slot,
-            } => format!("{player_id}{KEY_SEPARATOR}{save_slot}"),
+            } => vec![player_id, save_slot],
         }
+    }
+
+    /// Parses the text form of SPEC §8 (API filters, cursors, CLI flags): one part
+    /// is a user, two are a player's save slot.
+    pub fn parse_text(text: &str) -> Result<Self, AggregateKeyProblem> {
+        let parts = text
+            .split(TEXT_SEPARATOR)
+            .map(|part| {
+                let decoded = decode_part(part)?;
+                Ident::parse(&decoded).map_err(AggregateKeyProblem::Part)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut parts = parts.into_iter();
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(user), None, _) => Ok(AggregateKey::User(user)),
+            (Some(player_id), Some(save_slot), None) => Ok(AggregateKey::SaveSlot {
+                player_id,
+                save_slot,
+            }),
+            _ => Err(AggregateKeyProblem::TooManyParts),
+        }
+    }
+
+    /// The key as stored in the event log's `aggregate` column.
+    pub fn storage_key(&self) -> String {
+        let parts: Vec<&str> = self.parts().into_iter().map(Ident::as_str).collect();
+        parts.join(&KEY_SEPARATOR.to_string())
     }
 
     /// Rebuilds a key from its stored form.
@@ -147,17 +225,31 @@ impl AggregateKey {
             None => Ident::parse(stored).ok().map(AggregateKey::User),
         }
     }
+
+    /// The text form of a stored key, for answers and logs; a stored key that no
+    /// longer parses is still shown part by part rather than hidden.
+    pub fn text_of_stored(stored: &str) -> String {
+        match Self::from_storage_key(stored) {
+            Some(key) => key.to_string(),
+            None => stored
+                .split(KEY_SEPARATOR)
+                .map(encode_part)
+                .collect::<Vec<_>>()
+                .join("/"),
+        }
+    }
 }
 
+/// The text form of SPEC §8: the parts, percent-encoded, joined by `/`.
 impl fmt::Display for AggregateKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AggregateKey::User(user) => write!(f, "{user}"),
-            AggregateKey::SaveSlot {
-                player_id,
-                save_slot,
-            } => write!(f, "{player_id}/{save_slot}"),
+        for (at, part) in self.parts().into_iter().enumerate() {
+            if at > 0 {
+                write!(f, "{TEXT_SEPARATOR}")?;
+            }
+            f.write_str(&encode_part(part.as_str()))?;
         }
+        Ok(())
     }
 }
 
@@ -291,6 +383,73 @@ mod tests {
                 AggregateKey::from_storage_key(&key.storage_key()),
                 Some(key)
             );
+        }
+    }
+
+    fn key(text: &str) -> Result<AggregateKey, AggregateKeyProblem> {
+        AggregateKey::parse_text(text)
+    }
+
+    #[test]
+    fn an_id_holding_a_slash_never_splits() {
+        let user = AggregateKey::User(Ident::parse("team/alice").unwrap());
+        assert_eq!(user.to_string(), "team%2Falice");
+        assert_eq!(key("team%2Falice"), Ok(user.clone()));
+        assert_eq!(key("team%2falice"), Ok(user));
+        let slot = AggregateKey::SaveSlot {
+            player_id: Ident::parse("p/1%").unwrap(),
+            save_slot: Ident::parse("slot_a").unwrap(),
+        };
+        assert_eq!(slot.to_string(), "p%2F1%25/slot_a");
+        assert_eq!(key("p%2F1%25/slot_a"), Ok(slot));
+        assert_eq!(
+            key("player_1/slot_a").unwrap().storage_key(),
+            "player_1\u{1f}slot_a"
+        );
+        assert_eq!(
+            AggregateKey::text_of_stored("p/1\u{1f}slot_a"),
+            "p%2F1/slot_a"
+        );
+    }
+
+    #[test]
+    fn malformed_text_forms_are_refused() {
+        for bad in ["50%", "a%2", "a%41", "a%%25", "%zz/b"] {
+            assert_eq!(key(bad), Err(AggregateKeyProblem::BadEscape), "{bad}");
+        }
+        assert_eq!(key("a/b/c"), Err(AggregateKeyProblem::TooManyParts));
+        assert_eq!(key(""), Err(AggregateKeyProblem::Part(IdProblem::Empty)));
+        assert_eq!(key("a/"), Err(AggregateKeyProblem::Part(IdProblem::Empty)));
+        assert_eq!(
+            key("a\u{1f}b"),
+            Err(AggregateKeyProblem::Part(IdProblem::NotPrintableAscii))
+        );
+    }
+
+    fn arb_key() -> impl proptest::strategy::Strategy<Value = AggregateKey> {
+        use proptest::prelude::*;
+        // The narrow alphabet makes ids that look like each other's escapes common.
+        let id = prop_oneof!["[ -~]{1,40}", "[/%25Ffa]{1,6}"]
+            .prop_map(|raw| Ident::parse(&raw).unwrap());
+        prop_oneof![
+            id.clone().prop_map(AggregateKey::User),
+            (id.clone(), id).prop_map(|(player_id, save_slot)| AggregateKey::SaveSlot {
+                player_id,
+                save_slot
+            }),
+        ]
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn text_forms_round_trip(key in arb_key()) {
+            proptest::prop_assert_eq!(AggregateKey::parse_text(&key.to_string()), Ok(key.clone()));
+            proptest::prop_assert_eq!(AggregateKey::text_of_stored(&key.storage_key()), key.to_string());
+        }
+
+        #[test]
+        fn no_two_keys_share_a_text_form(a in arb_key(), b in arb_key()) {
+            proptest::prop_assert_eq!(a.to_string() == b.to_string(), a == b);
         }
     }
 

@@ -16,6 +16,7 @@ use tracing::{debug, info, warn, Instrument};
 
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::domain::AggregateKey;
 use crate::metrics;
 use crate::store::{SourceRules, Store};
 
@@ -148,7 +149,7 @@ impl Worker {
 
     /// Metrics and decision lines of one settled aggregate.
     fn report(&self, rules: &SourceRules, aggregate: &str, report: &crate::store::SettleReport) {
-        let shown = aggregate.replace('\u{1f}', "/");
+        let shown = AggregateKey::text_of_stored(aggregate);
         metrics::settled(&rules.name, report);
         for line in &report.decided {
             info!(source = %rules.name, event_id = %line.event_id,
@@ -167,13 +168,13 @@ impl Worker {
         let span = tracing::info_span!(
             "settle",
             source = %rules.name,
-            aggregate = %aggregate.replace('\u{1f}', "/"),
+            aggregate = %AggregateKey::text_of_stored(aggregate),
         );
         self.step_inner(rules, aggregate).instrument(span).await
     }
 
     async fn step_inner(&self, rules: &SourceRules, aggregate: &str) {
-        let shown = aggregate.replace('\u{1f}', "/");
+        let shown = AggregateKey::text_of_stored(aggregate);
         match self
             .store
             .settle(rules, aggregate, self.clock.now_ms())

@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 use crate::contract::FieldProblem;
 use crate::domain::{DeadReason, EventId};
 use crate::signature::SignatureError;
-use crate::store::DedupKey;
+use crate::store::{DedupKey, StoreError};
 
 /// Seconds a publisher is asked to wait before retrying after a 503.
 const RETRY_AFTER_UNAVAILABLE_S: u32 = 5;
@@ -271,6 +271,20 @@ fn retry_after(code: StatusCode, body: ErrorBody, seconds: u64) -> Response {
         .headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     response
+}
+
+/// A read or admin call the store failed: 503 when it cannot be reached, else a
+/// 500 whose detail goes to the log, never to the caller.
+impl From<StoreError> for Answer {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::Unavailable(_) => Answer::StoreUnavailable,
+            StoreError::Internal(detail) => {
+                tracing::error!(%detail, "store failed on a read");
+                Answer::Internal
+            }
+        }
+    }
 }
 
 impl IntoResponse for Answer {

@@ -23,7 +23,6 @@ use tokio::sync::Notify;
 use crate::config::Config;
 use crate::store::Store;
 use answer::Answer;
-pub use api::aggregate_storage_key;
 pub use stream::ChangeFeed;
 
 /// Largest body an admin API call (e.g. `POST /v1/replay`) may send.
@@ -220,17 +219,17 @@ fn documented_routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::Op
     use utoipa::OpenApi;
     use utoipa_axum::{router::OpenApiRouter, routes};
     let admin = OpenApiRouter::new()
-        .routes(routes!(api::presence_list))
-        .routes(routes!(api::presence_one))
-        .routes(routes!(api::save_one))
-        .routes(routes!(api::saves_list))
-        .routes(routes!(api::overview))
+        .routes(routes!(api::presence::presence_list))
+        .routes(routes!(api::presence::presence_one))
+        .routes(routes!(api::saves::save_one))
+        .routes(routes!(api::saves::saves_list))
+        .routes(routes!(api::overview::overview))
         .routes(routes!(stream::stream))
-        .routes(routes!(api::events_list))
-        .routes(routes!(api::event_one))
-        .routes(routes!(api::event_replay))
-        .routes(routes!(api::replay_bulk))
-        .routes(routes!(api::replay_job))
+        .routes(routes!(api::events::events_list))
+        .routes(routes!(api::events::event_one))
+        .routes(routes!(api::replay::event_replay))
+        .routes(routes!(api::replay::replay_bulk))
+        .routes(routes!(api::replay::replay_job))
         .routes(routes!(admin::reload))
         // Admin bodies are small filters: anything larger is refused (413), not stored.
         .route_layer(DefaultBodyLimit::max(ADMIN_MAX_BODY_BYTES))
@@ -239,7 +238,7 @@ fn documented_routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::Op
             state.clone(),
             auth::require_admin,
         ));
-    let metrics = OpenApiRouter::new().routes(routes!(api::metrics));
+    let metrics = OpenApiRouter::new().routes(routes!(api::overview::metrics));
     let metrics = if state.config.metrics_public {
         metrics
     } else {
@@ -251,8 +250,8 @@ fn documented_routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::Op
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(ingress::receive))
         .routes(routes!(dashboard::index))
-        .routes(routes!(api::healthz))
-        .routes(routes!(api::readyz))
+        .routes(routes!(api::health::healthz))
+        .routes(routes!(api::health::readyz))
         .routes(routes!(admin::openapi_json))
         .merge(metrics)
         .merge(admin)

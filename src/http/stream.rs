@@ -14,8 +14,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -24,8 +23,10 @@ use tokio::sync::{broadcast, watch, OwnedSemaphorePermit, Semaphore};
 use utoipa::IntoParams;
 
 use super::answer::{Answer, ErrorBody};
-use super::api::{aggregate_storage_key, masked_state};
+use super::api::extract::Query;
+use super::api::{aggregate_filter, masked_state};
 use super::AppState;
+use crate::domain::AggregateKey;
 use crate::store::{StateChange, Store, StoreError};
 
 /// How often the feed looks for new changes (they may come from other nodes).
@@ -57,7 +58,7 @@ impl FeedChange {
         let state = serde_json::from_str(&change.state).unwrap_or(serde_json::Value::Null);
         let data = json!({
             "source": change.source,
-            "aggregate": change.aggregate.replace('\u{1f}', "/"),
+            "aggregate": AggregateKey::text_of_stored(&change.aggregate),
             "state": masked_state(state, mask_fields),
         });
         Self {
@@ -173,7 +174,8 @@ impl ChangeFeed {
 pub(super) struct StreamQuery {
     /// Only this source's changes.
     source: Option<String>,
-    /// Only this aggregate's changes: a user id, or `player/slot`.
+    /// Only this aggregate's changes, in text form (SPEC §8): a user id, or
+    /// `player/slot`, with `%` and `/` inside an id written `%25` and `%2F`.
     aggregate: Option<String>,
 }
 
@@ -197,9 +199,8 @@ pub(super) struct StreamQuery {
 pub(super) async fn stream(
     State(state): State<AppState>,
     headers: axum::http::HeaderMap,
-    params: Result<Query<StreamQuery>, QueryRejection>,
+    Query(query): Query<StreamQuery>,
 ) -> Result<Response, Answer> {
-    let Query(query) = params.map_err(|rejection| Answer::BadRequest(rejection.body_text()))?;
     let resume = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -221,10 +222,7 @@ pub(super) async fn stream(
         store: Arc::clone(&state.store),
         mask_fields: state.config.mask_fields.clone(),
         source: query.source.filter(|s| !s.is_empty()),
-        aggregate: query
-            .aggregate
-            .filter(|a| !a.is_empty())
-            .map(|a| aggregate_storage_key(&a)),
+        aggregate: aggregate_filter(query.aggregate.as_deref())?,
         cursor,
         catching_up: resume.is_some(),
         queue: VecDeque::new(),

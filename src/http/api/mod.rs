@@ -1,0 +1,122 @@
+//! The read API of SPEC §4 and the health probes, one module per resource.
+//! What every resource shares lives here: extractors whose rejections are
+//! answered once, page sizes, source lookup, aggregate filters and masking.
+
+pub(super) mod events;
+pub(super) mod extract;
+pub(super) mod health;
+pub(super) mod overview;
+pub(super) mod presence;
+pub(super) mod replay;
+pub(super) mod saves;
+
+use serde::Deserialize;
+use serde_json::json;
+use utoipa::IntoParams;
+
+use super::answer::Answer;
+use super::AppState;
+use crate::config::SourceConfig;
+use crate::contract::SourceKind;
+use crate::domain::AggregateKey;
+use crate::mask::{mask_at, MASK};
+
+/// Most items one page may hold.
+const MAX_PAGE: usize = 500;
+
+/// Optional `?source=` choosing among several sources of one kind.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(super) struct SourceQuery {
+    /// The source to read (default: the first configured source of this kind).
+    source: Option<String>,
+}
+
+/// A page size from `?limit=`, checked against [`MAX_PAGE`].
+fn page_size(limit: Option<u64>) -> Result<usize, Answer> {
+    match limit {
+        None => Ok(100),
+        Some(n @ 1..) if n <= MAX_PAGE as u64 => Ok(n as usize),
+        Some(_) => Err(Answer::BadRequest(format!(
+            "limit must be in 1..={MAX_PAGE}"
+        ))),
+    }
+}
+
+/// The source of `kind` named `name`, or the first of that kind.
+fn source_of_kind<'a>(
+    state: &'a AppState,
+    kind: SourceKind,
+    name: Option<&str>,
+) -> Result<&'a SourceConfig, Answer> {
+    let mut sources = state.config.sources.iter().filter(|s| s.kind == kind);
+    match name {
+        Some(name) => sources
+            .find(|s| s.name == name)
+            .ok_or(Answer::NotFound("unknown_source")),
+        None => sources.next().ok_or(Answer::NotFound("unknown_source")),
+    }
+}
+
+/// The stored form of an aggregate filter given in text form (SPEC §8); empty means
+/// no filter, a text that is no key's a 400 naming what is wrong.
+pub(super) fn aggregate_filter(text: Option<&str>) -> Result<Option<String>, Answer> {
+    text.filter(|t| !t.is_empty())
+        .map(|t| {
+            AggregateKey::parse_text(t)
+                .map(|key| key.storage_key())
+                .map_err(|problem| Answer::BadRequest(format!("aggregate {problem}")))
+        })
+        .transpose()
+}
+
+/// A state view as shown (API and stream): a save slot's `progress`, which is the
+/// body's `data`, masked like the payload it came from. Every state view passes here.
+pub(super) fn masked_state(
+    mut state: serde_json::Value,
+    mask_fields: &[String],
+) -> serde_json::Value {
+    if let Some(progress) = state.get_mut("progress").filter(|p| p.is_object()) {
+        let keys: Vec<String> = progress
+            .as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default();
+        mask_at(progress, mask_fields, &["data"]);
+        if !progress.is_object() {
+            // Masked whole: still an object (the documented shape), every value hidden.
+            *progress = keys.into_iter().map(|k| (k, json!(MASK))).collect();
+        }
+    }
+    state
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn a_state_view_masks_progress_as_the_body_s_data() {
+        let save = json!({"player_id": "p", "save_slot": "s", "email": "view field, not payload",
+                          "progress": {"Email": "a", "card": {"number": "1"}, "level": 2}});
+        let masked = masked_state(save.clone(), &fields(&["email", "data.card.number"]));
+        assert_eq!(
+            masked["progress"],
+            json!({"Email": "***", "card": {"number": "***"}, "level": 2})
+        );
+        assert_eq!(masked["email"], save["email"], "only the payload is masked");
+
+        // `data` itself masked: progress stays an object, every value hidden.
+        let masked = masked_state(save, &fields(&["DATA"]));
+        assert_eq!(
+            masked["progress"],
+            json!({"Email": "***", "card": "***", "level": "***"})
+        );
+
+        let presence = json!({"user_id": "u", "status": "ONLINE", "progress": null});
+        assert_eq!(masked_state(presence.clone(), &fields(&["data"])), presence);
+    }
+}

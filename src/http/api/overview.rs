@@ -1,0 +1,152 @@
+//! What an operator watches: per-source counts and the Prometheus text.
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::clock;
+use crate::contract::SourceKind;
+use crate::domain::EventStatus;
+use crate::http::answer::{AdminFailures, Answer, ErrorBody};
+use crate::http::AppState;
+
+/// Prometheus text; the backlog gauges are read from the store at each scrape.
+#[utoipa::path(get, path = "/metrics", tag = "observability", security((), ("admin_token" = [])),
+    responses(
+        (status = 200, description = "Prometheus text exposition", body = String,
+            content_type = "text/plain"),
+        (status = 401, description = "Admin token missing or wrong (unless `metrics_public`)", body = ErrorBody),
+    ))]
+pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
+    match state.store.undecided_counts().await {
+        Ok(counts) => {
+            for source in &state.config.sources {
+                let count = |wanted: &[EventStatus]| count_of(&counts, &source.name, wanted);
+                let held = count(&[EventStatus::Held]);
+                let backlog = count(&[
+                    EventStatus::Received,
+                    EventStatus::Held,
+                    EventStatus::Retrying,
+                ]);
+                crate::metrics::backlog(&source.name, held, backlog);
+            }
+        }
+        Err(err) => tracing::warn!(error = %err, "backlog gauges not refreshed"),
+    }
+    let text = crate::metrics::render().unwrap_or_default();
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// Events of `source` in any of the `wanted` statuses, from [`crate::store::Store::status_counts`].
+fn count_of(counts: &[(String, EventStatus, u64)], source: &str, wanted: &[EventStatus]) -> u64 {
+    counts
+        .iter()
+        .filter(|(name, status, _)| name == source && wanted.contains(status))
+        .map(|(_, _, n)| n)
+        .sum()
+}
+
+/// One source's counts in the overview.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct SourceOverview {
+    /// The source.
+    source: String,
+    /// What it feeds.
+    kind: SourceKind,
+    /// `sync` or `async`.
+    mode: &'static str,
+    /// Events logged.
+    received: u64,
+    /// Events applied.
+    processed: u64,
+    /// Duplicates answered by this node since it started.
+    duplicates: u64,
+    /// Duplicate `event_id`s with a different body seen by this node since it started.
+    conflicting_duplicates: u64,
+    /// Events ignored as stale.
+    stale: u64,
+    /// Events of unsupported types.
+    unsupported: u64,
+    /// Events held for a gap.
+    held: u64,
+    /// Events waiting for a retry.
+    retrying: u64,
+    /// Dead events.
+    dead: u64,
+    /// Events not yet decided.
+    backlog: u64,
+}
+
+/// Per source, events by status.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Overview {
+    /// Every configured source.
+    sources: Vec<SourceOverview>,
+    /// When these counts were read (RFC 3339).
+    generated_at: String,
+}
+
+/// Per source, events by status and duplicates seen by this node.
+#[utoipa::path(get, path = "/v1/overview", tag = "observability", security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The counts", body = Overview),
+        AdminFailures,
+    ))]
+pub(crate) async fn overview(State(state): State<AppState>) -> Result<Response, Answer> {
+    let counts = state.store.status_counts().await?;
+    let duplicates = state
+        .duplicates
+        .lock()
+        .map(|d| d.clone())
+        .unwrap_or_default();
+    let conflicts = state
+        .conflicting_duplicates
+        .lock()
+        .map(|d| d.clone())
+        .unwrap_or_default();
+    let sources: Vec<_> = state
+        .config
+        .sources
+        .iter()
+        .map(|source| {
+            let count = |wanted: &[EventStatus]| count_of(&counts, &source.name, wanted);
+            SourceOverview {
+                source: source.name.clone(),
+                kind: source.kind,
+                mode: if source.mode == crate::config::Mode::Sync {
+                    "sync"
+                } else {
+                    "async"
+                },
+                received: count(&EventStatus::ALL),
+                processed: count(&[EventStatus::Processed]),
+                duplicates: duplicates.get(&source.name).copied().unwrap_or(0),
+                conflicting_duplicates: conflicts.get(&source.name).copied().unwrap_or(0),
+                stale: count(&[EventStatus::IgnoredStale]),
+                unsupported: count(&[EventStatus::IgnoredUnsupported]),
+                held: count(&[EventStatus::Held]),
+                retrying: count(&[EventStatus::Retrying]),
+                dead: count(&[EventStatus::Dead]),
+                backlog: count(&[
+                    EventStatus::Received,
+                    EventStatus::Held,
+                    EventStatus::Retrying,
+                ]),
+            }
+        })
+        .collect();
+    Ok(Json(Overview {
+        sources,
+        generated_at: clock::rfc3339(clock::now_ms()),
+    })
+    .into_response())
+}

@@ -1,0 +1,104 @@
+//! `/v1/presence`: the typed view of presence aggregates.
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::extract::{Path, Query};
+use super::{page_size, source_of_kind, SourceQuery};
+use crate::clock;
+use crate::config::SourceConfig;
+use crate::contract::{Presence, SourceKind};
+use crate::http::answer::{AdminFailures, Answer, ErrorBody};
+use crate::http::AppState;
+use crate::projection::{presence_view, PresenceState, PresenceView};
+
+/// `?status=&limit=&cursor=&source=` of the presence listing.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct PresenceListQuery {
+    /// The presence source to read (default: the first configured one).
+    source: Option<String>,
+    /// Only users with this presence.
+    #[param(value_type = Option<Presence>)]
+    status: Option<String>,
+    /// Page size, 1..=500 (default 100).
+    #[param(minimum = 1, maximum = 500)]
+    limit: Option<u64>,
+    /// `next_cursor` of the previous page.
+    cursor: Option<String>,
+}
+
+/// A page of presences.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct PresencePage {
+    /// The presences, by user id.
+    items: Vec<PresenceView>,
+    /// Pass as `cursor` for the next page; null on the last.
+    next_cursor: Option<String>,
+}
+
+fn presence_json(source: &SourceConfig, user_id: &str, state: &PresenceState) -> PresenceView {
+    let stale_after_ms = (source.stale_after_s as i64).saturating_mul(1000);
+    presence_view(user_id, state, clock::now_ms(), stale_after_ms)
+}
+
+/// One user's presence.
+#[utoipa::path(get, path = "/v1/presence/{user_id}", tag = "state", security(("admin_token" = [])),
+    params(("user_id" = String, Path, description = "The user", example = "usr_A"), SourceQuery),
+    responses(
+        (status = 200, description = "The user's presence", body = PresenceView),
+        (status = 404, description = "`unknown_user` or `unknown_source`", body = ErrorBody),
+        AdminFailures,
+    ))]
+pub(crate) async fn presence_one(
+    State(state): State<AppState>,
+    Path(user_id): Path<String>,
+    Query(query): Query<SourceQuery>,
+) -> Result<Response, Answer> {
+    let source = source_of_kind(&state, SourceKind::Presence, query.source.as_deref())?;
+    let found = state
+        .store
+        .presence(&source.name, &user_id)
+        .await?
+        .ok_or(Answer::NotFound("unknown_user"))?;
+    Ok(Json(presence_json(source, &user_id, &found)).into_response())
+}
+
+/// Presences, optionally of one status, a page at a time.
+#[utoipa::path(get, path = "/v1/presence", tag = "state", security(("admin_token" = [])),
+    params(PresenceListQuery),
+    responses(
+        (status = 200, description = "A page of presences", body = PresencePage),
+        (status = 404, description = "`unknown_source`", body = ErrorBody),
+        AdminFailures,
+    ))]
+pub(crate) async fn presence_list(
+    State(state): State<AppState>,
+    Query(query): Query<PresenceListQuery>,
+) -> Result<Response, Answer> {
+    let source = source_of_kind(&state, SourceKind::Presence, query.source.as_deref())?;
+    let status = match query.status.as_deref() {
+        None | Some("") => None,
+        Some(raw) => Some(Presence::parse(raw).ok_or_else(|| {
+            Answer::BadRequest("status must be one of ONLINE, BUSY, AWAY, OFFLINE".into())
+        })?),
+    };
+    let limit = page_size(query.limit)?;
+    let page = state
+        .store
+        .presence_page(&source.name, status, limit, query.cursor.as_deref())
+        .await?;
+    let items: Vec<_> = page
+        .items
+        .iter()
+        .map(|(user, s)| presence_json(source, user, s))
+        .collect();
+    Ok(Json(PresencePage {
+        items,
+        next_cursor: page.next_cursor,
+    })
+    .into_response())
+}

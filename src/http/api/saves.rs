@@ -1,0 +1,121 @@
+//! `/v1/saves`: the typed view of save-game aggregates.
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use utoipa::{IntoParams, ToSchema};
+
+use super::extract::{Path, Query};
+use super::{masked_state, page_size, source_of_kind, SourceQuery};
+use crate::contract::SourceKind;
+use crate::domain::{AggregateKey, Ident};
+use crate::http::answer::{AdminFailures, Answer, ErrorBody};
+use crate::http::AppState;
+use crate::projection::{save_view, SaveView};
+
+/// A page of save slots.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct SavePage {
+    /// The slots, by player and slot (each built by [`masked_state`]).
+    #[schema(value_type = Vec<SaveView>)]
+    items: Vec<serde_json::Value>,
+    /// Pass as `cursor` for the next page; null on the last.
+    next_cursor: Option<String>,
+}
+
+/// One save slot.
+#[utoipa::path(get, path = "/v1/saves/{player_id}/{save_slot}", tag = "state",
+    security(("admin_token" = [])),
+    params(("player_id" = String, Path, description = "The player", example = "player_1024"),
+        ("save_slot" = String, Path, description = "The slot", example = "slot_a"), SourceQuery),
+    responses(
+        (status = 200, description = "The slot's state", body = SaveView),
+        (status = 404, description = "`unknown_save` or `unknown_source`", body = ErrorBody),
+        AdminFailures,
+    ))]
+pub(crate) async fn save_one(
+    State(state): State<AppState>,
+    Path((player_id, save_slot)): Path<(String, String)>,
+    Query(query): Query<SourceQuery>,
+) -> Result<Response, Answer> {
+    let source = source_of_kind(&state, SourceKind::SaveGame, query.source.as_deref())?;
+    let (Ok(player), Ok(slot)) = (Ident::parse(&player_id), Ident::parse(&save_slot)) else {
+        return Err(Answer::NotFound("unknown_save"));
+    };
+    let key = AggregateKey::SaveSlot {
+        player_id: player,
+        save_slot: slot,
+    };
+    let save = state
+        .store
+        .save(&source.name, &key)
+        .await?
+        .ok_or(Answer::NotFound("unknown_save"))?;
+    let view = json!(save_view(&player_id, &save_slot, &save));
+    Ok(Json(masked_state(view, &state.config.mask_fields)).into_response())
+}
+
+/// `?source=&limit=&cursor=` of the save slot listing.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct SavesQuery {
+    /// The save-game source to read (default: the first configured one).
+    source: Option<String>,
+    /// Page size, 1..=500 (default 100).
+    #[param(minimum = 1, maximum = 500)]
+    limit: Option<u64>,
+    /// `next_cursor` of the previous page (the last slot's key in text form).
+    cursor: Option<String>,
+}
+
+/// Save slots with their state, ordered by player and slot.
+#[utoipa::path(get, path = "/v1/saves", tag = "state", security(("admin_token" = [])),
+    params(SavesQuery),
+    responses(
+        (status = 200, description = "A page of save slots", body = SavePage),
+        (status = 404, description = "`unknown_source`", body = ErrorBody),
+        AdminFailures,
+    ))]
+pub(crate) async fn saves_list(
+    State(state): State<AppState>,
+    Query(query): Query<SavesQuery>,
+) -> Result<Response, Answer> {
+    let source = source_of_kind(&state, SourceKind::SaveGame, query.source.as_deref())?;
+    let limit = page_size(query.limit)?;
+    let cursor = query
+        .cursor
+        .as_deref()
+        .map(|text| {
+            AggregateKey::parse_text(text)
+                .map(|key| key.storage_key())
+                .map_err(|_| {
+                    Answer::BadRequest("cursor must be a next_cursor of this listing".into())
+                })
+        })
+        .transpose()?;
+    let page = state
+        .store
+        .saves_page(&source.name, limit, cursor.as_deref())
+        .await?;
+    let items: Vec<_> = page
+        .items
+        .iter()
+        .map(|(key, save)| {
+            let (player, slot) = match AggregateKey::from_storage_key(key) {
+                Some(AggregateKey::SaveSlot {
+                    player_id,
+                    save_slot,
+                }) => (player_id.to_string(), save_slot.to_string()),
+                _ => (key.clone(), String::new()),
+            };
+            masked_state(
+                json!(save_view(&player, &slot, save)),
+                &state.config.mask_fields,
+            )
+        })
+        .collect();
+    let next_cursor = page.next_cursor.map(|c| AggregateKey::text_of_stored(&c));
+    Ok(Json(SavePage { items, next_cursor }).into_response())
+}
