@@ -14,7 +14,11 @@ fn mismatches(report: &str) -> Option<&str> {
 
 #[tokio::test]
 async fn ten_thousand_chaotic_events_converge_to_the_in_order_state() {
-    let server = TestServer::spawn().await;
+    // G5 holds for events that arrive within the hold window. On a loaded machine the
+    // deliveries take minutes, and a reordered delta could arrive after the default 30 s
+    // hold skipped its gap (then it is dead, as it should be): a window longer than the
+    // run keeps this a test of convergence, not of the machine's speed.
+    let server = TestServer::spawn_with("hold_timeout_s = 900").await;
     let started = Instant::now();
     let (ok, report) = server.cli(&[
         "simulate",
