@@ -159,6 +159,12 @@ DROP INDEX events_aggregate;
 CREATE INDEX events_aggregate ON events (source, aggregate, sequence, status, dead_reason);
 "#,
     ),
+    (
+        4,
+        // PostgreSQL's version 4 makes its text keys order by bytes; SQLite's BINARY
+        // collation always has. The entry keeps both chains' versions in step.
+        "-- Nothing to change: text keys already order by bytes.",
+    ),
 ];
 
 /// `(version, SQL)` in order, for PostgreSQL; the same schema as [`SQLITE`].
@@ -328,6 +334,22 @@ CREATE TRIGGER backlog_counts_update AFTER UPDATE ON events
     FOR EACH STATEMENT EXECUTE FUNCTION backlog_counts_apply();
 CREATE TRIGGER backlog_counts_delete AFTER DELETE ON events
     REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION backlog_counts_apply();
+"#,
+    ),
+    (
+        4,
+        // Pages and bulk replays walk these keys with `ORDER BY` and `>` cursors: by bytes,
+        // as SQLite compares text, whatever collation the database was created with (an
+        // `en_US` one puts `a_1` before `A1` before `Z_1`). Changing a column's collation
+        // leaves its rows as they are and rebuilds the indexes on it, so pages still read
+        // them in index order. Their other sides (parameters, UNNEST arrays, columns left at
+        // the database default) take the column's collation, so joins keep their indexes.
+        r#"
+ALTER TABLE events
+    ALTER COLUMN source TYPE TEXT COLLATE "C",
+    ALTER COLUMN aggregate TYPE TEXT COLLATE "C";
+ALTER TABLE presence_state ALTER COLUMN user_id TYPE TEXT COLLATE "C";
+ALTER TABLE save_state ALTER COLUMN aggregate TYPE TEXT COLLATE "C";
 "#,
     ),
 ];

@@ -30,3 +30,4 @@ mod slow_clients;
 mod store_conformance;
 mod stream;
 mod telemetry;
+mod text_order;

@@ -349,10 +349,51 @@ pub async fn text_orders_are_byte_orders(store: &dyn Store) {
     bytewise.sort();
     let page = store.saves_page(SAVES, 10, None).await.unwrap();
     let listed: Vec<_> = page.items.into_iter().map(|(k, _)| k).collect();
+
+    // A bulk replay requeues one aggregate per step, from its stored cursor.
+    let dead_slots = ["d_b", "d_a", "D_z", "d-a", "D1"];
+    for (i, slot_name) in dead_slots.iter().enumerate() {
+        logged(&ingest_save(store, &delta(&format!("d{i}"), slot_name, 1, 1), T0).await);
+        store
+            .record_failure(
+                &save_rules(),
+                &slot(slot_name),
+                "down",
+                T0,
+                ONE_ATTEMPT,
+                0.0,
+            )
+            .await
+            .unwrap();
+    }
+    let filter = EventFilter {
+        source: Some(SAVES.into()),
+        status: Some(EventStatus::Dead),
+        ..EventFilter::default()
+    };
+    let job = store.create_replay_job(&filter, T0 + 1).await.unwrap();
+    let requeued_filter = EventFilter {
+        status: Some(EventStatus::Received),
+        ..filter
+    };
+    let mut replayed: Vec<String> = Vec::new();
+    for step in 1..=dead_slots.len() {
+        assert_eq!(store.advance_replay_jobs(T0 + 2, 1).await.unwrap(), 1);
+        let requeued = all_events(store, &requeued_filter).await;
+        assert_eq!(requeued.len(), step, "one aggregate per step");
+        let new = requeued
+            .into_iter()
+            .find(|e| !replayed.contains(&e.aggregate))
+            .expect("a newly requeued aggregate");
+        replayed.push(new.aggregate);
+    }
+    assert_eq!(store.replay_job(job.id).await.unwrap().unwrap().requeued, 5);
+    let mut replay_bytewise: Vec<_> = dead_slots.iter().map(|s| slot(s)).collect();
+    replay_bytewise.sort();
     assert_eq!(
-        (presence_listed, listed),
-        (presence_bytewise, bytewise),
-        "(presence pages, save pages)"
+        (presence_listed, listed, replayed),
+        (presence_bytewise, bytewise, replay_bytewise),
+        "(presence pages, save pages, bulk replay)"
     );
 }
 
