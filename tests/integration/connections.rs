@@ -288,7 +288,8 @@ async fn a_replay_filter_over_64_kib_gets_413_and_no_job() {
 
     let small = client
         .post(format!("{}/v1/replay", server.url))
-        .json(&json!({"status": "dead", "aggregate": "a".repeat(1000)}))
+        // The longest aggregate a filter can name: two parts of 128 bytes.
+        .json(&json!({"status": "dead", "aggregate": format!("{}/{}", "a".repeat(128), "b".repeat(128))}))
         .send()
         .await
         .unwrap();
