@@ -1424,6 +1424,28 @@ mod tests {
         ));
     }
 
+    /// Any JSON value, a few levels deep, leaning to the shapes ids and sequences take.
+    fn json_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            "[a-z0-9.*]{0,8}".prop_map(Value::from),
+            "\\PC{0,4}".prop_map(Value::from),
+            Just(Value::from("2024-05-01T10:20:30Z")),
+        ];
+        leaf.prop_recursive(2, 12, 3, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                proptest::collection::btree_map("[a-z]{1,3}", inner, 0..3)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
     /// Escapes a key as an RFC 6901 reference token.
     fn escape(key: &str) -> String {
         key.replace('~', "~0").replace('/', "~1")
@@ -1482,6 +1504,39 @@ mod tests {
                 Glob::new(&pattern).matches(&text),
                 reference_glob(pattern.as_bytes(), text.as_bytes())
             );
+        }
+
+        /// The fuzz target `json_contract` in miniature, so CI checks it without
+        /// nightly: bodies near a valid one, or raw bytes, never panic, and the
+        /// delivery id changes nothing when the body locates its own event id.
+        #[test]
+        fn hostile_bodies_are_named_problems_never_panics(
+            id in proptest::option::of(json_value()),
+            key in proptest::option::of(json_value()),
+            seq in proptest::option::of(json_value()),
+            kind in proptest::option::of(json_value()),
+            raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..48),
+            as_raw in proptest::prelude::any::<bool>(),
+        ) {
+            let body = if as_raw {
+                raw
+            } else {
+                let mut map = Map::new();
+                for (name, value) in [("id", id), ("key", key), ("seq", seq), ("t", kind)] {
+                    if let Some(value) = value {
+                        map.insert(name.to_owned(), value);
+                    }
+                }
+                serde_json::to_vec(&map).unwrap()
+            };
+            let c = contract(&format!("{LATEST}\nevent_type = \"/t\"\nevent_types = [\"a*\"]"));
+            let h = HeaderMap::new();
+            let plain = c.parse_bytes(&body, &h, None);
+            if let Err(err) = &plain {
+                proptest::prop_assert!(!err.problems.is_empty());
+            }
+            let with = c.parse_bytes(&body, &h, Some("msg_prop"));
+            proptest::prop_assert_eq!(plain, with);
         }
 
         #[test]
