@@ -9,6 +9,9 @@ use serde::Serialize;
 /// Longest id the contracts accept, in bytes.
 pub const MAX_ID_BYTES: usize = 128;
 
+/// Longest id a `json` source's location may hold, in bytes (SPEC §8).
+pub const MAX_LOCATED_ID_BYTES: usize = 200;
+
 /// Why a string is not a valid id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IdProblem {
@@ -18,6 +21,10 @@ pub enum IdProblem {
     TooLong,
     /// Holds a byte outside printable ASCII (space through tilde).
     NotPrintableAscii,
+    /// Longer than [`MAX_LOCATED_ID_BYTES`] (the `json` kind's rule).
+    TooLongLocated,
+    /// Holds a control character (the `json` kind's rule).
+    ControlCharacter,
 }
 
 impl fmt::Display for IdProblem {
@@ -26,6 +33,8 @@ impl fmt::Display for IdProblem {
             IdProblem::Empty => "must not be empty",
             IdProblem::TooLong => "must be at most 128 bytes",
             IdProblem::NotPrintableAscii => "must be printable ASCII",
+            IdProblem::TooLongLocated => "must be at most 200 bytes",
+            IdProblem::ControlCharacter => "must not hold control characters",
         })
     }
 }
@@ -44,6 +53,20 @@ fn check_id(raw: &str) -> Result<(), IdProblem> {
     Ok(())
 }
 
+/// Checks the `json` kind's id rule of SPEC §8: 1–200 bytes, no control characters.
+fn check_located_id(raw: &str) -> Result<(), IdProblem> {
+    if raw.is_empty() {
+        return Err(IdProblem::Empty);
+    }
+    if raw.len() > MAX_LOCATED_ID_BYTES {
+        return Err(IdProblem::TooLongLocated);
+    }
+    if raw.chars().any(char::is_control) {
+        return Err(IdProblem::ControlCharacter);
+    }
+    Ok(())
+}
+
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
@@ -55,6 +78,12 @@ macro_rules! id_type {
             /// Parses a raw string, enforcing the id rule.
             pub fn parse(raw: &str) -> Result<Self, IdProblem> {
                 check_id(raw).map(|()| Self(raw.to_owned()))
+            }
+
+            /// Parses a value read from a `json` source's location, enforcing
+            /// that kind's wider rule (UTF-8 allowed, up to 200 bytes).
+            pub fn parse_located(raw: &str) -> Result<Self, IdProblem> {
+                check_located_id(raw).map(|()| Self(raw.to_owned()))
             }
 
             /// The id as text.
@@ -369,6 +398,23 @@ mod tests {
         assert!(EventId::parse(&"a".repeat(128)).is_ok());
         assert_eq!(EventId::parse("a\nb"), Err(IdProblem::NotPrintableAscii));
         assert_eq!(EventId::parse("é"), Err(IdProblem::NotPrintableAscii));
+    }
+
+    #[test]
+    fn located_ids_follow_the_json_rule() {
+        assert_eq!(EventId::parse_located("évt 1").unwrap().as_str(), "évt 1");
+        assert!(EventId::parse_located(&"a".repeat(200)).is_ok());
+        assert_eq!(
+            EventId::parse_located(&"a".repeat(201)),
+            Err(IdProblem::TooLongLocated)
+        );
+        assert_eq!(EventId::parse_located(""), Err(IdProblem::Empty));
+        for control in ["a\nb", "\u{7f}", "a\u{9f}"] {
+            assert_eq!(
+                EventId::parse_located(control),
+                Err(IdProblem::ControlCharacter)
+            );
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! typed event, or a list of problems that name each bad field. No I/O.
 
 mod fields;
+pub mod json;
 pub mod presence;
 pub mod save;
 
