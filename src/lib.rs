@@ -2,15 +2,20 @@
 //! reordering. A map of the crate, from the wire inwards:
 //!
 //! - [`http`]: the HTTP layer. `POST /webhooks/{source}` runs the checks of
-//!   SPEC §2 in order; the read API serves projections. Thin over the rest.
+//!   docs/contract.md in order; the read API (one module per resource) serves
+//!   projections; the accept loop bounds connections; admin auth fails closed.
+//!   Thin over the rest. [`log_throttle`] keeps its noisy warnings to one a period.
 //! - [`signature`]: signature schemes (the seeds', Standard Webhooks, GitHub,
 //!   Stripe, Slack, Shopify), pure functions over raw bytes.
-//! - [`contract`]: payload contracts, raw body to typed [`contract::Event`].
+//! - [`contract`]: payload contracts, raw body to typed [`contract::Event`];
+//!   `contract::json` compiles a configured json source's locations (not wired yet).
 //! - [`ordering`]: the ordering rules (latest-wins, in-order with holds,
 //!   order-free) as pure functions from state and pending events to decisions.
 //! - [`projection`]: the presence and save-game state and what applying does.
-//! - [`store`]: the [`store::Store`] trait and its SQLite implementation:
-//!   the event log with its unique keys, and the projections, transactionally.
+//! - [`store`]: the [`store::Store`] trait and its SQLite and PostgreSQL (over
+//!   TLS) implementations: the event log with its unique keys, and the
+//!   projections, transactionally; both share the settle plan of `store::settle`.
+//! - [`mask`]: `mask_fields` applied to anything inhook shows.
 //! - [`worker`]: applies async events by settling due aggregates.
 //! - [`config`], [`app`], [`cli`]: configuration, wiring, command line;
 //!   [`verify_cli`]: the offline `verify` and `keygen` commands.
