@@ -54,7 +54,7 @@ pub(crate) struct EventView {
     status: EventStatus,
     /// Why it is dead, if it is.
     dead_reason: Option<crate::domain::DeadReason>,
-    /// Failed attempts so far.
+    /// Attempts so far, the one that decided it included (a replay does not reset it).
     attempts: i64,
     /// Times it was replayed.
     replays: i64,
@@ -84,7 +84,7 @@ pub(crate) struct EventDetail {
     body: serde_json::Value,
     /// The signed timestamp, unix seconds, where the scheme carries one.
     signed_at: Option<i64>,
-    /// Failed attempts, exhaustion and replays, oldest first.
+    /// Failed attempts, dead reasons, replays and conflicting duplicates, oldest first.
     history: Vec<HistoryEntry>,
 }
 
@@ -96,7 +96,7 @@ pub(crate) struct HistoryEntry {
     /// `failed` (an attempt that failed), a dead reason such as `insufficient_quantity` (an event
     /// dead as `exhausted` shows its `failed` attempts instead), `replayed` or `conflicting_duplicate`.
     kind: String,
-    /// The error of a failed attempt.
+    /// The error of a failed attempt, or the detail of a dead reason or conflicting duplicate.
     error: Option<String>,
 }
 
