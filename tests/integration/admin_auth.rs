@@ -140,23 +140,13 @@ async fn an_ipv4_client_of_a_dual_stack_listener_is_loopback() {
     }
 }
 
-/// Replaces the save-game source's second secret in the config file with `rotated`.
-fn rotate_in_file(server: &TestServer, rotated: &str) {
-    let config = std::fs::read_to_string(server.config_path()).unwrap();
-    std::fs::write(
-        server.config_path(),
-        config.replace(SAVE_SECRETS[1], rotated),
-    )
-    .unwrap();
-}
-
 #[tokio::test]
 async fn cross_site_state_changes_are_refused_and_change_nothing() {
     let server = TestServer::spawn().await;
     let client = reqwest::Client::new();
     let reload = format!("{}/v1/admin/reload", server.url);
     let rotated = "save-test-secret-csrf-rotated";
-    rotate_in_file(&server, rotated);
+    server.replace_in_config(SAVE_SECRETS[1], rotated);
 
     // A cross-site form post: foreign Origin, text/plain body.
     let (code, headers, body) = call(

@@ -25,15 +25,6 @@ fn delta(id: &str, player: &str, seq: i64, add: i64, remove: i64) -> Value {
            "data": {"added_items": items(add), "removed_items": items(remove)}})
 }
 
-async fn wait_status(server: &TestServer, event_id: &str, status: &str) -> Value {
-    server
-        .wait_for(&format!("/v1/events/save-game/{event_id}"), |r| {
-            r.body["status"] == status
-        })
-        .await
-        .body
-}
-
 /// The `event_id`s of a page of the event log.
 fn ids(page: &Value) -> Vec<&str> {
     page["items"]
@@ -110,11 +101,15 @@ async fn a_save_slot_whose_player_holds_slash_and_percent_is_found_and_replayed(
             .post_save(&delta(&format!("{prefix}_take"), player, 1, 0, 2))
             .await;
         assert!(take.code < 300, "{take:?}");
-        wait_status(&server, &format!("{prefix}_take"), "dead").await;
+        server
+            .wait_detail("save-game", &format!("{prefix}_take"), "dead")
+            .await;
         server
             .post_save(&delta(&format!("{prefix}_grant"), player, 2, 5, 0))
             .await;
-        wait_status(&server, &format!("{prefix}_grant"), "processed").await;
+        server
+            .wait_detail("save-game", &format!("{prefix}_grant"), "processed")
+            .await;
     }
 
     let page = server.get(&format!("/v1/events?aggregate={QUERY}")).await;
@@ -149,7 +144,9 @@ async fn a_save_slot_whose_player_holds_slash_and_percent_is_found_and_replayed(
     assert!(!out.contains("decoy"), "{out}");
     let (ok, out) = server.cli(&["replay", "--status", "dead", "--aggregate", TEXT]);
     assert!(ok && out.contains("for 1 events"), "{out}");
-    wait_status(&server, "odd_take", "processed").await;
+    server
+        .wait_detail("save-game", "odd_take", "processed")
+        .await;
     let save = server.get("/v1/saves/p%2F1%25/a").await;
     assert_eq!(save.body["inventory"], json!({"gem": 3}));
     assert_eq!(
@@ -159,7 +156,7 @@ async fn a_save_slot_whose_player_holds_slash_and_percent_is_found_and_replayed(
 
     // HTTP bulk replay: the filter takes the text form and the job shows it back.
     server.post_save(&delta("odd_big", "p/1%", 3, 0, 10)).await;
-    wait_status(&server, "odd_big", "dead").await;
+    server.wait_detail("save-game", "odd_big", "dead").await;
     let job = reqwest::Client::new()
         .post(format!("{}/v1/replay", server.url))
         .json(&json!({"status": "dead", "aggregate": TEXT}))

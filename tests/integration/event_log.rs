@@ -20,15 +20,6 @@ fn delta(id: &str, player: &str, seq: i64, add: i64, remove: i64) -> Value {
            "data": {"added_items": items(add), "removed_items": items(remove), "email": "p@example.com"}})
 }
 
-async fn wait_status(server: &TestServer, event_id: &str, status: &str) -> Value {
-    server
-        .wait_for(&format!("/v1/events/save-game/{event_id}"), |r| {
-            r.body["status"] == status
-        })
-        .await
-        .body
-}
-
 #[tokio::test]
 async fn the_log_lists_filters_pages_and_masks() {
     let server = TestServer::spawn_configured(r#"mask_fields = ["email"]"#, "").await;
@@ -38,8 +29,8 @@ async fn the_log_lists_filters_pages_and_masks() {
             .await;
     }
     server.post_save(&delta("x1", "other", 1, 0, 1)).await; // dead: nothing to remove
-    wait_status(&server, "e5", "processed").await;
-    wait_status(&server, "x1", "dead").await;
+    server.wait_detail("save-game", "e5", "processed").await;
+    server.wait_detail("save-game", "x1", "dead").await;
 
     let dead = server.get("/v1/events?status=dead").await;
     let ids: Vec<_> = dead.body["items"]
@@ -100,10 +91,10 @@ async fn a_dead_event_replayed_after_the_cause_is_fixed_applies_once() {
     let server = TestServer::spawn().await;
     server.post_save(&delta("d1", "fix", 1, 1, 0)).await;
     server.post_save(&delta("d2", "fix", 2, 0, 3)).await; // needs 3 gems, has 1
-    let dead = wait_status(&server, "d2", "dead").await;
+    let dead = server.wait_detail("save-game", "d2", "dead").await;
     assert_eq!(dead["dead_reason"], "insufficient_quantity");
     server.post_save(&delta("d3", "fix", 3, 5, 0)).await;
-    wait_status(&server, "d3", "processed").await;
+    server.wait_detail("save-game", "d3", "processed").await;
     assert_eq!(
         server.get("/v1/saves/fix/a").await.body["inventory"],
         json!({"gem": 6})
@@ -115,7 +106,7 @@ async fn a_dead_event_replayed_after_the_cause_is_fixed_applies_once() {
         .await
         .unwrap();
     assert_eq!(replay.status(), 202);
-    let replayed = wait_status(&server, "d2", "processed").await;
+    let replayed = server.wait_detail("save-game", "d2", "processed").await;
     assert_eq!(replayed["replays"], 1);
     let kinds: Vec<_> = replayed["history"]
         .as_array()
@@ -156,11 +147,15 @@ async fn a_bulk_replay_is_a_job_that_survives_a_restart() {
         server
             .post_save(&delta(&format!("{player}_take"), player, 1, 0, 2))
             .await;
-        wait_status(&server, &format!("{player}_take"), "dead").await;
+        server
+            .wait_detail("save-game", &format!("{player}_take"), "dead")
+            .await;
         server
             .post_save(&delta(&format!("{player}_grant"), player, 2, 5, 0))
             .await;
-        wait_status(&server, &format!("{player}_grant"), "processed").await;
+        server
+            .wait_detail("save-game", &format!("{player}_grant"), "processed")
+            .await;
     }
     // Created while the server is down: only the database holds the job.
     server.kill9();
@@ -168,7 +163,9 @@ async fn a_bulk_replay_is_a_job_that_survives_a_restart() {
     assert!(ok && out.contains("for 3 events"), "{out}");
     server.restart();
     for player in ["b1", "b2", "b3"] {
-        wait_status(&server, &format!("{player}_take"), "processed").await;
+        server
+            .wait_detail("save-game", &format!("{player}_take"), "processed")
+            .await;
         let save = server.get(&format!("/v1/saves/{player}/a")).await;
         assert_eq!(save.body["inventory"], json!({"gem": 3}), "{player}");
     }
@@ -249,7 +246,7 @@ async fn the_overview_counts_agree_with_the_log_through_every_decision() {
     server.post_save(&delta("s1", "cnt", 1, 2, 0)).await;
     server.post_save(&delta("s2", "cnt", 2, 0, 5)).await;
     server.post_save(&delta("s3", "cnt", 3, 1, 0)).await;
-    wait_status(&server, "s3", "processed").await;
+    server.wait_detail("save-game", "s3", "processed").await;
 
     let logged = server.logged().await;
     for source in ["presence", "save-game"] {

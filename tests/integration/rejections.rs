@@ -181,21 +181,11 @@ fn body(id: &str) -> Vec<u8> {
     .unwrap()
 }
 
-/// Rewrites the config file with `rotated` in place of the save-game source's second secret.
-fn replace_second_save_secret(server: &TestServer, rotated: &str) {
-    let config = std::fs::read_to_string(server.config_path()).unwrap();
-    std::fs::write(
-        server.config_path(),
-        config.replace(SAVE_SECRETS[1], rotated),
-    )
-    .unwrap();
-}
-
 #[tokio::test]
 async fn secrets_rotate_on_sighup_without_a_restart() {
     let server = TestServer::spawn().await;
     let rotated = "save-test-secret-rotated";
-    replace_second_save_secret(&server, rotated);
+    server.replace_in_config(SAVE_SECRETS[1], rotated);
     server.hangup();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
@@ -245,7 +235,7 @@ async fn secrets_rotate_through_the_admin_api_without_a_restart() {
         }
     };
     let rotated = "save-test-secret-rotated-by-api";
-    replace_second_save_secret(&server, rotated);
+    server.replace_in_config(SAVE_SECRETS[1], rotated);
 
     // Before the reload the new secret does not verify; a wrong token changes nothing.
     let b = body("api_new");

@@ -481,6 +481,21 @@ secrets = ["{s0}", "{s1}"]
         ))
     }
 
+    /// Waits until the API shows the event with `status`, and returns its detail.
+    pub async fn wait_detail(&self, source: &str, event_id: &str, status: &str) -> Value {
+        self.wait_for(&format!("/v1/events/{source}/{event_id}"), |r| {
+            r.body["status"] == status
+        })
+        .await
+        .body
+    }
+
+    /// Replaces `from` with `to` in the config file (a rotation, before a reload).
+    pub fn replace_in_config(&self, from: &str, to: &str) {
+        let config = std::fs::read_to_string(self.config_path()).unwrap();
+        std::fs::write(self.config_path(), config.replace(from, to)).unwrap();
+    }
+
     /// Waits until an event has `status`, or panics after 10 s.
     pub async fn wait_status(&self, source: &str, event_id: &str, status: &str) {
         let deadline = Instant::now() + Duration::from_secs(10);
