@@ -63,6 +63,21 @@ async fn healthz_from(server: &TestServer, ip: &str) -> String {
     read_until_closed(&mut stream).await.0
 }
 
+/// A server with these connection limits, warmed up, and its settled descriptor count.
+async fn flood_target(max: usize, per_peer: usize, head_timeout_s: u64) -> (TestServer, usize) {
+    let server = TestServer::spawn_configured(
+        &format!("max_connections = {max}\nmax_connections_per_peer = {per_peer}\nheader_read_timeout_s = {head_timeout_s}\npool_size = 2"),
+        "",
+    )
+    .await;
+    // Warmed up over a connection that is closed at once (a pooled one would count as the flood's).
+    assert!(healthz_from(&server, "127.0.0.3")
+        .await
+        .starts_with("HTTP/1.1 200"));
+    let before = settled_descriptors(&server).await;
+    (server, before)
+}
+
 /// The JSON body of a raw HTTP answer.
 fn json_body(answer: &str) -> Value {
     let (_, body) = answer.split_once("\r\n\r\n").expect("a head and a body");
@@ -73,16 +88,7 @@ fn json_body(answer: &str) -> Value {
 async fn one_peer_flooding_connections_holds_its_share_and_others_are_served_at_once() {
     const PER_PEER: usize = 4;
     const FLOOD: usize = 100;
-    let server = TestServer::spawn_configured(
-        &format!("max_connections = 16\nmax_connections_per_peer = {PER_PEER}\nheader_read_timeout_s = 3\npool_size = 2"),
-        "",
-    )
-    .await;
-    // Warmed up over a connection that is closed at once (a pooled one would count as the flood's).
-    assert!(healthz_from(&server, "127.0.0.3")
-        .await
-        .starts_with("HTTP/1.1 200"));
-    let before = settled_descriptors(&server).await;
+    let (server, before) = flood_target(16, PER_PEER, 3).await;
 
     let flood = half_open(&server, FLOOD).await;
     // Queued behind the whole flood in the listen backlog, yet answered before any
@@ -138,16 +144,7 @@ async fn one_peer_flooding_connections_holds_its_share_and_others_are_served_at_
 async fn at_max_connections_accepting_waits_and_descriptors_stay_bounded() {
     const CAP: usize = 8;
     const FLOOD: usize = 40;
-    let server = TestServer::spawn_configured(
-        &format!("max_connections = {CAP}\nmax_connections_per_peer = 1000\nheader_read_timeout_s = 1\npool_size = 2"),
-        "",
-    )
-    .await;
-    // Warmed up over a connection that is closed at once (a pooled one would count as the flood's).
-    assert!(healthz_from(&server, "127.0.0.3")
-        .await
-        .starts_with("HTTP/1.1 200"));
-    let before = settled_descriptors(&server).await;
+    let (server, before) = flood_target(CAP, 1000, 1).await;
 
     let most = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicBool::new(false));

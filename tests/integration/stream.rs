@@ -72,6 +72,19 @@ pub async fn connect(server: &TestServer, last_event_id: Option<i64>) -> reqwest
     response
 }
 
+/// The ids of the state changes in the store, oldest first (at most 100).
+async fn stored_change_ids(server: &TestServer) -> Vec<i64> {
+    server
+        .store()
+        .await
+        .changes_after(0, None, None, 100)
+        .await
+        .expect("changes")
+        .iter()
+        .map(|c| c.id)
+        .collect()
+}
+
 #[tokio::test]
 async fn every_change_streams_in_order_and_a_reconnect_resumes_without_gaps() {
     let server = TestServer::spawn().await;
@@ -159,15 +172,7 @@ async fn every_open_stream_receives_every_change() {
             .await;
         assert_eq!(reply.code, 200, "{reply:?}");
     }
-    let stored: Vec<i64> = server
-        .store()
-        .await
-        .changes_after(0, None, None, 100)
-        .await
-        .expect("changes")
-        .iter()
-        .map(|c| c.id)
-        .collect();
+    let stored = stored_change_ids(&server).await;
     assert_eq!(stored.len(), 3);
     for stream in &mut streams {
         let frames = read_frames(stream, 3).await;
@@ -208,15 +213,7 @@ async fn a_stream_that_falls_behind_the_feed_catches_up_from_the_store() {
     });
     let codes = futures_util::future::join_all(posts).await;
     assert!(codes.iter().all(|c| *c == 200), "{codes:?}");
-    let stored: Vec<i64> = server
-        .store()
-        .await
-        .changes_after(0, None, None, 100)
-        .await
-        .expect("changes")
-        .iter()
-        .map(|c| c.id)
-        .collect();
+    let stored = stored_change_ids(&server).await;
     assert_eq!(stored.len(), 40);
     for stream in &mut streams {
         let ids: Vec<i64> = read_frames(stream, 40).await.iter().map(|f| f.id).collect();
