@@ -174,12 +174,6 @@ async fn log_batch(pool: &Pool, jobs: &[PgJob]) -> Result<Vec<Admission>, StoreE
     )
     .await
     .map_err(pg_err)?;
-    tx.cached_execute(
-        "SELECT n FROM backlog_counts WHERE source = ANY($1) ORDER BY source FOR UPDATE",
-        &[&source_names],
-    )
-    .await
-    .map_err(pg_err)?;
     let mut backlog = backlogs(&tx, &source_names).await?;
     let mut highest = highest_received(&tx, &rows).await?;
     let mut waiting = waiting_ahead(&tx, &rows).await?;
@@ -1370,14 +1364,15 @@ async fn waiting_ahead<C: GenericClient>(
         .collect()
 }
 
-/// Undecided events per source, from the counter rows the triggers keep.
+/// Undecided events per source, from the counter rows the triggers keep, locked (in source
+/// order) until the transaction ends.
 async fn backlogs<C: GenericClient>(
     tx: &C,
     sources: &[&str],
 ) -> Result<HashMap<String, i64>, StoreError> {
     let found = tx
         .cached_query(
-            "SELECT source, n FROM backlog_counts WHERE source = ANY($1)",
+            "SELECT source, n FROM backlog_counts WHERE source = ANY($1) ORDER BY source FOR UPDATE",
             &[&sources],
         )
         .await

@@ -157,7 +157,7 @@ impl Pending {
         Ok(plan)
     }
 
-    /// Settles a save slot: `occupied` must hold the decided sequences from [`Self::occupied_from`] on.
+    /// Settles a save slot: `occupied` must hold the decided sequences from [`HeldReach::occupied_from`] on.
     pub fn settle_save(
         self,
         aggregate: &str,
