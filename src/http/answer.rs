@@ -383,7 +383,7 @@ impl IntoResponse for Answer {
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorBody::new(ErrorStatus::Error, "verification_busy"),
                 // The checks ahead of it take milliseconds: a core frees up soon.
-                1,
+                RETRY_AFTER_BUSY_S,
             ),
             Answer::BacklogFull => retry_after(
                 StatusCode::TOO_MANY_REQUESTS,
