@@ -388,7 +388,7 @@ fn sync_answer(event: &Event, decided: Decided) -> Answer {
 
 /// Refusals for a full body budget come in floods: one log line per interval.
 static BUSY_LOG: crate::log_throttle::LogThrottle =
-    crate::log_throttle::LogThrottle::new(std::time::Duration::from_secs(10));
+    crate::log_throttle::LogThrottle::new(crate::log_throttle::NOISY_LOG_INTERVAL);
 
 /// Most bytes of a refused body read (and dropped) so that the client, still
 /// sending, gets a clean 413 instead of a reset connection.
