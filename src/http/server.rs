@@ -216,7 +216,7 @@ fn refuse(stream: TcpStream) {
             _ => break,
         }
     }
-    let _ = stream.try_write(&super::answer::too_many_connections());
+    let _ = stream.try_write(super::answer::too_many_connections());
 }
 
 /// The connection's IO, which gives hyper's own answers to requests it cannot parse
