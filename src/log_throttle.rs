@@ -5,6 +5,9 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// How often a repeated warning (connection-level or per-delivery refusals) is logged at most.
+pub const NOISY_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
 /// Lets one log line through per `interval` and counts the ones it holds back.
 #[derive(Debug)]
 pub struct LogThrottle {

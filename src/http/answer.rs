@@ -383,7 +383,7 @@ impl IntoResponse for Answer {
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorBody::new(ErrorStatus::Error, "verification_busy"),
                 // The checks ahead of it take milliseconds: a core frees up soon.
-                1,
+                RETRY_AFTER_BUSY_S,
             ),
             Answer::BacklogFull => retry_after(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -447,16 +447,21 @@ impl IntoResponse for Answer {
 
 /// The answer written straight to a connection refused before HTTP is spoken on it
 /// (its peer holds `max_connections_per_peer` already): 429 `too_many_connections`.
-pub fn too_many_connections() -> Vec<u8> {
-    let body = serde_json::to_vec(&ErrorBody::rejected("too_many_connections")).unwrap_or_default();
-    let mut answer = format!(
-        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\nretry-after: {RETRY_AFTER_BUSY_S}\r\nconnection: close\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
-    answer.extend_from_slice(&body);
-    answer
+/// Built once: a flood of refused connections writes the same bytes every time.
+pub fn too_many_connections() -> &'static [u8] {
+    static ANSWER: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    ANSWER.get_or_init(|| {
+        let body =
+            serde_json::to_vec(&ErrorBody::rejected("too_many_connections")).unwrap_or_default();
+        let mut answer = format!(
+            "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nretry-after: {RETRY_AFTER_BUSY_S}\r\nconnection: close\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        answer.extend_from_slice(&body);
+        answer
+    })
 }
 
 /// hyper answers a request it cannot parse itself, with an empty body: 400, 414, or 431

@@ -187,6 +187,12 @@ async fn check_and_log(
             }
         },
     };
+    if let Ok(Admission::Logged {
+        out_of_order: true, ..
+    }) = &logged
+    {
+        metrics::out_of_order(&source.name);
+    }
     let answer = match logged {
         Ok(Admission::Duplicate {
             key,
@@ -221,14 +227,7 @@ async fn check_and_log(
                   "aggregate over max_held_per_aggregate: delivery refused");
             Answer::AggregateBacklogFull
         }
-        Ok(Admission::Logged {
-            decided: None,
-            out_of_order,
-            ..
-        }) => {
-            if out_of_order {
-                metrics::out_of_order(&source.name);
-            }
+        Ok(Admission::Logged { decided: None, .. }) => {
             state.wake.notify_one();
             Answer::Accepted {
                 event_id: event.event_id().clone(),
@@ -236,12 +235,8 @@ async fn check_and_log(
         }
         Ok(Admission::Logged {
             decided: Some(decided),
-            out_of_order,
             ..
         }) => {
-            if out_of_order {
-                metrics::out_of_order(&source.name);
-            }
             metrics::settled(&source.name, &decided.report);
             sync_answer(&event, decided)
         }
@@ -393,7 +388,7 @@ fn sync_answer(event: &Event, decided: Decided) -> Answer {
 
 /// Refusals for a full body budget come in floods: one log line per interval.
 static BUSY_LOG: crate::log_throttle::LogThrottle =
-    crate::log_throttle::LogThrottle::new(std::time::Duration::from_secs(10));
+    crate::log_throttle::LogThrottle::new(crate::log_throttle::NOISY_LOG_INTERVAL);
 
 /// Most bytes of a refused body read (and dropped) so that the client, still
 /// sending, gets a clean 413 instead of a reset connection.

@@ -21,7 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
-use crate::log_throttle::LogThrottle;
+use crate::log_throttle::{LogThrottle, NOISY_LOG_INTERVAL};
 
 /// Limits applied to every connection.
 #[derive(Debug, Clone, Copy)]
@@ -42,9 +42,6 @@ const MAX_HEADERS: usize = 100;
 /// Descriptors kept out of `max_connections` for everything else: listener, log,
 /// SQLite files and their readers, and the DNS and OTLP clients (the PostgreSQL pool comes on top).
 const RESERVED_DESCRIPTORS: usize = 64;
-
-/// How often a repeated connection-level warning is logged at most.
-const NOISY_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The `max_connections` this process can hold given its descriptor limit
 /// (`RLIMIT_NOFILE`), keeping `RESERVED_DESCRIPTORS` and `other_descriptors` for the rest.
@@ -219,7 +216,7 @@ fn refuse(stream: TcpStream) {
             _ => break,
         }
     }
-    let _ = stream.try_write(&super::answer::too_many_connections());
+    let _ = stream.try_write(super::answer::too_many_connections());
 }
 
 /// The connection's IO, which gives hyper's own answers to requests it cannot parse
