@@ -19,7 +19,7 @@ use super::AppState;
 use crate::config::SourceConfig;
 use crate::contract::SourceKind;
 use crate::domain::AggregateKey;
-use crate::mask::{mask_at, MASK};
+use crate::mask::{mask_at, masks_whole, MASK};
 
 /// Most items one page may hold.
 const MAX_PAGE: usize = 500;
@@ -76,16 +76,16 @@ pub(super) fn masked_state(
     mut state: serde_json::Value,
     mask_fields: &[String],
 ) -> serde_json::Value {
-    if let Some(progress) = state.get_mut("progress").filter(|p| p.is_object()) {
-        let keys: Vec<String> = progress
-            .as_object()
-            .map(|o| o.keys().cloned().collect())
-            .unwrap_or_default();
-        mask_at(progress, mask_fields, &["data"]);
-        if !progress.is_object() {
-            // Masked whole: still an object (the documented shape), every value hidden.
-            *progress = keys.into_iter().map(|k| (k, json!(MASK))).collect();
+    let Some(progress) = state.get_mut("progress").filter(|p| p.is_object()) else {
+        return state;
+    };
+    if masks_whole(mask_fields, &["data"]) {
+        // Masked whole: still an object (the documented shape), every value hidden.
+        if let Some(object) = progress.as_object_mut() {
+            object.values_mut().for_each(|v| *v = json!(MASK));
         }
+    } else {
+        mask_at(progress, mask_fields, &["data"]);
     }
     state
 }
