@@ -316,12 +316,16 @@ impl EventStatus {
         EventStatus::Dead,
     ];
 
+    /// The statuses of an event that still waits for a decision (its backlog).
+    pub const UNDECIDED: [EventStatus; 3] = [
+        EventStatus::Received,
+        EventStatus::Held,
+        EventStatus::Retrying,
+    ];
+
     /// Whether the event still waits for a decision (received, held or retrying).
     pub fn is_undecided(self) -> bool {
-        matches!(
-            self,
-            EventStatus::Received | EventStatus::Held | EventStatus::Retrying
-        )
+        Self::UNDECIDED.contains(&self)
     }
 
     /// The status as stored and shown.
