@@ -43,6 +43,27 @@ fn page_size(limit: Option<u64>) -> Result<usize, Answer> {
     }
 }
 
+/// A `?status=` filter over the values `all` (written as `name` gives them): empty means
+/// no filter, any other value not among them a 400 listing them.
+fn status_filter<T: Copy>(
+    raw: Option<&str>,
+    all: &[T],
+    name: fn(T) -> &'static str,
+) -> Result<Option<T>, Answer> {
+    match raw {
+        None | Some("") => Ok(None),
+        Some(raw) => all
+            .iter()
+            .copied()
+            .find(|value| name(*value) == raw)
+            .map(Some)
+            .ok_or_else(|| {
+                let names: Vec<_> = all.iter().copied().map(name).collect();
+                Answer::BadRequest(format!("status must be one of {}", names.join(", ")))
+            }),
+    }
+}
+
 /// The source of `kind` named `name`, or the first of that kind.
 fn source_of_kind<'a>(
     state: &'a AppState,
