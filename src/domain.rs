@@ -240,8 +240,14 @@ impl AggregateKey {
 
     /// The key as stored in the event log's `aggregate` column.
     pub fn storage_key(&self) -> String {
-        let parts: Vec<&str> = self.parts().into_iter().map(Ident::as_str).collect();
-        parts.join(&KEY_SEPARATOR.to_string())
+        // Built once per delivery: one allocation, no list of parts.
+        match self {
+            AggregateKey::User(user) => user.as_str().to_owned(),
+            AggregateKey::SaveSlot {
+                player_id,
+                save_slot,
+            } => format!("{player_id}{KEY_SEPARATOR}{save_slot}"),
+        }
     }
 
     /// Rebuilds a key from its stored form.
@@ -316,12 +322,16 @@ impl EventStatus {
         EventStatus::Dead,
     ];
 
+    /// The statuses of an event that still waits for a decision (its backlog).
+    pub const UNDECIDED: [EventStatus; 3] = [
+        EventStatus::Received,
+        EventStatus::Held,
+        EventStatus::Retrying,
+    ];
+
     /// Whether the event still waits for a decision (received, held or retrying).
     pub fn is_undecided(self) -> bool {
-        matches!(
-            self,
-            EventStatus::Received | EventStatus::Held | EventStatus::Retrying
-        )
+        Self::UNDECIDED.contains(&self)
     }
 
     /// The status as stored and shown.

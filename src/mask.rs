@@ -23,22 +23,30 @@ pub fn mask(value: &mut Value, fields: &[String]) {
 /// a save slot's `progress` is the body's `data`, so `data.email` masks `progress.email`.
 /// When `location` itself is masked, the whole value becomes [`MASK`].
 pub fn mask_at(value: &mut Value, fields: &[String], location: &[&str]) {
+    if masks_whole(fields, location) {
+        *value = Value::String(MASK.into());
+        return;
+    }
     for field in fields {
         let path: Vec<&str> = field.split('.').collect();
         if let [name] = path.as_slice() {
-            if location.iter().any(|step| same_key(step, name)) {
-                *value = Value::String(MASK.into());
-                return;
-            }
             mask_everywhere(value, name);
         } else if let Some(rest) = strip_location(&path, location) {
-            if rest.is_empty() {
-                *value = Value::String(MASK.into());
-                return;
-            }
             mask_path(value, rest);
         }
     }
+}
+
+/// Whether some configured field masks `location` itself (or an ancestor of it), so
+/// that [`mask_at`] hides a value there whole.
+pub fn masks_whole(fields: &[String], location: &[&str]) -> bool {
+    fields.iter().any(|field| {
+        let path: Vec<&str> = field.split('.').collect();
+        match path.as_slice() {
+            [name] => location.iter().any(|step| same_key(step, name)),
+            _ => strip_location(&path, location).is_some_and(<[&str]>::is_empty),
+        }
+    })
 }
 
 /// The part of `path` below `location`, if `path` leads through it.

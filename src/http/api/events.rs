@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{Path, Query};
-use super::{aggregate_filter, page_size};
+use super::{aggregate_filter, page_size, status_filter};
 use crate::clock;
 use crate::domain::{AggregateKey, EventStatus};
 use crate::http::answer::{AdminFailures, Answer, ErrorBody};
@@ -109,18 +109,6 @@ pub(crate) struct EventPage {
     next_cursor: Option<i64>,
 }
 
-fn parse_status(raw: Option<&str>) -> Result<Option<EventStatus>, Answer> {
-    match raw {
-        None | Some("") => Ok(None),
-        Some(raw) => EventStatus::parse(raw).map(Some).ok_or_else(|| {
-            Answer::BadRequest(format!(
-                "status must be one of {}",
-                EventStatus::ALL.map(EventStatus::as_str).join(", ")
-            ))
-        }),
-    }
-}
-
 fn event_view(record: &EventRecord) -> EventView {
     let time = |ms: Option<i64>| ms.map(clock::rfc3339);
     EventView {
@@ -184,7 +172,11 @@ pub(crate) async fn events_list(
     let limit = page_size(query.limit)?;
     let filter = EventFilter {
         source: query.source.filter(|s| !s.is_empty()),
-        status: parse_status(query.status.as_deref())?,
+        status: status_filter(
+            query.status.as_deref(),
+            &EventStatus::ALL,
+            EventStatus::as_str,
+        )?,
         aggregate: aggregate_filter(query.aggregate.as_deref())?,
         ..EventFilter::default()
     };

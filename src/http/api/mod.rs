@@ -19,7 +19,7 @@ use super::AppState;
 use crate::config::SourceConfig;
 use crate::contract::SourceKind;
 use crate::domain::AggregateKey;
-use crate::mask::{mask_at, MASK};
+use crate::mask::{mask_at, masks_whole, MASK};
 
 /// Most items one page may hold.
 const MAX_PAGE: usize = 500;
@@ -40,6 +40,27 @@ fn page_size(limit: Option<u64>) -> Result<usize, Answer> {
         Some(_) => Err(Answer::BadRequest(format!(
             "limit must be in 1..={MAX_PAGE}"
         ))),
+    }
+}
+
+/// A `?status=` filter over the values `all` (written as `name` gives them): empty means
+/// no filter, any other value not among them a 400 listing them.
+fn status_filter<T: Copy>(
+    raw: Option<&str>,
+    all: &[T],
+    name: fn(T) -> &'static str,
+) -> Result<Option<T>, Answer> {
+    match raw {
+        None | Some("") => Ok(None),
+        Some(raw) => all
+            .iter()
+            .copied()
+            .find(|value| name(*value) == raw)
+            .map(Some)
+            .ok_or_else(|| {
+                let names: Vec<_> = all.iter().copied().map(name).collect();
+                Answer::BadRequest(format!("status must be one of {}", names.join(", ")))
+            }),
     }
 }
 
@@ -76,16 +97,16 @@ pub(super) fn masked_state(
     mut state: serde_json::Value,
     mask_fields: &[String],
 ) -> serde_json::Value {
-    if let Some(progress) = state.get_mut("progress").filter(|p| p.is_object()) {
-        let keys: Vec<String> = progress
-            .as_object()
-            .map(|o| o.keys().cloned().collect())
-            .unwrap_or_default();
-        mask_at(progress, mask_fields, &["data"]);
-        if !progress.is_object() {
-            // Masked whole: still an object (the documented shape), every value hidden.
-            *progress = keys.into_iter().map(|k| (k, json!(MASK))).collect();
+    let Some(progress) = state.get_mut("progress").filter(|p| p.is_object()) else {
+        return state;
+    };
+    if masks_whole(mask_fields, &["data"]) {
+        // Masked whole: still an object (the documented shape), every value hidden.
+        if let Some(object) = progress.as_object_mut() {
+            object.values_mut().for_each(|v| *v = json!(MASK));
         }
+    } else {
+        mask_at(progress, mask_fields, &["data"]);
     }
     state
 }

@@ -25,11 +25,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
             for source in &state.config.sources {
                 let count = |wanted: &[EventStatus]| count_of(&counts, &source.name, wanted);
                 let held = count(&[EventStatus::Held]);
-                let backlog = count(&[
-                    EventStatus::Received,
-                    EventStatus::Held,
-                    EventStatus::Retrying,
-                ]);
+                let backlog = count(&EventStatus::UNDECIDED);
                 crate::metrics::backlog(&source.name, held, backlog);
             }
         }
@@ -136,11 +132,7 @@ pub(crate) async fn overview(State(state): State<AppState>) -> Result<Response, 
                 held: count(&[EventStatus::Held]),
                 retrying: count(&[EventStatus::Retrying]),
                 dead: count(&[EventStatus::Dead]),
-                backlog: count(&[
-                    EventStatus::Received,
-                    EventStatus::Held,
-                    EventStatus::Retrying,
-                ]),
+                backlog: count(&EventStatus::UNDECIDED),
             }
         })
         .collect();

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{Path, Query};
-use super::{page_size, source_of_kind, SourceQuery};
+use super::{page_size, source_of_kind, status_filter, SourceQuery};
 use crate::clock;
 use crate::config::SourceConfig;
 use crate::contract::{Presence, SourceKind};
@@ -80,12 +80,7 @@ pub(crate) async fn presence_list(
     Query(query): Query<PresenceListQuery>,
 ) -> Result<Response, Answer> {
     let source = source_of_kind(&state, SourceKind::Presence, query.source.as_deref())?;
-    let status = match query.status.as_deref() {
-        None | Some("") => None,
-        Some(raw) => Some(Presence::parse(raw).ok_or_else(|| {
-            Answer::BadRequest("status must be one of ONLINE, BUSY, AWAY, OFFLINE".into())
-        })?),
-    };
+    let status = status_filter(query.status.as_deref(), &Presence::ALL, Presence::as_str)?;
     let limit = page_size(query.limit)?;
     let page = state
         .store
