@@ -22,6 +22,23 @@ use crate::retry::RetryPolicy;
 pub use postgres::{PoolSettings, PostgresStore};
 pub use sqlite::SqliteStore;
 
+/// The schema version a migrated store records in `schema_migrations`: its last migration's.
+pub const SCHEMA_VERSION: i64 = migrations::SQLITE[migrations::SQLITE.len() - 1].0;
+
+#[cfg(test)]
+mod schema_version_tests {
+    use super::migrations::{POSTGRES, SQLITE};
+
+    /// Both chains number their migrations 1, 2, 3, … in step, so that one version names one schema.
+    #[test]
+    fn both_migration_chains_count_the_same_versions_up_to_schema_version() {
+        let versions = |chain: &[(i64, &str)]| chain.iter().map(|(v, _)| *v).collect::<Vec<_>>();
+        let expected: Vec<i64> = (1..=super::SCHEMA_VERSION).collect();
+        assert_eq!(versions(SQLITE), expected);
+        assert_eq!(versions(POSTGRES), expected);
+    }
+}
+
 /// Why a store operation failed. Every variant means nothing was committed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {

@@ -31,3 +31,4 @@ mod store_conformance;
 mod stream;
 mod telemetry;
 mod text_order;
+mod upgrade;

@@ -182,7 +182,9 @@ impl TestServer {
         server
     }
 
-    async fn unstarted(top: &str, extra: &str, sources: &str) -> Self {
+    /// A server configured like [`Self::spawn_full`], not started yet: the test may fill
+    /// its store first (e.g. with [`Self::run_sql`]), then call [`Self::start`].
+    pub async fn unstarted(top: &str, extra: &str, sources: &str) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let server = Self {
             dir,
@@ -270,7 +272,8 @@ secrets = ["{s0}", "{s1}"]
         std::fs::write(self.config_path(), config).expect("write config");
     }
 
-    fn start(&mut self) {
+    /// Starts `inhook serve` on this server's config and waits for its listening line.
+    pub fn start(&mut self) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -551,6 +554,27 @@ secrets = ["{s0}", "{s1}"]
                 client.batch_execute(postgres).await.expect(postgres);
                 drop(client);
                 let _ = driver.await;
+            }
+        }
+    }
+
+    /// The first column of the first row `sql` returns, an integer (the same SQL on both stores).
+    pub async fn query_i64(&self, sql: &str) -> i64 {
+        match &self.backend {
+            Backend::Sqlite => {
+                let conn = rusqlite::Connection::open(self.db_path()).expect("open db");
+                conn.query_row(sql, [], |row| row.get(0)).expect(sql)
+            }
+            Backend::Postgres { .. } => {
+                let url = self.backend.url(self.dir.path());
+                let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                    .await
+                    .expect("connect");
+                let driver = tokio::spawn(connection);
+                let value = client.query_one(sql, &[]).await.expect(sql).get(0);
+                drop(client);
+                let _ = driver.await;
+                value
             }
         }
     }
