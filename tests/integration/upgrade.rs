@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use inhook::signature::Scheme;
 use serde_json::{json, Value};
 
+use crate::metrics::sample;
 use crate::support::{now_s, signed, Backend, Reply, TestServer};
 
 /// The third source of the fixture: a save-game source in sync mode (make.sh writes the same).
@@ -242,6 +243,16 @@ async fn a_store_written_by_the_previous_release_migrates_and_keeps_every_event_
         (&slot["last_sequence"], &slot["inventory"]),
         (&json!(4), &json!({"potion": 4}))
     );
+
+    // The highest sequences received survived too: each of those four was counted out of order.
+    let metrics = server.get_text("/metrics").await;
+    for (source, n) in [("presence", 2.0), ("save-game", 1.0), ("save-sync", 1.0)] {
+        assert_eq!(
+            sample(&metrics, "inhook_out_of_order_total", &[("source", source)]),
+            Some(n),
+            "inhook_out_of_order_total of {source}"
+        );
+    }
 
     // New events take new rows after the old ones: newest first, nothing overwritten.
     let events = server.get("/v1/events?limit=500").await.body;
