@@ -135,6 +135,51 @@ fn assert_duplicate(reply: &Reply, sent: &Value, key: &str) {
     );
 }
 
+/// A regenerated fixture still holds what these tests claim to carry across an upgrade.
+#[test]
+fn the_fixture_holds_every_kind_of_record_the_upgrade_must_keep() {
+    let recorded = recorded_answers();
+    let events = recorded["/v1/events?limit=500"]["items"]
+        .as_array()
+        .unwrap();
+    for status in [
+        "processed",
+        "ignored_stale",
+        "ignored_unsupported",
+        "held",
+        "dead",
+    ] {
+        assert!(
+            events.iter().any(|e| e["status"] == status),
+            "no {status} event in the fixture"
+        );
+    }
+    for source in ["presence", "save-game", "save-sync"] {
+        assert!(events.iter().any(|e| e["source"] == source), "{source}");
+    }
+    let history_kinds: Vec<&Value> = recorded
+        .iter()
+        .filter(|(path, _)| path.starts_with("/v1/events/"))
+        .flat_map(|(_, event)| event["history"].as_array().unwrap())
+        .map(|entry| &entry["kind"])
+        .collect();
+    for kind in ["replayed", "conflicting_duplicate", "insufficient_quantity"] {
+        assert!(
+            history_kinds.contains(&&json!(kind)),
+            "no {kind} in any history"
+        );
+    }
+    assert_eq!(recorded["/v1/replay/1"]["state"], "done");
+    // The purged event left its dedup keys and its state, not its row.
+    assert!(!events.iter().any(|e| e["event_id"] == "evt_p_purged"));
+    assert_eq!(recorded["/v1/presence/usr_gone"]["sequence"], 1);
+    let dump = fixture(&format!("{}-previous.sql", Backend::fresh_kind()));
+    assert!(
+        dump.contains("evt_p_purged"),
+        "the purged event's dedup keys"
+    );
+}
+
 #[tokio::test]
 async fn a_store_written_by_the_previous_release_migrates_and_keeps_every_event_dedup_key_and_state(
 ) {
