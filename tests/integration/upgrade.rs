@@ -289,9 +289,36 @@ async fn a_store_written_by_the_previous_release_migrates_and_keeps_every_event_
         (&json!(4), &json!({"potion": 4}))
     );
 
-    // The highest sequences received survived too: each of those four was counted out of order.
+    // The components' own sequences survived: deliveries in the holes below a snapshot and
+    // below a progress change nothing.
+    let below_snapshot = json!({"event_id": "evt_d2", "event_type": "inventory.updated",
+        "player_id": "player_3", "save_slot": "slot_d", "sequence": 2,
+        "idempotency_key": "player_3:slot_d:2",
+        "data": {"added_items": [{"item_id": "coin", "qty": 5}]}});
+    assert_eq!(server.post_save(&below_snapshot).await.code, 202);
+    let below_progress = json!({"event_id": "evt_d4", "event_type": "progress.saved",
+        "player_id": "player_3", "save_slot": "slot_d", "sequence": 4,
+        "idempotency_key": "player_3:slot_d:4", "data": {"chapter": 1}});
+    assert_eq!(server.post_save(&below_progress).await.code, 202);
+    server
+        .wait_detail("save-game", "evt_d2", "ignored_stale")
+        .await;
+    server
+        .wait_detail("save-game", "evt_d4", "ignored_stale")
+        .await;
+    let slot = server.get("/v1/saves/player_3/slot_d").await.body;
+    assert_eq!(
+        (
+            &slot["last_sequence"],
+            &slot["inventory"],
+            &slot["progress"]
+        ),
+        (&json!(5), &json!({"coin": 40}), &json!({"chapter": 3}))
+    );
+
+    // The highest sequences received survived too: each of those six was counted out of order.
     let metrics = server.get_text("/metrics").await;
-    for (source, n) in [("presence", 2.0), ("save-game", 1.0), ("save-sync", 1.0)] {
+    for (source, n) in [("presence", 2.0), ("save-game", 3.0), ("save-sync", 1.0)] {
         assert_eq!(
             sample(&metrics, "inhook_out_of_order_total", &[("source", source)]),
             Some(n),
@@ -302,14 +329,21 @@ async fn a_store_written_by_the_previous_release_migrates_and_keeps_every_event_
     // New events take new rows after the old ones: newest first, nothing overwritten.
     let events = server.get("/v1/events?limit=500").await.body;
     let items = events["items"].as_array().unwrap();
-    assert_eq!(items.len(), events_before + 4);
-    let newest: Vec<&str> = items[..4]
+    assert_eq!(items.len(), events_before + 6);
+    let newest: Vec<&str> = items[..6]
         .iter()
         .map(|e| e["event_id"].as_str().unwrap())
         .collect();
     assert_eq!(
         newest,
-        ["evt_y3", "evt_s7", "evt_p_team_older", "evt_p_older"]
+        [
+            "evt_d4",
+            "evt_d2",
+            "evt_y3",
+            "evt_s7",
+            "evt_p_team_older",
+            "evt_p_older"
+        ]
     );
 }
 
