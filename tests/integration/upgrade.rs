@@ -28,6 +28,7 @@ const SAVE_SYNC_SECRET: &str = "save-sync-test-secret";
 const LONG_LIVED: &str = "retention_s = 3153600000\ndedup_window_s = 3153600000";
 const LONG_HOLD: &str = "hold_timeout_s = 3153600000";
 
+/// A file of tests/fixtures/upgrade, as text.
 fn fixture(name: &str) -> String {
     let path = format!(
         "{}/tests/fixtures/upgrade/{name}",
@@ -50,6 +51,7 @@ async fn previous_release_store() -> TestServer {
     server
 }
 
+/// The schema version the store records (migrations.rs's versions, in `schema_migrations`).
 async fn stored_schema_version(server: &TestServer) -> i64 {
     server
         .query_i64("SELECT MAX(version) FROM schema_migrations")
@@ -118,6 +120,7 @@ fn stored_body(source: &str, event_id: &str) -> Value {
     recorded_answers()[&format!("/v1/events/{source}/{event_id}")]["body"].clone()
 }
 
+/// Signs a body with the `save-sync` source's secret and posts it.
 async fn post_save_sync(server: &TestServer, body: &Value) -> Reply {
     let bytes = serde_json::to_vec(body).unwrap();
     let headers = signed(Scheme::HmacTimestamped, SAVE_SYNC_SECRET, &bytes, now_s());
