@@ -196,7 +196,7 @@ async fn bodies_read_at_once_are_bounded_by_the_buffer_budget() {
     const LIMIT: usize = 16 * 1024;
     let server = TestServer::spawn_configured(
         &format!(
-            "max_body_bytes = {LIMIT}\nmax_buffered_body_bytes = {}\nbody_read_timeout_s = 6",
+            "max_body_bytes = {LIMIT}\nmax_buffered_body_bytes = {}\nbody_read_timeout_s = 9",
             2 * LIMIT
         ),
         "",
@@ -218,9 +218,11 @@ async fn bodies_read_at_once_are_bounded_by_the_buffer_budget() {
         stalled.push(stream);
     }
     let filler = vec![b' '; LIMIT];
-    // Well inside the stalled bodies' 6 s read timeout, which gives the budget back:
-    // on a loaded machine their heads may take a while to be read.
-    let deadline = Instant::now() + Duration::from_secs(5);
+    // Well inside the stalled bodies' 9 s read timeout, which gives the budget back:
+    // on a loaded machine (the suite runs its tests in parallel) their heads may take
+    // seconds to be read; a 6 s timeout with a 5 s wait failed there now and then. (Each
+    // 408 must still come within read_until_closed's 10 s.)
+    let deadline = Instant::now() + Duration::from_secs(8);
     let busy = loop {
         // Unsigned: it would be a 401 if its body were read at all.
         let reply = server
