@@ -497,3 +497,32 @@ fn an_inconsistent_json_source_does_not_start_and_names_the_key() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_stream_carries_json_changes_masked_at_their_state_location() {
+    let server = TestServer::spawn_top_and_sources(
+        "mask_fields = [\"data.object.name\", \"email\"]",
+        SOURCES,
+    )
+    .await;
+    let mut stream = crate::stream::connect(&server, None).await;
+    let body = customer("st1", "cus_s", json!(1), "e@secret.example");
+    assert_eq!(post(&server, "latest", &body).await.code, 200);
+    let frames = crate::stream::read_frames(&mut stream, 1).await;
+    assert_eq!(frames[0].event, "json");
+    assert_eq!(frames[0].data["aggregate"], "customer/cus_s");
+    let item = &frames[0].data["state"];
+    assert_eq!(
+        (item["event_id"].as_str(), item["sequence"].as_i64()),
+        (Some("st1"), Some(1))
+    );
+    // `data.object.name` is a path from the body's root: the state sits at /data/object.
+    assert_eq!(item["state"]["name"], "***");
+    assert_eq!(item["state"]["email"], "***");
+    assert_eq!(item["state"]["id"], "cus_s");
+    assert!(!frames[0].raw.contains("secret.example"));
+    let api = server
+        .get("/v1/sources/latest/aggregates/customer/cus_s")
+        .await;
+    assert_eq!(api.body["state"], item["state"]);
+}
