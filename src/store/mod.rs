@@ -140,6 +140,15 @@ pub enum DedupKey {
 }
 
 impl DedupKey {
+    /// The key of a kept dedup row's `kind` column (`event_id` or `idempotency_key`).
+    pub(crate) fn of_kept(kind: &str) -> Self {
+        if kind == "event_id" {
+            DedupKey::EventId
+        } else {
+            DedupKey::IdempotencyKey
+        }
+    }
+
     /// The label used in answers and metrics.
     pub fn as_str(self) -> &'static str {
         match self {

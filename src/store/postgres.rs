@@ -1345,11 +1345,7 @@ async fn purged_duplicate<C: GenericClient>(
         .map(|r| {
             let kind: String = col(&r, 0)?;
             Ok(Admission::Duplicate {
-                key: if kind == "event_id" {
-                    DedupKey::EventId
-                } else {
-                    DedupKey::IdempotencyKey
-                },
+                key: DedupKey::of_kept(&kind),
                 original: parse_event_id(&col::<String>(&r, 1)?)?,
                 body_differs: false,
             })

@@ -994,11 +994,7 @@ fn purged_duplicate(
     found
         .map(|(kind, original)| {
             Ok(Admission::Duplicate {
-                key: if kind == "event_id" {
-                    DedupKey::EventId
-                } else {
-                    DedupKey::IdempotencyKey
-                },
+                key: DedupKey::of_kept(&kind),
                 original: parse_event_id(&original)?,
                 body_differs: false,
             })
