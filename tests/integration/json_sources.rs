@@ -52,6 +52,20 @@ ordering = "in-order"
 hold_timeout_s = 1
 
 [[sources]]
+name = "ordered-capped"
+kind = "json"
+mode = "sync"
+signature = "hmac-hex"
+secrets = ["json-test-secret"]
+event_id = "/id"
+aggregate = "/account"
+sequence = "/seq"
+ordering = "in-order"
+first_sequence = 10
+hold_timeout_s = 600
+max_held_per_aggregate = 1
+
+[[sources]]
 name = "unordered"
 kind = "json"
 mode = "sync"
@@ -306,6 +320,25 @@ async fn in_order_holds_skips_gaps_and_kills_late_and_conflicting_events() {
         metric(&server, "inhook_gaps_skipped_total", "ordered").await,
         1.0
     );
+}
+
+#[tokio::test]
+async fn in_order_starts_at_first_sequence_and_caps_the_events_held() {
+    let server = server().await;
+    let event = |id: &str, seq: i64| json!({"id": id, "account": "a", "seq": seq});
+    let first = post(&server, "ordered-capped", &event("c10", 10)).await;
+    assert_eq!(first.body, json!({"status": "applied", "sequence": 10}));
+    let held = post(&server, "ordered-capped", &event("c12", 12)).await;
+    assert_eq!(held.code, 202);
+    let refused = post(&server, "ordered-capped", &event("c13", 13)).await;
+    assert_eq!(refused.code, 429, "{refused:?}");
+    assert_eq!(refused.body["error"], "aggregate_backlog_full");
+    assert_eq!(server.get("/v1/events/ordered-capped/c13").await.code, 404);
+    // Filling the gap frees the aggregate.
+    let fill = post(&server, "ordered-capped", &event("c11", 11)).await;
+    assert_eq!(fill.body["status"], "applied");
+    let next = post(&server, "ordered-capped", &event("c13", 13)).await;
+    assert_eq!(next.body, json!({"status": "applied", "sequence": 13}));
 }
 
 #[tokio::test]
