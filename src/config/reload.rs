@@ -36,6 +36,14 @@ pub fn check_reload(running: &Config, fresh: &Config) -> Result<ReloadPlan, Conf
                 source.name, source.kind, next.kind
             ));
         }
+        if next.json != source.json {
+            // A json source's locations decide its aggregate keys and sequences: a change
+            // would split logged aggregates from new ones. Nothing about them is trivially safe.
+            problems.push(format!(
+                "source {:?}: its json locations (event_id, aggregate, sequence, ordering, …) changed",
+                source.name
+            ));
+        }
         if next.scheme != source.scheme {
             problems.push(format!(
                 "source {:?}: signature changed from \"{}\" to \"{}\"",
@@ -117,6 +125,20 @@ mod tests {
         );
         let err = check_reload(&running, &config(&scheme, &[])).unwrap_err();
         assert!(err.to_string().contains("signature changed"), "{err}");
+    }
+
+    #[test]
+    fn a_json_source_keeps_its_locations_until_a_restart() {
+        let json = format!(
+            "{RUNNING}\n[[sources]]\nname = \"j\"\nkind = \"json\"\nsignature = \"github\"\n\
+             secrets = [\"j-secret\"]\nordering = \"latest-wins\"\naggregate = \"/repo\"\nsequence = \"/n\"\n"
+        );
+        let running = config(&json, &[]);
+        let rotated = json.replace("j-secret", "j-secret-2");
+        assert!(check_reload(&running, &config(&rotated, &[])).is_ok());
+        let moved = json.replace("aggregate = \"/repo\"", "aggregate = [\"/repo\", \"/pr\"]");
+        let err = check_reload(&running, &config(&moved, &[])).unwrap_err();
+        assert!(err.to_string().contains("json locations"), "{err}");
     }
 
     #[test]

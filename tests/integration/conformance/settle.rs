@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use inhook::contract::Presence;
 use inhook::domain::{AggregateKey, DeadReason, EventStatus, Ident};
 use inhook::ordering::Outcome;
-use inhook::store::{Admission, Store};
+use inhook::store::{Admission, IngestLimits, Store};
 use serde_json::json;
 
 use super::{
@@ -34,7 +34,10 @@ async fn save_state(store: &dyn Store, slot_name: &str) -> inhook::projection::S
         player_id: Ident::parse("player_1024").unwrap(),
         save_slot: Ident::parse(slot_name).unwrap(),
     };
-    store.save(SAVES, &key).await.unwrap().expect("save slot")
+    super::save_of(store, SAVES, &key)
+        .await
+        .unwrap()
+        .expect("save slot")
 }
 
 /// In sync mode ingest answers the outcome: applied, stale (latest-wins),
@@ -55,12 +58,18 @@ pub async fn sync_ingest_answers_applied_stale_held_and_dead(store: &dyn Store) 
         decided(post(presence("p2", "usr_A", "BUSY", 102), T0 + 2).await);
     assert_eq!((outcome, current, ooo), (Outcome::Stale, Some(103), true));
     assert_eq!((report.stale, report.applied), (1, 0));
-    let state = store.presence(PRESENCE, "usr_A").await.unwrap().unwrap();
+    let state = super::presence_of(store, PRESENCE, "usr_A")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (state.presence, state.sequence.get(), state.updated_at_ms),
         (Presence::Offline, 103, T0 + 1)
     );
-    assert_eq!(store.presence(PRESENCE, "usr_B").await.unwrap(), None);
+    assert_eq!(
+        super::presence_of(store, PRESENCE, "usr_B").await.unwrap(),
+        None
+    );
 
     let rules = save_rules();
     let post = |body: serde_json::Value, at| super::ingest_sync(store, &rules, body, at);
@@ -129,7 +138,7 @@ pub async fn async_events_are_due_until_settled(store: &dyn Store) {
         player_id: Ident::parse("player_1024").unwrap(),
         save_slot: Ident::parse("slot_a").unwrap(),
     };
-    assert_eq!(store.save(SAVES, &key).await.unwrap(), None);
+    assert_eq!(super::save_of(store, SAVES, &key).await.unwrap(), None);
 
     let report = store
         .settle(&save_rules(), &slot("slot_a"), T0 + 50)
@@ -162,12 +171,15 @@ pub async fn async_events_are_due_until_settled(store: &dyn Store) {
         .await
         .unwrap();
     assert_eq!(again, inhook::store::SettleReport::default());
-    let mut saves = store.saves_page(SAVES, 1, None).await.unwrap();
+    let mut saves = store.aggregates_page(SAVES, None, 1, None).await.unwrap();
     assert_eq!(saves.items.len(), 1);
     let next = saves.next_cursor.clone().expect("a second page");
-    let second = store.saves_page(SAVES, 1, Some(&next)).await.unwrap();
+    let second = store
+        .aggregates_page(SAVES, None, 1, Some(&next))
+        .await
+        .unwrap();
     saves.items.extend(second.items);
-    let keys: Vec<_> = saves.items.iter().map(|(k, _)| k.clone()).collect();
+    let keys: Vec<_> = saves.items.iter().map(|a| a.aggregate.clone()).collect();
     assert_eq!(keys, [slot("slot_a"), slot("slot_b")]);
     assert_eq!(second.next_cursor, None);
 }
@@ -356,39 +368,115 @@ pub async fn presence_pages_order_by_user_and_filter_by_status(store: &dyn Store
         let body = presence(&format!("e{i}"), user, status, 1);
         super::ingest_sync(store, &rules, body, T0 + i as i64).await;
     }
-    let users = |page: &inhook::store::PresencePage| -> Vec<String> {
-        page.items.iter().map(|(u, _)| u.clone()).collect()
+    let users = |page: &inhook::store::AggregatePage| -> Vec<String> {
+        page.items.iter().map(|a| a.aggregate.clone()).collect()
     };
+    let online_tag = Some(Presence::Online.as_str());
     let online = store
-        .presence_page(PRESENCE, Some(Presence::Online), 2, None)
+        .aggregates_page(PRESENCE, online_tag, 2, None)
         .await
         .unwrap();
     assert_eq!(users(&online), ["usr_A", "usr_C"]);
     assert_eq!(online.next_cursor.as_deref(), Some("usr_C"));
     let rest = store
-        .presence_page(
-            PRESENCE,
-            Some(Presence::Online),
-            2,
-            online.next_cursor.as_deref(),
-        )
+        .aggregates_page(PRESENCE, online_tag, 2, online.next_cursor.as_deref())
         .await
         .unwrap();
     assert_eq!(
         (users(&rest), rest.next_cursor),
         (vec!["usr_D".to_owned()], None)
     );
-    let all = store.presence_page(PRESENCE, None, 10, None).await.unwrap();
+    let all = store
+        .aggregates_page(PRESENCE, None, 10, None)
+        .await
+        .unwrap();
     assert_eq!(users(&all), ["usr_A", "usr_B", "usr_C", "usr_D"]);
-    let (_, b) = &all.items[1];
+    let b = &inhook::kind::presence::presence_state(&all.items[1]).unwrap();
     assert_eq!(
         (b.presence, b.sequence.get(), b.updated_at_ms),
         (Presence::Offline, 1, T0 + 1)
     );
     assert!(store
-        .presence_page("other", None, 10, None)
+        .aggregates_page("other", None, 10, None)
         .await
         .unwrap()
         .items
         .is_empty());
+}
+
+/// A `json` in-order source settles through the same store flow: held, gap filled,
+/// its state and watermark in the generic aggregate row, its header-located fields
+/// taken from the logged columns (not the body) when settled later.
+pub async fn a_json_source_settles_through_the_generic_aggregate_state(store: &dyn Store) {
+    let spec: inhook::contract::json::JsonSourceSpec = toml::from_str(
+        "event_id = \"header:X-Id\"\nidempotency_key = \"header:X-Key\"\naggregate = [\"/k/a\", \"/k/b\"]\n\
+         sequence = \"/n\"\nordering = \"in-order\"\nstate = \"/v\"",
+    )
+    .unwrap();
+    let rules = inhook::store::SourceRules {
+        name: "j".into(),
+        kind: std::sync::Arc::new(inhook::kind::json::JsonKind::new(&spec).unwrap()),
+        first_sequence: 1,
+        hold_timeout_ms: 30_000,
+    };
+    let log = |n: i64, at: i64| {
+        let rules = rules.clone();
+        async move {
+            let raw = serde_json::to_vec(
+                &json!({"k": {"a": "octo/repo", "b": 7}, "n": n, "v": {"n": n}}),
+            )
+            .unwrap();
+            let mut headers = axum::http::HeaderMap::new();
+            headers.insert("x-id", format!("id{n}").parse().unwrap());
+            headers.insert("x-key", format!("key{n}").parse().unwrap());
+            let fields = match rules.kind.parse(&raw, &headers, None).unwrap() {
+                inhook::kind::Delivery::Event(fields) => fields,
+                other => panic!("{other:?}"),
+            };
+            assert!(fields.may_hold);
+            let admission = store
+                .ingest(
+                    inhook::store::NewEvent {
+                        source: "j",
+                        event: &fields,
+                        body: &raw,
+                        headers: &[],
+                        received_at_ms: at,
+                        signed_at: None,
+                        limits: IngestLimits::NONE,
+                    },
+                    None,
+                )
+                .await
+                .unwrap();
+            assert!(
+                matches!(admission, Admission::Logged { .. }),
+                "{admission:?}"
+            );
+            fields.aggregate.storage_key()
+        }
+    };
+    let key = log(2, T0).await;
+    assert_eq!(key, "octo/repo\u{1f}7");
+    let held = store.settle(&rules, &key, T0 + 1).await.unwrap();
+    assert_eq!((held.held, held.newly_held), (1, 1));
+    assert_eq!(store.aggregate("j", &key).await.unwrap(), None);
+    log(1, T0 + 2).await;
+    let report = store.settle(&rules, &key, T0 + 3).await.unwrap();
+    assert_eq!(report.applied, 2);
+    let ids: Vec<_> = report.decided.iter().map(|d| d.event_id.as_str()).collect();
+    assert_eq!(ids, ["id1", "id2"]);
+    assert_eq!(report.decided[1].idempotency_key.as_deref(), Some("key2"));
+    let state = store.aggregate("j", &key).await.unwrap().expect("state");
+    assert_eq!(
+        (state.sequence, state.watermark, state.event_id.as_deref()),
+        (Some(2), Some(2), Some("id2"))
+    );
+    assert_eq!(state.state, json!({"n": 2}));
+    assert_eq!(state.updated_at_ms, T0 + 3);
+    let page = store.aggregates_page("j", None, 10, None).await.unwrap();
+    assert_eq!(page.items, [state]);
+    let change = store.changes_after(0, Some("j"), None, 10).await.unwrap();
+    assert_eq!(change.len(), 1);
+    assert_eq!(change[0].kind, "json");
 }

@@ -1,0 +1,154 @@
+//! Statements whose text is the same in both dialects, written once, with
+//! PostgreSQL's `$n` placeholders; SQLite runs them through `sqlite()`, which
+//! writes them `?n` (numbered parameters in SQLite too).
+
+/// One aggregate's state.
+pub(crate) const LOAD_AGGREGATE: &str =
+    "SELECT aggregate, sequence, event_id, event_type, state, tag, watermark, updated_at
+     FROM aggregate_state WHERE source = $1 AND aggregate = $2";
+
+/// A page of a source's aggregate states, optionally of one tag, after a cursor.
+pub(crate) const AGGREGATES_PAGE: &str =
+    "SELECT aggregate, sequence, event_id, event_type, state, tag, watermark, updated_at
+     FROM aggregate_state
+     WHERE source = $1 AND (CAST($2 AS TEXT) IS NULL OR tag = $2)
+       AND (CAST($3 AS TEXT) IS NULL OR aggregate > $3)
+     ORDER BY aggregate LIMIT $4";
+
+/// Writes an aggregate's new state (the caller holds the aggregate).
+pub(crate) const SAVE_AGGREGATE: &str = "INSERT INTO aggregate_state
+         (source, aggregate, sequence, event_id, event_type, state, tag, watermark, updated_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+     ON CONFLICT (source, aggregate) DO UPDATE SET
+         sequence = EXCLUDED.sequence, event_id = EXCLUDED.event_id,
+         event_type = EXCLUDED.event_type, state = EXCLUDED.state, tag = EXCLUDED.tag,
+         watermark = EXCLUDED.watermark, updated_at = EXCLUDED.updated_at";
+
+/// Appends an applied change for the stream.
+pub(crate) const ADD_CHANGE: &str = "INSERT INTO state_changes (source, aggregate, kind, at, state)
+     VALUES ($1, $2, $3, $4, $5)";
+
+/// The columns of a [`crate::kind::PendingRow`], in the order the stores read them.
+macro_rules! pending_columns {
+    () => {
+        "id, body, received_at, replays > 0, event_id, sequence, event_type, idempotency_key"
+    };
+}
+
+/// An aggregate's pending events that are not held: received, or retrying and due
+/// (the partial index's own condition first, so only undecided rows are read).
+pub(crate) const ARRIVING_ROWS: &str = concat!(
+    "SELECT ",
+    pending_columns!(),
+    " FROM events WHERE source = $1 AND aggregate = $2 AND status IN ('received', 'retrying')
+       AND (status = 'received' OR next_attempt_at <= $3)"
+);
+
+/// An aggregate's held events, without their bodies, by sequence.
+pub(crate) const HELD_REFS: &str = "SELECT sequence, id, received_at FROM events
+     WHERE source = $1 AND aggregate = $2 AND status = 'held'
+     ORDER BY sequence, id";
+
+/// The sequences at or above `$3` taken by decided events (a conflict takes none).
+pub(crate) const OCCUPIED: &str = "SELECT sequence FROM events
+     WHERE source = $1 AND aggregate = $2 AND sequence >= $3
+       AND (status IN ('processed', 'ignored_stale', 'ignored_unsupported')
+            OR (status = 'dead' AND dead_reason <> 'sequence_conflict'))";
+
+/// One event's pending columns by id, for SQLite's per-row reads of held events.
+pub(crate) const PENDING_BY_ID: &str =
+    concat!("SELECT ", pending_columns!(), " FROM events WHERE id = $1");
+
+/// Events' pending columns by a list of ids, for PostgreSQL's one read of held events.
+pub(crate) const PENDING_BY_IDS: &str = concat!(
+    "SELECT ",
+    pending_columns!(),
+    " FROM events WHERE id = ANY($1)"
+);
+
+/// The schema version a store is at.
+pub(crate) const CURRENT_VERSION: &str = "SELECT COALESCE(MAX(version), 0) FROM schema_migrations";
+
+/// Records an applied migration.
+pub(crate) const RECORD_MIGRATION: &str =
+    "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)";
+
+/// Whether the store answers.
+pub(crate) const PING: &str = "SELECT 1";
+
+/// Aggregates with events to decide now (the partial index's own condition first).
+pub(crate) const DUE_AGGREGATES: &str = "SELECT DISTINCT source, aggregate FROM events
+                 WHERE status IN ('received', 'held', 'retrying')
+                   AND (status = 'received' OR next_attempt_at <= $1)
+                 LIMIT $2";
+
+/// Schedules a failed event for another attempt.
+pub(crate) const RETRY_LATER: &str =
+    "UPDATE events SET status = 'retrying', attempts = attempts + 1,
+                             next_attempt_at = $2, last_error = $3
+                         WHERE id = $1";
+
+/// Gives up on an event that ran out of attempts.
+pub(crate) const DEAD_EXHAUSTED: &str =
+    "UPDATE events SET status = 'dead', dead_reason = 'exhausted',
+                             attempts = attempts + 1, next_attempt_at = NULL, last_error = $2,
+                             decided_at = $3
+                         WHERE id = $1";
+
+/// An event's failures and replays, oldest first.
+pub(crate) const ATTEMPT_HISTORY: &str =
+    "SELECT at, kind, error FROM event_attempts WHERE event_row = $1 ORDER BY id";
+
+/// A bulk replay's progress.
+pub(crate) const REPLAY_JOB: &str = "SELECT filter, state, total, requeued, created_at, updated_at
+                 FROM replay_jobs WHERE id = $1";
+
+/// Moves a bulk replay's counters and cursor forward.
+pub(crate) const ADVANCE_REPLAY_JOB: &str =
+    "UPDATE replay_jobs SET requeued = requeued + $2, state = $3, updated_at = $4,
+                 cursor_source = COALESCE($5, cursor_source),
+                 cursor_aggregate = COALESCE($6, cursor_aggregate)
+             WHERE id = $1";
+
+/// Deletes expired dedup keys.
+pub(crate) const PURGE_DEDUP_KEYS: &str = "DELETE FROM dedup_keys WHERE expires_at <= $1";
+
+/// Deletes a batch of old state changes.
+pub(crate) const PURGE_CHANGES: &str = "DELETE FROM state_changes WHERE id IN
+                 (SELECT id FROM state_changes WHERE at < $1 LIMIT $2)";
+
+/// Adds an entry to an event's history.
+pub(crate) const ADD_HISTORY: &str =
+    "INSERT INTO event_attempts (event_row, at, kind, error) VALUES ($1, $2, $3, $4)";
+
+/// The kept dedup key of a purged event with the same event_id or idempotency_key.
+pub(crate) const PURGED_DUPLICATE: &str = "SELECT kind, event_id FROM dedup_keys
+             WHERE source = $1 AND expires_at > $4
+               AND ((kind = 'event_id' AND key = $2) OR (kind = 'idempotency_key' AND key = $3))
+             ORDER BY kind LIMIT 1";
+
+/// The row and body of a logged event_id.
+pub(crate) const BODY_BY_EVENT_ID: &str =
+    "SELECT id, body FROM events WHERE source = $1 AND event_id = $2";
+
+/// The event_id logged under an idempotency key.
+pub(crate) const EVENT_ID_BY_IDEMPOTENCY_KEY: &str =
+    "SELECT event_id FROM events WHERE source = $1 AND idempotency_key = $2";
+
+/// One event of a source by its event_id, with every column a record shows.
+pub(crate) static EVENT_BY_ID: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT {} FROM events WHERE source = $1 AND event_id = $2",
+        super::filter::EVENT_COLUMNS
+    )
+});
+
+/// An aggregate's due events with the failures each had since its last replay.
+pub(crate) static DUE_WITH_FAILURES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT id, {} FROM events
+         WHERE source = $1 AND aggregate = $2
+           AND (status = 'received' OR (status = 'retrying' AND next_attempt_at <= $3))",
+        super::filter::FAILURES_SINCE_REPLAY
+    )
+});
