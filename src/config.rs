@@ -697,6 +697,47 @@ mod tests {
     }
 
     #[test]
+    fn json_sources_default_to_async_and_inconsistent_ones_name_the_key() {
+        let source = |keys: &str| {
+            format!("[[sources]]\nname = \"j\"\nkind = \"json\"\nsecrets = [\"whsec_c2VjcmV0\"]\n{keys}\n")
+        };
+        let ok = source("signature = \"standard-webhooks\"\nordering = \"unordered\"");
+        let config = Config::from_parts(Some(&ok), &env(&[])).unwrap();
+        let j = config.source("j").unwrap();
+        assert_eq!((j.kind, j.mode), (SourceKind::Json, Mode::Async));
+        assert_eq!(j.handler.label(), "json");
+        for (keys, named) in [
+            ("ordering = \"unordered\"", "signature is required"),
+            (
+                "signature = \"hmac-hex\"\nordering = \"unordered\"",
+                "event_id is required",
+            ),
+            (
+                "signature = \"github\"\nordering = \"in-order\"\naggregate = \"/a\"",
+                "sequence:",
+            ),
+            (
+                "signature = \"github\"\nordering = \"unordered\"\nstate = \"header:X\"",
+                "state:",
+            ),
+            (
+                "signature = \"github\"\nordering = \"unordered\"\nevent_types = [\"a.*\"]",
+                "event_types:",
+            ),
+        ] {
+            let err = Config::from_parts(Some(&source(keys)), &env(&[])).unwrap_err();
+            assert!(err.to_string().contains(named), "{keys}: {err}");
+        }
+        let built_in = "[[sources]]\nname = \"p\"\nkind = \"presence\"\nsecrets = [\"s\"]\nordering = \"unordered\"\n";
+        let err = Config::from_parts(Some(built_in), &env(&[])).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("ordering is only for kind = \"json\""),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn connection_and_buffer_limits_have_safe_defaults_and_are_checked() {
         let secrets = env(&[
             ("INHOOK_PRESENCE_SECRET", "a"),

@@ -499,6 +499,21 @@ mod tests {
     }
 
     #[test]
+    fn json_keys_have_any_number_of_parts_and_store_as_the_built_in_ones() {
+        let key = AggregateKey::parse_text("octo%2Frepo/7/é").unwrap();
+        assert_eq!(key.parts().len(), 3);
+        assert_eq!(key.to_string(), "octo%2Frepo/7/é");
+        assert_eq!(key.storage_key(), "octo/repo\u{1f}7\u{1f}é");
+        assert_eq!(
+            AggregateKey::from_storage_key(&key.storage_key()),
+            Some(key)
+        );
+        // One or two parts under the built-in rule are the built-in keys, byte for byte.
+        let user = AggregateKey::of_parts(vec![Ident::parse_located("u").unwrap()]);
+        assert_eq!(user, AggregateKey::User(Ident::parse("u").unwrap()));
+    }
+
+    #[test]
     fn malformed_text_forms_are_refused() {
         for bad in ["50%", "a%2", "a%41", "a%%25", "%zz/b"] {
             assert_eq!(key(bad), Err(AggregateKeyProblem::BadEscape), "{bad}");

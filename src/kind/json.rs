@@ -326,3 +326,183 @@ impl Kind for JsonKind {
         json!(item)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::domain::DeadReason;
+
+    const HOLD: i64 = 30_000;
+
+    fn kind(ordering: &str) -> JsonKind {
+        let spec: JsonSourceSpec = toml::from_str(&format!(
+            "event_id = \"/id\"\naggregate = \"/a\"\nsequence = \"/seq\"\nordering = \"{ordering}\"\nstate = \"/s\""
+        ))
+        .unwrap();
+        JsonKind::new(&spec).unwrap()
+    }
+
+    fn row(row: i64, seq: i64) -> PendingRow {
+        PendingRow {
+            row,
+            event_id: format!("e{row}"),
+            event_type: String::new(),
+            sequence: seq,
+            idempotency_key: None,
+            body: serde_json::to_vec(
+                &json!({"id": format!("e{row}"), "a": "x", "seq": seq, "s": {"row": row}}),
+            )
+            .unwrap(),
+            received_at_ms: 0,
+            replayed: false,
+            was_held: false,
+        }
+    }
+
+    fn settle(
+        kind: &JsonKind,
+        before: Option<&AggregateState>,
+        rows: &[PendingRow],
+        occupied: &BTreeSet<i64>,
+        now_ms: i64,
+    ) -> KindPlan {
+        kind.settle(&SettleInput {
+            aggregate: "x",
+            before,
+            rows,
+            occupied,
+            first_sequence: 1,
+            now_ms,
+            hold_timeout_ms: HOLD,
+        })
+    }
+
+    #[test]
+    fn latest_wins_applies_newer_and_ties_and_keeps_the_state_location() {
+        let k = kind("latest-wins");
+        let none = BTreeSet::new();
+        let plan = settle(&k, None, &[row(1, 5), row(2, 4)], &none, 7);
+        assert_eq!(
+            plan.decisions,
+            [(2, Outcome::Applied), (1, Outcome::Applied)]
+        );
+        let state = plan.state.unwrap();
+        assert_eq!(
+            (state.sequence, state.state.clone()),
+            (Some(5), json!({"row": 1}))
+        );
+        assert_eq!(state.updated_at_ms, 7);
+        let tie = settle(&k, Some(&state), &[row(3, 5), row(4, 3)], &none, 8);
+        assert_eq!(tie.decisions, [(4, Outcome::Stale), (3, Outcome::Applied)]);
+        assert_eq!(tie.ties, 1);
+        assert_eq!(tie.current_sequence, Some(5));
+        assert_eq!(tie.state.unwrap().event_id.as_deref(), Some("e3"));
+    }
+
+    #[test]
+    fn in_order_uses_the_save_deltas_rules() {
+        let k = kind("in-order");
+        let mut occupied = BTreeSet::new();
+        let plan = settle(&k, None, &[row(1, 1), row(3, 3)], &occupied, 0);
+        assert_eq!(plan.decisions, [(1, Outcome::Applied), (3, Outcome::Held)]);
+        let state = plan.state.unwrap();
+        assert_eq!(state.watermark, Some(1));
+        occupied.insert(1);
+        // The gap is skipped once the held event has waited hold_timeout.
+        let plan = settle(&k, Some(&state), &[row(3, 3)], &occupied, HOLD);
+        assert_eq!(plan.decisions, [(3, Outcome::Applied)]);
+        assert_eq!(plan.gaps_skipped, 1);
+        let state = plan.state.unwrap();
+        occupied.insert(3);
+        let late = settle(&k, Some(&state), &[row(2, 2)], &occupied, HOLD);
+        assert!(matches!(
+            &late.decisions[0].1,
+            Outcome::Dead {
+                reason: DeadReason::LateAfterGapSkip,
+                ..
+            }
+        ));
+        let conflict = settle(&k, Some(&state), &[row(4, 3)], &occupied, HOLD);
+        assert!(matches!(
+            &conflict.decisions[0].1,
+            Outcome::Dead {
+                reason: DeadReason::SequenceConflict,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn unordered_applies_everything_in_arrival_order() {
+        let k = kind("unordered");
+        let plan = settle(&k, None, &[row(1, 9), row(2, 1)], &BTreeSet::new(), 0);
+        assert_eq!(
+            plan.decisions,
+            [(1, Outcome::Applied), (2, Outcome::Applied)]
+        );
+        assert_eq!(plan.state.unwrap().state, json!({"row": 2}));
+    }
+
+    #[test]
+    fn a_stored_body_that_no_longer_parses_is_dead() {
+        let k = kind("latest-wins");
+        let mut bad = row(1, 1);
+        bad.body = b"{".to_vec();
+        let plan = settle(&k, None, &[bad], &BTreeSet::new(), 0);
+        assert!(matches!(
+            &plan.decisions[0].1,
+            Outcome::Dead {
+                reason: DeadReason::InvalidForProjection,
+                ..
+            }
+        ));
+        assert_eq!(plan.state, None);
+    }
+
+    proptest! {
+        /// Any arrival order with duplicates (dropped by the log): latest-wins ends at the
+        /// highest sequence's state, in-order applies every event in sequence order.
+        #[test]
+        fn any_arrival_order_converges(
+            order in (1usize..12).prop_flat_map(|n| proptest::collection::vec(0..n, n..n * 2).prop_shuffle()),
+        ) {
+            let n = order.iter().max().unwrap() + 1;
+            let mut arrivals = Vec::new();
+            for i in order.iter().copied().chain(0..n) {
+                if !arrivals.contains(&i) {
+                    arrivals.push(i);
+                }
+            }
+            for ordering in ["latest-wins", "in-order"] {
+                let k = kind(ordering);
+                let (mut state, mut occupied, mut waiting) = (None, BTreeSet::new(), Vec::new());
+                let mut applied = Vec::new();
+                for i in &arrivals {
+                    waiting.push(row(*i as i64 + 1, *i as i64 + 1));
+                    let plan = settle(&k, state.as_ref(), &waiting, &occupied, 0);
+                    for (r, outcome) in &plan.decisions {
+                        if *outcome == Outcome::Applied {
+                            applied.push(*r);
+                        }
+                        if *outcome != Outcome::Held {
+                            occupied.insert(*r);
+                        }
+                    }
+                    waiting.retain(|w| plan.decisions.iter().any(|(r, o)| *r == w.row && *o == Outcome::Held));
+                    state = plan.state;
+                }
+                let state = state.unwrap();
+                prop_assert_eq!(state.sequence, Some(n as i64));
+                prop_assert_eq!(state.state, json!({"row": n}));
+                if ordering == "in-order" {
+                    prop_assert_eq!(applied, (1..=n as i64).collect::<Vec<_>>());
+                    prop_assert!(waiting.is_empty());
+                }
+            }
+        }
+    }
+}

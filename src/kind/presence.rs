@@ -125,3 +125,27 @@ impl Kind for PresenceKind {
         .view(stored, now_ms)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_presence_round_trips_and_is_tagged_by_status() {
+        let state = PresenceState {
+            presence: Presence::Away,
+            sequence: Sequence::new(7).unwrap(),
+            updated_at_ms: 1_000,
+        };
+        let stored = stored_of("team/alice", &state, Some("e1".into()));
+        assert_eq!(stored.tag.as_deref(), Some("AWAY"));
+        assert_eq!(presence_state(&stored).unwrap(), state);
+        let kind = PresenceKind { stale_after_ms: 10 };
+        let view = kind.view(&stored, 1_011);
+        assert_eq!(
+            (view["user_id"].as_str(), view["stale"].as_bool()),
+            (Some("team/alice"), Some(true))
+        );
+        assert_eq!(kind.stream_state("p", &stored, 1_011)["stale"], false);
+    }
+}

@@ -202,3 +202,23 @@ fn last_event(
             .map_or((None, None), |b| (b.event_id.clone(), b.event_type.clone())),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_save_slot_round_trips_through_its_stored_form() {
+        let mut state = SaveState::empty(3);
+        state.inventory.insert("gem".into(), 2);
+        state.achievements.insert("first".into());
+        state.progress = Some(serde_json::from_value(json!({"level": 4})).unwrap());
+        state.progress_sequence = Sequence::new(5);
+        state.snapshot_sequence = Sequence::new(4);
+        state.updated_at_ms = 9;
+        let stored = stored_of("p\u{1f}s", &state, (Some("e".into()), None));
+        assert_eq!((stored.sequence, stored.watermark), (Some(2), Some(2)));
+        assert_eq!(save_state(&stored).unwrap(), state);
+        assert_eq!(SaveKind.view(&stored, 0)["player_id"], "p");
+    }
+}

@@ -529,22 +529,16 @@ impl Store for PostgresStore {
         .await
         .map_err(pg_err)?;
         let current: i64 = col(
-            &tx.cached_query_one(
-                "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
-                &[],
-            )
-            .await
-            .map_err(pg_err)?,
+            &tx.cached_query_one(sql::CURRENT_VERSION, &[])
+                .await
+                .map_err(pg_err)?,
             0,
         )?;
         for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
             tx.batch_execute(sql).await.map_err(pg_err)?;
-            tx.cached_execute(
-                "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
-                &[version, &crate::clock::now_ms()],
-            )
-            .await
-            .map_err(pg_err)?;
+            tx.cached_execute(sql::RECORD_MIGRATION, &[version, &crate::clock::now_ms()])
+                .await
+                .map_err(pg_err)?;
         }
         tx.commit().await.map_err(pg_err)
     }
@@ -556,7 +550,7 @@ impl Store for PostgresStore {
     async fn ping(&self) -> Result<(), StoreError> {
         self.client()
             .await?
-            .cached_query_one("SELECT 1", &[])
+            .cached_query_one(sql::PING, &[])
             .await
             .map(|_| ())
             .map_err(pg_err)
@@ -671,10 +665,7 @@ impl Store for PostgresStore {
         let rows = client
             .cached_query(
                 // The partial index's own condition, so that only undecided events are read.
-                "SELECT DISTINCT source, aggregate FROM events
-                 WHERE status IN ('received', 'held', 'retrying')
-                   AND (status = 'received' OR next_attempt_at <= $1)
-                 LIMIT $2",
+                sql::DUE_AGGREGATES,
                 &[&now_ms, &(limit as i64)],
             )
             .await
@@ -763,26 +754,15 @@ impl Store for PostgresStore {
             add_history(&tx, id, now_ms, "failed", Some(error)).await?;
             match policy.after_failure(failed, jitter) {
                 NextStep::RetryIn(delay_ms) => {
-                    tx.cached_execute(
-                        "UPDATE events SET status = 'retrying', attempts = attempts + 1,
-                             next_attempt_at = $2, last_error = $3
-                         WHERE id = $1",
-                        &[&id, &(now_ms + delay_ms), &error],
-                    )
-                    .await
-                    .map_err(pg_err)?;
+                    tx.cached_execute(sql::RETRY_LATER, &[&id, &(now_ms + delay_ms), &error])
+                        .await
+                        .map_err(pg_err)?;
                     report.retrying += 1;
                 }
                 NextStep::GiveUp => {
-                    tx.cached_execute(
-                        "UPDATE events SET status = 'dead', dead_reason = 'exhausted',
-                             attempts = attempts + 1, next_attempt_at = NULL, last_error = $2,
-                             decided_at = $3
-                         WHERE id = $1",
-                        &[&id, &error, &now_ms],
-                    )
-                    .await
-                    .map_err(pg_err)?;
+                    tx.cached_execute(sql::DEAD_EXHAUSTED, &[&id, &error, &now_ms])
+                        .await
+                        .map_err(pg_err)?;
                     report.dead += 1;
                 }
             }
@@ -805,10 +785,7 @@ impl Store for PostgresStore {
         };
         let mut record = event_record(&row)?;
         let history = client
-            .cached_query(
-                "SELECT at, kind, error FROM event_attempts WHERE event_row = $1 ORDER BY id",
-                &[&record.row],
-            )
+            .cached_query(sql::ATTEMPT_HISTORY, &[&record.row])
             .await
             .map_err(pg_err)?;
         record.history = history
@@ -1018,11 +995,7 @@ impl Store for PostgresStore {
     async fn replay_job(&self, id: i64) -> Result<Option<ReplayJob>, StoreError> {
         let client = self.client().await?;
         let row = client
-            .cached_query_opt(
-                "SELECT filter, state, total, requeued, created_at, updated_at
-                 FROM replay_jobs WHERE id = $1",
-                &[&id],
-            )
+            .cached_query_opt(sql::REPLAY_JOB, &[&id])
             .await
             .map_err(pg_err)?;
         row.map(|r| {
@@ -1104,10 +1077,7 @@ impl Store for PostgresStore {
             "running"
         };
         tx.cached_execute(
-            "UPDATE replay_jobs SET requeued = requeued + $2, state = $3, updated_at = $4,
-                 cursor_source = COALESCE($5, cursor_source),
-                 cursor_aggregate = COALESCE($6, cursor_aggregate)
-             WHERE id = $1",
+            sql::ADVANCE_REPLAY_JOB,
             &[
                 &id,
                 &(requeued as i64),
@@ -1176,16 +1146,12 @@ impl Store for PostgresStore {
             .await
             .map_err(pg_err)?;
         let dedup_keys = tx
-            .cached_execute("DELETE FROM dedup_keys WHERE expires_at <= $1", &[&now_ms])
+            .cached_execute(sql::PURGE_DEDUP_KEYS, &[&now_ms])
             .await
             .map_err(pg_err)?;
-        tx.cached_execute(
-            "DELETE FROM state_changes WHERE id IN
-                 (SELECT id FROM state_changes WHERE at < $1 LIMIT $2)",
-            &[&before_ms, &(batch as i64)],
-        )
-        .await
-        .map_err(pg_err)?;
+        tx.cached_execute(sql::PURGE_CHANGES, &[&before_ms, &(batch as i64)])
+            .await
+            .map_err(pg_err)?;
         tx.commit().await.map_err(pg_err)?;
         Ok(PurgeReport { events, dedup_keys })
     }
@@ -1378,12 +1344,9 @@ async fn add_history<C: GenericClient>(
     kind: &str,
     error: Option<&str>,
 ) -> Result<(), StoreError> {
-    tx.cached_execute(
-        "INSERT INTO event_attempts (event_row, at, kind, error) VALUES ($1, $2, $3, $4)",
-        &[&row, &at_ms, &kind, &error],
-    )
-    .await
-    .map_err(pg_err)?;
+    tx.cached_execute(sql::ADD_HISTORY, &[&row, &at_ms, &kind, &error])
+        .await
+        .map_err(pg_err)?;
     Ok(())
 }
 
@@ -1396,10 +1359,7 @@ async fn purged_duplicate<C: GenericClient>(
 ) -> Result<Option<Admission>, StoreError> {
     let found = tx
         .cached_query_opt(
-            "SELECT kind, event_id FROM dedup_keys
-             WHERE source = $1 AND expires_at > $4
-               AND ((kind = 'event_id' AND key = $2) OR (kind = 'idempotency_key' AND key = $3))
-             ORDER BY kind LIMIT 1",
+            sql::PURGED_DUPLICATE,
             &[&source, &event_id, &idempotency_key, &now_ms],
         )
         .await
@@ -1428,10 +1388,7 @@ async fn find_duplicate<C: GenericClient>(
     body: &[u8],
 ) -> Result<Admission, StoreError> {
     let by_id = tx
-        .cached_query_opt(
-            "SELECT id, body FROM events WHERE source = $1 AND event_id = $2",
-            &[&source, &event_id],
-        )
+        .cached_query_opt(sql::BODY_BY_EVENT_ID, &[&source, &event_id])
         .await
         .map_err(pg_err)?;
     if let Some(stored) = by_id {
@@ -1456,7 +1413,7 @@ async fn find_duplicate<C: GenericClient>(
     }
     let original = tx
         .cached_query_opt(
-            "SELECT event_id FROM events WHERE source = $1 AND idempotency_key = $2",
+            sql::EVENT_ID_BY_IDEMPOTENCY_KEY,
             &[&source, &idempotency_key],
         )
         .await

@@ -1,6 +1,6 @@
-//! Statements whose text is the same in both dialects, written once. They use
-//! `$n` placeholders, each first appearing in order: SQLite reads `$1` as a named
-//! parameter and numbers them by first appearance, so positional binding holds.
+//! Statements whose text is the same in both dialects, written once, with
+//! PostgreSQL's `$n` placeholders; SQLite runs them through `sqlite()`, which
+//! writes them `?n` (numbered parameters in SQLite too).
 
 /// One aggregate's state.
 pub(crate) const LOAD_AGGREGATE: &str =
@@ -65,3 +65,72 @@ pub(crate) const PENDING_BY_IDS: &str = concat!(
     pending_columns!(),
     " FROM events WHERE id = ANY($1)"
 );
+
+/// The schema version a store is at.
+pub(crate) const CURRENT_VERSION: &str = "SELECT COALESCE(MAX(version), 0) FROM schema_migrations";
+
+/// Records an applied migration.
+pub(crate) const RECORD_MIGRATION: &str =
+    "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)";
+
+/// Whether the store answers.
+pub(crate) const PING: &str = "SELECT 1";
+
+/// Aggregates with events to decide now (the partial index's own condition first).
+pub(crate) const DUE_AGGREGATES: &str = "SELECT DISTINCT source, aggregate FROM events
+                 WHERE status IN ('received', 'held', 'retrying')
+                   AND (status = 'received' OR next_attempt_at <= $1)
+                 LIMIT $2";
+
+/// Schedules a failed event for another attempt.
+pub(crate) const RETRY_LATER: &str =
+    "UPDATE events SET status = 'retrying', attempts = attempts + 1,
+                             next_attempt_at = $2, last_error = $3
+                         WHERE id = $1";
+
+/// Gives up on an event that ran out of attempts.
+pub(crate) const DEAD_EXHAUSTED: &str =
+    "UPDATE events SET status = 'dead', dead_reason = 'exhausted',
+                             attempts = attempts + 1, next_attempt_at = NULL, last_error = $2,
+                             decided_at = $3
+                         WHERE id = $1";
+
+/// An event's failures and replays, oldest first.
+pub(crate) const ATTEMPT_HISTORY: &str =
+    "SELECT at, kind, error FROM event_attempts WHERE event_row = $1 ORDER BY id";
+
+/// A bulk replay's progress.
+pub(crate) const REPLAY_JOB: &str = "SELECT filter, state, total, requeued, created_at, updated_at
+                 FROM replay_jobs WHERE id = $1";
+
+/// Moves a bulk replay's counters and cursor forward.
+pub(crate) const ADVANCE_REPLAY_JOB: &str =
+    "UPDATE replay_jobs SET requeued = requeued + $2, state = $3, updated_at = $4,
+                 cursor_source = COALESCE($5, cursor_source),
+                 cursor_aggregate = COALESCE($6, cursor_aggregate)
+             WHERE id = $1";
+
+/// Deletes expired dedup keys.
+pub(crate) const PURGE_DEDUP_KEYS: &str = "DELETE FROM dedup_keys WHERE expires_at <= $1";
+
+/// Deletes a batch of old state changes.
+pub(crate) const PURGE_CHANGES: &str = "DELETE FROM state_changes WHERE id IN
+                 (SELECT id FROM state_changes WHERE at < $1 LIMIT $2)";
+
+/// Adds an entry to an event's history.
+pub(crate) const ADD_HISTORY: &str =
+    "INSERT INTO event_attempts (event_row, at, kind, error) VALUES ($1, $2, $3, $4)";
+
+/// The kept dedup key of a purged event with the same event_id or idempotency_key.
+pub(crate) const PURGED_DUPLICATE: &str = "SELECT kind, event_id FROM dedup_keys
+             WHERE source = $1 AND expires_at > $4
+               AND ((kind = 'event_id' AND key = $2) OR (kind = 'idempotency_key' AND key = $3))
+             ORDER BY kind LIMIT 1";
+
+/// The row and body of a logged event_id.
+pub(crate) const BODY_BY_EVENT_ID: &str =
+    "SELECT id, body FROM events WHERE source = $1 AND event_id = $2";
+
+/// The event_id logged under an idempotency key.
+pub(crate) const EVENT_ID_BY_IDEMPOTENCY_KEY: &str =
+    "SELECT event_id FROM events WHERE source = $1 AND idempotency_key = $2";

@@ -263,6 +263,11 @@ impl SqliteStore {
     }
 }
 
+/// A statement of [`sql`] in SQLite's dialect: `$n` placeholders written `?n`.
+fn sqlite(statement: &str) -> String {
+    statement.replace('$', "?")
+}
+
 fn map_err(err: rusqlite::Error) -> StoreError {
     match err.sqlite_error_code() {
         Some(
@@ -289,18 +294,16 @@ impl Store for SqliteStore {
             )
             .map_err(map_err)?;
             let current: i64 = tx
-                .prepare_cached("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
+                .prepare_cached(&sqlite(sql::CURRENT_VERSION))
                 .map_err(map_err)?
                 .query_row([], |r| r.get(0))
                 .map_err(map_err)?;
             for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
                 tx.execute_batch(sql).map_err(map_err)?;
-                tx.prepare_cached(
-                    "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
-                )
-                .map_err(map_err)?
-                .execute(params![version, crate::clock::now_ms()])
-                .map_err(map_err)?;
+                tx.prepare_cached(&sqlite(sql::RECORD_MIGRATION))
+                    .map_err(map_err)?
+                    .execute(params![version, crate::clock::now_ms()])
+                    .map_err(map_err)?;
             }
             tx.commit().map_err(map_err)
         })
@@ -309,7 +312,7 @@ impl Store for SqliteStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         self.run(|conn| {
-            conn.prepare_cached("SELECT 1")
+            conn.prepare_cached(&sqlite(sql::PING))
                 .map_err(map_err)?
                 .query_row([], |_| Ok(()))
                 .map_err(map_err)
@@ -368,10 +371,7 @@ impl Store for SqliteStore {
             let mut stmt = conn
                 .prepare_cached(
                     // The partial index's own condition, so that only undecided events are read.
-                    "SELECT DISTINCT source, aggregate FROM events
-                     WHERE status IN ('received', 'held', 'retrying')
-                       AND (status = 'received' OR next_attempt_at <= ?1)
-                     LIMIT ?2",
+                    &sqlite(sql::DUE_AGGREGATES),
                 )
                 .map_err(map_err)?;
             let rows = stmt
@@ -442,7 +442,9 @@ impl Store for SqliteStore {
             cursor.map(str::to_owned),
         );
         self.run(move |conn| {
-            let mut stmt = conn.prepare_cached(sql::AGGREGATES_PAGE).map_err(map_err)?;
+            let mut stmt = conn
+                .prepare_cached(&sqlite(sql::AGGREGATES_PAGE))
+                .map_err(map_err)?;
             let rows = stmt
                 .query_map(
                     params![source, tag, cursor, limit as i64 + 1],
@@ -499,26 +501,17 @@ impl Store for SqliteStore {
                 add_history(&tx, row, now_ms, "failed", Some(&error))?;
                 match policy.after_failure(failed, jitter) {
                     NextStep::RetryIn(delay_ms) => {
-                        tx.prepare_cached(
-                            "UPDATE events SET status = 'retrying', attempts = attempts + 1,
-                                 next_attempt_at = ?2, last_error = ?3
-                             WHERE id = ?1",
-                        )
-                        .map_err(map_err)?
-                        .execute(params![row, now_ms + delay_ms, error])
-                        .map_err(map_err)?;
+                        tx.prepare_cached(&sqlite(sql::RETRY_LATER))
+                            .map_err(map_err)?
+                            .execute(params![row, now_ms + delay_ms, error])
+                            .map_err(map_err)?;
                         report.retrying += 1;
                     }
                     NextStep::GiveUp => {
-                        tx.prepare_cached(
-                            "UPDATE events SET status = 'dead', dead_reason = 'exhausted',
-                                 attempts = attempts + 1, next_attempt_at = NULL,
-                                 last_error = ?2, decided_at = ?3
-                             WHERE id = ?1",
-                        )
-                        .map_err(map_err)?
-                        .execute(params![row, error, now_ms])
-                        .map_err(map_err)?;
+                        tx.prepare_cached(&sqlite(sql::DEAD_EXHAUSTED))
+                            .map_err(map_err)?
+                            .execute(params![row, error, now_ms])
+                            .map_err(map_err)?;
                         report.dead += 1;
                     }
                 }
@@ -546,9 +539,7 @@ impl Store for SqliteStore {
                 return Ok(None);
             };
             let mut stmt = conn
-                .prepare_cached(
-                    "SELECT at, kind, error FROM event_attempts WHERE event_row = ?1 ORDER BY id",
-                )
+                .prepare_cached(&sqlite(sql::ATTEMPT_HISTORY))
                 .map_err(map_err)?;
             let history = stmt
                 .query_map([record.row], |r| {
@@ -751,10 +742,7 @@ impl Store for SqliteStore {
     async fn replay_job(&self, id: i64) -> Result<Option<ReplayJob>, StoreError> {
         self.run(move |conn| {
             let row: Option<(String, String, i64, i64, i64, i64)> = conn
-                .prepare_cached(
-                    "SELECT filter, state, total, requeued, created_at, updated_at
-                     FROM replay_jobs WHERE id = ?1",
-                )
+                .prepare_cached(&sqlite(sql::REPLAY_JOB))
                 .map_err(map_err)?
                 .query_row([id], |r| {
                     Ok((
@@ -845,22 +833,17 @@ impl Store for SqliteStore {
             } else {
                 "running"
             };
-            tx.prepare_cached(
-                "UPDATE replay_jobs SET requeued = requeued + ?2, state = ?3, updated_at = ?4,
-                     cursor_source = COALESCE(?5, cursor_source),
-                     cursor_aggregate = COALESCE(?6, cursor_aggregate)
-                 WHERE id = ?1",
-            )
-            .map_err(map_err)?
-            .execute(params![
-                id,
-                requeued as i64,
-                state,
-                now_ms,
-                cursor_source,
-                cursor_aggregate
-            ])
-            .map_err(map_err)?;
+            tx.prepare_cached(&sqlite(sql::ADVANCE_REPLAY_JOB))
+                .map_err(map_err)?
+                .execute(params![
+                    id,
+                    requeued as i64,
+                    state,
+                    now_ms,
+                    cursor_source,
+                    cursor_aggregate
+                ])
+                .map_err(map_err)?;
             tx.commit().map_err(map_err)?;
             Ok(requeued)
         })
@@ -901,13 +884,12 @@ impl Store for SqliteStore {
                 .execute(&format!("DELETE FROM events WHERE id IN ({chosen})"), params![before_ms, batch as i64])
                 .map_err(map_err)? as u64;
             let dedup_keys = tx
-            .prepare_cached("DELETE FROM dedup_keys WHERE expires_at <= ?1")
+            .prepare_cached(&sqlite(sql::PURGE_DEDUP_KEYS))
             .map_err(map_err)?
             .execute([now_ms])
                 .map_err(map_err)? as u64;
             tx
-            .prepare_cached("DELETE FROM state_changes WHERE id IN
-                     (SELECT id FROM state_changes WHERE at < ?1 LIMIT ?2)")
+            .prepare_cached(&sqlite(sql::PURGE_CHANGES))
             .map_err(map_err)?
             .execute(params![before_ms, batch as i64],
             )
@@ -1005,12 +987,10 @@ fn add_history(
     kind: &str,
     error: Option<&str>,
 ) -> Result<(), StoreError> {
-    tx.prepare_cached(
-        "INSERT INTO event_attempts (event_row, at, kind, error) VALUES (?1, ?2, ?3, ?4)",
-    )
-    .map_err(map_err)?
-    .execute(params![row, at_ms, kind, error])
-    .map_err(map_err)?;
+    tx.prepare_cached(&sqlite(sql::ADD_HISTORY))
+        .map_err(map_err)?
+        .execute(params![row, at_ms, kind, error])
+        .map_err(map_err)?;
     Ok(())
 }
 
@@ -1023,12 +1003,7 @@ fn purged_duplicate(
     now_ms: i64,
 ) -> Result<Option<Admission>, StoreError> {
     let found: Option<(String, String)> = tx
-        .prepare_cached(
-            "SELECT kind, event_id FROM dedup_keys
-             WHERE source = ?1 AND expires_at > ?4
-               AND ((kind = 'event_id' AND key = ?2) OR (kind = 'idempotency_key' AND key = ?3))
-             ORDER BY kind LIMIT 1",
-        )
+        .prepare_cached(&sqlite(sql::PURGED_DUPLICATE))
         .map_err(map_err)?
         .query_row(params![source, event_id, idempotency_key, now_ms], |r| {
             Ok((r.get(0)?, r.get(1)?))
@@ -1058,7 +1033,7 @@ fn find_duplicate(
     body: &[u8],
 ) -> Result<Admission, StoreError> {
     let by_id: Option<(i64, Vec<u8>)> = tx
-        .prepare_cached("SELECT id, body FROM events WHERE source = ?1 AND event_id = ?2")
+        .prepare_cached(&sqlite(sql::BODY_BY_EVENT_ID))
         .map_err(map_err)?
         .query_row(params![source, event_id], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()
@@ -1082,7 +1057,7 @@ fn find_duplicate(
         });
     }
     let original: String = tx
-        .prepare_cached("SELECT event_id FROM events WHERE source = ?1 AND idempotency_key = ?2")
+        .prepare_cached(&sqlite(sql::EVENT_ID_BY_IDEMPOTENCY_KEY))
         .map_err(map_err)?
         .query_row(params![source, idempotency_key], |r| r.get(0))
         .map_err(map_err)?;
@@ -1166,7 +1141,7 @@ impl SqliteIo<'_> {
     fn load(&self, source: &str, aggregate: &str) -> Result<Option<AggregateState>, StoreError> {
         let row = self
             .0
-            .prepare_cached(sql::LOAD_AGGREGATE)
+            .prepare_cached(&sqlite(sql::LOAD_AGGREGATE))
             .map_err(map_err)?
             .query_row(params![source, aggregate], aggregate_row)
             .optional()
@@ -1190,7 +1165,10 @@ impl SettleIo for SqliteIo<'_> {
         aggregate: &str,
         now_ms: i64,
     ) -> Result<Vec<PendingRow>, StoreError> {
-        let mut stmt = self.0.prepare_cached(sql::ARRIVING_ROWS).map_err(map_err)?;
+        let mut stmt = self
+            .0
+            .prepare_cached(&sqlite(sql::ARRIVING_ROWS))
+            .map_err(map_err)?;
         let rows = stmt
             .query_map(params![source, aggregate, now_ms], |r| {
                 pending_row(r, false)
@@ -1200,7 +1178,10 @@ impl SettleIo for SqliteIo<'_> {
     }
 
     async fn held_refs(&self, source: &str, aggregate: &str) -> Result<Vec<HeldRef>, StoreError> {
-        let mut stmt = self.0.prepare_cached(sql::HELD_REFS).map_err(map_err)?;
+        let mut stmt = self
+            .0
+            .prepare_cached(&sqlite(sql::HELD_REFS))
+            .map_err(map_err)?;
         let rows = stmt
             .query_map(params![source, aggregate], |r| {
                 Ok(HeldRef {
@@ -1214,7 +1195,10 @@ impl SettleIo for SqliteIo<'_> {
     }
 
     async fn held_rows(&self, held: &[HeldRef]) -> Result<Vec<PendingRow>, StoreError> {
-        let mut stmt = self.0.prepare_cached(sql::PENDING_BY_ID).map_err(map_err)?;
+        let mut stmt = self
+            .0
+            .prepare_cached(&sqlite(sql::PENDING_BY_ID))
+            .map_err(map_err)?;
         held.iter()
             .map(|h| {
                 stmt.query_row(params![h.row], |r| pending_row(r, true))
@@ -1229,7 +1213,10 @@ impl SettleIo for SqliteIo<'_> {
         aggregate: &str,
         from: i64,
     ) -> Result<BTreeSet<i64>, StoreError> {
-        let mut stmt = self.0.prepare_cached(sql::OCCUPIED).map_err(map_err)?;
+        let mut stmt = self
+            .0
+            .prepare_cached(&sqlite(sql::OCCUPIED))
+            .map_err(map_err)?;
         let rows = stmt
             .query_map(params![source, aggregate, from], |r| r.get(0))
             .map_err(map_err)?;
@@ -1238,7 +1225,7 @@ impl SettleIo for SqliteIo<'_> {
 
     async fn save_state(&self, source: &str, state: &AggregateState) -> Result<(), StoreError> {
         self.0
-            .prepare_cached(sql::SAVE_AGGREGATE)
+            .prepare_cached(&sqlite(sql::SAVE_AGGREGATE))
             .map_err(map_err)?
             .execute(params![
                 source,
@@ -1264,7 +1251,7 @@ impl SettleIo for SqliteIo<'_> {
         state: &str,
     ) -> Result<(), StoreError> {
         self.0
-            .prepare_cached(sql::ADD_CHANGE)
+            .prepare_cached(&sqlite(sql::ADD_CHANGE))
             .map_err(map_err)?
             .execute(params![source, aggregate, kind, at_ms, state])
             .map_err(map_err)?;

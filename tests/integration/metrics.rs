@@ -7,7 +7,7 @@ use serde_json::json;
 use crate::support::{now_s, signed, TestServer};
 
 /// The value of the sample of `name` whose labels include every `labels` pair.
-fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+pub(crate) fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .find_map(|line| {

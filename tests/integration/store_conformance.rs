@@ -176,6 +176,7 @@ conformance! {
     settle::the_change_feed_lists_applied_changes_in_order,
     settle::a_taken_sequence_is_a_conflict,
     settle::presence_pages_order_by_user_and_filter_by_status,
+    settle::a_json_source_settles_through_the_generic_aggregate_state,
     retries::failures_back_off_then_the_event_is_dead_with_its_history,
     retries::replaying_one_event_requeues_only_dead_or_retrying_events,
     retries::a_bulk_replay_advances_by_aggregate_from_a_stored_cursor,

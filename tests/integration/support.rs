@@ -165,6 +165,11 @@ impl TestServer {
         Self::spawn_full("", "", sources).await
     }
 
+    /// Starts a server with `top` TOML lines and the two seed sources followed by `sources`.
+    pub async fn spawn_top_and_sources(top: &str, sources: &str) -> Self {
+        Self::spawn_full(top, "", sources).await
+    }
+
     /// Starts a server with `top` TOML lines and the environment variables `env` set
     /// (e.g. `INHOOK_SAVE_GAME_SECRET`, or `INHOOK_LISTEN` to bind another address).
     pub async fn spawn_with_env(top: &str, env: &[(&str, &str)]) -> Self {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use inhook::contract::Presence;
 use inhook::domain::{AggregateKey, DeadReason, EventStatus, Ident};
 use inhook::ordering::Outcome;
-use inhook::store::{Admission, Store};
+use inhook::store::{Admission, IngestLimits, Store};
 use serde_json::json;
 
 use super::{
@@ -402,4 +402,81 @@ pub async fn presence_pages_order_by_user_and_filter_by_status(store: &dyn Store
         .unwrap()
         .items
         .is_empty());
+}
+
+/// A `json` in-order source settles through the same store flow: held, gap filled,
+/// its state and watermark in the generic aggregate row, its header-located fields
+/// taken from the logged columns (not the body) when settled later.
+pub async fn a_json_source_settles_through_the_generic_aggregate_state(store: &dyn Store) {
+    let spec: inhook::contract::json::JsonSourceSpec = toml::from_str(
+        "event_id = \"header:X-Id\"\nidempotency_key = \"header:X-Key\"\naggregate = [\"/k/a\", \"/k/b\"]\n\
+         sequence = \"/n\"\nordering = \"in-order\"\nstate = \"/v\"",
+    )
+    .unwrap();
+    let rules = inhook::store::SourceRules {
+        name: "j".into(),
+        kind: std::sync::Arc::new(inhook::kind::json::JsonKind::new(&spec).unwrap()),
+        first_sequence: 1,
+        hold_timeout_ms: 30_000,
+    };
+    let log = |n: i64, at: i64| {
+        let rules = rules.clone();
+        async move {
+            let raw = serde_json::to_vec(
+                &json!({"k": {"a": "octo/repo", "b": 7}, "n": n, "v": {"n": n}}),
+            )
+            .unwrap();
+            let mut headers = axum::http::HeaderMap::new();
+            headers.insert("x-id", format!("id{n}").parse().unwrap());
+            headers.insert("x-key", format!("key{n}").parse().unwrap());
+            let fields = match rules.kind.parse(&raw, &headers, None).unwrap() {
+                inhook::kind::Delivery::Event(fields) => fields,
+                other => panic!("{other:?}"),
+            };
+            assert!(fields.may_hold);
+            let admission = store
+                .ingest(
+                    inhook::store::NewEvent {
+                        source: "j",
+                        event: &fields,
+                        body: &raw,
+                        headers: &[],
+                        received_at_ms: at,
+                        signed_at: None,
+                        limits: IngestLimits::NONE,
+                    },
+                    None,
+                )
+                .await
+                .unwrap();
+            assert!(
+                matches!(admission, Admission::Logged { .. }),
+                "{admission:?}"
+            );
+            fields.aggregate.storage_key()
+        }
+    };
+    let key = log(2, T0).await;
+    assert_eq!(key, "octo/repo\u{1f}7");
+    let held = store.settle(&rules, &key, T0 + 1).await.unwrap();
+    assert_eq!((held.held, held.newly_held), (1, 1));
+    assert_eq!(store.aggregate("j", &key).await.unwrap(), None);
+    log(1, T0 + 2).await;
+    let report = store.settle(&rules, &key, T0 + 3).await.unwrap();
+    assert_eq!(report.applied, 2);
+    let ids: Vec<_> = report.decided.iter().map(|d| d.event_id.as_str()).collect();
+    assert_eq!(ids, ["id1", "id2"]);
+    assert_eq!(report.decided[1].idempotency_key.as_deref(), Some("key2"));
+    let state = store.aggregate("j", &key).await.unwrap().expect("state");
+    assert_eq!(
+        (state.sequence, state.watermark, state.event_id.as_deref()),
+        (Some(2), Some(2), Some("id2"))
+    );
+    assert_eq!(state.state, json!({"n": 2}));
+    assert_eq!(state.updated_at_ms, T0 + 3);
+    let page = store.aggregates_page("j", None, 10, None).await.unwrap();
+    assert_eq!(page.items, [state]);
+    let change = store.changes_after(0, Some("j"), None, 10).await.unwrap();
+    assert_eq!(change.len(), 1);
+    assert_eq!(change[0].kind, "json");
 }
