@@ -4,8 +4,8 @@
 //! `docs/examples/payloads`, varied) and signed by the publisher's official
 //! library (tests/vectors/sign.py). Sent reordered and duplicated, each
 //! aggregate ends at the newest state; types outside `event_types` are
-//! `200 ignored_unsupported`; keys holding `/` round-trip in their text form;
-//! the event log shows what was decided for each delivery.
+//! `200 ignored_unsupported` and not logged; keys holding `/` round-trip in
+//! their text form; the event log shows what was decided for each delivery.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -66,8 +66,9 @@ impl Delivery {
 
 /// Posts `deliveries[i]` for each `i` of `schedule` in turn (a retry is signed
 /// again, as publishers do), checking each answer: the first receipt of an
-/// event is `first` (`(202, "accepted")` for async sources), a repeat is
-/// `200 duplicate`, and the indices in `ignored` are `200 ignored_unsupported`.
+/// event is `202 accepted` (the publishers' example sources are async), a
+/// repeat is `200 duplicate`, and the indices in `ignored` are always
+/// `200 ignored_unsupported`.
 async fn send_schedule(
     server: &TestServer,
     source: &str,
@@ -118,7 +119,7 @@ async fn send_schedule(
     }
 }
 
-/// Statuses an event leaves only by replay.
+/// The statuses that end an event's processing (only a replay moves it on).
 const DECIDED: [&str; 4] = ["processed", "ignored_stale", "ignored_unsupported", "dead"];
 
 /// The source's logged events by event id, once there are `count` and each is decided.
