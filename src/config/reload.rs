@@ -128,6 +128,20 @@ mod tests {
     }
 
     #[test]
+    fn a_json_source_keeps_its_locations_until_a_restart() {
+        let json = format!(
+            "{RUNNING}\n[[sources]]\nname = \"j\"\nkind = \"json\"\nsignature = \"github\"\n\
+             secrets = [\"j-secret\"]\nordering = \"latest-wins\"\naggregate = \"/repo\"\nsequence = \"/n\"\n"
+        );
+        let running = config(&json, &[]);
+        let rotated = json.replace("j-secret", "j-secret-2");
+        assert!(check_reload(&running, &config(&rotated, &[])).is_ok());
+        let moved = json.replace("aggregate = \"/repo\"", "aggregate = [\"/repo\", \"/pr\"]");
+        let err = check_reload(&running, &config(&moved, &[])).unwrap_err();
+        assert!(err.to_string().contains("json locations"), "{err}");
+    }
+
+    #[test]
     fn the_plan_names_environment_secrets_and_new_sources() {
         let env = [("INHOOK_S_SECRET", "from-env")];
         let running = config(RUNNING, &env);
