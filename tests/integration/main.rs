@@ -10,6 +10,7 @@ mod connections;
 mod crash;
 mod durability;
 mod event_log;
+mod examples;
 mod held_limits;
 mod hostile_ingress;
 mod hygiene;

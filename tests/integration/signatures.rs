@@ -8,14 +8,12 @@
 //! sets `INHOOK_TEST_VECTORS=required`, so there a missing library fails the
 //! suite; elsewhere these tests say so on stderr and pass without checking.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-use std::sync::OnceLock;
-
 use inhook::signature::{sign, standard_webhooks, Scheme, Secret};
-use serde_json::{json, Value};
+use serde_json::json;
 
-use crate::support::{now_s, Reply, TestServer};
+use crate::support::{
+    now_s, official, official_one, vectors_available, Headers, Reply, TestServer, ToSign,
+};
 
 /// The ed25519 seed of the Standard Webhooks source's `v1a` key pair.
 const SW_SEED: [u8; 32] = *b"inhook-test-ed25519-seed-32bytes";
@@ -81,105 +79,6 @@ fn sources_toml() -> String {
     toml
 }
 
-/// One delivery for the official signer.
-struct ToSign<'a> {
-    scheme: Scheme,
-    secret: &'a str,
-    body: &'a str,
-    timestamp: i64,
-    id: &'a str,
-}
-
-/// Whether the official libraries are installed; panics where CI requires them.
-fn vectors_available() -> bool {
-    static AVAILABLE: OnceLock<bool> = OnceLock::new();
-    *AVAILABLE.get_or_init(|| {
-        let output = Command::new("python3")
-            .arg(script())
-            .arg("--check")
-            .output();
-        let problem = match output {
-            Ok(out) if out.status.success() => return true,
-            Ok(out) => String::from_utf8_lossy(&out.stderr).into_owned(),
-            Err(err) => format!("cannot run python3: {err}"),
-        };
-        let hint = "install them: pip install -r tests/vectors/requirements.txt && npm ci --prefix tests/vectors";
-        if std::env::var("INHOOK_TEST_VECTORS").as_deref() == Ok("required") {
-            panic!("official signing libraries unavailable ({hint}):\n{problem}");
-        }
-        eprintln!("SKIPPED: official signing libraries unavailable ({hint}):\n{problem}");
-        false
-    })
-}
-
-fn script() -> String {
-    format!("{}/tests/vectors/sign.py", env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Signs each delivery with its publisher's official library; returns the headers of each.
-fn official(deliveries: &[ToSign<'_>]) -> Vec<Vec<(String, String)>> {
-    let input: Vec<Value> = deliveries
-        .iter()
-        .map(|d| {
-            json!({"scheme": d.scheme.name(), "secret": d.secret, "body": d.body,
-                   "timestamp": d.timestamp, "id": d.id})
-        })
-        .collect();
-    let mut child = Command::new("python3")
-        .arg(script())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run tests/vectors/sign.py");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&serde_json::to_vec(&input).unwrap())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
-    assert!(
-        output.status.success(),
-        "sign.py failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let signed: Vec<Value> = serde_json::from_slice(&output.stdout).expect("sign.py output");
-    signed
-        .iter()
-        .map(|s| {
-            s["headers"]
-                .as_object()
-                .unwrap()
-                .iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
-                .collect()
-        })
-        .collect()
-}
-
-fn official_one(scheme: Scheme, secret: &str, body: &str, timestamp: i64, id: &str) -> Headers {
-    official(&[ToSign {
-        scheme,
-        secret,
-        body,
-        timestamp,
-        id,
-    }])
-    .remove(0)
-}
-
-type Headers = Vec<(String, String)>;
-
-async fn post(server: &TestServer, source: &str, body: &str, headers: &Headers) -> Reply {
-    let mut all: Vec<(&str, String)> = headers
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.clone()))
-        .collect();
-    all.push(("content-type", "application/json".into()));
-    server.post_raw(source, body.as_bytes(), &all).await
-}
-
 fn presence(event_id: &str, user: &str, sequence: i64) -> String {
     json!({"event_id": event_id, "user_id": user, "presence": "ONLINE", "sequence_number": sequence})
         .to_string()
@@ -211,7 +110,7 @@ async fn official_signatures_verify_with_every_listed_secret() {
             let user = format!("usr_{}_{i}", case.source);
             let body = presence(&format!("evt_{}_{i}", case.source), &user, 1);
             let headers = official_one(case.scheme, secret, &body, now, &format!("msg_{user}"));
-            let reply = post(&server, case.source, &body, &headers).await;
+            let reply = server.post_headers(case.source, &body, &headers).await;
             assert_eq!(
                 (reply.code, &reply.body["status"]),
                 (200, &json!("applied")),
@@ -239,13 +138,13 @@ async fn official_signatures_verify_with_every_listed_secret() {
         .clone();
     let crowded =
         format!("v2,c29tZXRoaW5nIGVsc2U= v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc= {good}");
-    let reply = post(
-        &server,
-        "sw",
-        &body,
-        &with_header(&headers, "webhook-signature", Some(&crowded)),
-    )
-    .await;
+    let reply = server
+        .post_headers(
+            "sw",
+            &body,
+            &with_header(&headers, "webhook-signature", Some(&crowded)),
+        )
+        .await;
     assert_eq!(reply.code, 200, "{:?}", reply.body);
     sent += 1;
     assert_eq!(server.count().await, sent);
@@ -319,23 +218,23 @@ async fn bad_deliveries_of_every_scheme_are_401_with_the_reason_and_store_nothin
 
         let tampered = presence("evt_bad", "usr_bad", 6);
         expect(
-            post(&server, case.source, &tampered, good).await,
+            server.post_headers(case.source, &tampered, good).await,
             "invalid_signature",
             "tampered body",
         );
         expect(
-            post(&server, case.source, &body, &signed[1]).await,
+            server.post_headers(case.source, &body, &signed[1]).await,
             "invalid_signature",
             "wrong secret",
         );
         if scheme.is_timestamped() {
             expect(
-                post(&server, case.source, &body, &signed[2]).await,
+                server.post_headers(case.source, &body, &signed[2]).await,
                 "timestamp_out_of_tolerance",
                 "stale",
             );
             expect(
-                post(&server, case.source, &body, &signed[3]).await,
+                server.post_headers(case.source, &body, &signed[3]).await,
                 "timestamp_out_of_tolerance",
                 "future",
             );
@@ -343,14 +242,14 @@ async fn bad_deliveries_of_every_scheme_are_401_with_the_reason_and_store_nothin
         for (header, _) in scheme.required_headers() {
             let missing = with_header(good, header, None);
             expect(
-                post(&server, case.source, &body, &missing).await,
+                server.post_headers(case.source, &body, &missing).await,
                 "missing_signature",
                 &format!("no {header}"),
             );
             // `webhook-id` is free text, but signed: another id is another signature.
             let garbled = with_header(good, header, Some("v9 garbage=="));
             expect(
-                post(&server, case.source, &body, &garbled).await,
+                server.post_headers(case.source, &body, &garbled).await,
                 "invalid_signature",
                 &format!("malformed {header}"),
             );
@@ -359,7 +258,7 @@ async fn bad_deliveries_of_every_scheme_are_401_with_the_reason_and_store_nothin
         let fresh = presence(&format!("evt_ok_{i}"), &format!("usr_ok_{i}"), 5);
         let ok = official_one(scheme, secret, &fresh, now, "msg_ok");
         assert_eq!(
-            post(&server, case.source, &fresh, &ok).await.code,
+            server.post_headers(case.source, &fresh, &ok).await.code,
             200,
             "{what}"
         );
@@ -399,11 +298,11 @@ async fn delivery_ids_deduplicate_bodies_without_an_event_id() {
         ),
     ] {
         let first = official_one(scheme, secret, &body, now, id);
-        let reply = post(&server, source, &body, &first).await;
+        let reply = server.post_headers(source, &body, &first).await;
         assert_eq!(reply.code, 200, "{scheme}: {:?}", reply.body);
         // The publisher's retry: same id, signed again a second later.
         let retry = official_one(scheme, secret, &body, now + 1, id);
-        let reply = post(&server, source, &body, &retry).await;
+        let reply = server.post_headers(source, &body, &retry).await;
         assert_eq!(
             (reply.code, &reply.body["status"], &reply.body["event_id"]),
             (200, &json!("duplicate"), &json!(id)),
@@ -428,7 +327,7 @@ async fn delivery_ids_deduplicate_bodies_without_an_event_id() {
         now,
         "msg_header",
     );
-    assert_eq!(post(&server, "sw", &own, &headers).await.code, 200);
+    assert_eq!(server.post_headers("sw", &own, &headers).await.code, 200);
     assert!(server
         .logged()
         .await
@@ -437,7 +336,7 @@ async fn delivery_ids_deduplicate_bodies_without_an_event_id() {
 
     // A scheme without a delivery id keeps the 400 for a missing event_id.
     let headers = official_one(Scheme::Stripe, CASES[2].secrets[0], &body, now, "");
-    let reply = post(&server, "stripe", &body, &headers).await;
+    let reply = server.post_headers("stripe", &body, &headers).await;
     assert_eq!(reply.code, 400, "{:?}", reply.body);
     assert_eq!(reply.body["details"][0]["field"], "event_id");
     assert_eq!(server.count().await, 3);
@@ -457,7 +356,7 @@ async fn a_delivery_id_event_is_applied() {
         now_s(),
         "msg_applied",
     );
-    let reply = post(&server, "sw", &body, &headers).await;
+    let reply = server.post_headers("sw", &body, &headers).await;
     assert_eq!(
         (reply.code, &reply.body["status"]),
         (200, &json!("applied")),

@@ -5,9 +5,10 @@
 //! database of its own there, dropped afterwards. Server logs go to a file in
 //! the test's directory; set `TEST_LOG=1` to see them on stderr instead.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use std::sync::Arc;
@@ -172,7 +173,17 @@ impl TestServer {
     /// Starts a server with `top` TOML lines and the environment variables `env` set
     /// (e.g. `INHOOK_SAVE_GAME_SECRET`, or `INHOOK_LISTEN` to bind another address).
     pub async fn spawn_with_env(top: &str, env: &[(&str, &str)]) -> Self {
-        let mut server = Self::unstarted(top, "", "").await;
+        Self::spawn_full_env(top, "", env).await
+    }
+
+    /// Starts a server with the two seed sources followed by `sources`, and the
+    /// environment variables `env` set (e.g. the added sources' `INHOOK_<NAME>_SECRET`).
+    pub async fn spawn_with_sources_env(sources: &str, env: &[(&str, &str)]) -> Self {
+        Self::spawn_full_env("", sources, env).await
+    }
+
+    async fn spawn_full_env(top: &str, sources: &str, env: &[(&str, &str)]) -> Self {
+        let mut server = Self::unstarted(top, "", sources).await;
         server.env = env
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -343,17 +354,10 @@ secrets = ["{s0}", "{s1}"]
 
     /// Runs the inhook binary with `args` and this server's config; returns (success, stdout).
     pub fn cli(&self, args: &[&str]) -> (bool, String) {
-        let output = Command::new(env!("CARGO_BIN_EXE_inhook"))
-            .args(args)
-            .arg("--config")
-            .arg(self.config_path())
-            .output()
-            .expect("run inhook");
-        (
-            output.status.success(),
-            String::from_utf8_lossy(&output.stdout).into_owned()
-                + &String::from_utf8_lossy(&output.stderr),
-        )
+        let config = self.config_path();
+        let mut all: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+        all.extend([std::ffi::OsStr::new("--config"), config.as_os_str()]);
+        run_cli(&all, &[])
     }
 
     /// Whether a save-game delivery (event `id`) signed with `secret` verifies (202) or not (401).
@@ -394,6 +398,16 @@ secrets = ["{s0}", "{s1}"]
             request = request.header(*name, value);
         }
         reply(request.send().await.expect("POST")).await
+    }
+
+    /// Posts a JSON body with signed `headers` (as [`official`] returns them) to `/webhooks/{source}`.
+    pub async fn post_headers(&self, source: &str, body: &str, headers: &Headers) -> Reply {
+        let mut all: Vec<(&str, String)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        all.push(("content-type", "application/json".into()));
+        self.post_raw(source, body.as_bytes(), &all).await
     }
 
     /// Signs a presence body with the source's secret and posts it.
@@ -663,6 +677,124 @@ pub fn now_s() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs() as i64
+}
+
+/// Runs the inhook binary with `args` (which name their own `--config`, if
+/// any) and the environment variables `env`; returns (success, stdout and stderr).
+pub fn run_cli(args: &[&std::ffi::OsStr], env: &[(&str, &str)]) -> (bool, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_inhook"))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run inhook");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr),
+    )
+}
+
+// The publishers' official signing libraries (tests/vectors/sign.py), run at
+// test time so timestamps are fresh. They are installed by `.ci/run`; CI sets
+// `INHOOK_TEST_VECTORS=required`, so there a missing library fails the suite;
+// elsewhere the tests that need them say so on stderr and pass without checking.
+
+/// A delivery's headers as the official signer returns them: (lower-case name, value).
+pub type Headers = Vec<(String, String)>;
+
+/// One delivery for the official signer.
+pub struct ToSign<'a> {
+    /// Whose library signs it.
+    pub scheme: Scheme,
+    /// The secret it signs with.
+    pub secret: &'a str,
+    /// The exact body text.
+    pub body: &'a str,
+    /// The signing time for timestamped schemes (unix seconds).
+    pub timestamp: i64,
+    /// The delivery id, for the schemes that send one (`webhook-id`, `X-GitHub-Delivery`).
+    pub id: &'a str,
+}
+
+/// Whether the official libraries are installed; panics where CI requires them.
+pub fn vectors_available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        let output = Command::new("python3")
+            .arg(sign_script())
+            .arg("--check")
+            .output();
+        let problem = match output {
+            Ok(out) if out.status.success() => return true,
+            Ok(out) => String::from_utf8_lossy(&out.stderr).into_owned(),
+            Err(err) => format!("cannot run python3: {err}"),
+        };
+        let hint = "install them: pip install -r tests/vectors/requirements.txt && npm ci --prefix tests/vectors";
+        if std::env::var("INHOOK_TEST_VECTORS").as_deref() == Ok("required") {
+            panic!("official signing libraries unavailable ({hint}):\n{problem}");
+        }
+        eprintln!("SKIPPED: official signing libraries unavailable ({hint}):\n{problem}");
+        false
+    })
+}
+
+fn sign_script() -> String {
+    format!("{}/tests/vectors/sign.py", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Signs each delivery with its publisher's official library (one run of
+/// sign.py for the whole batch); returns the headers of each.
+pub fn official(deliveries: &[ToSign<'_>]) -> Vec<Headers> {
+    let input: Vec<Value> = deliveries
+        .iter()
+        .map(|d| {
+            serde_json::json!({"scheme": d.scheme.name(), "secret": d.secret, "body": d.body,
+                   "timestamp": d.timestamp, "id": d.id})
+        })
+        .collect();
+    let mut child = Command::new("python3")
+        .arg(sign_script())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run tests/vectors/sign.py");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&serde_json::to_vec(&input).unwrap())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "sign.py failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let signed: Vec<Value> = serde_json::from_slice(&output.stdout).expect("sign.py output");
+    signed
+        .iter()
+        .map(|s| {
+            s["headers"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+                .collect()
+        })
+        .collect()
+}
+
+/// Signs one delivery with its publisher's official library.
+pub fn official_one(scheme: Scheme, secret: &str, body: &str, timestamp: i64, id: &str) -> Headers {
+    official(&[ToSign {
+        scheme,
+        secret,
+        body,
+        timestamp,
+        id,
+    }])
+    .remove(0)
 }
 
 /// SQL (SQLite's, PostgreSQL's) that puts back the typed state tables migration 5

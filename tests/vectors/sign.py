@@ -13,6 +13,8 @@ the publishers' own code rather than against inhook's signer.
     github             @octokit/webhooks-methods (npm) sign(), via sign_github.mjs
     shopify            Python's hmac + base64, following Shopify's docs
                        (Shopify publishes no signing library)
+    hmac-hex           Python's hmac, as a team's own service would sign
+                       (docs/examples/plain-hmac.toml; no publisher library)
 
 Install:  pip install -r tests/vectors/requirements.txt
           npm ci --prefix tests/vectors
@@ -83,6 +85,11 @@ def shopify(req):
     return {"x-shopify-hmac-sha256": base64.b64encode(digest).decode()}, "python hmac (no official library)"
 
 
+def hmac_hex(req):
+    digest = hmac.new(req["secret"].encode(), req["body"].encode(), hashlib.sha256).hexdigest()
+    return {"x-signature": digest}, "python hmac (a team's own service)"
+
+
 def github_all(reqs):
     if not reqs:
         return []
@@ -102,7 +109,13 @@ def github_all(reqs):
     return out
 
 
-SIGNERS = {"standard-webhooks": standard_webhooks, "stripe": stripe_, "slack": slack, "shopify": shopify}
+SIGNERS = {
+    "standard-webhooks": standard_webhooks,
+    "stripe": stripe_,
+    "slack": slack,
+    "shopify": shopify,
+    "hmac-hex": hmac_hex,
+}
 
 
 def check():
