@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::contract::json::{AggregateLocations, JsonSourceSpec};
 use crate::contract::SourceKind;
+use crate::kind::Kind;
 use crate::retry::RetryPolicy;
 use crate::signature::{Scheme, Secret};
 use crate::store::{IngestLimits, SourceRules};
@@ -41,6 +43,10 @@ pub struct SourceConfig {
     pub name: String,
     /// Which contract and projection.
     pub kind: SourceKind,
+    /// The kind's implementation: contract, rules and views (a `json` source's compiled locations).
+    pub handler: std::sync::Arc<dyn Kind>,
+    /// A `json` source's location keys as configured (a reload may not change them).
+    pub json: Option<JsonSourceSpec>,
     /// Sync or async processing.
     pub mode: Mode,
     /// How deliveries are signed.
@@ -73,7 +79,7 @@ impl SourceConfig {
     pub fn rules(&self) -> SourceRules {
         SourceRules {
             name: self.name.clone(),
-            kind: self.kind,
+            kind: std::sync::Arc::clone(&self.handler),
             first_sequence: self.first_sequence,
             hold_timeout_ms: (self.hold_timeout_s as i64).saturating_mul(1000),
         }
@@ -224,9 +230,45 @@ struct FileSource {
     max_held_per_aggregate: Option<u64>,
     rate_limit_per_s: Option<u32>,
     keep_headers: Option<Vec<String>>,
+    event_id: Option<String>,
+    idempotency_key: Option<String>,
+    aggregate: Option<AggregateLocations>,
+    sequence: Option<String>,
+    event_type: Option<String>,
+    event_types: Option<Vec<String>>,
+    ordering: Option<String>,
+    state: Option<String>,
 }
 
 impl FileSource {
+    /// The `json` kind's keys of this source, with the name of each one given.
+    fn json_spec(&self) -> (JsonSourceSpec, Vec<&'static str>) {
+        let spec = JsonSourceSpec {
+            event_id: self.event_id.clone(),
+            idempotency_key: self.idempotency_key.clone(),
+            aggregate: self.aggregate.clone(),
+            sequence: self.sequence.clone(),
+            event_type: self.event_type.clone(),
+            event_types: self.event_types.clone(),
+            ordering: self.ordering.clone(),
+            state: self.state.clone(),
+        };
+        let given = [
+            ("event_id", spec.event_id.is_some()),
+            ("idempotency_key", spec.idempotency_key.is_some()),
+            ("aggregate", spec.aggregate.is_some()),
+            ("sequence", spec.sequence.is_some()),
+            ("event_type", spec.event_type.is_some()),
+            ("event_types", spec.event_types.is_some()),
+            ("ordering", spec.ordering.is_some()),
+            ("state", spec.state.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(key, set)| set.then_some(key))
+        .collect();
+        (spec, given)
+    }
+
     fn default_for(name: &str, kind: SourceKind) -> Self {
         Self {
             name: name.into(),
@@ -242,6 +284,14 @@ impl FileSource {
             max_held_per_aggregate: None,
             rate_limit_per_s: None,
             keep_headers: None,
+            event_id: None,
+            idempotency_key: None,
+            aggregate: None,
+            sequence: None,
+            event_type: None,
+            event_types: None,
+            ordering: None,
+            state: None,
         }
     }
 }
@@ -264,6 +314,34 @@ pub const DEFAULT_MAX_STREAMS: usize = 64;
 
 /// Default number of changes held for a slow stream.
 pub const DEFAULT_STREAM_BUFFER: usize = 1024;
+
+/// The kind of a configured source: a built-in one, or a `json` source's compiled
+/// locations. An inconsistent `json` source does not start, and the error names the key.
+fn source_kind(
+    name: &str,
+    kind: SourceKind,
+    (spec, given): (JsonSourceSpec, Vec<&'static str>),
+    scheme: Scheme,
+    stale_after_s: u64,
+) -> Result<(std::sync::Arc<dyn Kind>, Option<JsonSourceSpec>), ConfigError> {
+    if kind != SourceKind::Json {
+        if let Some(key) = given.first() {
+            return Err(ConfigError(format!(
+                "source {name:?}: {key} is only for kind = \"json\""
+            )));
+        }
+        let stale_after_ms = (stale_after_s as i64).saturating_mul(1000);
+        return Ok((crate::kind::built_in(kind, stale_after_ms), None));
+    }
+    if spec.event_id.is_none() && scheme.delivery_id_header().is_none() {
+        return Err(ConfigError(format!(
+            "source {name:?}: event_id is required: signature = \"{scheme}\" carries no delivery id"
+        )));
+    }
+    let kind = crate::kind::json::JsonKind::new(&spec)
+        .map_err(|err| ConfigError(format!("source {name:?}: {err}")))?;
+    Ok((std::sync::Arc::new(kind), Some(spec)))
+}
 
 /// The environment variable that holds a source's secrets.
 pub fn secret_env_var(source: &str) -> String {
@@ -358,6 +436,7 @@ impl Config {
         let keep_headers = header_names("keep_headers", file.keep_headers.unwrap_or_default())?;
         let mut sources: Vec<SourceConfig> = Vec::with_capacity(file_sources.len());
         for s in file_sources {
+            let json_keys = s.json_spec();
             if s.name.is_empty()
                 || !s
                     .name
@@ -397,6 +476,15 @@ impl Config {
             let (default_mode, default_scheme) = match s.kind {
                 SourceKind::Presence => (Mode::Sync, Scheme::HmacHex),
                 SourceKind::SaveGame => (Mode::Async, Scheme::HmacTimestamped),
+                SourceKind::Json => {
+                    let scheme = s.signature.ok_or_else(|| {
+                        ConfigError(format!(
+                            "source {:?}: signature is required for kind = \"json\"",
+                            s.name
+                        ))
+                    })?;
+                    (Mode::Async, scheme)
+                }
             };
             let first_sequence = s.first_sequence.unwrap_or(1);
             if first_sequence < 0 {
@@ -406,6 +494,8 @@ impl Config {
                 )));
             }
             let scheme = s.signature.unwrap_or(default_scheme);
+            let stale_after_s = s.stale_after_s.unwrap_or(15 * 60);
+            let (handler, json) = source_kind(&s.name, s.kind, json_keys, scheme, stale_after_s)?;
             let secrets: Vec<Secret> = secrets.into_iter().map(Secret::new).collect();
             // A secret in the wrong form would turn every delivery into a 401: fail now instead.
             for (i, secret) in secrets.iter().enumerate() {
@@ -429,6 +519,8 @@ impl Config {
                 keep_headers: source_keeps,
                 name: s.name,
                 kind: s.kind,
+                handler,
+                json,
                 mode: s.mode.unwrap_or(default_mode),
                 scheme,
                 secrets,
@@ -436,7 +528,7 @@ impl Config {
                 tolerance_s: s.tolerance_s.unwrap_or(300),
                 first_sequence,
                 hold_timeout_s: s.hold_timeout_s.unwrap_or(30),
-                stale_after_s: s.stale_after_s.unwrap_or(15 * 60),
+                stale_after_s,
                 max_backlog: s.max_backlog.unwrap_or(1_000_000),
                 max_held_per_aggregate: s
                     .max_held_per_aggregate

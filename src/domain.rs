@@ -148,10 +148,16 @@ pub enum AggregateKey {
         /// The player's save slot.
         save_slot: Ident,
     },
+    /// A `json` source's aggregate: its configured locations' values in order, or the
+    /// event id of an unordered source without `aggregate`.
+    Located(Vec<Ident>),
 }
 
-/// Separates the parts of a stored aggregate key; ids are printable ASCII, so
-/// this control character can never appear inside one.
+/// Most parts an aggregate key may have (a `json` source's `aggregate` list).
+pub const MAX_KEY_PARTS: usize = 16;
+
+/// Separates the parts of a stored aggregate key; ids hold no control character
+/// (printable ASCII, or the `json` rule), so this one can never appear inside one.
 const KEY_SEPARATOR: char = '\u{1f}';
 
 /// Separates the parts of an aggregate key's text form (SPEC §8).
@@ -174,9 +180,10 @@ impl fmt::Display for AggregateKeyProblem {
             AggregateKeyProblem::BadEscape => f.write_str(
                 "has a % that is not %25 or %2F (write % as %25 and a / inside an id as %2F)",
             ),
-            AggregateKeyProblem::TooManyParts => {
-                f.write_str("must be a user id or player/slot (a / inside an id is %2F)")
-            }
+            AggregateKeyProblem::TooManyParts => write!(
+                f,
+                "must have at most {MAX_KEY_PARTS} parts joined by / (a / inside an id is %2F)"
+            ),
             AggregateKeyProblem::Part(problem) => write!(f, "part {problem}"),
         }
     }
@@ -214,51 +221,74 @@ impl AggregateKey {
                 player_id,
                 save_slot,
             } => vec![player_id, save_slot],
+            AggregateKey::Located(parts) => parts.iter().collect(),
         }
     }
 
-    /// Parses the text form of SPEC §8 (API filters, cursors, CLI flags): one part
-    /// is a user, two are a player's save slot.
-    pub fn parse_text(text: &str) -> Result<Self, AggregateKeyProblem> {
-        let parts = text
-            .split(TEXT_SEPARATOR)
-            .map(|part| {
-                let decoded = decode_part(part)?;
-                Ident::parse(&decoded).map_err(AggregateKeyProblem::Part)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut parts = parts.into_iter();
-        match (parts.next(), parts.next(), parts.next()) {
-            (Some(user), None, _) => Ok(AggregateKey::User(user)),
-            (Some(player_id), Some(save_slot), None) => Ok(AggregateKey::SaveSlot {
-                player_id,
-                save_slot,
-            }),
-            _ => Err(AggregateKeyProblem::TooManyParts),
+    /// The key of parts read by the contracts: one part a user, two a save slot when
+    /// they follow the built-in id rule, anything else a `json` source's key. Every
+    /// form stores and shows the same way, so the variant never changes a match.
+    pub fn of_parts(parts: Vec<Ident>) -> Self {
+        let strict = parts.iter().all(|p| check_id(p.as_str()).is_ok());
+        let mut iter = parts.into_iter();
+        match (strict, iter.len()) {
+            (true, 1) => AggregateKey::User(iter.next().expect("one part")),
+            (true, 2) => {
+                let player_id = iter.next().expect("two parts");
+                let save_slot = iter.next().expect("two parts");
+                AggregateKey::SaveSlot {
+                    player_id,
+                    save_slot,
+                }
+            }
+            _ => AggregateKey::Located(iter.collect()),
         }
+    }
+
+    /// Parses the text form of SPEC §8 (API filters, cursors, routes, CLI flags): up to
+    /// [`MAX_KEY_PARTS`] parts joined by `/`, each under the `json` kind's id rule (the
+    /// built-in kinds' ids are a subset of it).
+    pub fn parse_text(text: &str) -> Result<Self, AggregateKeyProblem> {
+        let mut parts = Vec::new();
+        for part in text.split(TEXT_SEPARATOR) {
+            if parts.len() == MAX_KEY_PARTS {
+                return Err(AggregateKeyProblem::TooManyParts);
+            }
+            let decoded = decode_part(part)?;
+            parts.push(Ident::parse_located(&decoded).map_err(AggregateKeyProblem::Part)?);
+        }
+        Ok(Self::of_parts(parts))
     }
 
     /// The key as stored in the event log's `aggregate` column.
     pub fn storage_key(&self) -> String {
-        // Built once per delivery: one allocation, no list of parts.
+        // Built once per delivery: one allocation for the built-in kinds.
         match self {
             AggregateKey::User(user) => user.as_str().to_owned(),
             AggregateKey::SaveSlot {
                 player_id,
                 save_slot,
             } => format!("{player_id}{KEY_SEPARATOR}{save_slot}"),
+            AggregateKey::Located(parts) => {
+                let mut stored = String::new();
+                for (at, part) in parts.iter().enumerate() {
+                    if at > 0 {
+                        stored.push(KEY_SEPARATOR);
+                    }
+                    stored.push_str(part.as_str());
+                }
+                stored
+            }
         }
     }
 
     /// Rebuilds a key from its stored form.
     pub fn from_storage_key(stored: &str) -> Option<Self> {
-        match stored.split_once(KEY_SEPARATOR) {
-            Some((player, slot)) => Some(AggregateKey::SaveSlot {
-                player_id: Ident::parse(player).ok()?,
-                save_slot: Ident::parse(slot).ok()?,
-            }),
-            None => Ident::parse(stored).ok().map(AggregateKey::User),
-        }
+        let parts = stored
+            .split(KEY_SEPARATOR)
+            .map(|part| Ident::parse_located(part).ok())
+            .collect::<Option<Vec<_>>>()?;
+        (parts.len() <= MAX_KEY_PARTS).then(|| Self::of_parts(parts))
     }
 
     /// The text form of a stored key, for answers and logs; a stored key that no
@@ -473,12 +503,13 @@ mod tests {
         for bad in ["50%", "a%2", "a%41", "a%%25", "%zz/b"] {
             assert_eq!(key(bad), Err(AggregateKeyProblem::BadEscape), "{bad}");
         }
-        assert_eq!(key("a/b/c"), Err(AggregateKeyProblem::TooManyParts));
+        let many = vec!["a"; MAX_KEY_PARTS + 1].join("/");
+        assert_eq!(key(&many), Err(AggregateKeyProblem::TooManyParts));
         assert_eq!(key(""), Err(AggregateKeyProblem::Part(IdProblem::Empty)));
         assert_eq!(key("a/"), Err(AggregateKeyProblem::Part(IdProblem::Empty)));
         assert_eq!(
             key("a\u{1f}b"),
-            Err(AggregateKeyProblem::Part(IdProblem::NotPrintableAscii))
+            Err(AggregateKeyProblem::Part(IdProblem::ControlCharacter))
         );
     }
 

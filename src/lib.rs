@@ -8,7 +8,9 @@
 //! - [`signature`]: signature schemes (the seeds', Standard Webhooks, GitHub,
 //!   Stripe, Slack, Shopify), pure functions over raw bytes.
 //! - [`contract`]: payload contracts, raw body to typed [`contract::Event`];
-//!   `contract::json` compiles a configured json source's locations (not wired yet).
+//!   `contract::json` compiles a configured json source's locations.
+//! - [`kind`]: the seam every kind implements (presence, save-game, json):
+//!   parse a delivery, settle an aggregate, show its state.
 //! - [`ordering`]: the ordering rules (latest-wins, in-order with holds,
 //!   order-free) as pure functions from state and pending events to decisions.
 //! - [`projection`]: the presence and save-game state and what applying does.
@@ -30,6 +32,7 @@ pub mod config;
 pub mod contract;
 pub mod domain;
 pub mod http;
+pub mod kind;
 pub mod log_throttle;
 pub mod mask;
 pub mod metrics;

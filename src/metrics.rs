@@ -112,6 +112,10 @@ pub fn settled(source: &str, report: &SettleReport) {
         counter!("inhook_stale_events_total", "source" => source.to_owned())
             .increment(report.stale);
     }
+    if report.ties > 0 {
+        counter!("inhook_sequence_ties_total", "source" => source.to_owned())
+            .increment(report.ties);
+    }
     if report.gaps_skipped > 0 {
         counter!("inhook_gaps_skipped_total", "source" => source.to_owned())
             .increment(report.gaps_skipped);

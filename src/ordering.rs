@@ -36,7 +36,8 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    fn dead(reason: DeadReason, detail: impl Into<String>) -> Self {
+    /// A dead outcome with its reason and detail.
+    pub fn dead(reason: DeadReason, detail: impl Into<String>) -> Self {
         Outcome::Dead {
             reason,
             detail: detail.into(),
@@ -52,25 +53,109 @@ pub fn decide_presence(current: Option<&PresenceState>, event: &PresenceEvent) -
     }
 }
 
-/// A save-game event waiting to be decided.
+/// What the in-order rules need of an event: its sequence in the aggregate.
+pub trait Sequenced {
+    /// The event's sequence.
+    fn sequence(&self) -> i64;
+}
+
+impl Sequenced for SaveEvent {
+    fn sequence(&self) -> i64 {
+        self.sequence.get()
+    }
+}
+
+/// An event of an in-order aggregate waiting to be decided.
 #[derive(Debug, Clone)]
-pub struct PendingSave {
+pub struct PendingEvent<E> {
     /// The event log row it came from.
     pub row: i64,
     /// When it was received, unix milliseconds (hold timeouts count from here).
     pub received_at_ms: i64,
     /// The parsed event.
-    pub event: SaveEvent,
+    pub event: E,
     /// Whether a person replayed it: a replayed delta whose slot is free applies
     /// even below the watermark, since a person asked for exactly that.
     pub replayed: bool,
 }
 
+/// A save-game event waiting to be decided.
+pub type PendingSave = PendingEvent<SaveEvent>;
+
+/// The state of an aggregate whose events may wait for lower sequences (save slots,
+/// `json` in-order sources): what [`settle_in_order`] reads and changes.
+pub trait InOrderState: Clone {
+    /// The kind's parsed event.
+    type Event: Sequenced;
+    /// Highest sequence up to which every event was received and decided (or skipped).
+    fn watermark(&self) -> i64;
+    /// Moves the watermark.
+    fn set_watermark(&mut self, watermark: i64);
+    /// A sequence at or below which a held event is decided without waiting (a save
+    /// slot's snapshot makes older deltas stale).
+    fn floor(&self) -> Option<i64> {
+        None
+    }
+    /// Decides one event whose sequence no other event holds, without applying it.
+    fn decide(&self, pending: &PendingEvent<Self::Event>) -> Outcome;
+    /// Applies an event [`InOrderState::decide`] let through, or says why it cannot
+    /// apply; on error the state is unchanged.
+    fn apply(
+        &mut self,
+        pending: &PendingEvent<Self::Event>,
+        now_ms: i64,
+    ) -> Result<(), (DeadReason, String)>;
+}
+
+/// The rule of an in-order event against the watermark (SPEC §3): the next sequence
+/// applies, a later one waits, an earlier one came after its gap was skipped (unless
+/// a person replayed it).
+pub fn in_order_rule(watermark: i64, sequence: i64, replayed: bool) -> Outcome {
+    if sequence <= watermark && replayed {
+        Outcome::Applied
+    } else if sequence <= watermark {
+        Outcome::dead(
+            DeadReason::LateAfterGapSkip,
+            format!(
+                "sequence {sequence} arrived after the gap it belonged to was skipped (watermark {watermark})"
+            ),
+        )
+    } else if sequence == watermark + 1 {
+        Outcome::Applied
+    } else {
+        Outcome::Held
+    }
+}
+
+impl InOrderState for SaveState {
+    type Event = SaveEvent;
+
+    fn watermark(&self) -> i64 {
+        self.last_sequence
+    }
+
+    fn set_watermark(&mut self, watermark: i64) {
+        self.last_sequence = watermark;
+    }
+
+    fn floor(&self) -> Option<i64> {
+        self.snapshot_sequence.map(Sequence::get)
+    }
+
+    fn decide(&self, pending: &PendingSave) -> Outcome {
+        decide_save(self, pending)
+    }
+
+    fn apply(&mut self, pending: &PendingSave, now_ms: i64) -> Result<(), (DeadReason, String)> {
+        SaveState::apply(self, &pending.event, now_ms)
+    }
+}
+
 /// The result of settling one aggregate.
 #[derive(Debug, Clone)]
-pub struct Settlement {
+pub struct Settlement<S = SaveState> {
     /// The aggregate's new state.
-    pub state: SaveState,
+    pub state: S,
     /// Every pending event's outcome, in the order decided; held events last.
     pub decisions: Vec<(i64, Outcome)>,
     /// How many missing sequences a hold timeout skipped.
@@ -78,32 +163,56 @@ pub struct Settlement {
 }
 
 /// Decides every pending event of one save slot, applying what may apply.
-///
-/// `occupied` holds the sequences already decided by earlier events (a
-/// `sequence_conflict` never occupies one); it must contain every such
-/// sequence above `state.last_sequence` and at or above the lowest pending one.
 pub fn settle_save(
-    mut state: SaveState,
-    mut occupied: BTreeSet<i64>,
-    mut pending: Vec<PendingSave>,
+    state: SaveState,
+    occupied: BTreeSet<i64>,
+    pending: Vec<PendingSave>,
     now_ms: i64,
     hold_timeout_ms: i64,
 ) -> Settlement {
-    pending.sort_by_key(|p| (p.event.sequence, p.row));
+    settle_in_order(state, occupied, pending, now_ms, hold_timeout_ms)
+}
+
+/// Decides every pending event of one in-order aggregate, applying what may apply.
+///
+/// `occupied` holds the sequences already decided by earlier events (a
+/// `sequence_conflict` never occupies one); it must contain every such
+/// sequence above the watermark and at or above the lowest pending one.
+pub fn settle_in_order<S: InOrderState>(
+    mut state: S,
+    mut occupied: BTreeSet<i64>,
+    mut pending: Vec<PendingEvent<S::Event>>,
+    now_ms: i64,
+    hold_timeout_ms: i64,
+) -> Settlement<S> {
+    pending.sort_by_key(|p| (p.event.sequence(), p.row));
     let mut decisions = Vec::with_capacity(pending.len());
     let mut gaps_skipped = 0;
-    advance(&mut state.last_sequence, &occupied);
+    let raise = |state: &mut S, occupied: &BTreeSet<i64>| {
+        let mut watermark = state.watermark();
+        advance(&mut watermark, occupied);
+        state.set_watermark(watermark);
+    };
+    raise(&mut state, &occupied);
     loop {
         let mut progressed = false;
         let mut held = Vec::new();
         for p in pending {
-            let outcome = decide_save(&state, &occupied, &p);
+            let sequence = p.event.sequence();
+            let outcome = if occupied.contains(&sequence) {
+                Outcome::dead(
+                    DeadReason::SequenceConflict,
+                    format!("another event already holds sequence {sequence} of this aggregate"),
+                )
+            } else {
+                state.decide(&p)
+            };
             let outcome = match outcome {
                 Outcome::Held => {
                     held.push(p);
                     continue;
                 }
-                Outcome::Applied => match state.apply(&p.event, now_ms) {
+                Outcome::Applied => match state.apply(&p, now_ms) {
                     Ok(()) => Outcome::Applied,
                     Err((reason, detail)) => Outcome::Dead { reason, detail },
                 },
@@ -117,8 +226,8 @@ pub fn settle_save(
                 }
             );
             if !conflict {
-                occupied.insert(p.event.sequence.get());
-                advance(&mut state.last_sequence, &occupied);
+                occupied.insert(sequence);
+                raise(&mut state, &occupied);
             }
             decisions.push((p.row, outcome));
             progressed = true;
@@ -130,11 +239,12 @@ pub fn settle_save(
         // Nothing moved: skip the gap before the oldest-waiting lowest delta once it has waited long enough.
         match pending.first() {
             Some(first) if now_ms.saturating_sub(first.received_at_ms) >= hold_timeout_ms => {
-                let target = first.event.sequence.get() - 1;
-                let filled = occupied.range(state.last_sequence + 1..=target).count() as i64;
-                gaps_skipped += (target - state.last_sequence - filled).max(0) as u64;
-                state.last_sequence = target;
-                advance(&mut state.last_sequence, &occupied);
+                let target = first.event.sequence() - 1;
+                let watermark = state.watermark();
+                let filled = occupied.range(watermark + 1..=target).count() as i64;
+                gaps_skipped += (target - watermark - filled).max(0) as u64;
+                state.set_watermark(target);
+                raise(&mut state, &occupied);
             }
             _ => break,
         }
@@ -201,18 +311,35 @@ pub fn held_in_reach(
 ///
 /// `decided` holds the sequences the step's non-held, non-conflicting decisions took (and
 /// those taken before); `lowest_held` is the lowest `(sequence, row)` the step left held.
-pub fn held_left_out(
-    state: &SaveState,
+pub fn held_left_out<S: InOrderState>(
+    state: &S,
     decided: &BTreeSet<i64>,
     lowest_held: Option<(i64, i64)>,
     left_out: &[HeldRef],
     now_ms: i64,
     hold_timeout_ms: i64,
 ) -> Vec<HeldRef> {
-    let reach = state
-        .last_sequence
-        .saturating_add(1)
-        .max(state.snapshot_sequence.map_or(i64::MIN, Sequence::get));
+    let reach = (state.watermark(), state.floor());
+    held_left_out_at(
+        reach,
+        decided,
+        lowest_held,
+        left_out,
+        now_ms,
+        hold_timeout_ms,
+    )
+}
+
+/// [`held_left_out`] for a state known by its `(watermark, floor)`.
+pub fn held_left_out_at(
+    (watermark, floor): (i64, Option<i64>),
+    decided: &BTreeSet<i64>,
+    lowest_held: Option<(i64, i64)>,
+    left_out: &[HeldRef],
+    now_ms: i64,
+    hold_timeout_ms: i64,
+) -> Vec<HeldRef> {
+    let reach = watermark.saturating_add(1).max(floor.unwrap_or(i64::MIN));
     let mut missing: Vec<HeldRef> = left_out
         .iter()
         .filter(|h| h.sequence <= reach || decided.contains(&h.sequence))
@@ -239,16 +366,10 @@ fn advance(watermark: &mut i64, occupied: &BTreeSet<i64>) {
     }
 }
 
-/// Decides one save-game event without applying it.
-fn decide_save(state: &SaveState, occupied: &BTreeSet<i64>, pending: &PendingSave) -> Outcome {
+/// Decides one save-game event without applying it (its sequence is free).
+fn decide_save(state: &SaveState, pending: &PendingSave) -> Outcome {
     let event = &pending.event;
     let seq = event.sequence;
-    if occupied.contains(&seq.get()) {
-        return Outcome::dead(
-            DeadReason::SequenceConflict,
-            format!("another event already holds sequence {seq} of this aggregate"),
-        );
-    }
     let newer_than = |applied: Option<Sequence>| applied.is_none_or(|a| seq > a);
     match &event.change {
         SaveChange::ProgressSaved(_) => latest_wins(newer_than(state.progress_sequence)),
@@ -259,20 +380,8 @@ fn decide_save(state: &SaveState, occupied: &BTreeSet<i64>, pending: &PendingSav
             if !newer_than(state.snapshot_sequence) {
                 // A newer snapshot already contains this delta.
                 Outcome::Stale
-            } else if seq.get() <= state.last_sequence && pending.replayed {
-                Outcome::Applied
-            } else if seq.get() <= state.last_sequence {
-                Outcome::dead(
-                    DeadReason::LateAfterGapSkip,
-                    format!(
-                        "sequence {seq} arrived after the gap it belonged to was skipped (watermark {})",
-                        state.last_sequence
-                    ),
-                )
-            } else if seq.get() == state.last_sequence + 1 {
-                Outcome::Applied
             } else {
-                Outcome::Held
+                in_order_rule(state.last_sequence, seq.get(), pending.replayed)
             }
         }
     }

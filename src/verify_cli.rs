@@ -188,6 +188,7 @@ fn kind_name(source: &SourceConfig) -> &'static str {
     match source.kind {
         crate::contract::SourceKind::Presence => "presence",
         crate::contract::SourceKind::SaveGame => "save-game",
+        crate::contract::SourceKind::Json => "json",
     }
 }
 

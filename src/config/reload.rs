@@ -36,6 +36,14 @@ pub fn check_reload(running: &Config, fresh: &Config) -> Result<ReloadPlan, Conf
                 source.name, source.kind, next.kind
             ));
         }
+        if next.json != source.json {
+            // A json source's locations decide its aggregate keys and sequences: a change
+            // would split logged aggregates from new ones. Nothing about them is trivially safe.
+            problems.push(format!(
+                "source {:?}: its json locations (event_id, aggregate, sequence, ordering, …) changed",
+                source.name
+            ));
+        }
         if next.scheme != source.scheme {
             problems.push(format!(
                 "source {:?}: signature changed from \"{}\" to \"{}\"",

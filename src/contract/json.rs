@@ -477,6 +477,11 @@ impl JsonContract {
         self.ordering
     }
 
+    /// Whether the source locates a sequence (an unordered source may not).
+    pub fn locates_sequence(&self) -> bool {
+        self.sequence.is_some()
+    }
+
     /// Parses a raw body, then the delivery; for callers that do not need the value themselves.
     pub fn parse_bytes(
         &self,
@@ -573,6 +578,22 @@ impl JsonContract {
             event_type,
             state: state.filter(|v| !v.is_null()),
         }))
+    }
+
+    /// The value a stored body keeps as its aggregate's state (`None` when absent or
+    /// null): what settling reads again from the log, which holds no headers.
+    pub fn state_of(&self, body: &[u8]) -> Result<Option<Value>, ContractError> {
+        let mut body = parse_body(body)?;
+        let state = match &self.state {
+            None => Some(body),
+            Some(tokens) => pointer_mut(&mut body, tokens).map(Value::take),
+        };
+        Ok(state.filter(|v| !v.is_null()))
+    }
+
+    /// Where the state sits in the body, as keys (masking counts paths from the body's root).
+    pub fn state_location(&self) -> &[String] {
+        self.state.as_deref().unwrap_or(&[])
     }
 
     /// The event id: its location's value, else the scheme's delivery id.

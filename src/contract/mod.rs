@@ -21,6 +21,8 @@ pub enum SourceKind {
     Presence,
     /// Game saves (second seed).
     SaveGame,
+    /// Any publisher's JSON, its fields located by configuration (SPEC §8).
+    Json,
 }
 
 /// One bad field of a body, as reported in a 400 answer.
@@ -82,6 +84,12 @@ impl Event {
             SourceKind::SaveGame => {
                 SaveEvent::parse_with_fallback(body, fallback_event_id).map(Event::Save)
             }
+            SourceKind::Json => Err(ContractError {
+                problems: vec![FieldProblem {
+                    field: "$".into(),
+                    problem: "a json source's bodies are read by its configured locations".into(),
+                }],
+            }),
         }
     }
 

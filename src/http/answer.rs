@@ -43,10 +43,11 @@ pub enum Answer {
         /// The aggregate's current sequence.
         current_sequence: Option<i64>,
     },
-    /// Sync mode: logged, but an unsupported event type.
+    /// Sync mode: logged, but an unsupported event type; or a `json` source's type
+    /// outside its `event_types`, not logged (its id when it could be read).
     Unsupported {
         /// The event's id.
-        event_id: EventId,
+        event_id: Option<EventId>,
     },
     /// Sync mode: logged, but the projection refused it.
     Dead {
@@ -181,10 +182,12 @@ pub enum DeliveryBody {
         /// The aggregate's current sequence.
         current_sequence: Option<i64>,
     },
-    /// Sync mode: logged, but of an event type this source does not apply.
+    /// Sync mode: logged, but of an event type this source does not apply; or a type
+    /// outside a `json` source's `event_types`, not logged.
     IgnoredUnsupported {
-        /// The event's id.
-        event_id: String,
+        /// The event's id (absent when a type outside `event_types` had no readable id).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        event_id: Option<String>,
     },
     /// Sync mode: logged, but the projection refused it; retrying will not help.
     Dead {
@@ -321,7 +324,7 @@ impl IntoResponse for Answer {
             Answer::Unsupported { event_id } => delivery(
                 StatusCode::OK,
                 DeliveryBody::IgnoredUnsupported {
-                    event_id: event_id.to_string(),
+                    event_id: event_id.map(|id| id.to_string()),
                 },
             ),
             Answer::Dead { event_id, reason } => delivery(

@@ -11,7 +11,7 @@ use tracing::{info, warn, Instrument};
 use super::answer::{Answer, DeliveryBody, ErrorBody};
 use super::AppState;
 use crate::config::{Mode, SourceConfig};
-use crate::contract::Event;
+use crate::kind::{Delivery, EventFields};
 use crate::metrics;
 use crate::ordering::Outcome;
 use crate::signature;
@@ -126,19 +126,31 @@ async fn check_and_log(
         Ok(verified) => verified,
         Err(answer) => return answer,
     };
-    let event =
-        match Event::parse_with_fallback(source.kind, &body, verified.delivery_id.as_deref()) {
-            Ok(event) => event,
-            Err(err) => {
-                warn!(source = %source.name, problems = %err, "invalid payload");
-                metrics::invalid_payload(&source.name);
-                return Answer::InvalidPayload(err.problems);
-            }
-        };
+    // The body is parsed once, here: the kind reads every field the layers below need.
+    let parsed = source
+        .handler
+        .parse(&body, headers, verified.delivery_id.as_deref());
+    let event = match parsed {
+        Ok(Delivery::Event(event)) => event,
+        Ok(Delivery::Ignored {
+            event_id,
+            event_type,
+        }) => {
+            info!(source = %source.name, event_id = event_id.as_ref().map(|id| id.as_str()),
+                  event_type = event_type.as_deref(), decision = "ignored_unsupported",
+                  "event type outside the source's event_types: not logged");
+            return Answer::Unsupported { event_id };
+        }
+        Err(err) => {
+            warn!(source = %source.name, problems = %err, "invalid payload");
+            metrics::invalid_payload(&source.name);
+            return Answer::InvalidPayload(err.problems);
+        }
+    };
     let span = tracing::Span::current();
-    span.record("event_id", event.event_id().as_str());
-    span.record("aggregate", tracing::field::display(event.aggregate()));
-    span.record("sequence", event.sequence().get());
+    span.record("event_id", event.event_id.as_str());
+    span.record("aggregate", tracing::field::display(&event.aggregate));
+    span.record("sequence", event.sequence);
     let logged = match take_rate_token(state, source) {
         Ok(charged) => {
             // A cheap early refusal from the figure refreshed every second; the store
@@ -200,7 +212,7 @@ async fn check_and_log(
             body_differs,
         }) => {
             if body_differs {
-                warn!(source = %source.name, event_id = %event.event_id(),
+                warn!(source = %source.name, event_id = %event.event_id,
                       "publisher error: event_id resent with a different body");
                 metrics::conflicting_duplicate(&source.name);
                 if let Ok(mut seen) = state.conflicting_duplicates.lock() {
@@ -211,10 +223,10 @@ async fn check_and_log(
             if let Ok(mut seen) = state.duplicates.lock() {
                 *seen.entry(source.name.clone()).or_default() += 1;
             }
-            tracing::debug!(source = %source.name, event_id = %event.event_id(),
+            tracing::debug!(source = %source.name, event_id = %event.event_id,
                             original = %original, key = key.as_str(), "duplicate of a logged event");
             Answer::Duplicate {
-                event_id: event.event_id().clone(),
+                event_id: event.event_id.clone(),
                 key,
             }
         }
@@ -223,14 +235,14 @@ async fn check_and_log(
             Answer::BacklogFull
         }
         Ok(Admission::Refused(Refusal::AggregateBacklogFull)) => {
-            warn!(source = %source.name, aggregate = %event.aggregate(),
+            warn!(source = %source.name, aggregate = %event.aggregate,
                   "aggregate over max_held_per_aggregate: delivery refused");
             Answer::AggregateBacklogFull
         }
         Ok(Admission::Logged { decided: None, .. }) => {
             state.wake.notify_one();
             Answer::Accepted {
-                event_id: event.event_id().clone(),
+                event_id: event.event_id.clone(),
             }
         }
         Ok(Admission::Logged {
@@ -252,10 +264,10 @@ async fn check_and_log(
     tracing::Span::current().record("decision", answer.decision());
     info!(
         source = %source.name,
-        event_id = %event.event_id(),
-        idempotency_key = event.idempotency_key().map(|k| k.as_str()),
-        aggregate = %event.aggregate(),
-        sequence = event.sequence().get(),
+        event_id = %event.event_id,
+        idempotency_key = event.idempotency_key.as_ref().map(|k| k.as_str()),
+        aggregate = %event.aggregate,
+        sequence = event.sequence,
         decision = answer.decision(),
         "decision"
     );
@@ -355,32 +367,34 @@ fn refund_rate_token(state: &AppState, source: &SourceConfig, charged: bool) {
 async fn logged_copy(
     state: &AppState,
     source: &SourceConfig,
-    event: &Event,
+    event: &EventFields,
     body: &[u8],
 ) -> Option<Admission> {
     let record = state
         .store
-        .event(&source.name, event.event_id().as_str())
+        .event(&source.name, event.event_id.as_str())
         .await
         .ok()??;
     Some(Admission::Duplicate {
         key: crate::store::DedupKey::EventId,
-        original: event.event_id().clone(),
+        original: event.event_id.clone(),
         body_differs: record.body != body,
     })
 }
 
-fn sync_answer(event: &Event, decided: Decided) -> Answer {
-    let event_id = event.event_id().clone();
+fn sync_answer(event: &EventFields, decided: Decided) -> Answer {
+    let event_id = event.event_id.clone();
     match decided.outcome {
         Outcome::Applied => Answer::Applied {
-            sequence: event.sequence().get(),
+            sequence: event.sequence,
         },
         Outcome::Stale => Answer::Stale {
-            sequence: event.sequence().get(),
+            sequence: event.sequence,
             current_sequence: decided.current_sequence,
         },
-        Outcome::Unsupported => Answer::Unsupported { event_id },
+        Outcome::Unsupported => Answer::Unsupported {
+            event_id: Some(event_id),
+        },
         Outcome::Held => Answer::Accepted { event_id },
         Outcome::Dead { reason, .. } => Answer::Dead { event_id, reason },
     }

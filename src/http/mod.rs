@@ -187,9 +187,10 @@ impl TokenBucket {
 #[openapi(
     info(title = "inhook", description = "A webhook receiver that is correct under retries, duplicates and reordering."),
     modifiers(&AdminTokenScheme),
+    paths(api::aggregates::aggregate_one),
     tags(
         (name = "ingress", description = "Signed deliveries from publishers"),
-        (name = "state", description = "The projections: presence and save slots"),
+        (name = "state", description = "The projections: every source's aggregates, and the typed presence and save slot views"),
         (name = "events", description = "The event log and replay"),
         (name = "observability", description = "Counts and metrics"),
         (name = "admin", description = "Administration"),
@@ -223,6 +224,13 @@ fn documented_routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::Op
         .routes(routes!(api::presence::presence_one))
         .routes(routes!(api::saves::save_one))
         .routes(routes!(api::saves::saves_list))
+        .routes(routes!(api::aggregates::aggregates_list))
+        // The key's parts span path segments: routed as a wildcard, documented as `{key}`
+        // (in [`ApiDoc`]) since OpenAPI has no multi-segment parameter.
+        .route(
+            "/v1/sources/{source}/aggregates/{*key}",
+            axum::routing::get(api::aggregates::aggregate_one),
+        )
         .routes(routes!(api::overview::overview))
         .routes(routes!(stream::stream))
         .routes(routes!(api::events::events_list))

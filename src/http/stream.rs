@@ -55,7 +55,12 @@ pub struct FeedChange {
 
 impl FeedChange {
     fn of(change: StateChange, mask_fields: &[String]) -> Self {
-        let state = serde_json::from_str(&change.state).unwrap_or(serde_json::Value::Null);
+        let mut state = serde_json::from_str(&change.state).unwrap_or(serde_json::Value::Null);
+        if let Some(located) = state.get_mut("state").filter(|_| change.kind == "json") {
+            // A json state is part of a body whose location the change does not carry:
+            // masked as a whole payload (bare names anywhere, paths from its root).
+            crate::mask::mask(located, mask_fields);
+        }
         let data = json!({
             "source": change.source,
             "aggregate": AggregateKey::text_of_stored(&change.aggregate),

@@ -219,7 +219,8 @@ impl Publisher {
     fn signer(&self, kind: SourceKind) -> &SourceSigner {
         match kind {
             SourceKind::Presence => &self.presence,
-            SourceKind::SaveGame => &self.save,
+            // The simulator generates only the built-in kinds.
+            SourceKind::SaveGame | SourceKind::Json => &self.save,
         }
     }
 

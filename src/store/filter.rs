@@ -2,10 +2,8 @@
 //! conditions of an [`EventFilter`] (only the placeholder syntax differs: `?1`
 //! in SQLite, `$1` in PostgreSQL), and the decoding of stored values.
 
-use super::{sequence_of, EventFilter, StoreError};
-use crate::contract::Presence;
+use super::{EventFilter, StoreError};
 use crate::domain::{EventId, EventStatus};
-use crate::projection::PresenceState;
 
 /// The columns each store's `event_record` reads, in this order.
 pub(crate) const EVENT_COLUMNS: &str = "id, source, event_id, event_type, aggregate, sequence,
@@ -85,22 +83,8 @@ pub(crate) fn parse_status(raw: &str) -> Result<EventStatus, StoreError> {
 
 /// A stored event id.
 pub(crate) fn parse_event_id(raw: &str) -> Result<EventId, StoreError> {
-    EventId::parse(raw).map_err(|p| StoreError::Internal(format!("stored event_id {p}")))
-}
-
-/// A stored presence row.
-pub(crate) fn presence_state(
-    presence: &str,
-    sequence: i64,
-    updated_at_ms: i64,
-) -> Result<PresenceState, StoreError> {
-    Ok(PresenceState {
-        presence: Presence::parse(presence).ok_or_else(|| {
-            StoreError::Internal(format!("unknown presence {presence:?} in store"))
-        })?,
-        sequence: sequence_of(sequence)?,
-        updated_at_ms,
-    })
+    // The widest id rule: a json source's ids are logged under it.
+    EventId::parse_located(raw).map_err(|p| StoreError::Internal(format!("stored event_id {p}")))
 }
 
 /// Kept request headers as a JSON object text, or NULL when there are none.

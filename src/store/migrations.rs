@@ -165,6 +165,42 @@ CREATE INDEX events_aggregate ON events (source, aggregate, sequence, status, de
         // collation always has. The entry keeps both chains' versions in step.
         "-- Nothing to change: text keys already order by bytes.",
     ),
+    (
+        5,
+        // One table for every kind's aggregate state (the kind seam): the built-in
+        // kinds' rows are copied into it, their state as the kinds store it, and the
+        // typed tables go. Deterministic: the same rows make the same rows.
+        r#"
+CREATE TABLE aggregate_state (
+    source     TEXT    NOT NULL,
+    aggregate  TEXT    NOT NULL,
+    sequence   INTEGER,
+    event_id   TEXT,
+    event_type TEXT,
+    state      TEXT    NOT NULL,
+    tag        TEXT,
+    watermark  INTEGER,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (source, aggregate)
+);
+CREATE INDEX aggregate_state_by_tag ON aggregate_state (source, tag, aggregate);
+INSERT INTO aggregate_state
+    (source, aggregate, sequence, event_id, event_type, state, tag, watermark, updated_at)
+SELECT source, user_id, sequence, NULL, 'presence.changed',
+       json_object('presence', presence), presence, NULL, updated_at
+FROM presence_state;
+INSERT INTO aggregate_state
+    (source, aggregate, sequence, event_id, event_type, state, tag, watermark, updated_at)
+SELECT source, aggregate, last_sequence, NULL, NULL,
+       json_object('progress', json(progress), 'progress_sequence', progress_sequence,
+                   'inventory', json(inventory), 'inventory_sequence', inventory_sequence,
+                   'snapshot_sequence', snapshot_sequence, 'achievements', json(achievements)),
+       NULL, last_sequence, updated_at
+FROM save_state;
+DROP TABLE presence_state;
+DROP TABLE save_state;
+"#,
+    ),
 ];
 
 /// `(version, SQL)` in order, for PostgreSQL; the same schema as [`SQLITE`].
@@ -350,6 +386,41 @@ ALTER TABLE events
     ALTER COLUMN aggregate TYPE TEXT COLLATE "C";
 ALTER TABLE presence_state ALTER COLUMN user_id TYPE TEXT COLLATE "C";
 ALTER TABLE save_state ALTER COLUMN aggregate TYPE TEXT COLLATE "C";
+"#,
+    ),
+    (
+        5,
+        // As SQLite's version 5: one aggregate-state table, the typed ones copied in.
+        r#"
+CREATE TABLE aggregate_state (
+    source     TEXT COLLATE "C" NOT NULL,
+    aggregate  TEXT COLLATE "C" NOT NULL,
+    sequence   BIGINT,
+    event_id   TEXT,
+    event_type TEXT,
+    state      TEXT   NOT NULL,
+    tag        TEXT COLLATE "C",
+    watermark  BIGINT,
+    updated_at BIGINT NOT NULL,
+    PRIMARY KEY (source, aggregate)
+);
+CREATE INDEX aggregate_state_by_tag ON aggregate_state (source, tag, aggregate);
+INSERT INTO aggregate_state
+    (source, aggregate, sequence, event_id, event_type, state, tag, watermark, updated_at)
+SELECT source, user_id, sequence, NULL, 'presence.changed',
+       json_build_object('presence', presence)::text, presence, NULL, updated_at
+FROM presence_state;
+INSERT INTO aggregate_state
+    (source, aggregate, sequence, event_id, event_type, state, tag, watermark, updated_at)
+SELECT source, aggregate, last_sequence, NULL, NULL,
+       json_build_object('progress', progress::json, 'progress_sequence', progress_sequence,
+                         'inventory', inventory::json, 'inventory_sequence', inventory_sequence,
+                         'snapshot_sequence', snapshot_sequence,
+                         'achievements', achievements::json)::text,
+       NULL, last_sequence, updated_at
+FROM save_state;
+DROP TABLE presence_state;
+DROP TABLE save_state;
 "#,
     ),
 ];

@@ -7,16 +7,16 @@ mod migrations;
 pub mod postgres;
 pub mod postgres_tls;
 mod settle;
+mod sql;
 pub mod sqlite;
 
 use async_trait::async_trait;
 
 use serde::Serialize;
 
-use crate::contract::{Event, Presence, SaveChange, SourceKind};
-use crate::domain::{AggregateKey, DeadReason, EventId, EventStatus, Sequence};
+use crate::domain::{DeadReason, EventId, EventStatus};
+use crate::kind::{EventFields, Kind};
 use crate::ordering::Outcome;
-use crate::projection::{PresenceState, SaveState};
 use crate::retry::RetryPolicy;
 
 pub use postgres::{PoolSettings, PostgresStore};
@@ -34,12 +34,12 @@ pub enum StoreError {
 }
 
 /// The ordering settings of one source, as the store needs them.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct SourceRules {
     /// The source's name.
     pub name: String,
-    /// Which contract and projection it feeds.
-    pub kind: SourceKind,
+    /// Its kind: contract, rules and views.
+    pub kind: std::sync::Arc<dyn Kind>,
     /// The first sequence of every aggregate.
     pub first_sequence: i64,
     /// How long an in-order event waits for a gap, in milliseconds.
@@ -51,8 +51,8 @@ pub struct SourceRules {
 pub struct NewEvent<'a> {
     /// The source it was posted to.
     pub source: &'a str,
-    /// The parsed event.
-    pub event: &'a Event,
+    /// The parsed event's fields.
+    pub event: &'a EventFields,
     /// The raw body exactly as received.
     pub body: &'a [u8],
     /// Request headers worth keeping for triage (never signatures or credentials).
@@ -111,20 +111,21 @@ impl EventRow {
     pub(crate) fn of(event: &NewEvent<'_>) -> Self {
         Self {
             source: event.source.to_owned(),
-            event_id: event.event.event_id().as_str().to_owned(),
-            event_type: event.event.event_type().to_owned(),
-            aggregate: event.event.aggregate().storage_key(),
-            sequence: event.event.sequence().get(),
-            idempotency_key: event.event.idempotency_key().map(|k| k.as_str().to_owned()),
+            event_id: event.event.event_id.as_str().to_owned(),
+            event_type: event.event.event_type.clone(),
+            aggregate: event.event.aggregate.storage_key(),
+            sequence: event.event.sequence,
+            idempotency_key: event
+                .event
+                .idempotency_key
+                .as_ref()
+                .map(|k| k.as_str().to_owned()),
             body: event.body.to_vec(),
             headers: filter::headers_json(event.headers),
             received_at: event.received_at_ms,
             signed_at: event.signed_at,
             limits: event.limits,
-            may_hold: matches!(
-                event.event,
-                Event::Save(save) if matches!(save.change, SaveChange::InventoryUpdated { .. })
-            ),
+            may_hold: event.event.may_hold,
         }
     }
 }
@@ -210,6 +211,8 @@ pub struct SettleReport {
     pub dead: Vec<DeadReason>,
     /// Missing sequences skipped by a hold timeout.
     pub gaps_skipped: u64,
+    /// Events applied on a sequence equal to the current one (latest-wins `json`).
+    pub ties: u64,
     /// For each decided event, milliseconds from receipt to decision.
     pub lags_ms: Vec<i64>,
     /// One line per decision (held only the first time), for the log.
@@ -229,12 +232,34 @@ pub struct DecisionLine {
     pub decision: EventStatus,
 }
 
-/// A page of presence states.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PresencePage {
-    /// `(user_id, state)`, ordered by user id.
-    pub items: Vec<(String, PresenceState)>,
-    /// The cursor for the next page, if there is one.
+/// The stored state of one aggregate, whatever its kind: the columns every kind
+/// shares, and the kind's own state as JSON.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AggregateState {
+    /// The aggregate, in stored form.
+    pub aggregate: String,
+    /// The sequence of its current state (presence: the applied one; save: `last_sequence`).
+    pub sequence: Option<i64>,
+    /// The event applied last.
+    pub event_id: Option<String>,
+    /// That event's type.
+    pub event_type: Option<String>,
+    /// The kind's state.
+    pub state: serde_json::Value,
+    /// A short value typed filters select on (presence: the status).
+    pub tag: Option<String>,
+    /// In-order kinds: the sequence up to which every event was decided or skipped.
+    pub watermark: Option<i64>,
+    /// When an event was last applied, unix milliseconds (0: never).
+    pub updated_at_ms: i64,
+}
+
+/// A page of aggregate states, ordered by stored key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AggregatePage {
+    /// The states.
+    pub items: Vec<AggregateState>,
+    /// The cursor for the next page (the last item's stored key), if there is one.
     pub next_cursor: Option<String>,
 }
 
@@ -371,15 +396,6 @@ pub struct FailureReport {
     pub dead: u64,
 }
 
-/// A page of save slots.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SavePage {
-    /// `(stored aggregate key, state)`, ordered by key.
-    pub items: Vec<(String, SaveState)>,
-    /// The cursor for the next page, if there is one.
-    pub next_cursor: Option<String>,
-}
-
 /// One applied state change, as streamed by `GET /v1/stream`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateChange {
@@ -389,7 +405,7 @@ pub struct StateChange {
     pub source: String,
     /// The aggregate, in stored form.
     pub aggregate: String,
-    /// `presence` or `save`.
+    /// The kind's label: `presence`, `save` or `json`.
     pub kind: String,
     /// When it was applied, unix milliseconds.
     pub at_ms: i64,
@@ -448,28 +464,22 @@ pub trait Store: Send + Sync + 'static {
         Ok(reports)
     }
 
-    /// A user's presence in a source.
-    async fn presence(
+    /// One aggregate's stored state (`aggregate` in stored form).
+    async fn aggregate(
         &self,
         source: &str,
-        user_id: &str,
-    ) -> Result<Option<PresenceState>, StoreError>;
+        aggregate: &str,
+    ) -> Result<Option<AggregateState>, StoreError>;
 
-    /// Presence states of a source, optionally of one status, after `cursor` (a user id).
-    async fn presence_page(
+    /// Aggregate states of a source, optionally of one `tag`, ordered by stored key,
+    /// after `cursor` (a stored key).
+    async fn aggregates_page(
         &self,
         source: &str,
-        status: Option<Presence>,
+        tag: Option<&str>,
         limit: usize,
         cursor: Option<&str>,
-    ) -> Result<PresencePage, StoreError>;
-
-    /// A save slot's state in a source.
-    async fn save(
-        &self,
-        source: &str,
-        aggregate: &AggregateKey,
-    ) -> Result<Option<SaveState>, StoreError>;
+    ) -> Result<AggregatePage, StoreError>;
 
     /// Records a failed attempt at an aggregate's due events: each is retried after the
     /// policy's backoff (with `jitter` in `[0, 1)`), or dead with `exhausted`.
@@ -516,14 +526,6 @@ pub trait Store: Send + Sync + 'static {
     /// backlog limit and gauges need, read without scanning decided history.
     async fn undecided_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError>;
 
-    /// Save slots of a source, ordered by aggregate, after `cursor` (a stored aggregate key).
-    async fn saves_page(
-        &self,
-        source: &str,
-        limit: usize,
-        cursor: Option<&str>,
-    ) -> Result<SavePage, StoreError>;
-
     /// The id of the latest applied state change (0 when there is none).
     async fn last_change_id(&self) -> Result<i64, StoreError>;
 
@@ -564,10 +566,4 @@ pub fn status_of(outcome: &Outcome) -> (crate::domain::EventStatus, Option<DeadR
         Outcome::Held => (S::Held, None),
         Outcome::Dead { reason, .. } => (S::Dead, Some(*reason)),
     }
-}
-
-/// Keeps `Sequence` in the store's vocabulary for implementations.
-pub(crate) fn sequence_of(raw: i64) -> Result<Sequence, StoreError> {
-    Sequence::new(raw)
-        .ok_or_else(|| StoreError::Internal(format!("negative sequence {raw} in store")))
 }

@@ -4,7 +4,7 @@
 //! aggregate serializes settling (and is released if the node dies, when its
 //! connection closes), and `LISTEN/NOTIFY` wakes every node's workers.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,20 +16,20 @@ use tokio_postgres::Row;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::filter::{
-    self, headers_json, json_err, parse_event_id, parse_status, presence_state, where_of, Param,
+    self, headers_json, json_err, parse_event_id, parse_status, where_of, Param,
     CONFLICTING_DUPLICATE, CONFLICT_DETAIL, EVENT_COLUMNS, FAILURES_SINCE_REPLAY,
 };
 use super::migrations::POSTGRES as MIGRATIONS;
-use super::settle::{HeldReach, Pending, PendingRow, Settled};
+use super::settle::{self, SettleIo, Settled};
+use super::sql;
 use super::{
-    sequence_of, status_of, Admission, AttemptRecord, DedupKey, EventFilter, EventPage,
-    EventRecord, EventRow, FailureReport, NewEvent, PresencePage, PurgeReport, Refusal, ReplayJob,
-    ReplayOutcome, SavePage, SettleReport, SourceRules, StateChange, Store, StoreError,
+    status_of, Admission, AggregatePage, AggregateState, AttemptRecord, DedupKey, EventFilter,
+    EventPage, EventRecord, EventRow, FailureReport, NewEvent, PurgeReport, Refusal, ReplayJob,
+    ReplayOutcome, SettleReport, SourceRules, StateChange, Store, StoreError,
 };
-use crate::contract::{Presence, SourceKind};
-use crate::domain::{AggregateKey, DeadReason, EventStatus};
+use crate::domain::{DeadReason, EventStatus};
+use crate::kind::PendingRow;
 use crate::ordering::{HeldRef, Outcome};
-use crate::projection::{PresenceState, SaveState};
 use crate::retry::{NextStep, RetryPolicy};
 
 /// The channel async ingests notify and workers listen on.
@@ -570,9 +570,9 @@ impl Store for PostgresStore {
         if self.group_commit && settle_now.is_none() {
             return self.ingest_batched(event).await;
         }
-        let event_id = event.event.event_id().as_str();
-        let aggregate = event.event.aggregate().storage_key();
-        let idempotency_key = event.event.idempotency_key().map(|k| k.as_str());
+        let event_id = event.event.event_id.as_str();
+        let aggregate = event.event.aggregate.storage_key();
+        let idempotency_key = event.event.idempotency_key.as_ref().map(|k| k.as_str());
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
         if let Some(admission) = purged_duplicate(
@@ -600,9 +600,9 @@ impl Store for PostgresStore {
                 &[
                     &event.source,
                     &event_id,
-                    &event.event.event_type(),
+                    &event.event.event_type,
                     &aggregate,
-                    &event.event.sequence().get(),
+                    &event.event.sequence,
                     &idempotency_key,
                     &event.body,
                     &event.signed_at,
@@ -696,62 +696,41 @@ impl Store for PostgresStore {
         Ok(settled.report)
     }
 
-    async fn presence(
+    async fn aggregate(
         &self,
         source: &str,
-        user_id: &str,
-    ) -> Result<Option<PresenceState>, StoreError> {
+        aggregate: &str,
+    ) -> Result<Option<AggregateState>, StoreError> {
         let client = self.client().await?;
-        load_presence(&client, source, user_id).await
+        PgIo(&client).load_state(source, aggregate).await
     }
 
-    async fn presence_page(
+    async fn aggregates_page(
         &self,
         source: &str,
-        status: Option<Presence>,
+        tag: Option<&str>,
         limit: usize,
         cursor: Option<&str>,
-    ) -> Result<PresencePage, StoreError> {
+    ) -> Result<AggregatePage, StoreError> {
         let client = self.client().await?;
         let rows = client
             .cached_query(
-                "SELECT user_id, presence, sequence, updated_at FROM presence_state
-                 WHERE source = $1 AND ($2::TEXT IS NULL OR presence = $2)
-                   AND ($3::TEXT IS NULL OR user_id > $3)
-                 ORDER BY user_id LIMIT $4",
-                &[
-                    &source,
-                    &status.map(Presence::as_str),
-                    &cursor,
-                    &(limit as i64 + 1),
-                ],
+                sql::AGGREGATES_PAGE,
+                &[&source, &tag, &cursor, &(limit as i64 + 1)],
             )
             .await
             .map_err(pg_err)?;
-        let mut items = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let presence: String = col(row, 1)?;
-            items.push((
-                col::<String>(row, 0)?,
-                presence_state(&presence, col(row, 2)?, col(row, 3)?)?,
-            ));
-        }
+        let mut items = rows
+            .iter()
+            .map(aggregate_state)
+            .collect::<Result<Vec<_>, _>>()?;
         let next_cursor = if items.len() > limit {
             items.truncate(limit);
-            items.last().map(|(user, _)| user.clone())
+            items.last().map(|a| a.aggregate.clone())
         } else {
             None
         };
-        Ok(PresencePage { items, next_cursor })
-    }
-
-    async fn save(
-        &self,
-        source: &str,
-        aggregate: &AggregateKey,
-    ) -> Result<Option<SaveState>, StoreError> {
-        let client = self.client().await?;
-        load_save(&client, source, &aggregate.storage_key()).await
+        Ok(AggregatePage { items, next_cursor })
     }
 
     async fn record_failure(
@@ -990,38 +969,6 @@ impl Store for PostgresStore {
                 Ok((col(r, 0)?, parse_status(&status)?, col::<i64>(r, 2)? as u64))
             })
             .collect()
-    }
-
-    async fn saves_page(
-        &self,
-        source: &str,
-        limit: usize,
-        cursor: Option<&str>,
-    ) -> Result<SavePage, StoreError> {
-        let client = self.client().await?;
-        let keys = client
-            .cached_query(
-                "SELECT aggregate FROM save_state WHERE source = $1
-                   AND ($2::TEXT IS NULL OR aggregate > $2)
-                 ORDER BY aggregate LIMIT $3",
-                &[&source, &cursor, &(limit as i64 + 1)],
-            )
-            .await
-            .map_err(pg_err)?;
-        let mut items = Vec::with_capacity(keys.len());
-        for row in &keys {
-            let key: String = col(row, 0)?;
-            if let Some(state) = load_save(&client, source, &key).await? {
-                items.push((key, state));
-            }
-        }
-        let next_cursor = if items.len() > limit {
-            items.truncate(limit);
-            items.last().map(|(key, _)| key.clone())
-        } else {
-            None
-        };
-        Ok(SavePage { items, next_cursor })
     }
 
     async fn last_change_id(&self) -> Result<i64, StoreError> {
@@ -1351,9 +1298,10 @@ async fn waiting_ahead<C: GenericClient>(
                        AND e.status IN ('received', 'held')
                        AND e.sequence > a.last + 1)
              FROM (SELECT DISTINCT u.source, u.aggregate,
-                          COALESCE(s.last_sequence, u.first - 1) AS last
+                          COALESCE(s.watermark, u.first - 1) AS last
                    FROM UNNEST($1::text[], $2::text[], $3::int8[]) AS u(source, aggregate, first)
-                   LEFT JOIN save_state s ON s.source = u.source AND s.aggregate = u.aggregate) a",
+                   LEFT JOIN aggregate_state s
+                     ON s.source = u.source AND s.aggregate = u.aggregate) a",
             &[&sources, &aggregates, &firsts],
         )
         .await
@@ -1523,194 +1471,168 @@ async fn find_duplicate<C: GenericClient>(
     })
 }
 
-/// Settles one aggregate inside `tx`; the caller holds the aggregate's advisory lock.
+/// Settles one aggregate inside `tx` with the one settle flow; the caller holds the
+/// aggregate's advisory lock.
 async fn settle_tx<C: GenericClient>(
     tx: &C,
     rules: &SourceRules,
     aggregate: &str,
     now_ms: i64,
 ) -> Result<Settled, StoreError> {
-    let (mut rows, arriving) = arriving_rows(tx, &rules.name, aggregate, now_ms).await?;
-    let (decisions, report, current_sequence, change) = match rules.kind {
-        SourceKind::Presence => {
-            // Presence never holds: every pending row is an arrival.
-            let pending = Pending::parse(rules.kind, rows);
-            let before = load_presence(tx, &rules.name, aggregate).await?;
-            let plan = pending.settle_presence(aggregate, before, now_ms)?;
-            if let Some(state) = plan.state.as_ref().filter(|_| plan.changed) {
-                // Conditional upsert: an older sequence never overwrites a newer one.
-                tx.cached_execute(
-                    "INSERT INTO presence_state (source, user_id, presence, sequence, updated_at)
-                     VALUES ($1, $2, $3, $4, $5)
-                     ON CONFLICT (source, user_id) DO UPDATE SET
-                         presence = EXCLUDED.presence, sequence = EXCLUDED.sequence,
-                         updated_at = EXCLUDED.updated_at
-                     WHERE EXCLUDED.sequence > presence_state.sequence",
-                    &[
-                        &rules.name,
-                        &aggregate,
-                        &state.presence.as_str(),
-                        &state.sequence.get(),
-                        &state.updated_at_ms,
-                    ],
-                )
-                .await
-                .map_err(pg_err)?;
-            }
-            (
-                plan.decisions,
-                plan.report,
-                plan.current_sequence,
-                plan.change,
-            )
-        }
-        SourceKind::SaveGame => {
-            let before = load_save(tx, &rules.name, aggregate)
-                .await?
-                .unwrap_or_else(|| SaveState::empty(rules.first_sequence));
-            let held = held_refs(tx, &rules.name, aggregate).await?;
-            let from = HeldReach::occupied_from(&arriving, &held, before.last_sequence);
-            let occupied = occupied_sequences(tx, &rules.name, aggregate, from).await?;
-            let (mut reach, first) = HeldReach::start(
-                &held,
-                &before,
-                &occupied,
-                &arriving,
-                now_ms,
-                rules.hold_timeout_ms,
-            );
-            rows.extend(held_rows(tx, first).await?);
-            let plan = loop {
-                match reach.settle(
-                    rules.kind,
-                    &rows,
-                    aggregate,
-                    &before,
-                    &occupied,
-                    now_ms,
-                    rules.hold_timeout_ms,
-                ) {
-                    Ok(plan) => break plan,
-                    Err(missing) => rows.extend(held_rows(tx, &missing).await?),
-                }
-            };
-            if plan.changed {
-                store_save(tx, &rules.name, aggregate, &plan.state).await?;
-            }
-            (
-                plan.decisions,
-                plan.report,
-                plan.current_sequence,
-                plan.change,
-            )
-        }
-    };
-    if let Some((kind, state)) = change {
-        tx.cached_execute(
-            "INSERT INTO state_changes (source, aggregate, kind, at, state)
-             VALUES ($1, $2, $3, $4, $5)",
-            &[&rules.name, &aggregate, &kind, &now_ms, &state.to_string()],
-        )
-        .await
-        .map_err(pg_err)?;
-    }
-    record_decisions(tx, &decisions, now_ms, rules.hold_timeout_ms).await?;
-    Ok(Settled {
-        report,
-        decisions,
-        current_sequence,
+    settle::settle(&PgIo(tx), rules, aggregate, now_ms).await
+}
+
+fn aggregate_state(r: &Row) -> Result<AggregateState, StoreError> {
+    let state: String = col(r, 4)?;
+    Ok(AggregateState {
+        aggregate: col(r, 0)?,
+        sequence: col(r, 1)?,
+        event_id: col(r, 2)?,
+        event_type: col(r, 3)?,
+        state: serde_json::from_str(&state).map_err(json_err)?,
+        tag: col(r, 5)?,
+        watermark: col(r, 6)?,
+        updated_at_ms: col(r, 7)?,
     })
 }
 
-/// The aggregate's pending events that are not held (received, or retrying and due),
-/// with their sequences.
-async fn arriving_rows<C: GenericClient>(
-    tx: &C,
-    source: &str,
-    aggregate: &str,
-    now_ms: i64,
-) -> Result<(Vec<PendingRow>, Vec<i64>), StoreError> {
-    let found = tx
-        .cached_query(
-            "SELECT id, body, received_at, replays > 0, event_id, sequence FROM events
-             WHERE source = $1 AND aggregate = $2
-               AND (status = 'received' OR (status = 'retrying' AND next_attempt_at <= $3))",
-            &[&source, &aggregate, &now_ms],
-        )
-        .await
-        .map_err(pg_err)?;
-    let mut rows = Vec::with_capacity(found.len());
-    let mut sequences = Vec::with_capacity(found.len());
-    for r in &found {
-        rows.push(PendingRow {
-            row: col(r, 0)?,
-            body: col(r, 1)?,
-            received_at_ms: col(r, 2)?,
-            replayed: col(r, 3)?,
-            was_held: false,
-            event_id: col(r, 4)?,
-        });
-        sequences.push(col(r, 5)?);
-    }
-    Ok((rows, sequences))
+fn pending_row(r: &Row, was_held: bool) -> Result<PendingRow, StoreError> {
+    Ok(PendingRow {
+        row: col(r, 0)?,
+        body: col(r, 1)?,
+        received_at_ms: col(r, 2)?,
+        replayed: col(r, 3)?,
+        event_id: col(r, 4)?,
+        sequence: col(r, 5)?,
+        event_type: col(r, 6)?,
+        idempotency_key: col(r, 7)?,
+        was_held,
+    })
 }
 
-/// The aggregate's held events, without their bodies, by sequence.
-async fn held_refs<C: GenericClient>(
-    tx: &C,
-    source: &str,
-    aggregate: &str,
-) -> Result<Vec<HeldRef>, StoreError> {
-    let found = tx
-        .cached_query(
-            "SELECT sequence, id, received_at FROM events
-             WHERE source = $1 AND aggregate = $2 AND status = 'held'
-             ORDER BY sequence, id",
-            &[&source, &aggregate],
-        )
-        .await
-        .map_err(pg_err)?;
-    found
-        .iter()
-        .map(|r| {
-            Ok(HeldRef {
-                sequence: col(r, 0)?,
-                row: col(r, 1)?,
-                received_at_ms: col(r, 2)?,
-            })
-        })
-        .collect()
-}
+/// Settling's reads and writes over one PostgreSQL transaction (or client).
+struct PgIo<'a, C>(&'a C);
 
-/// The full rows of the given held events.
-async fn held_rows<C: GenericClient>(
-    tx: &C,
-    held: &[HeldRef],
-) -> Result<Vec<PendingRow>, StoreError> {
-    if held.is_empty() {
-        return Ok(Vec::new());
+impl<C: GenericClient> SettleIo for PgIo<'_, C> {
+    async fn load_state(
+        &self,
+        source: &str,
+        aggregate: &str,
+    ) -> Result<Option<AggregateState>, StoreError> {
+        let row = self
+            .0
+            .cached_query_opt(sql::LOAD_AGGREGATE, &[&source, &aggregate])
+            .await
+            .map_err(pg_err)?;
+        row.as_ref().map(aggregate_state).transpose()
     }
-    let ids: Vec<i64> = held.iter().map(|h| h.row).collect();
-    let found = tx
-        .cached_query(
-            "SELECT id, body, received_at, replays > 0, event_id FROM events WHERE id = ANY($1)",
-            &[&ids],
-        )
-        .await
-        .map_err(pg_err)?;
-    found
-        .iter()
-        .map(|r| {
-            Ok(PendingRow {
-                row: col(r, 0)?,
-                body: col(r, 1)?,
-                received_at_ms: col(r, 2)?,
-                replayed: col(r, 3)?,
-                was_held: true,
-                event_id: col(r, 4)?,
+
+    async fn arriving_rows(
+        &self,
+        source: &str,
+        aggregate: &str,
+        now_ms: i64,
+    ) -> Result<Vec<PendingRow>, StoreError> {
+        let found = self
+            .0
+            .cached_query(sql::ARRIVING_ROWS, &[&source, &aggregate, &now_ms])
+            .await
+            .map_err(pg_err)?;
+        found.iter().map(|r| pending_row(r, false)).collect()
+    }
+
+    async fn held_refs(&self, source: &str, aggregate: &str) -> Result<Vec<HeldRef>, StoreError> {
+        let found = self
+            .0
+            .cached_query(sql::HELD_REFS, &[&source, &aggregate])
+            .await
+            .map_err(pg_err)?;
+        found
+            .iter()
+            .map(|r| {
+                Ok(HeldRef {
+                    sequence: col(r, 0)?,
+                    row: col(r, 1)?,
+                    received_at_ms: col(r, 2)?,
+                })
             })
-        })
-        .collect()
+            .collect()
+    }
+
+    async fn held_rows(&self, held: &[HeldRef]) -> Result<Vec<PendingRow>, StoreError> {
+        if held.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<i64> = held.iter().map(|h| h.row).collect();
+        let found = self
+            .0
+            .cached_query(sql::PENDING_BY_IDS, &[&ids])
+            .await
+            .map_err(pg_err)?;
+        found.iter().map(|r| pending_row(r, true)).collect()
+    }
+
+    async fn occupied(
+        &self,
+        source: &str,
+        aggregate: &str,
+        from: i64,
+    ) -> Result<BTreeSet<i64>, StoreError> {
+        let rows = self
+            .0
+            .cached_query(sql::OCCUPIED, &[&source, &aggregate, &from])
+            .await
+            .map_err(pg_err)?;
+        rows.iter().map(|r| col(r, 0)).collect()
+    }
+
+    async fn save_state(&self, source: &str, state: &AggregateState) -> Result<(), StoreError> {
+        self.0
+            .cached_execute(
+                sql::SAVE_AGGREGATE,
+                &[
+                    &source,
+                    &state.aggregate,
+                    &state.sequence,
+                    &state.event_id,
+                    &state.event_type,
+                    &state.state.to_string(),
+                    &state.tag,
+                    &state.watermark,
+                    &state.updated_at_ms,
+                ],
+            )
+            .await
+            .map_err(pg_err)?;
+        Ok(())
+    }
+
+    async fn add_change(
+        &self,
+        source: &str,
+        aggregate: &str,
+        kind: &str,
+        at_ms: i64,
+        state: &str,
+    ) -> Result<(), StoreError> {
+        self.0
+            .cached_execute(
+                sql::ADD_CHANGE,
+                &[&source, &aggregate, &kind, &at_ms, &state],
+            )
+            .await
+            .map_err(pg_err)?;
+        Ok(())
+    }
+
+    async fn record_decisions(
+        &self,
+        decisions: &[(i64, Outcome)],
+        now_ms: i64,
+        hold_timeout_ms: i64,
+    ) -> Result<(), StoreError> {
+        record_decisions(self.0, decisions, now_ms, hold_timeout_ms).await
+    }
 }
 
 /// Writes a settle's decisions: one statement for the held events and one for the
@@ -1767,118 +1689,5 @@ async fn record_decisions<C: GenericClient>(
         .await
         .map_err(pg_err)?;
     }
-    Ok(())
-}
-
-async fn occupied_sequences<C: GenericClient>(
-    tx: &C,
-    source: &str,
-    aggregate: &str,
-    from: i64,
-) -> Result<BTreeSet<i64>, StoreError> {
-    let rows = tx
-        .cached_query(
-            "SELECT sequence FROM events
-             WHERE source = $1 AND aggregate = $2 AND sequence >= $3
-               AND (status IN ('processed', 'ignored_stale', 'ignored_unsupported')
-                    OR (status = 'dead' AND dead_reason <> 'sequence_conflict'))",
-            &[&source, &aggregate, &from],
-        )
-        .await
-        .map_err(pg_err)?;
-    rows.iter().map(|r| col(r, 0)).collect()
-}
-
-async fn load_presence<C: GenericClient>(
-    client: &C,
-    source: &str,
-    user_id: &str,
-) -> Result<Option<PresenceState>, StoreError> {
-    let row = client
-        .cached_query_opt(
-            "SELECT presence, sequence, updated_at FROM presence_state
-             WHERE source = $1 AND user_id = $2",
-            &[&source, &user_id],
-        )
-        .await
-        .map_err(pg_err)?;
-    row.map(|r| presence_state(&col::<String>(&r, 0)?, col(&r, 1)?, col(&r, 2)?))
-        .transpose()
-}
-
-async fn load_save<C: GenericClient>(
-    client: &C,
-    source: &str,
-    aggregate: &str,
-) -> Result<Option<SaveState>, StoreError> {
-    let row = client
-        .cached_query_opt(
-            "SELECT last_sequence, progress, progress_sequence, inventory, inventory_sequence,
-                    snapshot_sequence, achievements, updated_at
-             FROM save_state WHERE source = $1 AND aggregate = $2",
-            &[&source, &aggregate],
-        )
-        .await
-        .map_err(pg_err)?;
-    let Some(r) = row else {
-        return Ok(None);
-    };
-    let progress: Option<String> = col(&r, 1)?;
-    let inventory: String = col(&r, 3)?;
-    let achievements: String = col(&r, 6)?;
-    Ok(Some(SaveState {
-        last_sequence: col(&r, 0)?,
-        progress: progress
-            .map(|p| serde_json::from_str(&p))
-            .transpose()
-            .map_err(json_err)?,
-        progress_sequence: col::<Option<i64>>(&r, 2)?.map(sequence_of).transpose()?,
-        inventory: serde_json::from_str::<BTreeMap<String, i64>>(&inventory).map_err(json_err)?,
-        inventory_sequence: col::<Option<i64>>(&r, 4)?.map(sequence_of).transpose()?,
-        snapshot_sequence: col::<Option<i64>>(&r, 5)?.map(sequence_of).transpose()?,
-        achievements: serde_json::from_str(&achievements).map_err(json_err)?,
-        updated_at_ms: col(&r, 7)?,
-    }))
-}
-
-async fn store_save<C: GenericClient>(
-    tx: &C,
-    source: &str,
-    aggregate: &str,
-    state: &SaveState,
-) -> Result<(), StoreError> {
-    let progress = state
-        .progress
-        .as_ref()
-        .map(serde_json::to_string)
-        .transpose()
-        .map_err(json_err)?;
-    let inventory = serde_json::to_string(&state.inventory).map_err(json_err)?;
-    let achievements = serde_json::to_string(&state.achievements).map_err(json_err)?;
-    tx.cached_execute(
-        "INSERT INTO save_state (source, aggregate, last_sequence, progress, progress_sequence,
-             inventory, inventory_sequence, snapshot_sequence, achievements, updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-         ON CONFLICT (source, aggregate) DO UPDATE SET
-             last_sequence = EXCLUDED.last_sequence, progress = EXCLUDED.progress,
-             progress_sequence = EXCLUDED.progress_sequence, inventory = EXCLUDED.inventory,
-             inventory_sequence = EXCLUDED.inventory_sequence,
-             snapshot_sequence = EXCLUDED.snapshot_sequence,
-             achievements = EXCLUDED.achievements, updated_at = EXCLUDED.updated_at",
-        &[
-            &source,
-            &aggregate,
-            &state.last_sequence,
-            &progress,
-            &state.progress_sequence.map(|s| s.get()),
-            &inventory,
-            &state.inventory_sequence.map(|s| s.get()),
-            &state.snapshot_sequence.map(|s| s.get()),
-            &achievements,
-            &state.updated_at_ms,
-        ],
-    )
-    .await
-    .map_err(pg_err)?;
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! The embedded SQLite store: WAL journal, `synchronous = FULL` so that a
 //! commit is on disk before inhook answers (G2).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,21 +10,23 @@ use async_trait::async_trait;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, params_from_iter, Connection, ErrorCode, OptionalExtension};
 
+use futures_util::FutureExt;
+
 use super::filter::{
-    self, json_err, parse_event_id, parse_status, presence_state, where_of, Param,
-    CONFLICTING_DUPLICATE, CONFLICT_DETAIL, EVENT_COLUMNS, FAILURES_SINCE_REPLAY,
+    self, json_err, parse_event_id, parse_status, where_of, Param, CONFLICTING_DUPLICATE,
+    CONFLICT_DETAIL, EVENT_COLUMNS, FAILURES_SINCE_REPLAY,
 };
 use super::migrations::SQLITE as MIGRATIONS;
-use super::settle::{HeldReach, Pending, PendingRow, Settled};
+use super::settle::{self, SettleIo, Settled};
+use super::sql;
 use super::{
-    sequence_of, status_of, Admission, AttemptRecord, DedupKey, EventFilter, EventPage,
-    EventRecord, EventRow, FailureReport, NewEvent, PresencePage, PurgeReport, Refusal, ReplayJob,
-    ReplayOutcome, SavePage, SettleReport, SourceRules, StateChange, Store, StoreError,
+    status_of, Admission, AggregatePage, AggregateState, AttemptRecord, DedupKey, EventFilter,
+    EventPage, EventRecord, EventRow, FailureReport, NewEvent, PurgeReport, Refusal, ReplayJob,
+    ReplayOutcome, SettleReport, SourceRules, StateChange, Store, StoreError,
 };
-use crate::contract::{Presence, SourceKind};
-use crate::domain::{AggregateKey, DeadReason, EventStatus};
+use crate::domain::{DeadReason, EventStatus};
+use crate::kind::PendingRow;
 use crate::ordering::{HeldRef, Outcome};
-use crate::projection::{PresenceState, SaveState};
 use crate::retry::{NextStep, RetryPolicy};
 
 /// The SQLite store. One connection behind a mutex: SQLite has one writer at a
@@ -182,10 +184,10 @@ fn over_limits(conn: &Connection, row: &EventRow) -> Result<Option<Refusal>, Sto
                 "SELECT COUNT(*) FROM events e
                  WHERE e.source = ?1 AND e.aggregate = ?2 AND e.status IN ('received', 'held')
                    AND e.sequence > 1 + COALESCE(
-                       (SELECT last_sequence FROM save_state s
+                       (SELECT watermark FROM aggregate_state s
                         WHERE s.source = ?1 AND s.aggregate = ?2), ?3 - 1)
                    AND ?4 > 1 + COALESCE(
-                       (SELECT last_sequence FROM save_state s
+                       (SELECT watermark FROM aggregate_state s
                         WHERE s.source = ?1 AND s.aggregate = ?2), ?3 - 1)",
             )
             .map_err(map_err)?
@@ -417,76 +419,49 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn presence(
+    async fn aggregate(
         &self,
         source: &str,
-        user_id: &str,
-    ) -> Result<Option<PresenceState>, StoreError> {
-        let (source, user_id) = (source.to_owned(), user_id.to_owned());
-        self.run(move |conn| load_presence(conn, &source, &user_id))
+        aggregate: &str,
+    ) -> Result<Option<AggregateState>, StoreError> {
+        let (source, aggregate) = (source.to_owned(), aggregate.to_owned());
+        self.run(move |conn| SqliteIo(conn).load(&source, &aggregate))
             .await
     }
 
-    async fn presence_page(
+    async fn aggregates_page(
         &self,
         source: &str,
-        status: Option<Presence>,
+        tag: Option<&str>,
         limit: usize,
         cursor: Option<&str>,
-    ) -> Result<PresencePage, StoreError> {
-        let source = source.to_owned();
-        let cursor = cursor.map(str::to_owned);
+    ) -> Result<AggregatePage, StoreError> {
+        let (source, tag, cursor) = (
+            source.to_owned(),
+            tag.map(str::to_owned),
+            cursor.map(str::to_owned),
+        );
         self.run(move |conn| {
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT user_id, presence, sequence, updated_at FROM presence_state
-                     WHERE source = ?1 AND (?2 IS NULL OR presence = ?2)
-                       AND (?3 IS NULL OR user_id > ?3)
-                     ORDER BY user_id LIMIT ?4",
-                )
-                .map_err(map_err)?;
+            let mut stmt = conn.prepare_cached(sql::AGGREGATES_PAGE).map_err(map_err)?;
             let rows = stmt
                 .query_map(
-                    params![
-                        source,
-                        status.map(Presence::as_str),
-                        cursor,
-                        limit as i64 + 1
-                    ],
-                    |r| {
-                        Ok((
-                            r.get::<_, String>(0)?,
-                            r.get::<_, String>(1)?,
-                            r.get::<_, i64>(2)?,
-                            r.get::<_, i64>(3)?,
-                        ))
-                    },
+                    params![source, tag, cursor, limit as i64 + 1],
+                    aggregate_row,
                 )
                 .map_err(map_err)?;
             let mut items = Vec::new();
             for row in rows {
-                let (user, presence, sequence, updated_at_ms) = row.map_err(map_err)?;
-                items.push((user, presence_state(&presence, sequence, updated_at_ms)?));
+                items.push(aggregate_state(row.map_err(map_err)?)?);
             }
             let next_cursor = if items.len() > limit {
                 items.truncate(limit);
-                items.last().map(|(user, _)| user.clone())
+                items.last().map(|a| a.aggregate.clone())
             } else {
                 None
             };
-            Ok(PresencePage { items, next_cursor })
+            Ok(AggregatePage { items, next_cursor })
         })
         .await
-    }
-
-    async fn save(
-        &self,
-        source: &str,
-        aggregate: &AggregateKey,
-    ) -> Result<Option<SaveState>, StoreError> {
-        let (source, aggregate) = (source.to_owned(), aggregate.storage_key());
-        self.run(move |conn| load_save(conn, &source, &aggregate))
-            .await
     }
 
     async fn record_failure(
@@ -727,44 +702,6 @@ impl Store for SqliteStore {
         let mut counts = self.status_counts().await?;
         counts.retain(|(_, status, _)| status.is_undecided());
         Ok(counts)
-    }
-
-    async fn saves_page(
-        &self,
-        source: &str,
-        limit: usize,
-        cursor: Option<&str>,
-    ) -> Result<SavePage, StoreError> {
-        let (source, cursor) = (source.to_owned(), cursor.map(str::to_owned));
-        self.run(move |conn| {
-            let keys: Vec<String> = {
-                let mut stmt = conn
-                    .prepare_cached(
-                        "SELECT aggregate FROM save_state WHERE source = ?1
-                           AND (?2 IS NULL OR aggregate > ?2)
-                         ORDER BY aggregate LIMIT ?3",
-                    )
-                    .map_err(map_err)?;
-                let rows = stmt
-                    .query_map(params![source, cursor, limit as i64 + 1], |r| r.get(0))
-                    .map_err(map_err)?;
-                rows.collect::<Result<_, _>>().map_err(map_err)?
-            };
-            let mut items = Vec::with_capacity(keys.len());
-            for key in keys {
-                if let Some(state) = load_save(conn, &source, &key)? {
-                    items.push((key, state));
-                }
-            }
-            let next_cursor = if items.len() > limit {
-                items.truncate(limit);
-                items.last().map(|(key, _)| key.clone())
-            } else {
-                None
-            };
-            Ok(SavePage { items, next_cursor })
-        })
-        .await
     }
 
     async fn last_change_id(&self) -> Result<i64, StoreError> {
@@ -1156,189 +1093,195 @@ fn find_duplicate(
     })
 }
 
-/// Settles one aggregate inside `tx`.
+/// Settles one aggregate inside `tx`, with the one settle flow.
 fn settle_tx(
     tx: &Connection,
     rules: &SourceRules,
     aggregate: &str,
     now_ms: i64,
 ) -> Result<Settled, StoreError> {
-    let (decisions, report, current_sequence, change) = match rules.kind {
-        SourceKind::Presence => {
-            // Presence never holds: every pending row is an arrival.
-            let (rows, _) = arriving_rows(tx, &rules.name, aggregate, now_ms)?;
-            let pending = Pending::parse(rules.kind, rows);
-            let before = load_presence(tx, &rules.name, aggregate)?;
-            let plan = pending.settle_presence(aggregate, before, now_ms)?;
-            if let Some(state) = plan.state.as_ref().filter(|_| plan.changed) {
-                tx.prepare_cached(
-                    "INSERT INTO presence_state (source, user_id, presence, sequence, updated_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5)
-                     ON CONFLICT (source, user_id) DO UPDATE SET
-                         presence = excluded.presence, sequence = excluded.sequence,
-                         updated_at = excluded.updated_at
-                     WHERE excluded.sequence > presence_state.sequence",
-                )
-                .map_err(map_err)?
-                .execute(params![
-                    rules.name,
-                    aggregate,
-                    state.presence.as_str(),
-                    state.sequence.get(),
-                    state.updated_at_ms
-                ])
-                .map_err(map_err)?;
-            }
-            (
-                plan.decisions,
-                plan.report,
-                plan.current_sequence,
-                plan.change,
-            )
-        }
-        SourceKind::SaveGame => {
-            let before = load_save(tx, &rules.name, aggregate)?
-                .unwrap_or_else(|| SaveState::empty(rules.first_sequence));
-            let (mut rows, arriving) = arriving_rows(tx, &rules.name, aggregate, now_ms)?;
-            let held = held_refs(tx, &rules.name, aggregate)?;
-            let from = HeldReach::occupied_from(&arriving, &held, before.last_sequence);
-            let occupied = occupied_sequences(tx, &rules.name, aggregate, from)?;
-            let (mut reach, first) = HeldReach::start(
-                &held,
-                &before,
-                &occupied,
-                &arriving,
-                now_ms,
-                rules.hold_timeout_ms,
-            );
-            rows.extend(held_rows(tx, first)?);
-            let plan = loop {
-                match reach.settle(
-                    rules.kind,
-                    &rows,
-                    aggregate,
-                    &before,
-                    &occupied,
-                    now_ms,
-                    rules.hold_timeout_ms,
-                ) {
-                    Ok(plan) => break plan,
-                    Err(missing) => rows.extend(held_rows(tx, &missing)?),
-                }
-            };
-            if plan.changed {
-                store_save(tx, &rules.name, aggregate, &plan.state)?;
-            }
-            (
-                plan.decisions,
-                plan.report,
-                plan.current_sequence,
-                plan.change,
-            )
-        }
-    };
-    if let Some((kind, state)) = change {
-        tx.prepare_cached(
-            "INSERT INTO state_changes (source, aggregate, kind, at, state)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-        )
-        .map_err(map_err)?
-        .execute(params![
-            rules.name,
-            aggregate,
-            kind,
-            now_ms,
-            state.to_string()
-        ])
-        .map_err(map_err)?;
-    }
-    for (row, outcome) in &decisions {
-        record_decision(tx, *row, outcome, now_ms, rules.hold_timeout_ms)?;
-    }
-    Ok(Settled {
-        report,
-        decisions,
-        current_sequence,
+    // SQLite's reads and writes never wait: the flow's future is ready at once.
+    settle::settle(&SqliteIo(tx), rules, aggregate, now_ms)
+        .now_or_never()
+        .ok_or_else(|| StoreError::Internal("a SQLite settle step waited".into()))?
+}
+
+/// An aggregate-state row as read, its state still text.
+type AggregateRow = (
+    String,
+    Option<i64>,
+    Option<String>,
+    Option<String>,
+    String,
+    Option<String>,
+    Option<i64>,
+    i64,
+);
+
+fn aggregate_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AggregateRow> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+        r.get(7)?,
+    ))
+}
+
+fn aggregate_state(row: AggregateRow) -> Result<AggregateState, StoreError> {
+    let (aggregate, sequence, event_id, event_type, state, tag, watermark, updated_at_ms) = row;
+    Ok(AggregateState {
+        aggregate,
+        sequence,
+        event_id,
+        event_type,
+        state: serde_json::from_str(&state).map_err(json_err)?,
+        tag,
+        watermark,
+        updated_at_ms,
     })
 }
 
-/// The aggregate's pending events that are not held (received, or retrying and due),
-/// with their sequences.
-fn arriving_rows(
-    tx: &Connection,
-    source: &str,
-    aggregate: &str,
-    now_ms: i64,
-) -> Result<(Vec<PendingRow>, Vec<i64>), StoreError> {
-    let mut stmt = tx
-        .prepare_cached(
-            "SELECT id, body, received_at, replays > 0, event_id, sequence FROM events
-             WHERE source = ?1 AND aggregate = ?2 AND status IN ('received', 'retrying')
-               AND (status = 'received' OR next_attempt_at <= ?3)",
-        )
-        .map_err(map_err)?;
-    let rows = stmt
-        .query_map(params![source, aggregate, now_ms], |r| {
-            Ok((
-                PendingRow {
-                    row: r.get(0)?,
-                    body: r.get(1)?,
-                    received_at_ms: r.get(2)?,
-                    replayed: r.get(3)?,
-                    was_held: false,
-                    event_id: r.get(4)?,
-                },
-                r.get::<_, i64>(5)?,
-            ))
-        })
-        .map_err(map_err)?;
-    let rows: Vec<(PendingRow, i64)> = rows.collect::<Result<_, _>>().map_err(map_err)?;
-    Ok(rows.into_iter().unzip())
+fn pending_row(r: &rusqlite::Row<'_>, was_held: bool) -> rusqlite::Result<PendingRow> {
+    Ok(PendingRow {
+        row: r.get(0)?,
+        body: r.get(1)?,
+        received_at_ms: r.get(2)?,
+        replayed: r.get(3)?,
+        event_id: r.get(4)?,
+        sequence: r.get(5)?,
+        event_type: r.get(6)?,
+        idempotency_key: r.get(7)?,
+        was_held,
+    })
 }
 
-/// The aggregate's held events, without their bodies, by sequence.
-fn held_refs(tx: &Connection, source: &str, aggregate: &str) -> Result<Vec<HeldRef>, StoreError> {
-    let mut stmt = tx
-        .prepare_cached(
-            "SELECT sequence, id, received_at FROM events
-             WHERE source = ?1 AND aggregate = ?2 AND status = 'held'
-             ORDER BY sequence, id",
-        )
-        .map_err(map_err)?;
-    let rows = stmt
-        .query_map(params![source, aggregate], |r| {
-            Ok(HeldRef {
-                sequence: r.get(0)?,
-                row: r.get(1)?,
-                received_at_ms: r.get(2)?,
+/// Settling's reads and writes over one SQLite transaction.
+struct SqliteIo<'a>(&'a Connection);
+
+impl SqliteIo<'_> {
+    fn load(&self, source: &str, aggregate: &str) -> Result<Option<AggregateState>, StoreError> {
+        let row = self
+            .0
+            .prepare_cached(sql::LOAD_AGGREGATE)
+            .map_err(map_err)?
+            .query_row(params![source, aggregate], aggregate_row)
+            .optional()
+            .map_err(map_err)?;
+        row.map(aggregate_state).transpose()
+    }
+}
+
+impl SettleIo for SqliteIo<'_> {
+    async fn load_state(
+        &self,
+        source: &str,
+        aggregate: &str,
+    ) -> Result<Option<AggregateState>, StoreError> {
+        self.load(source, aggregate)
+    }
+
+    async fn arriving_rows(
+        &self,
+        source: &str,
+        aggregate: &str,
+        now_ms: i64,
+    ) -> Result<Vec<PendingRow>, StoreError> {
+        let mut stmt = self.0.prepare_cached(sql::ARRIVING_ROWS).map_err(map_err)?;
+        let rows = stmt
+            .query_map(params![source, aggregate, now_ms], |r| {
+                pending_row(r, false)
             })
-        })
-        .map_err(map_err)?;
-    rows.collect::<Result<_, _>>().map_err(map_err)
-}
+            .map_err(map_err)?;
+        rows.collect::<Result<_, _>>().map_err(map_err)
+    }
 
-/// The full rows of the given held events.
-fn held_rows(tx: &Connection, held: &[HeldRef]) -> Result<Vec<PendingRow>, StoreError> {
-    let mut stmt = tx
-        .prepare_cached(
-            "SELECT id, body, received_at, replays > 0, event_id FROM events WHERE id = ?1",
-        )
-        .map_err(map_err)?;
-    held.iter()
-        .map(|h| {
-            stmt.query_row(params![h.row], |r| {
-                Ok(PendingRow {
-                    row: r.get(0)?,
-                    body: r.get(1)?,
+    async fn held_refs(&self, source: &str, aggregate: &str) -> Result<Vec<HeldRef>, StoreError> {
+        let mut stmt = self.0.prepare_cached(sql::HELD_REFS).map_err(map_err)?;
+        let rows = stmt
+            .query_map(params![source, aggregate], |r| {
+                Ok(HeldRef {
+                    sequence: r.get(0)?,
+                    row: r.get(1)?,
                     received_at_ms: r.get(2)?,
-                    replayed: r.get(3)?,
-                    was_held: true,
-                    event_id: r.get(4)?,
                 })
             })
-            .map_err(map_err)
-        })
-        .collect()
+            .map_err(map_err)?;
+        rows.collect::<Result<_, _>>().map_err(map_err)
+    }
+
+    async fn held_rows(&self, held: &[HeldRef]) -> Result<Vec<PendingRow>, StoreError> {
+        let mut stmt = self.0.prepare_cached(sql::PENDING_BY_ID).map_err(map_err)?;
+        held.iter()
+            .map(|h| {
+                stmt.query_row(params![h.row], |r| pending_row(r, true))
+                    .map_err(map_err)
+            })
+            .collect()
+    }
+
+    async fn occupied(
+        &self,
+        source: &str,
+        aggregate: &str,
+        from: i64,
+    ) -> Result<BTreeSet<i64>, StoreError> {
+        let mut stmt = self.0.prepare_cached(sql::OCCUPIED).map_err(map_err)?;
+        let rows = stmt
+            .query_map(params![source, aggregate, from], |r| r.get(0))
+            .map_err(map_err)?;
+        rows.collect::<Result<_, _>>().map_err(map_err)
+    }
+
+    async fn save_state(&self, source: &str, state: &AggregateState) -> Result<(), StoreError> {
+        self.0
+            .prepare_cached(sql::SAVE_AGGREGATE)
+            .map_err(map_err)?
+            .execute(params![
+                source,
+                state.aggregate,
+                state.sequence,
+                state.event_id,
+                state.event_type,
+                state.state.to_string(),
+                state.tag,
+                state.watermark,
+                state.updated_at_ms
+            ])
+            .map_err(map_err)?;
+        Ok(())
+    }
+
+    async fn add_change(
+        &self,
+        source: &str,
+        aggregate: &str,
+        kind: &str,
+        at_ms: i64,
+        state: &str,
+    ) -> Result<(), StoreError> {
+        self.0
+            .prepare_cached(sql::ADD_CHANGE)
+            .map_err(map_err)?
+            .execute(params![source, aggregate, kind, at_ms, state])
+            .map_err(map_err)?;
+        Ok(())
+    }
+
+    async fn record_decisions(
+        &self,
+        decisions: &[(i64, Outcome)],
+        now_ms: i64,
+        hold_timeout_ms: i64,
+    ) -> Result<(), StoreError> {
+        for (row, outcome) in decisions {
+            record_decision(self.0, *row, outcome, now_ms, hold_timeout_ms)?;
+        }
+        Ok(())
+    }
 }
 
 fn record_decision(
@@ -1379,150 +1322,6 @@ fn record_decision(
         reason.map(DeadReason::as_str),
         detail,
         now_ms
-    ])
-    .map_err(map_err)?;
-    Ok(())
-}
-
-fn occupied_sequences(
-    tx: &Connection,
-    source: &str,
-    aggregate: &str,
-    from: i64,
-) -> Result<BTreeSet<i64>, StoreError> {
-    let mut stmt = tx
-        .prepare_cached(
-            "SELECT sequence FROM events
-             WHERE source = ?1 AND aggregate = ?2 AND sequence >= ?3
-               AND (status IN ('processed', 'ignored_stale', 'ignored_unsupported')
-                    OR (status = 'dead' AND dead_reason <> 'sequence_conflict'))",
-        )
-        .map_err(map_err)?;
-    let rows = stmt
-        .query_map(params![source, aggregate, from], |r| r.get(0))
-        .map_err(map_err)?;
-    rows.collect::<Result<_, _>>().map_err(map_err)
-}
-
-fn load_presence(
-    conn: &Connection,
-    source: &str,
-    user_id: &str,
-) -> Result<Option<PresenceState>, StoreError> {
-    let row: Option<(String, i64, i64)> = conn
-        .prepare_cached(
-            "SELECT presence, sequence, updated_at FROM presence_state
-             WHERE source = ?1 AND user_id = ?2",
-        )
-        .map_err(map_err)?
-        .query_row(params![source, user_id], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })
-        .optional()
-        .map_err(map_err)?;
-    row.map(|(p, s, u)| presence_state(&p, s, u)).transpose()
-}
-
-type SaveRow = (
-    i64,
-    Option<String>,
-    Option<i64>,
-    String,
-    Option<i64>,
-    Option<i64>,
-    String,
-    i64,
-);
-
-fn load_save(
-    conn: &Connection,
-    source: &str,
-    aggregate: &str,
-) -> Result<Option<SaveState>, StoreError> {
-    let row: Option<SaveRow> = conn
-        .prepare_cached(
-            "SELECT last_sequence, progress, progress_sequence, inventory, inventory_sequence,
-                    snapshot_sequence, achievements, updated_at
-             FROM save_state WHERE source = ?1 AND aggregate = ?2",
-        )
-        .map_err(map_err)?
-        .query_row(params![source, aggregate], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-                r.get(7)?,
-            ))
-        })
-        .optional()
-        .map_err(map_err)?;
-    let Some((
-        last_sequence,
-        progress,
-        progress_seq,
-        inventory,
-        inventory_seq,
-        snapshot_seq,
-        achievements,
-        updated_at_ms,
-    )) = row
-    else {
-        return Ok(None);
-    };
-    Ok(Some(SaveState {
-        last_sequence,
-        progress: progress
-            .map(|p| serde_json::from_str(&p))
-            .transpose()
-            .map_err(json_err)?,
-        progress_sequence: progress_seq.map(sequence_of).transpose()?,
-        inventory: serde_json::from_str::<BTreeMap<String, i64>>(&inventory).map_err(json_err)?,
-        inventory_sequence: inventory_seq.map(sequence_of).transpose()?,
-        snapshot_sequence: snapshot_seq.map(sequence_of).transpose()?,
-        achievements: serde_json::from_str(&achievements).map_err(json_err)?,
-        updated_at_ms,
-    }))
-}
-
-fn store_save(
-    tx: &Connection,
-    source: &str,
-    aggregate: &str,
-    state: &SaveState,
-) -> Result<(), StoreError> {
-    let progress = state
-        .progress
-        .as_ref()
-        .map(serde_json::to_string)
-        .transpose()
-        .map_err(json_err)?;
-    tx.prepare_cached(
-        "INSERT INTO save_state (source, aggregate, last_sequence, progress, progress_sequence,
-             inventory, inventory_sequence, snapshot_sequence, achievements, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
-         ON CONFLICT (source, aggregate) DO UPDATE SET
-             last_sequence = excluded.last_sequence, progress = excluded.progress,
-             progress_sequence = excluded.progress_sequence, inventory = excluded.inventory,
-             inventory_sequence = excluded.inventory_sequence,
-             snapshot_sequence = excluded.snapshot_sequence,
-             achievements = excluded.achievements, updated_at = excluded.updated_at",
-    )
-    .map_err(map_err)?
-    .execute(params![
-        source,
-        aggregate,
-        state.last_sequence,
-        progress,
-        state.progress_sequence.map(|s| s.get()),
-        serde_json::to_string(&state.inventory).map_err(json_err)?,
-        state.inventory_sequence.map(|s| s.get()),
-        state.snapshot_sequence.map(|s| s.get()),
-        serde_json::to_string(&state.achievements).map_err(json_err)?,
-        state.updated_at_ms
     ])
     .map_err(map_err)?;
     Ok(())

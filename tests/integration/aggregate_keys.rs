@@ -181,7 +181,7 @@ async fn a_save_slot_whose_player_holds_slash_and_percent_is_found_and_replayed(
 
     let bad = reqwest::Client::new()
         .post(format!("{}/v1/replay", server.url))
-        .json(&json!({"status": "dead", "aggregate": "a/b/c"}))
+        .json(&json!({"status": "dead", "aggregate": "a%zz/b"}))
         .send()
         .await
         .unwrap();

@@ -23,6 +23,7 @@ pub(crate) fn source_name(kind: SourceKind) -> &'static str {
     match kind {
         SourceKind::Presence => "presence",
         SourceKind::SaveGame => "save-game",
+        SourceKind::Json => "json",
     }
 }
 

@@ -134,6 +134,10 @@ async fn no_output_route_shows_a_masked_field() {
             ["p1", "s1", "s2", "s3"].map(str::to_owned).to_vec(),
         ),
         ("job_id", vec![job["job_id"].to_string()]),
+        (
+            "key",
+            vec!["usr_1".to_owned(), "player_1/slot_a".to_owned()],
+        ),
     ];
 
     let doc = server.get("/openapi.json").await.body;
@@ -176,6 +180,8 @@ async fn no_output_route_shows_a_masked_field() {
         "/v1/events/{source}/{event_id}",
         "/v1/overview",
         "/v1/stream",
+        "/v1/sources/{source}/aggregates",
+        "/v1/sources/{source}/aggregates/{key}",
     ] {
         assert!(walked.iter().any(|w| w == route), "{route} not walked");
     }

@@ -35,6 +35,8 @@ async fn the_openapi_document_lists_every_route_and_its_answers() {
         ("get", "/v1/presence/{user_id}"),
         ("get", "/v1/saves"),
         ("get", "/v1/saves/{player_id}/{save_slot}"),
+        ("get", "/v1/sources/{source}/aggregates"),
+        ("get", "/v1/sources/{source}/aggregates/{key}"),
         ("get", "/v1/events"),
         ("get", "/v1/events/{source}/{event_id}"),
         ("post", "/v1/events/{source}/{event_id}/replay"),

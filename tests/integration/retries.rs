@@ -11,9 +11,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use inhook::clock::Clock;
 use inhook::config::Config;
-use inhook::contract::{Event, Presence, SourceKind};
+use inhook::contract::{Event, SourceKind};
 use inhook::domain::{AggregateKey, DeadReason, EventStatus};
-use inhook::projection::{PresenceState, SaveState};
 use inhook::retry::RetryPolicy;
 use inhook::store::*;
 use inhook::worker::Worker;
@@ -62,20 +61,17 @@ impl Store for FlakyStore {
         }
         self.inner.settle(r, a, now).await
     }
-    async fn presence(&self, s: &str, u: &str) -> Result<Option<PresenceState>, StoreError> {
-        self.inner.presence(s, u).await
+    async fn aggregate(&self, s: &str, a: &str) -> Result<Option<AggregateState>, StoreError> {
+        self.inner.aggregate(s, a).await
     }
-    async fn presence_page(
+    async fn aggregates_page(
         &self,
         s: &str,
-        p: Option<Presence>,
+        t: Option<&str>,
         l: usize,
         c: Option<&str>,
-    ) -> Result<PresencePage, StoreError> {
-        self.inner.presence_page(s, p, l, c).await
-    }
-    async fn save(&self, s: &str, a: &AggregateKey) -> Result<Option<SaveState>, StoreError> {
-        self.inner.save(s, a).await
+    ) -> Result<AggregatePage, StoreError> {
+        self.inner.aggregates_page(s, t, l, c).await
     }
     async fn record_failure(
         &self,
@@ -110,9 +106,6 @@ impl Store for FlakyStore {
     }
     async fn undecided_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
         self.inner.undecided_counts().await
-    }
-    async fn saves_page(&self, s: &str, l: usize, c: Option<&str>) -> Result<SavePage, StoreError> {
-        self.inner.saves_page(s, l, c).await
     }
     async fn last_change_id(&self) -> Result<i64, StoreError> {
         self.inner.last_change_id().await
@@ -193,7 +186,7 @@ async fn log(h: &Harness, player: &str, event_id: &str) {
     let event = Event::parse(SourceKind::SaveGame, &body).unwrap();
     let new = NewEvent {
         source: "save-game",
-        event: &event,
+        event: &event.fields(),
         body: &body,
         received_at_ms: h.clock.now_ms(),
         signed_at: None,
@@ -234,9 +227,7 @@ async fn a_transient_failure_is_retried_on_the_backoff_schedule_then_processed()
             "gap {gap} for backoff {backoff}"
         );
     }
-    let state = h
-        .store
-        .save("save-game", &key("flaky"))
+    let state = crate::conformance::save_of(&*h.store, "save-game", &key("flaky"))
         .await
         .unwrap()
         .unwrap();
@@ -273,12 +264,12 @@ async fn a_failure_that_never_ends_is_dead_after_max_attempts_and_blocks_nothing
             "gap {gap} for backoff {backoff}"
         );
     }
-    assert!(h
-        .store
-        .save("save-game", &key("doomed"))
-        .await
-        .unwrap()
-        .is_none());
+    assert!(
+        crate::conformance::save_of(&*h.store, "save-game", &key("doomed"))
+            .await
+            .unwrap()
+            .is_none()
+    );
     h.stop.send(true).unwrap();
 }
 
@@ -291,14 +282,16 @@ fn key(player: &str) -> AggregateKey {
 async fn break_projection(server: &TestServer) {
     server
         .run_sql(
-            "CREATE TRIGGER broken_insert BEFORE INSERT ON save_state
+            "CREATE TRIGGER broken_insert BEFORE INSERT ON aggregate_state
+             WHEN NEW.source = 'save-game'
              BEGIN SELECT RAISE(ABORT, 'projection failed on purpose'); END;
-             CREATE TRIGGER broken_update BEFORE UPDATE ON save_state
+             CREATE TRIGGER broken_update BEFORE UPDATE ON aggregate_state
+             WHEN NEW.source = 'save-game'
              BEGIN SELECT RAISE(ABORT, 'projection failed on purpose'); END;",
             "CREATE FUNCTION broken() RETURNS trigger LANGUAGE plpgsql AS
                $$ BEGIN RAISE EXCEPTION 'projection failed on purpose'; END $$;
-             CREATE TRIGGER broken BEFORE INSERT OR UPDATE ON save_state
-               FOR EACH ROW EXECUTE FUNCTION broken();",
+             CREATE TRIGGER broken BEFORE INSERT OR UPDATE ON aggregate_state
+               FOR EACH ROW WHEN (NEW.source = 'save-game') EXECUTE FUNCTION broken();",
         )
         .await;
 }
@@ -308,7 +301,7 @@ async fn heal_projection(server: &TestServer) {
     server
         .run_sql(
             "DROP TRIGGER broken_insert; DROP TRIGGER broken_update;",
-            "DROP TRIGGER broken ON save_state; DROP FUNCTION broken();",
+            "DROP TRIGGER broken ON aggregate_state; DROP FUNCTION broken();",
         )
         .await;
 }

@@ -635,3 +635,36 @@ pub fn now_s() -> i64 {
         .unwrap()
         .as_secs() as i64
 }
+
+/// SQL (SQLite's, PostgreSQL's) that puts back the typed state tables migration 5
+/// replaced, rebuilt with their rows from the generic table, and drops that table: a
+/// store's state as the release before migration 5 wrote it. Remove migration 5's row
+/// from `schema_migrations` too, and the next start migrates it again.
+pub const UNDO_MIGRATION_5: (&str, &str) = (
+    "CREATE TABLE presence_state AS
+         SELECT source, aggregate AS user_id, json_extract(state, '$.presence') AS presence,
+                sequence, updated_at FROM aggregate_state WHERE tag IS NOT NULL;
+     CREATE TABLE save_state AS
+         SELECT source, aggregate, watermark AS last_sequence,
+                json_extract(state, '$.progress') AS progress,
+                json_extract(state, '$.progress_sequence') AS progress_sequence,
+                json_extract(state, '$.inventory') AS inventory,
+                json_extract(state, '$.inventory_sequence') AS inventory_sequence,
+                json_extract(state, '$.snapshot_sequence') AS snapshot_sequence,
+                json_extract(state, '$.achievements') AS achievements, updated_at
+         FROM aggregate_state WHERE watermark IS NOT NULL;
+     DROP TABLE aggregate_state;",
+    "CREATE TABLE presence_state AS
+         SELECT source, aggregate AS user_id, state::json->>'presence' AS presence,
+                sequence, updated_at FROM aggregate_state WHERE tag IS NOT NULL;
+     CREATE TABLE save_state AS
+         SELECT source, aggregate, watermark AS last_sequence,
+                (state::json->'progress')::text AS progress,
+                (state::json->>'progress_sequence')::bigint AS progress_sequence,
+                (state::json->'inventory')::text AS inventory,
+                (state::json->>'inventory_sequence')::bigint AS inventory_sequence,
+                (state::json->>'snapshot_sequence')::bigint AS snapshot_sequence,
+                (state::json->'achievements')::text AS achievements, updated_at
+         FROM aggregate_state WHERE watermark IS NOT NULL;
+     DROP TABLE aggregate_state;",
+);

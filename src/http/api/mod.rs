@@ -2,6 +2,7 @@
 //! What every resource shares lives here: extractors whose rejections are
 //! answered once, page sizes, source lookup, aggregate filters and masking.
 
+pub(super) mod aggregates;
 pub(super) mod events;
 pub(super) mod extract;
 pub(super) mod health;
@@ -11,7 +12,6 @@ pub(super) mod replay;
 pub(super) mod saves;
 
 use serde::Deserialize;
-use serde_json::json;
 use utoipa::IntoParams;
 
 use super::answer::Answer;
@@ -19,7 +19,6 @@ use super::AppState;
 use crate::config::SourceConfig;
 use crate::contract::SourceKind;
 use crate::domain::AggregateKey;
-use crate::mask::{mask_at, masks_whole, MASK};
 
 /// Most items one page may hold.
 const MAX_PAGE: usize = 500;
@@ -97,23 +96,14 @@ pub(super) fn masked_state(
     mut state: serde_json::Value,
     mask_fields: &[String],
 ) -> serde_json::Value {
-    let Some(progress) = state.get_mut("progress").filter(|p| p.is_object()) else {
-        return state;
-    };
-    if masks_whole(mask_fields, &["data"]) {
-        // Masked whole: still an object (the documented shape), every value hidden.
-        if let Some(object) = progress.as_object_mut() {
-            object.values_mut().for_each(|v| *v = json!(MASK));
-        }
-    } else {
-        mask_at(progress, mask_fields, &["data"]);
-    }
+    crate::kind::save::mask_view(&mut state, mask_fields);
     state
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn fields(names: &[&str]) -> Vec<String> {
         names.iter().map(|n| n.to_string()).collect()

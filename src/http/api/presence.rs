@@ -13,6 +13,7 @@ use crate::config::SourceConfig;
 use crate::contract::{Presence, SourceKind};
 use crate::http::answer::{AdminFailures, Answer, ErrorBody};
 use crate::http::AppState;
+use crate::kind::presence::presence_state;
 use crate::projection::{presence_view, PresenceState, PresenceView};
 
 /// `?status=&limit=&cursor=&source=` of the presence listing.
@@ -59,12 +60,13 @@ pub(crate) async fn presence_one(
     Query(query): Query<SourceQuery>,
 ) -> Result<Response, Answer> {
     let source = source_of_kind(&state, SourceKind::Presence, query.source.as_deref())?;
+    // A user's stored key is the user id itself.
     let found = state
         .store
-        .presence(&source.name, &user_id)
+        .aggregate(&source.name, &user_id)
         .await?
         .ok_or(Answer::NotFound("unknown_user"))?;
-    Ok(Json(presence_json(source, &user_id, &found)).into_response())
+    Ok(Json(presence_json(source, &user_id, &presence_state(&found)?)).into_response())
 }
 
 /// Presences, optionally of one status, a page at a time.
@@ -84,13 +86,24 @@ pub(crate) async fn presence_list(
     let limit = page_size(query.limit)?;
     let page = state
         .store
-        .presence_page(&source.name, status, limit, query.cursor.as_deref())
+        .aggregates_page(
+            &source.name,
+            status.map(Presence::as_str),
+            limit,
+            query.cursor.as_deref(),
+        )
         .await?;
-    let items: Vec<_> = page
+    let items = page
         .items
         .iter()
-        .map(|(user, s)| presence_json(source, user, s))
-        .collect();
+        .map(|stored| {
+            Ok(presence_json(
+                source,
+                &stored.aggregate,
+                &presence_state(stored)?,
+            ))
+        })
+        .collect::<Result<Vec<_>, crate::store::StoreError>>()?;
     Ok(Json(PresencePage {
         items,
         next_cursor: page.next_cursor,

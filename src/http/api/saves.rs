@@ -13,6 +13,7 @@ use crate::contract::SourceKind;
 use crate::domain::{AggregateKey, Ident};
 use crate::http::answer::{AdminFailures, Answer, ErrorBody};
 use crate::http::AppState;
+use crate::kind::save::save_state;
 use crate::projection::{save_view, SaveView};
 
 /// A page of save slots.
@@ -50,10 +51,10 @@ pub(crate) async fn save_one(
     };
     let save = state
         .store
-        .save(&source.name, &key)
+        .aggregate(&source.name, &key.storage_key())
         .await?
         .ok_or(Answer::NotFound("unknown_save"))?;
-    let view = json!(save_view(&player_id, &save_slot, &save));
+    let view = json!(save_view(&player_id, &save_slot, &save_state(&save)?));
     Ok(Json(masked_state(view, &state.config.mask_fields)).into_response())
 }
 
@@ -97,24 +98,13 @@ pub(crate) async fn saves_list(
         .transpose()?;
     let page = state
         .store
-        .saves_page(&source.name, limit, cursor.as_deref())
+        .aggregates_page(&source.name, None, limit, cursor.as_deref())
         .await?;
+    let now_ms = crate::clock::now_ms();
     let items: Vec<_> = page
         .items
         .iter()
-        .map(|(key, save)| {
-            let (player, slot) = match AggregateKey::from_storage_key(key) {
-                Some(AggregateKey::SaveSlot {
-                    player_id,
-                    save_slot,
-                }) => (player_id.to_string(), save_slot.to_string()),
-                _ => (key.clone(), String::new()),
-            };
-            masked_state(
-                json!(save_view(&player, &slot, save)),
-                &state.config.mask_fields,
-            )
-        })
+        .map(|save| masked_state(source.handler.view(save, now_ms), &state.config.mask_fields))
         .collect();
     let next_cursor = page.next_cursor.map(|c| AggregateKey::text_of_stored(&c));
     Ok(Json(SavePage { items, next_cursor }).into_response())

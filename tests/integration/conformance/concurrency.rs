@@ -159,8 +159,7 @@ pub async fn racing_sync_deliveries_end_at_the_highest_sequence(store: &dyn Stor
         assert_eq!(record.status, expected, "p{seq}");
         assert!(decided.current_sequence.unwrap() >= *seq);
     }
-    let state = store
-        .presence(super::PRESENCE, "usr_A")
+    let state = super::presence_of(store, super::PRESENCE, "usr_A")
         .await
         .unwrap()
         .unwrap();

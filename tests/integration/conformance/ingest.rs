@@ -237,8 +237,7 @@ pub async fn a_body_without_event_id_is_kept_under_its_delivery_id(store: &dyn S
     let mut body = delta("unused", "slot_a", 1, 3);
     body.as_object_mut().unwrap().remove("event_id");
     let raw = serde_json::to_vec(&body).unwrap();
-    let event = inhook::contract::Event::parse_with_fallback(rules.kind, &raw, Some("msg_1"))
-        .expect("a body the contract accepts");
+    let event = super::fields(&rules, &raw, Some("msg_1"));
     let post = |at_ms| {
         store.ingest(
             inhook::store::NewEvent {

@@ -333,8 +333,11 @@ pub async fn text_orders_are_byte_orders(store: &dyn Store) {
         let body = presence(&format!("p{i}"), user, "ONLINE", 1);
         super::ingest_sync(store, &presence_rules, body, T0).await;
     }
-    let page = store.presence_page(PRESENCE, None, 10, None).await.unwrap();
-    let presence_listed: Vec<_> = page.items.into_iter().map(|(u, _)| u).collect();
+    let page = store
+        .aggregates_page(PRESENCE, None, 10, None)
+        .await
+        .unwrap();
+    let presence_listed: Vec<_> = page.items.into_iter().map(|a| a.aggregate).collect();
     let presence_bytewise = bytewise;
 
     let slots = ["s_b", "s_a", "S_z", "s-a", "S1"];
@@ -347,8 +350,8 @@ pub async fn text_orders_are_byte_orders(store: &dyn Store) {
     }
     let mut bytewise: Vec<_> = slots.iter().map(|s| slot(s)).collect();
     bytewise.sort();
-    let page = store.saves_page(SAVES, 10, None).await.unwrap();
-    let listed: Vec<_> = page.items.into_iter().map(|(k, _)| k).collect();
+    let page = store.aggregates_page(SAVES, None, 10, None).await.unwrap();
+    let listed: Vec<_> = page.items.into_iter().map(|a| a.aggregate).collect();
 
     // A bulk replay requeues one aggregate per step, from its stored cursor.
     let dead_slots = ["d_b", "d_a", "D_z", "d-a", "D1"];

@@ -10,9 +10,11 @@ pub mod log;
 pub mod retries;
 pub mod settle;
 
-use inhook::contract::{Event, SourceKind};
+use inhook::contract::SourceKind;
 use inhook::domain::{AggregateKey, Ident};
-use inhook::store::{Admission, IngestLimits, NewEvent, SourceRules, Store};
+use inhook::kind::{Delivery, EventFields};
+use inhook::projection::{PresenceState, SaveState};
+use inhook::store::{Admission, IngestLimits, NewEvent, SourceRules, Store, StoreError};
 use serde_json::{json, Value};
 
 /// A fixed base time, unix milliseconds: every check passes times explicitly.
@@ -27,7 +29,7 @@ pub const SAVES: &str = "saves";
 pub fn presence_rules() -> SourceRules {
     SourceRules {
         name: PRESENCE.into(),
-        kind: SourceKind::Presence,
+        kind: inhook::kind::built_in(SourceKind::Presence, 900_000),
         first_sequence: 1,
         hold_timeout_ms: 30_000,
     }
@@ -37,7 +39,7 @@ pub fn presence_rules() -> SourceRules {
 pub fn save_rules() -> SourceRules {
     SourceRules {
         name: SAVES.into(),
-        kind: SourceKind::SaveGame,
+        kind: inhook::kind::built_in(SourceKind::SaveGame, 900_000),
         first_sequence: 1,
         hold_timeout_ms: 30_000,
     }
@@ -105,7 +107,7 @@ pub async fn ingest(
     sync: bool,
 ) -> Admission {
     let raw = serde_json::to_vec(body).expect("body");
-    let event = Event::parse(rules.kind, &raw).expect("a body the contract accepts");
+    let event = fields(rules, &raw, None);
     let headers = [("user-agent".to_owned(), "conformance".to_owned())];
     store
         .ingest(
@@ -162,4 +164,40 @@ pub async fn ingest_sync(
     at_ms: i64,
 ) -> Admission {
     ingest(store, rules, &body, at_ms, IngestLimits::NONE, true).await
+}
+
+/// The fields `rules`' kind reads from `raw` (`delivery_id` standing in for a missing event id).
+pub fn fields(rules: &SourceRules, raw: &[u8], delivery_id: Option<&str>) -> EventFields {
+    match rules
+        .kind
+        .parse(raw, &Default::default(), delivery_id)
+        .expect("a body the contract accepts")
+    {
+        Delivery::Event(fields) => fields,
+        ignored => panic!("not an event: {ignored:?}"),
+    }
+}
+
+/// A user's presence, read through the generic aggregate method.
+pub async fn presence_of(
+    store: &dyn Store,
+    source: &str,
+    user: &str,
+) -> Result<Option<PresenceState>, StoreError> {
+    let stored = store.aggregate(source, user).await?;
+    stored
+        .map(|s| inhook::kind::presence::presence_state(&s))
+        .transpose()
+}
+
+/// A save slot's state, read through the generic aggregate method.
+pub async fn save_of(
+    store: &dyn Store,
+    source: &str,
+    key: &AggregateKey,
+) -> Result<Option<SaveState>, StoreError> {
+    let stored = store.aggregate(source, &key.storage_key()).await?;
+    stored
+        .map(|s| inhook::kind::save::save_state(&s))
+        .transpose()
 }

@@ -320,7 +320,7 @@ pub async fn replays_apply_late_deltas_and_bulk_replays_take_a_status(store: &dy
         (EventStatus::Processed, 1)
     );
     let key = inhook::domain::AggregateKey::from_storage_key(&slot("slot_a")).unwrap();
-    let state = store.save(SAVES, &key).await.unwrap().unwrap();
+    let state = super::save_of(store, SAVES, &key).await.unwrap().unwrap();
     assert_eq!(state.inventory.get("sword"), Some(&12));
     assert_eq!(state.last_sequence, 3, "g5 still waits for 4");
 

@@ -34,7 +34,10 @@ async fn save_state(store: &dyn Store, slot_name: &str) -> inhook::projection::S
         player_id: Ident::parse("player_1024").unwrap(),
         save_slot: Ident::parse(slot_name).unwrap(),
     };
-    store.save(SAVES, &key).await.unwrap().expect("save slot")
+    super::save_of(store, SAVES, &key)
+        .await
+        .unwrap()
+        .expect("save slot")
 }
 
 /// In sync mode ingest answers the outcome: applied, stale (latest-wins),
@@ -55,12 +58,18 @@ pub async fn sync_ingest_answers_applied_stale_held_and_dead(store: &dyn Store) 
         decided(post(presence("p2", "usr_A", "BUSY", 102), T0 + 2).await);
     assert_eq!((outcome, current, ooo), (Outcome::Stale, Some(103), true));
     assert_eq!((report.stale, report.applied), (1, 0));
-    let state = store.presence(PRESENCE, "usr_A").await.unwrap().unwrap();
+    let state = super::presence_of(store, PRESENCE, "usr_A")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (state.presence, state.sequence.get(), state.updated_at_ms),
         (Presence::Offline, 103, T0 + 1)
     );
-    assert_eq!(store.presence(PRESENCE, "usr_B").await.unwrap(), None);
+    assert_eq!(
+        super::presence_of(store, PRESENCE, "usr_B").await.unwrap(),
+        None
+    );
 
     let rules = save_rules();
     let post = |body: serde_json::Value, at| super::ingest_sync(store, &rules, body, at);
@@ -129,7 +138,7 @@ pub async fn async_events_are_due_until_settled(store: &dyn Store) {
         player_id: Ident::parse("player_1024").unwrap(),
         save_slot: Ident::parse("slot_a").unwrap(),
     };
-    assert_eq!(store.save(SAVES, &key).await.unwrap(), None);
+    assert_eq!(super::save_of(store, SAVES, &key).await.unwrap(), None);
 
     let report = store
         .settle(&save_rules(), &slot("slot_a"), T0 + 50)
@@ -162,12 +171,15 @@ pub async fn async_events_are_due_until_settled(store: &dyn Store) {
         .await
         .unwrap();
     assert_eq!(again, inhook::store::SettleReport::default());
-    let mut saves = store.saves_page(SAVES, 1, None).await.unwrap();
+    let mut saves = store.aggregates_page(SAVES, None, 1, None).await.unwrap();
     assert_eq!(saves.items.len(), 1);
     let next = saves.next_cursor.clone().expect("a second page");
-    let second = store.saves_page(SAVES, 1, Some(&next)).await.unwrap();
+    let second = store
+        .aggregates_page(SAVES, None, 1, Some(&next))
+        .await
+        .unwrap();
     saves.items.extend(second.items);
-    let keys: Vec<_> = saves.items.iter().map(|(k, _)| k.clone()).collect();
+    let keys: Vec<_> = saves.items.iter().map(|a| a.aggregate.clone()).collect();
     assert_eq!(keys, [slot("slot_a"), slot("slot_b")]);
     assert_eq!(second.next_cursor, None);
 }
@@ -356,37 +368,36 @@ pub async fn presence_pages_order_by_user_and_filter_by_status(store: &dyn Store
         let body = presence(&format!("e{i}"), user, status, 1);
         super::ingest_sync(store, &rules, body, T0 + i as i64).await;
     }
-    let users = |page: &inhook::store::PresencePage| -> Vec<String> {
-        page.items.iter().map(|(u, _)| u.clone()).collect()
+    let users = |page: &inhook::store::AggregatePage| -> Vec<String> {
+        page.items.iter().map(|a| a.aggregate.clone()).collect()
     };
+    let online_tag = Some(Presence::Online.as_str());
     let online = store
-        .presence_page(PRESENCE, Some(Presence::Online), 2, None)
+        .aggregates_page(PRESENCE, online_tag, 2, None)
         .await
         .unwrap();
     assert_eq!(users(&online), ["usr_A", "usr_C"]);
     assert_eq!(online.next_cursor.as_deref(), Some("usr_C"));
     let rest = store
-        .presence_page(
-            PRESENCE,
-            Some(Presence::Online),
-            2,
-            online.next_cursor.as_deref(),
-        )
+        .aggregates_page(PRESENCE, online_tag, 2, online.next_cursor.as_deref())
         .await
         .unwrap();
     assert_eq!(
         (users(&rest), rest.next_cursor),
         (vec!["usr_D".to_owned()], None)
     );
-    let all = store.presence_page(PRESENCE, None, 10, None).await.unwrap();
+    let all = store
+        .aggregates_page(PRESENCE, None, 10, None)
+        .await
+        .unwrap();
     assert_eq!(users(&all), ["usr_A", "usr_B", "usr_C", "usr_D"]);
-    let (_, b) = &all.items[1];
+    let b = &inhook::kind::presence::presence_state(&all.items[1]).unwrap();
     assert_eq!(
         (b.presence, b.sequence.get(), b.updated_at_ms),
         (Presence::Offline, 1, T0 + 1)
     );
     assert!(store
-        .presence_page("other", None, 10, None)
+        .aggregates_page("other", None, 10, None)
         .await
         .unwrap()
         .items

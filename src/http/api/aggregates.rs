@@ -1,0 +1,155 @@
+//! `/v1/sources/{source}/aggregates`: every kind's aggregates in one shape (SPEC §8),
+//! the kind's own state under `state`.
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::extract::{Path, Query};
+use super::page_size;
+use crate::config::SourceConfig;
+use crate::domain::AggregateKey;
+use crate::http::answer::{AdminFailures, Answer, ErrorBody};
+use crate::http::AppState;
+use crate::kind::aggregate_view;
+
+/// One aggregate's state, whatever its source's kind.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"source": "stripe", "aggregate": "customer/cus_1",
+    "sequence": 1_764_460_800_000_000_i64, "event_id": "evt_1", "event_type": "customer.updated",
+    "state": {"id": "cus_1", "email": "***"}, "updated_at": "2025-11-30T00:00:00.000Z"}))]
+pub(crate) struct AggregateItem {
+    /// The source.
+    source: String,
+    /// The aggregate's key in text form (parts joined by `/`, `%` and `/` in a part percent-encoded).
+    aggregate: String,
+    /// The sequence of its current state (a save slot's `last_sequence`); null for an
+    /// unordered `json` source without `sequence`.
+    sequence: Option<i64>,
+    /// The event applied last (null for a state carried over from an older release).
+    event_id: Option<String>,
+    /// That event's type.
+    event_type: Option<String>,
+    /// The kind's state: a presence's or save slot's typed view, a `json` source's value at `state`.
+    #[schema(value_type = Object)]
+    state: serde_json::Value,
+    /// When an event was last applied (RFC 3339), null if never.
+    updated_at: Option<String>,
+}
+
+/// A page of aggregates.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct AggregatePage {
+    /// The aggregates, ordered by key.
+    #[schema(value_type = Vec<AggregateItem>)]
+    items: Vec<serde_json::Value>,
+    /// Pass as `cursor` for the next page; null on the last.
+    next_cursor: Option<String>,
+}
+
+/// `?limit=&cursor=` of the aggregate listing.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct AggregatesQuery {
+    /// Page size, 1..=500 (default 100).
+    #[param(minimum = 1, maximum = 500)]
+    limit: Option<u64>,
+    /// `next_cursor` of the previous page (the last aggregate's key in text form).
+    cursor: Option<String>,
+}
+
+fn source_named<'a>(state: &'a AppState, name: &str) -> Result<&'a SourceConfig, Answer> {
+    state
+        .config
+        .source(name)
+        .ok_or(Answer::NotFound("unknown_source"))
+}
+
+/// One aggregate of a source, of any kind.
+#[utoipa::path(get, path = "/v1/sources/{source}/aggregates/{key}", tag = "state",
+    security(("admin_token" = [])),
+    params(("source" = String, Path, description = "The configured source", example = "presence"),
+        ("key" = String, Path, description = "The aggregate's key in text form (parts joined by `/`; \
+            `%` and `/` inside a part as `%25` and `%2F`), URL-encoded like any path: \
+            `octo%252Frepo/7`", example = "usr_A")),
+    responses(
+        (status = 200, description = "The aggregate's state", body = AggregateItem),
+        (status = 400, description = "`bad_request`: the key is no aggregate key's text form", body = ErrorBody),
+        (status = 404, description = "`unknown_aggregate` or `unknown_source`", body = ErrorBody),
+        AdminFailures,
+    ))]
+pub(crate) async fn aggregate_one(
+    State(state): State<AppState>,
+    Path((source, key)): Path<(String, String)>,
+) -> Result<Response, Answer> {
+    let source = source_named(&state, &source)?;
+    let key = AggregateKey::parse_text(&key)
+        .map_err(|problem| Answer::BadRequest(format!("aggregate key {problem}")))?;
+    let stored = state
+        .store
+        .aggregate(&source.name, &key.storage_key())
+        .await?
+        .ok_or(Answer::NotFound("unknown_aggregate"))?;
+    let view = aggregate_view(
+        &source.name,
+        source.handler.as_ref(),
+        &stored,
+        crate::clock::now_ms(),
+        &state.config.mask_fields,
+    );
+    Ok(Json(view).into_response())
+}
+
+/// A source's aggregates, of any kind, a page at a time.
+#[utoipa::path(get, path = "/v1/sources/{source}/aggregates", tag = "state",
+    security(("admin_token" = [])),
+    params(("source" = String, Path, description = "The configured source", example = "presence"),
+        AggregatesQuery),
+    responses(
+        (status = 200, description = "A page of aggregates", body = AggregatePage),
+        (status = 400, description = "`bad_request`: a bad `limit` or `cursor`", body = ErrorBody),
+        (status = 404, description = "`unknown_source`", body = ErrorBody),
+        AdminFailures,
+    ))]
+pub(crate) async fn aggregates_list(
+    State(state): State<AppState>,
+    Path(source): Path<String>,
+    Query(query): Query<AggregatesQuery>,
+) -> Result<Response, Answer> {
+    let source = source_named(&state, &source)?;
+    let limit = page_size(query.limit)?;
+    let cursor = query
+        .cursor
+        .as_deref()
+        .filter(|c| !c.is_empty())
+        .map(|text| {
+            AggregateKey::parse_text(text)
+                .map(|key| key.storage_key())
+                .map_err(|_| {
+                    Answer::BadRequest("cursor must be a next_cursor of this listing".into())
+                })
+        })
+        .transpose()?;
+    let page = state
+        .store
+        .aggregates_page(&source.name, None, limit, cursor.as_deref())
+        .await?;
+    let now_ms = crate::clock::now_ms();
+    let items = page
+        .items
+        .iter()
+        .map(|stored| {
+            aggregate_view(
+                &source.name,
+                source.handler.as_ref(),
+                stored,
+                now_ms,
+                &state.config.mask_fields,
+            )
+        })
+        .collect();
+    let next_cursor = page.next_cursor.map(|c| AggregateKey::text_of_stored(&c));
+    Ok(Json(AggregatePage { items, next_cursor }).into_response())
+}

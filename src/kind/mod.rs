@@ -1,0 +1,233 @@
+//! The kind seam (SPEC §8): a kind is one module behind the [`Kind`] trait. It
+//! parses a verified delivery into the fields every layer needs, settles an
+//! aggregate's pending events against its stored state (pure: the store loads
+//! and writes, [`crate::ordering`] holds the rules), and shows a stored state.
+//! Presence, save-game and `json` are its three implementations; the store, the
+//! worker, ingress and the read API only ever talk to the trait.
+
+pub mod json;
+pub mod presence;
+pub mod save;
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+
+use axum::http::HeaderMap;
+use serde_json::{json, Value};
+
+use crate::contract::{ContractError, Event, SourceKind};
+use crate::domain::{AggregateKey, DeadReason, EventId, IdempotencyKey};
+use crate::ordering::Outcome;
+use crate::store::AggregateState;
+
+/// What every layer needs of a verified delivery, whatever its kind.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventFields {
+    /// The publisher's id for this delivery.
+    pub event_id: EventId,
+    /// The publisher's key for the logical operation, if any.
+    pub idempotency_key: Option<IdempotencyKey>,
+    /// The aggregate it belongs to.
+    pub aggregate: AggregateKey,
+    /// Its sequence in the aggregate (0 for an unordered `json` event without one).
+    pub sequence: i64,
+    /// Its type as logged (empty when the kind locates none).
+    pub event_type: String,
+    /// Whether the rules may hold it for a gap (an in-order event).
+    pub may_hold: bool,
+}
+
+impl Event {
+    /// The fields every layer needs of a built-in kind's event.
+    pub fn fields(&self) -> EventFields {
+        EventFields {
+            event_id: self.event_id().clone(),
+            idempotency_key: self.idempotency_key().cloned(),
+            aggregate: self.aggregate(),
+            sequence: self.sequence().get(),
+            event_type: self.event_type().to_owned(),
+            may_hold: matches!(
+                self,
+                Event::Save(save) if matches!(save.change, crate::contract::SaveChange::InventoryUpdated { .. })
+            ),
+        }
+    }
+}
+
+/// What a kind makes of one verified delivery.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Delivery {
+    /// An event to log and order.
+    Event(EventFields),
+    /// A type the source does not accept: `200 ignored_unsupported`, nothing stored.
+    Ignored {
+        /// The event id, when it could be read (for the log line).
+        event_id: Option<EventId>,
+        /// The type that was not accepted.
+        event_type: Option<String>,
+    },
+}
+
+/// A pending event row as the store loads it: the logged columns and the raw body.
+/// Kinds settle from these, never from request headers (a `json` source's
+/// `header:` locations are in the columns, not in the body).
+#[derive(Debug, Clone)]
+pub struct PendingRow {
+    /// The log row id.
+    pub row: i64,
+    /// The logged event_id.
+    pub event_id: String,
+    /// The logged event type.
+    pub event_type: String,
+    /// The logged sequence.
+    pub sequence: i64,
+    /// The logged idempotency key.
+    pub idempotency_key: Option<String>,
+    /// The raw body.
+    pub body: Vec<u8>,
+    /// Time of receipt, unix milliseconds.
+    pub received_at_ms: i64,
+    /// Whether a person replayed it.
+    pub replayed: bool,
+    /// Whether it was already held before this step.
+    pub was_held: bool,
+}
+
+/// Everything a kind decides one aggregate from.
+#[derive(Debug, Clone, Copy)]
+pub struct SettleInput<'a> {
+    /// The aggregate, in stored form.
+    pub aggregate: &'a str,
+    /// Its stored state, if it has one.
+    pub before: Option<&'a AggregateState>,
+    /// The pending rows read (arrivals, and the held events in reach).
+    pub rows: &'a [PendingRow],
+    /// In-order kinds: the decided sequences from the lowest one settling needs on.
+    pub occupied: &'a BTreeSet<i64>,
+    /// The source's first sequence.
+    pub first_sequence: i64,
+    /// Now, unix milliseconds.
+    pub now_ms: i64,
+    /// How long an in-order event waits for a gap, in milliseconds.
+    pub hold_timeout_ms: i64,
+}
+
+impl SettleInput<'_> {
+    /// The watermark settling starts from: the stored one, or the one before the first sequence.
+    pub fn watermark(&self) -> i64 {
+        self.before
+            .and_then(|b| b.watermark)
+            .unwrap_or(self.first_sequence.saturating_sub(1))
+    }
+}
+
+/// What a kind decided about one aggregate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KindPlan {
+    /// The aggregate's state afterwards (`None`: it still has none).
+    pub state: Option<AggregateState>,
+    /// Every pending row's outcome.
+    pub decisions: Vec<(i64, Outcome)>,
+    /// Missing sequences skipped by a hold timeout.
+    pub gaps_skipped: u64,
+    /// Events applied on a sequence equal to the current one (latest-wins `json`).
+    pub ties: u64,
+    /// The aggregate's current sequence afterwards, for a stale answer.
+    pub current_sequence: Option<i64>,
+    /// In-order kinds: the new watermark and floor, to check which held events were left out.
+    pub reach: Option<(i64, Option<i64>)>,
+}
+
+/// One kind of source: its contract, its rules and its views.
+pub trait Kind: Send + Sync + fmt::Debug + 'static {
+    /// The kind's label in the change stream (`presence`, `save`, `json`).
+    fn label(&self) -> &'static str;
+
+    /// Parses a verified delivery, reading the body once: `delivery_id` is the
+    /// signature scheme's, if it carries one.
+    fn parse(
+        &self,
+        body: &[u8],
+        headers: &HeaderMap,
+        delivery_id: Option<&str>,
+    ) -> Result<Delivery, ContractError>;
+
+    /// Whether events may wait for lower sequences: the store then loads held events
+    /// and decided sequences as [`crate::store::settle`] asks.
+    fn in_order(&self) -> bool;
+
+    /// Decides the pending rows and produces the new state. Pure.
+    fn settle(&self, input: &SettleInput<'_>) -> KindPlan;
+
+    /// The kind's state in its API shape, judged at `now_ms`.
+    fn view(&self, stored: &AggregateState, now_ms: i64) -> Value;
+
+    /// Masks, in a [`Kind::view`], what came from the body.
+    fn mask(&self, view: &mut Value, fields: &[String]);
+
+    /// The state a change carries on `/v1/stream`: the kind's view.
+    fn stream_state(&self, source: &str, stored: &AggregateState, now_ms: i64) -> Value {
+        let _ = source;
+        self.view(stored, now_ms)
+    }
+}
+
+/// The kind of a source of `kind` with default settings (a `json` source's is
+/// unordered, keyed by event id; configured ones come from [`json::JsonKind::new`]).
+pub fn built_in(kind: SourceKind, stale_after_ms: i64) -> Arc<dyn Kind> {
+    match kind {
+        SourceKind::Presence => Arc::new(presence::PresenceKind { stale_after_ms }),
+        SourceKind::SaveGame => Arc::new(save::SaveKind),
+        SourceKind::Json => {
+            let unordered = crate::contract::json::JsonSourceSpec {
+                ordering: Some("unordered".into()),
+                ..Default::default()
+            };
+            Arc::new(
+                json::JsonKind::new(&unordered).expect("an unordered source needs no other key"),
+            )
+        }
+    }
+}
+
+/// The generic API item of a stored aggregate (SPEC §8), the kind's view under `state`.
+pub fn aggregate_view(
+    source: &str,
+    kind: &dyn Kind,
+    stored: &AggregateState,
+    now_ms: i64,
+    mask_fields: &[String],
+) -> Value {
+    let mut state = kind.view(stored, now_ms);
+    kind.mask(&mut state, mask_fields);
+    json!({
+        "source": source,
+        "aggregate": AggregateKey::text_of_stored(&stored.aggregate),
+        "sequence": stored.sequence,
+        "event_id": stored.event_id,
+        "event_type": stored.event_type.as_deref().filter(|t| !t.is_empty()),
+        "state": state,
+        "updated_at": (stored.updated_at_ms > 0).then(|| crate::clock::rfc3339(stored.updated_at_ms)),
+    })
+}
+
+/// The outcome of a stored row whose body no longer follows its kind's contract.
+pub(crate) fn invalid_for_projection(problem: impl fmt::Display) -> Outcome {
+    Outcome::dead(
+        DeadReason::InvalidForProjection,
+        format!("stored body no longer follows the contract: {problem}"),
+    )
+}
+
+/// The last applied row of `decisions`, in the order decided.
+pub(crate) fn last_applied<'a>(
+    rows: &'a [PendingRow],
+    decisions: &[(i64, Outcome)],
+) -> Option<&'a PendingRow> {
+    decisions
+        .iter()
+        .rev()
+        .find(|(_, o)| *o == Outcome::Applied)
+        .and_then(|(row, _)| rows.iter().find(|r| r.row == *row))
+}

@@ -1,0 +1,127 @@
+//! The presence kind (SPEC §2–§3): latest-wins by `sequence_number`; its state is
+//! the presence, tagged for `?status=` filters; `stale` is judged when read.
+
+use axum::http::HeaderMap;
+use serde_json::{json, Value};
+
+use super::{invalid_for_projection, last_applied, Delivery, Kind, KindPlan, SettleInput};
+use crate::contract::{ContractError, Event, Presence, PresenceEvent};
+use crate::domain::Sequence;
+use crate::ordering::{decide_presence, Outcome};
+use crate::projection::{presence_view, PresenceState};
+use crate::store::{AggregateState, StoreError};
+
+/// Remote-worker presence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PresenceKind {
+    /// After how long without an update a presence is shown stale.
+    pub stale_after_ms: i64,
+}
+
+/// A stored presence in its typed form.
+pub fn presence_state(stored: &AggregateState) -> Result<PresenceState, StoreError> {
+    let raw = stored.state.get("presence").and_then(Value::as_str);
+    let presence = raw
+        .and_then(Presence::parse)
+        .ok_or_else(|| StoreError::Internal(format!("unknown presence {raw:?} in store")))?;
+    let sequence = stored
+        .sequence
+        .and_then(Sequence::new)
+        .ok_or_else(|| StoreError::Internal("presence without a sequence in store".into()))?;
+    Ok(PresenceState {
+        presence,
+        sequence,
+        updated_at_ms: stored.updated_at_ms,
+    })
+}
+
+/// The stored form of a presence.
+fn stored_of(aggregate: &str, state: &PresenceState, event_id: Option<String>) -> AggregateState {
+    AggregateState {
+        aggregate: aggregate.to_owned(),
+        sequence: Some(state.sequence.get()),
+        event_id,
+        event_type: Some(crate::contract::presence::EVENT_TYPE.to_owned()),
+        state: json!({"presence": state.presence.as_str()}),
+        tag: Some(state.presence.as_str().to_owned()),
+        watermark: None,
+        updated_at_ms: state.updated_at_ms,
+    }
+}
+
+impl Kind for PresenceKind {
+    fn label(&self) -> &'static str {
+        "presence"
+    }
+
+    fn parse(
+        &self,
+        body: &[u8],
+        _headers: &HeaderMap,
+        delivery_id: Option<&str>,
+    ) -> Result<Delivery, ContractError> {
+        PresenceEvent::parse_with_fallback(body, delivery_id)
+            .map(|event| Delivery::Event(Event::Presence(event).fields()))
+    }
+
+    fn in_order(&self) -> bool {
+        false
+    }
+
+    fn settle(&self, input: &SettleInput<'_>) -> KindPlan {
+        let mut decisions = Vec::with_capacity(input.rows.len());
+        let mut parsed = Vec::with_capacity(input.rows.len());
+        for row in input.rows {
+            match PresenceEvent::parse_with_fallback(&row.body, Some(&row.event_id)) {
+                Ok(event) => parsed.push((row.row, event)),
+                Err(err) => decisions.push((row.row, invalid_for_projection(err))),
+            }
+        }
+        parsed.sort_by_key(|(row, e)| (e.sequence, *row));
+        let before = input.before.and_then(|b| presence_state(b).ok());
+        let mut state = before.clone();
+        for (row, event) in parsed {
+            let outcome = decide_presence(state.as_ref(), &event);
+            if outcome == Outcome::Applied {
+                state = Some(PresenceState::from_event(&event, input.now_ms));
+            }
+            decisions.push((row, outcome));
+        }
+        let current_sequence = state.as_ref().map(|s| s.sequence.get());
+        let stored = match (&state, last_applied(input.rows, &decisions)) {
+            (Some(state), Some(applied)) => Some(stored_of(
+                input.aggregate,
+                state,
+                Some(applied.event_id.clone()),
+            )),
+            _ => input.before.cloned(),
+        };
+        KindPlan {
+            state: stored,
+            decisions,
+            gaps_skipped: 0,
+            ties: 0,
+            current_sequence,
+            reach: None,
+        }
+    }
+
+    fn view(&self, stored: &AggregateState, now_ms: i64) -> Value {
+        let user = crate::domain::AggregateKey::from_storage_key(&stored.aggregate)
+            .map_or_else(|| stored.aggregate.clone(), |k| k.parts()[0].to_string());
+        match presence_state(stored) {
+            Ok(state) => json!(presence_view(&user, &state, now_ms, self.stale_after_ms)),
+            Err(_) => Value::Null,
+        }
+    }
+
+    fn mask(&self, _view: &mut Value, _fields: &[String]) {}
+
+    fn stream_state(&self, _source: &str, stored: &AggregateState, now_ms: i64) -> Value {
+        // A change is fresh when it happens: never stale on the stream.
+        PresenceKind {
+            stale_after_ms: i64::MAX,
+        }
+        .view(stored, now_ms)
+    }
+}
