@@ -382,6 +382,11 @@ test('dashboard: log in, follow events, triage and replay a dead letter, watch s
       const tr = [...document.querySelectorAll('#presence-body tr')].find((r) => r.textContent.includes('usr_ada'));
       return tr && tr.textContent.includes('AWAY');
     }, null, { timeout: WAIT });
+    // The list of the first source (presence) follows it too, in its generic shape.
+    await page.waitForFunction(() => {
+      const tr = document.querySelector('#agg-body tr[data-key="usr_ada"]');
+      return tr && tr.textContent.includes('AWAY') && tr.textContent.includes('presence.changed');
+    }, null, { timeout: WAIT });
     await shot(page, 'aggregates');
   });
 
