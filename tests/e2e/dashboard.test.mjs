@@ -562,10 +562,13 @@ test('dashboard: the aggregates view reads every source, json ones included', as
     assert.equal((await page.textContent('#aggregate-state')).split('\n').length > 1, true, 'pretty-printed');
     await shot(page, 'aggregate-state');
 
-    // Its last event opens in the same drawer.
+    // Its last event opens in the same drawer, and leads back to the state.
     await page.click('#detail button[data-action="event"]');
     await waitText(page, '#detail-title', 'crm_2');
     await waitText(page, '#detail-body', ['processed', 'History']);
+    await page.click('#detail button[data-action="state"]');
+    await waitText(page, '#detail-title', 'acme/ada');
+    await waitText(page, '#aggregate-state', '"plan": "pro"');
     await page.keyboard.press('Escape');
   });
 
@@ -625,7 +628,12 @@ test('dashboard: the aggregates view reads every source, json ones included', as
     await page.waitForFunction(() => {
       const tr = document.querySelector('#agg-body tr[data-key="acme/ada"]');
       return tr && tr.textContent.includes('enterprise');
-    }, null, { timeout: WAIT });
+    }, null, { timeout: WAIT });    // The live stream shows it too: key, sequence, type and the masked state.
+    await page.click('#tabs a[data-tab="stream"]');
+    await waitText(page, '#stream-body li[data-kind="json"]', ['acme/ada', 'seq 3', 'contact.updated', 'plan: enterprise', 'email: ***']);
+    assert.doesNotMatch(await page.textContent('#stream-body'), /@example\.com/);
+    await page.click('#tabs a[data-tab="aggregates"]');
+    await page.locator('#agg-body tr[data-key="acme/ada"]').waitFor();
   });
 
   await t.test('on a 390 px phone the view does not scroll sideways', async () => {
