@@ -5,7 +5,8 @@
 //     npm ci --prefix tests/e2e && node --test tests/e2e/
 //
 // It builds nothing: it starts `target/debug/inhook serve` (or $INHOOK_BIN) on a
-// random port with a temporary SQLite database and the two seed sources, drives
+// random port with a temporary SQLite database and the two seed sources (and a
+// `kind = "json"` source for the aggregates view), drives
 // the page with playwright-core on the system's Chromium ($CHROMIUM, default
 // /usr/bin/chromium), and writes screenshots of the main views to
 // docs/screenshots/ (set INHOOK_SCREENSHOTS=0 to skip them, or to a directory).
@@ -30,17 +31,37 @@ const SHOTS = process.env.INHOOK_SCREENSHOTS === '0' ? null
 const ADMIN_TOKEN = 'e2e-admin-token-3f9a';
 const PRESENCE_SECRET = 'presence-e2e-secret';
 const SAVE_SECRET = 'save-e2e-secret';
+const CRM_SECRET = 'crm-e2e-secret';
 const WAIT = 15_000;
 
 // ------------------------------------------------------------------ the server
 
-/** Starts `inhook serve` with the seed sources; resolves once it prints its address. */
-async function startServer({ adminToken }) {
+/**
+ * Starts `inhook serve` with the seed sources, plus with `json` a `kind = "json"` source
+ * `crm` (latest-wins, keyed by org and user id, `email` masked); resolves once it prints
+ * its address.
+ */
+async function startServer({ adminToken, json = false }) {
   const dir = mkdtempSync(path.join(tmpdir(), 'inhook-e2e-'));
+  const crm = `
+[[sources]]
+name = "crm"
+kind = "json"
+mode = "sync"
+signature = "github"
+secrets = ["${CRM_SECRET}"]
+event_id = "/id"
+event_type = "/type"
+aggregate = ["/org", "/user/id"]
+sequence = "/version"
+ordering = "latest-wins"
+state = "/user"
+`;
   const config = `
 listen = "127.0.0.1:0"
 database = "sqlite://${path.join(dir, 'inhook.db')}"
 ${adminToken ? `admin_token = "${adminToken}"` : ''}
+${json ? 'mask_fields = ["email"]' : ''}
 
 [[sources]]
 name = "presence"
@@ -56,7 +77,7 @@ mode = "async"
 signature = "hmac-timestamped"
 tolerance_s = 300
 secrets = ["${SAVE_SECRET}"]
-`;
+${json ? crm : ''}`;
   const configPath = path.join(dir, 'inhook.toml');
   writeFileSync(configPath, config);
   assert.ok(existsSync(BIN), `${BIN} is missing: run \`cargo build\` first (or set INHOOK_BIN)`);
@@ -124,6 +145,22 @@ async function postSave(server, event) {
     body,
   });
   return { code: res.status, body: await res.json() };
+}
+
+/** Posts to the json source `crm`, signed like GitHub (X-Hub-Signature-256 over the raw body). */
+async function postCrm(server, event) {
+  const body = JSON.stringify(event);
+  const res = await fetch(`${server.url}/webhooks/crm`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', 'X-Hub-Signature-256': `sha256=${hmacHex(CRM_SECRET, body)}` },
+    body,
+  });
+  return { code: res.status, body: await res.json() };
+}
+
+/** A `crm` event: the aggregate is (org, user.id), the kept state is `user`. */
+function crmEvent(id, org, version, user) {
+  return { id, type: 'contact.updated', org, version, user };
 }
 
 /** GETs the admin API with the token. */
@@ -345,6 +382,11 @@ test('dashboard: log in, follow events, triage and replay a dead letter, watch s
       const tr = [...document.querySelectorAll('#presence-body tr')].find((r) => r.textContent.includes('usr_ada'));
       return tr && tr.textContent.includes('AWAY');
     }, null, { timeout: WAIT });
+    // The list of the first source (presence) follows it too, in its generic shape.
+    await page.waitForFunction(() => {
+      const tr = document.querySelector('#agg-body tr[data-key="usr_ada"]');
+      return tr && tr.textContent.includes('AWAY') && tr.textContent.includes('presence.changed');
+    }, null, { timeout: WAIT });
     await shot(page, 'aggregates');
   });
 
@@ -451,6 +493,163 @@ test('dashboard: log in, follow events, triage and replay a dead letter, watch s
   assert.deepEqual(problems, [], 'no page errors, console errors or dialogs');
 });
 
+test('dashboard: the aggregates view reads every source, json ones included', async (t) => {
+  const server = await startServer({ adminToken: ADMIN_TOKEN, json: true });
+  const browser = await launch();
+  t.after(async () => {
+    await browser.close();
+    await server.stop();
+  });
+  const page = browser.context.pages()[0] || await browser.context.newPage();
+  const problems = watch(page);
+  // Every aggregate read the page makes, as the server sees its path.
+  const reads = [];
+  page.on('request', (req) => {
+    const url = new URL(req.url());
+    if (url.pathname.startsWith('/v1/sources/')) reads.push(url.pathname + url.search);
+  });
+  const rows = () => page.locator('#agg-body tbody tr');
+
+  const ada = { id: 'ada', name: 'Ada Lovelace', email: 'ada@example.com', plan: 'free', seats: 1 };
+  const alice = { id: 'team/alice', name: 'Alice', email: 'alice@example.com', plan: 'team', seats: 5 };
+  assert.equal((await postCrm(server, crmEvent('crm_1', 'acme', 1, ada))).body.status, 'applied');
+  assert.equal((await postCrm(server, crmEvent('crm_2', 'acme', 2, { ...ada, plan: 'pro', seats: 3 }))).body.status, 'applied');
+  assert.equal((await postCrm(server, crmEvent('crm_3', 'acme', 1, { ...ada, plan: 'trial' }))).body.status, 'stale');
+  assert.equal((await postCrm(server, crmEvent('crm_4', 'acme', 1, alice))).body.status, 'applied');
+  assert.equal((await postCrm(server, crmEvent('crm_5', 'globex', 7, { id: 'grace', name: 'Grace', email: 'grace@example.com', plan: 'free', seats: 1 }))).body.status, 'applied');
+  assert.equal((await postPresence(server, { event_id: 'evt_p1', user_id: 'usr_ada', presence: 'ONLINE', sequence_number: 1 })).body.status, 'applied');
+  assert.equal((await postSave(server, saveEvent('sg_p1', 'progress.saved', 1, { chapter: 2 }))).code, 202);
+  await waitFor('sg_p1 processed', async () => {
+    const r = await apiGet(server, '/v1/events/save-game/sg_p1');
+    return { ok: r.body?.status === 'processed', value: r.body };
+  });
+
+  await page.goto(server.url + '/');
+  await page.fill('#token', ADMIN_TOKEN);
+  await page.click('#login-button');
+  await page.locator('.card[data-source="crm"]').waitFor();
+
+  await t.test('every configured source can be picked, each kind listed by the same view', async () => {
+    await page.click('#tabs a[data-tab="aggregates"]');
+    await page.waitForFunction(() => document.querySelectorAll('#agg-source option').length === 3, null, { timeout: WAIT });
+    assert.deepEqual(await page.$$eval('#agg-source option', (os) => os.map((o) => o.value)), ['presence', 'save-game', 'crm']);
+    // The first source is shown until another is picked: presence, then a save slot's two-part key.
+    await waitText(page, '#agg-body', 'usr_ada');
+    await page.selectOption('#agg-source', 'save-game');
+    await waitText(page, '#agg-body', ['player_1024/slot_a', 'progress.saved']);
+    await rows().first().click();
+    await waitText(page, '#detail-title', 'player_1024/slot_a');
+    await waitText(page, '#aggregate-state', 'chapter');
+    await page.keyboard.press('Escape');
+  });
+
+  await t.test('a json source lists its aggregates; one opens with its state, masked', async () => {
+    await page.selectOption('#agg-source', 'crm');
+    await waitText(page, '#agg-body', ['acme/ada', 'acme/team%2Falice', 'globex/grace', 'contact.updated']);
+    assert.equal(await rows().count(), 3);
+    const adaRow = rows().filter({ hasText: 'acme/ada' });
+    assert.match(await adaRow.innerText(), /\b2\b/, 'the latest sequence, not the stale one');
+    assert.doesNotMatch(await page.textContent('#agg-body'), /ada@example\.com/);
+    await shot(page, 'aggregates-by-source');
+
+    await adaRow.click();
+    await page.locator('#detail').waitFor();
+    await waitText(page, '#aggregate-state', ['"plan": "pro"', '"seats": 3', '"email": "***"']);
+    const state = JSON.parse(await page.textContent('#aggregate-state'));
+    assert.deepEqual(state, { id: 'ada', name: 'Ada Lovelace', email: '***', plan: 'pro', seats: 3 });
+    assert.equal(await page.textContent('#detail-title'), 'acme/ada');
+    await waitText(page, '#detail-body', ['crm', 'crm_2', 'contact.updated']);
+    assert.equal((await page.textContent('#aggregate-state')).split('\n').length > 1, true, 'pretty-printed');
+    await shot(page, 'aggregate-state');
+
+    // Its last event opens in the same drawer, and leads back to the state.
+    await page.click('#detail button[data-action="event"]');
+    await waitText(page, '#detail-title', 'crm_2');
+    await waitText(page, '#detail-body', ['processed', 'History']);
+    await page.click('#detail button[data-action="state"]');
+    await waitText(page, '#detail-title', 'acme/ada');
+    await waitText(page, '#aggregate-state', '"plan": "pro"');
+    await page.keyboard.press('Escape');
+  });
+
+  await t.test('a key holding / opens from the jump box, and its events from the drawer', async () => {
+    // The filter narrows the loaded rows as you type.
+    await page.fill('#agg-key', 'alice');
+    await page.waitForFunction(() => document.querySelectorAll('#agg-body tbody tr').length === 1, null, { timeout: WAIT });
+    await waitText(page, '#agg-info', '1 of 3 loaded match');
+    // Enter opens the typed text form; its one `/` inside the id travels as %252F.
+    await page.fill('#agg-key', 'acme/team%2Falice');
+    await page.press('#agg-key', 'Enter');
+    await waitText(page, '#detail-title', 'acme/team%2Falice');
+    await waitText(page, '#aggregate-state', ['"id": "team/alice"', '"name": "Alice"', '"email": "***"']);
+    assert.ok(reads.includes('/v1/sources/crm/aggregates/acme/team%252Falice'), JSON.stringify(reads));
+
+    await page.click('#detail button[data-action="events"]');
+    await page.locator('#detail').waitFor({ state: 'hidden' });
+    await waitText(page, '#events-body', 'crm_4');
+    assert.equal(await page.inputValue('#event-filters input[name="aggregate"]'), 'acme/team%2Falice');
+    assert.equal(await page.inputValue('#event-filters select[name="source"]'), 'crm');
+    assert.equal(await page.locator('#events-body tbody tr').count(), 1);
+
+    // A key nobody sent says so.
+    await page.click('#tabs a[data-tab="aggregates"]');
+    await page.fill('#agg-key', 'acme/team/alice');
+    await page.click('#agg-open');
+    await waitText(page, '#detail-body', 'No aggregate acme/team/alice in crm');
+    await page.keyboard.press('Escape');
+    await page.fill('#agg-key', '');
+  });
+
+  await t.test('the list pages with More', async () => {
+    const bulk = [];
+    for (let i = 0; i < 60; i++) bulk.push(postCrm(server, crmEvent(`crm_bulk_${i}`, 'initech', 1, { id: `u${String(i).padStart(2, '0')}`, email: `u${i}@example.com` })));
+    for (const r of await Promise.all(bulk)) assert.equal(r.body.status, 'applied');
+    const total = (await apiGet(server, '/v1/sources/crm/aggregates?limit=500')).body.items.length;
+    assert.equal(total, 63);
+    // Picking the source again reads its first page.
+    await page.selectOption('#agg-source', 'presence');
+    await waitText(page, '#agg-body', 'usr_ada');
+    await page.selectOption('#agg-source', 'crm');
+    await page.waitForFunction(() => document.querySelectorAll('#agg-body tbody tr').length === 50, null, { timeout: WAIT });
+    await page.locator('#agg-more').waitFor();
+    await page.click('#agg-more');
+    await page.waitForFunction((n) => document.querySelectorAll('#agg-body tbody tr').length === n, total, { timeout: WAIT });
+    await page.locator('#agg-more').waitFor({ state: 'hidden' });
+    const keys = await page.$$eval('#agg-body tbody tr', (trs) => trs.map((tr) => tr.dataset.key));
+    assert.equal(new Set(keys).size, total, 'no row twice');
+    for (const k of ['acme/ada', 'acme/team%2Falice', 'initech/u00', 'initech/u59']) assert.ok(keys.includes(k), k);
+    // A refresh keeps every loaded row.
+    await page.waitForTimeout(2500);
+    assert.equal(await rows().count(), total);
+  });
+
+  await t.test('a change of the shown source appears without a reload', async () => {
+    assert.equal((await postCrm(server, crmEvent('crm_6', 'acme', 3, { ...ada, plan: 'enterprise', seats: 40 }))).body.status, 'applied');
+    await page.waitForFunction(() => {
+      const tr = document.querySelector('#agg-body tr[data-key="acme/ada"]');
+      return tr && tr.textContent.includes('enterprise');
+    }, null, { timeout: WAIT });    // The live stream shows it too: key, sequence, type and the masked state.
+    await page.click('#tabs a[data-tab="stream"]');
+    await waitText(page, '#stream-body li[data-kind="json"]', ['acme/ada', 'seq 3', 'contact.updated', 'plan: enterprise', 'email: ***']);
+    assert.doesNotMatch(await page.textContent('#stream-body'), /@example\.com/);
+    await page.click('#tabs a[data-tab="aggregates"]');
+    await page.locator('#agg-body tr[data-key="acme/ada"]').waitFor();
+  });
+
+  await t.test('on a 390 px phone the view does not scroll sideways', async () => {
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.waitForTimeout(300);
+    assert.ok(await noHorizontalScroll(page), 'aggregates scroll sideways at 390 px');
+    await rows().filter({ hasText: 'acme/team%2Falice' }).click();
+    await waitText(page, '#aggregate-state', 'team/alice');
+    assert.ok(await noHorizontalScroll(page), 'the aggregate drawer scrolls sideways at 390 px');
+    await page.keyboard.press('Escape');
+    await page.setViewportSize({ width: 1280, height: 800 });
+  });
+
+  assert.deepEqual(problems, [], 'no page errors, console errors or dialogs');
+});
+
 test('dashboard: with no admin_token, an empty token works from loopback', async (t) => {
   const server = await startServer({ adminToken: null });
   const browser = await launch();
@@ -481,6 +680,7 @@ test('dashboard: degrades without the newer routes, and resumes the stream with 
   const notFound = (route) => route.fulfill({ status: 404, body: '' });
   await page.route((url) => url.pathname === '/v1/overview', notFound);
   await page.route((url) => url.pathname === '/v1/saves', notFound);
+  await page.route((url) => url.pathname.startsWith('/v1/sources/'), notFound);
   // The first stream ends after one event (CRLF lines, a comment, data over two lines);
   // the reconnection must carry its id and the token; then the route is gone (404).
   const streamRequests = [];
@@ -512,6 +712,7 @@ test('dashboard: degrades without the newer routes, and resumes the stream with 
 
   await page.click('#tabs a[data-tab="aggregates"]');
   await waitText(page, '#saves-body', 'unavailable');
+  await waitText(page, '#agg-body', 'Aggregates unavailable');
   await page.click('#tabs a[data-tab="events"]');
   await waitText(page, '#events-body', 'No events match');
   assert.deepEqual(problems, []);
