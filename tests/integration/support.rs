@@ -464,6 +464,25 @@ secrets = ["{s0}", "{s1}"]
         }
     }
 
+    /// Waits until the counter `name` with `labels` on `/metrics` reads `expected`: a worker
+    /// records its metrics just after its commit, so a state already visible may be a moment
+    /// ahead of them.
+    pub async fn wait_for_metric(&self, name: &str, labels: &[(&str, &str)], expected: f64) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = self.get_text("/metrics").await;
+            let value = crate::metrics::sample(&text, name, labels).unwrap_or(0.0);
+            if value == expected {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name}{labels:?} is {value}, not {expected}:\n{text}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The server's store, opened from this process (SQLite file or PostgreSQL database).
     pub async fn store(&self) -> Arc<dyn Store> {
         let config = Config::load_for_store(Some(&self.config_path())).expect("test config");
