@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Side-by-side ingest benchmark, one run, same generator and machine:
 #   (a) inhook ingest (SQLite, durable commits, group commit),
+#   (j) the same for a latest-wins `kind = "json"` source fed Stripe-shaped events
+#       of about the save-game body's size (the issue's target: within 10 % of (a)),
 #   (b) the HTTP ceiling: the same HTTP stack answering a fixed 202 with no work,
 #   (c) the naive design: one transaction and one fsync per request.
 # Then each again at a fixed offered rate of half of (a)'s maximum, for latency.
@@ -12,14 +14,38 @@ cd "$(dirname "$0")/.."
 EVENTS=${1:-20000}
 CONNECTIONS=${2:-32}
 . scripts/lib.sh
+export INHOOK_STRIPE_SECRET=whsec_bench
 
-bench() { # $1 = label, $2 = extra config, $3 = path, $4 = rate
+# Both ingest sources, declared as the defaults would be plus the json one.
+SOURCES='
+[[sources]]
+name = "save-game"
+kind = "save-game"
+mode = "async"
+signature = "hmac-timestamped"
+
+[[sources]]
+name = "stripe"
+kind = "json"
+mode = "async"
+signature = "stripe"
+event_id = "/id"
+aggregate = ["/data/object/object", "/data/object/id"]
+sequence = "/created"
+event_type = "/type"
+ordering = "latest-wins"
+state = "/data/object"'
+
+bench() { # $1 = label, $2 = extra config, $3 = path, $4 = rate, $5 = shape (default save-game)
     local dir; dir=$(mktemp -d)
     start_server "$dir" "$(bench_database "$dir")" "bench_ceiling = true
-$2"
-    local out
+$2
+$SOURCES"
+    local shape=${5:-save-game} source=save-game out
+    [ "$shape" = stripe ] && source=stripe
     out=$("$BIN" bench --url "$URL" --path "$3" --events "$EVENTS" --connections "$CONNECTIONS" \
-        --rate "$4" --server-pid "$PID" --run-id "b$RANDOM" $( [ "$3" != /bench/ceiling ] && echo --wait-applied ))
+        --rate "$4" --server-pid "$PID" --run-id "b$RANDOM" --source "$source" --shape "$shape" \
+        $( [ "$3" != /bench/ceiling ] && echo --wait-applied ))
     stop_server; rm -rf "$dir"
     echo "== $1 (rate ${4:-0}) =="; echo "$out"
     RPS=$(echo "$out" | sed -n 's/.* = \([0-9]*\) req\/s.*/\1/p')
@@ -27,6 +53,7 @@ $2"
 }
 
 bench "a: inhook ingest, group commit" "" /webhooks/save-game 0; A=$RPS
+bench "j: inhook ingest, json source (Stripe-shaped, latest-wins)" "" /webhooks/stripe 0 stripe; J=$RPS
 bench "b: HTTP ceiling" "" /bench/ceiling 0; B=$RPS
 bench "c: naive, one fsync per request" "group_commit = false" /webhooks/save-game 0; C=$RPS
 HALF=$((A / 2))
@@ -34,5 +61,5 @@ bench "a at 50%" "" /webhooks/save-game "$HALF"; AP99=$P99
 bench "b at the same rate" "" /bench/ceiling "$HALF"; BP99=$P99
 echo
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
-echo "ratios: ingest/ceiling = $(ratio "$A" "$B")  ingest/naive = $(ratio "$A" "$C")"
+echo "ratios: ingest/ceiling = $(ratio "$A" "$B")  ingest/naive = $(ratio "$A" "$C")  json/save-game = $(ratio "$J" "$A")"
 echo "p99 at ${HALF} req/s: ingest ${AP99} ms, ceiling ${BP99} ms, ratio $(ratio "$AP99" "$BP99")"
