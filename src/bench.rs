@@ -458,6 +458,11 @@ mod tests {
         assert_eq!(fields.sequence, (STRIPE_CREATED_BASE + 3) as i64);
         let (_, save) = generator(Shape::SaveGame).request(23, now);
         let ratio = body.len() as f64 / save.len() as f64;
-        assert!((0.8..1.25).contains(&ratio), "{} vs {} bytes", body.len(), save.len());
+        assert!(
+            (0.8..1.25).contains(&ratio),
+            "{} vs {} bytes",
+            body.len(),
+            save.len()
+        );
     }
 }
