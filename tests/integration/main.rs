@@ -13,6 +13,7 @@ mod event_log;
 mod held_limits;
 mod hostile_ingress;
 mod hygiene;
+mod json_permutations;
 mod json_sources;
 mod masking;
 mod metrics;
