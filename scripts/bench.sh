@@ -53,17 +53,22 @@ $SOURCES"
     echo "== $1 (rate ${4:-0}) =="; echo "$out"
     RPS=$(echo "$out" | sed -n 's/.* = \([0-9]*\) req\/s.*/\1/p')
     P99=$(echo "$out" | sed -n 's/.* p99 \([0-9.]*\) .*/\1/p')
+    CPU=$(echo "$out" | sed -n 's/.* = \([0-9.]*\) µs per event.*/\1/p')
 }
 
-A_ALL=(); J_ALL=()
+A_ALL=(); J_ALL=(); A_CPU=(); J_CPU=()
 for _ in $(seq 1 "$KIND_PAIRS"); do
-    bench "a: inhook ingest, group commit" "" /webhooks/save-game 0; A_ALL+=("$RPS")
-    bench "j: inhook ingest, json source (Stripe-shaped, latest-wins)" "" /webhooks/stripe 0 stripe; J_ALL+=("$RPS")
+    bench "a: inhook ingest, group commit" "" /webhooks/save-game 0; A_ALL+=("$RPS"); A_CPU+=("$CPU")
+    bench "j: inhook ingest, json source (Stripe-shaped, latest-wins)" "" /webhooks/stripe 0 stripe; J_ALL+=("$RPS"); J_CPU+=("$CPU")
 done
 mean() { printf '%s\n' "$@" | awk '{ s += $1 } END { printf "%.0f", s / NR }'; }
 A=$(mean "${A_ALL[@]}"); J=$(mean "${J_ALL[@]}")
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
-kinds() { echo "save-game ingest ${A_ALL[*]} req/s (mean $A), json ingest ${J_ALL[*]} req/s (mean $J): json/save-game = $(ratio "$J" "$A")"; }
+# Throughput moves with whatever else the machine runs; the server's CPU per event far less.
+kinds() {
+    echo "save-game ingest ${A_ALL[*]} req/s (mean $A), json ingest ${J_ALL[*]} req/s (mean $J): json/save-game = $(ratio "$J" "$A")"
+    echo "server CPU µs per event: save-game ${A_CPU[*]} (mean $(mean "${A_CPU[@]}")), json ${J_CPU[*]} (mean $(mean "${J_CPU[@]}")): json/save-game = $(ratio "$(mean "${J_CPU[@]}")" "$(mean "${A_CPU[@]}")")"
+}
 if [ "${KINDS_ONLY:-0}" = 1 ]; then echo; kinds; exit 0; fi
 bench "b: HTTP ceiling" "" /bench/ceiling 0; B=$RPS
 bench "c: naive, one fsync per request" "group_commit = false" /webhooks/save-game 0; C=$RPS

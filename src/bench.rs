@@ -52,7 +52,7 @@ pub struct BenchArgs {
     /// Wait until the server reports no backlog and print the time it took.
     #[arg(long)]
     pub wait_applied: bool,
-    /// PID of the server, to report its peak RSS (VmHWM).
+    /// PID of the server, to report its peak RSS (VmHWM) and the CPU time it spent per event.
     #[arg(long)]
     pub server_pid: Option<u32>,
     /// Prefix of player ids, so runs against one database do not collide.
@@ -101,6 +101,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         println!("bench: {events} events: each signed as it is sent");
         Vec::new()
     });
+    let cpu_before = args.server_pid.and_then(process_cpu_s);
     let rss_samples = Arc::new(Mutex::new(Vec::new()));
     let sampler = args.server_pid.map(|pid| {
         let samples = rss_samples.clone();
@@ -219,6 +220,19 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     if args.apply_lag {
         apply_lag(&client, &args.url).await?;
+    }
+    if let (Some(before), Some(after)) = (cpu_before, args.server_pid.and_then(process_cpu_s)) {
+        // CPU time, unlike throughput, hardly moves when other work shares the machine.
+        println!(
+            "bench: server CPU {:.2}s = {:.1} µs per event (user + system, until every answer{})",
+            after - before,
+            (after - before) * 1e6 / events.max(1) as f64,
+            if args.wait_applied {
+                " and every decision"
+            } else {
+                ""
+            }
+        );
     }
     if let Some(pid) = args.server_pid {
         if let Some(sampler) = sampler {
@@ -396,6 +410,17 @@ async fn wait_applied(client: &reqwest::Client, base: &str) -> anyhow::Result<Du
     }
 }
 
+/// A process's CPU time so far (user + system), in seconds, from `/proc/{pid}/stat`.
+fn process_cpu_s(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf reads a configuration value and has no preconditions.
+    let per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (per_s > 0).then(|| ticks as f64 / per_s as f64)
+}
+
 /// A process's memory figure (`VmRSS:`, `VmHWM:`) in KiB, from `/proc/{pid}/status`.
 fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -464,5 +489,17 @@ mod tests {
             body.len(),
             save.len()
         );
+    }
+
+    #[test]
+    fn a_process_cpu_time_is_read_and_grows() {
+        let before = process_cpu_s(std::process::id()).unwrap();
+        let spin = Instant::now();
+        let mut x = 0u64;
+        while spin.elapsed() < Duration::from_millis(60) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        assert!(process_cpu_s(std::process::id()).unwrap() > before);
+        assert_eq!(process_cpu_s(u32::MAX), None);
     }
 }
