@@ -172,8 +172,8 @@ async fn shuffled_latest_wins_streams_end_at_the_last_received_of_the_highest_se
         let winner = stream
             .deliveries()
             .into_iter()
-            .filter(|(e, first)| *first && stream.sequences[*e] == highest)
-            .last()
+            .rev()
+            .find(|(e, first)| *first && stream.sequences[*e] == highest)
             .unwrap()
             .0;
         async_ties_at_least +=
