@@ -1,38 +1,82 @@
 #!/usr/bin/env bash
 # Side-by-side ingest benchmark, one run, same generator and machine:
 #   (a) inhook ingest (SQLite, durable commits, group commit),
+#   (j) the same for a latest-wins `kind = "json"` source fed Stripe-shaped events
+#       of about the save-game body's size (the issue's target: within 10 % of (a)),
 #   (b) the HTTP ceiling: the same HTTP stack answering a fixed 202 with no work,
 #   (c) the naive design: one transaction and one fsync per request.
 # Then each again at a fixed offered rate of half of (a)'s maximum, for latency.
 # Usage: scripts/bench.sh [EVENTS] [CONNECTIONS]   (builds the release binary first)
+# (a) and (j) alternate KIND_PAIRS times (default 2), so that the machine's drift falls on
+# both; their figures are the means of the pairs. KINDS_ONLY=1 runs only those pairs.
 # With BENCH_DATABASE=postgres://USER@HOST:PORT/DB the ingest lines run on PostgreSQL,
 # each on a fresh database `inhook_bench` beside DB; the default is SQLite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EVENTS=${1:-20000}
 CONNECTIONS=${2:-32}
+KIND_PAIRS=${KIND_PAIRS:-2}
 . scripts/lib.sh
+export INHOOK_STRIPE_SECRET=whsec_bench
 
-bench() { # $1 = label, $2 = extra config, $3 = path, $4 = rate
+# Both ingest sources, declared as the defaults would be plus the json one.
+SOURCES='
+[[sources]]
+name = "save-game"
+kind = "save-game"
+mode = "async"
+signature = "hmac-timestamped"
+
+[[sources]]
+name = "stripe"
+kind = "json"
+mode = "async"
+signature = "stripe"
+event_id = "/id"
+aggregate = ["/data/object/object", "/data/object/id"]
+sequence = "/created"
+event_type = "/type"
+ordering = "latest-wins"
+state = "/data/object"'
+
+bench() { # $1 = label, $2 = extra config, $3 = path, $4 = rate, $5 = shape (default save-game)
     local dir; dir=$(mktemp -d)
     start_server "$dir" "$(bench_database "$dir")" "bench_ceiling = true
-$2"
-    local out
+$2
+$SOURCES"
+    local shape=${5:-save-game} source=save-game out
+    [ "$shape" = stripe ] && source=stripe
     out=$("$BIN" bench --url "$URL" --path "$3" --events "$EVENTS" --connections "$CONNECTIONS" \
-        --rate "$4" --server-pid "$PID" --run-id "b$RANDOM" $( [ "$3" != /bench/ceiling ] && echo --wait-applied ))
+        --rate "$4" --server-pid "$PID" --run-id "b$RANDOM" --source "$source" --shape "$shape" \
+        $( [ "$3" != /bench/ceiling ] && echo --wait-applied ))
     stop_server; rm -rf "$dir"
     echo "== $1 (rate ${4:-0}) =="; echo "$out"
     RPS=$(echo "$out" | sed -n 's/.* = \([0-9]*\) req\/s.*/\1/p')
     P99=$(echo "$out" | sed -n 's/.* p99 \([0-9.]*\) .*/\1/p')
+    CPU=$(echo "$out" | sed -n 's/.* = \([0-9.]*\) µs per event.*/\1/p')
 }
 
-bench "a: inhook ingest, group commit" "" /webhooks/save-game 0; A=$RPS
+A_ALL=(); J_ALL=(); A_CPU=(); J_CPU=()
+for _ in $(seq 1 "$KIND_PAIRS"); do
+    bench "a: inhook ingest, group commit" "" /webhooks/save-game 0; A_ALL+=("$RPS"); A_CPU+=("$CPU")
+    bench "j: inhook ingest, json source (Stripe-shaped, latest-wins)" "" /webhooks/stripe 0 stripe; J_ALL+=("$RPS"); J_CPU+=("$CPU")
+done
+mean() { printf '%s\n' "$@" | awk -v f="${MEAN_FORMAT:-%.0f}" '{ s += $1 } END { printf f, s / NR }'; }
+A=$(mean "${A_ALL[@]}"); J=$(mean "${J_ALL[@]}")
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+# Throughput moves with whatever else the machine runs; the server's CPU per event far less.
+kinds() {
+    echo "save-game ingest ${A_ALL[*]} req/s (mean $A), json ingest ${J_ALL[*]} req/s (mean $J): json/save-game = $(ratio "$J" "$A")"
+    local a j; a=$(MEAN_FORMAT=%.1f mean "${A_CPU[@]}"); j=$(MEAN_FORMAT=%.1f mean "${J_CPU[@]}")
+    echo "server CPU µs per event: save-game ${A_CPU[*]} (mean $a), json ${J_CPU[*]} (mean $j): json/save-game = $(ratio "$j" "$a")"
+}
+if [ "${KINDS_ONLY:-0}" = 1 ]; then echo; kinds; exit 0; fi
 bench "b: HTTP ceiling" "" /bench/ceiling 0; B=$RPS
 bench "c: naive, one fsync per request" "group_commit = false" /webhooks/save-game 0; C=$RPS
 HALF=$((A / 2))
 bench "a at 50%" "" /webhooks/save-game "$HALF"; AP99=$P99
 bench "b at the same rate" "" /bench/ceiling "$HALF"; BP99=$P99
 echo
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+kinds
 echo "ratios: ingest/ceiling = $(ratio "$A" "$B")  ingest/naive = $(ratio "$A" "$C")"
 echo "p99 at ${HALF} req/s: ingest ${AP99} ms, ceiling ${BP99} ms, ratio $(ratio "$AP99" "$BP99")"

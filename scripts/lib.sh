@@ -25,7 +25,8 @@ start_server() {
     PID=$!
     URL=
     for _ in $(seq 1 600); do
-        URL=$(sed -n 's/inhook listening on //p' "$dir/out" 2>/dev/null)
+        # The server may not have opened its output yet: under `set -e` a failed read would end the script.
+        URL=$(sed -n 's/inhook listening on //p' "$dir/out" 2>/dev/null || true)
         [ -n "$URL" ] && return 0
         sleep 0.1
     done

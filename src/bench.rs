@@ -1,5 +1,6 @@
 //! `inhook bench`: a load generator. It pre-generates unique, correctly
-//! signed save-game deltas over many aggregates with contiguous sequences,
+//! signed events over many aggregates with contiguous sequences (save-game
+//! deltas, or Stripe-shaped events for a latest-wins `json` source),
 //! drives them over keep-alive HTTP/1.1 connections either flat out (closed
 //! loop) or at a fixed offered rate (open loop: latency counts from the
 //! scheduled send time, so a slow server cannot hide behind coordinated
@@ -23,9 +24,13 @@ pub struct BenchArgs {
     /// Base URL of the server.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     pub url: String,
-    /// The save-game source to post to.
+    /// The source to post to.
     #[arg(long, default_value = "save-game")]
     pub source: String,
+    /// The events' shape: save-game deltas, or Stripe events for a `json` source keyed by
+    /// `["/data/object/object", "/data/object/id"]` with `sequence = "/created"`.
+    #[arg(long, value_enum, default_value_t = Shape::SaveGame)]
+    pub shape: Shape,
     /// Path to post to instead of `/webhooks/{source}` (e.g. the ceiling endpoint).
     #[arg(long)]
     pub path: Option<String>,
@@ -47,7 +52,7 @@ pub struct BenchArgs {
     /// Wait until the server reports no backlog and print the time it took.
     #[arg(long)]
     pub wait_applied: bool,
-    /// PID of the server, to report its peak RSS (VmHWM).
+    /// PID of the server, to report its peak RSS (VmHWM) and the CPU time it spent per event.
     #[arg(long)]
     pub server_pid: Option<u32>,
     /// Prefix of player ids, so runs against one database do not collide.
@@ -84,6 +89,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         _ => args.events,
     };
     let generator = Arc::new(Generator {
+        shape: args.shape,
         run_id: args.run_id.clone(),
         aggregates: args.aggregates.max(1),
         secret,
@@ -95,6 +101,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         println!("bench: {events} events: each signed as it is sent");
         Vec::new()
     });
+    let cpu_before = args.server_pid.and_then(process_cpu_s);
     let rss_samples = Arc::new(Mutex::new(Vec::new()));
     let sampler = args.server_pid.map(|pid| {
         let samples = rss_samples.clone();
@@ -214,6 +221,19 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.apply_lag {
         apply_lag(&client, &args.url).await?;
     }
+    if let (Some(before), Some(after)) = (cpu_before, args.server_pid.and_then(process_cpu_s)) {
+        // CPU time, unlike throughput, hardly moves when other work shares the machine.
+        println!(
+            "bench: server CPU {:.2}s = {:.1} µs per event (user + system, until every answer{})",
+            after - before,
+            (after - before) * 1e6 / events.max(1) as f64,
+            if args.wait_applied {
+                " and every decision"
+            } else {
+                ""
+            }
+        );
+    }
     if let Some(pid) = args.server_pid {
         if let Some(sampler) = sampler {
             sampler.abort();
@@ -305,9 +325,22 @@ async fn apply_lag(client: &reqwest::Client, base: &str) -> anyhow::Result<()> {
 /// Headers and body of one pre-signed request.
 type SignedRequest = (Vec<(&'static str, String)>, Vec<u8>);
 
-/// Makes the signed request of event `i`: deltas spread round-robin over the aggregates,
+/// What the generated events look like, and so which kind of source they are for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Shape {
+    /// Save-game `inventory.updated` deltas, signed hmac-timestamped.
+    SaveGame,
+    /// Stripe `customer.updated` events, signed as Stripe signs them.
+    Stripe,
+}
+
+/// Stripe's `created` of the bench's sequence 0: the sequence is a plausible unix time.
+const STRIPE_CREATED_BASE: usize = 1_700_000_000;
+
+/// Makes the signed request of event `i`: events spread round-robin over the aggregates,
 /// each aggregate's sequences contiguous from 1.
 struct Generator {
+    shape: Shape,
     run_id: String,
     aggregates: usize,
     secret: Secret,
@@ -317,18 +350,40 @@ impl Generator {
     fn request(&self, i: usize, now_s: i64) -> SignedRequest {
         let aggregate = i % self.aggregates;
         let sequence = i / self.aggregates + 1;
-        let body = json!({
-            "event_id": format!("{}_{i}", self.run_id),
-            "event_type": "inventory.updated",
-            "player_id": format!("{}_{aggregate}", self.run_id),
-            "save_slot": "slot_a",
-            "sequence": sequence,
-            "idempotency_key": format!("{}_{i}", self.run_id),
-            "data": {"added_items": [{"item_id": "gem", "qty": 1}]},
-        })
-        .to_string()
-        .into_bytes();
-        let mut headers = signature::sign(Scheme::HmacTimestamped, &body, &self.secret, now_s);
+        let run = &self.run_id;
+        let (scheme, body) = match self.shape {
+            Shape::SaveGame => (
+                Scheme::HmacTimestamped,
+                json!({
+                    "event_id": format!("{run}_{i}"),
+                    "event_type": "inventory.updated",
+                    "player_id": format!("{run}_{aggregate}"),
+                    "save_slot": "slot_a",
+                    "sequence": sequence,
+                    "idempotency_key": format!("{run}_{i}"),
+                    "data": {"added_items": [{"item_id": "gem", "qty": 1}]},
+                }),
+            ),
+            // About the save-game body's size, so that the two measure the kinds, not the bytes.
+            Shape::Stripe => (
+                Scheme::Stripe,
+                json!({
+                    "id": format!("evt_{run}_{i}"),
+                    "object": "event",
+                    "created": STRIPE_CREATED_BASE + sequence,
+                    "type": "customer.updated",
+                    "livemode": false,
+                    "data": {"object": {
+                        "id": format!("cus_{run}_{aggregate}"),
+                        "object": "customer",
+                        "balance": sequence,
+                        "currency": "usd",
+                    }},
+                }),
+            ),
+        };
+        let body = body.to_string().into_bytes();
+        let mut headers = signature::sign(scheme, &body, &self.secret, now_s);
         headers.push(("content-type", "application/json".into()));
         (headers, body)
     }
@@ -355,6 +410,17 @@ async fn wait_applied(client: &reqwest::Client, base: &str) -> anyhow::Result<Du
     }
 }
 
+/// A process's CPU time so far (user + system), in seconds, from `/proc/{pid}/stat`.
+fn process_cpu_s(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf reads a configuration value and has no preconditions.
+    let per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (per_s > 0).then(|| ticks as f64 / per_s as f64)
+}
+
 /// A process's memory figure (`VmRSS:`, `VmHWM:`) in KiB, from `/proc/{pid}/status`.
 fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -362,4 +428,78 @@ fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
         .lines()
         .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::{HeaderMap, HeaderName, HeaderValue};
+
+    use super::*;
+    use crate::contract::json::JsonSourceSpec;
+    use crate::kind::json::JsonKind;
+    use crate::kind::{Delivery, Kind};
+
+    /// The json source `scripts/bench.sh` declares.
+    const BENCH_STRIPE_SOURCE: &str = r#"
+        event_id = "/id"
+        aggregate = ["/data/object/object", "/data/object/id"]
+        sequence = "/created"
+        event_type = "/type"
+        ordering = "latest-wins"
+        state = "/data/object"
+    "#;
+
+    fn generator(shape: Shape) -> Generator {
+        Generator {
+            shape,
+            run_id: "b123".into(),
+            aggregates: 10,
+            secret: Secret::new("whsec_bench"),
+        }
+    }
+
+    #[test]
+    fn stripe_events_verify_parse_on_the_bench_source_and_weigh_about_a_save_delta() {
+        let kind =
+            JsonKind::new(&toml::from_str::<JsonSourceSpec>(BENCH_STRIPE_SOURCE).unwrap()).unwrap();
+        let now = 1_800_000_000;
+        let (headers, body) = generator(Shape::Stripe).request(23, now);
+        let map: HeaderMap = headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    HeaderName::from_static(k),
+                    HeaderValue::from_str(v).unwrap(),
+                )
+            })
+            .collect();
+        let secrets = [Secret::new("whsec_bench")];
+        signature::verify(Scheme::Stripe, &map, &body, &secrets, now, 300).unwrap();
+        let Delivery::Event(fields) = kind.parse(&body, &map, None).unwrap() else {
+            panic!("a bench event is accepted");
+        };
+        assert_eq!(fields.event_id.as_str(), "evt_b123_23");
+        assert_eq!(fields.aggregate.to_string(), "customer/cus_b123_3");
+        assert_eq!(fields.sequence, (STRIPE_CREATED_BASE + 3) as i64);
+        let (_, save) = generator(Shape::SaveGame).request(23, now);
+        let ratio = body.len() as f64 / save.len() as f64;
+        assert!(
+            (0.8..1.25).contains(&ratio),
+            "{} vs {} bytes",
+            body.len(),
+            save.len()
+        );
+    }
+
+    #[test]
+    fn a_process_cpu_time_is_read_and_grows() {
+        let before = process_cpu_s(std::process::id()).unwrap();
+        let spin = Instant::now();
+        let mut x = 0u64;
+        while spin.elapsed() < Duration::from_millis(60) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        assert!(process_cpu_s(std::process::id()).unwrap() > before);
+        assert_eq!(process_cpu_s(u32::MAX), None);
+    }
 }

@@ -335,6 +335,8 @@ mod tests {
 
     use super::*;
     use crate::domain::DeadReason;
+    use crate::ordering::HeldRef;
+    use crate::store::settle::HeldReach;
 
     const HOLD: i64 = 30_000;
 
@@ -463,46 +465,270 @@ mod tests {
         assert_eq!(plan.state, None);
     }
 
-    proptest! {
-        /// Any arrival order with duplicates (dropped by the log): latest-wins ends at the
-        /// highest sequence's state, in-order applies every event in sequence order.
-        #[test]
-        fn any_arrival_order_converges(
-            order in (1usize..12).prop_flat_map(|n| proptest::collection::vec(0..n, n..n * 2).prop_shuffle()),
-        ) {
-            let n = order.iter().max().unwrap() + 1;
-            let mut arrivals = Vec::new();
-            for i in order.iter().copied().chain(0..n) {
-                if !arrivals.contains(&i) {
-                    arrivals.push(i);
-                }
+    /// One generated stream: each distinct event's sequence, the order its deliveries
+    /// arrive in (every event at least once, some redelivered), and after which arrivals
+    /// a worker settles (the last always).
+    #[derive(Debug, Clone)]
+    struct Stream {
+        sequences: Vec<i64>,
+        arrivals: Vec<usize>,
+        settle_after: Vec<bool>,
+    }
+
+    fn stream(sequences: impl Strategy<Value = Vec<i64>>) -> impl Strategy<Value = Stream> {
+        sequences
+            .prop_flat_map(|sequences| {
+                let n = sequences.len();
+                let deliveries = proptest::collection::vec(0..n, 0..=n)
+                    .prop_map(move |again| (0..n).chain(again).collect::<Vec<_>>())
+                    .prop_shuffle();
+                (Just(sequences), deliveries)
+            })
+            .prop_flat_map(|(sequences, arrivals)| {
+                let splits = proptest::collection::vec(any::<bool>(), arrivals.len());
+                (Just(sequences), Just(arrivals), splits)
+            })
+            .prop_map(|(sequences, arrivals, settle_after)| Stream {
+                sequences,
+                arrivals,
+                settle_after,
+            })
+    }
+
+    /// The event log and a worker as a store runs them, without I/O: a redelivery of a
+    /// logged event_id is dropped; each settle step decides the rows logged since the
+    /// last one plus, for in-order, the held events in reach ([`HeldReach`]).
+    struct Worker {
+        kind: JsonKind,
+        logged: BTreeSet<usize>,
+        waiting: Vec<PendingRow>,
+        state: Option<AggregateState>,
+        occupied: BTreeSet<i64>,
+        /// Every decision, in the order made: (row, event, sequence, outcome).
+        decided: Vec<(i64, usize, i64, Outcome)>,
+        ties: u64,
+        gaps_skipped: u64,
+    }
+
+    impl Worker {
+        fn new(ordering: &str) -> Self {
+            Self {
+                kind: kind(ordering),
+                logged: BTreeSet::new(),
+                waiting: Vec::new(),
+                state: None,
+                occupied: BTreeSet::new(),
+                decided: Vec::new(),
+                ties: 0,
+                gaps_skipped: 0,
             }
-            for ordering in ["latest-wins", "in-order"] {
-                let k = kind(ordering);
-                let (mut state, mut occupied, mut waiting) = (None, BTreeSet::new(), Vec::new());
-                let mut applied = Vec::new();
-                for i in &arrivals {
-                    waiting.push(row(*i as i64 + 1, *i as i64 + 1));
-                    let plan = settle(&k, state.as_ref(), &waiting, &occupied, 0);
-                    for (r, outcome) in &plan.decisions {
-                        if *outcome == Outcome::Applied {
-                            applied.push(*r);
-                        }
-                        if *outcome != Outcome::Held {
-                            occupied.insert(*r);
-                        }
+        }
+
+        /// Logs a delivery of event `event` (dropped if logged before) at `now_ms`.
+        fn receive(&mut self, event: usize, sequence: i64, now_ms: i64) {
+            if !self.logged.insert(event) {
+                return;
+            }
+            let mut pending = row(self.logged.len() as i64, sequence);
+            pending.event_id = format!("e{event}");
+            pending.body = serde_json::to_vec(
+                &json!({"id": pending.event_id, "a": "x", "seq": sequence, "s": {"event": event}}),
+            )
+            .unwrap();
+            pending.received_at_ms = now_ms;
+            self.waiting.push(pending);
+        }
+
+        fn settle(&mut self, now_ms: i64) {
+            let nothing = BTreeSet::new();
+            let base = SettleInput {
+                aggregate: "x",
+                before: self.state.as_ref(),
+                rows: &[],
+                occupied: &nothing,
+                first_sequence: 1,
+                now_ms,
+                hold_timeout_ms: HOLD,
+            };
+            let plan = if self.kind.in_order() {
+                let (held_rows, mut rows): (Vec<PendingRow>, Vec<PendingRow>) =
+                    self.waiting.iter().cloned().partition(|r| r.was_held);
+                let mut held: Vec<HeldRef> = held_rows
+                    .iter()
+                    .map(|r| HeldRef {
+                        sequence: r.sequence,
+                        row: r.row,
+                        received_at_ms: r.received_at_ms,
+                    })
+                    .collect();
+                held.sort();
+                let arriving: Vec<i64> = rows.iter().map(|r| r.sequence).collect();
+                let read = |refs: &[HeldRef]| {
+                    held_rows
+                        .iter()
+                        .filter(|r| refs.iter().any(|h| h.row == r.row))
+                        .cloned()
+                        .collect::<Vec<_>>()
+                };
+                let (mut reach, first) = HeldReach::start(
+                    &held,
+                    base.watermark(),
+                    &self.occupied,
+                    &arriving,
+                    now_ms,
+                    HOLD,
+                );
+                rows.extend(read(first));
+                loop {
+                    let input = SettleInput {
+                        rows: &rows,
+                        occupied: &self.occupied,
+                        ..base
+                    };
+                    match reach.settle(&self.kind, &input) {
+                        Ok(plan) => break plan,
+                        Err(missing) => rows.extend(read(&missing)),
                     }
-                    waiting.retain(|w| plan.decisions.iter().any(|(r, o)| *r == w.row && *o == Outcome::Held));
-                    state = plan.state;
                 }
-                let state = state.unwrap();
-                prop_assert_eq!(state.sequence, Some(n as i64));
-                prop_assert_eq!(state.state, json!({"row": n}));
-                if ordering == "in-order" {
-                    prop_assert_eq!(applied, (1..=n as i64).collect::<Vec<_>>());
-                    prop_assert!(waiting.is_empty());
+            } else {
+                self.kind.settle(&SettleInput {
+                    rows: &self.waiting,
+                    ..base
+                })
+            };
+            for (decided_row, outcome) in &plan.decisions {
+                let at = self.waiting.iter().position(|r| r.row == *decided_row);
+                let pending = &mut self.waiting[at.expect("a decision is about a waiting row")];
+                if *outcome == Outcome::Held {
+                    pending.was_held = true;
+                    continue;
+                }
+                let pending = self.waiting.remove(at.unwrap());
+                let event = pending.event_id[1..].parse().unwrap();
+                if !matches!(
+                    outcome,
+                    Outcome::Dead {
+                        reason: DeadReason::SequenceConflict,
+                        ..
+                    }
+                ) {
+                    self.occupied.insert(pending.sequence);
+                }
+                self.decided
+                    .push((pending.row, event, pending.sequence, outcome.clone()));
+            }
+            if plan.state.is_some() {
+                self.state = plan.state;
+            }
+            self.ties += plan.ties;
+            self.gaps_skipped += plan.gaps_skipped;
+        }
+
+        /// Feeds a stream, 10 ms per arrival (well within the hold timeout).
+        fn run(mut self, stream: &Stream) -> Self {
+            for (i, event) in stream.arrivals.iter().copied().enumerate() {
+                let now_ms = i as i64 * 10;
+                self.receive(event, stream.sequences[event], now_ms);
+                if stream.settle_after[i] || i + 1 == stream.arrivals.len() {
+                    self.settle(now_ms);
                 }
             }
+            self
+        }
+
+        /// The events applied, in the order applied.
+        fn applied(&self) -> Vec<usize> {
+            self.decided
+                .iter()
+                .filter(|d| d.3 == Outcome::Applied)
+                .map(|d| d.1)
+                .collect()
+        }
+    }
+
+    /// The events in the order the log first received them (redeliveries dropped).
+    fn first_receipts(stream: &Stream) -> Vec<usize> {
+        let mut seen = BTreeSet::new();
+        stream
+            .arrivals
+            .iter()
+            .copied()
+            .filter(|e| seen.insert(*e))
+            .collect()
+    }
+
+    proptest! {
+        /// Latest-wins, with redeliveries, ties and any batch splits: every event is decided
+        /// once, applied sequences never go down, each applied equal sequence is a counted
+        /// tie, and the state ends at the highest sequence, the last received of its ties.
+        #[test]
+        fn latest_wins_ends_at_the_last_received_of_the_highest_sequence(
+            stream in stream(proptest::collection::vec(1i64..5, 1..14)),
+        ) {
+            let worker = Worker::new("latest-wins").run(&stream);
+            let firsts = first_receipts(&stream);
+            prop_assert!(worker.waiting.is_empty());
+            let mut decided: Vec<usize> = worker.decided.iter().map(|d| d.1).collect();
+            decided.sort_unstable();
+            prop_assert_eq!(decided, (0..stream.sequences.len()).collect::<Vec<_>>());
+            prop_assert!(worker
+                .decided
+                .iter()
+                .all(|d| matches!(d.3, Outcome::Applied | Outcome::Stale)));
+            let applied: Vec<i64> = worker
+                .applied()
+                .iter()
+                .map(|e| stream.sequences[*e])
+                .collect();
+            prop_assert!(applied.windows(2).all(|w| w[0] <= w[1]), "{:?}", applied);
+            let equal_steps = applied.windows(2).filter(|w| w[0] == w[1]).count() as u64;
+            prop_assert_eq!(worker.ties, equal_steps);
+            let highest = *stream.sequences.iter().max().unwrap();
+            let winner = *firsts
+                .iter()
+                .rev()
+                .find(|e| stream.sequences[**e] == highest)
+                .unwrap();
+            let ties_of_highest = stream.sequences.iter().filter(|s| **s == highest).count() as u64;
+            prop_assert!(worker.ties >= ties_of_highest - 1);
+            let state = worker.state.unwrap();
+            prop_assert_eq!(state.sequence, Some(highest));
+            let winner_id = format!("e{winner}");
+            prop_assert_eq!(state.event_id.as_deref(), Some(winner_id.as_str()));
+            prop_assert_eq!(state.state, json!({"event": winner}));
+        }
+
+        /// In-order, with redeliveries and any batch splits, gaps filling within the hold
+        /// timeout: every event is applied exactly once, in sequence order, none skipped.
+        #[test]
+        fn in_order_applies_every_event_once_in_sequence_order(
+            stream in stream((1i64..14).prop_map(|n| (1..=n).collect())),
+        ) {
+            let worker = Worker::new("in-order").run(&stream);
+            let n = stream.sequences.len();
+            prop_assert!(worker.waiting.is_empty());
+            prop_assert_eq!(worker.decided.len(), n);
+            let applied: Vec<i64> = worker
+                .applied()
+                .iter()
+                .map(|e| stream.sequences[*e])
+                .collect();
+            prop_assert_eq!(applied, (1..=n as i64).collect::<Vec<_>>());
+            prop_assert_eq!(worker.gaps_skipped, 0);
+            let state = worker.state.unwrap();
+            prop_assert_eq!((state.sequence, state.watermark), (Some(n as i64), Some(n as i64)));
+            prop_assert_eq!(state.state, json!({"event": n - 1}));
+        }
+
+        /// Unordered: every distinct event is applied once, in the order first received.
+        #[test]
+        fn unordered_applies_every_distinct_event_once_as_received(
+            stream in stream(proptest::collection::vec(1i64..5, 1..14)),
+        ) {
+            let worker = Worker::new("unordered").run(&stream);
+            let firsts = first_receipts(&stream);
+            prop_assert_eq!(worker.applied(), firsts.clone());
+            prop_assert_eq!(worker.state.unwrap().state, json!({"event": firsts.last().unwrap()}));
         }
     }
 }

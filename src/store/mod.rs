@@ -6,7 +6,7 @@ mod filter;
 mod migrations;
 pub mod postgres;
 pub mod postgres_tls;
-mod settle;
+pub(crate) mod settle;
 mod sql;
 pub mod sqlite;
 

@@ -124,7 +124,7 @@ fn customer(event_id: &str, id: &str, created: Value, email: &str) -> Value {
                                "name": format!("name of {event_id}")}}})
 }
 
-async fn metric(server: &TestServer, name: &str, source: &str) -> f64 {
+pub(crate) async fn metric(server: &TestServer, name: &str, source: &str) -> f64 {
     let text = server.get_text("/metrics").await;
     sample(&text, name, &[("source", source)]).unwrap_or(0.0)
 }

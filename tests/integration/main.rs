@@ -14,6 +14,7 @@ mod examples;
 mod held_limits;
 mod hostile_ingress;
 mod hygiene;
+mod json_permutations;
 mod json_sources;
 mod masking;
 mod metrics;
