@@ -1,5 +1,6 @@
 //! The command: resolves secrets and the admin token from flags, environment
-//! and config, then generates, delivers with chaos, checks and reports.
+//! and config, then generates (the built-in sources' stream, or a `json`
+//! source's), delivers with chaos, checks and reports.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -9,48 +10,20 @@ use anyhow::{bail, Context};
 
 use super::args::SimulateArgs;
 use super::chaos::{plan, ChaosSpec};
-use super::expected::expected_states;
+use super::expected::{expected_json_states, expected_states};
+use super::json_body::{generate_json, JsonTarget};
 use super::publisher::{Endpoint, Publisher, SendOptions, SourceSigner};
 use super::report;
 use super::stream::{generate, StreamSpec};
-use crate::config::{secret_env_var, Config};
+use crate::config::{signing_secret, Config};
 use crate::contract::SourceKind;
-use crate::signature::{Scheme, Secret};
+use crate::signature::Scheme;
 
 /// Runs `inhook simulate`: generate, deliver with chaos, check, report.
 pub(crate) async fn run(config_path: Option<PathBuf>, args: SimulateArgs) -> anyhow::Result<()> {
     args.check()?;
-    // The config file, when given, supplies secrets, schemes and the admin token the flags leave out.
-    let config = match &config_path {
-        Some(path) => Some(Config::load(Some(path)).context("loading --config")?),
-        None => None,
-    };
-    let signer = |name: &str, flag: &Option<String>, seed_scheme: Scheme| {
-        let from_config = config.as_ref().and_then(|c| c.source(name));
-        let var = secret_env_var(name);
-        let secret = match flag.clone().or_else(|| std::env::var(&var).ok()) {
-            Some(raw) => Secret::new(raw.split(',').next().unwrap_or_default().trim()),
-            None => match from_config.and_then(|s| s.secrets.first().cloned()) {
-                Some(secret) => secret,
-                None => bail!("no secret for source {name}: pass its --*-secret flag or set {var}"),
-            },
-        };
-        Ok(SourceSigner {
-            name: name.to_owned(),
-            scheme: from_config.map_or(seed_scheme, |s| s.scheme),
-            secret,
-        })
-    };
-    let presence = signer(
-        &args.presence_source,
-        &args.presence_secret,
-        Scheme::HmacHex,
-    )?;
-    let save = signer(
-        &args.save_source,
-        &args.save_secret,
-        Scheme::HmacTimestamped,
-    )?;
+    // The config file, when given, supplies secrets, schemes, locations and the admin token the flags leave out.
+    let config = Config::load_given(config_path.as_deref()).context("loading --config")?;
     let admin_token = args.admin_token.clone().or_else(|| {
         config
             .as_ref()
@@ -59,13 +32,89 @@ pub(crate) async fn run(config_path: Option<PathBuf>, args: SimulateArgs) -> any
     });
     let seed = args.seed.unwrap_or_else(rand::random);
     let started = Instant::now();
-    let stream = generate(&StreamSpec {
+    let spec = StreamSpec {
         seed,
         events: args.events,
         aggregates: args.aggregates,
         presence_share: args.presence_share,
-    });
-    let plan = plan(
+    };
+    let endpoint = Endpoint::new(&args.url);
+    let options = SendOptions {
+        concurrency: args.concurrency,
+        rate: args.rate,
+        give_up_after: Duration::from_secs(args.give_up_after_s),
+        max_retry_after: Duration::from_secs(args.max_retry_after_s),
+        request_timeout: Duration::from_millis(args.request_timeout_ms),
+    };
+    let (stream, expected, publisher) = match &args.source {
+        Some(name) => {
+            let source = config
+                .as_ref()
+                .and_then(|c| c.source(name))
+                .with_context(|| {
+                    format!("--source {name}: no such source in --config (its locations are read from there)")
+                })?;
+            let target = JsonTarget::new(source, args.sequence_format, args.unsupported_share)?;
+            let signer = signer(
+                name,
+                source.scheme,
+                args.secret.as_deref(),
+                "--secret",
+                &config,
+            )?;
+            let stream = generate_json(&spec, &target);
+            let expected = expected_json_states(&stream, &target.contract);
+            let sequences = if target.contract.locates_sequence() {
+                format!("{} sequences", args.sequence_format.as_str())
+            } else {
+                "no sequence".to_owned()
+            };
+            println!(
+                "inhook simulate: seed {seed}, {} events over {} aggregates of json source {name} ({}, {sequences}) to {}",
+                stream.event_count(),
+                stream.aggregates.len(),
+                target.ordering().as_str(),
+                args.url
+            );
+            let publisher = Publisher::for_json(endpoint, signer, admin_token, options)?;
+            (stream, expected, publisher)
+        }
+        None => {
+            let scheme_of = |name: &str, seed_scheme| {
+                config
+                    .as_ref()
+                    .and_then(|c| c.source(name))
+                    .map_or(seed_scheme, |s| s.scheme)
+            };
+            let presence = signer(
+                &args.presence_source,
+                scheme_of(&args.presence_source, Scheme::HmacHex),
+                args.presence_secret.as_deref(),
+                "--presence-secret",
+                &config,
+            )?;
+            let save = signer(
+                &args.save_source,
+                scheme_of(&args.save_source, Scheme::HmacTimestamped),
+                args.save_secret.as_deref(),
+                "--save-secret",
+                &config,
+            )?;
+            let stream = generate(&spec);
+            let expected = expected_states(&stream);
+            println!(
+                "inhook simulate: seed {seed}, {} events over {} aggregates ({} presence users, {} save slots) to {}",
+                stream.event_count(),
+                stream.aggregates.len(),
+                stream.aggregates_of(SourceKind::Presence),
+                stream.aggregates_of(SourceKind::SaveGame),
+                args.url
+            );
+            let publisher = Publisher::new(endpoint, presence, save, admin_token, options)?;
+            (stream, expected, publisher)
+        }
+    };
+    let plan = Arc::new(plan(
         &stream,
         &ChaosSpec {
             seed,
@@ -73,39 +122,23 @@ pub(crate) async fn run(config_path: Option<PathBuf>, args: SimulateArgs) -> any
             duplicate_rate: args.duplicate_rate,
             resend_rate: args.resend_rate,
         },
-    );
-    let expected = Arc::new(expected_states(&stream));
-    let publisher = Publisher::new(
-        Endpoint::new(&args.url),
-        presence,
-        save,
-        admin_token,
-        SendOptions {
-            concurrency: args.concurrency,
-            rate: args.rate,
-            give_up_after: Duration::from_secs(args.give_up_after_s),
-            max_retry_after: Duration::from_secs(args.max_retry_after_s),
-            request_timeout: Duration::from_millis(args.request_timeout_ms),
-        },
-    )?;
-    println!(
-        "inhook simulate: seed {seed}, {} events over {} aggregates ({} presence users, {} save slots) to {}",
-        stream.event_count(),
-        stream.aggregates.len(),
-        stream.aggregates_of(SourceKind::Presence),
-        stream.aggregates_of(SourceKind::SaveGame),
-        args.url
-    );
-    let plan = Arc::new(plan);
-    let delivery = publisher.deliver(plan.clone()).await;
+    ));
+    let mut delivery = publisher.deliver(plan.clone()).await;
     // A failed delivery makes the expected state unreachable: waiting for it would only burn the timeout.
     let checked = if delivery.failures.is_empty() {
         publisher
-            .converge(expected, Duration::from_secs(args.settle_timeout_s))
+            .converge(
+                Arc::new(expected),
+                Duration::from_secs(args.settle_timeout_s),
+            )
             .await
     } else {
         Err(anyhow::anyhow!("deliveries failed"))
     };
+    // An answer other than the one the event's type calls for fails the run, converged or not.
+    delivery
+        .failures
+        .extend(report::unexpected_answers(&plan, &delivery));
     let mismatches = match &checked {
         Ok(m) => Ok(m.as_slice()),
         Err(err) => Err(format!("{err:#}")),
@@ -125,4 +158,19 @@ pub(crate) async fn run(config_path: Option<PathBuf>, args: SimulateArgs) -> any
         ),
         _ => Ok(()),
     }
+}
+
+/// How one source is addressed and signed, its secret found as every publisher-side command finds it.
+fn signer(
+    name: &str,
+    scheme: Scheme,
+    flag: Option<&str>,
+    flag_name: &str,
+    config: &Option<Config>,
+) -> anyhow::Result<SourceSigner> {
+    Ok(SourceSigner {
+        name: name.to_owned(),
+        scheme,
+        secret: signing_secret(name, flag, flag_name, config.as_ref())?,
+    })
 }

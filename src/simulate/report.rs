@@ -40,6 +40,16 @@ pub(super) fn render(
         format!("  statuses:    {}", histogram(&delivery.tally.statuses)),
         format!("  failures:    {}", delivery.failures.len()),
     ];
+    let unsupported = plan.deliveries.iter().filter(|d| d.unsupported).count();
+    if unsupported > 0 {
+        lines.insert(
+            3,
+            format!(
+                "  unsupported: {unsupported} deliveries of types outside event_types \
+                 (each must be answered {IGNORED})"
+            ),
+        );
+    }
     lines.extend(
         delivery
             .failures
@@ -65,6 +75,33 @@ pub(super) fn render(
         delivery.elapsed.as_secs_f64()
     ));
     lines.join("\n")
+}
+
+/// The answer every delivery of a type outside `event_types` gets, and no other.
+const IGNORED: &str = "ignored_unsupported";
+
+/// Deliveries answered 2xx with the wrong status for their type: a type outside
+/// `event_types` must be `ignored_unsupported`, and only such a type may be.
+pub(super) fn unexpected_answers(plan: &Plan, delivery: &DeliveryReport) -> Vec<String> {
+    plan.deliveries
+        .iter()
+        .zip(&delivery.receipts)
+        .filter_map(|(d, receipt)| {
+            let receipt = receipt.as_ref()?;
+            let ignored = receipt.status == IGNORED;
+            (ignored != d.unsupported).then(|| {
+                let want = if d.unsupported {
+                    IGNORED.to_owned()
+                } else {
+                    format!("anything but {IGNORED}")
+                };
+                format!(
+                    "{} (seq {}, {:?}) answered {} {}, expected {want}",
+                    d.event_id, d.sequence, d.copy, receipt.code, receipt.status
+                )
+            })
+        })
+        .collect()
 }
 
 /// Counts as `key count` pairs in key order, or `none`.
@@ -97,6 +134,9 @@ mod tests {
             event_id: "evt_1".into(),
             idempotency_key: None,
             body: Vec::new(),
+            headers: Vec::new(),
+            delivery_id: None,
+            unsupported: false,
             resend,
         }
     }

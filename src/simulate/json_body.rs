@@ -1,0 +1,404 @@
+//! The bodies of a `json` source (SPEC §8), a pure function of the seed: every
+//! generated value is written at the source's configured location (a body
+//! pointer, its nested objects created, or a `header:` location's request
+//! header), with the source's ordering: sequences that rise with gaps (and
+//! ties, for timestamps) for latest-wins, contiguous integers for in-order,
+//! one event per aggregate for unordered; types inside and outside
+//! `event_types`.
+
+use anyhow::{bail, Context};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Map, Value};
+
+use super::stream::{Aggregate, AggregateRef, Stream, StreamEvent, StreamSpec};
+use crate::clock;
+use crate::config::SourceConfig;
+use crate::contract::json::{Glob, JsonContract, JsonOrdering, JsonSourceSpec, Location};
+use crate::domain::{AggregateKey, Ident};
+
+/// Where a generated value goes in the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// At a JSON Pointer into the body, given as its reference tokens.
+    Body(Vec<String>),
+    /// In a request header.
+    Header(String),
+    /// The scheme's delivery id (an event id the source does not locate).
+    DeliveryId,
+}
+
+impl Place {
+    fn of(location: &Location) -> Self {
+        match location {
+            Location::Pointer { tokens, .. } => Place::Body(tokens.clone()),
+            Location::Header { name, .. } => Place::Header(name.as_str().to_owned()),
+        }
+    }
+
+    /// Writes `value` here: into the body, creating (or replacing with) objects on the
+    /// way, or as a header's text. A delivery id is the signer's to send.
+    pub(super) fn write(
+        &self,
+        body: &mut Map<String, Value>,
+        headers: &mut Vec<(String, String)>,
+        value: Value,
+    ) {
+        match self {
+            Place::Body(tokens) => write_pointer(body, tokens, value),
+            Place::Header(name) => {
+                let text = match value {
+                    Value::String(text) => text,
+                    other => other.to_string(),
+                };
+                headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+                headers.push((name.clone(), text));
+            }
+            Place::DeliveryId => {}
+        }
+    }
+}
+
+/// Sets the value at `tokens`, making every step an object. The empty pointer (the
+/// whole body) keeps an object body by merging an object value into it.
+fn write_pointer(body: &mut Map<String, Value>, tokens: &[String], value: Value) {
+    let Some((last, path)) = tokens.split_last() else {
+        if let Value::Object(fields) = value {
+            body.extend(fields);
+        }
+        return;
+    };
+    let mut at = body;
+    for token in path {
+        let step = at
+            .entry(token.clone())
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !step.is_object() {
+            *step = Value::Object(Map::new());
+        }
+        at = match step {
+            Value::Object(map) => map,
+            _ => unreachable!("made an object above"),
+        };
+    }
+    at.insert(last.clone(), value);
+}
+
+/// How the sequences of a latest-wins source are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SequenceFormat {
+    /// Integers.
+    Integer,
+    /// RFC 3339 timestamps, one-second steps, ties included.
+    Timestamp,
+}
+
+impl SequenceFormat {
+    /// The format as the flag writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SequenceFormat::Integer => "integer",
+            SequenceFormat::Timestamp => "timestamp",
+        }
+    }
+}
+
+/// A `json` source as the simulator publishes to it: its compiled contract and where each field goes.
+#[derive(Debug, Clone)]
+pub struct JsonTarget {
+    /// The source name in `/webhooks/{name}`.
+    pub source: String,
+    /// The contract the expected state is read with (the library's own).
+    pub contract: JsonContract,
+    event_id: Place,
+    idempotency_key: Option<Place>,
+    aggregate: Vec<Place>,
+    sequence: Option<Place>,
+    event_type: Option<Place>,
+    event_types: Option<Vec<String>>,
+    state: Place,
+    first_sequence: i64,
+    format: SequenceFormat,
+    unsupported_share: f64,
+}
+
+impl JsonTarget {
+    /// The target of `source` as configured, or why the simulator cannot publish to it.
+    pub fn new(
+        source: &SourceConfig,
+        format: SequenceFormat,
+        unsupported_share: f64,
+    ) -> anyhow::Result<Self> {
+        let Some(spec) = &source.json else {
+            bail!(
+                "source {} is not kind = \"json\": --source takes a json source (the built-in \
+                 kinds are simulated without it)",
+                source.name
+            );
+        };
+        Self::of_spec(
+            &source.name,
+            spec,
+            source.first_sequence,
+            format,
+            unsupported_share,
+        )
+        .with_context(|| format!("source {}", source.name))
+    }
+
+    fn of_spec(
+        name: &str,
+        spec: &JsonSourceSpec,
+        first_sequence: i64,
+        format: SequenceFormat,
+        unsupported_share: f64,
+    ) -> anyhow::Result<Self> {
+        let contract = JsonContract::compile(spec)?;
+        let place = |raw: &Option<String>| -> anyhow::Result<Option<Place>> {
+            raw.as_deref()
+                .map(|raw| Location::parse(raw).map(|l| Place::of(&l)))
+                .transpose()
+                .map_err(anyhow::Error::msg)
+        };
+        let aggregate = match &spec.aggregate {
+            None => Vec::new(),
+            Some(locations) => {
+                let raw: Vec<String> = match locations {
+                    crate::contract::json::AggregateLocations::One(one) => vec![one.clone()],
+                    crate::contract::json::AggregateLocations::Many(many) => many.clone(),
+                };
+                raw.iter()
+                    .map(|r| place(&Some(r.clone())).map(|p| p.expect("given")))
+                    .collect::<anyhow::Result<_>>()?
+            }
+        };
+        if format == SequenceFormat::Timestamp && contract.ordering() == JsonOrdering::InOrder {
+            bail!("--sequence-format timestamp: an in-order source needs integer sequences");
+        }
+        Ok(Self {
+            source: name.to_owned(),
+            event_id: place(&spec.event_id)?.unwrap_or(Place::DeliveryId),
+            idempotency_key: place(&spec.idempotency_key)?,
+            aggregate,
+            sequence: place(&spec.sequence)?,
+            event_type: place(&spec.event_type)?,
+            event_types: spec.event_types.clone(),
+            state: place(&spec.state)?.unwrap_or(Place::Body(Vec::new())),
+            first_sequence,
+            format,
+            unsupported_share,
+            contract,
+        })
+    }
+
+    /// The source's ordering.
+    pub fn ordering(&self) -> JsonOrdering {
+        self.contract.ordering()
+    }
+
+    /// A type outside `event_types`, if the source has such a list and some type falls outside it.
+    fn unsupported_type(&self) -> Option<String> {
+        let globs: Vec<Glob> = self
+            .event_types
+            .as_ref()?
+            .iter()
+            .map(|p| Glob::new(p))
+            .collect();
+        ["inhook.simulated.unsupported", "zz", "-"]
+            .into_iter()
+            .find(|t| !globs.iter().any(|g| g.matches(t)))
+            .map(str::to_owned)
+    }
+
+    /// A type the source accepts: a pattern of `event_types` with its stars filled, or any type.
+    fn supported_type(&self, rng: &mut StdRng) -> String {
+        let word = ["created", "updated", "deleted"]
+            .choose(rng)
+            .copied()
+            .unwrap_or("updated");
+        match &self.event_types {
+            Some(patterns) => patterns
+                .choose(rng)
+                .map(|p| p.replace('*', word))
+                .unwrap_or_default(),
+            None => format!("sim.{word}"),
+        }
+    }
+}
+
+/// Generates the stream of `spec` for `target`. Unordered sources get one event
+/// per aggregate (the state of several would depend on the order of receipt);
+/// latest-wins sequences rise with gaps, ties only below an aggregate's highest
+/// (so its state is that one event's); in-order ones are contiguous from
+/// `first_sequence`. An event of a type outside `event_types` takes no sequence
+/// of its aggregate: it carries one above every other, so applying it would show.
+pub fn generate_json(spec: &StreamSpec, target: &JsonTarget) -> Stream {
+    let mut rng = StdRng::seed_from_u64(spec.seed);
+    let tag = spec.tag();
+    let unordered = target.ordering() == JsonOrdering::Unordered;
+    let count = if unordered {
+        spec.events
+    } else {
+        spec.aggregates
+    };
+    let unsupported_type = target.unsupported_type();
+    let mut aggregates: Vec<Aggregate> = Vec::with_capacity(count);
+    let mut parts_of: Vec<Vec<String>> = Vec::with_capacity(count);
+    for i in 0..count {
+        let parts: Vec<String> = (0..target.aggregate.len())
+            .map(|j| {
+                if j + 1 == target.aggregate.len() {
+                    format!("agg_{tag}_{i}")
+                } else {
+                    // Leading parts shared by several aggregates, as `customer` in `customer/cus_1`.
+                    format!("part{j}_{}", i % 3)
+                }
+            })
+            .collect();
+        let key = (!parts.is_empty()).then(|| key_of(&parts));
+        aggregates.push(Aggregate {
+            key: AggregateRef::Json {
+                source: target.source.clone(),
+                key: key.unwrap_or_else(|| key_of(&[format!("evt_{tag}_{i}")])),
+            },
+            events: Vec::new(),
+        });
+        parts_of.push(parts);
+    }
+    if count == 0 {
+        return Stream { aggregates };
+    }
+    // Per aggregate: the sequence written last, and (timestamps) its second.
+    let mut last: Vec<Option<i64>> = vec![None; count];
+    for n in 0..spec.events {
+        let a = if unordered {
+            n
+        } else {
+            rng.gen_range(0..count)
+        };
+        let unsupported = unsupported_type.is_some() && rng.gen_bool(target.unsupported_share);
+        let event_id = format!("evt_{tag}_{n}");
+        let step: i64 = match target.format {
+            // A tie now and then: the same second as the event before.
+            SequenceFormat::Timestamp => rng.gen_range(0..3),
+            SequenceFormat::Integer => rng.gen_range(1..4),
+        };
+        let next = match (target.ordering(), last[a]) {
+            (JsonOrdering::InOrder, None) => target.first_sequence,
+            (JsonOrdering::InOrder, Some(s)) => s + 1,
+            (_, None) => 1,
+            (_, Some(s)) => s + step,
+        };
+        let sequence = if unsupported {
+            next + 1_000
+        } else {
+            last[a] = Some(next);
+            next
+        };
+        let event_type = if unsupported {
+            unsupported_type.clone()
+        } else {
+            target
+                .event_type
+                .is_some()
+                .then(|| target.supported_type(&mut rng))
+        };
+        let mut body = Map::new();
+        let mut headers = Vec::new();
+        let state = json!({"note": format!("state of {event_id}"), "n": n,
+                           "level": rng.gen_range(0..100)});
+        target.state.write(&mut body, &mut headers, state);
+        if let (Some(at), Some(t)) = (&target.event_type, &event_type) {
+            at.write(&mut body, &mut headers, json!(t));
+        }
+        if let Some(at) = &target.sequence {
+            at.write(
+                &mut body,
+                &mut headers,
+                sequence_value(target.format, sequence),
+            );
+        }
+        for (at, part) in target.aggregate.iter().zip(&parts_of[a]) {
+            at.write(&mut body, &mut headers, json!(part));
+        }
+        // A new-id redelivery of an event that is its own aggregate would be another
+        // aggregate: such sources get no idempotency keys.
+        let idempotency_key = (!target.aggregate.is_empty())
+            .then_some(target.idempotency_key.as_ref())
+            .flatten()
+            .map(|at| {
+                let key = format!("idem_{tag}_{n}");
+                at.write(&mut body, &mut headers, json!(key));
+                key
+            });
+        target
+            .event_id
+            .write(&mut body, &mut headers, json!(event_id));
+        aggregates[a].events.push(StreamEvent {
+            event_id,
+            idempotency_key,
+            sequence: ordered_value(target.format, sequence),
+            body,
+            headers,
+            id_at: target.event_id.clone(),
+            unsupported,
+        });
+    }
+    // The highest sequence of a latest-wins aggregate must not be tied, or its state
+    // would depend on the order of receipt.
+    for (aggregate, top) in aggregates.iter_mut().zip(&last) {
+        let Some(top) = *top else { continue };
+        let tied = aggregate
+            .events
+            .iter()
+            .filter(|e| !e.unsupported && e.sequence == ordered_value(target.format, top))
+            .count();
+        if tied > 1 {
+            let highest = aggregate
+                .events
+                .iter_mut()
+                .rev()
+                .find(|e| !e.unsupported)
+                .expect("a tie has events");
+            if let Some(at) = &target.sequence {
+                at.write(
+                    &mut highest.body,
+                    &mut highest.headers,
+                    sequence_value(target.format, top + 1),
+                );
+            }
+            highest.sequence = ordered_value(target.format, top + 1);
+        }
+    }
+    Stream { aggregates }
+}
+
+/// A one-part or many-part key of generated (always valid) parts.
+fn key_of(parts: &[String]) -> AggregateKey {
+    AggregateKey::of_parts(
+        parts
+            .iter()
+            .map(|p| Ident::parse_located(p).expect("generated parts are valid ids"))
+            .collect(),
+    )
+}
+
+/// Generated timestamps start here, in seconds.
+const BASE_UNIX_S: i64 = 1_780_000_000;
+
+/// The value written at the sequence's location.
+fn sequence_value(format: SequenceFormat, sequence: i64) -> Value {
+    match format {
+        SequenceFormat::Integer => json!(sequence),
+        SequenceFormat::Timestamp => json!(clock::rfc3339((BASE_UNIX_S + sequence) * 1000)),
+    }
+}
+
+/// The integer the server orders by (microseconds since the epoch for a timestamp).
+fn ordered_value(format: SequenceFormat, sequence: i64) -> i64 {
+    match format {
+        SequenceFormat::Integer => sequence,
+        SequenceFormat::Timestamp => (BASE_UNIX_S + sequence) * 1_000_000,
+    }
+}
