@@ -730,6 +730,35 @@ mod tests {
     }
 
     #[test]
+    fn a_signing_secret_comes_from_the_flag_before_the_config_and_its_absence_says_where_to_put_it()
+    {
+        // A name no test's environment sets, so INHOOK_<SOURCE>_SECRET is absent.
+        let name = "signing-secret-test-source";
+        let text = format!(
+            "[[sources]]\nname = \"{name}\"\nkind = \"presence\"\nsignature = \"hmac-hex\"\n\
+             secrets = [\"from-config\", \"older\"]\n"
+        );
+        let config = Config::from_parts(Some(&text), &env(&[])).unwrap();
+        let secret = |flag, config| signing_secret(name, flag, "--secret", config);
+        assert_eq!(
+            secret(Some("new, old"), Some(&config)).unwrap().expose(),
+            b"new",
+            "the first of a list signs"
+        );
+        assert_eq!(
+            secret(None, Some(&config)).unwrap().expose(),
+            b"from-config"
+        );
+        let err = secret(None, None).unwrap_err().to_string();
+        assert!(err.contains("--secret"), "{err}");
+        assert!(
+            err.contains("INHOOK_SIGNING_SECRET_TEST_SOURCE_SECRET"),
+            "{err}"
+        );
+        assert!(!err.contains("from-config"), "{err}");
+    }
+
+    #[test]
     fn json_sources_default_to_async_and_inconsistent_ones_name_the_key() {
         let source = |keys: &str| {
             format!("[[sources]]\nname = \"j\"\nkind = \"json\"\nsecrets = [\"whsec_c2VjcmV0\"]\n{keys}\n")

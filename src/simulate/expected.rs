@@ -337,4 +337,78 @@ mod tests {
             "progress where none is expected"
         );
     }
+
+    #[test]
+    fn a_json_aggregate_expects_the_state_of_the_event_its_ordering_keeps() {
+        use crate::simulate::json_body::tests::{target, LATEST};
+        use crate::simulate::json_body::{generate_json, SequenceFormat};
+        use crate::simulate::stream::StreamSpec;
+
+        let target = target(LATEST, SequenceFormat::Integer);
+        let stream = generate_json(
+            &StreamSpec {
+                seed: 9,
+                events: 200,
+                aggregates: 5,
+                presence_share: 0.0,
+            },
+            &target,
+        );
+        let expected = expected_json_states(&stream, &target.contract);
+        assert_eq!(expected.len(), 5);
+        for (aggregate, (key, want)) in stream.aggregates.iter().zip(&expected) {
+            assert_eq!(&aggregate.key, key);
+            let top = aggregate
+                .events
+                .iter()
+                .filter(|e| !e.unsupported)
+                .max_by_key(|e| e.sequence)
+                .unwrap();
+            let Some(Expected::Json {
+                sequence,
+                state,
+                redelivered_state,
+            }) = want
+            else {
+                panic!("a json expectation: {want:?}");
+            };
+            assert_eq!(*sequence, Some(top.sequence));
+            assert_eq!(state, &top.body["data"]["object"]);
+            // The state holds no id here, so a new-id redelivery keeps the same state.
+            assert_eq!(redelivered_state.as_ref(), Some(state));
+            let api = json!({"source": "src", "sequence": top.sequence, "state": state});
+            assert!(want.as_ref().unwrap().matches(&api));
+            let mut older = api.clone();
+            older["sequence"] = json!(top.sequence - 1);
+            assert!(!want.as_ref().unwrap().matches(&older));
+            let mut other = api;
+            other["state"]["note"] = json!("another event's");
+            assert!(!want.as_ref().unwrap().matches(&other));
+        }
+        // An aggregate whose every event is of an unsupported type has no state: 404.
+        let mut only_unsupported = stream.aggregates[0].clone();
+        only_unsupported.events.retain(|e| e.unsupported);
+        assert!(!only_unsupported.events.is_empty());
+        assert_eq!(
+            expected_json_state(&only_unsupported, &target.contract),
+            None
+        );
+    }
+
+    #[test]
+    fn a_json_state_holding_the_event_id_may_be_the_new_id_redelivery_s() {
+        let want = Expected::Json {
+            sequence: None,
+            state: json!({"id": "evt_1"}),
+            redelivered_state: Some(json!({"id": "evt_1_dup"})),
+        };
+        assert!(want.matches(&json!({"sequence": null, "state": {"id": "evt_1"}})));
+        assert!(want.matches(&json!({"sequence": null, "state": {"id": "evt_1_dup"}})));
+        assert!(!want.matches(&json!({"sequence": null, "state": {"id": "evt_2"}})));
+        assert!(!want.matches(&json!({"sequence": 1, "state": {"id": "evt_1"}})));
+        assert_eq!(
+            want.to_json(),
+            json!({"sequence": null, "state": {"id": "evt_1"}})
+        );
+    }
 }

@@ -15,7 +15,9 @@ use serde_json::{json, Map, Value};
 use super::stream::{Aggregate, AggregateRef, Stream, StreamEvent, StreamSpec};
 use crate::clock;
 use crate::config::SourceConfig;
-use crate::contract::json::{Glob, JsonContract, JsonOrdering, JsonSourceSpec, Location};
+use crate::contract::json::{
+    AggregateLocations, Glob, JsonContract, JsonOrdering, JsonSourceSpec, Location,
+};
 use crate::domain::{AggregateKey, Ident};
 
 /// Where a generated value goes in the request.
@@ -58,6 +60,13 @@ impl Place {
             Place::DeliveryId => {}
         }
     }
+}
+
+/// The place of a configured location (already checked when the config loaded).
+fn place_of(raw: &str) -> anyhow::Result<Place> {
+    Location::parse(raw)
+        .map(|location| Place::of(&location))
+        .map_err(anyhow::Error::msg)
 }
 
 /// Sets the value at `tokens`, making every step an object. The empty pointer (the
@@ -155,23 +164,14 @@ impl JsonTarget {
         unsupported_share: f64,
     ) -> anyhow::Result<Self> {
         let contract = JsonContract::compile(spec)?;
-        let place = |raw: &Option<String>| -> anyhow::Result<Option<Place>> {
-            raw.as_deref()
-                .map(|raw| Location::parse(raw).map(|l| Place::of(&l)))
-                .transpose()
-                .map_err(anyhow::Error::msg)
-        };
+        let place = |raw: &Option<String>| raw.as_deref().map(place_of).transpose();
         let aggregate = match &spec.aggregate {
             None => Vec::new(),
-            Some(locations) => {
-                let raw: Vec<String> = match locations {
-                    crate::contract::json::AggregateLocations::One(one) => vec![one.clone()],
-                    crate::contract::json::AggregateLocations::Many(many) => many.clone(),
-                };
-                raw.iter()
-                    .map(|r| place(&Some(r.clone())).map(|p| p.expect("given")))
-                    .collect::<anyhow::Result<_>>()?
-            }
+            Some(AggregateLocations::One(one)) => vec![place_of(one)?],
+            Some(AggregateLocations::Many(many)) => many
+                .iter()
+                .map(|raw| place_of(raw))
+                .collect::<anyhow::Result<_>>()?,
         };
         if format == SequenceFormat::Timestamp && contract.ordering() == JsonOrdering::InOrder {
             bail!("--sequence-format timestamp: an in-order source needs integer sequences");
@@ -197,7 +197,8 @@ impl JsonTarget {
         self.contract.ordering()
     }
 
-    /// A type outside `event_types`, if the source has such a list and some type falls outside it.
+    /// A type outside `event_types`, if the source has such a list and some type falls
+    /// outside it: the first of a few unlike shapes that no pattern matches.
     fn unsupported_type(&self) -> Option<String> {
         let globs: Vec<Glob> = self
             .event_types
@@ -400,5 +401,211 @@ fn ordered_value(format: SequenceFormat, sequence: i64) -> i64 {
     match format {
         SequenceFormat::Integer => sequence,
         SequenceFormat::Timestamp => (BASE_UNIX_S + sequence) * 1_000_000,
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use std::collections::{BTreeMap, HashSet};
+
+    use axum::http::{HeaderMap, HeaderName, HeaderValue};
+
+    use super::*;
+    use crate::contract::json::JsonParsed;
+
+    /// A target compiled from a source table's json keys, as the config file writes them.
+    pub(in crate::simulate) fn target(keys: &str, format: SequenceFormat) -> JsonTarget {
+        let spec: JsonSourceSpec = toml::from_str(keys).expect("json keys");
+        JsonTarget::of_spec("src", &spec, 1, format, 0.2).expect("a target")
+    }
+
+    pub(in crate::simulate) const LATEST: &str = r#"
+        idempotency_key = "header:Idempotency-Key"
+        aggregate = ["/data/object/object", "/data/object/id"]
+        sequence = "/created"
+        event_type = "/type"
+        event_types = ["customer.*", "invoice.paid"]
+        ordering = "latest-wins"
+        state = "/data/object"
+    "#;
+
+    fn spec(events: usize) -> StreamSpec {
+        StreamSpec {
+            seed: 4,
+            events,
+            aggregates: 12,
+            presence_share: 0.0,
+        }
+    }
+
+    /// What the source's own contract reads from a generated event.
+    fn parse(target: &JsonTarget, event: &StreamEvent) -> JsonParsed {
+        let mut headers = HeaderMap::new();
+        for (name, value) in &event.headers {
+            headers.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        let body = serde_json::to_vec(&event.body).unwrap();
+        target
+            .contract
+            .parse_bytes(&body, &headers, event.delivery_id())
+            .expect("a generated body follows its source's contract")
+    }
+
+    #[test]
+    fn a_value_is_written_at_its_pointer_creating_objects_or_in_its_header() {
+        let mut body = Map::new();
+        let mut headers = Vec::new();
+        Place::Body(vec!["a".into(), "b".into()]).write(&mut body, &mut headers, json!(1));
+        Place::Body(vec!["a".into(), "c".into()]).write(&mut body, &mut headers, json!("x"));
+        // A scalar in the way becomes an object: the later location wins.
+        Place::Body(vec!["a".into(), "b".into(), "d".into()]).write(
+            &mut body,
+            &mut headers,
+            json!(true),
+        );
+        Place::Body(Vec::new()).write(&mut body, &mut headers, json!({"top": 2}));
+        assert_eq!(
+            Value::Object(body.clone()),
+            json!({"a": {"b": {"d": true}, "c": "x"}, "top": 2})
+        );
+        Place::Header("X-Seq".into()).write(&mut body, &mut headers, json!(7));
+        Place::Header("x-seq".into()).write(&mut body, &mut headers, json!("8"));
+        Place::DeliveryId.write(&mut body, &mut headers, json!("msg_1"));
+        assert_eq!(headers, [("x-seq".to_owned(), "8".to_owned())]);
+    }
+
+    #[test]
+    fn latest_wins_bodies_read_back_as_generated_with_ties_never_at_the_top() {
+        let target = target(LATEST, SequenceFormat::Timestamp);
+        let stream = generate_json(&spec(600), &target);
+        assert_eq!(stream.event_count(), 600);
+        assert_eq!(stream.aggregates.len(), 12);
+        let (mut ties, mut unsupported) = (0, 0);
+        for aggregate in &stream.aggregates {
+            let AggregateRef::Json { source, key } = &aggregate.key else {
+                panic!("a json aggregate");
+            };
+            assert_eq!(source, "src");
+            let mut seen = BTreeMap::new();
+            for event in &aggregate.events {
+                assert_eq!(event.delivery_id(), Some(event.event_id.as_str()));
+                match parse(&target, event) {
+                    JsonParsed::Event(parsed) => {
+                        assert!(!event.unsupported);
+                        assert_eq!(parsed.event_id.as_str(), event.event_id);
+                        assert_eq!(
+                            crate::domain::AggregateKey::of_parts(parsed.aggregate),
+                            *key
+                        );
+                        let sequence = parsed.sequence.expect("located").value.get();
+                        assert_eq!(sequence, event.sequence);
+                        assert_eq!(
+                            parsed.idempotency_key.map(|k| k.as_str().to_owned()),
+                            event.idempotency_key
+                        );
+                        let state = parsed.state.expect("a state");
+                        assert_eq!(state["id"], json!(key.parts()[1].as_str()));
+                        assert!(event.body["created"].is_string(), "an RFC 3339 sequence");
+                        *seen.entry(sequence).or_insert(0) += 1;
+                    }
+                    JsonParsed::Ignored { event_type, .. } => {
+                        assert!(event.unsupported);
+                        assert_eq!(
+                            event_type.map(|t| t.as_str().to_owned()).as_deref(),
+                            Some("inhook.simulated.unsupported")
+                        );
+                        unsupported += 1;
+                    }
+                }
+            }
+            ties += seen.values().filter(|n| **n > 1).count();
+            if let Some((_, at_top)) = seen.last_key_value() {
+                assert_eq!(*at_top, 1, "the highest sequence is one event's");
+            }
+        }
+        assert!(ties > 20, "only {ties} ties");
+        assert!(
+            (60..180).contains(&unsupported),
+            "{unsupported} unsupported"
+        );
+    }
+
+    #[test]
+    fn in_order_sequences_are_contiguous_from_the_first_and_unordered_events_are_alone() {
+        let keys = r#"
+            event_id = "/event/id"
+            idempotency_key = "/event/key"
+            aggregate = "/account"
+            sequence = "header:X-Seq"
+            ordering = "in-order"
+        "#;
+        let spec_of: JsonSourceSpec = toml::from_str(keys).unwrap();
+        let target = JsonTarget::of_spec("src", &spec_of, 0, SequenceFormat::Integer, 0.2).unwrap();
+        let stream = generate_json(&spec(300), &target);
+        for aggregate in &stream.aggregates {
+            let sequences: Vec<i64> = aggregate.events.iter().map(|e| e.sequence).collect();
+            assert_eq!(sequences, (0..sequences.len() as i64).collect::<Vec<_>>());
+            for event in &aggregate.events {
+                assert_eq!(event.delivery_id(), None, "the id is in the body");
+                assert!(matches!(parse(&target, event), JsonParsed::Event(_)));
+                assert!(event.headers.iter().any(|(n, _)| n == "x-seq"));
+            }
+        }
+        assert!(
+            JsonTarget::of_spec("src", &spec_of, 0, SequenceFormat::Timestamp, 0.2)
+                .unwrap_err()
+                .to_string()
+                .contains("in-order source needs integer sequences")
+        );
+
+        let unordered = target_unordered();
+        let stream = generate_json(&spec(50), &unordered);
+        assert_eq!(stream.aggregates.len(), 50, "one aggregate per event");
+        let mut ids = HashSet::new();
+        for aggregate in &stream.aggregates {
+            let [event] = aggregate.events.as_slice() else {
+                panic!("one event per aggregate");
+            };
+            assert!(ids.insert(event.event_id.clone()));
+            assert_eq!(
+                event.idempotency_key, None,
+                "its own aggregate: no new-id copies"
+            );
+            let AggregateRef::Json { key, .. } = &aggregate.key else {
+                panic!("json");
+            };
+            assert_eq!(key.to_string(), event.event_id);
+        }
+    }
+
+    fn target_unordered() -> JsonTarget {
+        target(
+            r#"
+            event_id = "header:X-Event-Id"
+            idempotency_key = "/key"
+            ordering = "unordered"
+        "#,
+            SequenceFormat::Integer,
+        )
+    }
+
+    #[test]
+    fn a_redelivery_under_a_new_id_writes_the_id_where_the_source_reads_it() {
+        let target = target_unordered();
+        let stream = generate_json(&spec(1), &target);
+        let event = &stream.aggregates[0].events[0];
+        let copy = event.redelivered_as("evt_other");
+        assert_eq!(
+            copy.headers,
+            [("x-event-id".to_owned(), "evt_other".to_owned())]
+        );
+        assert_eq!(copy.body, event.body);
+        let JsonParsed::Event(parsed) = parse(&target, &copy) else {
+            panic!("an event");
+        };
+        assert_eq!(parsed.event_id.as_str(), "evt_other");
     }
 }

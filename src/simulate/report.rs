@@ -204,4 +204,54 @@ mod tests {
         );
         assert!(unchecked.contains("\nmismatches: not checked (deliveries failed)\n"));
     }
+
+    #[test]
+    fn an_unsupported_type_must_be_answered_ignored_and_only_it() {
+        let unsupported = Delivery {
+            unsupported: true,
+            ..delivery(EventCopy::Original, false)
+        };
+        let plan = Plan {
+            deliveries: vec![
+                unsupported.clone(),
+                unsupported,
+                delivery(EventCopy::Original, false),
+                delivery(EventCopy::SameEventId, false),
+                delivery(EventCopy::NewEventId, false),
+            ],
+            reordered: 0,
+        };
+        let receipt = |status: &str| {
+            Some(crate::simulate::publisher::Receipt {
+                code: 200,
+                status: status.into(),
+                key: None,
+            })
+        };
+        let sent = DeliveryReport {
+            receipts: vec![
+                receipt("ignored_unsupported"),
+                receipt("applied"),
+                receipt("applied"),
+                receipt("ignored_unsupported"),
+                None,
+            ],
+            ..DeliveryReport::default()
+        };
+        assert_eq!(
+            unexpected_answers(&plan, &sent),
+            [
+                "evt_1 (seq 1, Original) answered 200 applied, expected ignored_unsupported",
+                "evt_1 (seq 1, SameEventId) answered 200 ignored_unsupported, expected anything but ignored_unsupported",
+            ]
+        );
+        let text = render(&plan, &sent, Ok(&[]), Duration::ZERO);
+        assert!(
+            text.lines()
+                .nth(3)
+                .unwrap()
+                .starts_with("  unsupported: 2 deliveries of types outside event_types"),
+            "{text}"
+        );
+    }
 }

@@ -533,5 +533,15 @@ mod tests {
         assert_eq!(slot.kind(), SourceKind::SaveGame);
         assert_eq!(slot.read_path(), "/v1/saves/player_1/slot_a");
         assert_eq!(slot.to_string(), "save player_1/slot_a");
+        let json = AggregateRef::Json {
+            source: "stripe".into(),
+            key: AggregateKey::parse_text("customer/a%2Fb").unwrap(),
+        };
+        assert_eq!(json.kind(), SourceKind::Json);
+        assert_eq!(
+            json.read_path(),
+            "/v1/sources/stripe/aggregates/customer/a%252Fb"
+        );
+        assert_eq!(json.to_string(), "stripe customer/a%2Fb");
     }
 }
