@@ -137,7 +137,7 @@ impl Application {
         background.spawn(metrics_upkeep(stop_rx.clone()));
         background.spawn(Arc::clone(&self.state.feed).run(
             Arc::clone(&self.state.store),
-            self.state.config.mask_fields.clone(),
+            crate::http::ChangeMask::of(&self.state.config),
             stop_rx.clone(),
         ));
         let config = &self.state.config;

@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 use crate::config::Config;
 use crate::store::Store;
 use answer::Answer;
-pub use stream::ChangeFeed;
+pub use stream::{ChangeFeed, ChangeMask};
 
 /// Largest body an admin API call (e.g. `POST /v1/replay`) may send.
 pub const ADMIN_MAX_BODY_BYTES: usize = 64 * 1024;

@@ -41,6 +41,29 @@ const GAP_GRACE: Duration = Duration::from_secs(2);
 /// Changes read from the store at once.
 const BATCH: usize = 256;
 
+/// What masks a change as shown: the configured fields, and the kind of each source
+/// whose changes carry the generic item (a json state sits at its source's `state`).
+#[derive(Clone)]
+pub struct ChangeMask {
+    fields: Vec<String>,
+    kinds: std::collections::HashMap<String, Arc<dyn crate::kind::Kind>>,
+}
+
+impl ChangeMask {
+    /// The masking of `config`'s `mask_fields` over its sources.
+    pub fn of(config: &crate::config::Config) -> Self {
+        Self {
+            fields: config.mask_fields.clone(),
+            kinds: config
+                .sources
+                .iter()
+                .filter(|s| s.kind == crate::contract::SourceKind::Json)
+                .map(|s| (s.name.clone(), Arc::clone(&s.handler)))
+                .collect(),
+        }
+    }
+}
+
 /// One applied change, masked and serialized once for every stream.
 #[derive(Debug)]
 pub struct FeedChange {
@@ -54,17 +77,18 @@ pub struct FeedChange {
 }
 
 impl FeedChange {
-    fn of(change: StateChange, mask_fields: &[String]) -> Self {
+    fn of(change: StateChange, mask: &ChangeMask) -> Self {
         let mut state = serde_json::from_str(&change.state).unwrap_or(serde_json::Value::Null);
-        if let Some(located) = state.get_mut("state").filter(|_| change.kind == "json") {
-            // A json state is part of a body whose location the change does not carry:
-            // masked as a whole payload (bare names anywhere, paths from its root).
-            crate::mask::mask(located, mask_fields);
+        let kind = mask.kinds.get(&change.source);
+        if let (Some(kind), Some(located)) = (kind, state.get_mut("state")) {
+            // A json change carries the generic item: its state is masked as its kind
+            // shows it (counted from the source's `state` location in the body).
+            kind.mask(located, &mask.fields);
         }
         let data = json!({
             "source": change.source,
             "aggregate": AggregateKey::text_of_stored(&change.aggregate),
-            "state": masked_state(state, mask_fields),
+            "state": masked_state(state, &mask.fields),
         });
         Self {
             id: change.id,
@@ -109,12 +133,12 @@ impl ChangeFeed {
     pub async fn run(
         self: Arc<Self>,
         store: Arc<dyn Store>,
-        mask_fields: Vec<String>,
+        mask: ChangeMask,
         mut stop: watch::Receiver<bool>,
     ) {
         let mut gap_since = None;
         while !*stop.borrow() {
-            let step = self.step(store.as_ref(), &mask_fields, &mut gap_since);
+            let step = self.step(store.as_ref(), &mask, &mut gap_since);
             let pause = match step.await {
                 Ok(true) => Duration::ZERO,
                 Ok(false) => FEED_POLL,
@@ -137,7 +161,7 @@ impl ChangeFeed {
     async fn step(
         &self,
         store: &dyn Store,
-        mask_fields: &[String],
+        mask: &ChangeMask,
         gap_since: &mut Option<Instant>,
     ) -> Result<bool, StoreError> {
         use std::sync::atomic::Ordering::SeqCst;
@@ -159,9 +183,7 @@ impl ChangeFeed {
             self.after.store(after, SeqCst);
             if self.changes.receiver_count() > 0 {
                 // An error means every stream just left: nothing to deliver to.
-                let _ = self
-                    .changes
-                    .send(Arc::new(FeedChange::of(change, mask_fields)));
+                let _ = self.changes.send(Arc::new(FeedChange::of(change, mask)));
             }
         }
         Ok(full)
@@ -225,7 +247,7 @@ pub(super) async fn stream(
     let cursor = resume.unwrap_or_else(|| feed.released());
     let follower = Follower {
         store: Arc::clone(&state.store),
-        mask_fields: state.config.mask_fields.clone(),
+        mask: ChangeMask::of(&state.config),
         source: query.source.filter(|s| !s.is_empty()),
         aggregate: aggregate_filter(query.aggregate.as_deref())?,
         cursor,
@@ -248,7 +270,7 @@ pub(super) async fn stream(
 /// One open stream: where it is, what it wants, and its slot under `max_streams`.
 struct Follower {
     store: Arc<dyn Store>,
-    mask_fields: Vec<String>,
+    mask: ChangeMask,
     source: Option<String>,
     aggregate: Option<String>,
     /// The last change sent (or the start).
@@ -321,12 +343,12 @@ impl Follower {
             Ok(batch) => {
                 self.catching_up =
                     batch.len() == BATCH && batch.last().is_some_and(|c| c.id <= released);
-                let fields = &self.mask_fields;
+                let mask = &self.mask;
                 self.queue.extend(
                     batch
                         .into_iter()
                         .take_while(|change| change.id <= released)
-                        .map(|change| Arc::new(FeedChange::of(change, fields))),
+                        .map(|change| Arc::new(FeedChange::of(change, mask))),
                 );
             }
             Err(err) => {

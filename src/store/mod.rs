@@ -140,6 +140,15 @@ pub enum DedupKey {
 }
 
 impl DedupKey {
+    /// The key of a kept dedup row's `kind` column (`event_id` or `idempotency_key`).
+    pub(crate) fn of_kept(kind: &str) -> Self {
+        if kind == "event_id" {
+            DedupKey::EventId
+        } else {
+            DedupKey::IdempotencyKey
+        }
+    }
+
     /// The label used in answers and metrics.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -254,6 +263,24 @@ pub struct AggregateState {
     pub updated_at_ms: i64,
 }
 
+impl AggregatePage {
+    /// The page of the `limit + 1` items read: the extra item says another page follows.
+    pub(crate) fn of(mut items: Vec<AggregateState>, limit: usize) -> Self {
+        let next_cursor = cut_page(&mut items, limit).map(|a| a.aggregate.clone());
+        Self { items, next_cursor }
+    }
+}
+
+/// Cuts the `limit + 1` items a page query read to `limit`; returns the last item kept
+/// when the extra one was there (the next page starts after it).
+pub(crate) fn cut_page<T>(items: &mut Vec<T>, limit: usize) -> Option<&T> {
+    if items.len() <= limit {
+        return None;
+    }
+    items.truncate(limit);
+    items.last()
+}
+
 /// A page of aggregate states, ordered by stored key.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AggregatePage {
@@ -337,6 +364,14 @@ pub struct EventRecord {
     pub headers: Option<String>,
     /// Failures and replays, oldest first (filled by [`Store::event`] only).
     pub history: Vec<AttemptRecord>,
+}
+
+impl EventPage {
+    /// The page of the `limit + 1` events read: the extra one says another page follows.
+    pub(crate) fn of(mut items: Vec<EventRecord>, limit: usize) -> Self {
+        let next_cursor = cut_page(&mut items, limit).map(|e| e.row);
+        Self { items, next_cursor }
+    }
 }
 
 /// A page of the event log, newest first.

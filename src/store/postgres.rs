@@ -17,7 +17,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::filter::{
     self, headers_json, json_err, parse_event_id, parse_status, where_of, Param,
-    CONFLICTING_DUPLICATE, CONFLICT_DETAIL, EVENT_COLUMNS, FAILURES_SINCE_REPLAY,
+    CONFLICTING_DUPLICATE, CONFLICT_DETAIL, EVENT_COLUMNS,
 };
 use super::migrations::POSTGRES as MIGRATIONS;
 use super::settle::{self, SettleIo, Settled};
@@ -711,17 +711,11 @@ impl Store for PostgresStore {
             )
             .await
             .map_err(pg_err)?;
-        let mut items = rows
+        let items = rows
             .iter()
             .map(aggregate_state)
             .collect::<Result<Vec<_>, _>>()?;
-        let next_cursor = if items.len() > limit {
-            items.truncate(limit);
-            items.last().map(|a| a.aggregate.clone())
-        } else {
-            None
-        };
-        Ok(AggregatePage { items, next_cursor })
+        Ok(AggregatePage::of(items, limit))
     }
 
     async fn record_failure(
@@ -737,14 +731,7 @@ impl Store for PostgresStore {
         let tx = client.transaction().await.map_err(pg_err)?;
         lock_aggregate(&tx, &rules.name, aggregate).await?;
         let due = tx
-            .cached_query(
-                &format!(
-                    "SELECT id, {FAILURES_SINCE_REPLAY} FROM events
-                     WHERE source = $1 AND aggregate = $2
-                       AND (status = 'received' OR (status = 'retrying' AND next_attempt_at <= $3))"
-                ),
-                &[&rules.name, &aggregate, &now_ms],
-            )
+            .cached_query(&sql::DUE_WITH_FAILURES, &[&rules.name, &aggregate, &now_ms])
             .await
             .map_err(pg_err)?;
         let mut report = FailureReport::default();
@@ -774,10 +761,7 @@ impl Store for PostgresStore {
     async fn event(&self, source: &str, event_id: &str) -> Result<Option<EventRecord>, StoreError> {
         let client = self.client().await?;
         let row = client
-            .cached_query_opt(
-                &format!("SELECT {EVENT_COLUMNS} FROM events WHERE source = $1 AND event_id = $2"),
-                &[&source, &event_id],
-            )
+            .cached_query_opt(&sql::EVENT_BY_ID, &[&source, &event_id])
             .await
             .map_err(pg_err)?;
         let Some(row) = row else {
@@ -823,15 +807,8 @@ impl Store for PostgresStore {
             .cached_query(&sql, &refs(&values))
             .await
             .map_err(pg_err)?;
-        let mut items: Vec<EventRecord> =
-            rows.iter().map(event_record).collect::<Result<_, _>>()?;
-        let next_cursor = if items.len() > limit {
-            items.truncate(limit);
-            items.last().map(|e| e.row)
-        } else {
-            None
-        };
-        Ok(EventPage { items, next_cursor })
+        let items: Vec<EventRecord> = rows.iter().map(event_record).collect::<Result<_, _>>()?;
+        Ok(EventPage::of(items, limit))
     }
 
     async fn replay_event(
@@ -1368,11 +1345,7 @@ async fn purged_duplicate<C: GenericClient>(
         .map(|r| {
             let kind: String = col(&r, 0)?;
             Ok(Admission::Duplicate {
-                key: if kind == "event_id" {
-                    DedupKey::EventId
-                } else {
-                    DedupKey::IdempotencyKey
-                },
+                key: DedupKey::of_kept(&kind),
                 original: parse_event_id(&col::<String>(&r, 1)?)?,
                 body_differs: false,
             })

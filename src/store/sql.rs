@@ -134,3 +134,21 @@ pub(crate) const BODY_BY_EVENT_ID: &str =
 /// The event_id logged under an idempotency key.
 pub(crate) const EVENT_ID_BY_IDEMPOTENCY_KEY: &str =
     "SELECT event_id FROM events WHERE source = $1 AND idempotency_key = $2";
+
+/// One event of a source by its event_id, with every column a record shows.
+pub(crate) static EVENT_BY_ID: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT {} FROM events WHERE source = $1 AND event_id = $2",
+        super::filter::EVENT_COLUMNS
+    )
+});
+
+/// An aggregate's due events with the failures each had since its last replay.
+pub(crate) static DUE_WITH_FAILURES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT id, {} FROM events
+         WHERE source = $1 AND aggregate = $2
+           AND (status = 'received' OR (status = 'retrying' AND next_attempt_at <= $3))",
+        super::filter::FAILURES_SINCE_REPLAY
+    )
+});

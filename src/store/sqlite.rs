@@ -14,7 +14,7 @@ use futures_util::FutureExt;
 
 use super::filter::{
     self, json_err, parse_event_id, parse_status, where_of, Param, CONFLICTING_DUPLICATE,
-    CONFLICT_DETAIL, EVENT_COLUMNS, FAILURES_SINCE_REPLAY,
+    CONFLICT_DETAIL, EVENT_COLUMNS,
 };
 use super::migrations::SQLITE as MIGRATIONS;
 use super::settle::{self, SettleIo, Settled};
@@ -455,13 +455,7 @@ impl Store for SqliteStore {
             for row in rows {
                 items.push(aggregate_state(row.map_err(map_err)?)?);
             }
-            let next_cursor = if items.len() > limit {
-                items.truncate(limit);
-                items.last().map(|a| a.aggregate.clone())
-            } else {
-                None
-            };
-            Ok(AggregatePage { items, next_cursor })
+            Ok(AggregatePage::of(items, limit))
         })
         .await
     }
@@ -481,12 +475,7 @@ impl Store for SqliteStore {
             let tx = conn.transaction().map_err(map_err)?;
             let due: Vec<(i64, i64)> = {
                 let mut stmt = tx
-                    .prepare_cached(&format!(
-                        "SELECT id, {FAILURES_SINCE_REPLAY} FROM events
-                         WHERE source = ?1 AND aggregate = ?2
-                           AND (status = 'received'
-                                OR (status = 'retrying' AND next_attempt_at <= ?3))"
-                    ))
+                    .prepare_cached(&sqlite(&sql::DUE_WITH_FAILURES))
                     .map_err(map_err)?;
                 let rows = stmt
                     .query_map(params![source, aggregate, now_ms], |r| {
@@ -527,9 +516,7 @@ impl Store for SqliteStore {
         self.run(move |conn| {
             let record = conn
                 .query_row(
-                    &format!(
-                        "SELECT {EVENT_COLUMNS} FROM events WHERE source = ?1 AND event_id = ?2"
-                    ),
+                    &sqlite(&sql::EVENT_BY_ID),
                     params![source, event_id],
                     event_record,
                 )
@@ -579,14 +566,8 @@ impl Store for SqliteStore {
             let rows = stmt
                 .query_map(params_from_iter(values), event_record)
                 .map_err(map_err)?;
-            let mut items: Vec<EventRecord> = rows.collect::<Result<_, _>>().map_err(map_err)?;
-            let next_cursor = if items.len() > limit {
-                items.truncate(limit);
-                items.last().map(|e| e.row)
-            } else {
-                None
-            };
-            Ok(EventPage { items, next_cursor })
+            let items: Vec<EventRecord> = rows.collect::<Result<_, _>>().map_err(map_err)?;
+            Ok(EventPage::of(items, limit))
         })
         .await
     }
@@ -1013,11 +994,7 @@ fn purged_duplicate(
     found
         .map(|(kind, original)| {
             Ok(Admission::Duplicate {
-                key: if kind == "event_id" {
-                    DedupKey::EventId
-                } else {
-                    DedupKey::IdempotencyKey
-                },
+                key: DedupKey::of_kept(&kind),
                 original: parse_event_id(&original)?,
                 body_differs: false,
             })

@@ -52,6 +52,20 @@ ordering = "in-order"
 hold_timeout_s = 1
 
 [[sources]]
+name = "ordered-capped"
+kind = "json"
+mode = "sync"
+signature = "hmac-hex"
+secrets = ["json-test-secret"]
+event_id = "/id"
+aggregate = "/account"
+sequence = "/seq"
+ordering = "in-order"
+first_sequence = 10
+hold_timeout_s = 600
+max_held_per_aggregate = 1
+
+[[sources]]
 name = "unordered"
 kind = "json"
 mode = "sync"
@@ -309,6 +323,25 @@ async fn in_order_holds_skips_gaps_and_kills_late_and_conflicting_events() {
 }
 
 #[tokio::test]
+async fn in_order_starts_at_first_sequence_and_caps_the_events_held() {
+    let server = server().await;
+    let event = |id: &str, seq: i64| json!({"id": id, "account": "a", "seq": seq});
+    let first = post(&server, "ordered-capped", &event("c10", 10)).await;
+    assert_eq!(first.body, json!({"status": "applied", "sequence": 10}));
+    let held = post(&server, "ordered-capped", &event("c12", 12)).await;
+    assert_eq!(held.code, 202);
+    let refused = post(&server, "ordered-capped", &event("c13", 13)).await;
+    assert_eq!(refused.code, 429, "{refused:?}");
+    assert_eq!(refused.body["error"], "aggregate_backlog_full");
+    assert_eq!(server.get("/v1/events/ordered-capped/c13").await.code, 404);
+    // Filling the gap frees the aggregate.
+    let fill = post(&server, "ordered-capped", &event("c11", 11)).await;
+    assert_eq!(fill.body["status"], "applied");
+    let next = post(&server, "ordered-capped", &event("c13", 13)).await;
+    assert_eq!(next.body, json!({"status": "applied", "sequence": 13}));
+}
+
+#[tokio::test]
 async fn unordered_applies_every_new_event_with_ids_from_headers() {
     let server = server().await;
     let body = |n: i64| json!({"n": n, "email": "d@x"});
@@ -496,4 +529,33 @@ fn an_inconsistent_json_source_does_not_start_and_names_the_key() {
             "{keys}: {stderr}"
         );
     }
+}
+
+#[tokio::test]
+async fn the_stream_carries_json_changes_masked_at_their_state_location() {
+    let server = TestServer::spawn_top_and_sources(
+        "mask_fields = [\"data.object.name\", \"email\"]",
+        SOURCES,
+    )
+    .await;
+    let mut stream = crate::stream::connect(&server, None).await;
+    let body = customer("st1", "cus_s", json!(1), "e@secret.example");
+    assert_eq!(post(&server, "latest", &body).await.code, 200);
+    let frames = crate::stream::read_frames(&mut stream, 1).await;
+    assert_eq!(frames[0].event, "json");
+    assert_eq!(frames[0].data["aggregate"], "customer/cus_s");
+    let item = &frames[0].data["state"];
+    assert_eq!(
+        (item["event_id"].as_str(), item["sequence"].as_i64()),
+        (Some("st1"), Some(1))
+    );
+    // `data.object.name` is a path from the body's root: the state sits at /data/object.
+    assert_eq!(item["state"]["name"], "***");
+    assert_eq!(item["state"]["email"], "***");
+    assert_eq!(item["state"]["id"], "cus_s");
+    assert!(!frames[0].raw.contains("secret.example"));
+    let api = server
+        .get("/v1/sources/latest/aggregates/customer/cus_s")
+        .await;
+    assert_eq!(api.body["state"], item["state"]);
 }
