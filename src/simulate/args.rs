@@ -11,7 +11,8 @@ pub struct SimulateArgs {
     /// Events to generate, over all aggregates.
     #[arg(long, default_value_t = 10_000)]
     pub events: usize,
-    /// Aggregates (presence users plus save slots) the events are spread over.
+    /// Aggregates (presence users plus save slots, or a --source's) the events are spread
+    /// over; an unordered --source gets one per event.
     #[arg(long, default_value_t = 200)]
     pub aggregates: usize,
     /// Share of the aggregates that are presence users; the rest are save slots.

@@ -228,6 +228,72 @@ impl JsonTarget {
     }
 }
 
+/// One generated event's values, before they are written at their places.
+struct Fields<'a> {
+    event_id: String,
+    idempotency_key: Option<String>,
+    parts: &'a [String],
+    sequence: i64,
+    event_type: Option<String>,
+    state: Value,
+    unsupported: bool,
+}
+
+impl JsonTarget {
+    /// Writes each value at its place: the state first, so that the locations
+    /// inside it (an aggregate's `id` in Stripe's `data.object`) are written into it.
+    fn event(&self, fields: Fields<'_>) -> StreamEvent {
+        let mut body = Map::new();
+        let mut headers = Vec::new();
+        self.state.write(&mut body, &mut headers, fields.state);
+        if let (Some(at), Some(t)) = (&self.event_type, &fields.event_type) {
+            at.write(&mut body, &mut headers, json!(t));
+        }
+        if let Some(at) = &self.sequence {
+            let value = sequence_value(self.format, fields.sequence);
+            at.write(&mut body, &mut headers, value);
+        }
+        for (at, part) in self.aggregate.iter().zip(fields.parts) {
+            at.write(&mut body, &mut headers, json!(part));
+        }
+        if let (Some(at), Some(key)) = (&self.idempotency_key, &fields.idempotency_key) {
+            at.write(&mut body, &mut headers, json!(key));
+        }
+        self.event_id
+            .write(&mut body, &mut headers, json!(fields.event_id));
+        StreamEvent {
+            event_id: fields.event_id,
+            idempotency_key: fields.idempotency_key,
+            sequence: ordered_value(self.format, fields.sequence),
+            body,
+            headers,
+            id_at: self.event_id.clone(),
+            unsupported: fields.unsupported,
+        }
+    }
+
+    /// Moves the latest event of an aggregate whose highest sequence `top` is tied
+    /// one step up: a tie there would make the state depend on the order of receipt.
+    fn untie_highest(&self, aggregate: &mut Aggregate, top: i64) {
+        let top_value = ordered_value(self.format, top);
+        let tied = aggregate
+            .events
+            .iter()
+            .filter(|e| !e.unsupported && e.sequence == top_value)
+            .count();
+        // Generated in order, the latest supported event is one of the tied.
+        let latest = aggregate.events.iter_mut().rev().find(|e| !e.unsupported);
+        let (true, Some(latest)) = (tied > 1, latest) else {
+            return;
+        };
+        if let Some(at) = &self.sequence {
+            let value = sequence_value(self.format, top + 1);
+            at.write(&mut latest.body, &mut latest.headers, value);
+        }
+        latest.sequence = ordered_value(self.format, top + 1);
+    }
+}
+
 /// Generates the stream of `spec` for `target`. Unordered sources get one event
 /// per aggregate (the state of several would depend on the order of receipt);
 /// latest-wins sequences rise with gaps, ties only below an aggregate's highest
@@ -236,7 +302,8 @@ impl JsonTarget {
 /// of its aggregate: it carries one above every other, so applying it would show.
 pub fn generate_json(spec: &StreamSpec, target: &JsonTarget) -> Stream {
     let mut rng = StdRng::seed_from_u64(spec.seed);
-    let tag = spec.tag();
+    // Two runs share ids only when they generate the very same bodies.
+    let tag = spec.tag_with(&[target.format as u64, target.unsupported_share.to_bits()]);
     let unordered = target.ordering() == JsonOrdering::Unordered;
     let count = if unordered {
         spec.events
@@ -270,7 +337,7 @@ pub fn generate_json(spec: &StreamSpec, target: &JsonTarget) -> Stream {
     if count == 0 {
         return Stream { aggregates };
     }
-    // Per aggregate: the sequence written last, and (timestamps) its second.
+    // Per aggregate: the sequence of its latest supported event.
     let mut last: Vec<Option<i64>> = vec![None; count];
     for n in 0..spec.events {
         let a = if unordered {
@@ -305,71 +372,26 @@ pub fn generate_json(spec: &StreamSpec, target: &JsonTarget) -> Stream {
                 .is_some()
                 .then(|| target.supported_type(&mut rng))
         };
-        let mut body = Map::new();
-        let mut headers = Vec::new();
         let state = json!({"note": format!("state of {event_id}"), "n": n,
                            "level": rng.gen_range(0..100)});
-        target.state.write(&mut body, &mut headers, state);
-        if let (Some(at), Some(t)) = (&target.event_type, &event_type) {
-            at.write(&mut body, &mut headers, json!(t));
-        }
-        if let Some(at) = &target.sequence {
-            at.write(
-                &mut body,
-                &mut headers,
-                sequence_value(target.format, sequence),
-            );
-        }
-        for (at, part) in target.aggregate.iter().zip(&parts_of[a]) {
-            at.write(&mut body, &mut headers, json!(part));
-        }
         // A new-id redelivery of an event that is its own aggregate would be another
         // aggregate: such sources get no idempotency keys.
-        let idempotency_key = (!target.aggregate.is_empty())
-            .then_some(target.idempotency_key.as_ref())
-            .flatten()
-            .map(|at| {
-                let key = format!("idem_{tag}_{n}");
-                at.write(&mut body, &mut headers, json!(key));
-                key
-            });
-        target
-            .event_id
-            .write(&mut body, &mut headers, json!(event_id));
-        aggregates[a].events.push(StreamEvent {
+        let idempotency_key = (target.idempotency_key.is_some() && !target.aggregate.is_empty())
+            .then(|| format!("idem_{tag}_{n}"));
+        let event = target.event(Fields {
             event_id,
             idempotency_key,
-            sequence: ordered_value(target.format, sequence),
-            body,
-            headers,
-            id_at: target.event_id.clone(),
+            parts: &parts_of[a],
+            sequence,
+            event_type,
+            state,
             unsupported,
         });
+        aggregates[a].events.push(event);
     }
-    // The highest sequence of a latest-wins aggregate must not be tied, or its state
-    // would depend on the order of receipt.
     for (aggregate, top) in aggregates.iter_mut().zip(&last) {
-        let Some(top) = *top else { continue };
-        let tied = aggregate
-            .events
-            .iter()
-            .filter(|e| !e.unsupported && e.sequence == ordered_value(target.format, top))
-            .count();
-        if tied > 1 {
-            let highest = aggregate
-                .events
-                .iter_mut()
-                .rev()
-                .find(|e| !e.unsupported)
-                .expect("a tie has events");
-            if let Some(at) = &target.sequence {
-                at.write(
-                    &mut highest.body,
-                    &mut highest.headers,
-                    sequence_value(target.format, top + 1),
-                );
-            }
-            highest.sequence = ordered_value(target.format, top + 1);
+        if let Some(top) = *top {
+            target.untie_highest(aggregate, top);
         }
     }
     Stream { aggregates }

@@ -164,12 +164,20 @@ impl StreamSpec {
     /// generate the very same stream: a shorter run with the same seed would
     /// otherwise replay a prefix of a longer one and expect an older state.
     pub(super) fn tag(&self) -> String {
+        self.tag_with(&[])
+    }
+
+    /// [`Self::tag`], also depending on `more` settings (a `json` run's own).
+    pub(super) fn tag_with(&self, more: &[u64]) -> String {
         let mut h = self.seed;
-        for part in [
+        for &part in [
             self.events as u64,
             self.aggregates as u64,
             self.presence_share.to_bits(),
-        ] {
+        ]
+        .iter()
+        .chain(more)
+        {
             // splitmix64 steps: a cheap, stable mix (std's hashers are not stable across releases).
             h = (h ^ part).wrapping_add(0x9e37_79b9_7f4a_7c15);
             h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
