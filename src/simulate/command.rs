@@ -10,11 +10,11 @@ use anyhow::{bail, Context};
 
 use super::args::SimulateArgs;
 use super::chaos::{plan, ChaosSpec};
-use super::expected::{expected_json_states, expected_states};
+use super::expected::{expected_json_states, expected_states, Expected};
 use super::json_body::{generate_json, JsonTarget};
 use super::publisher::{Endpoint, Publisher, SendOptions, SourceSigner};
 use super::report;
-use super::stream::{generate, StreamSpec};
+use super::stream::{generate, AggregateRef, Stream, StreamSpec};
 use crate::config::{signing_secret, Config};
 use crate::contract::SourceKind;
 use crate::signature::Scheme;
@@ -38,84 +38,30 @@ pub(crate) async fn run(config_path: Option<PathBuf>, args: SimulateArgs) -> any
         aggregates: args.aggregates,
         presence_share: args.presence_share,
     };
-    let endpoint = Endpoint::new(&args.url);
-    let options = SendOptions {
-        concurrency: args.concurrency,
-        rate: args.rate,
-        give_up_after: Duration::from_secs(args.give_up_after_s),
-        max_retry_after: Duration::from_secs(args.max_retry_after_s),
-        request_timeout: Duration::from_millis(args.request_timeout_ms),
+    let run = match &args.source {
+        Some(name) => json_run(name, &args, config.as_ref(), &spec)?,
+        None => built_in_run(&args, config.as_ref(), &spec)?,
     };
-    let (stream, expected, publisher) = match &args.source {
-        Some(name) => {
-            let source = config
-                .as_ref()
-                .and_then(|c| c.source(name))
-                .with_context(|| {
-                    format!("--source {name}: no such source in --config (its locations are read from there)")
-                })?;
-            let target = JsonTarget::new(source, args.sequence_format, args.unsupported_share)?;
-            let signer = signer(
-                name,
-                source.scheme,
-                args.secret.as_deref(),
-                "--secret",
-                &config,
-            )?;
-            let stream = generate_json(&spec, &target);
-            let expected = expected_json_states(&stream, &target.contract);
-            let sequences = if target.contract.locates_sequence() {
-                format!("{} sequences", args.sequence_format.as_str())
-            } else {
-                "no sequence".to_owned()
-            };
-            println!(
-                "inhook simulate: seed {seed}, {} events over {} aggregates of json source {name} ({}, {sequences}) to {}",
-                stream.event_count(),
-                stream.aggregates.len(),
-                target.ordering().as_str(),
-                args.url
-            );
-            let publisher = Publisher::for_json(endpoint, signer, admin_token, options)?;
-            (stream, expected, publisher)
-        }
-        None => {
-            let scheme_of = |name: &str, seed_scheme| {
-                config
-                    .as_ref()
-                    .and_then(|c| c.source(name))
-                    .map_or(seed_scheme, |s| s.scheme)
-            };
-            let presence = signer(
-                &args.presence_source,
-                scheme_of(&args.presence_source, Scheme::HmacHex),
-                args.presence_secret.as_deref(),
-                "--presence-secret",
-                &config,
-            )?;
-            let save = signer(
-                &args.save_source,
-                scheme_of(&args.save_source, Scheme::HmacTimestamped),
-                args.save_secret.as_deref(),
-                "--save-secret",
-                &config,
-            )?;
-            let stream = generate(&spec);
-            let expected = expected_states(&stream);
-            println!(
-                "inhook simulate: seed {seed}, {} events over {} aggregates ({} presence users, {} save slots) to {}",
-                stream.event_count(),
-                stream.aggregates.len(),
-                stream.aggregates_of(SourceKind::Presence),
-                stream.aggregates_of(SourceKind::SaveGame),
-                args.url
-            );
-            let publisher = Publisher::new(endpoint, presence, save, admin_token, options)?;
-            (stream, expected, publisher)
-        }
-    };
+    println!(
+        "inhook simulate: seed {seed}, {} events over {} to {}",
+        run.stream.event_count(),
+        run.over,
+        args.url
+    );
+    let publisher = Publisher::with_signers(
+        Endpoint::new(&args.url),
+        run.signers,
+        admin_token,
+        SendOptions {
+            concurrency: args.concurrency,
+            rate: args.rate,
+            give_up_after: Duration::from_secs(args.give_up_after_s),
+            max_retry_after: Duration::from_secs(args.max_retry_after_s),
+            request_timeout: Duration::from_millis(args.request_timeout_ms),
+        },
+    )?;
     let plan = Arc::new(plan(
-        &stream,
+        &run.stream,
         &ChaosSpec {
             seed,
             window: args.window,
@@ -128,7 +74,7 @@ pub(crate) async fn run(config_path: Option<PathBuf>, args: SimulateArgs) -> any
     let checked = if delivery.failures.is_empty() {
         publisher
             .converge(
-                Arc::new(expected),
+                Arc::new(run.expected),
                 Duration::from_secs(args.settle_timeout_s),
             )
             .await
@@ -160,17 +106,104 @@ pub(crate) async fn run(config_path: Option<PathBuf>, args: SimulateArgs) -> any
     }
 }
 
+/// What one run sends, what it expects, and to which sources.
+struct Run {
+    stream: Stream,
+    expected: Vec<(AggregateRef, Option<Expected>)>,
+    signers: Vec<(SourceKind, SourceSigner)>,
+    /// What the events are spread over, for the report's first line.
+    over: String,
+}
+
+/// A `json` source's run: bodies from its locations in the config, its contract's expectations.
+fn json_run(
+    name: &str,
+    args: &SimulateArgs,
+    config: Option<&Config>,
+    spec: &StreamSpec,
+) -> anyhow::Result<Run> {
+    let source = config.and_then(|c| c.source(name)).with_context(|| {
+        format!("--source {name}: no such source in --config (its locations are read from there)")
+    })?;
+    let target = JsonTarget::new(source, args.sequence_format, args.unsupported_share)?;
+    let signer = signer(
+        name,
+        source.scheme,
+        args.secret.as_deref(),
+        "--secret",
+        config,
+    )?;
+    let stream = generate_json(spec, &target);
+    let sequences = if target.contract.locates_sequence() {
+        format!("{} sequences", args.sequence_format.as_str())
+    } else {
+        "no sequence".to_owned()
+    };
+    Ok(Run {
+        expected: expected_json_states(&stream, &target.contract),
+        over: format!(
+            "{} aggregates of json source {name} ({}, {sequences})",
+            stream.aggregates.len(),
+            target.ordering().as_str()
+        ),
+        stream,
+        signers: vec![(SourceKind::Json, signer)],
+    })
+}
+
+/// The built-in sources' run: presence users and save slots.
+fn built_in_run(
+    args: &SimulateArgs,
+    config: Option<&Config>,
+    spec: &StreamSpec,
+) -> anyhow::Result<Run> {
+    let scheme_of = |name: &str, seed_scheme| {
+        config
+            .and_then(|c| c.source(name))
+            .map_or(seed_scheme, |s| s.scheme)
+    };
+    let presence = signer(
+        &args.presence_source,
+        scheme_of(&args.presence_source, Scheme::HmacHex),
+        args.presence_secret.as_deref(),
+        "--presence-secret",
+        config,
+    )?;
+    let save = signer(
+        &args.save_source,
+        scheme_of(&args.save_source, Scheme::HmacTimestamped),
+        args.save_secret.as_deref(),
+        "--save-secret",
+        config,
+    )?;
+    let stream = generate(spec);
+    Ok(Run {
+        expected: expected_states(&stream),
+        over: format!(
+            "{} aggregates ({} presence users, {} save slots)",
+            stream.aggregates.len(),
+            stream.aggregates_of(SourceKind::Presence),
+            stream.aggregates_of(SourceKind::SaveGame)
+        ),
+        stream,
+        signers: vec![
+            (SourceKind::Presence, presence),
+            (SourceKind::SaveGame, save),
+        ],
+    })
+}
+
 /// How one source is addressed and signed, its secret found as every publisher-side command finds it.
 fn signer(
     name: &str,
     scheme: Scheme,
     flag: Option<&str>,
     flag_name: &str,
-    config: &Option<Config>,
+    config: Option<&Config>,
 ) -> anyhow::Result<SourceSigner> {
     Ok(SourceSigner {
         name: name.to_owned(),
         scheme,
-        secret: signing_secret(name, flag, flag_name, config.as_ref())?,
+        secret: signing_secret(name, flag, flag_name, config)?,
     })
 }

@@ -203,22 +203,8 @@ impl Publisher {
         )
     }
 
-    /// A publisher for one `json` source.
-    pub fn for_json(
-        endpoint: Endpoint,
-        source: SourceSigner,
-        admin_token: Option<String>,
-        options: SendOptions,
-    ) -> anyhow::Result<Self> {
-        Self::with_signers(
-            endpoint,
-            vec![(SourceKind::Json, source)],
-            admin_token,
-            options,
-        )
-    }
-
-    fn with_signers(
+    /// A publisher for the sources each kind's deliveries go to.
+    pub(super) fn with_signers(
         endpoint: Endpoint,
         signers: Vec<(SourceKind, SourceSigner)>,
         admin_token: Option<String>,
