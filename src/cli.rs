@@ -188,7 +188,7 @@ pub struct SendArgs {
     pub delivery_id: Option<String>,
     /// An extra request header, `Name: value` (repeatable): a `json` source's `header:`
     /// locations, such as an `Idempotency-Key`.
-    #[arg(long = "header", value_parser = parse_header)]
+    #[arg(long = "header", value_name = "NAME: VALUE", value_parser = parse_header)]
     pub headers: Vec<(String, String)>,
     /// The JSON body to send, or `-` for standard input.
     pub file: PathBuf,

@@ -106,7 +106,8 @@ hold_timeout_s = 900
 state = "/entry"
 "#;
 
-/// An unordered source without aggregate: each event its own, its id in a header.
+/// Unordered sources: one without aggregate (each event its own, its id in a header),
+/// one keyed by a body part whose id is GitHub's delivery id.
 const UNORDERED: &str = r#"
 [[sources]]
 name = "audit"
@@ -116,6 +117,16 @@ signature = "hmac-hex"
 secrets = ["json-simulate-secret"]
 event_id = "header:X-Event-Id"
 event_type = "/kind"
+ordering = "unordered"
+
+[[sources]]
+name = "hooks"
+kind = "json"
+mode = "sync"
+signature = "github"
+secrets = ["json-simulate-secret"]
+idempotency_key = "/hook/key"
+aggregate = "/repository/id"
 ordering = "unordered"
 "#;
 
@@ -217,10 +228,18 @@ async fn a_json_unordered_source_converges() {
     assert!(ok, "simulate failed:\n{report}");
     assert_eq!(mismatches(&report), Some("0"), "{report}");
     assert!(
-        report.contains("300 events over 300 aggregates"),
+        report.contains(
+            "300 events over 300 aggregates of json source audit (unordered, no sequence)"
+        ),
         "{report}"
     );
     assert_eq!(server.count().await, 300);
+    // Keyed by a body part, with idempotency keys: new-id redeliveries are duplicates too.
+    let (ok, report) = simulate_json(&server, "hooks", &[]);
+    assert!(ok, "simulate failed:\n{report}");
+    assert_eq!(mismatches(&report), Some("0"), "{report}");
+    assert!(report.contains("duplicate/idempotency_key"), "{report}");
+    assert_eq!(server.count().await, 600);
 }
 
 #[tokio::test]
