@@ -16,6 +16,7 @@ use anyhow::Context;
 use serde_json::json;
 
 use crate::clock;
+use crate::config::{signing_secret, Config};
 use crate::signature::{self, Scheme, Secret};
 
 /// Arguments of `inhook bench`.
@@ -34,7 +35,7 @@ pub struct BenchArgs {
     /// Path to post to instead of `/webhooks/{source}` (e.g. the ceiling endpoint).
     #[arg(long)]
     pub path: Option<String>,
-    /// The source's secret; defaults to INHOOK_<SOURCE>_SECRET.
+    /// The source's secret; defaults to INHOOK_<SOURCE>_SECRET, then the source's in --config.
     #[arg(long)]
     pub secret: Option<String>,
     /// Events to send.
@@ -72,13 +73,14 @@ pub struct BenchArgs {
 const PREGENERATE_MAX: usize = 200_000;
 
 /// Runs the benchmark and prints its report.
-pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
-    let secret = match args.secret.clone() {
-        Some(s) => s,
-        None => std::env::var(crate::config::secret_env_var(&args.source))
-            .context("no secret: pass --secret or set INHOOK_<SOURCE>_SECRET")?,
-    };
-    let secret = Secret::new(secret.split(',').next().unwrap_or_default().trim());
+pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> anyhow::Result<()> {
+    let config = Config::load_given(config_path.as_deref()).context("loading --config")?;
+    let secret = signing_secret(
+        &args.source,
+        args.secret.as_deref(),
+        "--secret",
+        config.as_ref(),
+    )?;
     let path = args
         .path
         .clone()

@@ -9,9 +9,9 @@ use clap::{Parser, Subcommand};
 
 use crate::app::{open_store, shutdown_signal, Application};
 use crate::clock;
-use crate::config::{secret_env_var, Config};
+use crate::config::{signing_secret, Config};
 use crate::domain::{AggregateKey, EventStatus};
-use crate::signature::{self, Scheme, Secret};
+use crate::signature::{self, Scheme};
 use crate::store::{EventFilter, ReplayOutcome};
 
 /// inhook: a webhook receiver that is correct under retries, duplicates and reordering.
@@ -175,18 +175,41 @@ pub struct SendArgs {
     /// The source to post to.
     #[arg(long)]
     pub source: String,
-    /// The secret to sign with; defaults to INHOOK_<SOURCE>_SECRET.
+    /// The secret to sign with; defaults to INHOOK_<SOURCE>_SECRET, then the source's in --config.
     #[arg(long)]
     pub secret: Option<String>,
     /// The signature scheme; defaults to the source's in --config, else the seed source's.
     #[arg(long, value_parser = parse_scheme)]
     pub scheme: Option<Scheme>,
+    /// The delivery id, for schemes that send one (standard-webhooks `webhook-id`, GitHub's
+    /// `X-GitHub-Delivery`, Shopify's `X-Shopify-Event-Id`); default: derived from the body,
+    /// so sending the same file again is a redelivery.
+    #[arg(long)]
+    pub delivery_id: Option<String>,
+    /// An extra request header, `Name: value` (repeatable): a `json` source's `header:`
+    /// locations, such as an `Idempotency-Key`.
+    #[arg(long = "header", value_name = "NAME: VALUE", value_parser = parse_header)]
+    pub headers: Vec<(String, String)>,
     /// The JSON body to send, or `-` for standard input.
     pub file: PathBuf,
 }
 
 fn parse_scheme(raw: &str) -> Result<Scheme, String> {
     raw.parse()
+}
+
+/// A `--header` as a headers file writes one: `Name: value`.
+fn parse_header(raw: &str) -> Result<(String, String), String> {
+    let (name, value) = raw
+        .split_once(':')
+        .ok_or_else(|| format!("{raw:?} is not `Name: value`"))?;
+    let name = name.trim();
+    reqwest::header::HeaderName::from_bytes(name.as_bytes())
+        .map_err(|_| format!("{name:?} is not a header name"))?;
+    let value = value.trim();
+    reqwest::header::HeaderValue::from_str(value)
+        .map_err(|_| format!("the value of {name} is not a header value"))?;
+    Ok((name.to_owned(), value.to_owned()))
 }
 
 /// Runs a parsed command line.
@@ -203,7 +226,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Send(args) => send(cli.config, args).await,
         Command::Simulate(args) => crate::simulate::run(cli.config, args).await,
-        Command::Bench(args) => crate::bench::run(args).await,
+        Command::Bench(args) => crate::bench::run(cli.config, args).await,
         Command::Verify(args) => crate::verify_cli::verify(cli.config.as_deref(), args),
         Command::Keygen(args) => crate::verify_cli::keygen(args),
     }
@@ -259,29 +282,24 @@ async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Result<()
     } else {
         std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?
     };
-    let configured = match &config_path {
-        Some(_) => Config::load(config_path.as_deref()).ok().and_then(|c| {
-            c.source(&args.source)
-                .map(|s| (s.scheme, s.secrets.first().cloned()))
-        }),
-        None => None,
-    };
+    let config = Config::load_given(config_path.as_deref()).context("loading --config")?;
     let scheme = args
         .scheme
-        .or(configured.as_ref().map(|(scheme, _)| *scheme))
+        .or(config
+            .as_ref()
+            .and_then(|c| c.source(&args.source))
+            .map(|s| s.scheme))
         .unwrap_or(if args.source == "presence" {
             Scheme::HmacHex
         } else {
             Scheme::HmacTimestamped
         });
-    let var = secret_env_var(&args.source);
-    let secret = match args.secret.or_else(|| std::env::var(&var).ok()) {
-        Some(s) => Secret::new(s.split(',').next().unwrap_or_default().trim()),
-        None => match configured.and_then(|(_, s)| s) {
-            Some(secret) => secret,
-            None => bail!("no secret: pass --secret or set {var}"),
-        },
-    };
+    let secret = signing_secret(
+        &args.source,
+        args.secret.as_deref(),
+        "--secret",
+        config.as_ref(),
+    )?;
     let url = format!(
         "{}/webhooks/{}",
         args.url.trim_end_matches('/'),
@@ -290,9 +308,18 @@ async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Result<()
     let mut request = reqwest::Client::new()
         .post(&url)
         .header("content-type", "application/json");
-    let signed = signature::try_sign(scheme, &body, &secret, clock::now_ms() / 1000, None)
-        .with_context(|| format!("signing with the {scheme} scheme"))?;
+    let signed = signature::try_sign(
+        scheme,
+        &body,
+        &secret,
+        clock::now_ms() / 1000,
+        args.delivery_id.as_deref(),
+    )
+    .with_context(|| format!("signing with the {scheme} scheme"))?;
     for (name, value) in signed {
+        request = request.header(name, value);
+    }
+    for (name, value) in &args.headers {
         request = request.header(name, value);
     }
     let response = request

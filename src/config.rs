@@ -348,6 +348,31 @@ pub fn secret_env_var(source: &str) -> String {
     format!("INHOOK_{}_SECRET", source.to_uppercase().replace('-', "_"))
 }
 
+/// The secret a publisher-side command (`send`, `simulate`, `bench`) signs a source's
+/// deliveries with: its flag, else `INHOOK_<SOURCE>_SECRET`, else the config's first
+/// secret. Of a comma-separated list the first signs, as the server tries each.
+pub fn signing_secret(
+    source: &str,
+    flag: Option<&str>,
+    flag_name: &str,
+    config: Option<&Config>,
+) -> Result<Secret, ConfigError> {
+    let var = secret_env_var(source);
+    if let Some(raw) = flag.map(str::to_owned).or_else(|| std::env::var(&var).ok()) {
+        return Ok(Secret::new(
+            raw.split(',').next().unwrap_or_default().trim(),
+        ));
+    }
+    config
+        .and_then(|c| c.source(source))
+        .and_then(|s| s.secrets.first().cloned())
+        .ok_or_else(|| {
+            ConfigError(format!(
+                "no secret for source {source}: pass {flag_name}, set {var}, or give a --config that holds it"
+            ))
+        })
+}
+
 impl Config {
     /// Loads the file at `path` (if any) and applies the process environment.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
@@ -358,6 +383,14 @@ impl Config {
     /// `migrate`): sources without a secret are kept, with no secret.
     pub fn load_for_store(path: Option<&Path>) -> Result<Self, ConfigError> {
         Self::load_with(path, Secrets::Optional)
+    }
+
+    /// Loads the config a publisher-side command (`send`, `simulate`, `bench`) was
+    /// given, if any: its sources' schemes, locations and secrets (a source without
+    /// a secret is kept, its secret then coming from a flag).
+    pub fn load_given(path: Option<&Path>) -> Result<Option<Self>, ConfigError> {
+        path.map(|path| Self::load_for_store(Some(path)))
+            .transpose()
     }
 
     fn load_with(path: Option<&Path>, secrets: Secrets) -> Result<Self, ConfigError> {
@@ -694,6 +727,35 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn a_signing_secret_comes_from_the_flag_before_the_config_and_its_absence_says_where_to_put_it()
+    {
+        // A name no test's environment sets, so INHOOK_<SOURCE>_SECRET is absent.
+        let name = "signing-secret-test-source";
+        let text = format!(
+            "[[sources]]\nname = \"{name}\"\nkind = \"presence\"\nsignature = \"hmac-hex\"\n\
+             secrets = [\"from-config\", \"older\"]\n"
+        );
+        let config = Config::from_parts(Some(&text), &env(&[])).unwrap();
+        let secret = |flag, config| signing_secret(name, flag, "--secret", config);
+        assert_eq!(
+            secret(Some("new, old"), Some(&config)).unwrap().expose(),
+            b"new",
+            "the first of a list signs"
+        );
+        assert_eq!(
+            secret(None, Some(&config)).unwrap().expose(),
+            b"from-config"
+        );
+        let err = secret(None, None).unwrap_err().to_string();
+        assert!(err.contains("--secret"), "{err}");
+        assert!(
+            err.contains("INHOOK_SIGNING_SECRET_TEST_SOURCE_SECRET"),
+            "{err}"
+        );
+        assert!(!err.contains("from-config"), "{err}");
     }
 
     #[test]

@@ -11,7 +11,8 @@ pub struct SimulateArgs {
     /// Events to generate, over all aggregates.
     #[arg(long, default_value_t = 10_000)]
     pub events: usize,
-    /// Aggregates (presence users plus save slots) the events are spread over.
+    /// Aggregates (presence users plus save slots, or a --source's) the events are spread
+    /// over; an unordered --source gets one per event.
     #[arg(long, default_value_t = 200)]
     pub aggregates: usize,
     /// Share of the aggregates that are presence users; the rest are save slots.
@@ -41,6 +42,22 @@ pub struct SimulateArgs {
     /// Secret of the save-game source; defaults to INHOOK_SAVE_GAME_SECRET, then --config.
     #[arg(long)]
     pub save_secret: Option<String>,
+    /// A `json` source to simulate instead of the built-in ones: its bodies are built
+    /// from its locations in --config, and its aggregates read back through
+    /// `/v1/sources/{source}/aggregates/{key}`.
+    #[arg(long)]
+    pub source: Option<String>,
+    /// Secret of the --source; defaults to INHOOK_<SOURCE>_SECRET, then --config.
+    #[arg(long, requires = "source")]
+    pub secret: Option<String>,
+    /// How a latest-wins --source's sequences are written: integers, or RFC 3339
+    /// timestamps with one-second ties.
+    #[arg(long, value_enum, default_value = "integer")]
+    pub sequence_format: super::json_body::SequenceFormat,
+    /// Share of a --source's events given a type outside its `event_types` (each must be
+    /// answered `200 ignored_unsupported`); none when it has no such list.
+    #[arg(long, default_value_t = 0.1)]
+    pub unsupported_share: f64,
     /// Name of the presence source to post to.
     #[arg(long, default_value = "presence")]
     pub presence_source: String,
@@ -71,6 +88,7 @@ impl SimulateArgs {
             ("--duplicate-rate", self.duplicate_rate),
             ("--resend-rate", self.resend_rate),
             ("--presence-share", self.presence_share),
+            ("--unsupported-share", self.unsupported_share),
         ] {
             if !(0.0..=1.0).contains(&p) {
                 bail!("{name} must be between 0 and 1, not {p}");

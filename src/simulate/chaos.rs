@@ -4,13 +4,11 @@
 
 use std::collections::{HashSet, VecDeque};
 
+use super::stream::{new_event_id, Stream, StreamEvent};
+use crate::contract::SourceKind;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use serde_json::json;
-
-use super::stream::Stream;
-use crate::contract::SourceKind;
 
 /// Which copy of an event a delivery is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,6 +38,12 @@ pub struct Delivery {
     pub idempotency_key: Option<String>,
     /// The exact bytes to send.
     pub body: Vec<u8>,
+    /// Headers sent beside the signature's (a `json` source's `header:` locations).
+    pub headers: Vec<(String, String)>,
+    /// The delivery id to sign with, when the event id is the delivery's.
+    pub delivery_id: Option<String>,
+    /// Whether the answer must be `ignored_unsupported` (a type outside `event_types`).
+    pub unsupported: bool,
     /// Whether the identical request is sent again while the first is in flight.
     pub resend: bool,
 }
@@ -92,28 +96,27 @@ pub fn plan(stream: &Stream, chaos: &ChaosSpec) -> Plan {
         let kind = aggregate.key.kind();
         let mut keyed: Vec<(f64, Delivery)> = Vec::new();
         for (i, event) in aggregate.events.iter().enumerate() {
-            let original = Delivery {
+            let delivery = |event: &StreamEvent, copy| Delivery {
                 aggregate: a,
                 kind,
                 sequence: event.sequence,
-                copy: EventCopy::Original,
+                copy,
                 event_id: event.event_id.clone(),
                 idempotency_key: event.idempotency_key.clone(),
                 body: serde_json::to_vec(&event.body).unwrap_or_default(),
+                headers: event.headers.clone(),
+                delivery_id: event.delivery_id().map(str::to_owned),
+                unsupported: event.unsupported,
                 resend: false,
             };
+            let original = delivery(event, EventCopy::Original);
             keyed.push((i as f64 + rng.gen::<f64>() * window, original.clone()));
             if rng.gen_bool(chaos.duplicate_rate) {
                 let duplicate = if event.idempotency_key.is_some() && rng.gen_bool(0.5) {
-                    let event_id = format!("{}_dup", event.event_id);
-                    let mut body = event.body.clone();
-                    body.insert("event_id".into(), json!(event_id));
-                    Delivery {
-                        copy: EventCopy::NewEventId,
-                        event_id,
-                        body: serde_json::to_vec(&body).unwrap_or_default(),
-                        ..original
-                    }
+                    delivery(
+                        &event.redelivered_as(&new_event_id(&event.event_id)),
+                        EventCopy::NewEventId,
+                    )
                 } else {
                     Delivery {
                         copy: EventCopy::SameEventId,
@@ -158,7 +161,7 @@ pub fn plan(stream: &Stream, chaos: &ChaosSpec) -> Plan {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::{Map, Value};
+    use serde_json::{json, Map, Value};
 
     use super::*;
     use crate::simulate::stream::{generate, StreamSpec};

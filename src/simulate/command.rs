@@ -1,5 +1,6 @@
 //! The command: resolves secrets and the admin token from flags, environment
-//! and config, then generates, delivers with chaos, checks and reports.
+//! and config, then generates (the built-in sources' stream, or a `json`
+//! source's), delivers with chaos, checks and reports.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -9,48 +10,20 @@ use anyhow::{bail, Context};
 
 use super::args::SimulateArgs;
 use super::chaos::{plan, ChaosSpec};
-use super::expected::expected_states;
+use super::expected::{expected_json_states, expected_states, Expected};
+use super::json_body::{generate_json, JsonTarget};
 use super::publisher::{Endpoint, Publisher, SendOptions, SourceSigner};
 use super::report;
-use super::stream::{generate, StreamSpec};
-use crate::config::{secret_env_var, Config};
+use super::stream::{generate, AggregateRef, Stream, StreamSpec};
+use crate::config::{signing_secret, Config};
 use crate::contract::SourceKind;
-use crate::signature::{Scheme, Secret};
+use crate::signature::Scheme;
 
 /// Runs `inhook simulate`: generate, deliver with chaos, check, report.
 pub(crate) async fn run(config_path: Option<PathBuf>, args: SimulateArgs) -> anyhow::Result<()> {
     args.check()?;
-    // The config file, when given, supplies secrets, schemes and the admin token the flags leave out.
-    let config = match &config_path {
-        Some(path) => Some(Config::load(Some(path)).context("loading --config")?),
-        None => None,
-    };
-    let signer = |name: &str, flag: &Option<String>, seed_scheme: Scheme| {
-        let from_config = config.as_ref().and_then(|c| c.source(name));
-        let var = secret_env_var(name);
-        let secret = match flag.clone().or_else(|| std::env::var(&var).ok()) {
-            Some(raw) => Secret::new(raw.split(',').next().unwrap_or_default().trim()),
-            None => match from_config.and_then(|s| s.secrets.first().cloned()) {
-                Some(secret) => secret,
-                None => bail!("no secret for source {name}: pass its --*-secret flag or set {var}"),
-            },
-        };
-        Ok(SourceSigner {
-            name: name.to_owned(),
-            scheme: from_config.map_or(seed_scheme, |s| s.scheme),
-            secret,
-        })
-    };
-    let presence = signer(
-        &args.presence_source,
-        &args.presence_secret,
-        Scheme::HmacHex,
-    )?;
-    let save = signer(
-        &args.save_source,
-        &args.save_secret,
-        Scheme::HmacTimestamped,
-    )?;
+    // The config file, when given, supplies secrets, schemes, locations and the admin token the flags leave out.
+    let config = Config::load_given(config_path.as_deref()).context("loading --config")?;
     let admin_token = args.admin_token.clone().or_else(|| {
         config
             .as_ref()
@@ -59,26 +32,25 @@ pub(crate) async fn run(config_path: Option<PathBuf>, args: SimulateArgs) -> any
     });
     let seed = args.seed.unwrap_or_else(rand::random);
     let started = Instant::now();
-    let stream = generate(&StreamSpec {
+    let spec = StreamSpec {
         seed,
         events: args.events,
         aggregates: args.aggregates,
         presence_share: args.presence_share,
-    });
-    let plan = plan(
-        &stream,
-        &ChaosSpec {
-            seed,
-            window: args.window,
-            duplicate_rate: args.duplicate_rate,
-            resend_rate: args.resend_rate,
-        },
+    };
+    let run = match &args.source {
+        Some(name) => json_run(name, &args, config.as_ref(), &spec)?,
+        None => built_in_run(&args, config.as_ref(), &spec)?,
+    };
+    println!(
+        "inhook simulate: seed {seed}, {} events over {} to {}",
+        run.stream.event_count(),
+        run.over,
+        args.url
     );
-    let expected = Arc::new(expected_states(&stream));
-    let publisher = Publisher::new(
+    let publisher = Publisher::with_signers(
         Endpoint::new(&args.url),
-        presence,
-        save,
+        run.signers,
         admin_token,
         SendOptions {
             concurrency: args.concurrency,
@@ -88,24 +60,31 @@ pub(crate) async fn run(config_path: Option<PathBuf>, args: SimulateArgs) -> any
             request_timeout: Duration::from_millis(args.request_timeout_ms),
         },
     )?;
-    println!(
-        "inhook simulate: seed {seed}, {} events over {} aggregates ({} presence users, {} save slots) to {}",
-        stream.event_count(),
-        stream.aggregates.len(),
-        stream.aggregates_of(SourceKind::Presence),
-        stream.aggregates_of(SourceKind::SaveGame),
-        args.url
-    );
-    let plan = Arc::new(plan);
-    let delivery = publisher.deliver(plan.clone()).await;
+    let plan = Arc::new(plan(
+        &run.stream,
+        &ChaosSpec {
+            seed,
+            window: args.window,
+            duplicate_rate: args.duplicate_rate,
+            resend_rate: args.resend_rate,
+        },
+    ));
+    let mut delivery = publisher.deliver(plan.clone()).await;
     // A failed delivery makes the expected state unreachable: waiting for it would only burn the timeout.
     let checked = if delivery.failures.is_empty() {
         publisher
-            .converge(expected, Duration::from_secs(args.settle_timeout_s))
+            .converge(
+                Arc::new(run.expected),
+                Duration::from_secs(args.settle_timeout_s),
+            )
             .await
     } else {
         Err(anyhow::anyhow!("deliveries failed"))
     };
+    // An answer other than the one the event's type calls for fails the run, converged or not.
+    delivery
+        .failures
+        .extend(report::unexpected_answers(&plan, &delivery));
     let mismatches = match &checked {
         Ok(m) => Ok(m.as_slice()),
         Err(err) => Err(format!("{err:#}")),
@@ -125,4 +104,106 @@ pub(crate) async fn run(config_path: Option<PathBuf>, args: SimulateArgs) -> any
         ),
         _ => Ok(()),
     }
+}
+
+/// What one run sends, what it expects, and to which sources.
+struct Run {
+    stream: Stream,
+    expected: Vec<(AggregateRef, Option<Expected>)>,
+    signers: Vec<(SourceKind, SourceSigner)>,
+    /// What the events are spread over, for the report's first line.
+    over: String,
+}
+
+/// A `json` source's run: bodies from its locations in the config, its contract's expectations.
+fn json_run(
+    name: &str,
+    args: &SimulateArgs,
+    config: Option<&Config>,
+    spec: &StreamSpec,
+) -> anyhow::Result<Run> {
+    let source = config.and_then(|c| c.source(name)).with_context(|| {
+        format!("--source {name}: no such source in --config (its locations are read from there)")
+    })?;
+    let target = JsonTarget::new(source, args.sequence_format, args.unsupported_share)?;
+    let signer = signer(
+        name,
+        source.scheme,
+        args.secret.as_deref(),
+        "--secret",
+        config,
+    )?;
+    let stream = generate_json(spec, &target);
+    let sequences = if target.contract.locates_sequence() {
+        format!("{} sequences", args.sequence_format.as_str())
+    } else {
+        "no sequence".to_owned()
+    };
+    Ok(Run {
+        expected: expected_json_states(&stream, &target.contract),
+        over: format!(
+            "{} aggregates of json source {name} ({}, {sequences})",
+            stream.aggregates.len(),
+            target.ordering().as_str()
+        ),
+        stream,
+        signers: vec![(SourceKind::Json, signer)],
+    })
+}
+
+/// The built-in sources' run: presence users and save slots.
+fn built_in_run(
+    args: &SimulateArgs,
+    config: Option<&Config>,
+    spec: &StreamSpec,
+) -> anyhow::Result<Run> {
+    let scheme_of = |name: &str, seed_scheme| {
+        config
+            .and_then(|c| c.source(name))
+            .map_or(seed_scheme, |s| s.scheme)
+    };
+    let presence = signer(
+        &args.presence_source,
+        scheme_of(&args.presence_source, Scheme::HmacHex),
+        args.presence_secret.as_deref(),
+        "--presence-secret",
+        config,
+    )?;
+    let save = signer(
+        &args.save_source,
+        scheme_of(&args.save_source, Scheme::HmacTimestamped),
+        args.save_secret.as_deref(),
+        "--save-secret",
+        config,
+    )?;
+    let stream = generate(spec);
+    Ok(Run {
+        expected: expected_states(&stream),
+        over: format!(
+            "{} aggregates ({} presence users, {} save slots)",
+            stream.aggregates.len(),
+            stream.aggregates_of(SourceKind::Presence),
+            stream.aggregates_of(SourceKind::SaveGame)
+        ),
+        stream,
+        signers: vec![
+            (SourceKind::Presence, presence),
+            (SourceKind::SaveGame, save),
+        ],
+    })
+}
+
+/// How one source is addressed and signed, its secret found as every publisher-side command finds it.
+fn signer(
+    name: &str,
+    scheme: Scheme,
+    flag: Option<&str>,
+    flag_name: &str,
+    config: Option<&Config>,
+) -> anyhow::Result<SourceSigner> {
+    Ok(SourceSigner {
+        name: name.to_owned(),
+        scheme,
+        secret: signing_secret(name, flag, flag_name, config)?,
+    })
 }

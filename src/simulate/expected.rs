@@ -6,7 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Map, Value};
 
-use super::stream::{Aggregate, AggregateRef, Stream};
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+
+use super::stream::{new_event_id, Aggregate, AggregateRef, Stream, StreamEvent};
+use crate::contract::json::{JsonContract, JsonEvent, JsonOrdering, JsonParsed};
 use crate::contract::{Presence, PresenceEvent, SaveEvent, SourceKind};
 use crate::ordering::{decide_presence, Outcome};
 use crate::projection::{PresenceState, SaveState};
@@ -31,6 +34,16 @@ pub enum Expected {
         inventory: BTreeMap<String, i64>,
         /// Unlocked achievements.
         achievements: BTreeSet<String>,
+    },
+    /// An aggregate of a `json` source.
+    Json {
+        /// The sequence of the event whose state it holds (null when the source locates none).
+        sequence: Option<i64>,
+        /// That event's value at `state` (null when absent).
+        state: Value,
+        /// The same event's state had its new-id redelivery arrived first (the
+        /// original is then its duplicate): it differs where the state holds the id.
+        redelivered_state: Option<Value>,
     },
 }
 
@@ -69,9 +82,49 @@ fn expected_state(aggregate: &Aggregate) -> Option<Expected> {
                 achievements: state.achievements,
             })
         }
-        // The simulator generates only the built-in kinds.
+        // A json aggregate's rules are its source's: see `expected_json_state`.
         SourceKind::Json => None,
     }
+}
+
+/// The state of one aggregate of a `json` source: the `state` value of the event
+/// its ordering keeps (latest-wins: the highest sequence; in-order: the last in
+/// order; unordered: its one event), as the source's own contract reads it.
+/// Events of types outside `event_types` change nothing; none left answers 404.
+fn expected_json_state(aggregate: &Aggregate, contract: &JsonContract) -> Option<Expected> {
+    let read = |event: &StreamEvent| -> JsonEvent {
+        let body = serde_json::to_vec(&event.body).unwrap_or_default();
+        let mut headers = HeaderMap::new();
+        for (name, value) in &event.headers {
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
+                headers.append(name, value);
+            }
+        }
+        match contract.parse_bytes(&body, &headers, event.delivery_id()) {
+            Ok(JsonParsed::Event(parsed)) => parsed,
+            other => panic!("a generated json body is an event of its source: {other:?}"),
+        }
+    };
+    let mut applied = aggregate.events.iter().filter(|e| !e.unsupported);
+    let kept = match contract.ordering() {
+        // The generator never ties an aggregate's highest sequence.
+        JsonOrdering::LatestWins => applied.max_by_key(|e| e.sequence)?,
+        JsonOrdering::InOrder | JsonOrdering::Unordered => applied.next_back()?,
+    };
+    let event = read(kept);
+    let redelivered_state = kept.idempotency_key.as_ref().map(|_| {
+        read(&kept.redelivered_as(&new_event_id(&kept.event_id)))
+            .state
+            .unwrap_or(Value::Null)
+    });
+    Some(Expected::Json {
+        sequence: event.sequence.map(|s| s.value.get()),
+        state: event.state.unwrap_or(Value::Null),
+        redelivered_state,
+    })
 }
 
 /// The expected state of every aggregate of the stream, in the stream's order.
@@ -80,6 +133,18 @@ pub fn expected_states(stream: &Stream) -> Vec<(AggregateRef, Option<Expected>)>
         .aggregates
         .iter()
         .map(|a| (a.key.clone(), expected_state(a)))
+        .collect()
+}
+
+/// The expected state of every aggregate of a `json` source's stream, read with its contract.
+pub fn expected_json_states(
+    stream: &Stream,
+    contract: &JsonContract,
+) -> Vec<(AggregateRef, Option<Expected>)> {
+    stream
+        .aggregates
+        .iter()
+        .map(|a| (a.key.clone(), expected_json_state(a, contract)))
         .collect()
 }
 
@@ -109,6 +174,14 @@ impl Expected {
                     && inventory_got.as_ref() == Some(inventory)
                     && achievements_got.as_ref() == Some(achievements)
             }
+            Expected::Json {
+                sequence,
+                state,
+                redelivered_state,
+            } => {
+                got["sequence"] == json!(sequence)
+                    && (got["state"] == *state || redelivered_state.as_ref() == Some(&got["state"]))
+            }
         }
     }
 
@@ -125,6 +198,9 @@ impl Expected {
                 achievements,
             } => json!({"last_sequence": last_sequence, "progress": progress,
                         "inventory": inventory, "achievements": achievements}),
+            Expected::Json {
+                sequence, state, ..
+            } => json!({"sequence": sequence, "state": state}),
         }
     }
 }
@@ -132,7 +208,7 @@ impl Expected {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::simulate::stream::{object, StreamEvent};
+    use crate::simulate::stream::object;
 
     #[test]
     fn expected_state_is_the_in_order_result() {
@@ -140,13 +216,15 @@ mod tests {
             key: AggregateRef::User("u".into()),
             events: [("ONLINE", 1), ("BUSY", 2), ("OFFLINE", 3)]
                 .iter()
-                .map(|(p, s)| StreamEvent {
-                    event_id: format!("e{s}"),
-                    idempotency_key: None,
-                    sequence: *s,
-                    body: object(
-                        json!({"event_id": format!("e{s}"), "user_id": "u", "presence": p, "sequence_number": s}),
-                    ),
+                .map(|(p, s)| {
+                    StreamEvent::built_in(
+                        format!("e{s}"),
+                        None,
+                        *s,
+                        object(
+                            json!({"event_id": format!("e{s}"), "user_id": "u", "presence": p, "sequence_number": s}),
+                        ),
+                    )
                 })
                 .collect(),
         };
@@ -157,15 +235,17 @@ mod tests {
                 sequence: 3
             })
         );
-        let save = |seq: i64, event_type: &str, data: Value| StreamEvent {
-            event_id: format!("s{seq}"),
-            idempotency_key: Some(format!("k{seq}")),
-            sequence: seq,
-            body: object(
-                json!({"event_id": format!("s{seq}"), "event_type": event_type,
+        let save = |seq: i64, event_type: &str, data: Value| {
+            StreamEvent::built_in(
+                format!("s{seq}"),
+                Some(format!("k{seq}")),
+                seq,
+                object(
+                    json!({"event_id": format!("s{seq}"), "event_type": event_type,
                 "player_id": "p", "save_slot": "a", "sequence": seq,
                 "idempotency_key": format!("k{seq}"), "data": data}),
-            ),
+                ),
+            )
         };
         let slot = Aggregate {
             key: AggregateRef::Slot {
@@ -255,6 +335,80 @@ mod tests {
         assert!(
             !save.matches(&with_progress),
             "progress where none is expected"
+        );
+    }
+
+    #[test]
+    fn a_json_aggregate_expects_the_state_of_the_event_its_ordering_keeps() {
+        use crate::simulate::json_body::tests::{target, LATEST};
+        use crate::simulate::json_body::{generate_json, SequenceFormat};
+        use crate::simulate::stream::StreamSpec;
+
+        let target = target(LATEST, SequenceFormat::Integer);
+        let stream = generate_json(
+            &StreamSpec {
+                seed: 9,
+                events: 200,
+                aggregates: 5,
+                presence_share: 0.0,
+            },
+            &target,
+        );
+        let expected = expected_json_states(&stream, &target.contract);
+        assert_eq!(expected.len(), 5);
+        for (aggregate, (key, want)) in stream.aggregates.iter().zip(&expected) {
+            assert_eq!(&aggregate.key, key);
+            let top = aggregate
+                .events
+                .iter()
+                .filter(|e| !e.unsupported)
+                .max_by_key(|e| e.sequence)
+                .unwrap();
+            let Some(Expected::Json {
+                sequence,
+                state,
+                redelivered_state,
+            }) = want
+            else {
+                panic!("a json expectation: {want:?}");
+            };
+            assert_eq!(*sequence, Some(top.sequence));
+            assert_eq!(state, &top.body["data"]["object"]);
+            // The state holds no id here, so a new-id redelivery keeps the same state.
+            assert_eq!(redelivered_state.as_ref(), Some(state));
+            let api = json!({"source": "src", "sequence": top.sequence, "state": state});
+            assert!(want.as_ref().unwrap().matches(&api));
+            let mut older = api.clone();
+            older["sequence"] = json!(top.sequence - 1);
+            assert!(!want.as_ref().unwrap().matches(&older));
+            let mut other = api;
+            other["state"]["note"] = json!("another event's");
+            assert!(!want.as_ref().unwrap().matches(&other));
+        }
+        // An aggregate whose every event is of an unsupported type has no state: 404.
+        let mut only_unsupported = stream.aggregates[0].clone();
+        only_unsupported.events.retain(|e| e.unsupported);
+        assert!(!only_unsupported.events.is_empty());
+        assert_eq!(
+            expected_json_state(&only_unsupported, &target.contract),
+            None
+        );
+    }
+
+    #[test]
+    fn a_json_state_holding_the_event_id_may_be_the_new_id_redelivery_s() {
+        let want = Expected::Json {
+            sequence: None,
+            state: json!({"id": "evt_1"}),
+            redelivered_state: Some(json!({"id": "evt_1_dup"})),
+        };
+        assert!(want.matches(&json!({"sequence": null, "state": {"id": "evt_1"}})));
+        assert!(want.matches(&json!({"sequence": null, "state": {"id": "evt_1_dup"}})));
+        assert!(!want.matches(&json!({"sequence": null, "state": {"id": "evt_2"}})));
+        assert!(!want.matches(&json!({"sequence": 1, "state": {"id": "evt_1"}})));
+        assert_eq!(
+            want.to_json(),
+            json!({"sequence": null, "state": {"id": "evt_1"}})
         );
     }
 }

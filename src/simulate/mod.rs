@@ -1,6 +1,7 @@
 //! `inhook simulate` (SPEC §5): a chaos publisher. It generates a contiguous
-//! event stream over presence users and save slots, works out the in-order
-//! state with the library's own projection code, delivers the stream the way
+//! event stream over presence users and save slots (or, with `--source`, over
+//! a `json` source's aggregates, written at the source's locations), works out
+//! the in-order state with the library's own code, delivers the stream the way
 //! real publishers do (duplicates, reordering, concurrent senders, resends,
 //! retries until 2xx), then reads the state back through the API and reports
 //! every aggregate that differs.
@@ -12,6 +13,7 @@
 //! The parts, in the order a run uses them:
 //! - `args`: the command's options and their check;
 //! - `stream`: the generated events, pure from the seed;
+//! - `json_body`: a `json` source's events instead, written at its configured locations;
 //! - `expected`: the state applying them once, in order, gives;
 //! - `chaos`: the delivery plan (duplicates, reordering, resends), pure from the seed;
 //! - `retry_policy`: which answers are retried and after how long, pure;
@@ -24,6 +26,7 @@ mod chaos;
 mod command;
 mod convergence;
 mod expected;
+mod json_body;
 mod publisher;
 mod report;
 mod retry_policy;
@@ -33,7 +36,8 @@ pub use args::SimulateArgs;
 pub use chaos::{plan, ChaosSpec, Delivery, EventCopy, Plan};
 pub(crate) use command::run;
 pub use convergence::Mismatch;
-pub use expected::{expected_states, Expected};
+pub use expected::{expected_json_states, expected_states, Expected};
+pub use json_body::{generate_json, JsonTarget, Place, SequenceFormat};
 pub use publisher::{
     DeliveryReport, Endpoint, Publisher, Receipt, SendOptions, SourceSigner, Tally,
 };

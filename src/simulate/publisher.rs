@@ -175,8 +175,8 @@ enum Attempt {
 pub struct Publisher {
     pub(super) client: reqwest::Client,
     pub(super) endpoint: Endpoint,
-    presence: SourceSigner,
-    save: SourceSigner,
+    /// Which source each kind's deliveries go to.
+    signers: Vec<(SourceKind, SourceSigner)>,
     // A `Secret`, so that printing the publisher never shows the token.
     pub(super) admin_token: Option<Secret>,
     pub(super) options: SendOptions,
@@ -184,11 +184,29 @@ pub struct Publisher {
 }
 
 impl Publisher {
-    /// A publisher for the two sources, with one keep-alive connection pool for all senders.
+    /// A publisher for the two built-in sources, with one keep-alive connection pool for all senders.
     pub fn new(
         endpoint: Endpoint,
         presence: SourceSigner,
         save: SourceSigner,
+        admin_token: Option<String>,
+        options: SendOptions,
+    ) -> anyhow::Result<Self> {
+        Self::with_signers(
+            endpoint,
+            vec![
+                (SourceKind::Presence, presence),
+                (SourceKind::SaveGame, save),
+            ],
+            admin_token,
+            options,
+        )
+    }
+
+    /// A publisher for the sources each kind's deliveries go to.
+    pub(super) fn with_signers(
+        endpoint: Endpoint,
+        signers: Vec<(SourceKind, SourceSigner)>,
         admin_token: Option<String>,
         options: SendOptions,
     ) -> anyhow::Result<Self> {
@@ -201,8 +219,7 @@ impl Publisher {
         Ok(Self {
             client,
             endpoint,
-            presence,
-            save,
+            signers,
             admin_token: admin_token.map(Secret::new),
             options,
             answered: Arc::default(),
@@ -216,22 +233,27 @@ impl Publisher {
         self.answered.lock().map(|a| a.clone()).unwrap_or_default()
     }
 
-    fn signer(&self, kind: SourceKind) -> &SourceSigner {
-        match kind {
-            SourceKind::Presence => &self.presence,
-            // The simulator generates only the built-in kinds.
-            SourceKind::SaveGame | SourceKind::Json => &self.save,
-        }
+    fn signer(&self, kind: SourceKind) -> Result<&SourceSigner, String> {
+        self.signers
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, signer)| signer)
+            .ok_or_else(|| format!("this publisher has no source for {kind:?} events"))
     }
 
-    fn sign(&self, delivery: &Delivery) -> Vec<(&'static str, String)> {
-        let signer = self.signer(delivery.kind);
-        signature::sign(
+    /// The signature's headers, with the delivery's own id where it has one.
+    fn sign(
+        signer: &SourceSigner,
+        delivery: &Delivery,
+    ) -> Result<Vec<(&'static str, String)>, String> {
+        signature::try_sign(
             signer.scheme,
             &delivery.body,
             &signer.secret,
             clock::now_ms() / 1000,
+            delivery.delivery_id.as_deref(),
         )
+        .map_err(|err| format!("cannot sign for {}: {err}", signer.name))
     }
 
     /// Sends every delivery of `plan` with the configured concurrency, each until 2xx or given up.
@@ -288,17 +310,20 @@ impl Publisher {
         delivery: &Delivery,
         tally: &mut Tally,
     ) -> Result<Receipt, String> {
-        let headers = self.sign(delivery);
+        let signer = self.signer(delivery.kind)?;
+        let headers = Self::sign(signer, delivery)?;
         if !delivery.resend {
-            return self.until_done(index, delivery, headers, tally).await;
+            return self
+                .until_done(index, signer, delivery, headers, tally)
+                .await;
         }
         let mut second = Tally::default();
         let pause = Duration::from_millis(rand::thread_rng().gen_range(0..20));
         let (first, again) = tokio::join!(
-            self.until_done(index, delivery, headers.clone(), tally),
+            self.until_done(index, signer, delivery, headers.clone(), tally),
             async {
                 tokio::time::sleep(pause).await;
-                self.until_done(index, delivery, headers.clone(), &mut second)
+                self.until_done(index, signer, delivery, headers.clone(), &mut second)
                     .await
             }
         );
@@ -314,6 +339,7 @@ impl Publisher {
     async fn until_done(
         &self,
         index: usize,
+        signer: &SourceSigner,
         delivery: &Delivery,
         mut headers: Vec<(&'static str, String)>,
         tally: &mut Tally,
@@ -322,7 +348,7 @@ impl Publisher {
         let mut attempt = 0u32;
         loop {
             tally.requests += 1;
-            let (wait, last) = match self.attempt(delivery, &headers).await {
+            let (wait, last) = match self.attempt(signer, delivery, &headers).await {
                 Attempt::Answered { code, body, .. } if (200..300).contains(&code) => {
                     *tally.codes.entry(code.to_string()).or_default() += 1;
                     let status = body["status"].as_str().unwrap_or("?").to_owned();
@@ -372,16 +398,17 @@ impl Publisher {
             attempt += 1;
             tally.retries += 1;
             // A publisher's next attempt is signed anew, so a long outage never ages it out of tolerance.
-            headers = self.sign(delivery);
+            headers = Self::sign(signer, delivery)?;
         }
     }
 
-    async fn attempt(&self, delivery: &Delivery, headers: &[(&'static str, String)]) -> Attempt {
-        let url = format!(
-            "{}/webhooks/{}",
-            self.endpoint.next_url(),
-            self.signer(delivery.kind).name
-        );
+    async fn attempt(
+        &self,
+        signer: &SourceSigner,
+        delivery: &Delivery,
+        headers: &[(&'static str, String)],
+    ) -> Attempt {
+        let url = format!("{}/webhooks/{}", self.endpoint.next_url(), signer.name);
         let mut request = self
             .client
             .post(url)
@@ -389,6 +416,9 @@ impl Publisher {
             .body(delivery.body.clone());
         for (name, value) in headers {
             request = request.header(*name, value);
+        }
+        for (name, value) in &delivery.headers {
+            request = request.header(name, value);
         }
         let response = match request.send().await {
             Ok(response) => response,

@@ -40,6 +40,16 @@ pub(super) fn render(
         format!("  statuses:    {}", histogram(&delivery.tally.statuses)),
         format!("  failures:    {}", delivery.failures.len()),
     ];
+    let unsupported = plan.deliveries.iter().filter(|d| d.unsupported).count();
+    if unsupported > 0 {
+        lines.insert(
+            3,
+            format!(
+                "  unsupported: {unsupported} deliveries of types outside event_types \
+                 (each must be answered {IGNORED})"
+            ),
+        );
+    }
     lines.extend(
         delivery
             .failures
@@ -65,6 +75,33 @@ pub(super) fn render(
         delivery.elapsed.as_secs_f64()
     ));
     lines.join("\n")
+}
+
+/// The answer every delivery of a type outside `event_types` gets, and no other.
+const IGNORED: &str = "ignored_unsupported";
+
+/// Deliveries answered 2xx with the wrong status for their type: a type outside
+/// `event_types` must be `ignored_unsupported`, and only such a type may be.
+pub(super) fn unexpected_answers(plan: &Plan, delivery: &DeliveryReport) -> Vec<String> {
+    plan.deliveries
+        .iter()
+        .zip(&delivery.receipts)
+        .filter_map(|(d, receipt)| {
+            let receipt = receipt.as_ref()?;
+            let ignored = receipt.status == IGNORED;
+            (ignored != d.unsupported).then(|| {
+                let want = if d.unsupported {
+                    IGNORED.to_owned()
+                } else {
+                    format!("anything but {IGNORED}")
+                };
+                format!(
+                    "{} (seq {}, {:?}) answered {} {}, expected {want}",
+                    d.event_id, d.sequence, d.copy, receipt.code, receipt.status
+                )
+            })
+        })
+        .collect()
 }
 
 /// Counts as `key count` pairs in key order, or `none`.
@@ -97,6 +134,9 @@ mod tests {
             event_id: "evt_1".into(),
             idempotency_key: None,
             body: Vec::new(),
+            headers: Vec::new(),
+            delivery_id: None,
+            unsupported: false,
             resend,
         }
     }
@@ -163,5 +203,55 @@ mod tests {
             Duration::ZERO,
         );
         assert!(unchecked.contains("\nmismatches: not checked (deliveries failed)\n"));
+    }
+
+    #[test]
+    fn an_unsupported_type_must_be_answered_ignored_and_only_it() {
+        let unsupported = Delivery {
+            unsupported: true,
+            ..delivery(EventCopy::Original, false)
+        };
+        let plan = Plan {
+            deliveries: vec![
+                unsupported.clone(),
+                unsupported,
+                delivery(EventCopy::Original, false),
+                delivery(EventCopy::SameEventId, false),
+                delivery(EventCopy::NewEventId, false),
+            ],
+            reordered: 0,
+        };
+        let receipt = |status: &str| {
+            Some(crate::simulate::publisher::Receipt {
+                code: 200,
+                status: status.into(),
+                key: None,
+            })
+        };
+        let sent = DeliveryReport {
+            receipts: vec![
+                receipt("ignored_unsupported"),
+                receipt("applied"),
+                receipt("applied"),
+                receipt("ignored_unsupported"),
+                None,
+            ],
+            ..DeliveryReport::default()
+        };
+        assert_eq!(
+            unexpected_answers(&plan, &sent),
+            [
+                "evt_1 (seq 1, Original) answered 200 applied, expected ignored_unsupported",
+                "evt_1 (seq 1, SameEventId) answered 200 ignored_unsupported, expected anything but ignored_unsupported",
+            ]
+        );
+        let text = render(&plan, &sent, Ok(&[]), Duration::ZERO);
+        assert!(
+            text.lines()
+                .nth(3)
+                .unwrap()
+                .starts_with("  unsupported: 2 deliveries of types outside event_types"),
+            "{text}"
+        );
     }
 }

@@ -9,8 +9,10 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Map, Value};
 
+use super::json_body::Place;
 use crate::clock;
 use crate::contract::{Presence, SaveEvent, SourceKind};
+use crate::domain::AggregateKey;
 use crate::projection::SaveState;
 
 /// Which aggregate an event belongs to, by its ids in the payload.
@@ -25,6 +27,13 @@ pub enum AggregateRef {
         /// The slot.
         save_slot: String,
     },
+    /// An aggregate of a `json` source, read through the generic aggregates API.
+    Json {
+        /// The source.
+        source: String,
+        /// The key its located parts make.
+        key: AggregateKey,
+    },
 }
 
 impl AggregateRef {
@@ -33,6 +42,7 @@ impl AggregateRef {
         match self {
             AggregateRef::User(_) => SourceKind::Presence,
             AggregateRef::Slot { .. } => SourceKind::SaveGame,
+            AggregateRef::Json { .. } => SourceKind::Json,
         }
     }
 
@@ -44,6 +54,11 @@ impl AggregateRef {
                 player_id,
                 save_slot,
             } => format!("/v1/saves/{player_id}/{save_slot}"),
+            // The key's text form escapes `%` and `/` inside a part; the path escapes `%` again.
+            AggregateRef::Json { source, key } => format!(
+                "/v1/sources/{source}/aggregates/{}",
+                key.to_string().replace('%', "%25")
+            ),
         }
     }
 }
@@ -56,6 +71,7 @@ impl fmt::Display for AggregateRef {
                 player_id,
                 save_slot,
             } => write!(f, "save {player_id}/{save_slot}"),
+            AggregateRef::Json { source, key } => write!(f, "{source} {key}"),
         }
     }
 }
@@ -71,6 +87,53 @@ pub struct StreamEvent {
     pub sequence: i64,
     /// The JSON body.
     pub body: Map<String, Value>,
+    /// Request headers a `json` source reads located fields from (`header:Name`).
+    pub headers: Vec<(String, String)>,
+    /// Where the event id is written, so a redelivery under a new id writes it there.
+    pub id_at: Place,
+    /// Whether its type is outside the source's `event_types`: every delivery of it
+    /// must be answered `ignored_unsupported`, and it changes no state.
+    pub unsupported: bool,
+}
+
+impl StreamEvent {
+    /// An event of a built-in kind: everything in the body, the id at `/event_id`.
+    pub fn built_in(
+        event_id: String,
+        idempotency_key: Option<String>,
+        sequence: i64,
+        body: Map<String, Value>,
+    ) -> Self {
+        Self {
+            event_id,
+            idempotency_key,
+            sequence,
+            body,
+            headers: Vec::new(),
+            id_at: Place::Body(vec!["event_id".into()]),
+            unsupported: false,
+        }
+    }
+
+    /// The delivery id the request is signed with, when the event id is the delivery's
+    /// (else the scheme derives one from the body, as a publisher's retry resends it).
+    pub fn delivery_id(&self) -> Option<&str> {
+        (self.id_at == Place::DeliveryId).then_some(self.event_id.as_str())
+    }
+
+    /// The same event redelivered under `event_id` (its idempotency key unchanged).
+    pub fn redelivered_as(&self, event_id: &str) -> Self {
+        let mut copy = self.clone();
+        copy.event_id = event_id.to_owned();
+        copy.id_at
+            .write(&mut copy.body, &mut copy.headers, json!(event_id));
+        copy
+    }
+}
+
+/// The event id of a redelivery under a new id with the same idempotency key.
+pub(super) fn new_event_id(event_id: &str) -> String {
+    format!("{event_id}_dup")
 }
 
 /// One aggregate and its events in sequence order.
@@ -100,13 +163,21 @@ impl StreamSpec {
     /// runs against one server share ids (and so converge) only when they
     /// generate the very same stream: a shorter run with the same seed would
     /// otherwise replay a prefix of a longer one and expect an older state.
-    fn tag(&self) -> String {
+    pub(super) fn tag(&self) -> String {
+        self.tag_with(&[])
+    }
+
+    /// [`Self::tag`], also depending on `more` settings (a `json` run's own).
+    pub(super) fn tag_with(&self, more: &[u64]) -> String {
         let mut h = self.seed;
-        for part in [
+        for &part in [
             self.events as u64,
             self.aggregates as u64,
             self.presence_share.to_bits(),
-        ] {
+        ]
+        .iter()
+        .chain(more)
+        {
             // splitmix64 steps: a cheap, stable mix (std's hashers are not stable across releases).
             h = (h ^ part).wrapping_add(0x9e37_79b9_7f4a_7c15);
             h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -208,6 +279,7 @@ pub fn generate(spec: &StreamSpec) -> Stream {
                     .expect("generated deltas never take a quantity below zero");
                 event
             }
+            AggregateRef::Json { .. } => unreachable!("json streams come from json_body"),
         };
         aggregates[a].events.push(event);
     }
@@ -245,12 +317,7 @@ fn presence_event(
     if let Some(key) = &idempotency_key {
         body.insert("idempotency_key".into(), json!(key));
     }
-    StreamEvent {
-        event_id,
-        idempotency_key,
-        sequence,
-        body,
-    }
+    StreamEvent::built_in(event_id, idempotency_key, sequence, body)
 }
 
 fn items_json(items: &[(&str, i64)]) -> Value {
@@ -305,12 +372,7 @@ fn save_event(
         "idempotency_key": idempotency_key,
         "data": data,
     }));
-    StreamEvent {
-        event_id,
-        idempotency_key: Some(idempotency_key),
-        sequence,
-        body,
-    }
+    StreamEvent::built_in(event_id, Some(idempotency_key), sequence, body)
 }
 
 /// An `inventory.updated` data object that is valid on `state` applied in order:
@@ -479,5 +541,15 @@ mod tests {
         assert_eq!(slot.kind(), SourceKind::SaveGame);
         assert_eq!(slot.read_path(), "/v1/saves/player_1/slot_a");
         assert_eq!(slot.to_string(), "save player_1/slot_a");
+        let json = AggregateRef::Json {
+            source: "stripe".into(),
+            key: AggregateKey::parse_text("customer/a%2Fb").unwrap(),
+        };
+        assert_eq!(json.kind(), SourceKind::Json);
+        assert_eq!(
+            json.read_path(),
+            "/v1/sources/stripe/aggregates/customer/a%252Fb"
+        );
+        assert_eq!(json.to_string(), "stripe customer/a%2Fb");
     }
 }
