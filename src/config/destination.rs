@@ -292,3 +292,235 @@ fn check_ca_file(path: &std::path::Path) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::Config;
+    use super::*;
+
+    const SOURCES: &str = r#"
+        retry_base_s = 2
+        retry_max_delay_s = 60
+        max_attempts = 5
+        [[sources]]
+        name = "stripe"
+        kind = "json"
+        signature = "stripe"
+        secrets = ["whsec_x"]
+        ordering = "unordered"
+        event_id = "/id"
+        event_type = "/type"
+        [[sources]]
+        name = "save-game"
+        kind = "save-game"
+        secrets = ["s"]
+    "#;
+
+    const SECRET: &str = "whsec_c2VjcmV0LXNpZ25pbmcta2V5";
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn with_destination(keys: &str) -> String {
+        format!("{SOURCES}\n[[destinations]]\nname = \"app\"\n{keys}\n")
+    }
+
+    fn error(keys: &str) -> String {
+        Config::from_parts(Some(&with_destination(keys)), &env(&[]))
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn a_destination_takes_every_key_and_defaults_to_the_top_level_retry_keys() {
+        let ca = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(
+            ca.path(),
+            "-----BEGIN CERTIFICATE-----\nMII\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let text = with_destination(&format!(
+            "url = \"https://app.example.com/hooks/inhook\"\nsources = [\"stripe\", \"save-game\"]\n\
+             event_types = [\"invoice.*\"]\nsecret = \"{SECRET}\"\ntimeout_s = 3\nmax_attempts = 12\n\
+             concurrency = 8\nrate_limit_per_s = 100\nretry_base_s = 1\ntls_ca_file = {:?}\n",
+            ca.path()
+        ));
+        let config = Config::from_parts(Some(&text), &env(&[])).unwrap();
+        let app = config.destination("app").unwrap();
+        assert_eq!(app.url, "https://app.example.com/hooks/inhook");
+        assert_eq!(app.sources, ["stripe", "save-game"]);
+        assert_eq!(app.secret, Secret::new(SECRET));
+        assert!(!app.secret_from_environment);
+        assert_eq!((app.timeout_s, app.concurrency), (3, 8));
+        assert_eq!(app.rate_limit_per_s, Some(100));
+        assert_eq!(
+            app.retry,
+            RetryPolicy {
+                base_ms: 1_000,
+                max_delay_ms: 60_000,
+                max_attempts: 12
+            }
+        );
+        assert_eq!(app.tls_ca_file.as_deref(), Some(ca.path()));
+        assert!(app.wants("stripe", "invoice.paid"));
+        assert!(!app.wants("stripe", "customer.created"));
+        assert!(!app.wants("presence", "invoice.paid"));
+
+        let minimal = with_destination(&format!(
+            "url = \"http://127.0.0.1:9000/\"\nsources = [\"save-game\"]\nsecret = \"{SECRET}\""
+        ));
+        let config = Config::from_parts(Some(&minimal), &env(&[])).unwrap();
+        let app = config.destination("app").unwrap();
+        assert_eq!(
+            app.retry,
+            RetryPolicy {
+                base_ms: 2_000,
+                max_delay_ms: 60_000,
+                max_attempts: 5
+            }
+        );
+        assert_eq!(
+            (app.timeout_s, app.concurrency),
+            (DEFAULT_TIMEOUT_S, DEFAULT_CONCURRENCY)
+        );
+        assert_eq!(
+            (app.rate_limit_per_s, app.event_types.as_ref()),
+            (None, None)
+        );
+        assert!(app.wants("save-game", "anything"));
+        let none = Config::from_parts(Some(SOURCES), &env(&[])).unwrap();
+        assert!(none.destinations.is_empty());
+    }
+
+    #[test]
+    fn the_environment_secret_wins_and_never_shows() {
+        let text = with_destination(
+            "url = \"https://a.example/\"\nsources = [\"stripe\"]\nsecret = \"whsec_ZmlsZQ==\"",
+        );
+        let var = destination_secret_env_var("app");
+        assert_eq!(var, "INHOOK_DEST_APP_SECRET");
+        assert_eq!(
+            destination_secret_env_var("my-app"),
+            "INHOOK_DEST_MY_APP_SECRET"
+        );
+        let config = Config::from_parts(Some(&text), &env(&[(&var, SECRET)])).unwrap();
+        let app = config.destination("app").unwrap();
+        assert_eq!(app.secret, Secret::new(SECRET));
+        assert!(app.secret_from_environment);
+        let shown = format!("{config:?}");
+        assert!(
+            !shown.contains("c2VjcmV0") && !shown.contains("ZmlsZQ"),
+            "{shown}"
+        );
+        let err = Config::from_parts(Some(&text), &env(&[(&var, "whpk_bm90LWEta2V5")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("destination \"app\": secret"), "{err}");
+        assert!(!err.contains("bm90LWEta2V5"), "{err}");
+    }
+
+    #[test]
+    fn bad_destinations_fail_at_start_naming_the_key() {
+        let ok_rest = format!("sources = [\"stripe\"]\nsecret = \"{SECRET}\"");
+        let url = |u: &str| format!("url = \"{u}\"\n{ok_rest}");
+        let https = "url = \"https://a.example/\"";
+        for (keys, named) in [
+            (ok_rest.clone(), "url is required"),
+            (url("ftp://a.example/"), "url has scheme \"ftp\""),
+            (url("not a url"), "url is not a URL"),
+            (
+                url("https://user:hunter2@a.example/#top"),
+                "url has a #fragment",
+            ),
+            (
+                format!("{https}\nsecret = \"{SECRET}\""),
+                "sources is required",
+            ),
+            (
+                format!("{https}\nsources = [\"github\"]\nsecret = \"{SECRET}\""),
+                "sources names \"github\"",
+            ),
+            (
+                format!("{https}\nsources = [\"stripe\"]"),
+                "INHOOK_DEST_APP_SECRET",
+            ),
+            (
+                format!("{https}\nsources = [\"stripe\"]\nsecret = \"  \""),
+                "secret is required",
+            ),
+            (
+                format!("{https}\n{ok_rest}\nconcurrency = 0"),
+                "concurrency must be at least 1",
+            ),
+            (
+                format!("{https}\n{ok_rest}\nmax_attempts = 0"),
+                "max_attempts must be at least 1",
+            ),
+            (
+                format!("{https}\n{ok_rest}\ntimeout_s = 0"),
+                "timeout_s must be at least 1",
+            ),
+            (
+                format!("{https}\n{ok_rest}\nevent_types = []"),
+                "event_types is empty",
+            ),
+            (
+                format!("{https}\n{ok_rest}\ntls_ca_file = \"/nonexistent/ca.pem\""),
+                "tls_ca_file /nonexistent/ca.pem: cannot be read",
+            ),
+            (
+                format!("url = \"http://a.example/\"\n{ok_rest}\ntls_ca_file = \"/etc/hostname\""),
+                "tls_ca_file is only for https://",
+            ),
+            (
+                format!("{https}\n{ok_rest}\nsecrets = [\"x\"]"),
+                "unknown field `secrets`",
+            ),
+        ] {
+            let err = error(&keys);
+            assert!(err.contains(named), "{keys}: {err}");
+            assert!(
+                !err.contains("hunter2") && !err.contains("c2VjcmV0"),
+                "{err}"
+            );
+        }
+        let twice = format!(
+            "{}\n[[destinations]]\nname = \"app\"\nurl = \"https://b.example/\"\n{ok_rest}\n",
+            with_destination(&url("https://a.example/"))
+        );
+        let err = Config::from_parts(Some(&twice), &env(&[])).unwrap_err();
+        assert!(err.to_string().contains("configured twice"), "{err}");
+        let bad_name = format!(
+            "{SOURCES}\n[[destinations]]\nname = \"a b\"\n{}\n",
+            url("https://a.example/")
+        );
+        let err = Config::from_parts(Some(&bad_name), &env(&[])).unwrap_err();
+        assert!(err.to_string().contains("destination name"), "{err}");
+        let pem_less = tempfile::NamedTempFile::new().unwrap();
+        let err = error(&format!(
+            "{https}\n{ok_rest}\ntls_ca_file = {:?}",
+            pem_less.path()
+        ));
+        assert!(err.contains("holds no PEM certificate"), "{err}");
+    }
+
+    #[test]
+    fn commands_that_only_open_the_store_need_no_destination_secret() {
+        let text = with_destination("url = \"https://a.example/\"\nsources = [\"stripe\"]");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("inhook.toml");
+        std::fs::write(&path, text).unwrap();
+        let config = Config::load_for_store(Some(&path)).unwrap();
+        assert!(config
+            .destination("app")
+            .unwrap()
+            .secret
+            .expose()
+            .is_empty());
+        assert!(Config::load(Some(&path)).is_err());
+    }
+}
