@@ -96,8 +96,8 @@ pub enum NextSend {
     Idle,
 }
 
-/// The newest delivered delivery after `index` of the same lane as `queue[index]`, if it is
-/// a latest-wins one: what supersedes it.
+/// The newest delivered delivery after `index` that changed the same lane as `queue[index]`,
+/// if that is a latest-wins one: what supersedes it (sending it would put older after newer).
 fn superseded_by(queue: &[Queued], index: usize) -> Option<i64> {
     let DeliveryOrder::LatestWins(lane) = queue[index].order else {
         return None;
@@ -105,9 +105,7 @@ fn superseded_by(queue: &[Queued], index: usize) -> Option<i64> {
     queue[index + 1..]
         .iter()
         .rev()
-        .find(|q| {
-            q.order == DeliveryOrder::LatestWins(lane) && q.status == DeliveryStatus::Delivered
-        })
+        .find(|q| q.order.lane() == Some(lane) && q.status == DeliveryStatus::Delivered)
         .map(|q| q.id)
 }
 
@@ -167,7 +165,7 @@ pub fn replay(queue: &[Queued], id: i64) -> Option<ReplayDecision> {
     if let Some(by) = superseded_by(queue, index) {
         return Some(ReplayDecision::Superseded { by });
     }
-    if q.order == DeliveryOrder::InOrder {
+    if q.order.blocks_when_dead() {
         // A dead in-order delivery held everything after it, so only a skipped one can have
         // later deliveries delivered; sending it now would break the order.
         if let Some(after) = queue[index + 1..]
@@ -193,6 +191,7 @@ mod tests {
     use DeliveryStatus::*;
 
     const WHOLE: DeliveryOrder = DeliveryOrder::LatestWins(Lane::Aggregate);
+    const IN_ORDER: DeliveryOrder = DeliveryOrder::InOrder(Lane::Aggregate);
 
     fn q(id: i64, order: DeliveryOrder, status: DeliveryStatus) -> Queued {
         Queued {
@@ -206,9 +205,9 @@ mod tests {
     #[test]
     fn the_first_undecided_delivery_goes_and_nothing_passes_it() {
         let queue = [
-            q(1, DeliveryOrder::InOrder, Delivered),
-            q(2, DeliveryOrder::InOrder, Retrying),
-            q(3, DeliveryOrder::InOrder, Pending),
+            q(1, IN_ORDER, Delivered),
+            q(2, IN_ORDER, Retrying),
+            q(3, IN_ORDER, Pending),
         ];
         assert_eq!(next_send(&queue, 999), NextSend::WaitUntil(1_000));
         assert_eq!(next_send(&queue, 1_000), NextSend::Send(2));
@@ -221,13 +220,13 @@ mod tests {
 
     #[test]
     fn a_dead_in_order_delivery_blocks_and_a_dead_snapshot_does_not() {
-        let blocked = [q(1, DeliveryOrder::InOrder, Dead), q(2, WHOLE, Pending)];
+        let blocked = [q(1, IN_ORDER, Dead), q(2, WHOLE, Pending)];
         assert_eq!(next_send(&blocked, 0), NextSend::Blocked(1));
         for order in [WHOLE, DeliveryOrder::Unordered] {
-            let queue = [q(1, order, Dead), q(2, DeliveryOrder::InOrder, Pending)];
+            let queue = [q(1, order, Dead), q(2, IN_ORDER, Pending)];
             assert_eq!(next_send(&queue, 0), NextSend::Send(2), "{order:?}");
         }
-        let skipped = [q(1, DeliveryOrder::InOrder, Skipped), q(2, WHOLE, Pending)];
+        let skipped = [q(1, IN_ORDER, Skipped), q(2, WHOLE, Pending)];
         assert_eq!(next_send(&skipped, 0), NextSend::Send(2));
     }
 
@@ -259,20 +258,14 @@ mod tests {
 
     #[test]
     fn replay_takes_dead_or_skipped_ones_and_never_reorders() {
-        let queue = [
-            q(1, DeliveryOrder::InOrder, Dead),
-            q(2, DeliveryOrder::InOrder, Pending),
-        ];
+        let queue = [q(1, IN_ORDER, Dead), q(2, IN_ORDER, Pending)];
         assert_eq!(replay(&queue, 1), Some(ReplayDecision::Requeue));
         assert_eq!(
             replay(&queue, 2),
             Some(ReplayDecision::NotReplayable(Pending))
         );
         assert_eq!(replay(&queue, 9), None);
-        let skipped_then_sent = [
-            q(1, DeliveryOrder::InOrder, Skipped),
-            q(2, DeliveryOrder::InOrder, Delivered),
-        ];
+        let skipped_then_sent = [q(1, IN_ORDER, Skipped), q(2, IN_ORDER, Delivered)];
         assert_eq!(
             replay(&skipped_then_sent, 1),
             Some(ReplayDecision::WouldReorder { after: 2 })
@@ -281,6 +274,188 @@ mod tests {
         assert!(!may_skip(InFlight) && !may_skip(Delivered) && !may_skip(Pending));
         for status in DeliveryStatus::ALL {
             assert_eq!(DeliveryStatus::parse(status.as_str()), Some(status));
+        }
+    }
+
+    /// A simulated destination: aggregates with mixed orders, answers drawn from 2xx,
+    /// 500, 429 with Retry-After, timeouts and refused connections, requests completing
+    /// in random interleavings, and a person replaying and skipping now and then.
+    mod simulation {
+        use super::*;
+        use crate::forward::answer::{judge, AttemptResult, Verdict};
+        use crate::retry::RetryPolicy;
+        use proptest::prelude::*;
+
+        const ORDERS: [DeliveryOrder; 4] = [
+            DeliveryOrder::InOrder(Lane::Inventory),
+            DeliveryOrder::LatestWins(Lane::Inventory),
+            DeliveryOrder::LatestWins(Lane::Progress),
+            DeliveryOrder::Unordered,
+        ];
+
+        fn answer(code: u8) -> AttemptResult {
+            match code % 7 {
+                0..=2 => AttemptResult::Answered {
+                    status: 200 + u16::from(code % 3),
+                    retry_after: None,
+                },
+                3 => AttemptResult::Answered {
+                    status: 500,
+                    retry_after: None,
+                },
+                4 => AttemptResult::Answered {
+                    status: if code % 2 == 0 { 429 } else { 503 },
+                    retry_after: Some((code % 5).to_string()),
+                },
+                5 => AttemptResult::TimedOut { after_s: 1 },
+                _ => AttemptResult::ConnectionFailed("connection refused".into()),
+            }
+        }
+
+        /// Whether the delivery at `index` may be sent: every earlier one got a 2xx or was given up.
+        fn earlier_settled(queue: &[Queued], index: usize) -> bool {
+            queue[..index].iter().all(|q| match q.status {
+                DeliveryStatus::Delivered | DeliveryStatus::Skipped => true,
+                DeliveryStatus::Dead => !q.order.blocks_when_dead(),
+                _ => false,
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+            #[test]
+            fn first_acceptances_follow_the_applied_order_and_one_request_flies_per_aggregate(
+                aggregates in prop::collection::vec(prop::collection::vec(0usize..4, 1..7), 1..5),
+                answers in prop::collection::vec(any::<u8>(), 1..64),
+                picks in prop::collection::vec(any::<u8>(), 1..64),
+                people in prop::collection::vec(any::<u8>(), 1..64),
+                max_attempts in 1u32..5,
+                person_acts in any::<bool>(),
+            ) {
+                let policy = RetryPolicy { base_ms: 10, max_delay_ms: 2_000, max_attempts };
+                let mut next_id = 0;
+                let mut queues: Vec<Vec<Queued>> = aggregates
+                    .iter()
+                    .map(|orders| orders.iter().map(|&o| {
+                        next_id += 1;
+                        Queued { id: next_id, order: ORDERS[o], status: DeliveryStatus::Pending, next_attempt_at_ms: None }
+                    }).collect())
+                    .collect();
+                let mut attempts = vec![0u32; next_id as usize + 1];
+                let mut ever_sent = vec![false; next_id as usize + 1];
+                let mut accepted: Vec<Vec<i64>> = vec![Vec::new(); queues.len()];
+                let mut flying: Vec<(usize, usize)> = Vec::new();
+                let (mut now, mut answered, mut step) = (0i64, 0usize, 0usize);
+                let mut replayed = false;
+                for _ in 0..10_000 {
+                    step += 1;
+                    if person_acts {
+                        let act = people[step % people.len()];
+                        let agg = usize::from(act) % queues.len();
+                        let index = (usize::from(act) / 4) % queues[agg].len();
+                        let q = queues[agg][index];
+                        if act % 8 == 0 {
+                            if replay(&queues[agg], q.id) == Some(ReplayDecision::Requeue) {
+                                prop_assert!(matches!(q.status, DeliveryStatus::Dead | DeliveryStatus::Skipped));
+                                queues[agg][index].status = DeliveryStatus::Pending;
+                                attempts[q.id as usize] = 0;
+                                replayed = true;
+                            }
+                        } else if act % 8 == 1 && may_skip(q.status) {
+                            queues[agg][index].status = DeliveryStatus::Skipped;
+                        }
+                    }
+                    for (agg, queue) in queues.iter_mut().enumerate() {
+                        match next_send(queue, now) {
+                            NextSend::Send(id) => {
+                                let index = queue.iter().position(|q| q.id == id).unwrap();
+                                prop_assert!(earlier_settled(queue, index), "{id} sent early: {queue:?}");
+                                queue[index].status = DeliveryStatus::InFlight;
+                                attempts[id as usize] += 1;
+                                ever_sent[id as usize] = true;
+                                flying.push((agg, index));
+                            }
+                            NextSend::Supersede { id, by } => {
+                                let index = queue.iter().position(|q| q.id == id).unwrap();
+                                prop_assert!(replayed && by > id);
+                                queue[index].status = DeliveryStatus::Skipped;
+                            }
+                            NextSend::InFlight(id) => {
+                                prop_assert!(flying.iter().any(|&(a, i)| a == agg && queue[i].id == id));
+                            }
+                            NextSend::WaitUntil(at) => prop_assert!(at > now),
+                            NextSend::Blocked(_) | NextSend::Idle => {}
+                        }
+                        let in_flight = queue.iter().filter(|q| q.status == DeliveryStatus::InFlight).count();
+                        prop_assert!(in_flight <= 1, "two in flight: {queue:?}");
+                    }
+                    if !flying.is_empty() {
+                        let (agg, index) = flying.remove(usize::from(picks[step % picks.len()]) % flying.len());
+                        let result = answer(answers[answered % answers.len()]);
+                        answered += 1;
+                        now += 1;
+                        let q = &mut queues[agg][index];
+                        match judge(&result, attempts[q.id as usize], &policy, now, 0.5) {
+                            Verdict::Delivered => {
+                                q.status = DeliveryStatus::Delivered;
+                                accepted[agg].push(q.id);
+                            }
+                            Verdict::RetryAt { at_ms, .. } => {
+                                prop_assert!(at_ms >= now && at_ms <= now + policy.max_delay_ms + policy.max_delay_ms / 4);
+                                q.status = DeliveryStatus::Retrying;
+                                q.next_attempt_at_ms = Some(at_ms);
+                            }
+                            Verdict::Dead { .. } => {
+                                prop_assert_eq!(attempts[q.id as usize], max_attempts);
+                                q.status = DeliveryStatus::Dead;
+                            }
+                        }
+                        continue;
+                    }
+                    let due = queues.iter().filter_map(|queue| match next_send(queue, now) {
+                        NextSend::WaitUntil(at) => Some(at),
+                        _ => None,
+                    }).min();
+                    match due {
+                        Some(at) => now = at,
+                        None if person_acts && step < 2_000 => now += 1,
+                        None => break,
+                    }
+                }
+                prop_assert!(flying.is_empty());
+                for (agg, queue) in queues.iter().enumerate() {
+                    // First acceptances in applied order. Only a person's replay may accept an
+                    // earlier delivery after a later one, and never within one lane: an
+                    // order-free one, or a snapshot after a change to another part.
+                    let position = |id: &i64| queue.iter().position(|q| q.id == *id).unwrap();
+                    let positions: Vec<usize> = accepted[agg].iter().map(position).collect();
+                    for (at, &later) in positions.iter().enumerate() {
+                        for &earlier in &positions[at + 1..] {
+                            if earlier < later {
+                                let (e, l) = (queue[earlier].order, queue[later].order);
+                                prop_assert!(
+                                    replayed && (e.lane().is_none() || e.lane() != l.lane()),
+                                    "accepted out of order: {:?} {queue:?}", accepted[agg]
+                                );
+                            }
+                        }
+                    }
+                    // Everything ends decided, but what a dead in-order delivery blocks, which never went.
+                    let blocker = queue.iter().position(|q| q.status == DeliveryStatus::Dead && q.order.blocks_when_dead());
+                    for (index, q) in queue.iter().enumerate() {
+                        match blocker {
+                            Some(b) if index > b && !person_acts => {
+                                prop_assert!(!ever_sent[q.id as usize], "sent behind a dead in-order delivery: {queue:?}");
+                            }
+                            Some(b) if index > b => {}
+                            _ => prop_assert!(
+                                matches!(q.status, DeliveryStatus::Delivered | DeliveryStatus::Dead | DeliveryStatus::Skipped),
+                                "undecided without a blocker: {queue:?}"
+                            ),
+                        }
+                    }
+                }
+            }
         }
     }
 }

@@ -10,8 +10,9 @@ use crate::ordering::Outcome;
 
 use super::message::WebhookId;
 
-/// The part of an aggregate's state a latest-wins event replaces: a replayed one
-/// is superseded only by a newer delivered event of the same lane.
+/// The part of an aggregate's state an event changes: a replayed latest-wins event is
+/// superseded only by a newer delivered event of the same lane (a save slot's progress
+/// snapshot is not made old by a newer inventory change; its inventory snapshot is).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Lane {
     /// The whole aggregate (presence, a `json` latest-wins source).
@@ -26,7 +27,7 @@ pub enum Lane {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DeliveryOrder {
     /// A delta applied in sequence: dead, it blocks its aggregate until replayed or skipped.
-    InOrder,
+    InOrder(Lane),
     /// A snapshot: dead, it is given up; replayed after a newer one of its lane was delivered, superseded.
     LatestWins(Lane),
     /// Order-free: dead, it is given up; a replay is always sent.
@@ -35,8 +36,9 @@ pub enum DeliveryOrder {
 
 impl DeliveryOrder {
     /// Every order, for parsing stored rows.
-    pub const ALL: [DeliveryOrder; 5] = [
-        DeliveryOrder::InOrder,
+    pub const ALL: [DeliveryOrder; 6] = [
+        DeliveryOrder::InOrder(Lane::Aggregate),
+        DeliveryOrder::InOrder(Lane::Inventory),
         DeliveryOrder::LatestWins(Lane::Aggregate),
         DeliveryOrder::LatestWins(Lane::Progress),
         DeliveryOrder::LatestWins(Lane::Inventory),
@@ -46,7 +48,10 @@ impl DeliveryOrder {
     /// The stored form.
     pub fn as_str(self) -> &'static str {
         match self {
-            DeliveryOrder::InOrder => "in-order",
+            DeliveryOrder::InOrder(Lane::Aggregate) => "in-order",
+            DeliveryOrder::InOrder(Lane::Inventory) => "in-order:inventory",
+            // No kind applies progress in order; stored as such should one ever do.
+            DeliveryOrder::InOrder(Lane::Progress) => "in-order:progress",
             DeliveryOrder::LatestWins(Lane::Aggregate) => "latest-wins",
             DeliveryOrder::LatestWins(Lane::Progress) => "latest-wins:progress",
             DeliveryOrder::LatestWins(Lane::Inventory) => "latest-wins:inventory",
@@ -61,7 +66,15 @@ impl DeliveryOrder {
 
     /// Whether a dead delivery of this order blocks the later ones of its aggregate.
     pub fn blocks_when_dead(self) -> bool {
-        self == DeliveryOrder::InOrder
+        matches!(self, DeliveryOrder::InOrder(_))
+    }
+
+    /// The part of the aggregate it changes; none for an order-free event.
+    pub fn lane(self) -> Option<Lane> {
+        match self {
+            DeliveryOrder::InOrder(lane) | DeliveryOrder::LatestWins(lane) => Some(lane),
+            DeliveryOrder::Unordered => None,
+        }
     }
 }
 
@@ -101,10 +114,10 @@ impl SourceOrdering {
             SourceOrdering::Json(JsonOrdering::LatestWins) => {
                 DeliveryOrder::LatestWins(Lane::Aggregate)
             }
-            SourceOrdering::Json(JsonOrdering::InOrder) => DeliveryOrder::InOrder,
+            SourceOrdering::Json(JsonOrdering::InOrder) => DeliveryOrder::InOrder(Lane::Aggregate),
             SourceOrdering::Json(JsonOrdering::Unordered) => DeliveryOrder::Unordered,
             SourceOrdering::SaveGame => match event_type {
-                "inventory.updated" => DeliveryOrder::InOrder,
+                "inventory.updated" => DeliveryOrder::InOrder(Lane::Inventory),
                 "progress.saved" => DeliveryOrder::LatestWins(Lane::Progress),
                 "inventory.snapshot" => DeliveryOrder::LatestWins(Lane::Inventory),
                 // achievement.unlocked is order-free.
@@ -271,7 +284,7 @@ mod tests {
         let save = SourceOrdering::of(config.source("save-game").unwrap());
         assert_eq!(
             save.delivery_order("inventory.updated"),
-            DeliveryOrder::InOrder
+            DeliveryOrder::InOrder(Lane::Inventory)
         );
         assert_eq!(
             save.delivery_order("progress.saved"),
@@ -292,9 +305,10 @@ mod tests {
         );
         assert_eq!(
             SourceOrdering::Json(JsonOrdering::InOrder).delivery_order("x"),
-            DeliveryOrder::InOrder
+            DeliveryOrder::InOrder(Lane::Aggregate)
         );
-        assert!(DeliveryOrder::InOrder.blocks_when_dead());
+        assert!(DeliveryOrder::InOrder(Lane::Aggregate).blocks_when_dead());
+        assert_eq!(DeliveryOrder::Unordered.lane(), None);
         assert!(!DeliveryOrder::Unordered.blocks_when_dead());
         for order in DeliveryOrder::ALL {
             assert_eq!(DeliveryOrder::parse(order.as_str()), Some(order));
