@@ -304,7 +304,7 @@ mod tests {
                     retry_after: None,
                 },
                 4 => AttemptResult::Answered {
-                    status: if code % 2 == 0 { 429 } else { 503 },
+                    status: if code.is_multiple_of(2) { 429 } else { 503 },
                     retry_after: Some((code % 5).to_string()),
                 },
                 5 => AttemptResult::TimedOut { after_s: 1 },
