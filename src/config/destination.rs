@@ -17,8 +17,9 @@ pub const DEFAULT_TIMEOUT_S: u64 = 10;
 /// Requests on the wire at once when `concurrency` is unset.
 pub const DEFAULT_CONCURRENCY: usize = 32;
 
-/// One configured destination, validated.
-#[derive(Debug, Clone)]
+/// One configured destination, validated. Its Debug output shows the URL without
+/// credentials and never the secret.
+#[derive(Clone)]
 pub struct DestinationConfig {
     /// The name in `/v1/destinations/{name}` and in metrics.
     pub name: String,
@@ -46,7 +47,38 @@ pub struct DestinationConfig {
     pub tls_ca_file: Option<PathBuf>,
 }
 
+impl std::fmt::Debug for DestinationConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DestinationConfig")
+            .field("name", &self.name)
+            .field("url", &self.url_for_display())
+            .field("sources", &self.sources)
+            .field("event_types", &self.event_types)
+            .field("secret", &self.secret)
+            .field("secret_from_environment", &self.secret_from_environment)
+            .field("timeout_s", &self.timeout_s)
+            .field("retry", &self.retry)
+            .field("concurrency", &self.concurrency)
+            .field("rate_limit_per_s", &self.rate_limit_per_s)
+            .field("tls_ca_file", &self.tls_ca_file)
+            .finish()
+    }
+}
+
 impl DestinationConfig {
+    /// The URL as logs, errors and API answers may show it: any `user:password@` replaced by `***@`.
+    pub fn url_for_display(&self) -> String {
+        match reqwest::Url::parse(&self.url) {
+            Ok(mut url) if !url.username().is_empty() || url.password().is_some() => {
+                let _ = url.set_password(None);
+                let _ = url.set_username("***");
+                url.to_string()
+            }
+            Ok(url) => url.to_string(),
+            Err(_) => "(not a url)".into(),
+        }
+    }
+
     /// Whether an applied event of `source` with type `event_type` goes to this destination.
     pub fn wants(&self, source: &str, event_type: &str) -> bool {
         self.sources.iter().any(|s| s == source)

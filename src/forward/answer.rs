@@ -9,6 +9,8 @@ use time::OffsetDateTime;
 
 use crate::retry::{NextStep, RetryPolicy};
 
+use super::queue::DeliveryStatus;
+
 /// How one request ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AttemptResult {
@@ -68,6 +70,48 @@ pub enum Verdict {
         /// The last attempt, as [`AttemptResult::describe`] says it.
         error: String,
     },
+}
+
+impl Verdict {
+    /// The delivery's status afterwards.
+    pub fn status(&self) -> DeliveryStatus {
+        match self {
+            Verdict::Delivered => DeliveryStatus::Delivered,
+            Verdict::RetryAt { .. } => DeliveryStatus::Retrying,
+            Verdict::Dead { .. } => DeliveryStatus::Dead,
+        }
+    }
+}
+
+/// One attempt of a delivery's history, as stored and shown (`GET …/deliveries`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AttemptRecord {
+    /// The attempt's number since the delivery was written or last replayed (the first is 1).
+    pub attempt: u32,
+    /// When the request went, unix milliseconds.
+    pub at_ms: i64,
+    /// How long until the answer or the failure, in milliseconds.
+    pub duration_ms: i64,
+    /// The HTTP status, when the application answered.
+    pub status: Option<u16>,
+    /// The attempt as [`AttemptResult::describe`] says it.
+    pub result: String,
+}
+
+impl AttemptRecord {
+    /// The record of attempt `attempt`, sent at `at_ms`, that ended with `result` after `duration_ms`.
+    pub fn new(attempt: u32, at_ms: i64, duration_ms: i64, result: &AttemptResult) -> Self {
+        Self {
+            attempt,
+            at_ms,
+            duration_ms,
+            status: match result {
+                AttemptResult::Answered { status, .. } => Some(*status),
+                _ => None,
+            },
+            result: result.describe(),
+        }
+    }
 }
 
 /// The delay a `Retry-After` value asks for, in milliseconds from `now_ms`: whole
@@ -228,6 +272,26 @@ mod tests {
         assert_eq!(
             retry_after_ms("99999999999999999999", now_ms).map(|ms| ms > 0),
             Some(true)
+        );
+    }
+
+    #[test]
+    fn a_verdict_sets_the_status_and_an_attempt_is_recorded_as_said() {
+        assert_eq!(Verdict::Delivered.status(), DeliveryStatus::Delivered);
+        let retry = judge(&answered(500, None), 1, &POLICY, 0, 0.0);
+        assert_eq!(retry.status(), DeliveryStatus::Retrying);
+        let dead = judge(&answered(500, None), 3, &POLICY, 0, 0.0);
+        assert_eq!(dead.status(), DeliveryStatus::Dead);
+        let record = AttemptRecord::new(2, 5_000, 120, &answered(503, Some("1")));
+        assert_eq!(
+            (record.status, record.result.as_str()),
+            (Some(503), "HTTP 503")
+        );
+        let timeout =
+            AttemptRecord::new(3, 9_000, 10_000, &AttemptResult::TimedOut { after_s: 10 });
+        assert_eq!(
+            (timeout.status, timeout.result.as_str()),
+            (None, "no answer within 10 s")
         );
     }
 
