@@ -205,6 +205,26 @@ pub(super) fn destinations(
             .as_ref()
             .map(|patterns| patterns.iter().map(|p| Glob::new(p)).collect());
         let var = destination_secret_env_var(&name);
+        // One variable must not feed two secrets: `dest-app` the source and `app` the
+        // destination, or `my-app` and `my_app`, would share theirs.
+        if let Some(source) = sources
+            .iter()
+            .find(|s| super::secret_env_var(&s.name) == var)
+        {
+            return Err(problem(
+                "name",
+                format!("shares {var} with source {:?}: rename one", source.name),
+            ));
+        }
+        if let Some(other) = out
+            .iter()
+            .find(|o| destination_secret_env_var(&o.name) == var)
+        {
+            return Err(problem(
+                "name",
+                format!("shares {var} with destination {:?}: rename one", other.name),
+            ));
+        }
         let secret_from_environment = env.contains_key(&var);
         let raw_secret = env
             .get(&var)
@@ -532,6 +552,27 @@ mod tests {
         );
         let err = Config::from_parts(Some(&bad_name), &env(&[])).unwrap_err();
         assert!(err.to_string().contains("destination name"), "{err}");
+        let clash = format!(
+            "{SOURCES}\n[[sources]]\nname = \"dest-app\"\nkind = \"presence\"\nsecrets = [\"x\"]\n\
+             [[destinations]]\nname = \"app\"\n{}\n",
+            url("https://a.example/")
+        );
+        let err = Config::from_parts(Some(&clash), &env(&[])).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("shares INHOOK_DEST_APP_SECRET with source \"dest-app\""),
+            "{err}"
+        );
+        let twins = format!(
+            "{}\n[[destinations]]\nname = \"App\"\n{}\n",
+            with_destination(&url("https://a.example/")),
+            url("https://b.example/")
+        );
+        let err = Config::from_parts(Some(&twins), &env(&[])).unwrap_err();
+        assert!(
+            err.to_string().contains("with destination \"app\""),
+            "{err}"
+        );
         let pem_less = tempfile::NamedTempFile::new().unwrap();
         let err = error(&format!(
             "{https}\n{ok_rest}\ntls_ca_file = {:?}",
