@@ -14,7 +14,9 @@ use crate::retry::RetryPolicy;
 use crate::signature::{Scheme, Secret};
 use crate::store::{IngestLimits, SourceRules};
 
+mod destination;
 mod reload;
+pub use destination::{destination_secret_env_var, DestinationConfig};
 pub use reload::{check_reload, ReloadPlan};
 
 /// Whether a source answers after applying (sync) or after logging (async).
@@ -112,6 +114,8 @@ pub struct Config {
     pub log_json: bool,
     /// The sources, in config order.
     pub sources: Vec<SourceConfig>,
+    /// Where applied events are forwarded (SPEC §9), in config order.
+    pub destinations: Vec<DestinationConfig>,
     /// Aggregates processed in parallel.
     pub workers: usize,
     /// How failed processing is retried.
@@ -164,6 +168,11 @@ impl Config {
     pub fn source(&self, name: &str) -> Option<&SourceConfig> {
         self.sources.iter().find(|s| s.name == name)
     }
+
+    /// The destination named `name`.
+    pub fn destination(&self, name: &str) -> Option<&DestinationConfig> {
+        self.destinations.iter().find(|d| d.name == name)
+    }
 }
 
 /// Whether loading fails on a source without a secret.
@@ -188,6 +197,7 @@ struct FileConfig {
     busy_timeout_ms: Option<u64>,
     log_format: Option<String>,
     sources: Option<Vec<FileSource>>,
+    destinations: Option<Vec<destination::FileDestination>>,
     workers: Option<usize>,
     retry_base_s: Option<u64>,
     retry_max_delay_s: Option<u64>,
@@ -579,6 +589,13 @@ impl Config {
                 .map_or(defaults.max_delay_ms, |s| s as i64 * 1000),
             max_attempts: file.max_attempts.unwrap_or(defaults.max_attempts).max(1),
         };
+        let destinations = destination::destinations(
+            file.destinations.unwrap_or_default(),
+            env,
+            &sources,
+            retry,
+            secret_rule == Secrets::Required,
+        )?;
         let max_body_bytes = file.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
         let max_buffered_body_bytes = file
             .max_buffered_body_bytes
@@ -645,6 +662,7 @@ impl Config {
             busy_timeout_ms: file.busy_timeout_ms.unwrap_or(5_000),
             log_json,
             sources,
+            destinations,
             loaded_from: None,
         })
     }

@@ -17,6 +17,8 @@
 //! - [`store`]: the [`store::Store`] trait and its SQLite and PostgreSQL (over
 //!   TLS) implementations: the event log with its unique keys, and the
 //!   projections, transactionally; both share the settle plan of `store::settle`.
+//! - [`forward`]: forwarding to `[[destinations]]` (SPEC §9): what is sent, in which
+//!   order, signed how, and what an answer means; pure rules under the sender.
 //! - [`mask`]: `mask_fields` applied to anything inhook shows.
 //! - [`worker`]: applies async events by settling due aggregates.
 //! - [`config`], [`app`], [`cli`]: configuration, wiring, command line;
@@ -31,6 +33,7 @@ pub mod clock;
 pub mod config;
 pub mod contract;
 pub mod domain;
+pub mod forward;
 pub mod http;
 pub mod kind;
 pub mod log_throttle;

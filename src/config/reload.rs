@@ -1,6 +1,9 @@
 //! What a reload (SIGHUP or `POST /v1/admin/reload`) may take from a freshly read config.
 //! Only secrets change without a restart, so a config that would need more is refused
-//! whole: the running sources keep serving with the secrets in force.
+//! whole: the running sources keep serving with the secrets in force. Destinations follow
+//! the same rule: a destination's secret may rotate; any other key of a running one, or
+//! dropping it, needs a restart (its queues, leases and circuit are built from them);
+//! a new destination is forwarded to from the restart on.
 
 use super::{Config, ConfigError};
 
@@ -14,6 +17,12 @@ pub struct ReloadPlan {
     pub from_environment: Vec<String>,
     /// Sources new in the file: not served until a restart.
     pub not_served_until_restart: Vec<String>,
+    /// Running destinations whose secret is now that of the config read.
+    pub destinations: usize,
+    /// Running destinations whose secret comes from `INHOOK_DEST_<NAME>_SECRET`.
+    pub destinations_from_environment: Vec<String>,
+    /// Destinations new in the file: nothing is forwarded to them until a restart.
+    pub destinations_not_served_until_restart: Vec<String>,
 }
 
 /// Checks `fresh` against the `running` config. A running source missing from `fresh`
@@ -54,6 +63,27 @@ pub fn check_reload(running: &Config, fresh: &Config) -> Result<ReloadPlan, Conf
             from_environment.push(source.name.clone());
         }
     }
+    let mut destinations_from_environment = Vec::new();
+    for destination in &running.destinations {
+        let Some(next) = fresh.destination(&destination.name) else {
+            problems.push(format!(
+                "destination {:?} is running but missing from the config read (dropped or renamed)",
+                destination.name
+            ));
+            continue;
+        };
+        let changed = destination.changed_keys(next);
+        if !changed.is_empty() {
+            problems.push(format!(
+                "destination {:?}: {} changed",
+                destination.name,
+                changed.join(", ")
+            ));
+        }
+        if next.secret_from_environment {
+            destinations_from_environment.push(destination.name.clone());
+        }
+    }
     if !problems.is_empty() {
         return Err(ConfigError(format!(
             "{}; that needs a restart, nothing was changed",
@@ -68,6 +98,14 @@ pub fn check_reload(running: &Config, fresh: &Config) -> Result<ReloadPlan, Conf
             .iter()
             .filter(|s| running.source(&s.name).is_none())
             .map(|s| s.name.clone())
+            .collect(),
+        destinations: running.destinations.len(),
+        destinations_from_environment,
+        destinations_not_served_until_restart: fresh
+            .destinations
+            .iter()
+            .filter(|d| running.destination(&d.name).is_none())
+            .map(|d| d.name.clone())
             .collect(),
     })
 }
@@ -155,7 +193,65 @@ mod tests {
                 sources: 2,
                 from_environment: vec!["s".into()],
                 not_served_until_restart: vec!["n".into()],
+                destinations: 0,
+                destinations_from_environment: Vec::new(),
+                destinations_not_served_until_restart: Vec::new(),
             }
         );
+    }
+
+    const FORWARDING: &str = r#"
+        [[destinations]]
+        name = "app"
+        url = "https://app.example/hooks"
+        sources = ["s"]
+        secret = "whsec_b2xkLXNlY3JldA=="
+    "#;
+
+    #[test]
+    fn a_destination_may_rotate_its_secret_and_nothing_else() {
+        let text = format!("{RUNNING}{FORWARDING}");
+        let running = config(&text, &[]);
+        let rotated = text.replace("whsec_b2xkLXNlY3JldA==", "whsec_bmV3LXNlY3JldA==");
+        let plan = check_reload(&running, &config(&rotated, &[])).unwrap();
+        assert_eq!(plan.destinations, 1);
+        let plan = check_reload(
+            &running,
+            &config(&text, &[("INHOOK_DEST_APP_SECRET", "whsec_ZW52")]),
+        )
+        .unwrap();
+        assert_eq!(plan.destinations_from_environment, ["app"]);
+        for (edited, named) in [
+            (
+                text.replace("https://app.example/hooks", "https://other.example/"),
+                "url changed",
+            ),
+            (
+                text.replace(
+                    "sources = [\"s\"]",
+                    "sources = [\"s\", \"p\"]\nconcurrency = 2",
+                ),
+                "sources, concurrency changed",
+            ),
+            (
+                text.replace("name = \"app\"", "name = \"app2\""),
+                "\"app\" is running but missing",
+            ),
+        ] {
+            let err = check_reload(&running, &config(&edited, &[]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(named) && err.contains("needs a restart"),
+                "{err}"
+            );
+            assert!(!err.contains("b2xk"), "{err}");
+        }
+        let grown = format!(
+            "{text}\n[[destinations]]\nname = \"audit\"\nurl = \"http://127.0.0.1:1/\"\n\
+             sources = [\"p\"]\nsecret = \"whsec_YXVkaXQ=\"\n"
+        );
+        let plan = check_reload(&running, &config(&grown, &[])).unwrap();
+        assert_eq!(plan.destinations_not_served_until_restart, ["audit"]);
     }
 }

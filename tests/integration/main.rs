@@ -11,6 +11,7 @@ mod crash;
 mod durability;
 mod event_log;
 mod examples;
+mod forwarding;
 mod held_limits;
 mod hostile_ingress;
 mod hygiene;

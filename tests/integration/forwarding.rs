@@ -1,0 +1,117 @@
+//! Forwarding (SPEC §9): what the application receives verifies with the official
+//! Standard Webhooks library, as SPEC §9 promises ("so the publishers' official
+//! libraries verify it").
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use inhook::forward::message::{request_headers, ForwardedEvent, WebhookId};
+use inhook::signature::Secret;
+use serde_json::{json, Value};
+
+use crate::support::now_s;
+
+/// Verifies each (headers, body) with `standardwebhooks.Webhook.verify`; `None` when the
+/// library is missing outside CI (CI sets `INHOOK_TEST_VECTORS=required`).
+fn official_verdicts(
+    secret: &str,
+    requests: &[(Vec<(&'static str, String)>, &str)],
+) -> Option<Vec<bool>> {
+    const SCRIPT: &str = r#"
+import json, sys
+from standardwebhooks import Webhook
+req = json.load(sys.stdin)
+hook = Webhook(req["secret"])
+out = []
+for r in req["requests"]:
+    try:
+        hook.verify(r["body"].encode(), r["headers"])
+        out.append(True)
+    except Exception:
+        out.append(False)
+print(json.dumps(out))
+"#;
+    let input = json!({
+        "secret": secret,
+        "requests": requests.iter().map(|(headers, body)| json!({
+            "headers": headers.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+            "body": body,
+        })).collect::<Vec<_>>(),
+    });
+    let child = Command::new("python3")
+        .args(["-c", SCRIPT])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
+        Err(err) => return unavailable(&format!("cannot run python3: {err}")),
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&serde_json::to_vec(&input).unwrap())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    if !output.status.success() {
+        return unavailable(&String::from_utf8_lossy(&output.stderr));
+    }
+    let verdicts: Value = serde_json::from_slice(&output.stdout).expect("the verdicts");
+    Some(
+        verdicts
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_bool().unwrap())
+            .collect(),
+    )
+}
+
+fn unavailable(problem: &str) -> Option<Vec<bool>> {
+    let hint = "pip install -r tests/vectors/requirements.txt";
+    if std::env::var("INHOOK_TEST_VECTORS").as_deref() == Ok("required") {
+        panic!("the official standardwebhooks library is unavailable ({hint}):\n{problem}");
+    }
+    eprintln!("SKIPPED: the official standardwebhooks library is unavailable ({hint}):\n{problem}");
+    None
+}
+
+#[test]
+fn forwarded_requests_verify_with_the_official_standard_webhooks_library() {
+    let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let bodies = [
+        r#"{"id":"evt_1","type":"invoice.paid","data":{"object":{"id":"in_1"}}}"#,
+        "{ \"spaced\" : [1, 2.50, \"é\\u00e9\"],\n  \"kept\": true }",
+    ];
+    let now = now_s();
+    let mut requests = Vec::new();
+    for (i, body) in bodies.iter().enumerate() {
+        let event_id = format!("evt_{i}");
+        let id = WebhookId::of("stripe", &event_id);
+        let event = ForwardedEvent {
+            webhook_id: &id,
+            source: "stripe",
+            event_id: &event_id,
+            event_type: "invoice.paid",
+            aggregate: "invoice/in_1",
+            sequence: 1_700_000_000 + i as i64,
+            body: body.as_bytes(),
+        };
+        let attempt = i as u32 + 1;
+        requests.push((
+            request_headers(&event, &Secret::new(secret), attempt, now).unwrap(),
+            *body,
+        ));
+    }
+    // The same headers over a body changed by one byte must not verify.
+    requests.push((
+        requests[0].0.clone(),
+        r#"{"id":"evt_1","type":"invoice.paid","data":{"object":{"id":"in_2"}}}"#,
+    ));
+    let Some(verdicts) = official_verdicts(secret, &requests) else {
+        return;
+    };
+    assert_eq!(verdicts, [true, true, false]);
+}
