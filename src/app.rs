@@ -62,6 +62,15 @@ pub struct Application {
 impl Application {
     /// Opens the store, migrates it and binds the listen address (port 0 picks a free port).
     pub async fn build(config: Config) -> anyhow::Result<Self> {
+        // Fail closed: a configured destination that silently received nothing would look
+        // like an application bug. The config and forwarding rules exist; the sender does not yet.
+        if let Some(destination) = config.destinations.first() {
+            anyhow::bail!(
+                "destination {:?}: forwarding ([[destinations]]) is not served by this release yet; \
+                 remove the [[destinations]] tables to start",
+                destination.name
+            );
+        }
         crate::metrics::install();
         let store = open_store(&config).await?;
         let wake = Arc::new(Notify::new());

@@ -115,3 +115,31 @@ fn forwarded_requests_verify_with_the_official_standard_webhooks_library() {
     };
     assert_eq!(verdicts, [true, true, false]);
 }
+
+/// Until the sender lands, a configured destination would receive nothing: the server
+/// refuses to start rather than accept deliveries it would never forward.
+#[test]
+fn a_configured_destination_is_refused_at_start_until_forwarding_is_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inhook.toml");
+    let config = format!(
+        "listen = \"127.0.0.1:0\"\ndatabase = \"sqlite://{}\"\n\n[[sources]]\nname = \"p\"\nkind = \"presence\"\nsecrets = [\"s\"]\n\n[[destinations]]\nname = \"app\"\nurl = \"http://127.0.0.1:9/hooks\"\nsources = [\"p\"]\nsecret = \"whsec_c2VjcmV0c2VjcmV0c2VjcmV0\"\n",
+        dir.path().join("inhook.db").display()
+    );
+    std::fs::write(&path, config).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_inhook"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "started with a destination");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("destination \"app\"") && stderr.contains("not served"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("whsec_"),
+        "the secret must not show: {stderr}"
+    );
+}
