@@ -120,18 +120,7 @@ pub(crate) async fn aggregates_list(
 ) -> Result<Response, Answer> {
     let source = source_named(&state, &source)?;
     let limit = page_size(query.limit)?;
-    let cursor = query
-        .cursor
-        .as_deref()
-        .filter(|c| !c.is_empty())
-        .map(|text| {
-            AggregateKey::parse_text(text)
-                .map(|key| key.storage_key())
-                .map_err(|_| {
-                    Answer::BadRequest("cursor must be a next_cursor of this listing".into())
-                })
-        })
-        .transpose()?;
+    let cursor = super::aggregate_cursor(query.cursor.as_deref())?;
     let page = state
         .store
         .aggregates_page(&source.name, None, limit, cursor.as_deref())

@@ -42,6 +42,21 @@ fn page_size(limit: Option<u64>) -> Result<usize, Answer> {
     }
 }
 
+/// The stored key a `?cursor=` (a previous page's `next_cursor`, an aggregate's text form)
+/// resumes after; empty means the first page.
+fn aggregate_cursor(cursor: Option<&str>) -> Result<Option<String>, Answer> {
+    cursor
+        .filter(|c| !c.is_empty())
+        .map(|text| {
+            AggregateKey::parse_text(text)
+                .map(|key| key.storage_key())
+                .map_err(|_| {
+                    Answer::BadRequest("cursor must be a next_cursor of this listing".into())
+                })
+        })
+        .transpose()
+}
+
 /// A `?status=` filter over the values `all` (written as `name` gives them): empty means
 /// no filter, any other value not among them a 400 listing them.
 fn status_filter<T: Copy>(

@@ -85,17 +85,7 @@ pub(crate) async fn saves_list(
 ) -> Result<Response, Answer> {
     let source = source_of_kind(&state, SourceKind::SaveGame, query.source.as_deref())?;
     let limit = page_size(query.limit)?;
-    let cursor = query
-        .cursor
-        .as_deref()
-        .map(|text| {
-            AggregateKey::parse_text(text)
-                .map(|key| key.storage_key())
-                .map_err(|_| {
-                    Answer::BadRequest("cursor must be a next_cursor of this listing".into())
-                })
-        })
-        .transpose()?;
+    let cursor = super::aggregate_cursor(query.cursor.as_deref())?;
     let page = state
         .store
         .aggregates_page(&source.name, None, limit, cursor.as_deref())
