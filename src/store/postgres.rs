@@ -561,7 +561,8 @@ impl Store for PostgresStore {
         event: NewEvent<'_>,
         settle_now: Option<&SourceRules>,
     ) -> Result<Admission, StoreError> {
-        if self.group_commit && settle_now.is_none() {
+        // An ignored type takes the single path: it is logged decided, outside every limit.
+        if self.group_commit && settle_now.is_none() && !event.ignored {
             return self.ingest_batched(event).await;
         }
         let event_id = event.event.event_id.as_str();
@@ -587,8 +588,9 @@ impl Store for PostgresStore {
         let inserted = tx
             .cached_query_opt(
                 "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
-                     idempotency_key, body, signature_valid, signed_at, received_at, status, headers)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, TRUE, $8, $9, 'received', $10)
+                     idempotency_key, body, signature_valid, signed_at, received_at, status, headers,
+                     decided_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, TRUE, $8, $9, $10, $11, $12)
                  ON CONFLICT DO NOTHING
                  RETURNING id",
                 &[
@@ -601,7 +603,9 @@ impl Store for PostgresStore {
                     &event.body,
                     &event.signed_at,
                     &event.received_at_ms,
+                    &row.logged_status(),
                     &headers_json(event.headers),
+                    &row.logged_decided_at(),
                 ],
             )
             .await
@@ -614,6 +618,14 @@ impl Store for PostgresStore {
             return Ok(admission);
         };
         let row_id: i64 = col(&inserted, 0)?;
+        if row.ignored {
+            tx.commit().await.map_err(pg_err)?;
+            return Ok(Admission::Logged {
+                row: row_id,
+                decided: None,
+                out_of_order: false,
+            });
+        }
         let seen = highest_received(&tx, &[&row]).await?;
         let out_of_order = seen
             .get(&(row.source.clone(), row.aggregate.clone()))

@@ -107,8 +107,8 @@ fn ingest_one(conn: &Connection, job: &IngestJob) -> Result<Admission, StoreErro
         .prepare_cached(
             "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
                  idempotency_key, body, signature_valid, signed_at, received_at, status,
-                 headers)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, 'received', ?10)
+                 headers, decided_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, ?10, ?11, ?12)
              ON CONFLICT DO NOTHING",
         )
         .map_err(map_err)?
@@ -122,7 +122,9 @@ fn ingest_one(conn: &Connection, job: &IngestJob) -> Result<Admission, StoreErro
             job.row.body,
             job.row.signed_at,
             job.row.received_at,
-            job.row.headers
+            job.row.logged_status(),
+            job.row.headers,
+            job.row.logged_decided_at()
         ])
         .map_err(map_err)?;
     if inserted == 0 {
@@ -135,6 +137,13 @@ fn ingest_one(conn: &Connection, job: &IngestJob) -> Result<Admission, StoreErro
         );
     }
     let row = conn.last_insert_rowid();
+    if job.row.ignored {
+        return Ok(Admission::Logged {
+            row,
+            decided: None,
+            out_of_order: false,
+        });
+    }
     let out_of_order = record_received(conn, &job.row)?;
     let decided = match &job.rules {
         Some(rules) => {
