@@ -9,6 +9,7 @@ pub mod postgres_tls;
 mod settle;
 mod sql;
 pub mod sqlite;
+mod upkeep;
 
 use async_trait::async_trait;
 
