@@ -178,15 +178,65 @@ pub struct SendArgs {
     /// The secret to sign with; defaults to INHOOK_<SOURCE>_SECRET.
     #[arg(long)]
     pub secret: Option<String>,
-    /// The signature scheme; defaults to the source's in --config, else the seed source's.
+    /// The signature scheme; defaults to the source's in --config (without --config,
+    /// only the default sources `presence` and `save-game` are known).
     #[arg(long, value_parser = parse_scheme)]
     pub scheme: Option<Scheme>,
+    /// An extra request header, `Name: value` (repeatable): an event type or id a
+    /// source reads from a header. The scheme's own headers are refused, except its
+    /// delivery id (`X-GitHub-Delivery`, `webhook-id`, …), which is then signed as given.
+    #[arg(long = "header", value_name = "NAME: VALUE", value_parser = parse_header)]
+    pub headers: Vec<ExtraHeader>,
     /// The JSON body to send, or `-` for standard input.
     pub file: PathBuf,
 }
 
 fn parse_scheme(raw: &str) -> Result<Scheme, String> {
     raw.parse()
+}
+
+/// A request header `inhook send` adds.
+#[derive(Debug, Clone)]
+pub struct ExtraHeader {
+    /// Its name (lower case).
+    pub name: reqwest::header::HeaderName,
+    /// Its value.
+    pub value: reqwest::header::HeaderValue,
+}
+
+fn parse_header(raw: &str) -> Result<ExtraHeader, String> {
+    let (name, value) = raw
+        .split_once(':')
+        .ok_or_else(|| format!("{raw:?} is not `Name: value`"))?;
+    let name = reqwest::header::HeaderName::from_bytes(name.trim().as_bytes())
+        .map_err(|_| format!("{:?} is not a header name", name.trim()))?;
+    let value = reqwest::header::HeaderValue::from_str(value.trim())
+        .map_err(|_| format!("the value of {name} is not a valid header value"))?;
+    Ok(ExtraHeader { name, value })
+}
+
+/// The scheme `send` signs with: `--scheme`, else the source's in the config
+/// (the default sources' without `--config`). An unknown source is an error, not a guess.
+fn send_scheme(
+    args: &SendArgs,
+    config_path: Option<&std::path::Path>,
+    source: Option<&crate::config::SourceConfig>,
+) -> anyhow::Result<Scheme> {
+    if let Some(scheme) = args.scheme.or(source.map(|s| s.scheme)) {
+        return Ok(scheme);
+    }
+    match config_path {
+        Some(path) => bail!(
+            "source {:?} is not in {}: name a configured source, or pass --scheme",
+            args.source,
+            path.display()
+        ),
+        None => bail!(
+            "source {:?} is not a default source (presence, save-game): pass --config \
+             with the file that configures it, or --scheme",
+            args.source
+        ),
+    }
 }
 
 /// Runs a parsed command line.
@@ -259,25 +309,15 @@ async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Result<()
     } else {
         std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?
     };
-    let configured = match &config_path {
-        Some(_) => Config::load(config_path.as_deref()).ok().and_then(|c| {
-            c.source(&args.source)
-                .map(|s| (s.scheme, s.secrets.first().cloned()))
-        }),
-        None => None,
-    };
-    let scheme = args
-        .scheme
-        .or(configured.as_ref().map(|(scheme, _)| *scheme))
-        .unwrap_or(if args.source == "presence" {
-            Scheme::HmacHex
-        } else {
-            Scheme::HmacTimestamped
-        });
+    // Secrets optional: a source whose secret is not set here is no reason to refuse another.
+    let config = Config::load_for_store(config_path.as_deref())?;
+    let source = config.source(&args.source);
+    let scheme = send_scheme(&args, config_path.as_deref(), source)?;
+    let configured_secret = source.and_then(|s| s.secrets.first().cloned());
     let var = secret_env_var(&args.source);
     let secret = match args.secret.or_else(|| std::env::var(&var).ok()) {
         Some(s) => Secret::new(s.split(',').next().unwrap_or_default().trim()),
-        None => match configured.and_then(|(_, s)| s) {
+        None => match configured_secret {
             Some(secret) => secret,
             None => bail!("no secret: pass --secret or set {var}"),
         },
@@ -290,10 +330,37 @@ async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Result<()
     let mut request = reqwest::Client::new()
         .post(&url)
         .header("content-type", "application/json");
-    let signed = signature::try_sign(scheme, &body, &secret, clock::now_ms() / 1000, None)
+    let id_header = scheme.delivery_id_header();
+    let given_id = args
+        .headers
+        .iter()
+        .find(|h| Some(h.name.as_str()) == id_header)
+        .map(|h| {
+            h.value
+                .to_str()
+                .context("the delivery id header is not text")
+        })
+        .transpose()?;
+    let signed = signature::try_sign(scheme, &body, &secret, clock::now_ms() / 1000, given_id)
         .with_context(|| format!("signing with the {scheme} scheme"))?;
+    for extra in &args.headers {
+        let name = extra.name.as_str();
+        if name == "content-type" {
+            bail!("--header {name}: send always posts application/json");
+        }
+        if signed.iter().any(|(own, _)| own.eq_ignore_ascii_case(name)) && Some(name) != id_header {
+            bail!("--header {name}: the {scheme} scheme sets this header itself");
+        }
+    }
     for (name, value) in signed {
         request = request.header(name, value);
+    }
+    for extra in args
+        .headers
+        .iter()
+        .filter(|h| Some(h.name.as_str()) != id_header)
+    {
+        request = request.header(extra.name.clone(), extra.value.clone());
     }
     let response = request
         .body(body)

@@ -755,6 +755,100 @@ async fn github_pull_requests_and_issues_converge_in_their_own_sources() {
     );
 }
 
+/// `inhook send` as a user self-checks the GitHub example: `--header` supplies
+/// the event type the source reads from `X-GitHub-Event` (and may set the delivery
+/// id, which the scheme then signs); the scheme's own headers are refused, and a
+/// source `send` does not know is an error, not a guessed scheme.
+#[tokio::test]
+async fn send_adds_headers_so_a_github_source_can_be_self_checked() {
+    let server = serve_example(
+        "github.toml",
+        &[
+            ("github-pulls", GITHUB_PULLS_SECRET),
+            ("github-issues", GITHUB_ISSUES_SECRET),
+        ],
+    )
+    .await;
+    let config = examples_dir().join("github.toml");
+    let body = examples_dir().join("payloads/github-pull-request.json");
+    let env = [("INHOOK_GITHUB_PULLS_SECRET", GITHUB_PULLS_SECRET)];
+    let send = |with_config: bool, extra: &[&str]| {
+        let mut args: Vec<&OsStr> = vec![OsStr::new("send")];
+        if with_config {
+            args.extend([OsStr::new("--config"), config.as_os_str()]);
+        }
+        for arg in ["--url", &server.url, "--source", "github-pulls"] {
+            args.push(OsStr::new(arg));
+        }
+        args.extend(extra.iter().map(OsStr::new));
+        args.push(body.as_os_str());
+        run_cli(&args, &env)
+    };
+
+    let (ok, out) = send(true, &["--header", "X-GitHub-Event: pull_request"]);
+    assert!(ok && out.starts_with("202 "), "{out}");
+    let pr = server
+        .wait_for("/v1/sources/github-pulls/aggregates/octo%252Frepo/7", |r| {
+            r.code == 200
+        })
+        .await;
+    assert_eq!(
+        (&pr.body["event_type"], &pr.body["state"]["number"]),
+        (&json!("pull_request"), &json!(7))
+    );
+    let (ok, out) = send(true, &["--header", "X-GitHub-Event: pull_request"]);
+    assert!(ok && out.contains("\"duplicate\""), "{out}");
+
+    // Another type, under a delivery id of the user's: ignored, logged under that id.
+    let guid = "0b1c2d3e-4f50-11ef-8a1c-2f0c1a9b7777";
+    let (ok, out) = send(
+        true,
+        &[
+            "--header",
+            "X-GitHub-Event: issue_comment",
+            "--header",
+            &format!("X-GitHub-Delivery: {guid}"),
+        ],
+    );
+    assert!(ok && out.contains("ignored_unsupported"), "{out}");
+    let logged = server.get(&format!("/v1/events/github-pulls/{guid}")).await;
+    assert_eq!(
+        (&logged.body["status"], &logged.body["event_type"]),
+        (&json!("ignored_unsupported"), &json!("issue_comment")),
+        "{logged:?}"
+    );
+
+    // The scheme's own headers, and the content type, are refused before sending.
+    for (header, why) in [
+        ("X-Hub-Signature-256: sha256=00", "sets this header itself"),
+        ("Content-Type: text/plain", "application/json"),
+    ] {
+        let (ok, out) = send(true, &["--header", header]);
+        assert!(!ok && out.contains(why), "{header}: {out}");
+    }
+    let (ok, out) = send(true, &["--header", "X-GitHub-Event pull_request"]);
+    assert!(!ok && out.contains("is not `Name: value`"), "{out}");
+    assert_eq!(server.count().await, 2, "nothing refused was sent");
+
+    // Without --config, a source that is not a default one is not guessed at...
+    let (ok, out) = send(false, &["--header", "X-GitHub-Event: pull_request"]);
+    assert!(
+        !ok && out.contains("not a default source") && out.contains("--scheme"),
+        "{out}"
+    );
+    // ... and --scheme is enough.
+    let (ok, out) = send(
+        false,
+        &[
+            "--scheme",
+            "github",
+            "--header",
+            "X-GitHub-Event: pull_request",
+        ],
+    );
+    assert!(ok && out.contains("\"duplicate\""), "{out}");
+}
+
 // ---------------------------------------------------------------- Shopify
 
 const SHOPIFY_SECRET: &str = "shpss_examples_client_secret";
