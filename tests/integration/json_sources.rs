@@ -66,6 +66,20 @@ hold_timeout_s = 600
 max_held_per_aggregate = 1
 
 [[sources]]
+name = "ordered-typed"
+kind = "json"
+mode = "sync"
+signature = "hmac-hex"
+secrets = ["json-test-secret"]
+event_id = "/id"
+aggregate = "/account"
+sequence = "/seq"
+event_type = "/type"
+event_types = ["entry.*"]
+ordering = "in-order"
+hold_timeout_s = 600
+
+[[sources]]
 name = "unordered"
 kind = "json"
 mode = "sync"
@@ -404,6 +418,32 @@ async fn in_order_starts_at_first_sequence_and_caps_the_events_held() {
     assert_eq!(fill.body["status"], "applied");
     let next = post(&server, "ordered-capped", &event("c13", 13)).await;
     assert_eq!(next.body, json!({"status": "applied", "sequence": 13}));
+}
+
+/// An ignored type logged under its aggregate counts toward contiguity, as every
+/// event of an aggregate does whatever its type (SPEC §3): nothing waits for it.
+#[tokio::test]
+async fn in_order_counts_an_ignored_type_logged_under_its_aggregate() {
+    let server = server().await;
+    let event = |id: &str, event_type: &str, seq: i64| json!({"id": id, "type": event_type, "account": "a", "seq": seq});
+    let first = post(&server, "ordered-typed", &event("t1", "entry.added", 1)).await;
+    assert_eq!(first.body, json!({"status": "applied", "sequence": 1}));
+    let ignored = post(&server, "ordered-typed", &event("t2", "audit.viewed", 2)).await;
+    assert_eq!(
+        ignored.body,
+        json!({"status": "ignored_unsupported", "event_id": "t2"})
+    );
+    let logged = server.get("/v1/events/ordered-typed/t2").await;
+    assert_eq!(
+        (&logged.body["aggregate"], &logged.body["sequence"]),
+        (&json!("a"), &json!(2))
+    );
+    let next = post(&server, "ordered-typed", &event("t3", "entry.added", 3)).await;
+    assert_eq!(
+        next.body,
+        json!({"status": "applied", "sequence": 3}),
+        "sequence 2 is taken by the ignored type: no gap to wait for"
+    );
 }
 
 #[tokio::test]
