@@ -178,7 +178,8 @@ pub struct SendArgs {
     /// The secret to sign with; defaults to INHOOK_<SOURCE>_SECRET, then the source's in --config.
     #[arg(long)]
     pub secret: Option<String>,
-    /// The signature scheme; defaults to the source's in --config, else the seed source's.
+    /// The signature scheme; defaults to the source's in --config (without --config,
+    /// only the default sources `presence` and `save-game` are known).
     #[arg(long, value_parser = parse_scheme)]
     pub scheme: Option<Scheme>,
     /// The delivery id, for schemes that send one (standard-webhooks `webhook-id`, GitHub's
@@ -186,10 +187,11 @@ pub struct SendArgs {
     /// so sending the same file again is a redelivery.
     #[arg(long)]
     pub delivery_id: Option<String>,
-    /// An extra request header, `Name: value` (repeatable): a `json` source's `header:`
-    /// locations, such as an `Idempotency-Key`.
+    /// An extra request header, `Name: value` (repeatable): an event type or id a
+    /// source reads from a header. The scheme's own headers are refused, except its
+    /// delivery id (`X-GitHub-Delivery`, `webhook-id`, …), which is then signed as given.
     #[arg(long = "header", value_name = "NAME: VALUE", value_parser = parse_header)]
-    pub headers: Vec<(String, String)>,
+    pub headers: Vec<ExtraHeader>,
     /// The JSON body to send, or `-` for standard input.
     pub file: PathBuf,
 }
@@ -198,18 +200,48 @@ fn parse_scheme(raw: &str) -> Result<Scheme, String> {
     raw.parse()
 }
 
-/// A `--header` as a headers file writes one: `Name: value`.
-fn parse_header(raw: &str) -> Result<(String, String), String> {
+/// A request header `inhook send` adds.
+#[derive(Debug, Clone)]
+pub struct ExtraHeader {
+    /// Its name (lower case).
+    pub name: reqwest::header::HeaderName,
+    /// Its value.
+    pub value: reqwest::header::HeaderValue,
+}
+
+fn parse_header(raw: &str) -> Result<ExtraHeader, String> {
     let (name, value) = raw
         .split_once(':')
         .ok_or_else(|| format!("{raw:?} is not `Name: value`"))?;
-    let name = name.trim();
-    reqwest::header::HeaderName::from_bytes(name.as_bytes())
-        .map_err(|_| format!("{name:?} is not a header name"))?;
-    let value = value.trim();
-    reqwest::header::HeaderValue::from_str(value)
-        .map_err(|_| format!("the value of {name} is not a header value"))?;
-    Ok((name.to_owned(), value.to_owned()))
+    let name = reqwest::header::HeaderName::from_bytes(name.trim().as_bytes())
+        .map_err(|_| format!("{:?} is not a header name", name.trim()))?;
+    let value = reqwest::header::HeaderValue::from_str(value.trim())
+        .map_err(|_| format!("the value of {name} is not a valid header value"))?;
+    Ok(ExtraHeader { name, value })
+}
+
+/// The scheme `send` signs with: `--scheme`, else the source's in the config
+/// (the default sources' without `--config`). An unknown source is an error, not a guess.
+fn send_scheme(
+    args: &SendArgs,
+    config_path: Option<&std::path::Path>,
+    source: Option<&crate::config::SourceConfig>,
+) -> anyhow::Result<Scheme> {
+    if let Some(scheme) = args.scheme.or(source.map(|s| s.scheme)) {
+        return Ok(scheme);
+    }
+    match config_path {
+        Some(path) => bail!(
+            "source {:?} is not in {}: name a configured source, or pass --scheme",
+            args.source,
+            path.display()
+        ),
+        None => bail!(
+            "source {:?} is not a default source (presence, save-game): pass --config \
+             with the file that configures it, or --scheme",
+            args.source
+        ),
+    }
 }
 
 /// Runs a parsed command line.
@@ -282,23 +314,15 @@ async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Result<()
     } else {
         std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?
     };
-    let config = Config::load_given(config_path.as_deref()).context("loading --config")?;
-    let scheme = args
-        .scheme
-        .or(config
-            .as_ref()
-            .and_then(|c| c.source(&args.source))
-            .map(|s| s.scheme))
-        .unwrap_or(if args.source == "presence" {
-            Scheme::HmacHex
-        } else {
-            Scheme::HmacTimestamped
-        });
+    // Secrets optional: a source whose secret is not set here is no reason to refuse another.
+    let config = Config::load_for_store(config_path.as_deref())?;
+    let source = config.source(&args.source);
+    let scheme = send_scheme(&args, config_path.as_deref(), source)?;
     let secret = signing_secret(
         &args.source,
         args.secret.as_deref(),
         "--secret",
-        config.as_ref(),
+        Some(&config),
     )?;
     let url = format!(
         "{}/webhooks/{}",
@@ -308,19 +332,43 @@ async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Result<()
     let mut request = reqwest::Client::new()
         .post(&url)
         .header("content-type", "application/json");
-    let signed = signature::try_sign(
-        scheme,
-        &body,
-        &secret,
-        clock::now_ms() / 1000,
-        args.delivery_id.as_deref(),
-    )
-    .with_context(|| format!("signing with the {scheme} scheme"))?;
+    let id_header = scheme.delivery_id_header();
+    let header_id = args
+        .headers
+        .iter()
+        .find(|h| Some(h.name.as_str()) == id_header)
+        .map(|h| {
+            h.value
+                .to_str()
+                .context("the delivery id header is not text")
+        })
+        .transpose()?;
+    let given_id = match (args.delivery_id.as_deref(), header_id) {
+        (Some(flag), Some(header)) if flag != header => {
+            bail!("--delivery-id and the {scheme} delivery id header disagree: give one")
+        }
+        (flag, header) => flag.or(header),
+    };
+    let signed = signature::try_sign(scheme, &body, &secret, clock::now_ms() / 1000, given_id)
+        .with_context(|| format!("signing with the {scheme} scheme"))?;
+    for extra in &args.headers {
+        let name = extra.name.as_str();
+        if name == "content-type" {
+            bail!("--header {name}: send always posts application/json");
+        }
+        if signed.iter().any(|(own, _)| own.eq_ignore_ascii_case(name)) && Some(name) != id_header {
+            bail!("--header {name}: the {scheme} scheme sets this header itself");
+        }
+    }
     for (name, value) in signed {
         request = request.header(name, value);
     }
-    for (name, value) in &args.headers {
-        request = request.header(name, value);
+    for extra in args
+        .headers
+        .iter()
+        .filter(|h| Some(h.name.as_str()) != id_header)
+    {
+        request = request.header(extra.name.clone(), extra.value.clone());
     }
     let response = request
         .body(body)

@@ -341,14 +341,26 @@ pub struct JsonEvent {
 pub enum JsonParsed {
     /// An event to log and order.
     Event(JsonEvent),
-    /// A type outside `event_types`: `200 ignored_unsupported`, nothing else read
-    /// but the event id, for the log line, when it can be read.
+    /// A type outside `event_types`: `200 ignored_unsupported`. Nothing read is a
+    /// problem of this delivery: the event id and its place are read only to log it.
     Ignored {
         /// The event id, if it could be read.
         event_id: Option<EventId>,
         /// The type that was not accepted; `None` when the delivery has none.
         event_type: Option<Ident>,
+        /// Its aggregate and sequence, when the source locates an aggregate and
+        /// every location of the two reads cleanly.
+        place: Option<IgnoredPlace>,
     },
+}
+
+/// Where an ignored delivery belongs in its source's aggregates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IgnoredPlace {
+    /// The aggregate's key parts, in configured order.
+    pub aggregate: Vec<Ident>,
+    /// Its sequence (0 when the source locates none, as for an unordered event).
+    pub sequence: i64,
 }
 
 /// A `json` source's contract, compiled once from its [`JsonSourceSpec`].
@@ -526,9 +538,21 @@ impl JsonContract {
                     problems: &mut dropped,
                 };
                 let event_id = self.event_id(&mut quiet, delivery_id);
+                let mut misplaced = Vec::new();
+                let (aggregate, sequence) = self.place(&mut Read {
+                    body: &body,
+                    headers,
+                    problems: &mut misplaced,
+                });
+                let place =
+                    (misplaced.is_empty() && !self.aggregate.is_empty()).then(|| IgnoredPlace {
+                        aggregate,
+                        sequence: sequence.map_or(0, |s| s.value.get()),
+                    });
                 return Ok(JsonParsed::Ignored {
                     event_id,
                     event_type,
+                    place,
                 });
             }
         }
@@ -537,16 +561,7 @@ impl JsonContract {
             .idempotency_key
             .as_ref()
             .and_then(|at| read.id(at, false, IdempotencyKey::parse_located));
-        let mut aggregate = Vec::with_capacity(self.aggregate.len().max(1));
-        for at in &self.aggregate {
-            if let Some(part) = read.id(at, true, Ident::parse_located) {
-                aggregate.push(part);
-            }
-        }
-        let sequence = self
-            .sequence
-            .as_ref()
-            .and_then(|at| read.sequence(at, self.ordering));
+        let (mut aggregate, sequence) = self.place(&mut read);
         let (Some(event_id), true) = (event_id, problems.is_empty()) else {
             return Err(ContractError { problems });
         };
@@ -594,6 +609,21 @@ impl JsonContract {
     /// Where the state sits in the body, as keys (masking counts paths from the body's root).
     pub fn state_location(&self) -> &[String] {
         self.state.as_deref().unwrap_or(&[])
+    }
+
+    /// The aggregate parts and the sequence, each problem recorded in `read`.
+    fn place(&self, read: &mut Read<'_>) -> (Vec<Ident>, Option<JsonSequence>) {
+        let mut aggregate = Vec::with_capacity(self.aggregate.len().max(1));
+        for at in &self.aggregate {
+            if let Some(part) = read.id(at, true, Ident::parse_located) {
+                aggregate.push(part);
+            }
+        }
+        let sequence = self
+            .sequence
+            .as_ref()
+            .and_then(|at| read.sequence(at, self.ordering));
+        (aggregate, sequence)
     }
 
     /// The event id: its location's value, else the scheme's delivery id.
@@ -1242,14 +1272,36 @@ mod tests {
             JsonParsed::Ignored {
                 event_id: Some(EventId::parse("d-1").unwrap()),
                 event_type: Some(Ident::parse("ping").unwrap()),
+                place: None,
             }
         );
+        // Its place is read when every location of it reads cleanly, only to log it there.
+        let placed = json!({"repository": {"full_name": "octo/repo"},
+                            "updated_at": "2024-05-01T10:20:30Z"});
+        assert_eq!(
+            c.parse(placed.clone(), &h, None).unwrap(),
+            JsonParsed::Ignored {
+                event_id: Some(EventId::parse("d-1").unwrap()),
+                event_type: Some(Ident::parse("ping").unwrap()),
+                place: Some(IgnoredPlace {
+                    aggregate: vec![Ident::parse("octo/repo").unwrap()],
+                    sequence: 1_714_558_830_000_000,
+                }),
+            }
+        );
+        let mut unplaced = placed;
+        unplaced["updated_at"] = json!(true);
+        assert!(matches!(
+            c.parse(unplaced, &h, None).unwrap(),
+            JsonParsed::Ignored { place: None, .. }
+        ));
         let h = headers(&[("x-github-event", "push"), ("x-github-delivery", "")]);
         assert_eq!(
             c.parse(json!({}), &h, None).unwrap(),
             JsonParsed::Ignored {
                 event_id: None,
                 event_type: Some(Ident::parse("push").unwrap()),
+                place: None,
             }
         );
         // No type at all is outside the list too.

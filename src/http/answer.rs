@@ -44,7 +44,7 @@ pub enum Answer {
         current_sequence: Option<i64>,
     },
     /// Sync mode: logged, but an unsupported event type; or a `json` source's type
-    /// outside its `event_types`, not logged (its id when it could be read).
+    /// outside its `event_types` (logged, decided at once, when its id could be read).
     Unsupported {
         /// The event's id.
         event_id: Option<EventId>,

@@ -130,16 +130,19 @@ async fn check_and_log(
     let parsed = source
         .handler
         .parse(&body, headers, verified.delivery_id.as_deref());
-    let event = match parsed {
-        Ok(Delivery::Event(event)) => event,
+    let (event, ignored) = match parsed {
+        Ok(Delivery::Event(event)) => (event, false),
         Ok(Delivery::Ignored {
-            event_id,
+            event: Some(event), ..
+        }) => (event, true),
+        Ok(Delivery::Ignored {
+            event: None,
             event_type,
         }) => {
-            info!(source = %source.name, event_id = event_id.as_ref().map(|id| id.as_str()),
-                  event_type = event_type.as_deref(), decision = "ignored_unsupported",
-                  "event type outside the source's event_types: not logged");
-            return Answer::Unsupported { event_id };
+            info!(source = %source.name, event_type = event_type.as_deref(),
+                  decision = "ignored_unsupported",
+                  "event type outside the source's event_types, without a readable event_id: not logged");
+            return Answer::Unsupported { event_id: None };
         }
         Err(err) => {
             warn!(source = %source.name, problems = %err, "invalid payload");
@@ -160,12 +163,12 @@ async fn check_and_log(
                 .lock()
                 .map(|b| b.get(&source.name).copied().unwrap_or(0))
                 .unwrap_or(0);
-            if backlog >= source.max_backlog {
+            if backlog >= source.max_backlog && !ignored {
                 warn!(source = %source.name, backlog, "backlog over max_backlog: delivery refused");
                 refund_rate_token(state, source, charged);
                 return Answer::BacklogFull;
             }
-            let rules = (source.mode == Mode::Sync).then(|| source.rules());
+            let rules = (source.mode == Mode::Sync && !ignored).then(|| source.rules());
             let logged = state
                 .store
                 .ingest(
@@ -177,6 +180,7 @@ async fn check_and_log(
                         received_at_ms,
                         signed_at: verified.signed_at,
                         limits: source.limits(),
+                        ignored,
                     },
                     rules.as_ref(),
                 )
@@ -238,6 +242,17 @@ async fn check_and_log(
             warn!(source = %source.name, aggregate = %event.aggregate,
                   "aggregate over max_held_per_aggregate: delivery refused");
             Answer::AggregateBacklogFull
+        }
+        Ok(Admission::Logged { decided: None, .. }) if ignored => {
+            // Counted as the built-in kinds count their unknown types.
+            let report = crate::store::SettleReport {
+                unsupported: 1,
+                ..Default::default()
+            };
+            metrics::settled(&source.name, &report);
+            Answer::Unsupported {
+                event_id: Some(event.event_id.clone()),
+            }
         }
         Ok(Admission::Logged { decided: None, .. }) => {
             state.wake.notify_one();

@@ -15,7 +15,7 @@ use crate::contract::json::{
     ContractConfigError, JsonContract, JsonOrdering, JsonParsed, JsonSourceSpec,
 };
 use crate::contract::ContractError;
-use crate::domain::AggregateKey;
+use crate::domain::{AggregateKey, Ident};
 use crate::mask::mask_at;
 use crate::ordering::{
     in_order_rule, settle_in_order, InOrderState, Outcome, PendingEvent, Sequenced,
@@ -286,10 +286,30 @@ impl Kind for JsonKind {
                 JsonParsed::Ignored {
                     event_id,
                     event_type,
-                } => Delivery::Ignored {
-                    event_id,
-                    event_type: event_type.map(|t| t.as_str().to_owned()),
-                },
+                    place,
+                } => {
+                    let event_type = event_type.map(|t| t.as_str().to_owned());
+                    // Logged under its own aggregate and sequence when both read cleanly, so
+                    // that it is listed beside its aggregate's events (an in-order source
+                    // counts its sequence, as SPEC §3 counts save-game's unknown types);
+                    // else as its own aggregate, keyed by its event id, at sequence 0, like
+                    // an unordered event: it never waits and touches no one's order.
+                    let event = event_id.and_then(|event_id| {
+                        let (aggregate, sequence) = match place {
+                            Some(place) => (place.aggregate, place.sequence),
+                            None => (vec![Ident::parse_located(event_id.as_str()).ok()?], 0),
+                        };
+                        Some(EventFields {
+                            event_id,
+                            idempotency_key: None,
+                            aggregate: AggregateKey::of_parts(aggregate),
+                            sequence,
+                            event_type: event_type.clone().unwrap_or_default(),
+                            may_hold: false,
+                        })
+                    });
+                    Delivery::Ignored { event, event_type }
+                }
             },
         )
     }

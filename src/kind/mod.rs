@@ -60,10 +60,11 @@ impl Event {
 pub enum Delivery {
     /// An event to log and order.
     Event(EventFields),
-    /// A type the source does not accept: `200 ignored_unsupported`, nothing stored.
+    /// A type the source does not accept: `200 ignored_unsupported`, logged as such
+    /// (decided at once, never settled) when its event id can be read.
     Ignored {
-        /// The event id, when it could be read (for the log line).
-        event_id: Option<EventId>,
+        /// The fields it is logged under; `None` when its event id cannot be read.
+        event: Option<EventFields>,
         /// The type that was not accepted.
         event_type: Option<String>,
     },

@@ -23,13 +23,17 @@ pub(crate) const FAILURES_SINCE_REPLAY: &str = "(SELECT COUNT(*) FROM event_atte
       AND f.id > COALESCE((SELECT MAX(r.id) FROM event_attempts r
                            WHERE r.event_row = events.id AND r.kind = 'replayed'), 0))";
 
-/// A bound value of a filter.
+/// A bound value of a statement written once for both stores.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Param {
     /// A text value.
     Text(String),
     /// An integer value.
     Int(i64),
+    /// A text value or NULL.
+    OptText(Option<String>),
+    /// A list of row ids, tested by the store's `in_ids` condition.
+    Ids(Vec<i64>),
 }
 
 /// Conditions and their values; `placeholder(n)` writes the n-th (1-based) placeholder.

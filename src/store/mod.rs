@@ -9,6 +9,7 @@ pub mod postgres_tls;
 pub(crate) mod settle;
 mod sql;
 pub mod sqlite;
+mod upkeep;
 
 use async_trait::async_trait;
 
@@ -80,6 +81,9 @@ pub struct NewEvent<'a> {
     pub signed_at: Option<i64>,
     /// The source's admission limits, enforced inside the ingest transaction.
     pub limits: IngestLimits,
+    /// A type outside the source's `event_types`: logged `ignored_unsupported`, decided
+    /// at once, never settled, under no limit (it is no backlog item) (SPEC §8).
+    pub ignored: bool,
 }
 
 /// Limits a delivery is admitted under. The store decides them in the transaction
@@ -121,6 +125,8 @@ pub(crate) struct EventRow {
     pub(crate) limits: IngestLimits,
     /// Whether the event is an in-order delta, the only kind that can be held.
     pub(crate) may_hold: bool,
+    /// Whether it is logged already decided, `ignored_unsupported` ([`NewEvent::ignored`]).
+    pub(crate) ignored: bool,
 }
 
 impl EventRow {
@@ -143,7 +149,22 @@ impl EventRow {
             signed_at: event.signed_at,
             limits: event.limits,
             may_hold: event.event.may_hold,
+            ignored: event.ignored,
         }
+    }
+
+    /// The status it is logged with.
+    pub(crate) fn logged_status(&self) -> &'static str {
+        if self.ignored {
+            crate::domain::EventStatus::IgnoredUnsupported.as_str()
+        } else {
+            crate::domain::EventStatus::Received.as_str()
+        }
+    }
+
+    /// When it was decided: at receipt for an ignored type, else not yet.
+    pub(crate) fn logged_decided_at(&self) -> Option<i64> {
+        self.ignored.then_some(self.received_at)
     }
 }
 

@@ -22,6 +22,7 @@ use super::filter::{
 use super::migrations::POSTGRES as MIGRATIONS;
 use super::settle::{self, SettleIo, Settled};
 use super::sql;
+use super::upkeep::{self, Cell, UpkeepIo};
 use super::{
     status_of, Admission, AggregatePage, AggregateState, AttemptRecord, DedupKey, EventFilter,
     EventPage, EventRecord, EventRow, FailureReport, NewEvent, PurgeReport, Refusal, ReplayJob,
@@ -30,7 +31,7 @@ use super::{
 use crate::domain::{DeadReason, EventStatus};
 use crate::kind::PendingRow;
 use crate::ordering::{HeldRef, Outcome};
-use crate::retry::{NextStep, RetryPolicy};
+use crate::retry::RetryPolicy;
 
 /// The channel async ingests notify and workers listen on.
 const CHANNEL: &str = "inhook_events";
@@ -497,6 +498,8 @@ fn boxed(params: Vec<Param>) -> Vec<Box<dyn ToSql + Sync + Send>> {
             match p {
                 Param::Text(t) => Box::new(t),
                 Param::Int(i) => Box::new(i),
+                Param::OptText(t) => Box::new(t),
+                Param::Ids(ids) => Box::new(ids),
             }
         })
         .collect()
@@ -561,7 +564,8 @@ impl Store for PostgresStore {
         event: NewEvent<'_>,
         settle_now: Option<&SourceRules>,
     ) -> Result<Admission, StoreError> {
-        if self.group_commit && settle_now.is_none() {
+        // An ignored type takes the single path: it is logged decided, outside every limit.
+        if self.group_commit && settle_now.is_none() && !event.ignored {
             return self.ingest_batched(event).await;
         }
         let event_id = event.event.event_id.as_str();
@@ -587,8 +591,9 @@ impl Store for PostgresStore {
         let inserted = tx
             .cached_query_opt(
                 "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
-                     idempotency_key, body, signature_valid, signed_at, received_at, status, headers)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, TRUE, $8, $9, 'received', $10)
+                     idempotency_key, body, signature_valid, signed_at, received_at, status, headers,
+                     decided_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, TRUE, $8, $9, $10, $11, $12)
                  ON CONFLICT DO NOTHING
                  RETURNING id",
                 &[
@@ -601,7 +606,9 @@ impl Store for PostgresStore {
                     &event.body,
                     &event.signed_at,
                     &event.received_at_ms,
+                    &row.logged_status(),
                     &headers_json(event.headers),
+                    &row.logged_decided_at(),
                 ],
             )
             .await
@@ -614,6 +621,14 @@ impl Store for PostgresStore {
             return Ok(admission);
         };
         let row_id: i64 = col(&inserted, 0)?;
+        if row.ignored {
+            tx.commit().await.map_err(pg_err)?;
+            return Ok(Admission::Logged {
+                row: row_id,
+                decided: None,
+                out_of_order: false,
+            });
+        }
         let seen = highest_received(&tx, &[&row]).await?;
         let out_of_order = seen
             .get(&(row.source.clone(), row.aggregate.clone()))
@@ -730,30 +745,10 @@ impl Store for PostgresStore {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
         lock_aggregate(&tx, &rules.name, aggregate).await?;
-        let due = tx
-            .cached_query(&sql::DUE_WITH_FAILURES, &[&rules.name, &aggregate, &now_ms])
-            .await
-            .map_err(pg_err)?;
-        let mut report = FailureReport::default();
-        for row in &due {
-            let (id, failed_before): (i64, i64) = (col(row, 0)?, col(row, 1)?);
-            let failed = u32::try_from(failed_before + 1).unwrap_or(u32::MAX);
-            add_history(&tx, id, now_ms, "failed", Some(error)).await?;
-            match policy.after_failure(failed, jitter) {
-                NextStep::RetryIn(delay_ms) => {
-                    tx.cached_execute(sql::RETRY_LATER, &[&id, &(now_ms + delay_ms), &error])
-                        .await
-                        .map_err(pg_err)?;
-                    report.retrying += 1;
-                }
-                NextStep::GiveUp => {
-                    tx.cached_execute(sql::DEAD_EXHAUSTED, &[&id, &error, &now_ms])
-                        .await
-                        .map_err(pg_err)?;
-                    report.dead += 1;
-                }
-            }
-        }
+        let io = PgIo(&tx);
+        let report =
+            upkeep::record_failure(&io, &rules.name, aggregate, error, now_ms, (policy, jitter))
+                .await?;
         tx.commit().await.map_err(pg_err)?;
         Ok(report)
     }
@@ -819,27 +814,9 @@ impl Store for PostgresStore {
     ) -> Result<ReplayOutcome, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
-        let found = tx
-            .cached_query_opt(
-                "SELECT id, status FROM events WHERE source = $1 AND event_id = $2 FOR UPDATE",
-                &[&source, &event_id],
-            )
-            .await
-            .map_err(pg_err)?;
-        let Some(found) = found else {
-            return Ok(ReplayOutcome::NotFound);
-        };
-        let (row, status): (i64, String) = (col(&found, 0)?, col(&found, 1)?);
-        let status = parse_status(&status)?;
-        if !matches!(status, EventStatus::Dead | EventStatus::Retrying) {
-            return Ok(ReplayOutcome::Unchanged(status));
-        }
-        requeue(&tx, "id = $1", vec![Box::new(row)], now_ms).await?;
-        tx.cached_execute("SELECT pg_notify($1, '')", &[&CHANNEL])
-            .await
-            .map_err(pg_err)?;
+        let outcome = upkeep::replay_event(&PgIo(&tx), source, event_id, now_ms).await?;
         tx.commit().await.map_err(pg_err)?;
-        Ok(ReplayOutcome::Requeued)
+        Ok(outcome)
     }
 
     async fn create_replay_job(
@@ -847,46 +824,11 @@ impl Store for PostgresStore {
         filter: &EventFilter,
         now_ms: i64,
     ) -> Result<ReplayJob, StoreError> {
-        let mut filter = filter.clone();
-        if filter.status.is_none() {
-            filter.status = Some(EventStatus::Dead);
-        }
-        let (clauses, values) = filter_sql(&filter);
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
-        let total: i64 = col(
-            &tx.cached_query_one(
-                &format!("SELECT COUNT(*) FROM events WHERE {}", where_of(&clauses)),
-                &refs(&values),
-            )
-            .await
-            .map_err(pg_err)?,
-            0,
-        )?;
-        let filter_json = serde_json::to_string(&filter).map_err(json_err)?;
-        let id: i64 = col(
-            &tx.cached_query_one(
-                "INSERT INTO replay_jobs (filter, state, total, created_at, updated_at)
-                 VALUES ($1, 'running', $2, $3, $3) RETURNING id",
-                &[&filter_json, &total, &now_ms],
-            )
-            .await
-            .map_err(pg_err)?,
-            0,
-        )?;
-        tx.cached_execute("SELECT pg_notify($1, '')", &[&CHANNEL])
-            .await
-            .map_err(pg_err)?;
+        let job = upkeep::create_replay_job(&PgIo(&tx), filter, now_ms).await?;
         tx.commit().await.map_err(pg_err)?;
-        Ok(ReplayJob {
-            id,
-            filter,
-            state: "running".into(),
-            total,
-            requeued: 0,
-            created_at_ms: now_ms,
-            updated_at_ms: now_ms,
-        })
+        Ok(job)
     }
 
     async fn status_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
@@ -992,85 +934,7 @@ impl Store for PostgresStore {
     async fn advance_replay_jobs(&self, now_ms: i64, aggregates: usize) -> Result<u64, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
-        // One node advances a job at a time; the others skip it.
-        let job = tx
-            .cached_query_opt(
-                "SELECT id, filter, cursor_source, cursor_aggregate FROM replay_jobs
-                 WHERE state = 'running' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED",
-                &[],
-            )
-            .await
-            .map_err(pg_err)?;
-        let Some(job) = job else {
-            return Ok(0);
-        };
-        let id: i64 = col(&job, 0)?;
-        let filter: EventFilter =
-            serde_json::from_str(&col::<String>(&job, 1)?).map_err(json_err)?;
-        let cursor: (Option<String>, Option<String>) = (col(&job, 2)?, col(&job, 3)?);
-        let (mut clauses, mut values) = filter_sql(&filter);
-        if let (Some(source), Some(aggregate)) = cursor {
-            values.push(Box::new(source));
-            values.push(Box::new(aggregate));
-            clauses.push(format!(
-                "(source, aggregate) > (${}, ${})",
-                values.len() - 1,
-                values.len()
-            ));
-        }
-        values.push(Box::new(aggregates as i64));
-        let next = tx
-            .cached_query(
-                &format!(
-                    "SELECT DISTINCT source, aggregate FROM events WHERE {}
-                     ORDER BY source, aggregate LIMIT ${}",
-                    where_of(&clauses),
-                    values.len()
-                ),
-                &refs(&values),
-            )
-            .await
-            .map_err(pg_err)?;
-        let next: Vec<(String, String)> = next
-            .iter()
-            .map(|r| Ok((col(r, 0)?, col(r, 1)?)))
-            .collect::<Result<_, StoreError>>()?;
-        let mut requeued = 0;
-        for (source, aggregate) in &next {
-            let (mut clauses, mut values) = filter_sql(&filter);
-            values.push(Box::new(source.clone()));
-            values.push(Box::new(aggregate.clone()));
-            clauses.push(format!(
-                "source = ${} AND aggregate = ${}",
-                values.len() - 1,
-                values.len()
-            ));
-            requeued += requeue(&tx, &where_of(&clauses), values, now_ms).await?;
-        }
-        let (cursor_source, cursor_aggregate) = next.last().cloned().unzip();
-        let state = if next.len() < aggregates {
-            "done"
-        } else {
-            "running"
-        };
-        tx.cached_execute(
-            sql::ADVANCE_REPLAY_JOB,
-            &[
-                &id,
-                &(requeued as i64),
-                &state,
-                &now_ms,
-                &cursor_source,
-                &cursor_aggregate,
-            ],
-        )
-        .await
-        .map_err(pg_err)?;
-        if requeued > 0 {
-            tx.cached_execute("SELECT pg_notify($1, '')", &[&CHANNEL])
-                .await
-                .map_err(pg_err)?;
-        }
+        let requeued = upkeep::advance_replay_jobs(&PgIo(&tx), now_ms, aggregates).await?;
         tx.commit().await.map_err(pg_err)?;
         Ok(requeued)
     }
@@ -1084,53 +948,9 @@ impl Store for PostgresStore {
     ) -> Result<PurgeReport, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
-        let chosen: Vec<i64> = tx
-            .cached_query(
-                "SELECT id FROM events
-                 WHERE status IN ('processed', 'ignored_stale', 'ignored_unsupported')
-                   AND received_at < $1
-                 LIMIT $2 FOR UPDATE SKIP LOCKED",
-                &[&before_ms, &(batch as i64)],
-            )
-            .await
-            .map_err(pg_err)?
-            .iter()
-            .map(|r| col(r, 0))
-            .collect::<Result<_, _>>()?;
-        if dedup_until_ms > now_ms {
-            for column in ["event_id", "idempotency_key"] {
-                tx.cached_execute(
-                    &format!(
-                        "INSERT INTO dedup_keys (source, kind, key, event_id, expires_at)
-                         SELECT source, '{column}', {column}, event_id, $2 FROM events
-                         WHERE {column} IS NOT NULL AND id = ANY($1)
-                         ON CONFLICT (source, kind, key) DO UPDATE SET expires_at = EXCLUDED.expires_at"
-                    ),
-                    &[&chosen, &dedup_until_ms],
-                )
-                .await
-                .map_err(pg_err)?;
-            }
-        }
-        tx.cached_execute(
-            "DELETE FROM event_attempts WHERE event_row = ANY($1)",
-            &[&chosen],
-        )
-        .await
-        .map_err(pg_err)?;
-        let events = tx
-            .cached_execute("DELETE FROM events WHERE id = ANY($1)", &[&chosen])
-            .await
-            .map_err(pg_err)?;
-        let dedup_keys = tx
-            .cached_execute(sql::PURGE_DEDUP_KEYS, &[&now_ms])
-            .await
-            .map_err(pg_err)?;
-        tx.cached_execute(sql::PURGE_CHANGES, &[&before_ms, &(batch as i64)])
-            .await
-            .map_err(pg_err)?;
+        let report = upkeep::purge(&PgIo(&tx), before_ms, dedup_until_ms, now_ms, batch).await?;
         tx.commit().await.map_err(pg_err)?;
-        Ok(PurgeReport { events, dedup_keys })
+        Ok(report)
     }
 }
 
@@ -1286,34 +1106,6 @@ async fn lock_aggregate<C: GenericClient>(
 }
 
 /// Puts the dead or retrying events matching `condition` back in the queue, recording the replay.
-async fn requeue<C: GenericClient>(
-    tx: &C,
-    condition: &str,
-    values: Vec<Box<dyn ToSql + Sync + Send>>,
-    now_ms: i64,
-) -> Result<u64, StoreError> {
-    let replayable = format!("({condition}) AND status IN ('dead', 'retrying')");
-    tx.cached_execute(
-        &format!(
-            "INSERT INTO event_attempts (event_row, at, kind)
-             SELECT id, {now_ms}, 'replayed' FROM events WHERE {replayable}"
-        ),
-        &refs(&values),
-    )
-    .await
-    .map_err(pg_err)?;
-    tx.cached_execute(
-        &format!(
-            "UPDATE events SET status = 'received', replays = replays + 1, dead_reason = NULL,
-                 next_attempt_at = NULL, decided_at = NULL
-             WHERE {replayable}"
-        ),
-        &refs(&values),
-    )
-    .await
-    .map_err(pg_err)
-}
-
 async fn add_history<C: GenericClient>(
     tx: &C,
     row: i64,
@@ -1440,8 +1232,65 @@ fn pending_row(r: &Row, was_held: bool) -> Result<PendingRow, StoreError> {
     })
 }
 
-/// Settling's reads and writes over one PostgreSQL transaction (or client).
+/// Settling's and upkeep's reads and writes over one PostgreSQL transaction (or client).
 struct PgIo<'a, C>(&'a C);
+
+impl<C: GenericClient> UpkeepIo for PgIo<'_, C> {
+    const LOCK_ROWS: &'static str = " FOR UPDATE";
+    const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
+
+    fn in_ids(column: &str, n: usize) -> String {
+        format!("{column} = ANY(${n})")
+    }
+
+    async fn execute(&self, statement: &str, params: &[Param]) -> Result<u64, StoreError> {
+        let values = boxed(params.to_vec());
+        self.0
+            .cached_execute(statement, &refs(&values))
+            .await
+            .map_err(pg_err)
+    }
+
+    async fn query(&self, statement: &str, params: &[Param]) -> Result<Vec<Vec<Cell>>, StoreError> {
+        let values = boxed(params.to_vec());
+        let rows = self
+            .0
+            .cached_query(statement, &refs(&values))
+            .await
+            .map_err(pg_err)?;
+        rows.iter().map(cells).collect()
+    }
+
+    async fn wake_workers(&self) -> Result<(), StoreError> {
+        self.0
+            .cached_execute("SELECT pg_notify($1, '')", &[&CHANNEL])
+            .await
+            .map_err(pg_err)?;
+        Ok(())
+    }
+}
+
+/// A row's values as [`Cell`]s (the upkeep flows read integers and texts only).
+fn cells(row: &Row) -> Result<Vec<Cell>, StoreError> {
+    use tokio_postgres::types::Type;
+    (0..row.len())
+        .map(|at| {
+            let ty = row.columns()[at].type_();
+            let cell = if *ty == Type::INT8 {
+                col::<Option<i64>>(row, at)?.map(Cell::Int)
+            } else if *ty == Type::INT4 {
+                col::<Option<i32>>(row, at)?.map(|n| Cell::Int(n.into()))
+            } else if *ty == Type::TEXT || *ty == Type::VARCHAR {
+                col::<Option<String>>(row, at)?.map(Cell::Text)
+            } else {
+                return Err(StoreError::Internal(format!(
+                    "column {at}: unexpected type {ty}"
+                )));
+            };
+            Ok(cell.unwrap_or(Cell::Null))
+        })
+        .collect()
+}
 
 impl<C: GenericClient> SettleIo for PgIo<'_, C> {
     async fn load_state(

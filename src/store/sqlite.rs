@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rusqlite::types::Value as SqlValue;
+use rusqlite::types::{Value as SqlValue, ValueRef};
 use rusqlite::{params, params_from_iter, Connection, ErrorCode, OptionalExtension};
 
 use futures_util::FutureExt;
@@ -19,6 +19,7 @@ use super::filter::{
 use super::migrations::SQLITE as MIGRATIONS;
 use super::settle::{self, SettleIo, Settled};
 use super::sql;
+use super::upkeep::{self, Cell, UpkeepIo};
 use super::{
     status_of, Admission, AggregatePage, AggregateState, AttemptRecord, DedupKey, EventFilter,
     EventPage, EventRecord, EventRow, FailureReport, NewEvent, PurgeReport, Refusal, ReplayJob,
@@ -27,7 +28,7 @@ use super::{
 use crate::domain::{DeadReason, EventStatus};
 use crate::kind::PendingRow;
 use crate::ordering::{HeldRef, Outcome};
-use crate::retry::{NextStep, RetryPolicy};
+use crate::retry::RetryPolicy;
 
 /// The SQLite store. One connection behind a mutex: SQLite has one writer at a
 /// time anyway, and every call runs on the blocking pool, never on a runtime thread.
@@ -107,8 +108,8 @@ fn ingest_one(conn: &Connection, job: &IngestJob) -> Result<Admission, StoreErro
         .prepare_cached(
             "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
                  idempotency_key, body, signature_valid, signed_at, received_at, status,
-                 headers)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, 'received', ?10)
+                 headers, decided_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, ?10, ?11, ?12)
              ON CONFLICT DO NOTHING",
         )
         .map_err(map_err)?
@@ -122,7 +123,9 @@ fn ingest_one(conn: &Connection, job: &IngestJob) -> Result<Admission, StoreErro
             job.row.body,
             job.row.signed_at,
             job.row.received_at,
-            job.row.headers
+            job.row.logged_status(),
+            job.row.headers,
+            job.row.logged_decided_at()
         ])
         .map_err(map_err)?;
     if inserted == 0 {
@@ -135,6 +138,13 @@ fn ingest_one(conn: &Connection, job: &IngestJob) -> Result<Admission, StoreErro
         );
     }
     let row = conn.last_insert_rowid();
+    if job.row.ignored {
+        return Ok(Admission::Logged {
+            row,
+            decided: None,
+            out_of_order: false,
+        });
+    }
     let out_of_order = record_received(conn, &job.row)?;
     let decided = match &job.rules {
         Some(rules) => {
@@ -261,6 +271,32 @@ impl SqliteStore {
         .await
         .map_err(|e| StoreError::Internal(format!("store task failed: {e}")))?
     }
+}
+
+impl SqliteStore {
+    /// Runs an upkeep step (a flow driven by [`ready`]) in a transaction of its own.
+    async fn upkeep<T, F>(&self, step: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&SqliteIo<'_>) -> Result<T, StoreError> + Send + 'static,
+    {
+        self.run(move |conn| {
+            let tx = conn.transaction().map_err(map_err)?;
+            let done = step(&SqliteIo(&tx))?;
+            tx.commit().map_err(map_err)?;
+            Ok(done)
+        })
+        .await
+    }
+}
+
+/// The outcome of a flow written once for both stores: SQLite's reads and writes
+/// never wait, so its future is ready at once.
+fn ready<T>(
+    flow: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    flow.now_or_never()
+        .ok_or_else(|| StoreError::Internal("a SQLite store step waited".into()))?
 }
 
 /// A statement of [`sql`] in SQLite's dialect: `$n` placeholders written `?n`.
@@ -471,42 +507,15 @@ impl Store for SqliteStore {
     ) -> Result<FailureReport, StoreError> {
         let (source, aggregate, error) =
             (rules.name.clone(), aggregate.to_owned(), error.to_owned());
-        self.run(move |conn| {
-            let tx = conn.transaction().map_err(map_err)?;
-            let due: Vec<(i64, i64)> = {
-                let mut stmt = tx
-                    .prepare_cached(&sqlite(&sql::DUE_WITH_FAILURES))
-                    .map_err(map_err)?;
-                let rows = stmt
-                    .query_map(params![source, aggregate, now_ms], |r| {
-                        Ok((r.get(0)?, r.get(1)?))
-                    })
-                    .map_err(map_err)?;
-                rows.collect::<Result<_, _>>().map_err(map_err)?
-            };
-            let mut report = FailureReport::default();
-            for (row, failed_before) in due {
-                let failed = u32::try_from(failed_before + 1).unwrap_or(u32::MAX);
-                add_history(&tx, row, now_ms, "failed", Some(&error))?;
-                match policy.after_failure(failed, jitter) {
-                    NextStep::RetryIn(delay_ms) => {
-                        tx.prepare_cached(&sqlite(sql::RETRY_LATER))
-                            .map_err(map_err)?
-                            .execute(params![row, now_ms + delay_ms, error])
-                            .map_err(map_err)?;
-                        report.retrying += 1;
-                    }
-                    NextStep::GiveUp => {
-                        tx.prepare_cached(&sqlite(sql::DEAD_EXHAUSTED))
-                            .map_err(map_err)?
-                            .execute(params![row, error, now_ms])
-                            .map_err(map_err)?;
-                        report.dead += 1;
-                    }
-                }
-            }
-            tx.commit().map_err(map_err)?;
-            Ok(report)
+        self.upkeep(move |io| {
+            ready(upkeep::record_failure(
+                io,
+                &source,
+                &aggregate,
+                &error,
+                now_ms,
+                (policy, jitter),
+            ))
         })
         .await
     }
@@ -579,26 +588,8 @@ impl Store for SqliteStore {
         now_ms: i64,
     ) -> Result<ReplayOutcome, StoreError> {
         let (source, event_id) = (source.to_owned(), event_id.to_owned());
-        self.run(move |conn| {
-            let tx = conn.transaction().map_err(map_err)?;
-            let found: Option<(i64, String)> = tx
-                .prepare_cached("SELECT id, status FROM events WHERE source = ?1 AND event_id = ?2")
-                .map_err(map_err)?
-                .query_row(params![source, event_id], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()
-                .map_err(map_err)?;
-            let Some((row, status)) = found else {
-                return Ok(ReplayOutcome::NotFound);
-            };
-            let status = parse_status(&status)?;
-            if !matches!(status, EventStatus::Dead | EventStatus::Retrying) {
-                return Ok(ReplayOutcome::Unchanged(status));
-            }
-            requeue(&tx, "id = ?1", &[SqlValue::Integer(row)], now_ms)?;
-            tx.commit().map_err(map_err)?;
-            Ok(ReplayOutcome::Requeued)
-        })
-        .await
+        self.upkeep(move |io| ready(upkeep::replay_event(io, &source, &event_id, now_ms)))
+            .await
     }
 
     async fn create_replay_job(
@@ -606,41 +597,9 @@ impl Store for SqliteStore {
         filter: &EventFilter,
         now_ms: i64,
     ) -> Result<ReplayJob, StoreError> {
-        let mut filter = filter.clone();
-        if filter.status.is_none() {
-            filter.status = Some(EventStatus::Dead);
-        }
-        self.run(move |conn| {
-            let tx = conn.transaction().map_err(map_err)?;
-            let (clauses, values) = filter_sql(&filter);
-            let total: i64 = tx
-                .query_row(
-                    &format!("SELECT COUNT(*) FROM events WHERE {}", where_of(&clauses)),
-                    params_from_iter(values),
-                    |r| r.get(0),
-                )
-                .map_err(map_err)?;
-            let filter_json = serde_json::to_string(&filter).map_err(json_err)?;
-            tx.prepare_cached(
-                "INSERT INTO replay_jobs (filter, state, total, created_at, updated_at)
-                 VALUES (?1, 'running', ?2, ?3, ?3)",
-            )
-            .map_err(map_err)?
-            .execute(params![filter_json, total, now_ms])
-            .map_err(map_err)?;
-            let id = tx.last_insert_rowid();
-            tx.commit().map_err(map_err)?;
-            Ok(ReplayJob {
-                id,
-                filter,
-                state: "running".into(),
-                total,
-                requeued: 0,
-                created_at_ms: now_ms,
-                updated_at_ms: now_ms,
-            })
-        })
-        .await
+        let filter = filter.clone();
+        self.upkeep(move |io| ready(upkeep::create_replay_job(io, &filter, now_ms)))
+            .await
     }
 
     async fn status_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
@@ -756,79 +715,8 @@ impl Store for SqliteStore {
     }
 
     async fn advance_replay_jobs(&self, now_ms: i64, aggregates: usize) -> Result<u64, StoreError> {
-        self.run(move |conn| {
-            let tx = conn.transaction().map_err(map_err)?;
-            let job: Option<(i64, String, Option<String>, Option<String>)> = tx
-                .prepare_cached(
-                    "SELECT id, filter, cursor_source, cursor_aggregate FROM replay_jobs
-                     WHERE state = 'running' ORDER BY id LIMIT 1",
-                )
-                .map_err(map_err)?
-                .query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
-                .optional()
-                .map_err(map_err)?;
-            let Some((id, filter, cursor_source, cursor_aggregate)) = job else {
-                return Ok(0);
-            };
-            let filter: EventFilter = serde_json::from_str(&filter).map_err(json_err)?;
-            let (mut clauses, mut values) = filter_sql(&filter);
-            if let (Some(source), Some(aggregate)) = (cursor_source, cursor_aggregate) {
-                values.push(SqlValue::Text(source));
-                values.push(SqlValue::Text(aggregate));
-                clauses.push(format!(
-                    "(source, aggregate) > (?{}, ?{})",
-                    values.len() - 1,
-                    values.len()
-                ));
-            }
-            values.push(SqlValue::Integer(aggregates as i64));
-            let next: Vec<(String, String)> = {
-                let mut stmt = tx
-                    .prepare(&format!(
-                        "SELECT DISTINCT source, aggregate FROM events WHERE {}
-                         ORDER BY source, aggregate LIMIT ?{}",
-                        where_of(&clauses),
-                        values.len()
-                    ))
-                    .map_err(map_err)?;
-                let rows = stmt
-                    .query_map(params_from_iter(values), |r| Ok((r.get(0)?, r.get(1)?)))
-                    .map_err(map_err)?;
-                rows.collect::<Result<_, _>>().map_err(map_err)?
-            };
-            let mut requeued = 0;
-            for (source, aggregate) in &next {
-                let (mut clauses, mut values) = filter_sql(&filter);
-                values.push(SqlValue::Text(source.clone()));
-                values.push(SqlValue::Text(aggregate.clone()));
-                clauses.push(format!(
-                    "source = ?{} AND aggregate = ?{}",
-                    values.len() - 1,
-                    values.len()
-                ));
-                requeued += requeue(&tx, &where_of(&clauses), &values, now_ms)?;
-            }
-            let (cursor_source, cursor_aggregate) = next.last().cloned().unzip();
-            let state = if next.len() < aggregates {
-                "done"
-            } else {
-                "running"
-            };
-            tx.prepare_cached(&sqlite(sql::ADVANCE_REPLAY_JOB))
-                .map_err(map_err)?
-                .execute(params![
-                    id,
-                    requeued as i64,
-                    state,
-                    now_ms,
-                    cursor_source,
-                    cursor_aggregate
-                ])
-                .map_err(map_err)?;
-            tx.commit().map_err(map_err)?;
-            Ok(requeued)
-        })
-        .await
+        self.upkeep(move |io| ready(upkeep::advance_replay_jobs(io, now_ms, aggregates)))
+            .await
     }
 
     async fn purge(
@@ -838,47 +726,8 @@ impl Store for SqliteStore {
         now_ms: i64,
         batch: usize,
     ) -> Result<PurgeReport, StoreError> {
-        self.run(move |conn| {
-            let tx = conn.transaction().map_err(map_err)?;
-            let chosen = "SELECT id FROM events
-                 WHERE status IN ('processed', 'ignored_stale', 'ignored_unsupported')
-                   AND received_at < ?1 LIMIT ?2";
-            if dedup_until_ms > now_ms {
-                for (kind, column) in [("event_id", "event_id"), ("idempotency_key", "idempotency_key")] {
-                    tx.execute(
-                        &format!(
-                            "INSERT OR REPLACE INTO dedup_keys (source, kind, key, event_id, expires_at)
-                             SELECT source, '{kind}', {column}, event_id, ?3 FROM events
-                             WHERE {column} IS NOT NULL AND id IN ({chosen})"
-                        ),
-                        params![before_ms, batch as i64, dedup_until_ms],
-                    )
-                    .map_err(map_err)?;
-                }
-            }
-            tx.execute(
-                &format!("DELETE FROM event_attempts WHERE event_row IN ({chosen})"),
-                params![before_ms, batch as i64],
-            )
-            .map_err(map_err)?;
-            let events = tx
-                .execute(&format!("DELETE FROM events WHERE id IN ({chosen})"), params![before_ms, batch as i64])
-                .map_err(map_err)? as u64;
-            let dedup_keys = tx
-            .prepare_cached(&sqlite(sql::PURGE_DEDUP_KEYS))
-            .map_err(map_err)?
-            .execute([now_ms])
-                .map_err(map_err)? as u64;
-            tx
-            .prepare_cached(&sqlite(sql::PURGE_CHANGES))
-            .map_err(map_err)?
-            .execute(params![before_ms, batch as i64],
-            )
-            .map_err(map_err)?;
-            tx.commit().map_err(map_err)?;
-            Ok(PurgeReport { events, dedup_keys })
-        })
-        .await
+        self.upkeep(move |io| ready(upkeep::purge(io, before_ms, dedup_until_ms, now_ms, batch)))
+            .await
     }
 }
 
@@ -922,43 +771,17 @@ fn event_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRecord> {
 /// A filter's conditions with SQLite placeholders and values.
 fn filter_sql(filter: &EventFilter) -> (Vec<String>, Vec<SqlValue>) {
     let (clauses, params) = filter::filter_sql(filter, |n| format!("?{n}"));
-    let values = params
-        .into_iter()
-        .map(|p| match p {
-            Param::Text(t) => SqlValue::Text(t),
-            Param::Int(i) => SqlValue::Integer(i),
-        })
-        .collect();
-    (clauses, values)
+    (clauses, params.into_iter().map(sql_value).collect())
 }
 
-/// Puts the dead or retrying events matching `condition` back in the queue, recording the replay.
-fn requeue(
-    tx: &Connection,
-    condition: &str,
-    values: &[SqlValue],
-    now_ms: i64,
-) -> Result<u64, StoreError> {
-    let replayable = format!("({condition}) AND status IN ('dead', 'retrying')");
-    tx.execute(
-        &format!(
-            "INSERT INTO event_attempts (event_row, at, kind)
-             SELECT id, {now_ms}, 'replayed' FROM events WHERE {replayable}"
-        ),
-        params_from_iter(values.iter()),
-    )
-    .map_err(map_err)?;
-    let changed = tx
-        .execute(
-            &format!(
-                "UPDATE events SET status = 'received', replays = replays + 1, dead_reason = NULL,
-                     next_attempt_at = NULL, decided_at = NULL
-                 WHERE {replayable}"
-            ),
-            params_from_iter(values.iter()),
-        )
-        .map_err(map_err)?;
-    Ok(changed as u64)
+/// A bound value in SQLite's terms (a list of ids as the JSON array `in_ids` reads).
+fn sql_value(param: Param) -> SqlValue {
+    match param {
+        Param::Text(t) => SqlValue::Text(t),
+        Param::Int(i) => SqlValue::Integer(i),
+        Param::OptText(t) => t.map_or(SqlValue::Null, SqlValue::Text),
+        Param::Ids(ids) => SqlValue::Text(serde_json::Value::from(ids).to_string()),
+    }
 }
 
 fn add_history(
@@ -1052,10 +875,7 @@ fn settle_tx(
     aggregate: &str,
     now_ms: i64,
 ) -> Result<Settled, StoreError> {
-    // SQLite's reads and writes never wait: the flow's future is ready at once.
-    settle::settle(&SqliteIo(tx), rules, aggregate, now_ms)
-        .now_or_never()
-        .ok_or_else(|| StoreError::Internal("a SQLite settle step waited".into()))?
+    ready(settle::settle(&SqliteIo(tx), rules, aggregate, now_ms))
 }
 
 /// An aggregate-state row as read, its state still text.
@@ -1111,8 +931,60 @@ fn pending_row(r: &rusqlite::Row<'_>, was_held: bool) -> rusqlite::Result<Pendin
     })
 }
 
-/// Settling's reads and writes over one SQLite transaction.
+/// Settling's and upkeep's reads and writes over one SQLite transaction.
 struct SqliteIo<'a>(&'a Connection);
+
+impl UpkeepIo for SqliteIo<'_> {
+    const LOCK_ROWS: &'static str = "";
+    const SKIP_LOCKED: &'static str = "";
+
+    fn in_ids(column: &str, n: usize) -> String {
+        format!("{column} IN (SELECT value FROM json_each(${n}))")
+    }
+
+    async fn execute(&self, statement: &str, params: &[Param]) -> Result<u64, StoreError> {
+        let values = params.iter().cloned().map(sql_value);
+        self.0
+            .prepare_cached(&sqlite(statement))
+            .map_err(map_err)?
+            .execute(params_from_iter(values))
+            .map(|changed| changed as u64)
+            .map_err(map_err)
+    }
+
+    async fn query(&self, statement: &str, params: &[Param]) -> Result<Vec<Vec<Cell>>, StoreError> {
+        let values = params.iter().cloned().map(sql_value);
+        let mut stmt = self.0.prepare_cached(&sqlite(statement)).map_err(map_err)?;
+        let width = stmt.column_count();
+        let rows = stmt
+            .query_map(params_from_iter(values), |r| {
+                (0..width)
+                    .map(|at| {
+                        Ok(match r.get_ref(at)? {
+                            ValueRef::Integer(n) => Cell::Int(n),
+                            ValueRef::Text(t) => {
+                                Cell::Text(String::from_utf8_lossy(t).into_owned())
+                            }
+                            ValueRef::Null => Cell::Null,
+                            other => {
+                                return Err(rusqlite::Error::InvalidColumnType(
+                                    at,
+                                    format!("column {at}"),
+                                    other.data_type(),
+                                ))
+                            }
+                        })
+                    })
+                    .collect::<rusqlite::Result<Vec<Cell>>>()
+            })
+            .map_err(map_err)?;
+        rows.collect::<Result<_, _>>().map_err(map_err)
+    }
+
+    async fn wake_workers(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
 
 impl SqliteIo<'_> {
     fn load(&self, source: &str, aggregate: &str) -> Result<Option<AggregateState>, StoreError> {

@@ -4,7 +4,7 @@
 //! `docs/examples/payloads`, varied) and signed by the publisher's official
 //! library (tests/vectors/sign.py). Sent reordered and duplicated, each
 //! aggregate ends at the newest state; types outside `event_types` are
-//! `200 ignored_unsupported` and not logged; keys holding `/` round-trip in
+//! `200 ignored_unsupported`, logged as such at once and never applied; keys holding `/` round-trip in
 //! their text form; the event log shows what was decided for each delivery.
 
 use std::collections::HashMap;
@@ -66,9 +66,9 @@ impl Delivery {
 
 /// Posts `deliveries[i]` for each `i` of `schedule` in turn (a retry is signed
 /// again, as publishers do), checking each answer: the first receipt of an
-/// event is `202 accepted` (the publishers' example sources are async), a
-/// repeat is `200 duplicate`, and the indices in `ignored` are always
-/// `200 ignored_unsupported`.
+/// event is `202 accepted` (the publishers' example sources are async), or
+/// `200 ignored_unsupported` for the indices in `ignored`; a repeat of either is
+/// `200 duplicate` (an ignored type is logged too).
 async fn send_schedule(
     server: &TestServer,
     source: &str,
@@ -101,10 +101,10 @@ async fn send_schedule(
         );
         let reply = server.post_headers(source, &delivery.body, &headers).await;
         let status = reply.body["status"].as_str().unwrap_or_default().to_owned();
-        let expected = if ignored.contains(&i) {
-            (200, "ignored_unsupported")
-        } else if seen.contains(&i) {
+        let expected = if seen.contains(&i) {
             (200, "duplicate")
+        } else if ignored.contains(&i) {
+            (200, "ignored_unsupported")
         } else {
             (202, "accepted")
         };
@@ -142,9 +142,37 @@ async fn settled_events(server: &TestServer, source: &str, count: usize) -> Hash
         .collect()
 }
 
+/// Takes out of `logged` the deliveries of types outside `event_types`, checking
+/// each was logged `ignored_unsupported` with its type, aggregate text and sequence
+/// (event id → those three).
+fn take_ignored(logged: &mut HashMap<String, Value>, ignored: &[(&str, &str, &str, i64)]) {
+    for (id, event_type, key, sequence) in ignored {
+        let event = logged
+            .remove(*id)
+            .unwrap_or_else(|| panic!("{id} is logged: {logged:#?}"));
+        assert_eq!(
+            (
+                &event["status"],
+                &event["event_type"],
+                &event["aggregate"],
+                &event["sequence"],
+                &event["attempts"]
+            ),
+            (
+                &json!("ignored_unsupported"),
+                &json!(event_type),
+                &json!(key),
+                &json!(sequence),
+                &json!(0)
+            ),
+            "{event:#?}"
+        );
+    }
+}
+
 /// Checks a latest-wins source's settled log against what was sent: exactly
 /// the `expected` events (event id → aggregate text, sequence) are logged, once
-/// each (types outside `event_types` are not logged at all), and in each
+/// each (types outside `event_types` taken out by [`take_ignored`]), and in each
 /// aggregate the newest is processed while every other one was either applied
 /// before a newer one was (processed) or found older (ignored_stale).
 fn check_latest_wins(logged: &HashMap<String, Value>, expected: &HashMap<String, (String, i64)>) {
@@ -306,7 +334,17 @@ async fn stripe_events_reordered_and_retried_end_at_each_objects_newest_state() 
             )
         })
         .collect();
-    let logged = settled_events(&server, "stripe", expected.len()).await;
+    let mut logged = settled_events(&server, "stripe", expected.len() + 1).await;
+    // Logged under the charge's own aggregate and sequence, which it never changes.
+    take_ignored(
+        &mut logged,
+        &[(
+            "evt_charge",
+            "charge.succeeded",
+            "charge/ch_3PkXqL2eZvKYlo2C1",
+            t0 + 3,
+        )],
+    );
     check_latest_wins(&logged, &expected);
 
     let sub = aggregate(&server, "stripe", &format!("subscription/{SUBSCRIPTION}")).await;
@@ -333,7 +371,7 @@ async fn stripe_events_reordered_and_retried_end_at_each_objects_newest_state() 
         (&json!("evt_in_paid"), &json!("paid"), &json!(t0 + 3))
     );
 
-    // The ignored charge has no aggregate; the list holds exactly the two objects.
+    // The ignored charge has no state; the list holds exactly the two objects.
     let list = server.get("/v1/sources/stripe/aggregates").await;
     let mut keys: Vec<&str> = list.body["items"]
         .as_array()
@@ -604,13 +642,23 @@ async fn github_pull_requests_and_issues_converge_in_their_own_sources() {
     .await;
 
     for (source, deliveries, ignored, key) in [
-        ("github-pulls", &pulls[..], &[4, 5][..], "octo%2Frepo/7"),
-        ("github-issues", &issues[..], &[3][..], "octo%2Frepo/8"),
+        (
+            "github-pulls",
+            &pulls[..],
+            &[(4, "ping"), (5, "issues")][..],
+            "octo%2Frepo/7",
+        ),
+        (
+            "github-issues",
+            &issues[..],
+            &[(3, "push")][..],
+            "octo%2Frepo/8",
+        ),
     ] {
         let expected: HashMap<String, (String, i64)> = deliveries
             .iter()
             .enumerate()
-            .filter(|(i, _)| !ignored.contains(i))
+            .filter(|(i, _)| !ignored.iter().any(|(at, _)| at == i))
             .map(|(_, d)| {
                 let body: Value = serde_json::from_str(&d.body).unwrap();
                 let item = if source == "github-pulls" {
@@ -622,7 +670,21 @@ async fn github_pull_requests_and_issues_converge_in_their_own_sources() {
                 (d.id.clone(), (key.to_owned(), at))
             })
             .collect();
-        let logged = settled_events(&server, source, expected.len()).await;
+        let mut logged = settled_events(&server, source, expected.len() + ignored.len()).await;
+        // None of them has the source's item (a pull request, an issue), so none has its
+        // place: each is logged as its own aggregate, keyed by its delivery GUID.
+        let ignored: Vec<(&str, &str, &str, i64)> = ignored
+            .iter()
+            .map(|&(i, event)| {
+                (
+                    deliveries[i].id.as_str(),
+                    event,
+                    deliveries[i].id.as_str(),
+                    0,
+                )
+            })
+            .collect();
+        take_ignored(&mut logged, &ignored);
         check_latest_wins(&logged, &expected);
     }
 
@@ -688,6 +750,100 @@ async fn github_pull_requests_and_issues_converge_in_their_own_sources() {
         items.iter().all(|e| e["aggregate"] == "octo%2Frepo/7"),
         "{items:#?}"
     );
+}
+
+/// `inhook send` as a user self-checks the GitHub example: `--header` supplies
+/// the event type the source reads from `X-GitHub-Event` (and may set the delivery
+/// id, which the scheme then signs); the scheme's own headers are refused, and a
+/// source `send` does not know is an error, not a guessed scheme.
+#[tokio::test]
+async fn send_adds_headers_so_a_github_source_can_be_self_checked() {
+    let server = serve_example(
+        "github.toml",
+        &[
+            ("github-pulls", GITHUB_PULLS_SECRET),
+            ("github-issues", GITHUB_ISSUES_SECRET),
+        ],
+    )
+    .await;
+    let config = examples_dir().join("github.toml");
+    let body = examples_dir().join("payloads/github-pull-request.json");
+    let env = [("INHOOK_GITHUB_PULLS_SECRET", GITHUB_PULLS_SECRET)];
+    let send = |with_config: bool, extra: &[&str]| {
+        let mut args: Vec<&OsStr> = vec![OsStr::new("send")];
+        if with_config {
+            args.extend([OsStr::new("--config"), config.as_os_str()]);
+        }
+        for arg in ["--url", &server.url, "--source", "github-pulls"] {
+            args.push(OsStr::new(arg));
+        }
+        args.extend(extra.iter().map(OsStr::new));
+        args.push(body.as_os_str());
+        run_cli(&args, &env)
+    };
+
+    let (ok, out) = send(true, &["--header", "X-GitHub-Event: pull_request"]);
+    assert!(ok && out.starts_with("202 "), "{out}");
+    let pr = server
+        .wait_for("/v1/sources/github-pulls/aggregates/octo%252Frepo/7", |r| {
+            r.code == 200
+        })
+        .await;
+    assert_eq!(
+        (&pr.body["event_type"], &pr.body["state"]["number"]),
+        (&json!("pull_request"), &json!(7))
+    );
+    let (ok, out) = send(true, &["--header", "X-GitHub-Event: pull_request"]);
+    assert!(ok && out.contains("\"duplicate\""), "{out}");
+
+    // Another type, under a delivery id of the user's: ignored, logged under that id.
+    let guid = "0b1c2d3e-4f50-11ef-8a1c-2f0c1a9b7777";
+    let (ok, out) = send(
+        true,
+        &[
+            "--header",
+            "X-GitHub-Event: issue_comment",
+            "--header",
+            &format!("X-GitHub-Delivery: {guid}"),
+        ],
+    );
+    assert!(ok && out.contains("ignored_unsupported"), "{out}");
+    let logged = server.get(&format!("/v1/events/github-pulls/{guid}")).await;
+    assert_eq!(
+        (&logged.body["status"], &logged.body["event_type"]),
+        (&json!("ignored_unsupported"), &json!("issue_comment")),
+        "{logged:?}"
+    );
+
+    // The scheme's own headers, and the content type, are refused before sending.
+    for (header, why) in [
+        ("X-Hub-Signature-256: sha256=00", "sets this header itself"),
+        ("Content-Type: text/plain", "application/json"),
+    ] {
+        let (ok, out) = send(true, &["--header", header]);
+        assert!(!ok && out.contains(why), "{header}: {out}");
+    }
+    let (ok, out) = send(true, &["--header", "X-GitHub-Event pull_request"]);
+    assert!(!ok && out.contains("is not `Name: value`"), "{out}");
+    assert_eq!(server.count().await, 2, "nothing refused was sent");
+
+    // Without --config, a source that is not a default one is not guessed at...
+    let (ok, out) = send(false, &["--header", "X-GitHub-Event: pull_request"]);
+    assert!(
+        !ok && out.contains("not a default source") && out.contains("--scheme"),
+        "{out}"
+    );
+    // ... and --scheme is enough.
+    let (ok, out) = send(
+        false,
+        &[
+            "--scheme",
+            "github",
+            "--header",
+            "X-GitHub-Event: pull_request",
+        ],
+    );
+    assert!(ok && out.contains("\"duplicate\""), "{out}");
 }
 
 // ---------------------------------------------------------------- Shopify
@@ -804,8 +960,27 @@ async fn shopify_orders_converge_across_offsets_and_ignore_other_topics() {
             (d.id.clone(), (body["id"].to_string(), at))
         })
         .collect();
-    let logged = settled_events(&server, "shopify-orders", expected.len()).await;
+    let mut logged = settled_events(&server, "shopify-orders", expected.len() + 2).await;
+    // The delete carries no `updated_at`: logged as its own aggregate. The product has
+    // an id and a time: logged under them, though it is no order and gets no state.
+    take_ignored(
+        &mut logged,
+        &[
+            (&deliveries[4].id, "orders/delete", &deliveries[4].id, 0),
+            (
+                &deliveries[5].id,
+                "products/update",
+                "632910392",
+                micros("2024-11-03T01:12:00-05:00"),
+            ),
+        ],
+    );
     check_latest_wins(&logged, &expected);
+    assert_eq!(
+        aggregate(&server, "shopify-orders", "632910392").await.code,
+        404,
+        "an ignored type creates no state"
+    );
     // The DST night: the fulfilment, text-wise the smallest time, is the newest.
     assert!(expected[&deliveries[3].id].1 > expected[&deliveries[2].id].1);
 

@@ -265,6 +265,7 @@ async fn report_the_cost_of_arrivals_with_many_held_events() {
                 signed_at: None,
                 headers: &[],
                 limits: IngestLimits::NONE,
+                ignored: false,
             };
             let logged = store.ingest(new, None).await.unwrap();
             assert!(matches!(logged, Admission::Logged { .. }));

@@ -66,6 +66,20 @@ hold_timeout_s = 600
 max_held_per_aggregate = 1
 
 [[sources]]
+name = "ordered-typed"
+kind = "json"
+mode = "sync"
+signature = "hmac-hex"
+secrets = ["json-test-secret"]
+event_id = "/id"
+aggregate = "/account"
+sequence = "/seq"
+event_type = "/type"
+event_types = ["entry.*"]
+ordering = "in-order"
+hold_timeout_s = 600
+
+[[sources]]
 name = "unordered"
 kind = "json"
 mode = "sync"
@@ -224,7 +238,9 @@ async fn sync_answers_name_bad_locations_and_ignore_types_outside_event_types() 
         .await;
     assert_eq!(shown.body["sequence"], micros as i64);
 
-    // A type outside event_types: 200 ignored_unsupported, nothing logged.
+    // A type outside event_types: 200 ignored_unsupported, logged as such at once,
+    // under its aggregate and sequence, changing no state and waiting for no worker.
+    let backlog_before = metric(&server, "inhook_backlog", "latest").await;
     let mut charge = customer("c1", "cus_2", json!(9), "b@x");
     charge["type"] = json!("charge.succeeded");
     let ignored = post(&server, "latest", &charge).await;
@@ -235,13 +251,76 @@ async fn sync_answers_name_bad_locations_and_ignore_types_outside_event_types() 
             &json!({"status": "ignored_unsupported", "event_id": "c1"})
         )
     );
-    assert_eq!(server.get("/v1/events/latest/c1").await.code, 404);
-    // ... whatever else the body holds.
+    let logged = server.get("/v1/events/latest/c1").await;
+    assert_eq!(logged.code, 200, "{logged:?}");
+    assert_eq!(logged.body["status"], "ignored_unsupported");
+    assert_eq!(logged.body["event_type"], "charge.succeeded");
+    assert_eq!(logged.body["aggregate"], "customer/cus_2");
+    assert_eq!(logged.body["sequence"], 9);
+    let listed = server
+        .get("/v1/events?source=latest&status=ignored_unsupported")
+        .await;
+    let listed: Vec<_> = listed.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["event_id"].clone(), e["event_type"].clone()))
+        .collect();
+    assert_eq!(listed, [(json!("c1"), json!("charge.succeeded"))]);
+    let again = post(&server, "latest", &charge).await;
+    assert_eq!(
+        (again.code, &again.body["status"]),
+        (200, &json!("duplicate")),
+        "a redelivery of a logged ignored type"
+    );
+    let kept = server
+        .get("/v1/sources/latest/aggregates/customer/cus_2")
+        .await;
+    assert_eq!(
+        (&kept.body["sequence"], &kept.body["event_id"]),
+        (&json!(5), &json!("s1")),
+        "the aggregate's state is untouched"
+    );
+    // One of an aggregate with no state yet creates none.
+    let mut fresh = customer("c2", "cus_new", json!(1), "n@x");
+    fresh["type"] = json!("charge.refunded");
+    assert_eq!(
+        post(&server, "latest", &fresh).await.body["status"],
+        "ignored_unsupported"
+    );
+    assert_eq!(
+        server.status("latest", "c2").await.unwrap().0,
+        "ignored_unsupported"
+    );
+    assert_eq!(
+        server
+            .get("/v1/sources/latest/aggregates/customer/cus_new")
+            .await
+            .code,
+        404
+    );
+    assert_eq!(
+        metric(&server, "inhook_backlog", "latest").await,
+        backlog_before,
+        "an ignored type is no backlog item"
+    );
+    // ... whatever else the body holds; with no readable id, nothing is logged.
     let broken = json!({"id": 1.5, "type": "charge.failed"});
     let ignored = post(&server, "latest", &broken).await;
     assert_eq!(
         (ignored.code, &ignored.body["status"]),
         (200, &json!("ignored_unsupported"))
+    );
+    // A readable id without a readable place is logged as its own aggregate.
+    let placeless = json!({"id": "c3", "type": "charge.failed", "created": true});
+    assert_eq!(
+        post(&server, "latest", &placeless).await.body["status"],
+        "ignored_unsupported"
+    );
+    let own = server.get("/v1/events/latest/c3").await;
+    assert_eq!(
+        (&own.body["aggregate"], &own.body["sequence"]),
+        (&json!("c3"), &json!(0))
     );
 
     // A missing required location and a mistyped one: 400s naming each.
@@ -265,8 +344,8 @@ async fn sync_answers_name_bad_locations_and_ignore_types_outside_event_types() 
     assert_eq!(reply.body["details"][0]["field"], "/created");
     assert_eq!(
         server.count().await,
-        3,
-        "s1, s2 and t1 are logged, nothing else"
+        6,
+        "s1, s2, t1 and the ignored c1, c2, c3 are logged, nothing else"
     );
 }
 
@@ -342,6 +421,32 @@ async fn in_order_starts_at_first_sequence_and_caps_the_events_held() {
     assert_eq!(fill.body["status"], "applied");
     let next = post(&server, "ordered-capped", &event("c13", 13)).await;
     assert_eq!(next.body, json!({"status": "applied", "sequence": 13}));
+}
+
+/// An ignored type logged under its aggregate counts toward contiguity, as every
+/// event of an aggregate does whatever its type (SPEC §3): nothing waits for it.
+#[tokio::test]
+async fn in_order_counts_an_ignored_type_logged_under_its_aggregate() {
+    let server = server().await;
+    let event = |id: &str, event_type: &str, seq: i64| json!({"id": id, "type": event_type, "account": "a", "seq": seq});
+    let first = post(&server, "ordered-typed", &event("t1", "entry.added", 1)).await;
+    assert_eq!(first.body, json!({"status": "applied", "sequence": 1}));
+    let ignored = post(&server, "ordered-typed", &event("t2", "audit.viewed", 2)).await;
+    assert_eq!(
+        ignored.body,
+        json!({"status": "ignored_unsupported", "event_id": "t2"})
+    );
+    let logged = server.get("/v1/events/ordered-typed/t2").await;
+    assert_eq!(
+        (&logged.body["aggregate"], &logged.body["sequence"]),
+        (&json!("a"), &json!(2))
+    );
+    let next = post(&server, "ordered-typed", &event("t3", "entry.added", 3)).await;
+    assert_eq!(
+        next.body,
+        json!({"status": "applied", "sequence": 3}),
+        "sequence 2 is taken by the ignored type: no gap to wait for"
+    );
 }
 
 #[tokio::test]

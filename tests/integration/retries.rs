@@ -192,6 +192,7 @@ async fn log(h: &Harness, player: &str, event_id: &str) {
         signed_at: None,
         headers: &[],
         limits: IngestLimits::NONE,
+        ignored: false,
     };
     h.store.ingest(new, None).await.unwrap();
 }

@@ -184,6 +184,7 @@ conformance! {
     log::listings_filter_and_page_newest_first,
     log::overview_counts_every_status_per_source,
     log::purge_deletes_decided_events_and_keeps_their_dedup_keys,
+    log::a_purged_key_kept_again_names_the_newer_event,
     log::text_orders_are_byte_orders,
     log::ids_are_never_reused_after_a_purge,
     log::counts_match_the_log_after_every_transition,

@@ -248,6 +248,7 @@ pub async fn a_body_without_event_id_is_kept_under_its_delivery_id(store: &dyn S
                 received_at_ms: at_ms,
                 signed_at: None,
                 limits: IngestLimits::NONE,
+                ignored: false,
             },
             None,
         )

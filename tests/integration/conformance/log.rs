@@ -7,8 +7,8 @@ use inhook::store::{Admission, DedupKey, EventFilter, PurgeReport, Store};
 use serde_json::json;
 
 use super::{
-    all_events, delta, ingest_save, logged, presence, presence_rules, save, save_rules, slot,
-    PRESENCE, SAVES, T0,
+    all_events, delta, ingest_save, logged, presence, presence_rules, save, save_keyed, save_rules,
+    slot, PRESENCE, SAVES, T0,
 };
 
 const ONE_ATTEMPT: RetryPolicy = RetryPolicy {
@@ -315,6 +315,49 @@ pub async fn purge_deletes_decided_events_and_keeps_their_dedup_keys(store: &dyn
         .map(|c| (c.aggregate.clone(), c.at_ms))
         .collect();
     assert_eq!(kept, [(slot("slot_c"), T0 + 60_000)]);
+}
+
+/// A dedup key kept past its expiry (not yet deleted) is taken over by a newer
+/// event logged under it once it expired: purging that event keeps the key again,
+/// naming the newer event, until the new expiry.
+pub async fn a_purged_key_kept_again_names_the_newer_event(store: &dyn Store) {
+    let rules = save_rules();
+    let (first_expiry, second_expiry) = (T0 + 20_000, T0 + 100_000);
+    logged(&ingest_save(store, &delta("k1", "slot_a", 1, 1), T0).await);
+    store.settle(&rules, &slot("slot_a"), T0 + 1).await.unwrap();
+    let report = store
+        .purge(T0 + 10_000, first_expiry, T0 + 10_000, 100)
+        .await
+        .unwrap();
+    assert_eq!(report.events, 1);
+    // Past the expiry the key no longer catches a resend: the same idempotency key is logged.
+    let added = json!({"added_items": [{"item_id": "sword", "qty": 1}]});
+    let newer = save_keyed("k2", "slot_b", "inventory.updated", 1, "slot_a:1", added);
+    logged(&ingest_save(store, &newer, first_expiry + 1).await);
+    store
+        .settle(&rules, &slot("slot_b"), first_expiry + 2)
+        .await
+        .unwrap();
+    let report = store
+        .purge(T0 + 40_000, second_expiry, T0 + 40_000, 100)
+        .await
+        .unwrap();
+    assert_eq!(
+        report,
+        PurgeReport {
+            events: 1,
+            // k1's event_id key; its idempotency key was taken over by k2.
+            dedup_keys: 1
+        }
+    );
+    assert_eq!(
+        ingest_save(store, &delta("k3", "slot_a", 1, 1), T0 + 50_000).await,
+        Admission::Duplicate {
+            key: DedupKey::IdempotencyKey,
+            original: id("k2"),
+            body_differs: false
+        }
+    );
 }
 
 fn id(raw: &str) -> inhook::domain::EventId {

@@ -119,6 +119,7 @@ pub async fn ingest(
                 received_at_ms: at_ms,
                 signed_at: None,
                 limits,
+                ignored: false,
             },
             sync.then_some(rules),
         )

@@ -444,6 +444,7 @@ pub async fn a_json_source_settles_through_the_generic_aggregate_state(store: &d
                         received_at_ms: at,
                         signed_at: None,
                         limits: IngestLimits::NONE,
+                        ignored: false,
                     },
                     None,
                 )

@@ -1,0 +1,371 @@
+//! Recording a failed attempt, replaying (one event, or a bulk job step by step)
+//! and purging, written once for every store: each flow runs over [`UpkeepIo`],
+//! which a store implements over one of its transactions, as [`super::settle`]
+//! does for settling. Statements are written once, with `$n` placeholders; where
+//! the dialects differ (row locks, a bound list of ids) the store supplies the words.
+
+use super::filter::{self, json_err, parse_status, where_of, Param};
+use super::{sql, EventFilter, FailureReport, PurgeReport, ReplayJob, ReplayOutcome, StoreError};
+use crate::domain::EventStatus;
+use crate::retry::{NextStep, RetryPolicy};
+
+/// One value of a row read through [`UpkeepIo::query`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Cell {
+    /// An integer.
+    Int(i64),
+    /// A text.
+    Text(String),
+    /// SQL NULL.
+    Null,
+}
+
+/// The statements the flows run, inside one store transaction.
+pub(crate) trait UpkeepIo {
+    /// Appended to a query whose rows must stay as read until commit: PostgreSQL
+    /// locks them against other nodes; SQLite's one writer already holds them.
+    const LOCK_ROWS: &'static str;
+    /// Like [`UpkeepIo::LOCK_ROWS`], skipping rows another node holds.
+    const SKIP_LOCKED: &'static str;
+
+    /// The condition "`column` is one of the ids bound at placeholder `n`" ([`Param::Ids`]).
+    fn in_ids(column: &str, n: usize) -> String;
+
+    /// Runs a statement; returns the rows it changed.
+    async fn execute(&self, statement: &str, params: &[Param]) -> Result<u64, StoreError>;
+
+    /// Runs a query; returns its rows.
+    async fn query(&self, statement: &str, params: &[Param]) -> Result<Vec<Vec<Cell>>, StoreError>;
+
+    /// Wakes the workers of every node once the transaction commits (SQLite's
+    /// workers share the process and need no word).
+    async fn wake_workers(&self) -> Result<(), StoreError>;
+}
+
+/// Puts the aggregate's due events back for a retry, or makes them dead once
+/// `policy` gives up (the aggregate is held by the caller's transaction).
+pub(crate) async fn record_failure<I: UpkeepIo>(
+    io: &I,
+    source: &str,
+    aggregate: &str,
+    error: &str,
+    now_ms: i64,
+    (policy, jitter): (RetryPolicy, f64),
+) -> Result<FailureReport, StoreError> {
+    let due = io
+        .query(
+            &sql::DUE_WITH_FAILURES,
+            &[text(source), text(aggregate), Param::Int(now_ms)],
+        )
+        .await?;
+    let mut report = FailureReport::default();
+    for row in &due {
+        let (id, failed_before) = (int(row, 0)?, int(row, 1)?);
+        let failed = u32::try_from(failed_before + 1).unwrap_or(u32::MAX);
+        io.execute(
+            sql::ADD_HISTORY,
+            &[
+                Param::Int(id),
+                Param::Int(now_ms),
+                text("failed"),
+                Param::OptText(Some(error.to_owned())),
+            ],
+        )
+        .await?;
+        match policy.after_failure(failed, jitter) {
+            NextStep::RetryIn(delay_ms) => {
+                let params = [Param::Int(id), Param::Int(now_ms + delay_ms), text(error)];
+                io.execute(sql::RETRY_LATER, &params).await?;
+                report.retrying += 1;
+            }
+            NextStep::GiveUp => {
+                let params = [Param::Int(id), text(error), Param::Int(now_ms)];
+                io.execute(sql::DEAD_EXHAUSTED, &params).await?;
+                report.dead += 1;
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Replays one event if it is dead or retrying.
+pub(crate) async fn replay_event<I: UpkeepIo>(
+    io: &I,
+    source: &str,
+    event_id: &str,
+    now_ms: i64,
+) -> Result<ReplayOutcome, StoreError> {
+    let found = io
+        .query(
+            &format!(
+                "SELECT id, status FROM events WHERE source = $1 AND event_id = $2{}",
+                I::LOCK_ROWS
+            ),
+            &[text(source), text(event_id)],
+        )
+        .await?;
+    let Some(row) = found.first() else {
+        return Ok(ReplayOutcome::NotFound);
+    };
+    let status = parse_status(&string(row, 1)?)?;
+    if !matches!(status, EventStatus::Dead | EventStatus::Retrying) {
+        return Ok(ReplayOutcome::Unchanged(status));
+    }
+    requeue(io, "id = $1", vec![Param::Int(int(row, 0)?)], now_ms).await?;
+    io.wake_workers().await?;
+    Ok(ReplayOutcome::Requeued)
+}
+
+/// Persists a bulk replay of the events `filter` matches (dead ones when it names no status).
+pub(crate) async fn create_replay_job<I: UpkeepIo>(
+    io: &I,
+    filter: &EventFilter,
+    now_ms: i64,
+) -> Result<ReplayJob, StoreError> {
+    let mut filter = filter.clone();
+    if filter.status.is_none() {
+        filter.status = Some(EventStatus::Dead);
+    }
+    let (clauses, params) = filter_sql(&filter);
+    let counted = io
+        .query(
+            &format!("SELECT COUNT(*) FROM events WHERE {}", where_of(&clauses)),
+            &params,
+        )
+        .await?;
+    let total = one_int(&counted)?;
+    let filter_json = serde_json::to_string(&filter).map_err(json_err)?;
+    let created = io
+        .query(
+            "INSERT INTO replay_jobs (filter, state, total, created_at, updated_at)
+             VALUES ($1, 'running', $2, $3, $3) RETURNING id",
+            &[
+                Param::Text(filter_json),
+                Param::Int(total),
+                Param::Int(now_ms),
+            ],
+        )
+        .await?;
+    io.wake_workers().await?;
+    Ok(ReplayJob {
+        id: one_int(&created)?,
+        filter,
+        state: "running".into(),
+        total,
+        requeued: 0,
+        created_at_ms: now_ms,
+        updated_at_ms: now_ms,
+    })
+}
+
+/// Moves the oldest running bulk replay on by up to `aggregates` aggregates, each
+/// one's events requeued together (the worker feeds them back in sequence order).
+pub(crate) async fn advance_replay_jobs<I: UpkeepIo>(
+    io: &I,
+    now_ms: i64,
+    aggregates: usize,
+) -> Result<u64, StoreError> {
+    // One node advances a job at a time; the others skip it.
+    let jobs = io
+        .query(
+            &format!(
+                "SELECT id, filter, cursor_source, cursor_aggregate FROM replay_jobs
+                 WHERE state = 'running' ORDER BY id LIMIT 1{}",
+                I::SKIP_LOCKED
+            ),
+            &[],
+        )
+        .await?;
+    let Some(job) = jobs.first() else {
+        return Ok(0);
+    };
+    let id = int(job, 0)?;
+    let filter: EventFilter = serde_json::from_str(&string(job, 1)?).map_err(json_err)?;
+    let (mut clauses, mut params) = filter_sql(&filter);
+    if let (Some(source), Some(aggregate)) = (opt_string(job, 2)?, opt_string(job, 3)?) {
+        params.extend([Param::Text(source), Param::Text(aggregate)]);
+        let n = params.len();
+        clauses.push(format!("(source, aggregate) > (${}, ${n})", n - 1));
+    }
+    params.push(Param::Int(aggregates as i64));
+    let next = io
+        .query(
+            &format!(
+                "SELECT DISTINCT source, aggregate FROM events WHERE {}
+                 ORDER BY source, aggregate LIMIT ${}",
+                where_of(&clauses),
+                params.len()
+            ),
+            &params,
+        )
+        .await?;
+    let next: Vec<(String, String)> = next
+        .iter()
+        .map(|r| Ok((string(r, 0)?, string(r, 1)?)))
+        .collect::<Result<_, StoreError>>()?;
+    let mut requeued = 0;
+    for (source, aggregate) in &next {
+        let (mut clauses, mut params) = filter_sql(&filter);
+        params.extend([Param::Text(source.clone()), Param::Text(aggregate.clone())]);
+        let n = params.len();
+        clauses.push(format!("source = ${} AND aggregate = ${n}", n - 1));
+        requeued += requeue(io, &where_of(&clauses), params, now_ms).await?;
+    }
+    let (cursor_source, cursor_aggregate) = next.last().cloned().unzip();
+    let state = if next.len() < aggregates {
+        "done"
+    } else {
+        "running"
+    };
+    io.execute(
+        sql::ADVANCE_REPLAY_JOB,
+        &[
+            Param::Int(id),
+            Param::Int(requeued as i64),
+            text(state),
+            Param::Int(now_ms),
+            Param::OptText(cursor_source),
+            Param::OptText(cursor_aggregate),
+        ],
+    )
+    .await?;
+    if requeued > 0 {
+        io.wake_workers().await?;
+    }
+    Ok(requeued)
+}
+
+/// Deletes up to `batch` decided events received before `before_ms` (keeping their
+/// dedup keys until `dedup_until_ms`), expired dedup keys and old state changes.
+pub(crate) async fn purge<I: UpkeepIo>(
+    io: &I,
+    before_ms: i64,
+    dedup_until_ms: i64,
+    now_ms: i64,
+    batch: usize,
+) -> Result<PurgeReport, StoreError> {
+    let chosen = io
+        .query(
+            &format!(
+                "SELECT id FROM events
+                 WHERE status IN ('processed', 'ignored_stale', 'ignored_unsupported')
+                   AND received_at < $1
+                 LIMIT $2{}",
+                I::SKIP_LOCKED
+            ),
+            &[Param::Int(before_ms), Param::Int(batch as i64)],
+        )
+        .await?;
+    let chosen = Param::Ids(chosen.iter().map(|r| int(r, 0)).collect::<Result<_, _>>()?);
+    if dedup_until_ms > now_ms {
+        for column in ["event_id", "idempotency_key"] {
+            // A key kept already (an earlier event's, expired but not yet deleted)
+            // now names the newer event.
+            io.execute(
+                &format!(
+                    "INSERT INTO dedup_keys (source, kind, key, event_id, expires_at)
+                     SELECT source, '{column}', {column}, event_id, $2 FROM events
+                     WHERE {column} IS NOT NULL AND {}
+                     ON CONFLICT (source, kind, key) DO UPDATE
+                         SET event_id = EXCLUDED.event_id, expires_at = EXCLUDED.expires_at",
+                    I::in_ids("id", 1)
+                ),
+                &[chosen.clone(), Param::Int(dedup_until_ms)],
+            )
+            .await?;
+        }
+    }
+    let history = format!(
+        "DELETE FROM event_attempts WHERE {}",
+        I::in_ids("event_row", 1)
+    );
+    io.execute(&history, std::slice::from_ref(&chosen)).await?;
+    let events = format!("DELETE FROM events WHERE {}", I::in_ids("id", 1));
+    let events = io.execute(&events, &[chosen]).await?;
+    let dedup_keys = io
+        .execute(sql::PURGE_DEDUP_KEYS, &[Param::Int(now_ms)])
+        .await?;
+    io.execute(
+        sql::PURGE_CHANGES,
+        &[Param::Int(before_ms), Param::Int(batch as i64)],
+    )
+    .await?;
+    Ok(PurgeReport { events, dedup_keys })
+}
+
+/// Puts the dead or retrying events matching `condition` (over `params`) back in
+/// the queue, recording the replay in each one's history.
+async fn requeue<I: UpkeepIo>(
+    io: &I,
+    condition: &str,
+    mut params: Vec<Param>,
+    now_ms: i64,
+) -> Result<u64, StoreError> {
+    let replayable = format!("({condition}) AND status IN ('dead', 'retrying')");
+    params.push(Param::Int(now_ms));
+    io.execute(
+        &format!(
+            "INSERT INTO event_attempts (event_row, at, kind)
+             SELECT id, CAST(${} AS BIGINT), 'replayed' FROM events WHERE {replayable}",
+            params.len()
+        ),
+        &params,
+    )
+    .await?;
+    params.pop();
+    io.execute(
+        &format!(
+            "UPDATE events SET status = 'received', replays = replays + 1, dead_reason = NULL,
+                 next_attempt_at = NULL, decided_at = NULL
+             WHERE {replayable}"
+        ),
+        &params,
+    )
+    .await
+}
+
+/// A filter's conditions with `$n` placeholders.
+fn filter_sql(filter: &EventFilter) -> (Vec<String>, Vec<Param>) {
+    filter::filter_sql(filter, |n| format!("${n}"))
+}
+
+fn text(value: &str) -> Param {
+    Param::Text(value.to_owned())
+}
+
+fn cell(row: &[Cell], at: usize) -> Result<&Cell, StoreError> {
+    row.get(at)
+        .ok_or_else(|| StoreError::Internal(format!("a row without column {at}")))
+}
+
+fn int(row: &[Cell], at: usize) -> Result<i64, StoreError> {
+    match cell(row, at)? {
+        Cell::Int(value) => Ok(*value),
+        other => Err(StoreError::Internal(format!(
+            "column {at}: an integer expected, got {other:?}"
+        ))),
+    }
+}
+
+fn opt_string(row: &[Cell], at: usize) -> Result<Option<String>, StoreError> {
+    match cell(row, at)? {
+        Cell::Text(value) => Ok(Some(value.clone())),
+        Cell::Null => Ok(None),
+        other => Err(StoreError::Internal(format!(
+            "column {at}: a text expected, got {other:?}"
+        ))),
+    }
+}
+
+fn string(row: &[Cell], at: usize) -> Result<String, StoreError> {
+    opt_string(row, at)?
+        .ok_or_else(|| StoreError::Internal(format!("column {at}: a text expected, got NULL")))
+}
+
+/// The one integer a one-row, one-column answer holds.
+fn one_int(rows: &[Vec<Cell>]) -> Result<i64, StoreError> {
+    let row = rows
+        .first()
+        .ok_or_else(|| StoreError::Internal("a query answered no row".into()))?;
+    int(row, 0)
+}
