@@ -46,7 +46,7 @@ pub(super) fn render(
             3,
             format!(
                 "  unsupported: {unsupported} deliveries of types outside event_types \
-                 (each must be answered {IGNORED})"
+                 (each must be answered {IGNORED}, or {DUPLICATE} when redelivered)"
             ),
         );
     }
@@ -77,11 +77,16 @@ pub(super) fn render(
     lines.join("\n")
 }
 
-/// The answer every delivery of a type outside `event_types` gets, and no other.
+/// The answer a first delivery of a type outside `event_types` gets, and no other.
 const IGNORED: &str = "ignored_unsupported";
 
+/// A type outside `event_types` is logged, so its redeliveries (same event id, or a
+/// new one with the same idempotency key, in whatever order they land) are duplicates.
+const DUPLICATE: &str = "duplicate";
+
 /// Deliveries answered 2xx with the wrong status for their type: a type outside
-/// `event_types` must be `ignored_unsupported`, and only such a type may be.
+/// `event_types` must be `ignored_unsupported` (or a `duplicate` of such a delivery),
+/// and only such a type may be `ignored_unsupported`.
 pub(super) fn unexpected_answers(plan: &Plan, delivery: &DeliveryReport) -> Vec<String> {
     plan.deliveries
         .iter()
@@ -89,9 +94,14 @@ pub(super) fn unexpected_answers(plan: &Plan, delivery: &DeliveryReport) -> Vec<
         .filter_map(|(d, receipt)| {
             let receipt = receipt.as_ref()?;
             let ignored = receipt.status == IGNORED;
-            (ignored != d.unsupported).then(|| {
+            let wrong = if d.unsupported {
+                !ignored && receipt.status != DUPLICATE
+            } else {
+                ignored
+            };
+            wrong.then(|| {
                 let want = if d.unsupported {
-                    IGNORED.to_owned()
+                    format!("{IGNORED} or {DUPLICATE}")
                 } else {
                     format!("anything but {IGNORED}")
                 };
@@ -206,13 +216,14 @@ mod tests {
     }
 
     #[test]
-    fn an_unsupported_type_must_be_answered_ignored_and_only_it() {
+    fn an_unsupported_type_must_be_answered_ignored_or_duplicate_and_only_it_ignored() {
         let unsupported = Delivery {
             unsupported: true,
             ..delivery(EventCopy::Original, false)
         };
         let plan = Plan {
             deliveries: vec![
+                unsupported.clone(),
                 unsupported.clone(),
                 unsupported,
                 delivery(EventCopy::Original, false),
@@ -232,6 +243,8 @@ mod tests {
             receipts: vec![
                 receipt("ignored_unsupported"),
                 receipt("applied"),
+                // A redelivery of a logged ignored type.
+                receipt("duplicate"),
                 receipt("applied"),
                 receipt("ignored_unsupported"),
                 None,
@@ -241,7 +254,7 @@ mod tests {
         assert_eq!(
             unexpected_answers(&plan, &sent),
             [
-                "evt_1 (seq 1, Original) answered 200 applied, expected ignored_unsupported",
+                "evt_1 (seq 1, Original) answered 200 applied, expected ignored_unsupported or duplicate",
                 "evt_1 (seq 1, SameEventId) answered 200 ignored_unsupported, expected anything but ignored_unsupported",
             ]
         );
@@ -250,7 +263,7 @@ mod tests {
             text.lines()
                 .nth(3)
                 .unwrap()
-                .starts_with("  unsupported: 2 deliveries of types outside event_types"),
+                .starts_with("  unsupported: 3 deliveries of types outside event_types"),
             "{text}"
         );
     }
