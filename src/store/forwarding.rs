@@ -245,21 +245,32 @@ pub(crate) async fn claim<I: UpkeepIo>(
                     io.execute(
                         "UPDATE deliveries SET status = 'skipped', next_attempt_at = NULL,
                              lease_owner = NULL, lease_until = NULL, last_error = $2
-                         WHERE id = $1",
+                         WHERE id = $1 AND status IN ('pending', 'retrying')",
                         &[Param::Int(id), Param::Text(format!("superseded by {by}"))],
                     )
                     .await?;
                     mark(&mut rows, id, DeliveryStatus::Skipped);
                 }
                 NextSend::Send(id) => {
-                    io.execute(
-                        "UPDATE deliveries SET status = 'in_flight', attempts = attempts + 1,
-                             next_attempt_at = NULL, lease_owner = $2, lease_until = $3
-                         WHERE id = $1",
-                        &[Param::Int(id), text(owner), Param::Int(lease_until_ms)],
-                    )
-                    .await?;
-                    claimed.push(id);
+                    // Conditional: a verdict recorded meanwhile by the expired lease's
+                    // holder (it takes no queue lock) wins, and this queue waits.
+                    let leased = io
+                        .execute(
+                            "UPDATE deliveries SET status = 'in_flight', attempts = attempts + 1,
+                                 next_attempt_at = NULL, lease_owner = $2, lease_until = $3
+                             WHERE id = $1 AND (status IN ('pending', 'retrying')
+                                   OR (status = 'in_flight' AND lease_until <= $4))",
+                            &[
+                                Param::Int(id),
+                                text(owner),
+                                Param::Int(lease_until_ms),
+                                Param::Int(now_ms),
+                            ],
+                        )
+                        .await?;
+                    if leased == 1 {
+                        claimed.push(id);
+                    }
                     break;
                 }
                 _ => break,
@@ -457,7 +468,8 @@ pub(crate) async fn skip<I: UpkeepIo>(
         return Ok(DeliverySkip::NotSkippable(status));
     }
     io.execute(
-        "UPDATE deliveries SET status = 'skipped', next_attempt_at = NULL WHERE id = $1",
+        "UPDATE deliveries SET status = 'skipped', next_attempt_at = NULL
+         WHERE id = $1 AND status IN ('dead', 'retrying')",
         &[Param::Int(id)],
     )
     .await?;
