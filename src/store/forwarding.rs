@@ -107,6 +107,27 @@ pub enum DeliverySkip {
     NotSkippable(DeliveryStatus),
 }
 
+/// A persisted bulk replay of a destination's deliveries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryReplayJob {
+    /// The job's id.
+    pub id: i64,
+    /// The destination.
+    pub destination: String,
+    /// Which deliveries it replays (dead ones when the filter named no status).
+    pub filter: DeliveryFilter,
+    /// `running` or `done`.
+    pub state: String,
+    /// Matching deliveries when the job was created.
+    pub total: i64,
+    /// Deliveries requeued so far (those answered superseded or would-reorder are not).
+    pub requeued: i64,
+    /// Creation time, unix milliseconds.
+    pub created_at_ms: i64,
+    /// Last progress, unix milliseconds.
+    pub updated_at_ms: i64,
+}
+
 /// One destination's figures for `GET /v1/destinations`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DestinationStats {
@@ -377,20 +398,10 @@ pub(crate) async fn deliveries<I: UpkeepIo>(
     limit: usize,
     cursor: Option<i64>,
 ) -> Result<DeliveryPage, StoreError> {
-    let mut params = vec![text(destination)];
-    let mut clauses = vec!["destination = $1".to_owned()];
-    let mut push = |column: &str, op: &str, value: Param| {
-        params.push(value);
-        clauses.push(format!("{column} {op} ${}", params.len()));
-    };
-    if let Some(status) = filter.status {
-        push("status", "=", text(status.as_str()));
-    }
-    if let Some(aggregate) = &filter.aggregate {
-        push("aggregate", "=", text(aggregate));
-    }
+    let (mut clauses, mut params) = filter_sql(destination, filter);
     if let Some(cursor) = cursor {
-        push("id", "<", Param::Int(cursor));
+        params.push(Param::Int(cursor));
+        clauses.push(format!("id < ${}", params.len()));
     }
     params.push(Param::Int(
         i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX),
@@ -447,6 +458,195 @@ pub(crate) async fn replay<I: UpkeepIo>(
         ReplayDecision::NotReplayable(status) => DeliveryReplay::NotReplayable(status),
         ReplayDecision::WouldReorder { after } => DeliveryReplay::WouldReorder { after },
     })
+}
+
+/// Persists a bulk replay of `destination`'s deliveries matching `filter` (dead ones
+/// when it names no status).
+pub(crate) async fn create_replay_job<I: UpkeepIo>(
+    io: &I,
+    destination: &str,
+    filter: &DeliveryFilter,
+    now_ms: i64,
+) -> Result<DeliveryReplayJob, StoreError> {
+    let filter = DeliveryFilter {
+        status: Some(filter.status.unwrap_or(DeliveryStatus::Dead)),
+        aggregate: filter.aggregate.clone(),
+    };
+    let (clauses, params) = filter_sql(destination, &filter);
+    let total = one_int(
+        &io.query(
+            &format!(
+                "SELECT COUNT(*) FROM deliveries WHERE {}",
+                clauses.join(" AND ")
+            ),
+            &params,
+        )
+        .await?,
+    )?;
+    let created = io
+        .query(
+            "INSERT INTO delivery_replay_jobs
+                 (destination, status, aggregate, state, total, created_at, updated_at)
+             VALUES ($1, $2, $3, 'running', $4, $5, $5) RETURNING id",
+            &[
+                text(destination),
+                text(filter.status.unwrap_or(DeliveryStatus::Dead).as_str()),
+                Param::OptText(filter.aggregate.clone()),
+                Param::Int(total),
+                Param::Int(now_ms),
+            ],
+        )
+        .await?;
+    io.wake_workers().await?;
+    Ok(DeliveryReplayJob {
+        id: one_int(&created)?,
+        destination: destination.to_owned(),
+        filter,
+        state: "running".into(),
+        total,
+        requeued: 0,
+        created_at_ms: now_ms,
+        updated_at_ms: now_ms,
+    })
+}
+
+/// A bulk replay of deliveries, by id.
+pub(crate) async fn replay_job<I: UpkeepIo>(
+    io: &I,
+    id: i64,
+) -> Result<Option<DeliveryReplayJob>, StoreError> {
+    let rows = io
+        .query(
+            "SELECT id, destination, status, aggregate, state, total, requeued, created_at,
+                    updated_at
+             FROM delivery_replay_jobs WHERE id = $1",
+            &[Param::Int(id)],
+        )
+        .await?;
+    rows.first()
+        .map(|row| {
+            Ok(DeliveryReplayJob {
+                id: int(row, 0)?,
+                destination: string(row, 1)?,
+                filter: DeliveryFilter {
+                    status: Some(parse_status(&string(row, 2)?)?),
+                    aggregate: opt_string(row, 3)?,
+                },
+                state: string(row, 4)?,
+                total: int(row, 5)?,
+                requeued: int(row, 6)?,
+                created_at_ms: int(row, 7)?,
+                updated_at_ms: int(row, 8)?,
+            })
+        })
+        .transpose()
+}
+
+/// Moves the oldest running bulk replay of deliveries on by up to `queues` queues,
+/// replaying each matching delivery in applied order as [`replay`] does. Returns
+/// deliveries requeued.
+pub(crate) async fn advance_replay_jobs<I: UpkeepIo>(
+    io: &I,
+    now_ms: i64,
+    queues: usize,
+) -> Result<u64, StoreError> {
+    // One node advances a job at a time; the others skip it.
+    let jobs = io
+        .query(
+            &format!(
+                "SELECT id, destination, cursor_source, cursor_aggregate FROM delivery_replay_jobs
+                 WHERE state = 'running' ORDER BY id LIMIT 1{}",
+                I::SKIP_LOCKED
+            ),
+            &[],
+        )
+        .await?;
+    let Some(job) = jobs.first() else {
+        return Ok(0);
+    };
+    let (id, destination) = (int(job, 0)?, string(job, 1)?);
+    let Some(found) = replay_job(io, id).await? else {
+        return Ok(0);
+    };
+    let (mut clauses, mut params) = filter_sql(&destination, &found.filter);
+    if let (Some(source), Some(aggregate)) = (opt_string(job, 2)?, opt_string(job, 3)?) {
+        params.extend([Param::Text(source), Param::Text(aggregate)]);
+        let n = params.len();
+        clauses.push(format!("(source, aggregate) > (${}, ${n})", n - 1));
+    }
+    params.push(Param::Int(i64::try_from(queues).unwrap_or(i64::MAX)));
+    let next = io
+        .query(
+            &format!(
+                "SELECT DISTINCT source, aggregate FROM deliveries WHERE {}
+                 ORDER BY source, aggregate LIMIT ${}",
+                clauses.join(" AND "),
+                params.len()
+            ),
+            &params,
+        )
+        .await?;
+    let mut requeued = 0u64;
+    let mut cursor = None;
+    for row in &next {
+        let (source, aggregate) = (string(row, 0)?, string(row, 1)?);
+        let (mut clauses, mut params) = filter_sql(&destination, &found.filter);
+        params.extend([text(&source), text(&aggregate)]);
+        let n = params.len();
+        clauses.push(format!("source = ${} AND aggregate = ${n}", n - 1));
+        let ids = io
+            .query(
+                &format!(
+                    "SELECT id FROM deliveries WHERE {} ORDER BY id",
+                    clauses.join(" AND ")
+                ),
+                &params,
+            )
+            .await?;
+        for row in &ids {
+            if replay(io, &destination, int(row, 0)?).await? == DeliveryReplay::Requeued {
+                requeued += 1;
+            }
+        }
+        cursor = Some((source, aggregate));
+    }
+    let state = if next.len() < queues {
+        "done"
+    } else {
+        "running"
+    };
+    let (cursor_source, cursor_aggregate) = cursor.unzip();
+    io.execute(
+        "UPDATE delivery_replay_jobs SET requeued = requeued + $2, state = $3, updated_at = $4,
+             cursor_source = COALESCE($5, cursor_source),
+             cursor_aggregate = COALESCE($6, cursor_aggregate)
+         WHERE id = $1",
+        &[
+            Param::Int(id),
+            Param::Int(i64::try_from(requeued).unwrap_or(i64::MAX)),
+            text(state),
+            Param::Int(now_ms),
+            Param::OptText(cursor_source),
+            Param::OptText(cursor_aggregate),
+        ],
+    )
+    .await?;
+    Ok(requeued)
+}
+
+/// The conditions of `filter` over `destination`'s deliveries, with `$n` placeholders.
+fn filter_sql(destination: &str, filter: &DeliveryFilter) -> (Vec<String>, Vec<Param>) {
+    let mut params = vec![text(destination)];
+    let mut clauses = vec!["destination = $1".to_owned()];
+    if let Some(status) = filter.status {
+        params.push(text(status.as_str()));
+        clauses.push(format!("status = ${}", params.len()));
+    }
+    if let Some(aggregate) = &filter.aggregate {
+        params.push(text(aggregate));
+        clauses.push(format!("aggregate = ${}", params.len()));
+    }
+    (clauses, params)
 }
 
 /// Skips delivery `id` of `destination` if [`queue::may_skip`] allows it.

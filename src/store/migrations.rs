@@ -240,6 +240,21 @@ CREATE TABLE delivery_attempts (
     result      TEXT    NOT NULL
 );
 CREATE INDEX delivery_attempts_delivery ON delivery_attempts (delivery, id);
+
+-- Bulk replays of a destination's deliveries, walked queue by queue from a stored cursor.
+CREATE TABLE delivery_replay_jobs (
+    id               INTEGER PRIMARY KEY AUTOINCREMENT,
+    destination      TEXT    NOT NULL,
+    status           TEXT    NOT NULL,
+    aggregate        TEXT,
+    state            TEXT    NOT NULL,
+    total            INTEGER NOT NULL,
+    requeued         INTEGER NOT NULL DEFAULT 0,
+    cursor_source    TEXT,
+    cursor_aggregate TEXT,
+    created_at       INTEGER NOT NULL,
+    updated_at       INTEGER NOT NULL
+);
 "#,
     ),
 ];
@@ -501,6 +516,20 @@ CREATE TABLE delivery_attempts (
     result      TEXT   NOT NULL
 );
 CREATE INDEX delivery_attempts_delivery ON delivery_attempts (delivery, id);
+
+CREATE TABLE delivery_replay_jobs (
+    id               BIGSERIAL PRIMARY KEY,
+    destination      TEXT COLLATE "C" NOT NULL,
+    status           TEXT   NOT NULL,
+    aggregate        TEXT COLLATE "C",
+    state            TEXT   NOT NULL,
+    total            BIGINT NOT NULL,
+    requeued         BIGINT NOT NULL DEFAULT 0,
+    cursor_source    TEXT COLLATE "C",
+    cursor_aggregate TEXT COLLATE "C",
+    created_at       BIGINT NOT NULL,
+    updated_at       BIGINT NOT NULL
+);
 "#,
     ),
 ];

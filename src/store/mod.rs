@@ -22,7 +22,8 @@ use crate::ordering::Outcome;
 use crate::retry::RetryPolicy;
 
 pub use forwarding::{
-    DeliveryFilter, DeliveryPage, DeliveryRecord, DeliveryReplay, DeliverySkip, DestinationStats,
+    DeliveryFilter, DeliveryPage, DeliveryRecord, DeliveryReplay, DeliveryReplayJob, DeliverySkip,
+    DestinationStats,
 };
 pub use postgres::{PoolSettings, PostgresStore};
 pub use sqlite::SqliteStore;
@@ -677,6 +678,27 @@ pub trait Store: Send + Sync + 'static {
 
     /// Skips a dead or retrying delivery ([`crate::forward::queue::may_skip`]).
     async fn skip_delivery(&self, destination: &str, id: i64) -> Result<DeliverySkip, StoreError>;
+
+    /// Persists a bulk replay of `destination`'s deliveries matching `filter` (dead ones
+    /// when it names no status), advanced by [`Store::advance_delivery_replay_jobs`].
+    async fn create_delivery_replay_job(
+        &self,
+        destination: &str,
+        filter: &DeliveryFilter,
+        now_ms: i64,
+    ) -> Result<DeliveryReplayJob, StoreError>;
+
+    /// A bulk replay of deliveries' progress.
+    async fn delivery_replay_job(&self, id: i64) -> Result<Option<DeliveryReplayJob>, StoreError>;
+
+    /// Moves the oldest running bulk replay of deliveries on by up to `queues` queues,
+    /// each matching delivery replayed as [`Store::replay_delivery`] does, in applied
+    /// order. Returns deliveries requeued.
+    async fn advance_delivery_replay_jobs(
+        &self,
+        now_ms: i64,
+        queues: usize,
+    ) -> Result<u64, StoreError>;
 
     /// `destination`'s backlog, in flight, dead, blocked aggregates and last error.
     async fn destination_stats(&self, destination: &str) -> Result<DestinationStats, StoreError>;

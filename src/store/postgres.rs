@@ -20,8 +20,8 @@ use super::filter::{
     CONFLICTING_DUPLICATE, CONFLICT_DETAIL, EVENT_COLUMNS,
 };
 use super::forwarding::{
-    self, DeliveryFilter, DeliveryPage, DeliveryRecord, DeliveryReplay, DeliverySkip,
-    DestinationStats,
+    self, DeliveryFilter, DeliveryPage, DeliveryRecord, DeliveryReplay, DeliveryReplayJob,
+    DeliverySkip, DestinationStats,
 };
 use super::migrations::POSTGRES as MIGRATIONS;
 use super::settle::{self, SettleIo, Settled};
@@ -912,6 +912,36 @@ impl Store for PostgresStore {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
         let done = forwarding::skip(&PgIo(&tx), destination, id).await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(done)
+    }
+
+    async fn create_delivery_replay_job(
+        &self,
+        destination: &str,
+        filter: &DeliveryFilter,
+        now_ms: i64,
+    ) -> Result<DeliveryReplayJob, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let done = forwarding::create_replay_job(&PgIo(&tx), destination, filter, now_ms).await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(done)
+    }
+
+    async fn delivery_replay_job(&self, id: i64) -> Result<Option<DeliveryReplayJob>, StoreError> {
+        let client = self.client().await?;
+        forwarding::replay_job(&PgIo(&client), id).await
+    }
+
+    async fn advance_delivery_replay_jobs(
+        &self,
+        now_ms: i64,
+        queues: usize,
+    ) -> Result<u64, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let done = forwarding::advance_replay_jobs(&PgIo(&tx), now_ms, queues).await?;
         tx.commit().await.map_err(pg_err)?;
         Ok(done)
     }

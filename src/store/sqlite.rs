@@ -17,8 +17,8 @@ use super::filter::{
     CONFLICT_DETAIL, EVENT_COLUMNS,
 };
 use super::forwarding::{
-    self, DeliveryFilter, DeliveryPage, DeliveryRecord, DeliveryReplay, DeliverySkip,
-    DestinationStats,
+    self, DeliveryFilter, DeliveryPage, DeliveryRecord, DeliveryReplay, DeliveryReplayJob,
+    DeliverySkip, DestinationStats,
 };
 use super::migrations::SQLITE as MIGRATIONS;
 use super::settle::{self, SettleIo, Settled};
@@ -689,6 +689,38 @@ impl Store for SqliteStore {
     async fn skip_delivery(&self, destination: &str, id: i64) -> Result<DeliverySkip, StoreError> {
         let destination = destination.to_owned();
         self.upkeep(move |io| ready(forwarding::skip(io, &destination, id)))
+            .await
+    }
+
+    async fn create_delivery_replay_job(
+        &self,
+        destination: &str,
+        filter: &DeliveryFilter,
+        now_ms: i64,
+    ) -> Result<DeliveryReplayJob, StoreError> {
+        let (destination, filter) = (destination.to_owned(), filter.clone());
+        self.upkeep(move |io| {
+            ready(forwarding::create_replay_job(
+                io,
+                &destination,
+                &filter,
+                now_ms,
+            ))
+        })
+        .await
+    }
+
+    async fn delivery_replay_job(&self, id: i64) -> Result<Option<DeliveryReplayJob>, StoreError> {
+        self.upkeep(move |io| ready(forwarding::replay_job(io, id)))
+            .await
+    }
+
+    async fn advance_delivery_replay_jobs(
+        &self,
+        now_ms: i64,
+        queues: usize,
+    ) -> Result<u64, StoreError> {
+        self.upkeep(move |io| ready(forwarding::advance_replay_jobs(io, now_ms, queues)))
             .await
     }
 

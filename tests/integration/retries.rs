@@ -163,6 +163,20 @@ impl Store for FlakyStore {
     async fn skip_delivery(&self, d: &str, id: i64) -> Result<DeliverySkip, StoreError> {
         self.inner.skip_delivery(d, id).await
     }
+    async fn create_delivery_replay_job(
+        &self,
+        d: &str,
+        f: &DeliveryFilter,
+        now: i64,
+    ) -> Result<DeliveryReplayJob, StoreError> {
+        self.inner.create_delivery_replay_job(d, f, now).await
+    }
+    async fn delivery_replay_job(&self, id: i64) -> Result<Option<DeliveryReplayJob>, StoreError> {
+        self.inner.delivery_replay_job(id).await
+    }
+    async fn advance_delivery_replay_jobs(&self, now: i64, n: usize) -> Result<u64, StoreError> {
+        self.inner.advance_delivery_replay_jobs(now, n).await
+    }
     async fn destination_stats(&self, d: &str) -> Result<DestinationStats, StoreError> {
         self.inner.destination_stats(d).await
     }

@@ -194,6 +194,7 @@ conformance! {
     forwarding::a_dead_in_order_delivery_blocks_only_its_aggregate,
     forwarding::replays_requeue_supersede_or_refuse,
     forwarding::deliveries_page_newest_first_and_filter,
+    forwarding::a_bulk_replay_requeues_dead_deliveries_queue_by_queue,
 }
 
 /// Runs `check` with an opener of handles on one fresh SQLite file.

@@ -822,7 +822,7 @@ pub fn official_one(scheme: Scheme, secret: &str, body: &str, timestamp: i64, id
 /// from `schema_migrations` too, and the next start migrates it again. Migration 6's
 /// tables (deliveries), which come after it, are dropped first.
 pub const UNDO_MIGRATION_5: (&str, &str) = (
-    "DROP TABLE delivery_attempts; DROP TABLE deliveries;
+    "DROP TABLE delivery_replay_jobs; DROP TABLE delivery_attempts; DROP TABLE deliveries;
      CREATE TABLE presence_state AS
          SELECT source, aggregate AS user_id, json_extract(state, '$.presence') AS presence,
                 sequence, updated_at FROM aggregate_state WHERE tag IS NOT NULL;
@@ -836,7 +836,7 @@ pub const UNDO_MIGRATION_5: (&str, &str) = (
                 json_extract(state, '$.achievements') AS achievements, updated_at
          FROM aggregate_state WHERE watermark IS NOT NULL;
      DROP TABLE aggregate_state;",
-    "DROP TABLE delivery_attempts; DROP TABLE deliveries;
+    "DROP TABLE delivery_replay_jobs; DROP TABLE delivery_attempts; DROP TABLE deliveries;
      CREATE TABLE presence_state AS
          SELECT source, aggregate AS user_id, state::json->>'presence' AS presence,
                 sequence, updated_at FROM aggregate_state WHERE tag IS NOT NULL;

@@ -592,3 +592,88 @@ pub async fn a_crashed_claim_is_claimed_again_after_its_lease(open: Opener) {
     assert_eq!(again[0].webhook_id, taken[0].webhook_id);
     assert_eq!(again[0].lease_owner.as_deref(), Some("lives"));
 }
+
+/// A bulk replay walks the destination's queues from a stored cursor, replaying each
+/// matching delivery by the single replay's rules (a superseded one stays dead).
+pub async fn a_bulk_replay_requeues_dead_deliveries_queue_by_queue(store: &dyn Store) {
+    let presence_rules = rules(PRESENCE);
+    for (id, user, seq) in [
+        ("u1a", "u1", 1),
+        ("u1b", "u1", 2),
+        ("u2a", "u2", 1),
+        ("u3a", "u3", 1),
+    ] {
+        ingest_sync(
+            store,
+            &presence_rules,
+            presence(id, user, "ONLINE", seq),
+            T0,
+        )
+        .await;
+    }
+    let saves = rules(SAVES);
+    ingest_sync(store, &saves, delta("a1", "slot_a", 1, 1), T0).await;
+    ingest_sync(store, &saves, delta("a2", "slot_a", 2, 1), T0).await;
+    let app = all(store, APP).await;
+    let heads = claim(store, "n", T0, 10).await;
+    assert_eq!(ids(&heads), [app[0].id, app[2].id, app[3].id, app[4].id]);
+    for d in &heads {
+        assert!(answer(store, "n", d, dead(), T0 + 1).await);
+    }
+    let newer = claim(store, "n", T0 + 2, 10).await;
+    assert_eq!(
+        ids(&newer),
+        [app[1].id],
+        "slot_a is blocked, u1's snapshot is not"
+    );
+    assert!(answer(store, "n", &newer[0], Verdict::Delivered, T0 + 3).await);
+
+    let job = store
+        .create_delivery_replay_job(APP, &DeliveryFilter::default(), T0 + 4)
+        .await
+        .expect("create job");
+    assert_eq!((job.total, job.state.as_str()), (4, "running"));
+    assert_eq!(job.filter.status, Some(DeliveryStatus::Dead));
+    assert_eq!(
+        store.advance_delivery_replay_jobs(T0 + 5, 2).await.unwrap(),
+        1
+    );
+    assert_eq!(
+        store.advance_delivery_replay_jobs(T0 + 6, 2).await.unwrap(),
+        2
+    );
+    assert_eq!(
+        store.advance_delivery_replay_jobs(T0 + 7, 2).await.unwrap(),
+        0
+    );
+    let done = store
+        .delivery_replay_job(job.id)
+        .await
+        .unwrap()
+        .expect("job");
+    assert_eq!(
+        (done.state.as_str(), done.requeued, done.updated_at_ms),
+        ("done", 3, T0 + 7)
+    );
+    let status = |d: &DeliveryRecord| d.status;
+    let now: Vec<DeliveryStatus> = all(store, APP).await.iter().map(status).collect();
+    use DeliveryStatus::*;
+    assert_eq!(
+        now,
+        [Dead, Delivered, Pending, Pending, Pending, Pending],
+        "u1's dead snapshot is superseded by its delivered newer one"
+    );
+    assert_eq!(
+        store.advance_delivery_replay_jobs(T0 + 8, 2).await.unwrap(),
+        0
+    );
+    let audit = store
+        .create_delivery_replay_job("audit", &DeliveryFilter::default(), T0 + 9)
+        .await
+        .unwrap();
+    assert_eq!(
+        audit.total, 0,
+        "another destination's deliveries are its own"
+    );
+    assert_eq!(store.delivery_replay_job(999_999).await.unwrap(), None);
+}
