@@ -23,7 +23,8 @@ pub struct DeliveryRecord {
     pub destination: String,
     /// The event's source.
     pub source: String,
-    /// The event's row in the log (gone once retention purges it).
+    /// The event's row in the log, with the body to send (retention keeps it until the
+    /// delivery is delivered or skipped).
     pub event_row: i64,
     /// The event's id.
     pub event_id: String,

@@ -229,6 +229,7 @@ CREATE TABLE deliveries (
 );
 CREATE INDEX deliveries_queue ON deliveries (destination, source, aggregate, id);
 CREATE INDEX deliveries_by_status ON deliveries (destination, status, id);
+CREATE INDEX deliveries_event ON deliveries (event_row);
 
 CREATE TABLE delivery_attempts (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -505,6 +506,7 @@ CREATE TABLE deliveries (
 );
 CREATE INDEX deliveries_queue ON deliveries (destination, source, aggregate, id);
 CREATE INDEX deliveries_by_status ON deliveries (destination, status, id);
+CREATE INDEX deliveries_event ON deliveries (event_row);
 
 CREATE TABLE delivery_attempts (
     id          BIGSERIAL PRIMARY KEY,

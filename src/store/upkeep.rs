@@ -252,9 +252,13 @@ pub(crate) async fn purge<I: UpkeepIo>(
     let chosen = io
         .query(
             &format!(
+                // An event a destination still has to get (or may be replayed to) keeps
+                // its body: the request carries it byte for byte.
                 "SELECT id FROM events
                  WHERE status IN ('processed', 'ignored_stale', 'ignored_unsupported')
                    AND received_at < $1
+                   AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_row = events.id
+                                   AND d.status NOT IN ('delivered', 'skipped'))
                  LIMIT $2{}",
                 I::SKIP_LOCKED
             ),

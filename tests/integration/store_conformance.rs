@@ -195,6 +195,7 @@ conformance! {
     forwarding::replays_requeue_supersede_or_refuse,
     forwarding::deliveries_page_newest_first_and_filter,
     forwarding::a_bulk_replay_requeues_dead_deliveries_queue_by_queue,
+    forwarding::retention_keeps_events_a_destination_still_needs,
 }
 
 /// Runs `check` with an opener of handles on one fresh SQLite file.

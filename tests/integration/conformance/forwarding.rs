@@ -677,3 +677,43 @@ pub async fn a_bulk_replay_requeues_dead_deliveries_queue_by_queue(store: &dyn S
     );
     assert_eq!(store.delivery_replay_job(999_999).await.unwrap(), None);
 }
+
+/// Retention keeps an applied event's body while a destination has yet to get it (or
+/// may get it again by a replay), and purges it once every delivery is decided.
+pub async fn retention_keeps_events_a_destination_still_needs(store: &dyn Store) {
+    use inhook::store::EventFilter;
+    ingest_sync(
+        store,
+        &rules(PRESENCE),
+        presence("p1", "u1", "ONLINE", 1),
+        T0,
+    )
+    .await;
+    let (before, keep_until) = (T0 + 10_000, T0 + 100_000);
+    let kept = store
+        .purge(before, keep_until, T0 + 20_000, 100)
+        .await
+        .unwrap();
+    assert_eq!(kept.events, 0, "pending delivery: kept");
+    let taken = claim(store, "n", T0 + 1, 10).await;
+    assert!(answer(store, "n", &taken[0], dead(), T0 + 2).await);
+    let kept = store
+        .purge(before, keep_until, T0 + 20_000, 100)
+        .await
+        .unwrap();
+    assert_eq!(kept.events, 0, "dead delivery, replayable: kept");
+    assert_eq!(
+        store.skip_delivery(APP, taken[0].id).await.unwrap(),
+        DeliverySkip::Skipped
+    );
+    let purged = store
+        .purge(before, keep_until, T0 + 20_000, 100)
+        .await
+        .unwrap();
+    assert_eq!(purged.events, 1);
+    let left = store
+        .events(&EventFilter::default(), 10, None)
+        .await
+        .unwrap();
+    assert!(left.items.is_empty());
+}
