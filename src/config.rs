@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use crate::contract::json::{AggregateLocations, JsonSourceSpec};
 use crate::contract::SourceKind;
+use crate::forward::select::SourceOrdering;
 use crate::kind::Kind;
 use crate::retry::RetryPolicy;
 use crate::signature::{Scheme, Secret};
@@ -77,13 +78,15 @@ pub struct SourceConfig {
 }
 
 impl SourceConfig {
-    /// The ordering settings the store needs.
-    pub fn rules(&self) -> SourceRules {
+    /// The ordering and forwarding settings the store needs (`destinations`: every configured one).
+    pub fn rules(&self, destinations: &std::sync::Arc<[DestinationConfig]>) -> SourceRules {
         SourceRules {
             name: self.name.clone(),
             kind: std::sync::Arc::clone(&self.handler),
             first_sequence: self.first_sequence,
             hold_timeout_ms: (self.hold_timeout_s as i64).saturating_mul(1000),
+            destinations: std::sync::Arc::clone(destinations),
+            ordering: SourceOrdering::of(self),
         }
     }
 
@@ -115,7 +118,7 @@ pub struct Config {
     /// The sources, in config order.
     pub sources: Vec<SourceConfig>,
     /// Where applied events are forwarded (SPEC §9), in config order.
-    pub destinations: Vec<DestinationConfig>,
+    pub destinations: std::sync::Arc<[DestinationConfig]>,
     /// Aggregates processed in parallel.
     pub workers: usize,
     /// How failed processing is retried.
@@ -595,7 +598,8 @@ impl Config {
             &sources,
             retry,
             secret_rule == Secrets::Required,
-        )?;
+        )?
+        .into();
         let max_body_bytes = file.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
         let max_buffered_body_bytes = file
             .max_buffered_body_bytes

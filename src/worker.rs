@@ -50,8 +50,13 @@ pub struct Worker {
 impl Worker {
     /// Dispatches due aggregates until `shutdown` turns true, then waits for the steps in hand.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
-        let rules: Arc<Vec<SourceRules>> =
-            Arc::new(self.config.sources.iter().map(|s| s.rules()).collect());
+        let rules: Arc<Vec<SourceRules>> = Arc::new(
+            self.config
+                .sources
+                .iter()
+                .map(|s| s.rules(&self.config.destinations))
+                .collect(),
+        );
         let permits = Arc::new(Semaphore::new(self.config.workers.max(1)));
         let in_flight: Arc<Mutex<HashSet<(String, String)>>> = Arc::default();
         let mut tasks = JoinSet::new();

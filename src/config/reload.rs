@@ -64,7 +64,7 @@ pub fn check_reload(running: &Config, fresh: &Config) -> Result<ReloadPlan, Conf
         }
     }
     let mut destinations_from_environment = Vec::new();
-    for destination in &running.destinations {
+    for destination in running.destinations.iter() {
         let Some(next) = fresh.destination(&destination.name) else {
             problems.push(format!(
                 "destination {:?} is running but missing from the config read (dropped or renamed)",

@@ -168,7 +168,8 @@ async fn check_and_log(
                 refund_rate_token(state, source, charged);
                 return Answer::BacklogFull;
             }
-            let rules = (source.mode == Mode::Sync && !ignored).then(|| source.rules());
+            let rules = (source.mode == Mode::Sync && !ignored)
+                .then(|| source.rules(&state.config.destinations));
             let logged = state
                 .store
                 .ingest(

@@ -32,6 +32,8 @@ pub(crate) enum Param {
     Int(i64),
     /// A text value or NULL.
     OptText(Option<String>),
+    /// An integer value or NULL.
+    OptInt(Option<i64>),
     /// A list of row ids, tested by the store's `in_ids` condition.
     Ids(Vec<i64>),
 }

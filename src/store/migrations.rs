@@ -201,6 +201,63 @@ DROP TABLE presence_state;
 DROP TABLE save_state;
 "#,
     ),
+    (
+        6,
+        // Forwarding (SPEC §9): one row per (destination, applied event), written in the
+        // decision's transaction; rising id is the applied order a queue sends in. A
+        // queue is (destination, source, aggregate). A claim leases its in-flight row.
+        r#"
+CREATE TABLE deliveries (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    destination     TEXT    NOT NULL,
+    source          TEXT    NOT NULL,
+    event_row       INTEGER NOT NULL,
+    event_id        TEXT    NOT NULL,
+    aggregate       TEXT    NOT NULL,
+    sequence        INTEGER NOT NULL,
+    event_type      TEXT    NOT NULL,
+    webhook_id      TEXT    NOT NULL,
+    ordering        TEXT    NOT NULL,
+    status          TEXT    NOT NULL,
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at INTEGER,
+    lease_owner     TEXT,
+    lease_until     INTEGER,
+    last_error      TEXT,
+    created_at      INTEGER NOT NULL,
+    delivered_at    INTEGER
+);
+CREATE INDEX deliveries_queue ON deliveries (destination, source, aggregate, id);
+CREATE INDEX deliveries_by_status ON deliveries (destination, status, id);
+CREATE INDEX deliveries_event ON deliveries (event_row);
+
+CREATE TABLE delivery_attempts (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    delivery    INTEGER NOT NULL,
+    attempt     INTEGER NOT NULL,
+    at          INTEGER NOT NULL,
+    duration_ms INTEGER NOT NULL,
+    http_status INTEGER,
+    result      TEXT    NOT NULL
+);
+CREATE INDEX delivery_attempts_delivery ON delivery_attempts (delivery, id);
+
+-- Bulk replays of a destination's deliveries, walked queue by queue from a stored cursor.
+CREATE TABLE delivery_replay_jobs (
+    id               INTEGER PRIMARY KEY AUTOINCREMENT,
+    destination      TEXT    NOT NULL,
+    status           TEXT    NOT NULL,
+    aggregate        TEXT,
+    state            TEXT    NOT NULL,
+    total            INTEGER NOT NULL,
+    requeued         INTEGER NOT NULL DEFAULT 0,
+    cursor_source    TEXT,
+    cursor_aggregate TEXT,
+    created_at       INTEGER NOT NULL,
+    updated_at       INTEGER NOT NULL
+);
+"#,
+    ),
 ];
 
 /// `(version, SQL)` in order, for PostgreSQL; the same schema as [`SQLITE`].
@@ -421,6 +478,60 @@ SELECT source, aggregate, last_sequence, NULL, NULL,
 FROM save_state;
 DROP TABLE presence_state;
 DROP TABLE save_state;
+"#,
+    ),
+    (
+        6,
+        // As SQLite's version 6; keys compared by bytes as version 4 made them.
+        r#"
+CREATE TABLE deliveries (
+    id              BIGSERIAL PRIMARY KEY,
+    destination     TEXT COLLATE "C" NOT NULL,
+    source          TEXT COLLATE "C" NOT NULL,
+    event_row       BIGINT NOT NULL,
+    event_id        TEXT   NOT NULL,
+    aggregate       TEXT COLLATE "C" NOT NULL,
+    sequence        BIGINT NOT NULL,
+    event_type      TEXT   NOT NULL,
+    webhook_id      TEXT   NOT NULL,
+    ordering        TEXT   NOT NULL,
+    status          TEXT   NOT NULL,
+    attempts        BIGINT NOT NULL DEFAULT 0,
+    next_attempt_at BIGINT,
+    lease_owner     TEXT,
+    lease_until     BIGINT,
+    last_error      TEXT,
+    created_at      BIGINT NOT NULL,
+    delivered_at    BIGINT
+);
+CREATE INDEX deliveries_queue ON deliveries (destination, source, aggregate, id);
+CREATE INDEX deliveries_by_status ON deliveries (destination, status, id);
+CREATE INDEX deliveries_event ON deliveries (event_row);
+
+CREATE TABLE delivery_attempts (
+    id          BIGSERIAL PRIMARY KEY,
+    delivery    BIGINT NOT NULL,
+    attempt     BIGINT NOT NULL,
+    at          BIGINT NOT NULL,
+    duration_ms BIGINT NOT NULL,
+    http_status BIGINT,
+    result      TEXT   NOT NULL
+);
+CREATE INDEX delivery_attempts_delivery ON delivery_attempts (delivery, id);
+
+CREATE TABLE delivery_replay_jobs (
+    id               BIGSERIAL PRIMARY KEY,
+    destination      TEXT COLLATE "C" NOT NULL,
+    status           TEXT   NOT NULL,
+    aggregate        TEXT COLLATE "C",
+    state            TEXT   NOT NULL,
+    total            BIGINT NOT NULL,
+    requeued         BIGINT NOT NULL DEFAULT 0,
+    cursor_source    TEXT COLLATE "C",
+    cursor_aggregate TEXT COLLATE "C",
+    created_at       BIGINT NOT NULL,
+    updated_at       BIGINT NOT NULL
+);
 "#,
     ),
 ];

@@ -3,6 +3,7 @@
 //! so every implementation applies the same rules.
 
 mod filter;
+pub mod forwarding;
 mod migrations;
 pub mod postgres;
 pub mod postgres_tls;
@@ -20,6 +21,10 @@ use crate::kind::{EventFields, Kind};
 use crate::ordering::Outcome;
 use crate::retry::RetryPolicy;
 
+pub use forwarding::{
+    DeliveryFilter, DeliveryPage, DeliveryRecord, DeliveryReplay, DeliveryReplayJob, DeliverySkip,
+    DestinationStats,
+};
 pub use postgres::{PoolSettings, PostgresStore};
 pub use sqlite::SqliteStore;
 
@@ -62,6 +67,10 @@ pub struct SourceRules {
     pub first_sequence: i64,
     /// How long an in-order event waits for a gap, in milliseconds.
     pub hold_timeout_ms: i64,
+    /// The configured destinations: settling writes a delivery for each that wants an applied event.
+    pub destinations: std::sync::Arc<[crate::config::DestinationConfig]>,
+    /// How the source orders its events, as forwarding needs it.
+    pub ordering: crate::forward::select::SourceOrdering,
 }
 
 /// A verified, parsed delivery about to be logged.
@@ -617,6 +626,82 @@ pub trait Store: Send + Sync + 'static {
     /// Moves running bulk replays forward by up to `aggregates` aggregates, each requeued
     /// whole so the worker feeds it back in sequence order. Returns events requeued.
     async fn advance_replay_jobs(&self, now_ms: i64, aggregates: usize) -> Result<u64, StoreError>;
+
+    /// Claims up to `limit` deliveries of `destination` that may be sent at `now_ms`
+    /// (SPEC §9): per queue (destination, source, aggregate) only what
+    /// [`crate::forward::queue::next_send`] allows, marking superseded replays skipped on
+    /// the way; each claimed one is `in_flight`, its attempts counted, leased to `owner`
+    /// until `lease_until_ms`. An expired lease (a dead node) is claimed again, same
+    /// `webhook_id`. Several nodes claiming at once never lease two of one queue.
+    async fn claim_deliveries(
+        &self,
+        destination: &str,
+        owner: &str,
+        now_ms: i64,
+        lease_until_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<DeliveryRecord>, StoreError>;
+
+    /// Records an attempt at an in-flight delivery and its verdict, if `owner` still holds
+    /// its lease; answers whether it did (false: another node took it over, nothing written).
+    async fn record_delivery_attempt(
+        &self,
+        id: i64,
+        owner: &str,
+        verdict: &crate::forward::answer::Verdict,
+        attempt: &crate::forward::answer::AttemptRecord,
+        now_ms: i64,
+    ) -> Result<bool, StoreError>;
+
+    /// One delivery of `destination` with its attempts, oldest first.
+    async fn delivery(
+        &self,
+        destination: &str,
+        id: i64,
+    ) -> Result<Option<DeliveryRecord>, StoreError>;
+
+    /// A page of `destination`'s deliveries matching `filter`, newest first, before id `cursor`.
+    async fn deliveries(
+        &self,
+        destination: &str,
+        filter: &DeliveryFilter,
+        limit: usize,
+        cursor: Option<i64>,
+    ) -> Result<DeliveryPage, StoreError>;
+
+    /// Replays a dead or skipped delivery as [`crate::forward::queue::replay`] decides.
+    async fn replay_delivery(
+        &self,
+        destination: &str,
+        id: i64,
+    ) -> Result<DeliveryReplay, StoreError>;
+
+    /// Skips a dead or retrying delivery ([`crate::forward::queue::may_skip`]).
+    async fn skip_delivery(&self, destination: &str, id: i64) -> Result<DeliverySkip, StoreError>;
+
+    /// Persists a bulk replay of `destination`'s deliveries matching `filter` (dead ones
+    /// when it names no status), advanced by [`Store::advance_delivery_replay_jobs`].
+    async fn create_delivery_replay_job(
+        &self,
+        destination: &str,
+        filter: &DeliveryFilter,
+        now_ms: i64,
+    ) -> Result<DeliveryReplayJob, StoreError>;
+
+    /// A bulk replay of deliveries' progress.
+    async fn delivery_replay_job(&self, id: i64) -> Result<Option<DeliveryReplayJob>, StoreError>;
+
+    /// Moves the oldest running bulk replay of deliveries on by up to `queues` queues,
+    /// each matching delivery replayed as [`Store::replay_delivery`] does, in applied
+    /// order. Returns deliveries requeued.
+    async fn advance_delivery_replay_jobs(
+        &self,
+        now_ms: i64,
+        queues: usize,
+    ) -> Result<u64, StoreError>;
+
+    /// `destination`'s backlog, in flight, dead, blocked aggregates and last error.
+    async fn destination_stats(&self, destination: &str) -> Result<DestinationStats, StoreError>;
 
     /// Deletes up to `batch` decided events received before `before_ms`, keeping their
     /// dedup keys until `dedup_until_ms`; and deletes dedup keys expired at `now_ms`.

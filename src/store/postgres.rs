@@ -19,6 +19,10 @@ use super::filter::{
     self, headers_json, json_err, parse_event_id, parse_status, where_of, Param,
     CONFLICTING_DUPLICATE, CONFLICT_DETAIL, EVENT_COLUMNS,
 };
+use super::forwarding::{
+    self, DeliveryFilter, DeliveryPage, DeliveryRecord, DeliveryReplay, DeliveryReplayJob,
+    DeliverySkip, DestinationStats,
+};
 use super::migrations::POSTGRES as MIGRATIONS;
 use super::settle::{self, SettleIo, Settled};
 use super::sql;
@@ -29,6 +33,7 @@ use super::{
     ReplayOutcome, SettleReport, SourceRules, StateChange, Store, StoreError,
 };
 use crate::domain::{DeadReason, EventStatus};
+use crate::forward::answer::{AttemptRecord as DeliveryAttempt, Verdict};
 use crate::kind::PendingRow;
 use crate::ordering::{HeldRef, Outcome};
 use crate::retry::RetryPolicy;
@@ -499,6 +504,7 @@ fn boxed(params: Vec<Param>) -> Vec<Box<dyn ToSql + Sync + Send>> {
                 Param::Text(t) => Box::new(t),
                 Param::Int(i) => Box::new(i),
                 Param::OptText(t) => Box::new(t),
+                Param::OptInt(i) => Box::new(i),
                 Param::Ids(ids) => Box::new(ids),
             }
         })
@@ -829,6 +835,120 @@ impl Store for PostgresStore {
         let job = upkeep::create_replay_job(&PgIo(&tx), filter, now_ms).await?;
         tx.commit().await.map_err(pg_err)?;
         Ok(job)
+    }
+
+    async fn claim_deliveries(
+        &self,
+        destination: &str,
+        owner: &str,
+        now_ms: i64,
+        lease_until_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<DeliveryRecord>, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let done = forwarding::claim(
+            &PgIo(&tx),
+            destination,
+            owner,
+            now_ms,
+            lease_until_ms,
+            limit,
+        )
+        .await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(done)
+    }
+
+    async fn record_delivery_attempt(
+        &self,
+        id: i64,
+        owner: &str,
+        verdict: &Verdict,
+        attempt: &DeliveryAttempt,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let done =
+            forwarding::record_verdict(&PgIo(&tx), id, owner, verdict, attempt, now_ms).await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(done)
+    }
+
+    async fn delivery(
+        &self,
+        destination: &str,
+        id: i64,
+    ) -> Result<Option<DeliveryRecord>, StoreError> {
+        let client = self.client().await?;
+        forwarding::delivery(&PgIo(&client), destination, id).await
+    }
+
+    async fn deliveries(
+        &self,
+        destination: &str,
+        filter: &DeliveryFilter,
+        limit: usize,
+        cursor: Option<i64>,
+    ) -> Result<DeliveryPage, StoreError> {
+        let client = self.client().await?;
+        forwarding::deliveries(&PgIo(&client), destination, filter, limit, cursor).await
+    }
+
+    async fn replay_delivery(
+        &self,
+        destination: &str,
+        id: i64,
+    ) -> Result<DeliveryReplay, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let done = forwarding::replay(&PgIo(&tx), destination, id).await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(done)
+    }
+
+    async fn skip_delivery(&self, destination: &str, id: i64) -> Result<DeliverySkip, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let done = forwarding::skip(&PgIo(&tx), destination, id).await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(done)
+    }
+
+    async fn create_delivery_replay_job(
+        &self,
+        destination: &str,
+        filter: &DeliveryFilter,
+        now_ms: i64,
+    ) -> Result<DeliveryReplayJob, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let done = forwarding::create_replay_job(&PgIo(&tx), destination, filter, now_ms).await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(done)
+    }
+
+    async fn delivery_replay_job(&self, id: i64) -> Result<Option<DeliveryReplayJob>, StoreError> {
+        let client = self.client().await?;
+        forwarding::replay_job(&PgIo(&client), id).await
+    }
+
+    async fn advance_delivery_replay_jobs(
+        &self,
+        now_ms: i64,
+        queues: usize,
+    ) -> Result<u64, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let done = forwarding::advance_replay_jobs(&PgIo(&tx), now_ms, queues).await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(done)
+    }
+
+    async fn destination_stats(&self, destination: &str) -> Result<DestinationStats, StoreError> {
+        let client = self.client().await?;
+        forwarding::stats(&PgIo(&client), destination).await
     }
 
     async fn status_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
@@ -1238,6 +1358,10 @@ struct PgIo<'a, C>(&'a C);
 impl<C: GenericClient> UpkeepIo for PgIo<'_, C> {
     const LOCK_ROWS: &'static str = " FOR UPDATE";
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
+    const TRY_LOCK_KEY: &'static str =
+        "SELECT CASE WHEN pg_try_advisory_xact_lock(hashtextextended($1, 0)) THEN 1 ELSE 0 END";
+    const LOCK_KEY: &'static str =
+        "SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended($1, 0))) l";
 
     fn in_ids(column: &str, n: usize) -> String {
         format!("{column} = ANY(${n})")

@@ -4,6 +4,8 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
+use super::forwarding;
+use super::upkeep::UpkeepIo;
 use super::{AggregateState, Decided, DecisionLine, SettleReport, SourceRules, StoreError};
 use crate::domain::DeadReason;
 use crate::kind::{Kind, KindPlan, PendingRow, SettleInput};
@@ -57,7 +59,7 @@ pub(crate) trait SettleIo {
 }
 
 /// Settles one aggregate inside the store's transaction: the one settle flow.
-pub(crate) async fn settle<I: SettleIo>(
+pub(crate) async fn settle<I: SettleIo + UpkeepIo>(
     io: &I,
     rules: &SourceRules,
     aggregate: &str,
@@ -123,6 +125,7 @@ pub(crate) async fn settle<I: SettleIo>(
     }
     io.record_decisions(&plan.decisions, now_ms, rules.hold_timeout_ms)
         .await?;
+    forwarding::write_deliveries(io, rules, aggregate, &rows, &plan.decisions, now_ms).await?;
     let report = report(&rows, &plan, now_ms);
     Ok(Settled {
         report,

@@ -16,6 +16,10 @@ use super::filter::{
     self, json_err, parse_event_id, parse_status, where_of, Param, CONFLICTING_DUPLICATE,
     CONFLICT_DETAIL, EVENT_COLUMNS,
 };
+use super::forwarding::{
+    self, DeliveryFilter, DeliveryPage, DeliveryRecord, DeliveryReplay, DeliveryReplayJob,
+    DeliverySkip, DestinationStats,
+};
 use super::migrations::SQLITE as MIGRATIONS;
 use super::settle::{self, SettleIo, Settled};
 use super::sql;
@@ -26,6 +30,7 @@ use super::{
     ReplayOutcome, SettleReport, SourceRules, StateChange, Store, StoreError,
 };
 use crate::domain::{DeadReason, EventStatus};
+use crate::forward::answer::{AttemptRecord as DeliveryAttempt, Verdict};
 use crate::kind::PendingRow;
 use crate::ordering::{HeldRef, Outcome};
 use crate::retry::RetryPolicy;
@@ -602,6 +607,129 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn claim_deliveries(
+        &self,
+        destination: &str,
+        owner: &str,
+        now_ms: i64,
+        lease_until_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<DeliveryRecord>, StoreError> {
+        let (destination, owner) = (destination.to_owned(), owner.to_owned());
+        self.upkeep(move |io| {
+            ready(forwarding::claim(
+                io,
+                &destination,
+                &owner,
+                now_ms,
+                lease_until_ms,
+                limit,
+            ))
+        })
+        .await
+    }
+
+    async fn record_delivery_attempt(
+        &self,
+        id: i64,
+        owner: &str,
+        verdict: &Verdict,
+        attempt: &DeliveryAttempt,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let (owner, verdict, attempt) = (owner.to_owned(), verdict.clone(), attempt.clone());
+        self.upkeep(move |io| {
+            ready(forwarding::record_verdict(
+                io, id, &owner, &verdict, &attempt, now_ms,
+            ))
+        })
+        .await
+    }
+
+    async fn delivery(
+        &self,
+        destination: &str,
+        id: i64,
+    ) -> Result<Option<DeliveryRecord>, StoreError> {
+        let destination = destination.to_owned();
+        self.upkeep(move |io| ready(forwarding::delivery(io, &destination, id)))
+            .await
+    }
+
+    async fn deliveries(
+        &self,
+        destination: &str,
+        filter: &DeliveryFilter,
+        limit: usize,
+        cursor: Option<i64>,
+    ) -> Result<DeliveryPage, StoreError> {
+        let (destination, filter) = (destination.to_owned(), filter.clone());
+        self.upkeep(move |io| {
+            ready(forwarding::deliveries(
+                io,
+                &destination,
+                &filter,
+                limit,
+                cursor,
+            ))
+        })
+        .await
+    }
+
+    async fn replay_delivery(
+        &self,
+        destination: &str,
+        id: i64,
+    ) -> Result<DeliveryReplay, StoreError> {
+        let destination = destination.to_owned();
+        self.upkeep(move |io| ready(forwarding::replay(io, &destination, id)))
+            .await
+    }
+
+    async fn skip_delivery(&self, destination: &str, id: i64) -> Result<DeliverySkip, StoreError> {
+        let destination = destination.to_owned();
+        self.upkeep(move |io| ready(forwarding::skip(io, &destination, id)))
+            .await
+    }
+
+    async fn create_delivery_replay_job(
+        &self,
+        destination: &str,
+        filter: &DeliveryFilter,
+        now_ms: i64,
+    ) -> Result<DeliveryReplayJob, StoreError> {
+        let (destination, filter) = (destination.to_owned(), filter.clone());
+        self.upkeep(move |io| {
+            ready(forwarding::create_replay_job(
+                io,
+                &destination,
+                &filter,
+                now_ms,
+            ))
+        })
+        .await
+    }
+
+    async fn delivery_replay_job(&self, id: i64) -> Result<Option<DeliveryReplayJob>, StoreError> {
+        self.upkeep(move |io| ready(forwarding::replay_job(io, id)))
+            .await
+    }
+
+    async fn advance_delivery_replay_jobs(
+        &self,
+        now_ms: i64,
+        queues: usize,
+    ) -> Result<u64, StoreError> {
+        self.upkeep(move |io| ready(forwarding::advance_replay_jobs(io, now_ms, queues)))
+            .await
+    }
+
+    async fn destination_stats(&self, destination: &str) -> Result<DestinationStats, StoreError> {
+        let destination = destination.to_owned();
+        self.upkeep(move |io| ready(forwarding::stats(io, &destination)))
+            .await
+    }
+
     async fn status_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
         self.run(|conn| {
             let mut stmt = conn
@@ -780,6 +908,7 @@ fn sql_value(param: Param) -> SqlValue {
         Param::Text(t) => SqlValue::Text(t),
         Param::Int(i) => SqlValue::Integer(i),
         Param::OptText(t) => t.map_or(SqlValue::Null, SqlValue::Text),
+        Param::OptInt(i) => i.map_or(SqlValue::Null, SqlValue::Integer),
         Param::Ids(ids) => SqlValue::Text(serde_json::Value::from(ids).to_string()),
     }
 }
@@ -937,6 +1066,8 @@ struct SqliteIo<'a>(&'a Connection);
 impl UpkeepIo for SqliteIo<'_> {
     const LOCK_ROWS: &'static str = "";
     const SKIP_LOCKED: &'static str = "";
+    const TRY_LOCK_KEY: &'static str = "SELECT 1 WHERE $1 IS NOT NULL";
+    const LOCK_KEY: &'static str = "SELECT 1 WHERE $1 IS NOT NULL";
 
     fn in_ids(column: &str, n: usize) -> String {
         format!("{column} IN (SELECT value FROM json_each(${n}))")

@@ -27,6 +27,11 @@ pub(crate) trait UpkeepIo {
     const LOCK_ROWS: &'static str;
     /// Like [`UpkeepIo::LOCK_ROWS`], skipping rows another node holds.
     const SKIP_LOCKED: &'static str;
+    /// A query answering 1 when it took the lock of the key text bound at `$1` until
+    /// commit, 0 when another node holds it (SQLite's one writer always takes it).
+    const TRY_LOCK_KEY: &'static str;
+    /// Like [`UpkeepIo::TRY_LOCK_KEY`], waiting for the lock; answers 1.
+    const LOCK_KEY: &'static str;
 
     /// The condition "`column` is one of the ids bound at placeholder `n`" ([`Param::Ids`]).
     fn in_ids(column: &str, n: usize) -> String;
@@ -247,9 +252,13 @@ pub(crate) async fn purge<I: UpkeepIo>(
     let chosen = io
         .query(
             &format!(
+                // An event a destination still has to get (or may be replayed to) keeps
+                // its body: the request carries it byte for byte.
                 "SELECT id FROM events
                  WHERE status IN ('processed', 'ignored_stale', 'ignored_unsupported')
                    AND received_at < $1
+                   AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_row = events.id
+                                   AND d.status NOT IN ('delivered', 'skipped'))
                  LIMIT $2{}",
                 I::SKIP_LOCKED
             ),
@@ -329,7 +338,7 @@ fn filter_sql(filter: &EventFilter) -> (Vec<String>, Vec<Param>) {
     filter::filter_sql(filter, |n| format!("${n}"))
 }
 
-fn text(value: &str) -> Param {
+pub(crate) fn text(value: &str) -> Param {
     Param::Text(value.to_owned())
 }
 
@@ -338,7 +347,7 @@ fn cell(row: &[Cell], at: usize) -> Result<&Cell, StoreError> {
         .ok_or_else(|| StoreError::Internal(format!("a row without column {at}")))
 }
 
-fn int(row: &[Cell], at: usize) -> Result<i64, StoreError> {
+pub(crate) fn int(row: &[Cell], at: usize) -> Result<i64, StoreError> {
     match cell(row, at)? {
         Cell::Int(value) => Ok(*value),
         other => Err(StoreError::Internal(format!(
@@ -347,7 +356,7 @@ fn int(row: &[Cell], at: usize) -> Result<i64, StoreError> {
     }
 }
 
-fn opt_string(row: &[Cell], at: usize) -> Result<Option<String>, StoreError> {
+pub(crate) fn opt_string(row: &[Cell], at: usize) -> Result<Option<String>, StoreError> {
     match cell(row, at)? {
         Cell::Text(value) => Ok(Some(value.clone())),
         Cell::Null => Ok(None),
@@ -357,13 +366,24 @@ fn opt_string(row: &[Cell], at: usize) -> Result<Option<String>, StoreError> {
     }
 }
 
-fn string(row: &[Cell], at: usize) -> Result<String, StoreError> {
+/// An integer column that may be NULL.
+pub(crate) fn opt_int(row: &[Cell], at: usize) -> Result<Option<i64>, StoreError> {
+    match cell(row, at)? {
+        Cell::Int(value) => Ok(Some(*value)),
+        Cell::Null => Ok(None),
+        other => Err(StoreError::Internal(format!(
+            "column {at}: an integer expected, got {other:?}"
+        ))),
+    }
+}
+
+pub(crate) fn string(row: &[Cell], at: usize) -> Result<String, StoreError> {
     opt_string(row, at)?
         .ok_or_else(|| StoreError::Internal(format!("column {at}: a text expected, got NULL")))
 }
 
 /// The one integer a one-row, one-column answer holds.
-fn one_int(rows: &[Vec<Cell>]) -> Result<i64, StoreError> {
+pub(crate) fn one_int(rows: &[Vec<Cell>]) -> Result<i64, StoreError> {
     let row = rows
         .first()
         .ok_or_else(|| StoreError::Internal("a query answered no row".into()))?;

@@ -143,3 +143,86 @@ fn a_configured_destination_is_refused_at_start_until_forwarding_is_served() {
         "the secret must not show: {stderr}"
     );
 }
+
+/// SPEC §9 "the delivery rows are written in the same transaction as the decision": a
+/// settle that fails after writing one destination's row leaves none, and the event
+/// undecided; settled again, it writes every row once.
+#[tokio::test]
+async fn a_failed_settle_writes_no_delivery() {
+    use crate::conformance::{delta, ingest, logged, slot, T0};
+    use inhook::config::Config;
+    use inhook::store::{DeliveryFilter, IngestLimits};
+
+    let mut server = crate::support::TestServer::spawn().await;
+    let store = server.store().await;
+    server.terminate();
+    let config = Config::from_parts(
+        Some(
+            r#"
+            [[sources]]
+            name = "saves"
+            kind = "save-game"
+            secrets = ["s"]
+            [[destinations]]
+            name = "app"
+            url = "http://127.0.0.1:9/"
+            sources = ["saves"]
+            secret = "whsec_c2VjcmV0"
+            [[destinations]]
+            name = "broken"
+            url = "http://127.0.0.1:9/"
+            sources = ["saves"]
+            secret = "whsec_c2VjcmV0"
+            "#,
+        ),
+        &std::collections::HashMap::new(),
+    )
+    .expect("config");
+    let rules = config
+        .source("saves")
+        .expect("source")
+        .rules(&config.destinations);
+    server
+        .run_sql(
+            "CREATE TRIGGER deliveries_refuse BEFORE INSERT ON deliveries
+                 WHEN NEW.destination = 'broken' BEGIN SELECT RAISE(ABORT, 'refused'); END;",
+            "CREATE FUNCTION deliveries_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+                 BEGIN RAISE EXCEPTION 'refused'; END $$;
+             CREATE TRIGGER deliveries_refuse BEFORE INSERT ON deliveries FOR EACH ROW
+                 WHEN (NEW.destination = 'broken') EXECUTE FUNCTION deliveries_refuse();",
+        )
+        .await;
+    let body = delta("d1", "slot_a", 1, 2);
+    logged(&ingest(&*store, &rules, &body, T0, IngestLimits::NONE, false).await);
+    let aggregate = slot("slot_a");
+    assert!(store.settle(&rules, &aggregate, T0 + 1).await.is_err());
+    let none = DeliveryFilter::default();
+    let app = store.deliveries("app", &none, 10, None).await.unwrap();
+    assert!(
+        app.items.is_empty(),
+        "app's row went with the failed decision"
+    );
+    let event = store.event("saves", "d1").await.unwrap().expect("logged");
+    assert_eq!(event.status, inhook::domain::EventStatus::Received);
+    assert_eq!(store.aggregate("saves", &aggregate).await.unwrap(), None);
+
+    server
+        .run_sql(
+            "DROP TRIGGER deliveries_refuse;",
+            "DROP TRIGGER deliveries_refuse ON deliveries;",
+        )
+        .await;
+    let report = store
+        .settle(&rules, &aggregate, T0 + 2)
+        .await
+        .expect("settle");
+    assert_eq!(report.applied, 1);
+    for destination in ["app", "broken"] {
+        let page = store
+            .deliveries(destination, &none, 10, None)
+            .await
+            .unwrap();
+        let events: Vec<&str> = page.items.iter().map(|d| d.event_id.as_str()).collect();
+        assert_eq!(events, ["d1"], "{destination}");
+    }
+}

@@ -246,6 +246,8 @@ async fn report_the_cost_of_arrivals_with_many_held_events() {
         kind: inhook::kind::built_in(SourceKind::SaveGame, 900_000),
         first_sequence: 1,
         hold_timeout_ms: 3_600_000,
+        destinations: std::sync::Arc::from([]),
+        ordering: inhook::forward::select::SourceOrdering::SaveGame,
     };
     let pad = "x".repeat(20_000);
     let arrive = |player: String, seq: i64| {

@@ -125,6 +125,61 @@ impl Store for FlakyStore {
     async fn advance_replay_jobs(&self, now: i64, n: usize) -> Result<u64, StoreError> {
         self.inner.advance_replay_jobs(now, n).await
     }
+    async fn claim_deliveries(
+        &self,
+        d: &str,
+        o: &str,
+        now: i64,
+        until: i64,
+        n: usize,
+    ) -> Result<Vec<DeliveryRecord>, StoreError> {
+        self.inner.claim_deliveries(d, o, now, until, n).await
+    }
+    async fn record_delivery_attempt(
+        &self,
+        id: i64,
+        o: &str,
+        v: &inhook::forward::answer::Verdict,
+        a: &inhook::forward::answer::AttemptRecord,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        self.inner.record_delivery_attempt(id, o, v, a, now).await
+    }
+    async fn delivery(&self, d: &str, id: i64) -> Result<Option<DeliveryRecord>, StoreError> {
+        self.inner.delivery(d, id).await
+    }
+    async fn deliveries(
+        &self,
+        d: &str,
+        f: &DeliveryFilter,
+        n: usize,
+        c: Option<i64>,
+    ) -> Result<DeliveryPage, StoreError> {
+        self.inner.deliveries(d, f, n, c).await
+    }
+    async fn replay_delivery(&self, d: &str, id: i64) -> Result<DeliveryReplay, StoreError> {
+        self.inner.replay_delivery(d, id).await
+    }
+    async fn skip_delivery(&self, d: &str, id: i64) -> Result<DeliverySkip, StoreError> {
+        self.inner.skip_delivery(d, id).await
+    }
+    async fn create_delivery_replay_job(
+        &self,
+        d: &str,
+        f: &DeliveryFilter,
+        now: i64,
+    ) -> Result<DeliveryReplayJob, StoreError> {
+        self.inner.create_delivery_replay_job(d, f, now).await
+    }
+    async fn delivery_replay_job(&self, id: i64) -> Result<Option<DeliveryReplayJob>, StoreError> {
+        self.inner.delivery_replay_job(id).await
+    }
+    async fn advance_delivery_replay_jobs(&self, now: i64, n: usize) -> Result<u64, StoreError> {
+        self.inner.advance_delivery_replay_jobs(now, n).await
+    }
+    async fn destination_stats(&self, d: &str) -> Result<DestinationStats, StoreError> {
+        self.inner.destination_stats(d).await
+    }
     async fn purge(&self, b: i64, d: i64, now: i64, n: usize) -> Result<PurgeReport, StoreError> {
         self.inner.purge(b, d, now, n).await
     }

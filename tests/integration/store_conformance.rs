@@ -188,6 +188,100 @@ conformance! {
     log::text_orders_are_byte_orders,
     log::ids_are_never_reused_after_a_purge,
     log::counts_match_the_log_after_every_transition,
+    forwarding::applied_events_write_deliveries_with_the_decision,
+    forwarding::claims_follow_the_applied_order_one_in_flight_per_aggregate,
+    forwarding::an_expired_lease_is_claimed_again,
+    forwarding::a_dead_in_order_delivery_blocks_only_its_aggregate,
+    forwarding::replays_requeue_supersede_or_refuse,
+    forwarding::deliveries_page_newest_first_and_filter,
+    forwarding::a_bulk_replay_requeues_dead_deliveries_queue_by_queue,
+    forwarding::retention_keeps_events_a_destination_still_needs,
+}
+
+/// Runs `check` with an opener of handles on one fresh SQLite file.
+async fn on_sqlite_nodes<F, Fut>(check: F)
+where
+    F: FnOnce(crate::conformance::forwarding::Opener) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("inhook.db");
+    let store = SqliteStore::open(&path, Duration::from_secs(5)).expect("open SQLite");
+    store.migrate().await.expect("migrate SQLite");
+    // SQLite serves one process: handles opened while one lives share it (its one
+    // writer), and one opened after the last was dropped is a restart.
+    let live: std::sync::Mutex<std::sync::Weak<dyn Store>> =
+        std::sync::Mutex::new(std::sync::Weak::<SqliteStore>::new());
+    let open: crate::conformance::forwarding::Opener = Arc::new(move || {
+        let mut live = live.lock().expect("live handle");
+        if let Some(store) = live.upgrade() {
+            return store;
+        }
+        let store: Arc<dyn Store> =
+            Arc::new(SqliteStore::open(&path, Duration::from_secs(5)).expect("open SQLite"));
+        *live = Arc::downgrade(&store);
+        store
+    });
+    run(check(open)).await;
+    drop(dir);
+}
+
+/// Runs `check` with an opener of handles (pools) on one fresh PostgreSQL database.
+async fn on_postgres_nodes<F, Fut>(check: F)
+where
+    F: FnOnce(crate::conformance::forwarding::Opener) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let Some(server) = postgres_server().await else {
+        eprintln!("skipped: no PostgreSQL (set INHOOK_TEST_DATABASE or run one on 127.0.0.1:5432)");
+        return;
+    };
+    let backend = Backend::fresh_postgres_with(server, "").await;
+    let url = backend.url(std::path::Path::new(""));
+    let connect = move || {
+        let settings = PoolSettings {
+            max_size: 2,
+            timeout: Duration::from_secs(10),
+        };
+        PostgresStore::connect(&url, settings).expect("connect PostgreSQL")
+    };
+    connect().migrate().await.expect("migrate PostgreSQL");
+    let open: crate::conformance::forwarding::Opener =
+        Arc::new(move || Arc::new(connect()) as Arc<dyn Store>);
+    let outcome = tokio::spawn(check(open)).await;
+    backend.drop_database().await;
+    if let Err(failure) = outcome {
+        std::panic::resume_unwind(failure.into_panic());
+    }
+}
+
+/// Checks that need several handles on one database: nodes racing, a node's crash.
+macro_rules! conformance_nodes {
+    ($($check:ident),* $(,)?) => {
+        mod sqlite_nodes {
+            use crate::conformance::forwarding;
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    super::on_sqlite_nodes(forwarding::$check).await;
+                }
+            )*
+        }
+        mod postgres_nodes {
+            use crate::conformance::forwarding;
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    super::on_postgres_nodes(forwarding::$check).await;
+                }
+            )*
+        }
+    };
+}
+
+conformance_nodes! {
+    racing_claimers_never_lease_two_of_one_aggregate,
+    a_crashed_claim_is_claimed_again_after_its_lease,
 }
 
 /// The checks whose answers could depend on the database's collation, on a

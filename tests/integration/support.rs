@@ -819,9 +819,11 @@ pub fn official_one(scheme: Scheme, secret: &str, body: &str, timestamp: i64, id
 /// SQL (SQLite's, PostgreSQL's) that puts back the typed state tables migration 5
 /// replaced, rebuilt with their rows from the generic table, and drops that table: a
 /// store's state as the release before migration 5 wrote it. Remove migration 5's row
-/// from `schema_migrations` too, and the next start migrates it again.
+/// from `schema_migrations` too, and the next start migrates it again. Migration 6's
+/// tables (deliveries), which come after it, are dropped first.
 pub const UNDO_MIGRATION_5: (&str, &str) = (
-    "CREATE TABLE presence_state AS
+    "DROP TABLE delivery_replay_jobs; DROP TABLE delivery_attempts; DROP TABLE deliveries;
+     CREATE TABLE presence_state AS
          SELECT source, aggregate AS user_id, json_extract(state, '$.presence') AS presence,
                 sequence, updated_at FROM aggregate_state WHERE tag IS NOT NULL;
      CREATE TABLE save_state AS
@@ -834,7 +836,8 @@ pub const UNDO_MIGRATION_5: (&str, &str) = (
                 json_extract(state, '$.achievements') AS achievements, updated_at
          FROM aggregate_state WHERE watermark IS NOT NULL;
      DROP TABLE aggregate_state;",
-    "CREATE TABLE presence_state AS
+    "DROP TABLE delivery_replay_jobs; DROP TABLE delivery_attempts; DROP TABLE deliveries;
+     CREATE TABLE presence_state AS
          SELECT source, aggregate AS user_id, state::json->>'presence' AS presence,
                 sequence, updated_at FROM aggregate_state WHERE tag IS NOT NULL;
      CREATE TABLE save_state AS

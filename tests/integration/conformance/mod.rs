@@ -5,6 +5,7 @@
 //! PostgreSQL store, so a new store is proven by passing them.
 
 pub mod concurrency;
+pub mod forwarding;
 pub mod ingest;
 pub mod log;
 pub mod retries;
@@ -32,6 +33,8 @@ pub fn presence_rules() -> SourceRules {
         kind: inhook::kind::built_in(SourceKind::Presence, 900_000),
         first_sequence: 1,
         hold_timeout_ms: 30_000,
+        destinations: std::sync::Arc::from([]),
+        ordering: inhook::forward::select::SourceOrdering::Presence,
     }
 }
 
@@ -42,6 +45,8 @@ pub fn save_rules() -> SourceRules {
         kind: inhook::kind::built_in(SourceKind::SaveGame, 900_000),
         first_sequence: 1,
         hold_timeout_ms: 30_000,
+        destinations: std::sync::Arc::from([]),
+        ordering: inhook::forward::select::SourceOrdering::SaveGame,
     }
 }
 

@@ -418,6 +418,10 @@ pub async fn a_json_source_settles_through_the_generic_aggregate_state(store: &d
         kind: std::sync::Arc::new(inhook::kind::json::JsonKind::new(&spec).unwrap()),
         first_sequence: 1,
         hold_timeout_ms: 30_000,
+        destinations: std::sync::Arc::from([]),
+        ordering: inhook::forward::select::SourceOrdering::Json(
+            inhook::contract::json::JsonOrdering::InOrder,
+        ),
     };
     let log = |n: i64, at: i64| {
         let rules = rules.clone();

@@ -1,0 +1,841 @@
+//! Forwarding's store flows (SPEC §9), written once for every store over
+//! [`UpkeepIo`]: delivery rows written with the decision, claims under a lease,
+//! verdicts, listings, replay and skip. What may be sent, and what a replay does,
+//! is decided by the pure rules of [`crate::forward::queue`]; these flows load a
+//! queue (one destination, source and aggregate, rows in applied order) and write
+//! what the rules say.
+
+use super::filter::Param;
+use super::upkeep::{int, one_int, opt_int, opt_string, string, text, Cell, UpkeepIo};
+use super::{cut_page, SourceRules, StoreError};
+use crate::forward::answer::{AttemptRecord, Verdict};
+use crate::forward::queue::{self, DeliveryStatus, NextSend, Queued, ReplayDecision};
+use crate::forward::select::{deliveries_for, DeliveryOrder, SettledEvent};
+use crate::kind::PendingRow;
+use crate::ordering::Outcome;
+
+/// One delivery of an applied event to one destination, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryRecord {
+    /// Row id: rising in applied order; listings page by it.
+    pub id: i64,
+    /// The destination's name.
+    pub destination: String,
+    /// The event's source.
+    pub source: String,
+    /// The event's row in the log, with the body to send (retention keeps it until the
+    /// delivery is delivered or skipped).
+    pub event_row: i64,
+    /// The event's id.
+    pub event_id: String,
+    /// The aggregate, in stored form.
+    pub aggregate: String,
+    /// The event's sequence.
+    pub sequence: i64,
+    /// The event's type (empty when the kind locates none).
+    pub event_type: String,
+    /// The request's `webhook-id`, stable across retries, replays and nodes.
+    pub webhook_id: String,
+    /// How it is ordered in its aggregate.
+    pub order: DeliveryOrder,
+    /// Where it is in its life.
+    pub status: DeliveryStatus,
+    /// Requests started since it was written or last replayed (a claim starts one).
+    pub attempts: i64,
+    /// A retrying delivery's next attempt, unix milliseconds.
+    pub next_attempt_at_ms: Option<i64>,
+    /// The node holding an in-flight delivery.
+    pub lease_owner: Option<String>,
+    /// Until when that node holds it; afterwards another may claim it again.
+    pub lease_until_ms: Option<i64>,
+    /// The last failure (or why it was superseded).
+    pub last_error: Option<String>,
+    /// When it was written (the decision's time), unix milliseconds.
+    pub created_at_ms: i64,
+    /// When it got its 2xx.
+    pub delivered_at_ms: Option<i64>,
+    /// Its attempts, oldest first (filled by [`super::Store::delivery`] only).
+    pub history: Vec<AttemptRecord>,
+}
+
+/// Which deliveries of a destination a listing covers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeliveryFilter {
+    /// Only this status.
+    pub status: Option<DeliveryStatus>,
+    /// Only this aggregate, in stored form.
+    pub aggregate: Option<String>,
+}
+
+/// A page of a destination's deliveries, newest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryPage {
+    /// The deliveries.
+    pub items: Vec<DeliveryRecord>,
+    /// The id to pass as cursor for the next page.
+    pub next_cursor: Option<i64>,
+}
+
+/// What replaying one delivery did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryReplay {
+    /// No such delivery of this destination.
+    NotFound,
+    /// Back to `pending` with a fresh attempt budget, to be sent in its applied place.
+    Requeued,
+    /// Not sent: a newer latest-wins delivery of its lane was delivered (delivery `by`).
+    Superseded {
+        /// The newer delivered one.
+        by: i64,
+    },
+    /// Only dead or skipped deliveries are replayed.
+    NotReplayable(DeliveryStatus),
+    /// Sending it now would put it after the later delivery `after`, already delivered.
+    WouldReorder {
+        /// The later delivered one.
+        after: i64,
+    },
+}
+
+/// What skipping one delivery did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliverySkip {
+    /// No such delivery of this destination.
+    NotFound,
+    /// Now `skipped`: a dead in-order one no longer blocks its aggregate.
+    Skipped,
+    /// Only dead or retrying deliveries are skipped.
+    NotSkippable(DeliveryStatus),
+}
+
+/// A persisted bulk replay of a destination's deliveries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryReplayJob {
+    /// The job's id.
+    pub id: i64,
+    /// The destination.
+    pub destination: String,
+    /// Which deliveries it replays (dead ones when the filter named no status).
+    pub filter: DeliveryFilter,
+    /// `running` or `done`.
+    pub state: String,
+    /// Matching deliveries when the job was created.
+    pub total: i64,
+    /// Deliveries requeued so far (those answered superseded or would-reorder are not).
+    pub requeued: i64,
+    /// Creation time, unix milliseconds.
+    pub created_at_ms: i64,
+    /// Last progress, unix milliseconds.
+    pub updated_at_ms: i64,
+}
+
+/// One destination's figures for `GET /v1/destinations`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DestinationStats {
+    /// Deliveries waiting to be sent: pending and retrying.
+    pub backlog: u64,
+    /// Requests on the wire (leased, lease not necessarily live).
+    pub in_flight: u64,
+    /// Dead deliveries.
+    pub dead: u64,
+    /// Aggregates held by a dead in-order delivery.
+    pub blocked_aggregates: u64,
+    /// The latest failed attempt's result.
+    pub last_error: Option<String>,
+}
+
+/// The columns [`record`] reads, in this order.
+const COLUMNS: &str = "id, destination, source, event_row, event_id, aggregate, sequence, \
+    event_type, webhook_id, ordering, status, attempts, next_attempt_at, lease_owner, \
+    lease_until, last_error, created_at, delivered_at";
+
+/// The stored orders that block their aggregate when dead, as an SQL list.
+fn blocking_orders() -> String {
+    let quoted: Vec<String> = DeliveryOrder::ALL
+        .iter()
+        .filter(|o| o.blocks_when_dead())
+        .map(|o| format!("'{}'", o.as_str()))
+        .collect();
+    format!("({})", quoted.join(", "))
+}
+
+/// Writes the deliveries of the applied events of `decisions` (in decision order, which
+/// is the applied order the queues send in), inside the decision's transaction.
+pub(crate) async fn write_deliveries<I: UpkeepIo>(
+    io: &I,
+    rules: &SourceRules,
+    aggregate: &str,
+    rows: &[PendingRow],
+    decisions: &[(i64, Outcome)],
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    if rules.destinations.is_empty() {
+        return Ok(());
+    }
+    for (row, outcome) in decisions {
+        let Some(event) = rows.iter().find(|r| r.row == *row) else {
+            continue;
+        };
+        let settled = SettledEvent {
+            source: &rules.name,
+            ordering: rules.ordering,
+            event_id: &event.event_id,
+            event_type: &event.event_type,
+            outcome,
+        };
+        for delivery in deliveries_for(&rules.destinations, &settled) {
+            io.execute(
+                "INSERT INTO deliveries (destination, source, event_row, event_id, aggregate,
+                     sequence, event_type, webhook_id, ordering, status, attempts, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending', 0, $10)",
+                &[
+                    Param::Text(delivery.destination),
+                    text(&rules.name),
+                    Param::Int(*row),
+                    text(&event.event_id),
+                    text(aggregate),
+                    Param::Int(event.sequence),
+                    text(&event.event_type),
+                    text(delivery.webhook_id.as_str()),
+                    text(delivery.order.as_str()),
+                    Param::Int(now_ms),
+                ],
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Claims up to `limit` deliveries of `destination` that may be sent at `now_ms`, at
+/// most one per queue and only what [`queue::next_send`] allows, leasing each to
+/// `owner` until `lease_until_ms`. A queue another node is claiming is passed over.
+pub(crate) async fn claim<I: UpkeepIo>(
+    io: &I,
+    destination: &str,
+    owner: &str,
+    now_ms: i64,
+    lease_until_ms: i64,
+    limit: usize,
+) -> Result<Vec<DeliveryRecord>, StoreError> {
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    // Queues with a delivery that may go: not behind a live request, a dead in-order
+    // delivery or a retry not yet due (so blocked queues never crowd out the rest).
+    let candidates = io
+        .query(
+            &format!(
+                "SELECT d.source, d.aggregate, MIN(d.id) AS first FROM deliveries d
+                 WHERE d.destination = $1
+                   AND (d.status = 'pending'
+                        OR (d.status = 'retrying' AND d.next_attempt_at <= $2)
+                        OR (d.status = 'in_flight' AND d.lease_until <= $2))
+                   AND NOT EXISTS (SELECT 1 FROM deliveries e
+                       WHERE e.destination = d.destination AND e.source = d.source
+                         AND e.aggregate = d.aggregate AND e.id < d.id
+                         AND ((e.status = 'dead' AND e.ordering IN {blocking})
+                              OR (e.status = 'retrying' AND e.next_attempt_at > $2)
+                              OR (e.status = 'in_flight' AND e.lease_until > $2)))
+                 GROUP BY d.source, d.aggregate
+                 ORDER BY first
+                 LIMIT $3",
+                blocking = blocking_orders()
+            ),
+            &[
+                text(destination),
+                Param::Int(now_ms),
+                Param::Int(i64::try_from(limit.saturating_mul(2)).unwrap_or(i64::MAX)),
+            ],
+        )
+        .await?;
+    let mut claimed = Vec::new();
+    for candidate in &candidates {
+        if claimed.len() == limit {
+            break;
+        }
+        let (source, aggregate) = (string(candidate, 0)?, string(candidate, 1)?);
+        let key = queue_key(destination, &source, &aggregate);
+        if one_int(&io.query(I::TRY_LOCK_KEY, &[text(&key)]).await?)? != 1 {
+            continue;
+        }
+        let mut rows =
+            load_queue(io, (destination, &source, &aggregate), None, Some(now_ms)).await?;
+        loop {
+            match queue::next_send(&rows, now_ms) {
+                NextSend::Supersede { id, by } => {
+                    io.execute(
+                        "UPDATE deliveries SET status = 'skipped', next_attempt_at = NULL,
+                             lease_owner = NULL, lease_until = NULL, last_error = $2
+                         WHERE id = $1 AND status IN ('pending', 'retrying')",
+                        &[Param::Int(id), Param::Text(format!("superseded by {by}"))],
+                    )
+                    .await?;
+                    mark(&mut rows, id, DeliveryStatus::Skipped);
+                }
+                NextSend::Send(id) => {
+                    // Conditional: a verdict recorded meanwhile by the expired lease's
+                    // holder (it takes no queue lock) wins, and this queue waits.
+                    let leased = io
+                        .execute(
+                            "UPDATE deliveries SET status = 'in_flight', attempts = attempts + 1,
+                                 next_attempt_at = NULL, lease_owner = $2, lease_until = $3
+                             WHERE id = $1 AND (status IN ('pending', 'retrying')
+                                   OR (status = 'in_flight' AND lease_until <= $4))",
+                            &[
+                                Param::Int(id),
+                                text(owner),
+                                Param::Int(lease_until_ms),
+                                Param::Int(now_ms),
+                            ],
+                        )
+                        .await?;
+                    if leased == 1 {
+                        claimed.push(id);
+                    }
+                    break;
+                }
+                _ => break,
+            }
+        }
+    }
+    let mut records = Vec::with_capacity(claimed.len());
+    for id in claimed {
+        records.push(
+            by_id(io, destination, id)
+                .await?
+                .ok_or_else(|| StoreError::Internal(format!("claimed delivery {id} is gone")))?,
+        );
+    }
+    Ok(records)
+}
+
+/// Records the verdict of an attempt at delivery `id`, if `owner` still holds it in
+/// flight; answers whether it did (a node whose lease was taken over records nothing).
+pub(crate) async fn record_verdict<I: UpkeepIo>(
+    io: &I,
+    id: i64,
+    owner: &str,
+    verdict: &Verdict,
+    attempt: &AttemptRecord,
+    now_ms: i64,
+) -> Result<bool, StoreError> {
+    let (next_attempt_at, error, delivered_at) = match verdict {
+        Verdict::Delivered => (None, None, Some(now_ms)),
+        Verdict::RetryAt { at_ms, error } => (Some(*at_ms), Some(error.clone()), None),
+        Verdict::Dead { error } => (None, Some(error.clone()), None),
+    };
+    let changed = io
+        .execute(
+            "UPDATE deliveries SET status = $3, next_attempt_at = $4,
+                 last_error = COALESCE($5, last_error), delivered_at = $6,
+                 lease_owner = NULL, lease_until = NULL
+             WHERE id = $1 AND status = 'in_flight' AND lease_owner = $2",
+            &[
+                Param::Int(id),
+                text(owner),
+                text(verdict.status().as_str()),
+                Param::OptInt(next_attempt_at),
+                Param::OptText(error),
+                Param::OptInt(delivered_at),
+            ],
+        )
+        .await?;
+    if changed == 0 {
+        return Ok(false);
+    }
+    io.execute(
+        "INSERT INTO delivery_attempts (delivery, attempt, at, duration_ms, http_status, result)
+         VALUES ($1, $2, $3, $4, $5, $6)",
+        &[
+            Param::Int(id),
+            Param::Int(attempt.attempt.into()),
+            Param::Int(attempt.at_ms),
+            Param::Int(attempt.duration_ms),
+            Param::OptInt(attempt.status.map(i64::from)),
+            text(&attempt.result),
+        ],
+    )
+    .await?;
+    Ok(true)
+}
+
+/// One delivery of `destination` with its attempts.
+pub(crate) async fn delivery<I: UpkeepIo>(
+    io: &I,
+    destination: &str,
+    id: i64,
+) -> Result<Option<DeliveryRecord>, StoreError> {
+    let Some(mut record) = by_id(io, destination, id).await? else {
+        return Ok(None);
+    };
+    let attempts = io
+        .query(
+            "SELECT attempt, at, duration_ms, http_status, result FROM delivery_attempts
+             WHERE delivery = $1 ORDER BY id",
+            &[Param::Int(id)],
+        )
+        .await?;
+    record.history = attempts
+        .iter()
+        .map(|row| {
+            Ok(AttemptRecord {
+                attempt: u32::try_from(int(row, 0)?).unwrap_or(u32::MAX),
+                at_ms: int(row, 1)?,
+                duration_ms: int(row, 2)?,
+                status: opt_int(row, 3)?.and_then(|s| u16::try_from(s).ok()),
+                result: string(row, 4)?,
+            })
+        })
+        .collect::<Result<_, StoreError>>()?;
+    Ok(Some(record))
+}
+
+/// A page of `destination`'s deliveries matching `filter`, newest first, before id `cursor`.
+pub(crate) async fn deliveries<I: UpkeepIo>(
+    io: &I,
+    destination: &str,
+    filter: &DeliveryFilter,
+    limit: usize,
+    cursor: Option<i64>,
+) -> Result<DeliveryPage, StoreError> {
+    let (mut clauses, mut params) = filter_sql(destination, filter);
+    if let Some(cursor) = cursor {
+        params.push(Param::Int(cursor));
+        clauses.push(format!("id < ${}", params.len()));
+    }
+    params.push(Param::Int(
+        i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX),
+    ));
+    let rows = io
+        .query(
+            &format!(
+                "SELECT {COLUMNS} FROM deliveries WHERE {} ORDER BY id DESC LIMIT ${}",
+                clauses.join(" AND "),
+                params.len()
+            ),
+            &params,
+        )
+        .await?;
+    let mut items: Vec<DeliveryRecord> =
+        rows.iter().map(|r| record(r)).collect::<Result<_, _>>()?;
+    let next_cursor = cut_page(&mut items, limit).map(|d| d.id);
+    Ok(DeliveryPage { items, next_cursor })
+}
+
+/// Replays delivery `id` of `destination` as [`queue::replay`] decides.
+pub(crate) async fn replay<I: UpkeepIo>(
+    io: &I,
+    destination: &str,
+    id: i64,
+) -> Result<DeliveryReplay, StoreError> {
+    let Some(found) = by_id(io, destination, id).await? else {
+        return Ok(DeliveryReplay::NotFound);
+    };
+    let key = queue_key(destination, &found.source, &found.aggregate);
+    io.query(I::LOCK_KEY, &[text(&key)]).await?;
+    let rows = load_queue(
+        io,
+        (destination, &found.source, &found.aggregate),
+        Some(id),
+        None,
+    )
+    .await?;
+    let decision = queue::replay(&rows, id)
+        .ok_or_else(|| StoreError::Internal(format!("delivery {id} left its queue")))?;
+    Ok(match decision {
+        ReplayDecision::Requeue => {
+            io.execute(
+                "UPDATE deliveries SET status = 'pending', attempts = 0, next_attempt_at = NULL,
+                     lease_owner = NULL, lease_until = NULL
+                 WHERE id = $1",
+                &[Param::Int(id)],
+            )
+            .await?;
+            io.wake_workers().await?;
+            DeliveryReplay::Requeued
+        }
+        ReplayDecision::Superseded { by } => DeliveryReplay::Superseded { by },
+        ReplayDecision::NotReplayable(status) => DeliveryReplay::NotReplayable(status),
+        ReplayDecision::WouldReorder { after } => DeliveryReplay::WouldReorder { after },
+    })
+}
+
+/// Persists a bulk replay of `destination`'s deliveries matching `filter` (dead ones
+/// when it names no status).
+pub(crate) async fn create_replay_job<I: UpkeepIo>(
+    io: &I,
+    destination: &str,
+    filter: &DeliveryFilter,
+    now_ms: i64,
+) -> Result<DeliveryReplayJob, StoreError> {
+    let filter = DeliveryFilter {
+        status: Some(filter.status.unwrap_or(DeliveryStatus::Dead)),
+        aggregate: filter.aggregate.clone(),
+    };
+    let (clauses, params) = filter_sql(destination, &filter);
+    let total = one_int(
+        &io.query(
+            &format!(
+                "SELECT COUNT(*) FROM deliveries WHERE {}",
+                clauses.join(" AND ")
+            ),
+            &params,
+        )
+        .await?,
+    )?;
+    let created = io
+        .query(
+            "INSERT INTO delivery_replay_jobs
+                 (destination, status, aggregate, state, total, created_at, updated_at)
+             VALUES ($1, $2, $3, 'running', $4, $5, $5) RETURNING id",
+            &[
+                text(destination),
+                text(filter.status.unwrap_or(DeliveryStatus::Dead).as_str()),
+                Param::OptText(filter.aggregate.clone()),
+                Param::Int(total),
+                Param::Int(now_ms),
+            ],
+        )
+        .await?;
+    io.wake_workers().await?;
+    Ok(DeliveryReplayJob {
+        id: one_int(&created)?,
+        destination: destination.to_owned(),
+        filter,
+        state: "running".into(),
+        total,
+        requeued: 0,
+        created_at_ms: now_ms,
+        updated_at_ms: now_ms,
+    })
+}
+
+/// A bulk replay of deliveries, by id.
+pub(crate) async fn replay_job<I: UpkeepIo>(
+    io: &I,
+    id: i64,
+) -> Result<Option<DeliveryReplayJob>, StoreError> {
+    let rows = io
+        .query(
+            "SELECT id, destination, status, aggregate, state, total, requeued, created_at,
+                    updated_at
+             FROM delivery_replay_jobs WHERE id = $1",
+            &[Param::Int(id)],
+        )
+        .await?;
+    rows.first()
+        .map(|row| {
+            Ok(DeliveryReplayJob {
+                id: int(row, 0)?,
+                destination: string(row, 1)?,
+                filter: DeliveryFilter {
+                    status: Some(parse_status(&string(row, 2)?)?),
+                    aggregate: opt_string(row, 3)?,
+                },
+                state: string(row, 4)?,
+                total: int(row, 5)?,
+                requeued: int(row, 6)?,
+                created_at_ms: int(row, 7)?,
+                updated_at_ms: int(row, 8)?,
+            })
+        })
+        .transpose()
+}
+
+/// Moves the oldest running bulk replay of deliveries on by up to `queues` queues,
+/// replaying each matching delivery in applied order as [`replay`] does. Returns
+/// deliveries requeued.
+pub(crate) async fn advance_replay_jobs<I: UpkeepIo>(
+    io: &I,
+    now_ms: i64,
+    queues: usize,
+) -> Result<u64, StoreError> {
+    // One node advances a job at a time; the others skip it.
+    let jobs = io
+        .query(
+            &format!(
+                "SELECT id, destination, cursor_source, cursor_aggregate FROM delivery_replay_jobs
+                 WHERE state = 'running' ORDER BY id LIMIT 1{}",
+                I::SKIP_LOCKED
+            ),
+            &[],
+        )
+        .await?;
+    let Some(job) = jobs.first() else {
+        return Ok(0);
+    };
+    let (id, destination) = (int(job, 0)?, string(job, 1)?);
+    let Some(found) = replay_job(io, id).await? else {
+        return Ok(0);
+    };
+    let (mut clauses, mut params) = filter_sql(&destination, &found.filter);
+    if let (Some(source), Some(aggregate)) = (opt_string(job, 2)?, opt_string(job, 3)?) {
+        params.extend([Param::Text(source), Param::Text(aggregate)]);
+        let n = params.len();
+        clauses.push(format!("(source, aggregate) > (${}, ${n})", n - 1));
+    }
+    params.push(Param::Int(i64::try_from(queues).unwrap_or(i64::MAX)));
+    let next = io
+        .query(
+            &format!(
+                "SELECT DISTINCT source, aggregate FROM deliveries WHERE {}
+                 ORDER BY source, aggregate LIMIT ${}",
+                clauses.join(" AND "),
+                params.len()
+            ),
+            &params,
+        )
+        .await?;
+    let mut requeued = 0u64;
+    let mut cursor = None;
+    for row in &next {
+        let (source, aggregate) = (string(row, 0)?, string(row, 1)?);
+        let (mut clauses, mut params) = filter_sql(&destination, &found.filter);
+        params.extend([text(&source), text(&aggregate)]);
+        let n = params.len();
+        clauses.push(format!("source = ${} AND aggregate = ${n}", n - 1));
+        let ids = io
+            .query(
+                &format!(
+                    "SELECT id FROM deliveries WHERE {} ORDER BY id",
+                    clauses.join(" AND ")
+                ),
+                &params,
+            )
+            .await?;
+        for row in &ids {
+            if replay(io, &destination, int(row, 0)?).await? == DeliveryReplay::Requeued {
+                requeued += 1;
+            }
+        }
+        cursor = Some((source, aggregate));
+    }
+    let state = if next.len() < queues {
+        "done"
+    } else {
+        "running"
+    };
+    let (cursor_source, cursor_aggregate) = cursor.unzip();
+    io.execute(
+        "UPDATE delivery_replay_jobs SET requeued = requeued + $2, state = $3, updated_at = $4,
+             cursor_source = COALESCE($5, cursor_source),
+             cursor_aggregate = COALESCE($6, cursor_aggregate)
+         WHERE id = $1",
+        &[
+            Param::Int(id),
+            Param::Int(i64::try_from(requeued).unwrap_or(i64::MAX)),
+            text(state),
+            Param::Int(now_ms),
+            Param::OptText(cursor_source),
+            Param::OptText(cursor_aggregate),
+        ],
+    )
+    .await?;
+    Ok(requeued)
+}
+
+/// The conditions of `filter` over `destination`'s deliveries, with `$n` placeholders.
+fn filter_sql(destination: &str, filter: &DeliveryFilter) -> (Vec<String>, Vec<Param>) {
+    let mut params = vec![text(destination)];
+    let mut clauses = vec!["destination = $1".to_owned()];
+    if let Some(status) = filter.status {
+        params.push(text(status.as_str()));
+        clauses.push(format!("status = ${}", params.len()));
+    }
+    if let Some(aggregate) = &filter.aggregate {
+        params.push(text(aggregate));
+        clauses.push(format!("aggregate = ${}", params.len()));
+    }
+    (clauses, params)
+}
+
+/// Skips delivery `id` of `destination` if [`queue::may_skip`] allows it.
+pub(crate) async fn skip<I: UpkeepIo>(
+    io: &I,
+    destination: &str,
+    id: i64,
+) -> Result<DeliverySkip, StoreError> {
+    let Some(found) = by_id(io, destination, id).await? else {
+        return Ok(DeliverySkip::NotFound);
+    };
+    let key = queue_key(destination, &found.source, &found.aggregate);
+    io.query(I::LOCK_KEY, &[text(&key)]).await?;
+    // Read again under the queue's lock: a claim may have moved it meanwhile.
+    let status = by_id(io, destination, id)
+        .await?
+        .map_or(found.status, |d| d.status);
+    if !queue::may_skip(status) {
+        return Ok(DeliverySkip::NotSkippable(status));
+    }
+    io.execute(
+        "UPDATE deliveries SET status = 'skipped', next_attempt_at = NULL
+         WHERE id = $1 AND status IN ('dead', 'retrying')",
+        &[Param::Int(id)],
+    )
+    .await?;
+    io.wake_workers().await?;
+    Ok(DeliverySkip::Skipped)
+}
+
+/// `destination`'s backlog, requests in flight, dead deliveries, blocked aggregates and last error.
+pub(crate) async fn stats<I: UpkeepIo>(
+    io: &I,
+    destination: &str,
+) -> Result<DestinationStats, StoreError> {
+    let counts = io
+        .query(
+            "SELECT status, COUNT(*) FROM deliveries
+             WHERE destination = $1 AND status IN ('pending', 'retrying', 'in_flight', 'dead')
+             GROUP BY status",
+            &[text(destination)],
+        )
+        .await?;
+    let mut stats = DestinationStats::default();
+    for row in &counts {
+        let n = u64::try_from(int(row, 1)?).unwrap_or(0);
+        match parse_status(&string(row, 0)?)? {
+            DeliveryStatus::Pending | DeliveryStatus::Retrying => stats.backlog += n,
+            DeliveryStatus::InFlight => stats.in_flight += n,
+            DeliveryStatus::Dead => stats.dead += n,
+            _ => {}
+        }
+    }
+    let blocked = io
+        .query(
+            &format!(
+                "SELECT COUNT(*) FROM (SELECT DISTINCT source, aggregate FROM deliveries
+                 WHERE destination = $1 AND status = 'dead' AND ordering IN {}) b",
+                blocking_orders()
+            ),
+            &[text(destination)],
+        )
+        .await?;
+    stats.blocked_aggregates = u64::try_from(one_int(&blocked)?).unwrap_or(0);
+    let last = io
+        .query(
+            "SELECT a.result FROM delivery_attempts a JOIN deliveries d ON d.id = a.delivery
+             WHERE d.destination = $1
+               AND (a.http_status IS NULL OR a.http_status < 200 OR a.http_status > 299)
+             ORDER BY a.id DESC LIMIT 1",
+            &[text(destination)],
+        )
+        .await?;
+    stats.last_error = last.first().map(|row| string(row, 0)).transpose()?;
+    Ok(stats)
+}
+
+/// The key of a queue's lock, the same on every node.
+fn queue_key(destination: &str, source: &str, aggregate: &str) -> String {
+    format!("deliveries\u{1f}{destination}\u{1f}{source}\u{1f}{aggregate}")
+}
+
+/// The queue's rows the rules need, in applied order: from its first undecided one
+/// (decided history before it changes nothing), or from `from` when given. With
+/// `now_ms`, an in-flight row whose lease expired reads as pending: its node is gone.
+async fn load_queue<I: UpkeepIo>(
+    io: &I,
+    (destination, source, aggregate): (&str, &str, &str),
+    from: Option<i64>,
+    now_ms: Option<i64>,
+) -> Result<Vec<Queued>, StoreError> {
+    let start = match from {
+        Some(id) => id,
+        None => one_int(
+            &io.query(
+                "SELECT COALESCE(MIN(id), 0) FROM deliveries
+                 WHERE destination = $1 AND source = $2 AND aggregate = $3
+                   AND status IN ('pending', 'in_flight', 'retrying', 'dead')",
+                &[text(destination), text(source), text(aggregate)],
+            )
+            .await?,
+        )?,
+    };
+    let rows = io
+        .query(
+            "SELECT id, ordering, status, next_attempt_at, lease_until FROM deliveries
+             WHERE destination = $1 AND source = $2 AND aggregate = $3 AND id >= $4
+             ORDER BY id",
+            &[
+                text(destination),
+                text(source),
+                text(aggregate),
+                Param::Int(start),
+            ],
+        )
+        .await?;
+    rows.iter()
+        .map(|row| {
+            let mut status = parse_status(&string(row, 2)?)?;
+            let lease_until = opt_int(row, 4)?;
+            if status == DeliveryStatus::InFlight
+                && lease_until
+                    .zip(now_ms)
+                    .is_some_and(|(until, now)| until <= now)
+            {
+                status = DeliveryStatus::Pending;
+            }
+            Ok(Queued {
+                id: int(row, 0)?,
+                order: parse_order(&string(row, 1)?)?,
+                status,
+                next_attempt_at_ms: opt_int(row, 3)?,
+            })
+        })
+        .collect()
+}
+
+fn mark(rows: &mut [Queued], id: i64, status: DeliveryStatus) {
+    if let Some(row) = rows.iter_mut().find(|r| r.id == id) {
+        row.status = status;
+    }
+}
+
+/// Delivery `id`, if it is one of `destination`'s.
+async fn by_id<I: UpkeepIo>(
+    io: &I,
+    destination: &str,
+    id: i64,
+) -> Result<Option<DeliveryRecord>, StoreError> {
+    let rows = io
+        .query(
+            &format!("SELECT {COLUMNS} FROM deliveries WHERE id = $1 AND destination = $2"),
+            &[Param::Int(id), text(destination)],
+        )
+        .await?;
+    rows.first().map(|r| record(r)).transpose()
+}
+
+fn record(row: &[Cell]) -> Result<DeliveryRecord, StoreError> {
+    Ok(DeliveryRecord {
+        id: int(row, 0)?,
+        destination: string(row, 1)?,
+        source: string(row, 2)?,
+        event_row: int(row, 3)?,
+        event_id: string(row, 4)?,
+        aggregate: string(row, 5)?,
+        sequence: int(row, 6)?,
+        event_type: string(row, 7)?,
+        webhook_id: string(row, 8)?,
+        order: parse_order(&string(row, 9)?)?,
+        status: parse_status(&string(row, 10)?)?,
+        attempts: int(row, 11)?,
+        next_attempt_at_ms: opt_int(row, 12)?,
+        lease_owner: opt_string(row, 13)?,
+        lease_until_ms: opt_int(row, 14)?,
+        last_error: opt_string(row, 15)?,
+        created_at_ms: int(row, 16)?,
+        delivered_at_ms: opt_int(row, 17)?,
+        history: Vec::new(),
+    })
+}
+
+fn parse_status(stored: &str) -> Result<DeliveryStatus, StoreError> {
+    DeliveryStatus::parse(stored)
+        .ok_or_else(|| StoreError::Internal(format!("unknown delivery status {stored:?}")))
+}
+
+fn parse_order(stored: &str) -> Result<DeliveryOrder, StoreError> {
+    DeliveryOrder::parse(stored)
+        .ok_or_else(|| StoreError::Internal(format!("unknown delivery order {stored:?}")))
+}
