@@ -3,86 +3,8 @@
 
 use serde_json::{Map, Value};
 
-use super::{ContractError, FieldProblem};
+use super::FieldProblem;
 use crate::domain::{IdProblem, Sequence};
-
-/// Parses a body into a JSON object, or the problem that names the whole body (`$`).
-pub(crate) fn object(body: &[u8]) -> Result<Map<String, Value>, ContractError> {
-    let whole = |problem: String| ContractError {
-        problems: vec![FieldProblem {
-            field: "$".into(),
-            problem,
-        }],
-    };
-    match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(map)) => {
-            // serde_json keeps the last of two equal keys; a publisher and a receiver that
-            // read different values from one signed body is a hole, so such a body is refused.
-            if let Err(err) = serde_json::from_slice::<NoDuplicateKeys>(body) {
-                return Err(whole(format!("is not acceptable JSON: {err}")));
-            }
-            Ok(map)
-        }
-        Ok(_) => Err(whole("must be a JSON object".into())),
-        Err(err) => Err(whole(format!("is not valid JSON: {err}"))),
-    }
-}
-
-/// Deserializes any JSON, failing on an object with the same key twice, at any depth.
-struct NoDuplicateKeys;
-
-impl<'de> serde::Deserialize<'de> for NoDuplicateKeys {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(NoDuplicateKeysVisitor)
-    }
-}
-
-struct NoDuplicateKeysVisitor;
-
-impl<'de> serde::de::Visitor<'de> for NoDuplicateKeysVisitor {
-    type Value = NoDuplicateKeys;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut seen = std::collections::HashSet::new();
-        while let Some(key) = map.next_key::<String>()? {
-            if !seen.insert(key.clone()) {
-                return Err(serde::de::Error::custom(format!(
-                    "key {key:?} appears twice"
-                )));
-            }
-            map.next_value::<NoDuplicateKeys>()?;
-        }
-        Ok(NoDuplicateKeys)
-    }
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        while seq.next_element::<NoDuplicateKeys>()?.is_some() {}
-        Ok(NoDuplicateKeys)
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(NoDuplicateKeys)
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(NoDuplicateKeys)
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(NoDuplicateKeys)
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(NoDuplicateKeys)
-    }
-    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(NoDuplicateKeys)
-    }
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(NoDuplicateKeys)
-    }
-}
 
 /// A JSON object being read, with the problems found so far.
 pub(crate) struct Reader<'a> {

@@ -6,10 +6,11 @@
 
 use axum::http::{HeaderMap, HeaderName};
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
+use super::body::parse_body;
 use super::fields::{kind_of, non_negative_integer};
 use super::{ContractError, FieldProblem};
 use crate::domain::{EventId, IdProblem, IdempotencyKey, Ident, Sequence};
@@ -783,97 +784,11 @@ fn sequence_of_text(text: &str) -> Result<JsonSequence, String> {
         .ok_or_else(|| "must not be before 1970-01-01T00:00:00Z".to_owned())
 }
 
-/// Parses a raw body in one pass, refusing an object with the same key twice at
-/// any depth: a publisher and a receiver reading different values from one
-/// signed body is a hole. Any JSON value is a body; its locations say what counts.
-pub fn parse_body(body: &[u8]) -> Result<Value, ContractError> {
-    serde_json::from_slice::<UniqueKeys>(body)
-        .map(|UniqueKeys(value)| value)
-        .map_err(|err| {
-            let problem = if err.classify() == serde_json::error::Category::Data {
-                format!("is not acceptable JSON: {err}")
-            } else {
-                format!("is not valid JSON: {err}")
-            };
-            ContractError {
-                problems: vec![FieldProblem {
-                    field: "$".into(),
-                    problem,
-                }],
-            }
-        })
-}
-
-/// A JSON value built while checking that no object repeats a key.
-struct UniqueKeys(Value);
-
-impl<'de> Deserialize<'de> for UniqueKeys {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer
-            .deserialize_any(UniqueKeysVisitor)
-            .map(UniqueKeys)
-    }
-}
-
-struct UniqueKeysVisitor;
-
-impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
-        let mut map = Map::new();
-        while let Some(key) = access.next_key::<String>()? {
-            if map.contains_key(&key) {
-                return Err(serde::de::Error::custom(format!(
-                    "key {key:?} appears twice"
-                )));
-            }
-            let UniqueKeys(value) = access.next_value()?;
-            map.insert(key, value);
-        }
-        Ok(Value::Object(map))
-    }
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
-        let mut items = Vec::with_capacity(access.size_hint().unwrap_or(0).min(64));
-        while let Some(UniqueKeys(value)) = access.next_element()? {
-            items.push(value);
-        }
-        Ok(Value::Array(items))
-    }
-
-    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
-        Ok(Value::Bool(b))
-    }
-    fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
-        Ok(Value::from(n))
-    }
-    fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
-        Ok(Value::from(n))
-    }
-    fn visit_f64<E>(self, n: f64) -> Result<Value, E> {
-        Ok(Value::from(n))
-    }
-    fn visit_str<E>(self, s: &str) -> Result<Value, E> {
-        Ok(Value::String(s.to_owned()))
-    }
-    fn visit_string<E>(self, s: String) -> Result<Value, E> {
-        Ok(Value::String(s))
-    }
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
-    use serde_json::json;
+    use serde_json::{json, Map};
 
     fn spec(toml_text: &str) -> JsonSourceSpec {
         toml::from_str(toml_text).unwrap()
@@ -1363,24 +1278,6 @@ mod tests {
         for (p, t) in no {
             assert!(!Glob::new(p).matches(t), "{p} {t}");
         }
-    }
-
-    #[test]
-    fn bodies_are_parsed_once_and_refuse_duplicate_keys() {
-        let err = parse_body(b"{\"a\":1,").unwrap_err();
-        assert_eq!(err.problems[0].field, "$");
-        assert!(err.problems[0].problem.starts_with("is not valid JSON"));
-        let err = parse_body(br#"{"a":{"b":1,"b":2}}"#).unwrap_err();
-        assert!(err.problems[0].problem.contains("appears twice"), "{err}");
-        assert!(err.problems[0]
-            .problem
-            .starts_with("is not acceptable JSON"));
-        assert_eq!(
-            parse_body(br#"[1, -2, 3.5, "s", null, true, {"k": {}}]"#).unwrap(),
-            json!([1, -2, 3.5, "s", null, true, {"k": {}}])
-        );
-        let deep = "[".repeat(100_000);
-        assert!(parse_body(deep.as_bytes()).is_err());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Payload contracts (SPEC §2): the raw body of a verified delivery becomes a
 //! typed event, or a list of problems that name each bad field. No I/O.
 
+pub mod body;
 mod fields;
 pub mod json;
 pub mod presence;

@@ -4,7 +4,8 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::fields::{object, Reader};
+use super::body::parse_object;
+use super::fields::Reader;
 use super::ContractError;
 use crate::domain::{EventId, IdempotencyKey, Ident, Sequence};
 
@@ -84,7 +85,7 @@ impl PresenceEvent {
         body: &[u8],
         fallback_event_id: Option<&str>,
     ) -> Result<Self, ContractError> {
-        let map = object(body)?;
+        let map = parse_object(body)?;
         let mut problems = Vec::new();
         let mut r = Reader::new(&map, &mut problems);
         let event_id = r.id_or("event_id", fallback_event_id, EventId::parse);

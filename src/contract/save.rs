@@ -4,7 +4,8 @@ use serde_json::{Map, Value};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
-use super::fields::{non_negative_integer, object, Reader};
+use super::body::parse_object;
+use super::fields::{non_negative_integer, Reader};
 use super::{ContractError, FieldProblem};
 use crate::domain::{EventId, IdempotencyKey, Ident, Sequence};
 
@@ -71,7 +72,7 @@ impl SaveEvent {
         body: &[u8],
         fallback_event_id: Option<&str>,
     ) -> Result<Self, ContractError> {
-        let map = object(body)?;
+        let map = parse_object(body)?;
         let mut problems = Vec::new();
         let mut r = Reader::new(&map, &mut problems);
         let event_id = r.id_or("event_id", fallback_event_id, EventId::parse);

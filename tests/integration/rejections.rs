@@ -82,6 +82,13 @@ async fn malformed_bodies_are_400_naming_the_field_and_store_nothing() {
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("not JSON", b"{\"event_id\": ".to_vec(), "$"),
         ("not an object", b"[1, 2]".to_vec(), "$"),
+        (
+            // `\u005f` is `_`: the same key twice, which two readers could each take differently.
+            "repeated key",
+            br#"{"event_id":"e1","user_id":"u1","presence":"BUSY","sequence_number":7,"user\u005fid":"u2"}"#
+                .to_vec(),
+            "$",
+        ),
         ("missing field", without("user_id"), "user_id"),
         (
             "wrong type",
@@ -128,13 +135,43 @@ async fn malformed_bodies_are_400_naming_the_field_and_store_nothing() {
             .map(|d| d["field"].clone())
             .collect();
         assert_eq!(fields, [json!(field)], "{what}: {:?}", reply.body);
-        assert!(reply.body["details"][0]["problem"]
-            .as_str()
-            .is_some_and(|p| !p.is_empty()));
+        let problem = reply.body["details"][0]["problem"].as_str().unwrap_or("");
+        assert!(!problem.is_empty(), "{what}");
+        if what == "repeated key" {
+            assert!(
+                problem.starts_with("is not acceptable JSON: key \"user_id\" appears twice"),
+                "{problem}"
+            );
+        }
     }
     assert_eq!(server.count().await, 0);
     // The server still serves.
     assert_eq!(server.post_presence(&base).await.code, 200);
+}
+
+#[tokio::test]
+async fn a_save_repeating_a_key_deep_in_data_is_400_and_logs_nothing() {
+    let server = TestServer::spawn().await;
+    // One item with `qty` twice: one reader could add 1 gold, another 900.
+    let body = br#"{"event_id":"evt_1","event_type":"inventory.updated","player_id":"p",
+        "save_slot":"s","sequence":1,"idempotency_key":"k",
+        "data":{"added_items":[{"item_id":"gold","qty":1,"qty":900}],"removed_items":[]}}"#;
+    let good = String::from_utf8_lossy(body).replace(r#""qty":1,"qty":900"#, r#""qty":1"#);
+    let good = good.into_bytes();
+    let headers = signed(Scheme::HmacTimestamped, SAVE_SECRETS[0], body, now_s());
+    let reply = server.post_raw("save-game", body, &headers).await;
+    assert_eq!(reply.code, 400, "{:?}", reply.body);
+    assert_eq!(reply.body["error"], "invalid_payload");
+    assert_eq!(reply.body["details"][0]["field"], "$");
+    assert!(reply.body["details"][0]["problem"]
+        .as_str()
+        .is_some_and(|p| p.starts_with("is not acceptable JSON: key \"qty\" appears twice")));
+    assert_eq!(server.count().await, 0);
+    let headers = signed(Scheme::HmacTimestamped, SAVE_SECRETS[0], &good, now_s());
+    assert_eq!(
+        server.post_raw("save-game", &good, &headers).await.code,
+        202
+    );
 }
 
 #[tokio::test]
