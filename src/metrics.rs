@@ -141,3 +141,13 @@ pub fn backlog(source: &str, held: u64, backlog: u64) {
     gauge!("inhook_held_events", "source" => source.to_owned()).set(held as f64);
     gauge!("inhook_backlog", "source" => source.to_owned()).set(backlog as f64);
 }
+
+/// One forwarded request's outcome, and whether it left its delivery dead.
+pub fn forward_attempt(destination: &str, outcome: &'static str, dead: bool) {
+    counter!("inhook_forward_attempts_total", "destination" => destination.to_owned(),
+             "outcome" => outcome)
+    .increment(1);
+    if dead {
+        counter!("inhook_forward_dead_total", "destination" => destination.to_owned()).increment(1);
+    }
+}

@@ -2,10 +2,13 @@
 //! Standard Webhooks library, as SPEC §9 promises ("so the publishers' official
 //! libraries verify it").
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 
 use inhook::forward::message::{request_headers, ForwardedEvent, WebhookId};
+use inhook::forward::queue::DeliveryStatus;
 use inhook::signature::Secret;
 use serde_json::{json, Value};
 
@@ -224,5 +227,326 @@ async fn a_failed_settle_writes_no_delivery() {
             .unwrap();
         let events: Vec<&str> = page.items.iter().map(|d| d.event_id.as_str()).collect();
         assert_eq!(events, ["d1"], "{destination}");
+    }
+}
+
+/// What the test destination saw.
+#[derive(Default)]
+struct Seen {
+    /// Requests received, all answers included.
+    requests: usize,
+    /// Answers by kind: 500, 429, slow (answered after `timeout_s`).
+    failures: [usize; 3],
+    /// Requests that arrived while another of their aggregate was still in flight.
+    overlaps: usize,
+    /// Requests whose signature did not verify.
+    bad_signatures: usize,
+    /// Per aggregate, requests on the wire now.
+    in_flight: HashMap<String, usize>,
+    /// Per aggregate, the accepted (2xx) requests: (event id, body).
+    accepted: HashMap<String, Vec<(String, Vec<u8>)>>,
+    /// Per event id, every `webhook-id` it came with.
+    webhook_ids: HashMap<String, std::collections::HashSet<String>>,
+    /// Per event id, failures answered so far (at most two, so that a normal event always arrives).
+    failed: HashMap<String, usize>,
+}
+
+/// The aggregate every request of which is answered 500.
+const POISON: &str = "slot_poison";
+/// The destination's secret.
+const DEST_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// Leaves the in-flight count when a request ends, however it ends.
+struct InFlight(Arc<Mutex<Seen>>, String, bool);
+
+impl InFlight {
+    fn end(&mut self) {
+        if !self.2 {
+            self.2 = true;
+            let mut seen = self.0.lock().unwrap();
+            *seen.in_flight.entry(self.1.clone()).or_default() -= 1;
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+/// The application: verifies, counts overlaps, fails at random (at most twice per event)
+/// with 500, 429 + `Retry-After: 1` or an answer slower than `timeout_s`, and always
+/// with 500 for [`POISON`]'s aggregate.
+async fn destination(
+    axum::extract::State(seen): axum::extract::State<Arc<Mutex<Seen>>>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let (aggregate, event_id) = (header("inhook-aggregate"), header("inhook-event-id"));
+    let verified = inhook::signature::verify(
+        inhook::signature::Scheme::StandardWebhooks,
+        &headers,
+        &body,
+        &[Secret::new(DEST_SECRET)],
+        now_s(),
+        300,
+    )
+    .is_ok();
+    let draw: f64 = rand::random();
+    let answer = {
+        let mut seen = seen.lock().unwrap();
+        seen.requests += 1;
+        if !verified {
+            seen.bad_signatures += 1;
+        }
+        seen.webhook_ids
+            .entry(event_id.clone())
+            .or_default()
+            .insert(header("webhook-id"));
+        let flying = seen.in_flight.entry(aggregate.clone()).or_default();
+        *flying += 1;
+        if *flying > 1 {
+            seen.overlaps += 1;
+        }
+        let failed = seen.failed.entry(event_id.clone()).or_default();
+        let answer = if aggregate.ends_with(POISON) {
+            0
+        } else if *failed >= 2 || draw >= 0.35 {
+            3
+        } else if draw < 0.15 {
+            0
+        } else if draw < 0.3 {
+            1
+        } else {
+            2
+        };
+        if answer < 3 {
+            *failed += 1;
+            seen.failures[answer] += 1;
+        }
+        answer
+    };
+    let mut flight = InFlight(Arc::clone(&seen), aggregate.clone(), false);
+    match answer {
+        0 => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        1 => (StatusCode::TOO_MANY_REQUESTS, [("retry-after", "1")]).into_response(),
+        2 => {
+            // Out of flight just before the sender's 1 s timeout can have run out (it started
+            // no later than this request arrived), then answered too late to count.
+            tokio::time::sleep(std::time::Duration::from_millis(900)).await;
+            flight.end();
+            tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+            StatusCode::OK.into_response()
+        }
+        _ => {
+            let mut seen = seen.lock().unwrap();
+            seen.accepted
+                .entry(aggregate)
+                .or_default()
+                .push((event_id, body.to_vec()));
+            StatusCode::NO_CONTENT.into_response()
+        }
+    }
+}
+
+/// SPEC §9 against a real HTTP application that fails at random: per aggregate one request
+/// at a time, first acceptances complete and in applied order, bodies byte for byte, one
+/// `webhook-id` per event across retries, every request verifying; an aggregate whose
+/// every request fails goes dead and blocks only itself (save-game inventory is in order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
+    use crate::conformance::{delta, ingest_sync, slot};
+    use inhook::config::Config;
+    use inhook::forward::sender::Sender;
+    use inhook::store::DeliveryFilter;
+
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = axum::Router::new()
+        .route("/hooks", axum::routing::post(destination))
+        .with_state(Arc::clone(&seen));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let mut server = crate::support::TestServer::spawn().await;
+    let store = server.store().await;
+    server.terminate();
+    let config = Config::from_parts(
+        Some(&format!(
+            r#"
+            [[sources]]
+            name = "saves"
+            kind = "save-game"
+            secrets = ["s"]
+            [[destinations]]
+            name = "app"
+            url = "http://127.0.0.1:{port}/hooks"
+            sources = ["saves"]
+            secret = "{DEST_SECRET}"
+            timeout_s = 1
+            max_attempts = 4
+            retry_max_delay_s = 1
+            concurrency = 4
+            "#
+        )),
+        &HashMap::new(),
+    )
+    .expect("config");
+    // Retries in tens of milliseconds (the file counts whole seconds), Retry-After's 1 s kept.
+    let mut destinations = config.destinations.to_vec();
+    destinations[0].retry.base_ms = 20;
+    let destinations: Arc<[_]> = destinations.into();
+    let rules = config.source("saves").expect("source").rules(&destinations);
+    let senders = Sender::for_destinations(&destinations, &store, inhook::clock::Clock::System)
+        .expect("senders");
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let running = tokio::spawn(Sender::run_all(
+        senders,
+        Arc::new(tokio::sync::Notify::new()),
+        stop_rx,
+    ));
+
+    let slots: Vec<String> = (0..6).map(|i| format!("slot_{i}")).collect();
+    const EVENTS: i64 = 8;
+    let mut bodies: HashMap<String, Vec<u8>> = HashMap::new();
+    for seq in 1..=EVENTS {
+        for (i, name) in slots.iter().chain([&POISON.to_owned()]).enumerate() {
+            if name == POISON && seq > 3 {
+                continue;
+            }
+            let event_id = format!("{name}-{seq}");
+            let body = delta(&event_id, name, seq, i as i64 + seq);
+            bodies.insert(event_id, serde_json::to_vec(&body).unwrap());
+            ingest_sync(&*store, &rules, body, inhook::clock::now_ms()).await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    }
+
+    let poison = slot(POISON);
+    let poisoned = DeliveryFilter {
+        status: None,
+        aggregate: Some(poison.clone()),
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let done = {
+            let seen = seen.lock().unwrap();
+            slots.iter().all(|name| {
+                seen.accepted
+                    .iter()
+                    .filter(|(aggregate, _)| aggregate.ends_with(name.as_str()))
+                    .map(|(_, accepted)| accepted.len())
+                    .sum::<usize>()
+                    >= EVENTS as usize
+            })
+        };
+        let poison_dead = store
+            .deliveries("app", &poisoned, 10, None)
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|d| d.status == DeliveryStatus::Dead);
+        if done && poison_dead {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not forwarded in time"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let _ = stop_tx.send(true);
+    running.await.unwrap();
+
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    eprintln!(
+        "requests {}, 500s {}, 429s {}, slow {}, overlaps {}",
+        seen.requests, seen.failures[0], seen.failures[1], seen.failures[2], seen.overlaps
+    );
+    assert_eq!(seen.overlaps, 0, "two requests of one aggregate in flight");
+    assert_eq!(seen.bad_signatures, 0);
+    assert!(
+        seen.failures[0] > 0 && seen.failures[1] > 0,
+        "the application failed too rarely to test retries"
+    );
+    for name in &slots {
+        let (aggregate, accepted) = seen
+            .accepted
+            .iter()
+            .find(|(aggregate, _)| aggregate.ends_with(name.as_str()))
+            .expect("accepted");
+        assert_eq!(*aggregate, format!("player_1024/{name}"));
+        let mut first = Vec::new();
+        for (event_id, body) in accepted {
+            if !first.contains(event_id) {
+                assert_eq!(body, &bodies[event_id], "{event_id}: body byte for byte");
+                first.push(event_id.clone());
+            }
+        }
+        let expected: Vec<String> = (1..=EVENTS).map(|seq| format!("{name}-{seq}")).collect();
+        assert_eq!(first, expected, "first acceptances in applied order");
+    }
+    for (event_id, ids) in &seen.webhook_ids {
+        let expected = WebhookId::of("saves", event_id).to_string();
+        assert_eq!(
+            ids.iter().collect::<Vec<_>>(),
+            [&expected],
+            "{event_id}: one webhook-id"
+        );
+    }
+    // The poisoned aggregate: its first event dead after max_attempts requests, the
+    // later ones never sent (blocked), everyone else delivered.
+    assert!(!seen.accepted.keys().any(|a| a.ends_with(POISON)));
+    let sent_poison: Vec<&String> = seen
+        .webhook_ids
+        .keys()
+        .filter(|id| id.starts_with(POISON))
+        .collect();
+    assert_eq!(sent_poison, [&format!("{POISON}-1")]);
+    let mut poisoned = store
+        .deliveries("app", &poisoned, 10, None)
+        .await
+        .unwrap()
+        .items;
+    poisoned.reverse();
+    let statuses: Vec<(DeliveryStatus, i64)> =
+        poisoned.iter().map(|d| (d.status, d.attempts)).collect();
+    assert_eq!(
+        statuses,
+        [
+            (DeliveryStatus::Dead, 4),
+            (DeliveryStatus::Pending, 0),
+            (DeliveryStatus::Pending, 0)
+        ]
+    );
+    let dead = store
+        .delivery("app", poisoned[0].id)
+        .await
+        .unwrap()
+        .expect("dead one");
+    assert_eq!(dead.last_error.as_deref(), Some("HTTP 500"));
+    assert_eq!(dead.history.len(), 4);
+    for name in &slots {
+        let filter = DeliveryFilter {
+            status: None,
+            aggregate: Some(slot(name)),
+        };
+        let page = store.deliveries("app", &filter, 50, None).await.unwrap();
+        assert_eq!(page.items.len(), EVENTS as usize);
+        assert!(page
+            .items
+            .iter()
+            .all(|d| d.status == DeliveryStatus::Delivered));
     }
 }
