@@ -114,6 +114,31 @@ pub struct Sender {
     pub clock: Clock,
     /// Woken when deliveries may have become due (a store notification, a finished request).
     pub wake: Arc<Notify>,
+    /// This node's circuit breaker for the destination, also read by `GET /v1/destinations`.
+    pub circuit: Arc<Mutex<Circuit>>,
+}
+
+/// Each destination's circuit breaker on this node, shared by its sender and the API.
+#[derive(Clone, Default)]
+pub struct Circuits(Arc<std::collections::HashMap<String, Arc<Mutex<Circuit>>>>);
+
+impl Circuits {
+    /// The breakers of `senders`.
+    pub fn of(senders: &[Sender]) -> Self {
+        Circuits(Arc::new(
+            senders
+                .iter()
+                .map(|s| (s.destination.name.clone(), Arc::clone(&s.circuit)))
+                .collect(),
+        ))
+    }
+
+    /// The breaker's position for `destination`; none when no sender runs for it here.
+    pub fn state(&self, destination: &str) -> Option<CircuitState> {
+        self.0
+            .get(destination)
+            .map(|c| c.lock().expect("circuit").state())
+    }
 }
 
 impl Sender {
@@ -144,6 +169,7 @@ impl Sender {
                 node_id: Arc::clone(&node_id),
                 clock,
                 wake: Arc::new(Notify::new()),
+                circuit: Arc::new(Mutex::new(Circuit::new(CircuitPolicy::default()))),
             });
         }
         Ok(senders)
@@ -181,7 +207,7 @@ impl Sender {
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let name = self.destination.name.clone();
         let slots = Arc::new(Semaphore::new(self.destination.concurrency.max(1)));
-        let circuit = Arc::new(Mutex::new(Circuit::new(CircuitPolicy::default())));
+        let circuit = Arc::clone(&self.circuit);
         let mut rate = self
             .destination
             .rate_limit_per_s

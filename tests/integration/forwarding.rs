@@ -119,32 +119,143 @@ fn forwarded_requests_verify_with_the_official_standard_webhooks_library() {
     assert_eq!(verdicts, [true, true, false]);
 }
 
-/// Until the sender lands, a configured destination would receive nothing: the server
-/// refuses to start rather than accept deliveries it would never forward.
-#[test]
-fn a_configured_destination_is_refused_at_start_until_forwarding_is_served() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("inhook.toml");
-    let config = format!(
-        "listen = \"127.0.0.1:0\"\ndatabase = \"sqlite://{}\"\n\n[[sources]]\nname = \"p\"\nkind = \"presence\"\nsecrets = [\"s\"]\n\n[[destinations]]\nname = \"app\"\nurl = \"http://127.0.0.1:9/hooks\"\nsources = [\"p\"]\nsecret = \"whsec_c2VjcmV0c2VjcmV0c2VjcmV0\"\n",
-        dir.path().join("inhook.db").display()
+/// The served path end to end: `inhook serve` with a destination forwards an applied
+/// event, signed, to a real HTTP application (retrying its 503), and shows the
+/// destination, its deliveries and the forwarding metrics; the secret shows nowhere.
+#[tokio::test]
+async fn a_configured_destination_is_served_and_forwarded_to() {
+    use crate::conformance::delta;
+
+    type Received = Arc<Mutex<Vec<(axum::http::HeaderMap, Vec<u8>)>>>;
+    let received: Received = Arc::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = axum::Router::new()
+        .route(
+            "/hooks",
+            axum::routing::post(
+                |axum::extract::State(received): axum::extract::State<Received>,
+                 headers: axum::http::HeaderMap,
+                 body: axum::body::Bytes| async move {
+                    let mut received = received.lock().unwrap();
+                    received.push((headers, body.to_vec()));
+                    if received.len() == 1 {
+                        axum::http::StatusCode::SERVICE_UNAVAILABLE
+                    } else {
+                        axum::http::StatusCode::NO_CONTENT
+                    }
+                },
+            ),
+        )
+        .with_state(Arc::clone(&received));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let server = crate::support::TestServer::spawn_with_sources(&format!(
+        r#"
+[[destinations]]
+name = "app"
+url = "http://user:pw@127.0.0.1:{port}/hooks"
+sources = ["save-game"]
+secret = "{DEST_SECRET}"
+retry_base_s = 1
+"#
+    ))
+    .await;
+    let body = delta("fwd-1", "slot_a", 1, 2);
+    let raw = serde_json::to_vec(&body).unwrap();
+    assert_eq!(server.post_save(&body).await.code, 202);
+
+    let page = server
+        .wait_for("/v1/destinations/app/deliveries?status=delivered", |r| {
+            r.body["items"]
+                .as_array()
+                .is_some_and(|items| !items.is_empty())
+        })
+        .await;
+    let delivery = &page.body["items"][0];
+    assert_eq!(delivery["event_id"], "fwd-1");
+    assert_eq!(delivery["aggregate"], "player_1024/slot_a");
+    assert_eq!(delivery["attempts"], 2);
+    assert_eq!(
+        delivery["webhook_id"],
+        WebhookId::of("save-game", "fwd-1").as_str()
     );
-    std::fs::write(&path, config).unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_inhook"))
-        .args(["serve", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(!output.status.success(), "started with a destination");
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    {
+        let received = received.lock().unwrap();
+        assert_eq!(received.len(), 2, "one 503, then the delivery");
+        for (attempt, (headers, body)) in received.iter().enumerate() {
+            assert_eq!(body, &raw, "byte for byte");
+            assert_eq!(
+                headers["inhook-attempt"],
+                (attempt + 1).to_string().as_str()
+            );
+            assert_eq!(headers["webhook-id"], received[0].0["webhook-id"]);
+            assert!(inhook::signature::verify(
+                inhook::signature::Scheme::StandardWebhooks,
+                headers,
+                body,
+                &[Secret::new(DEST_SECRET)],
+                now_s(),
+                300,
+            )
+            .is_ok());
+        }
+    }
+    let empty = server
+        .get("/v1/destinations/app/deliveries?status=dead&aggregate=player_1024/slot_a")
+        .await;
+    assert_eq!(empty.code, 200);
+    assert_eq!(empty.body["items"], json!([]));
+    assert_eq!(
+        server.get("/v1/destinations/nope/deliveries").await.code,
+        404
+    );
+    assert_eq!(
+        server
+            .get("/v1/destinations/app/deliveries?status=lost")
+            .await
+            .code,
+        400
+    );
+
+    let listed = server.get("/v1/destinations").await;
+    assert_eq!(listed.code, 200);
+    let app = &listed.body["items"][0];
+    assert_eq!(app["name"], "app");
+    assert_eq!(app["circuit"], "closed");
+    assert_eq!(
+        (
+            &app["backlog"],
+            &app["in_flight"],
+            &app["dead"],
+            &app["blocked_aggregates"]
+        ),
+        (&json!(0), &json!(0), &json!(0), &json!(0))
+    );
+    assert_eq!(app["last_error"], "HTTP 503");
+    let shown = listed.body.to_string();
     assert!(
-        stderr.contains("destination \"app\"") && stderr.contains("not served"),
-        "{stderr}"
+        !shown.contains("pw@") && !shown.contains("whsec_"),
+        "{shown}"
     );
-    assert!(
-        !stderr.contains("whsec_"),
-        "the secret must not show: {stderr}"
-    );
+    assert!(app["url"].as_str().unwrap().contains("***@"), "{shown}");
+
+    server
+        .wait_for_metric(
+            "inhook_forward_attempts_total",
+            &[("destination", "app"), ("outcome", "delivered")],
+            1.0,
+        )
+        .await;
+    server
+        .wait_for_metric(
+            "inhook_forward_attempts_total",
+            &[("destination", "app"), ("outcome", "server_error")],
+            1.0,
+        )
+        .await;
+    let log = std::fs::read_to_string(server.dir().join("server.log")).unwrap_or_default();
+    assert!(!log.contains("whsec_") && !log.contains("pw@"), "{log}");
 }
 
 /// SPEC §9 "the delivery rows are written in the same transaction as the decision": a
