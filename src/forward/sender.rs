@@ -413,7 +413,7 @@ impl Sender {
     ) {
         let name = &self.destination.name;
         let outcome = result.map_or("failed", AttemptResult::outcome_label);
-        crate::metrics::forward_attempt(name, outcome, matches!(verdict, Verdict::Dead { .. }));
+        crate::metrics::forward_attempt(name, outcome);
         match self
             .store
             .record_delivery_attempt(
@@ -427,6 +427,7 @@ impl Sender {
         {
             Ok(true) => {
                 if let Verdict::Dead { error } = verdict {
+                    crate::metrics::forward_dead(name);
                     warn!(destination = %name, delivery = delivery.id, source = %delivery.source,
                           event_id = %delivery.event_id, error = %error, "delivery dead");
                 }
