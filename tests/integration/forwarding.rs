@@ -360,6 +360,10 @@ struct Seen {
     webhook_ids: HashMap<String, std::collections::HashSet<String>>,
     /// Per event id, failures answered so far (at most two, so that a normal event always arrives).
     failed: HashMap<String, usize>,
+    /// Per event id, when it was last answered 429 with `Retry-After: 1`.
+    throttled_at: HashMap<String, std::time::Instant>,
+    /// Requests that came back sooner than the `Retry-After` they were given.
+    too_soon: usize,
 }
 
 /// The aggregate every request of which is answered 500.
@@ -429,6 +433,11 @@ async fn destination(
         if *flying > 1 {
             seen.overlaps += 1;
         }
+        if let Some(at) = seen.throttled_at.remove(&event_id) {
+            if at.elapsed() < std::time::Duration::from_millis(950) {
+                seen.too_soon += 1;
+            }
+        }
         let failed = seen.failed.entry(event_id.clone()).or_default();
         let answer = if aggregate.ends_with(POISON) {
             0
@@ -444,6 +453,10 @@ async fn destination(
         if answer < 3 {
             *failed += 1;
             seen.failures[answer] += 1;
+        }
+        if answer == 1 {
+            seen.throttled_at
+                .insert(event_id.clone(), std::time::Instant::now());
         }
         answer
     };
@@ -582,10 +595,16 @@ async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
 
     let seen = std::mem::take(&mut *seen.lock().unwrap());
     eprintln!(
-        "requests {}, 500s {}, 429s {}, slow {}, overlaps {}",
-        seen.requests, seen.failures[0], seen.failures[1], seen.failures[2], seen.overlaps
+        "requests {}, 500s {}, 429s {}, slow {}, overlaps {}, retried before Retry-After {}",
+        seen.requests,
+        seen.failures[0],
+        seen.failures[1],
+        seen.failures[2],
+        seen.overlaps,
+        seen.too_soon
     );
     assert_eq!(seen.overlaps, 0, "two requests of one aggregate in flight");
+    assert_eq!(seen.too_soon, 0, "a Retry-After not honoured");
     assert_eq!(seen.bad_signatures, 0);
     assert!(
         seen.failures[0] > 0 && seen.failures[1] > 0,
@@ -660,4 +679,85 @@ async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
             .iter()
             .all(|d| d.status == DeliveryStatus::Delivered));
     }
+}
+
+/// SPEC §9's circuit: a destination that refuses every connection, across several
+/// aggregates, is paused (`open` in `GET /v1/destinations`), nothing is lost or given up
+/// meanwhile, and once it is back the probe closes the circuit and everything arrives.
+#[tokio::test]
+async fn a_down_destination_opens_the_circuit_and_loses_nothing() {
+    use crate::conformance::delta;
+
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let server = crate::support::TestServer::spawn_with_sources(&format!(
+        r#"
+[[destinations]]
+name = "app"
+url = "http://127.0.0.1:{port}/hooks"
+sources = ["save-game"]
+secret = "{DEST_SECRET}"
+retry_base_s = 1
+retry_max_delay_s = 2
+max_attempts = 100
+"#
+    ))
+    .await;
+    for i in 0..5 {
+        let body = delta(&format!("down-{i}"), &format!("slot_{i}"), 1, 1);
+        assert_eq!(server.post_save(&body).await.code, 202);
+    }
+    let open = server
+        .wait_for("/v1/destinations", |r| {
+            r.body["items"][0]["circuit"] == "open"
+        })
+        .await;
+    let app = &open.body["items"][0];
+    assert_eq!(app["dead"], 0);
+    assert!(app["circuit_open_until"].is_string(), "{app}");
+    assert!(
+        app["last_error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("connection failed")),
+        "{app}"
+    );
+
+    let received: Arc<Mutex<Vec<String>>> = Arc::default();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .expect("the destination's port again");
+    let app = axum::Router::new()
+        .route(
+            "/hooks",
+            axum::routing::post(
+                |axum::extract::State(received): axum::extract::State<Arc<Mutex<Vec<String>>>>,
+                 headers: axum::http::HeaderMap| async move {
+                    let event_id = headers["inhook-event-id"].to_str().unwrap().to_owned();
+                    received.lock().unwrap().push(event_id);
+                    axum::http::StatusCode::OK
+                },
+            ),
+        )
+        .with_state(Arc::clone(&received));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    server
+        .wait_for("/v1/destinations/app/deliveries?status=delivered", |r| {
+            r.body["items"]
+                .as_array()
+                .is_some_and(|items| items.len() == 5)
+        })
+        .await;
+    let closed = server.get("/v1/destinations").await;
+    assert_eq!(closed.body["items"][0]["circuit"], "closed");
+    assert_eq!(closed.body["items"][0]["backlog"], 0);
+    let mut received = received.lock().unwrap().clone();
+    received.sort();
+    received.dedup();
+    assert_eq!(
+        received,
+        (0..5).map(|i| format!("down-{i}")).collect::<Vec<_>>()
+    );
 }
