@@ -28,6 +28,8 @@ const POLL_INTERVAL: Duration = Duration::from_millis(100);
 const LEASE_MARGIN_MS: i64 = 30_000;
 /// Queues a bulk replay of deliveries requeues per round.
 const REPLAY_STEP: usize = 64;
+/// How often an idle sender looks for bulk replays of deliveries to advance, in milliseconds.
+const REPLAY_CHECK_MS: i64 = 1_000;
 /// Pause after a store failure before trying again.
 const STORE_BACKOFF: Duration = Duration::from_secs(1);
 
@@ -217,15 +219,24 @@ impl Sender {
             .saturating_add(LEASE_MARGIN_MS);
         let mut requests = JoinSet::new();
         let mut store_ok = true;
+        let mut replays_due_ms = i64::MIN;
         while !*shutdown.borrow() {
             while requests.try_join_next().is_some() {}
             let now_ms = self.clock.now_ms();
-            if let Err(err) = self
-                .store
-                .advance_delivery_replay_jobs(now_ms, REPLAY_STEP)
-                .await
-            {
-                warn!(destination = %name, error = %err, "cannot advance delivery replays");
+            if now_ms >= replays_due_ms {
+                // Looked at once a second while idle; at once again while a job has work.
+                replays_due_ms = match self
+                    .store
+                    .advance_delivery_replay_jobs(now_ms, REPLAY_STEP)
+                    .await
+                {
+                    Ok(0) => now_ms.saturating_add(REPLAY_CHECK_MS),
+                    Ok(_) => now_ms,
+                    Err(err) => {
+                        warn!(destination = %name, error = %err, "cannot advance delivery replays");
+                        now_ms.saturating_add(REPLAY_CHECK_MS)
+                    }
+                };
             }
             let mut want = slots.available_permits();
             let state = circuit.lock().expect("circuit").state();

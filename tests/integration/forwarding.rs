@@ -364,6 +364,8 @@ struct Seen {
     throttled_at: HashMap<String, std::time::Instant>,
     /// Requests that came back sooner than the `Retry-After` they were given.
     too_soon: usize,
+    /// Whether [`POISON`]'s aggregate is accepted now (the application was fixed).
+    cured: bool,
 }
 
 /// The aggregate every request of which is answered 500.
@@ -438,8 +440,9 @@ async fn destination(
                 seen.too_soon += 1;
             }
         }
+        let cured = seen.cured;
         let failed = seen.failed.entry(event_id.clone()).or_default();
-        let answer = if aggregate.ends_with(POISON) {
+        let answer = if aggregate.ends_with(POISON) && !cured {
             0
         } else if *failed >= 2 || draw >= 0.35 {
             3
@@ -593,6 +596,7 @@ async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
     let _ = stop_tx.send(true);
     running.await.unwrap();
 
+    let shared = Arc::clone(&seen);
     let seen = std::mem::take(&mut *seen.lock().unwrap());
     eprintln!(
         "requests {}, 500s {}, 429s {}, slow {}, overlaps {}, retried before Retry-After {}",
@@ -679,6 +683,60 @@ async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
             .iter()
             .all(|d| d.status == DeliveryStatus::Delivered));
     }
+
+    // The application fixed, a bulk replay of the dead one (advanced by the sender's loop)
+    // sends it, and the aggregate it blocked follows in order.
+    shared.lock().unwrap().cured = true;
+    let senders = Sender::for_destinations(&destinations, &store, inhook::clock::Clock::System)
+        .expect("senders");
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let running = tokio::spawn(Sender::run_all(
+        senders,
+        Arc::new(tokio::sync::Notify::new()),
+        stop_rx,
+    ));
+    let dead_only = DeliveryFilter {
+        status: Some(DeliveryStatus::Dead),
+        aggregate: Some(poison.clone()),
+    };
+    let job = store
+        .create_delivery_replay_job("app", &dead_only, inhook::clock::now_ms())
+        .await
+        .expect("bulk replay");
+    assert_eq!(job.total, 1);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let accepted = loop {
+        let accepted = shared
+            .lock()
+            .unwrap()
+            .accepted
+            .get(&format!("player_1024/{POISON}"))
+            .map_or(0, Vec::len);
+        if accepted >= 3 {
+            break shared.lock().unwrap().accepted[&format!("player_1024/{POISON}")].clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replay never arrived"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let _ = stop_tx.send(true);
+    running.await.unwrap();
+    let order: Vec<&str> = accepted.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(
+        order,
+        (1..=3)
+            .map(|seq| format!("{POISON}-{seq}"))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(shared.lock().unwrap().overlaps, 0);
+    let job = store
+        .delivery_replay_job(job.id)
+        .await
+        .unwrap()
+        .expect("job");
+    assert_eq!((job.state.as_str(), job.requeued), ("done", 1));
 }
 
 /// SPEC §9's circuit: a destination that refuses every connection, across several
