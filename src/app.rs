@@ -11,6 +11,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::clock::Clock;
 use crate::config::{Config, Database};
+use crate::forward::sender::{Circuits, Sender};
 use crate::http::server::{effective_max_connections, open_files_limit, serve, ConnectionLimits};
 use crate::http::{router, AppState};
 use crate::store::{PoolSettings, PostgresStore, SqliteStore, Store};
@@ -56,23 +57,19 @@ pub fn connect_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
 /// A bound, ready-to-run inhook.
 pub struct Application {
     listener: TcpListener,
+    /// One per configured destination (SPEC §9), started with the server.
+    senders: Vec<Sender>,
     state: AppState,
 }
 
 impl Application {
     /// Opens the store, migrates it and binds the listen address (port 0 picks a free port).
     pub async fn build(config: Config) -> anyhow::Result<Self> {
-        // Fail closed: a configured destination that silently received nothing would look
-        // like an application bug. The config and forwarding rules exist; the sender does not yet.
-        if let Some(destination) = config.destinations.first() {
-            anyhow::bail!(
-                "destination {:?}: forwarding ([[destinations]]) is not served by this release yet; \
-                 remove the [[destinations]] tables to start",
-                destination.name
-            );
-        }
         crate::metrics::install();
         let store = open_store(&config).await?;
+        let senders = Sender::for_destinations(&config.destinations, &store, Clock::System)
+            .map_err(anyhow::Error::msg)?;
+        let circuits = Circuits::of(&senders);
         let wake = Arc::new(Notify::new());
         let secrets = crate::http::Secrets::of(&config);
         store.subscribe(Arc::clone(&wake));
@@ -91,6 +88,7 @@ impl Application {
         let body_budget = crate::http::BodyBudget::new(config.max_buffered_body_bytes);
         Ok(Self {
             listener,
+            senders,
             state: AppState {
                 config: Arc::new(config),
                 store,
@@ -106,6 +104,7 @@ impl Application {
                 costly_checks: Arc::new(tokio::sync::Semaphore::new(
                     std::thread::available_parallelism().map_or(1, |n| n.get()),
                 )),
+                circuits,
             },
         })
     }
@@ -144,6 +143,12 @@ impl Application {
         background.spawn(worker.run_retention(stop_rx.clone()));
         background.spawn(watch_backlog(self.state.clone(), stop_rx.clone()));
         background.spawn(metrics_upkeep(stop_rx.clone()));
+        if !self.senders.is_empty() {
+            // Its own notify: the worker's would let one of them take the other's wake-up.
+            let forward_wake = Arc::new(Notify::new());
+            self.state.store.subscribe(Arc::clone(&forward_wake));
+            background.spawn(Sender::run_all(self.senders, forward_wake, stop_rx.clone()));
+        }
         background.spawn(Arc::clone(&self.state.feed).run(
             Arc::clone(&self.state.store),
             crate::http::ChangeMask::of(&self.state.config),

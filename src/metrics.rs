@@ -141,3 +141,15 @@ pub fn backlog(source: &str, held: u64, backlog: u64) {
     gauge!("inhook_held_events", "source" => source.to_owned()).set(held as f64);
     gauge!("inhook_backlog", "source" => source.to_owned()).set(backlog as f64);
 }
+
+/// One forwarded request's outcome (`failed`: the request could not be built or sent at all).
+pub fn forward_attempt(destination: &str, outcome: &'static str) {
+    counter!("inhook_forward_attempts_total", "destination" => destination.to_owned(),
+             "outcome" => outcome)
+    .increment(1);
+}
+
+/// A delivery given up after `max_attempts` (recorded dead by this node).
+pub fn forward_dead(destination: &str) {
+    counter!("inhook_forward_dead_total", "destination" => destination.to_owned()).increment(1);
+}

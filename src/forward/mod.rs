@@ -11,6 +11,7 @@
 //!   what blocks, and what a replay or a skip does.
 //! - [`answer`]: an attempt's result as delivered, retry at, or dead.
 //! - [`circuit`]: the per-destination circuit breaker.
+//! - [`sender`]: the I/O around these rules: one task per destination claims, POSTs and records.
 //!
 //! A destination's configuration is [`crate::config::DestinationConfig`].
 
@@ -19,3 +20,4 @@ pub mod circuit;
 pub mod message;
 pub mod queue;
 pub mod select;
+pub mod sender;

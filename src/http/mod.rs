@@ -56,6 +56,8 @@ pub struct AppState {
     /// One permit per core for costly signature checks (ed25519, lists of signatures), which
     /// run on blocking threads: a flood of them waits here instead of taking every core.
     pub costly_checks: Arc<tokio::sync::Semaphore>,
+    /// Each destination's circuit breaker on this node (SPEC §9), for `GET /v1/destinations`.
+    pub circuits: crate::forward::sender::Circuits,
 }
 
 /// The bytes of request bodies all connections may hold at once: without it,
@@ -192,6 +194,7 @@ impl TokenBucket {
         (name = "ingress", description = "Signed deliveries from publishers"),
         (name = "state", description = "The projections: every source's aggregates, and the typed presence and save slot views"),
         (name = "events", description = "The event log and replay"),
+        (name = "forwarding", description = "Destinations: applied events forwarded to the user's application"),
         (name = "observability", description = "Counts and metrics"),
         (name = "admin", description = "Administration"),
         (name = "health", description = "Probes"),
@@ -239,6 +242,8 @@ fn documented_routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::Op
         .routes(routes!(api::replay::replay_bulk))
         .routes(routes!(api::replay::replay_job))
         .routes(routes!(admin::reload))
+        .routes(routes!(api::destinations::destinations_list))
+        .routes(routes!(api::destinations::deliveries_list))
         // Admin bodies are small filters: anything larger is refused (413), not stored.
         .route_layer(DefaultBodyLimit::max(ADMIN_MAX_BODY_BYTES))
         .route_layer(middleware::from_fn(refuse_nul_in_url))

@@ -151,20 +151,26 @@ impl Roots {
             }
             Self::File(path) => path,
         };
-        let shown = path.display();
-        let pem = std::fs::read(path).map_err(|e| format!("sslrootcert {shown}: {e}"))?;
-        let mut roots = RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(&pem) {
-            let cert = cert.map_err(|e| format!("sslrootcert {shown}: not PEM: {e}"))?;
-            roots
-                .add(cert)
-                .map_err(|e| format!("sslrootcert {shown}: unusable certificate: {e}"))?;
-        }
-        if roots.is_empty() {
-            return Err(format!("sslrootcert {shown}: no certificate in it"));
-        }
-        Ok(roots)
+        pem_roots(path, "sslrootcert")
     }
+}
+
+/// The certificates of the PEM file at `path` as trusted roots; errors start with
+/// `what` (the key that named the file) and the path.
+pub(crate) fn pem_roots(path: &std::path::Path, what: &str) -> Result<RootCertStore, String> {
+    let shown = path.display();
+    let pem = std::fs::read(path).map_err(|e| format!("{what} {shown}: {e}"))?;
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|e| format!("{what} {shown}: not PEM: {e}"))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("{what} {shown}: unusable certificate: {e}"))?;
+    }
+    if roots.is_empty() {
+        return Err(format!("{what} {shown}: no certificate in it"));
+    }
+    Ok(roots)
 }
 
 /// Parses `url` into tokio-postgres's config and the TLS connector for its connections.

@@ -2,10 +2,13 @@
 //! Standard Webhooks library, as SPEC §9 promises ("so the publishers' official
 //! libraries verify it").
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 
 use inhook::forward::message::{request_headers, ForwardedEvent, WebhookId};
+use inhook::forward::queue::DeliveryStatus;
 use inhook::signature::Secret;
 use serde_json::{json, Value};
 
@@ -116,32 +119,143 @@ fn forwarded_requests_verify_with_the_official_standard_webhooks_library() {
     assert_eq!(verdicts, [true, true, false]);
 }
 
-/// Until the sender lands, a configured destination would receive nothing: the server
-/// refuses to start rather than accept deliveries it would never forward.
-#[test]
-fn a_configured_destination_is_refused_at_start_until_forwarding_is_served() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("inhook.toml");
-    let config = format!(
-        "listen = \"127.0.0.1:0\"\ndatabase = \"sqlite://{}\"\n\n[[sources]]\nname = \"p\"\nkind = \"presence\"\nsecrets = [\"s\"]\n\n[[destinations]]\nname = \"app\"\nurl = \"http://127.0.0.1:9/hooks\"\nsources = [\"p\"]\nsecret = \"whsec_c2VjcmV0c2VjcmV0c2VjcmV0\"\n",
-        dir.path().join("inhook.db").display()
+/// The served path end to end: `inhook serve` with a destination forwards an applied
+/// event, signed, to a real HTTP application (retrying its 503), and shows the
+/// destination, its deliveries and the forwarding metrics; the secret shows nowhere.
+#[tokio::test]
+async fn a_configured_destination_is_served_and_forwarded_to() {
+    use crate::conformance::delta;
+
+    type Received = Arc<Mutex<Vec<(axum::http::HeaderMap, Vec<u8>)>>>;
+    let received: Received = Arc::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = axum::Router::new()
+        .route(
+            "/hooks",
+            axum::routing::post(
+                |axum::extract::State(received): axum::extract::State<Received>,
+                 headers: axum::http::HeaderMap,
+                 body: axum::body::Bytes| async move {
+                    let mut received = received.lock().unwrap();
+                    received.push((headers, body.to_vec()));
+                    if received.len() == 1 {
+                        axum::http::StatusCode::SERVICE_UNAVAILABLE
+                    } else {
+                        axum::http::StatusCode::NO_CONTENT
+                    }
+                },
+            ),
+        )
+        .with_state(Arc::clone(&received));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let server = crate::support::TestServer::spawn_with_sources(&format!(
+        r#"
+[[destinations]]
+name = "app"
+url = "http://user:pw@127.0.0.1:{port}/hooks"
+sources = ["save-game"]
+secret = "{DEST_SECRET}"
+retry_base_s = 1
+"#
+    ))
+    .await;
+    let body = delta("fwd-1", "slot_a", 1, 2);
+    let raw = serde_json::to_vec(&body).unwrap();
+    assert_eq!(server.post_save(&body).await.code, 202);
+
+    let page = server
+        .wait_for("/v1/destinations/app/deliveries?status=delivered", |r| {
+            r.body["items"]
+                .as_array()
+                .is_some_and(|items| !items.is_empty())
+        })
+        .await;
+    let delivery = &page.body["items"][0];
+    assert_eq!(delivery["event_id"], "fwd-1");
+    assert_eq!(delivery["aggregate"], "player_1024/slot_a");
+    assert_eq!(delivery["attempts"], 2);
+    assert_eq!(
+        delivery["webhook_id"],
+        WebhookId::of("save-game", "fwd-1").as_str()
     );
-    std::fs::write(&path, config).unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_inhook"))
-        .args(["serve", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(!output.status.success(), "started with a destination");
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    {
+        let received = received.lock().unwrap();
+        assert_eq!(received.len(), 2, "one 503, then the delivery");
+        for (attempt, (headers, body)) in received.iter().enumerate() {
+            assert_eq!(body, &raw, "byte for byte");
+            assert_eq!(
+                headers["inhook-attempt"],
+                (attempt + 1).to_string().as_str()
+            );
+            assert_eq!(headers["webhook-id"], received[0].0["webhook-id"]);
+            assert!(inhook::signature::verify(
+                inhook::signature::Scheme::StandardWebhooks,
+                headers,
+                body,
+                &[Secret::new(DEST_SECRET)],
+                now_s(),
+                300,
+            )
+            .is_ok());
+        }
+    }
+    let empty = server
+        .get("/v1/destinations/app/deliveries?status=dead&aggregate=player_1024/slot_a")
+        .await;
+    assert_eq!(empty.code, 200);
+    assert_eq!(empty.body["items"], json!([]));
+    assert_eq!(
+        server.get("/v1/destinations/nope/deliveries").await.code,
+        404
+    );
+    assert_eq!(
+        server
+            .get("/v1/destinations/app/deliveries?status=lost")
+            .await
+            .code,
+        400
+    );
+
+    let listed = server.get("/v1/destinations").await;
+    assert_eq!(listed.code, 200);
+    let app = &listed.body["items"][0];
+    assert_eq!(app["name"], "app");
+    assert_eq!(app["circuit"], "closed");
+    assert_eq!(
+        (
+            &app["backlog"],
+            &app["in_flight"],
+            &app["dead"],
+            &app["blocked_aggregates"]
+        ),
+        (&json!(0), &json!(0), &json!(0), &json!(0))
+    );
+    assert_eq!(app["last_error"], "HTTP 503");
+    let shown = listed.body.to_string();
     assert!(
-        stderr.contains("destination \"app\"") && stderr.contains("not served"),
-        "{stderr}"
+        !shown.contains("pw@") && !shown.contains("whsec_"),
+        "{shown}"
     );
-    assert!(
-        !stderr.contains("whsec_"),
-        "the secret must not show: {stderr}"
-    );
+    assert!(app["url"].as_str().unwrap().contains("***@"), "{shown}");
+
+    server
+        .wait_for_metric(
+            "inhook_forward_attempts_total",
+            &[("destination", "app"), ("outcome", "delivered")],
+            1.0,
+        )
+        .await;
+    server
+        .wait_for_metric(
+            "inhook_forward_attempts_total",
+            &[("destination", "app"), ("outcome", "server_error")],
+            1.0,
+        )
+        .await;
+    let log = std::fs::read_to_string(server.dir().join("server.log")).unwrap_or_default();
+    assert!(!log.contains("whsec_") && !log.contains("pw@"), "{log}");
 }
 
 /// SPEC §9 "the delivery rows are written in the same transaction as the decision": a
@@ -225,4 +339,560 @@ async fn a_failed_settle_writes_no_delivery() {
         let events: Vec<&str> = page.items.iter().map(|d| d.event_id.as_str()).collect();
         assert_eq!(events, ["d1"], "{destination}");
     }
+}
+
+/// What the test destination saw.
+#[derive(Default)]
+struct Seen {
+    /// Requests received, all answers included.
+    requests: usize,
+    /// Answers by kind: 500, 429, slow (answered after `timeout_s`).
+    failures: [usize; 3],
+    /// Requests that arrived while another of their aggregate was still in flight.
+    overlaps: usize,
+    /// Requests whose signature did not verify.
+    bad_signatures: usize,
+    /// Per aggregate, requests on the wire now.
+    in_flight: HashMap<String, usize>,
+    /// Per aggregate, the accepted (2xx) requests: (event id, body).
+    accepted: HashMap<String, Vec<(String, Vec<u8>)>>,
+    /// Per event id, every `webhook-id` it came with.
+    webhook_ids: HashMap<String, std::collections::HashSet<String>>,
+    /// Per event id, failures answered so far (at most two, so that a normal event always arrives).
+    failed: HashMap<String, usize>,
+    /// Per event id, when it was last answered 429 with `Retry-After: 1`.
+    throttled_at: HashMap<String, std::time::Instant>,
+    /// Requests that came back sooner than the `Retry-After` they were given.
+    too_soon: usize,
+    /// Whether [`POISON`]'s aggregate is accepted now (the application was fixed).
+    cured: bool,
+}
+
+/// The aggregate every request of which is answered 500.
+const POISON: &str = "slot_poison";
+/// The destination's secret.
+const DEST_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// Leaves the in-flight count when a request ends, however it ends.
+struct InFlight(Arc<Mutex<Seen>>, String, bool);
+
+impl InFlight {
+    fn end(&mut self) {
+        if !self.2 {
+            self.2 = true;
+            let mut seen = self.0.lock().unwrap();
+            *seen.in_flight.entry(self.1.clone()).or_default() -= 1;
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+/// The application: verifies, counts overlaps, fails at random (at most twice per event)
+/// with 500, 429 + `Retry-After: 1` or an answer slower than `timeout_s`, and always
+/// with 500 for [`POISON`]'s aggregate.
+async fn destination(
+    axum::extract::State(seen): axum::extract::State<Arc<Mutex<Seen>>>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let (aggregate, event_id) = (header("inhook-aggregate"), header("inhook-event-id"));
+    let verified = inhook::signature::verify(
+        inhook::signature::Scheme::StandardWebhooks,
+        &headers,
+        &body,
+        &[Secret::new(DEST_SECRET)],
+        now_s(),
+        300,
+    )
+    .is_ok();
+    let draw: f64 = rand::random();
+    let answer = {
+        let mut seen = seen.lock().unwrap();
+        seen.requests += 1;
+        if !verified {
+            seen.bad_signatures += 1;
+        }
+        seen.webhook_ids
+            .entry(event_id.clone())
+            .or_default()
+            .insert(header("webhook-id"));
+        let flying = seen.in_flight.entry(aggregate.clone()).or_default();
+        *flying += 1;
+        if *flying > 1 {
+            seen.overlaps += 1;
+        }
+        if let Some(at) = seen.throttled_at.remove(&event_id) {
+            if at.elapsed() < std::time::Duration::from_millis(950) {
+                seen.too_soon += 1;
+            }
+        }
+        let cured = seen.cured;
+        let failed = seen.failed.entry(event_id.clone()).or_default();
+        let answer = if aggregate.ends_with(POISON) && !cured {
+            0
+        } else if *failed >= 2 || draw >= 0.35 {
+            3
+        } else if draw < 0.15 {
+            0
+        } else if draw < 0.3 {
+            1
+        } else {
+            2
+        };
+        if answer < 3 {
+            *failed += 1;
+            seen.failures[answer] += 1;
+        }
+        if answer == 1 {
+            seen.throttled_at
+                .insert(event_id.clone(), std::time::Instant::now());
+        }
+        answer
+    };
+    let mut flight = InFlight(Arc::clone(&seen), aggregate.clone(), false);
+    match answer {
+        0 => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        1 => (StatusCode::TOO_MANY_REQUESTS, [("retry-after", "1")]).into_response(),
+        2 => {
+            // Out of flight just before the sender's 1 s timeout can have run out (it started
+            // no later than this request arrived), then answered too late to count.
+            tokio::time::sleep(std::time::Duration::from_millis(900)).await;
+            flight.end();
+            tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+            StatusCode::OK.into_response()
+        }
+        _ => {
+            let mut seen = seen.lock().unwrap();
+            seen.accepted
+                .entry(aggregate)
+                .or_default()
+                .push((event_id, body.to_vec()));
+            StatusCode::NO_CONTENT.into_response()
+        }
+    }
+}
+
+/// SPEC §9 against a real HTTP application that fails at random: per aggregate one request
+/// at a time, first acceptances complete and in applied order, bodies byte for byte, one
+/// `webhook-id` per event across retries, every request verifying; an aggregate whose
+/// every request fails goes dead and blocks only itself (save-game inventory is in order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
+    use crate::conformance::{delta, ingest_sync, slot};
+    use inhook::config::Config;
+    use inhook::forward::sender::Sender;
+    use inhook::store::DeliveryFilter;
+
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = axum::Router::new()
+        .route("/hooks", axum::routing::post(destination))
+        .with_state(Arc::clone(&seen));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let mut server = crate::support::TestServer::spawn().await;
+    let store = server.store().await;
+    server.terminate();
+    let config = Config::from_parts(
+        Some(&format!(
+            r#"
+            [[sources]]
+            name = "saves"
+            kind = "save-game"
+            secrets = ["s"]
+            [[destinations]]
+            name = "app"
+            url = "http://127.0.0.1:{port}/hooks"
+            sources = ["saves"]
+            secret = "{DEST_SECRET}"
+            timeout_s = 1
+            max_attempts = 4
+            retry_max_delay_s = 1
+            concurrency = 4
+            "#
+        )),
+        &HashMap::new(),
+    )
+    .expect("config");
+    // Retries in tens of milliseconds (the file counts whole seconds), Retry-After's 1 s kept.
+    let mut destinations = config.destinations.to_vec();
+    destinations[0].retry.base_ms = 20;
+    let destinations: Arc<[_]> = destinations.into();
+    let rules = config.source("saves").expect("source").rules(&destinations);
+    let senders = Sender::for_destinations(&destinations, &store, inhook::clock::Clock::System)
+        .expect("senders");
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let running = tokio::spawn(Sender::run_all(
+        senders,
+        Arc::new(tokio::sync::Notify::new()),
+        stop_rx,
+    ));
+
+    let slots: Vec<String> = (0..6).map(|i| format!("slot_{i}")).collect();
+    const EVENTS: i64 = 8;
+    let mut bodies: HashMap<String, Vec<u8>> = HashMap::new();
+    for seq in 1..=EVENTS {
+        for (i, name) in slots.iter().chain([&POISON.to_owned()]).enumerate() {
+            if name == POISON && seq > 3 {
+                continue;
+            }
+            let event_id = format!("{name}-{seq}");
+            let body = delta(&event_id, name, seq, i as i64 + seq);
+            bodies.insert(event_id, serde_json::to_vec(&body).unwrap());
+            ingest_sync(&*store, &rules, body, inhook::clock::now_ms()).await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    }
+
+    let poison = slot(POISON);
+    let poisoned = DeliveryFilter {
+        status: None,
+        aggregate: Some(poison.clone()),
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let done = {
+            let seen = seen.lock().unwrap();
+            slots.iter().all(|name| {
+                seen.accepted
+                    .iter()
+                    .filter(|(aggregate, _)| aggregate.ends_with(name.as_str()))
+                    .map(|(_, accepted)| accepted.len())
+                    .sum::<usize>()
+                    >= EVENTS as usize
+            })
+        };
+        let poison_dead = store
+            .deliveries("app", &poisoned, 10, None)
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|d| d.status == DeliveryStatus::Dead);
+        if done && poison_dead {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not forwarded in time"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let _ = stop_tx.send(true);
+    running.await.unwrap();
+
+    let shared = Arc::clone(&seen);
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    eprintln!(
+        "requests {}, 500s {}, 429s {}, slow {}, overlaps {}, retried before Retry-After {}",
+        seen.requests,
+        seen.failures[0],
+        seen.failures[1],
+        seen.failures[2],
+        seen.overlaps,
+        seen.too_soon
+    );
+    assert_eq!(seen.overlaps, 0, "two requests of one aggregate in flight");
+    assert_eq!(seen.too_soon, 0, "a Retry-After not honoured");
+    assert_eq!(seen.bad_signatures, 0);
+    assert!(
+        seen.failures[0] > 0 && seen.failures[1] > 0,
+        "the application failed too rarely to test retries"
+    );
+    for name in &slots {
+        let (aggregate, accepted) = seen
+            .accepted
+            .iter()
+            .find(|(aggregate, _)| aggregate.ends_with(name.as_str()))
+            .expect("accepted");
+        assert_eq!(*aggregate, format!("player_1024/{name}"));
+        let mut first = Vec::new();
+        for (event_id, body) in accepted {
+            if !first.contains(event_id) {
+                assert_eq!(body, &bodies[event_id], "{event_id}: body byte for byte");
+                first.push(event_id.clone());
+            }
+        }
+        let expected: Vec<String> = (1..=EVENTS).map(|seq| format!("{name}-{seq}")).collect();
+        assert_eq!(first, expected, "first acceptances in applied order");
+    }
+    for (event_id, ids) in &seen.webhook_ids {
+        let expected = WebhookId::of("saves", event_id).to_string();
+        assert_eq!(
+            ids.iter().collect::<Vec<_>>(),
+            [&expected],
+            "{event_id}: one webhook-id"
+        );
+    }
+    // The poisoned aggregate: its first event dead after max_attempts requests, the
+    // later ones never sent (blocked), everyone else delivered.
+    assert!(!seen.accepted.keys().any(|a| a.ends_with(POISON)));
+    let sent_poison: Vec<&String> = seen
+        .webhook_ids
+        .keys()
+        .filter(|id| id.starts_with(POISON))
+        .collect();
+    assert_eq!(sent_poison, [&format!("{POISON}-1")]);
+    let mut poisoned = store
+        .deliveries("app", &poisoned, 10, None)
+        .await
+        .unwrap()
+        .items;
+    poisoned.reverse();
+    let statuses: Vec<(DeliveryStatus, i64)> =
+        poisoned.iter().map(|d| (d.status, d.attempts)).collect();
+    assert_eq!(
+        statuses,
+        [
+            (DeliveryStatus::Dead, 4),
+            (DeliveryStatus::Pending, 0),
+            (DeliveryStatus::Pending, 0)
+        ]
+    );
+    let dead = store
+        .delivery("app", poisoned[0].id)
+        .await
+        .unwrap()
+        .expect("dead one");
+    assert_eq!(dead.last_error.as_deref(), Some("HTTP 500"));
+    assert_eq!(dead.history.len(), 4);
+    for name in &slots {
+        let filter = DeliveryFilter {
+            status: None,
+            aggregate: Some(slot(name)),
+        };
+        let page = store.deliveries("app", &filter, 50, None).await.unwrap();
+        assert_eq!(page.items.len(), EVENTS as usize);
+        assert!(page
+            .items
+            .iter()
+            .all(|d| d.status == DeliveryStatus::Delivered));
+    }
+
+    // The application fixed, a bulk replay of the dead one (advanced by the sender's loop)
+    // sends it, and the aggregate it blocked follows in order.
+    shared.lock().unwrap().cured = true;
+    let senders = Sender::for_destinations(&destinations, &store, inhook::clock::Clock::System)
+        .expect("senders");
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let running = tokio::spawn(Sender::run_all(
+        senders,
+        Arc::new(tokio::sync::Notify::new()),
+        stop_rx,
+    ));
+    let dead_only = DeliveryFilter {
+        status: Some(DeliveryStatus::Dead),
+        aggregate: Some(poison.clone()),
+    };
+    let job = store
+        .create_delivery_replay_job("app", &dead_only, inhook::clock::now_ms())
+        .await
+        .expect("bulk replay");
+    assert_eq!(job.total, 1);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let accepted = loop {
+        let accepted = shared
+            .lock()
+            .unwrap()
+            .accepted
+            .get(&format!("player_1024/{POISON}"))
+            .map_or(0, Vec::len);
+        if accepted >= 3 {
+            break shared.lock().unwrap().accepted[&format!("player_1024/{POISON}")].clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replay never arrived"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let _ = stop_tx.send(true);
+    running.await.unwrap();
+    let order: Vec<&str> = accepted.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(
+        order,
+        (1..=3)
+            .map(|seq| format!("{POISON}-{seq}"))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(shared.lock().unwrap().overlaps, 0);
+    let job = store
+        .delivery_replay_job(job.id)
+        .await
+        .unwrap()
+        .expect("job");
+    assert_eq!((job.state.as_str(), job.requeued), ("done", 1));
+}
+
+/// SPEC §9's circuit: a destination that refuses every connection, across several
+/// aggregates, is paused (`open` in `GET /v1/destinations`), nothing is lost or given up
+/// meanwhile, and once it is back the probe closes the circuit and everything arrives.
+#[tokio::test]
+async fn a_down_destination_opens_the_circuit_and_loses_nothing() {
+    use crate::conformance::delta;
+
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let server = crate::support::TestServer::spawn_with_sources(&format!(
+        r#"
+[[destinations]]
+name = "app"
+url = "http://127.0.0.1:{port}/hooks"
+sources = ["save-game"]
+secret = "{DEST_SECRET}"
+retry_base_s = 1
+retry_max_delay_s = 2
+max_attempts = 100
+"#
+    ))
+    .await;
+    for i in 0..5 {
+        let body = delta(&format!("down-{i}"), &format!("slot_{i}"), 1, 1);
+        assert_eq!(server.post_save(&body).await.code, 202);
+    }
+    let open = server
+        .wait_for("/v1/destinations", |r| {
+            r.body["items"][0]["circuit"] == "open"
+        })
+        .await;
+    let app = &open.body["items"][0];
+    assert_eq!(app["dead"], 0);
+    assert!(app["circuit_open_until"].is_string(), "{app}");
+    assert!(
+        app["last_error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("connection failed")),
+        "{app}"
+    );
+
+    let received: Arc<Mutex<Vec<String>>> = Arc::default();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .expect("the destination's port again");
+    let app = axum::Router::new()
+        .route(
+            "/hooks",
+            axum::routing::post(
+                |axum::extract::State(received): axum::extract::State<Arc<Mutex<Vec<String>>>>,
+                 headers: axum::http::HeaderMap| async move {
+                    let event_id = headers["inhook-event-id"].to_str().unwrap().to_owned();
+                    received.lock().unwrap().push(event_id);
+                    axum::http::StatusCode::OK
+                },
+            ),
+        )
+        .with_state(Arc::clone(&received));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    server
+        .wait_for("/v1/destinations/app/deliveries?status=delivered", |r| {
+            r.body["items"]
+                .as_array()
+                .is_some_and(|items| items.len() == 5)
+        })
+        .await;
+    let closed = server.get("/v1/destinations").await;
+    assert_eq!(closed.body["items"][0]["circuit"], "closed");
+    assert_eq!(closed.body["items"][0]["backlog"], 0);
+    let mut received = received.lock().unwrap().clone();
+    received.sort();
+    received.dedup();
+    assert_eq!(
+        received,
+        (0..5).map(|i| format!("down-{i}")).collect::<Vec<_>>()
+    );
+}
+
+/// SPEC §9 "TLS": an `https://` destination is verified; a private CA is trusted only
+/// through `tls_ca_file` (the bundled roots do not know it).
+#[tokio::test]
+async fn an_https_destination_is_verified_against_tls_ca_file() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "inhook test CA");
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .signed_by(&leaf_key, &issuer)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca_cert.pem()).unwrap();
+
+    let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![leaf.der().clone()],
+        rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
+    )
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tls.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = tls
+                    .write_all(b"HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n")
+                    .await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+
+    let url = format!("https://localhost:{port}/hooks");
+    let trusted = inhook::forward::sender::http_client(Some(&ca_file)).unwrap();
+    let answer = trusted
+        .post(&url)
+        .body("{}")
+        .send()
+        .await
+        .expect("verified");
+    assert_eq!(answer.status().as_u16(), 204);
+    let bundled = inhook::forward::sender::http_client(None).unwrap();
+    let refused = bundled.post(&url).body("{}").send().await.unwrap_err();
+    assert!(refused.is_connect(), "{refused:?}");
 }

@@ -39,7 +39,9 @@ fn urls(template: &str, values: &[(&str, Vec<String>)]) -> Vec<String> {
 async fn no_output_route_shows_a_masked_field() {
     let server = TestServer::spawn_configured(
         "mask_fields = [\"email\", \"data.card.number\", \"X-Contact\"]\nkeep_headers = [\"x-contact\"]",
-        "",
+        // A destination nothing answers: its deliveries are listed while they retry.
+        "\n[[destinations]]\nname = \"app\"\nurl = \"http://127.0.0.1:9/hooks\"\n\
+         sources = [\"save-game\"]\nsecret = \"whsec_c2VjcmV0c2VjcmV0c2VjcmV0\"\n",
     )
     .await;
     let mut live = connect(&server, None).await;
@@ -134,6 +136,7 @@ async fn no_output_route_shows_a_masked_field() {
             ["p1", "s1", "s2", "s3"].map(str::to_owned).to_vec(),
         ),
         ("job_id", vec![job["job_id"].to_string()]),
+        ("name", vec!["app".to_owned()]),
         (
             "key",
             vec!["usr_1".to_owned(), "player_1/slot_a".to_owned()],
@@ -182,6 +185,8 @@ async fn no_output_route_shows_a_masked_field() {
         "/v1/stream",
         "/v1/sources/{source}/aggregates",
         "/v1/sources/{source}/aggregates/{key}",
+        "/v1/destinations",
+        "/v1/destinations/{name}/deliveries",
     ] {
         assert!(walked.iter().any(|w| w == route), "{route} not walked");
     }

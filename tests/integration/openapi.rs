@@ -45,6 +45,8 @@ async fn the_openapi_document_lists_every_route_and_its_answers() {
         ("get", "/v1/overview"),
         ("get", "/v1/stream"),
         ("post", "/v1/admin/reload"),
+        ("get", "/v1/destinations"),
+        ("get", "/v1/destinations/{name}/deliveries"),
     ];
     let mut listed = operations.clone();
     listed.sort();

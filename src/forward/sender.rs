@@ -1,0 +1,532 @@
+//! The sender (SPEC §9): one task per destination claims the deliveries the store's
+//! queue rules let go (one per aggregate at a time, in applied order), POSTs each
+//! event's body byte for byte, signed, and records the verdict. The rules live in the
+//! pure modules beside this one; this is the thin I/O layer around them.
+//!
+//! A claim leases a delivery to this node for longer than a request may take, so a
+//! node that dies mid-request leaves it to be claimed again (same `webhook-id`).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use tokio::sync::{watch, Notify, Semaphore};
+use tokio::task::JoinSet;
+use tracing::{debug, warn};
+
+use super::answer::{judge, AttemptRecord, AttemptResult, Verdict};
+use super::circuit::{Circuit, CircuitPolicy, CircuitState};
+use super::message::{request_headers, ForwardedEvent, WebhookId};
+use crate::clock::Clock;
+use crate::config::DestinationConfig;
+use crate::domain::AggregateKey;
+use crate::store::{DeliveryRecord, Store};
+
+/// How often a destination looks for due deliveries without being woken (retries fall due by time).
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// How much longer than `timeout_s` a claim is leased: the request, then recording its verdict.
+const LEASE_MARGIN_MS: i64 = 30_000;
+/// Queues a bulk replay of deliveries requeues per round.
+const REPLAY_STEP: usize = 64;
+/// How often an idle sender looks for bulk replays of deliveries to advance, in milliseconds.
+const REPLAY_CHECK_MS: i64 = 1_000;
+/// Pause after a store failure before trying again.
+const STORE_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Builds the HTTP client forwarded requests go through: rustls (ring) verifying against
+/// the bundled Mozilla roots plus the certificates of `tls_ca_file`, no redirects followed
+/// (a 3xx is not a delivery) and no proxy from the environment.
+pub fn http_client(tls_ca_file: Option<&std::path::Path>) -> Result<reqwest::Client, String> {
+    let mut roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    if let Some(path) = tls_ca_file {
+        roots
+            .roots
+            .extend(crate::store::postgres_tls::pem_roots(path, "tls_ca_file")?.roots);
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| format!("TLS setup: {e}"))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    reqwest::Client::builder()
+        .use_preconfigured_tls(tls)
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .user_agent(concat!("inhook/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| format!("HTTP client: {}", describe_error(&e)))
+}
+
+/// A name for this process in delivery leases: unique per start, so that a restarted
+/// node never mistakes its predecessor's leases for its own.
+pub fn node_id() -> String {
+    format!("node-{}-{:016x}", std::process::id(), rand::random::<u64>())
+}
+
+/// Requests per second at most: a token bucket holding one second's worth.
+#[derive(Debug, Clone)]
+pub struct RateLimit {
+    per_s: f64,
+    tokens: f64,
+    at_ms: i64,
+}
+
+impl RateLimit {
+    /// A full bucket of `per_s` tokens at `now_ms`.
+    pub fn new(per_s: u32, now_ms: i64) -> Self {
+        Self {
+            per_s: f64::from(per_s.max(1)),
+            tokens: f64::from(per_s.max(1)),
+            at_ms: now_ms,
+        }
+    }
+
+    /// Takes up to `want` whole tokens at `now_ms`; answers how many it took.
+    pub fn take(&mut self, want: usize, now_ms: i64) -> usize {
+        let elapsed_s = (now_ms - self.at_ms).max(0) as f64 / 1000.0;
+        self.tokens = (self.tokens + elapsed_s * self.per_s).min(self.per_s);
+        self.at_ms = now_ms.max(self.at_ms);
+        let took = (self.tokens.floor() as usize).min(want);
+        self.tokens -= took as f64;
+        took
+    }
+
+    /// Gives back `n` tokens taken but not used (fewer deliveries were due).
+    pub fn give_back(&mut self, n: usize) {
+        self.tokens = (self.tokens + n as f64).min(self.per_s);
+    }
+}
+
+/// What one destination's task needs.
+#[derive(Clone)]
+pub struct Sender {
+    /// The destination.
+    pub destination: Arc<DestinationConfig>,
+    /// The store holding its deliveries.
+    pub store: Arc<dyn Store>,
+    /// The HTTP client (shared by destinations that trust the same roots).
+    pub client: reqwest::Client,
+    /// This node's name in leases.
+    pub node_id: Arc<str>,
+    /// Where "now" comes from.
+    pub clock: Clock,
+    /// Woken when deliveries may have become due (a store notification, a finished request).
+    pub wake: Arc<Notify>,
+    /// This node's circuit breaker for the destination, also read by `GET /v1/destinations`.
+    pub circuit: Arc<Mutex<Circuit>>,
+}
+
+/// Each destination's circuit breaker on this node, shared by its sender and the API.
+#[derive(Clone, Default)]
+pub struct Circuits(Arc<std::collections::HashMap<String, Arc<Mutex<Circuit>>>>);
+
+impl Circuits {
+    /// The breakers of `senders`.
+    pub fn of(senders: &[Sender]) -> Self {
+        Circuits(Arc::new(
+            senders
+                .iter()
+                .map(|s| (s.destination.name.clone(), Arc::clone(&s.circuit)))
+                .collect(),
+        ))
+    }
+
+    /// The breaker's position for `destination`; none when no sender runs for it here.
+    pub fn state(&self, destination: &str) -> Option<CircuitState> {
+        self.0
+            .get(destination)
+            .map(|c| c.lock().expect("circuit").state())
+    }
+}
+
+impl Sender {
+    /// The sender of each destination of `destinations`, one client per distinct `tls_ca_file`.
+    pub fn for_destinations(
+        destinations: &[DestinationConfig],
+        store: &Arc<dyn Store>,
+        clock: Clock,
+    ) -> Result<Vec<Sender>, String> {
+        let node_id: Arc<str> = node_id().into();
+        let mut clients: Vec<(Option<std::path::PathBuf>, reqwest::Client)> = Vec::new();
+        let mut senders = Vec::with_capacity(destinations.len());
+        for destination in destinations {
+            let ca = destination.tls_ca_file.clone();
+            let client = match clients.iter().find(|(c, _)| *c == ca) {
+                Some((_, client)) => client.clone(),
+                None => {
+                    let client = http_client(ca.as_deref())
+                        .map_err(|e| format!("destination {:?}: {e}", destination.name))?;
+                    clients.push((ca, client.clone()));
+                    client
+                }
+            };
+            senders.push(Sender {
+                destination: Arc::new(destination.clone()),
+                store: Arc::clone(store),
+                client,
+                node_id: Arc::clone(&node_id),
+                clock,
+                wake: Arc::new(Notify::new()),
+                circuit: Arc::new(Mutex::new(Circuit::new(CircuitPolicy::default()))),
+            });
+        }
+        Ok(senders)
+    }
+
+    /// Runs every sender of `senders` until `shutdown` turns true, waking each on `store_wake`.
+    pub async fn run_all(
+        senders: Vec<Sender>,
+        store_wake: Arc<Notify>,
+        shutdown: watch::Receiver<bool>,
+    ) {
+        let wakes: Vec<Arc<Notify>> = senders.iter().map(|s| Arc::clone(&s.wake)).collect();
+        let mut tasks = JoinSet::new();
+        for sender in senders {
+            tasks.spawn(sender.run(shutdown.clone()));
+        }
+        let mut stop = shutdown.clone();
+        let fan_out = async {
+            loop {
+                store_wake.notified().await;
+                for wake in &wakes {
+                    wake.notify_one();
+                }
+            }
+        };
+        tokio::select! {
+            () = fan_out => {}
+            _ = stop.wait_for(|s| *s) => {}
+        }
+        while tasks.join_next().await.is_some() {}
+    }
+
+    /// Claims and sends this destination's deliveries until `shutdown` turns true, then
+    /// waits for the requests on the wire (each bounded by `timeout_s`).
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        let name = self.destination.name.clone();
+        let slots = Arc::new(Semaphore::new(self.destination.concurrency.max(1)));
+        let circuit = Arc::clone(&self.circuit);
+        let mut rate = self
+            .destination
+            .rate_limit_per_s
+            .map(|per_s| RateLimit::new(per_s, self.clock.now_ms()));
+        let lease_ms = (self.destination.timeout_s as i64)
+            .saturating_mul(1000)
+            .saturating_add(LEASE_MARGIN_MS);
+        let mut requests = JoinSet::new();
+        let mut store_ok = true;
+        let mut replays_due_ms = i64::MIN;
+        while !*shutdown.borrow() {
+            while requests.try_join_next().is_some() {}
+            let now_ms = self.clock.now_ms();
+            if now_ms >= replays_due_ms {
+                // Looked at once a second while idle; at once again while a job has work.
+                replays_due_ms = match self
+                    .store
+                    .advance_delivery_replay_jobs(now_ms, REPLAY_STEP)
+                    .await
+                {
+                    Ok(0) => now_ms.saturating_add(REPLAY_CHECK_MS),
+                    Ok(_) => now_ms,
+                    Err(err) => {
+                        warn!(destination = %name, error = %err, "cannot advance delivery replays");
+                        now_ms.saturating_add(REPLAY_CHECK_MS)
+                    }
+                };
+            }
+            let mut want = slots.available_permits();
+            let state = circuit.lock().expect("circuit").state();
+            match state {
+                CircuitState::Closed => {}
+                CircuitState::Open { until_ms } if now_ms >= until_ms => want = want.min(1),
+                CircuitState::Open { .. } | CircuitState::Probing => want = 0,
+            }
+            let granted = match rate.as_mut() {
+                Some(rate) => rate.take(want, now_ms),
+                None => want,
+            };
+            let claimed = if granted == 0 {
+                Vec::new()
+            } else {
+                match self
+                    .store
+                    .claim_deliveries(
+                        &name,
+                        &self.node_id,
+                        now_ms,
+                        now_ms.saturating_add(lease_ms),
+                        granted,
+                    )
+                    .await
+                {
+                    Ok(claimed) => {
+                        if !store_ok {
+                            tracing::info!(destination = %name, "store reachable again; forwarding resumes");
+                            store_ok = true;
+                        }
+                        claimed
+                    }
+                    Err(err) => {
+                        if store_ok {
+                            warn!(destination = %name, error = %err, "cannot claim deliveries; backing off");
+                            store_ok = false;
+                        }
+                        if let Some(rate) = rate.as_mut() {
+                            rate.give_back(granted);
+                        }
+                        pause(&mut shutdown, STORE_BACKOFF, None).await;
+                        continue;
+                    }
+                }
+            };
+            if let Some(rate) = rate.as_mut() {
+                rate.give_back(granted - claimed.len());
+            }
+            let sent = claimed.len();
+            for delivery in claimed {
+                let permit = Arc::clone(&slots)
+                    .try_acquire_owned()
+                    .expect("claimed no more than the free slots");
+                // A request claimed while closed goes even if the circuit opened meanwhile:
+                // its failure is then already counted as the destination being down.
+                let _ = circuit.lock().expect("circuit").permit(now_ms);
+                let sender = self.clone();
+                let circuit = Arc::clone(&circuit);
+                requests.spawn(async move {
+                    sender.send(delivery, &circuit).await;
+                    drop(permit);
+                    sender.wake.notify_one();
+                });
+            }
+            if sent == 0 || sent < granted {
+                pause(&mut shutdown, POLL_INTERVAL, Some(&self.wake)).await;
+            }
+        }
+        while requests.join_next().await.is_some() {}
+    }
+
+    /// Sends one claimed delivery and records the verdict.
+    async fn send(&self, delivery: DeliveryRecord, circuit: &Mutex<Circuit>) {
+        let destination = &self.destination;
+        let attempt = u32::try_from(delivery.attempts.max(1)).unwrap_or(u32::MAX);
+        let at_ms = self.clock.now_ms();
+        let event = match self.store.event(&delivery.source, &delivery.event_id).await {
+            Ok(event) => event,
+            Err(err) => {
+                // Left in flight: the lease runs out and the delivery is claimed again.
+                warn!(destination = %destination.name, delivery = delivery.id, error = %err,
+                      "cannot read the event to forward; retried when the lease runs out");
+                return;
+            }
+        };
+        let Some(event) = event else {
+            let error = "the event's body is no longer stored".to_owned();
+            let record = AttemptRecord {
+                attempt,
+                at_ms,
+                duration_ms: 0,
+                status: None,
+                result: error.clone(),
+            };
+            self.record(&delivery, &Verdict::Dead { error }, &record, None)
+                .await;
+            return;
+        };
+        let webhook_id = WebhookId::from_stored(delivery.webhook_id.clone());
+        let aggregate = AggregateKey::text_of_stored(&delivery.aggregate);
+        let forwarded = ForwardedEvent {
+            webhook_id: &webhook_id,
+            source: &delivery.source,
+            event_id: &delivery.event_id,
+            event_type: &delivery.event_type,
+            aggregate: &aggregate,
+            sequence: delivery.sequence,
+            body: &event.body,
+        };
+        let headers = match request_headers(&forwarded, &destination.secret, attempt, at_ms / 1000)
+            .map_err(|e| e.to_string())
+            .and_then(|h| header_map(&h))
+        {
+            Ok(headers) => headers,
+            Err(problem) => {
+                let error = format!("cannot build the request: {problem}");
+                let record = AttemptRecord {
+                    attempt,
+                    at_ms,
+                    duration_ms: 0,
+                    status: None,
+                    result: error.clone(),
+                };
+                self.record(&delivery, &Verdict::Dead { error }, &record, None)
+                    .await;
+                return;
+            }
+        };
+        let started = Instant::now();
+        let result = self.post(headers, event.body).await;
+        let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+        let done_ms = self.clock.now_ms();
+        let verdict = judge(
+            &result,
+            attempt,
+            &destination.retry,
+            done_ms,
+            rand::random::<f64>(),
+        );
+        {
+            let mut circuit = circuit.lock().expect("circuit");
+            match verdict {
+                Verdict::Delivered => circuit.on_success(),
+                _ => circuit.on_failure(&delivery.aggregate, done_ms),
+            }
+        }
+        let record = AttemptRecord::new(attempt, at_ms, duration_ms, &result);
+        self.record(&delivery, &verdict, &record, Some(&result))
+            .await;
+    }
+
+    /// POSTs `body` with `headers`, within `timeout_s`.
+    async fn post(&self, headers: HeaderMap, body: Vec<u8>) -> AttemptResult {
+        let timeout_s = self.destination.timeout_s;
+        let sent = self
+            .client
+            .post(&self.destination.url)
+            .headers(headers)
+            .body(body)
+            .timeout(Duration::from_secs(timeout_s))
+            .send()
+            .await;
+        match sent {
+            Ok(response) => AttemptResult::Answered {
+                status: response.status().as_u16(),
+                retry_after: response
+                    .headers()
+                    .get(RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned),
+            },
+            Err(err) if err.is_timeout() => AttemptResult::TimedOut { after_s: timeout_s },
+            Err(err) => AttemptResult::ConnectionFailed(describe_error(&err.without_url())),
+        }
+    }
+
+    /// Records an attempt and its verdict, and counts it.
+    async fn record(
+        &self,
+        delivery: &DeliveryRecord,
+        verdict: &Verdict,
+        attempt: &AttemptRecord,
+        result: Option<&AttemptResult>,
+    ) {
+        let name = &self.destination.name;
+        let outcome = result.map_or("failed", AttemptResult::outcome_label);
+        crate::metrics::forward_attempt(name, outcome);
+        match self
+            .store
+            .record_delivery_attempt(
+                delivery.id,
+                &self.node_id,
+                verdict,
+                attempt,
+                self.clock.now_ms(),
+            )
+            .await
+        {
+            Ok(true) => {
+                if let Verdict::Dead { error } = verdict {
+                    crate::metrics::forward_dead(name);
+                    warn!(destination = %name, delivery = delivery.id, source = %delivery.source,
+                          event_id = %delivery.event_id, error = %error, "delivery dead");
+                }
+            }
+            Ok(false) => debug!(destination = %name, delivery = delivery.id,
+                                "lease taken over by another node; verdict not recorded"),
+            Err(err) => warn!(destination = %name, delivery = delivery.id, error = %err,
+                              "cannot record a delivery attempt; sent again when the lease runs out"),
+        }
+    }
+}
+
+/// The headers as reqwest takes them; `request_headers` percent-encodes every value, so
+/// a failure here is a bug, reported rather than sent unsigned.
+fn header_map(headers: &[(&'static str, String)]) -> Result<HeaderMap, String> {
+    let mut map = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let value =
+            HeaderValue::from_str(value).map_err(|_| format!("header {name} is invalid"))?;
+        map.insert(HeaderName::from_static(name), value);
+    }
+    Ok(map)
+}
+
+/// An error and its causes on one line (reqwest's own text alone says only "error sending request").
+fn describe_error(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// Waits for `period`, a wake-up or shutdown, whichever comes first.
+async fn pause(shutdown: &mut watch::Receiver<bool>, period: Duration, wake: Option<&Notify>) {
+    let woken = async {
+        match wake {
+            Some(wake) => wake.notified().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::time::sleep(period) => {}
+        _ = woken => {}
+        _ = shutdown.changed() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rate_limit_grants_a_second_s_worth_then_refills_with_time() {
+        let mut rate = RateLimit::new(10, 0);
+        assert_eq!(rate.take(32, 0), 10);
+        assert_eq!(rate.take(32, 50), 0);
+        assert_eq!(rate.take(32, 300), 3);
+        rate.give_back(2);
+        assert_eq!(rate.take(1, 300), 1);
+        assert_eq!(rate.take(32, 300), 1);
+        assert_eq!(
+            rate.take(32, 60_000),
+            10,
+            "never more than one second's worth"
+        );
+    }
+
+    #[test]
+    fn an_error_is_described_with_its_causes_once() {
+        let inner = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let outer = std::io::Error::other(inner);
+        assert_eq!(describe_error(&outer), "refused");
+    }
+
+    #[test]
+    fn a_ca_file_that_is_not_pem_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ca.pem");
+        std::fs::write(&path, "nothing").unwrap();
+        let err = http_client(Some(&path)).unwrap_err();
+        assert!(err.starts_with("tls_ca_file "), "{err}");
+        assert!(http_client(None).is_ok());
+    }
+}
