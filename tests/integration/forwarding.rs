@@ -1045,6 +1045,22 @@ max_attempts = 1
     }
     let listed = server.get("/v1/destinations").await;
     assert_eq!(listed.body["items"][0]["blocked_aggregates"], 3);
+    // The gauges, read at scrape: six deliveries wait behind three blocked aggregates.
+    let app = [("destination", "app")];
+    server
+        .wait_for_metric("inhook_forward_blocked_aggregates", &app, 3.0)
+        .await;
+    server
+        .wait_for_metric("inhook_forward_backlog", &app, 6.0)
+        .await;
+    let open = listed.body["items"][0]["circuit"] != "closed";
+    server
+        .wait_for_metric(
+            "inhook_forward_circuit_open",
+            &app,
+            f64::from(u8::from(open)),
+        )
+        .await;
     let one = server
         .get(&format!("/v1/destinations/app/deliveries/{a1}"))
         .await;
@@ -1208,4 +1224,14 @@ max_attempts = 1
     assert_eq!(sent("p-1"), 1, "a superseded delivery was sent again");
     let listed = server.get("/v1/destinations").await;
     assert_eq!(listed.body["items"][0]["blocked_aggregates"], 0);
+    server
+        .wait_for_metric("inhook_forward_blocked_aggregates", &app, 0.0)
+        .await;
+    server
+        .wait_for_metric("inhook_forward_backlog", &app, 0.0)
+        .await;
+    // One lag sample per delivered delivery: a-2, a-3, b-1..3, c-1..3, p-2.
+    server
+        .wait_for_metric("inhook_forward_lag_seconds_count", &app, 9.0)
+        .await;
 }
