@@ -1038,6 +1038,35 @@ max_attempts = 1
     delivery_id(&server, "c-1", "dead").await;
     let a2 = delivery_id(&server, "a-2", "pending").await;
 
+    // `inhook deliveries` reads the same from the store.
+    let (ok, out) = server.cli(&["deliveries", "--destination", "app", "--status", "dead"]);
+    assert!(ok, "{out}");
+    let dead: Vec<&str> = out
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().nth(3))
+        .collect();
+    assert_eq!(dead, ["c-1", "b-1", "a-1"], "{out}");
+    assert!(out.contains("HTTP 500"), "{out}");
+    let (ok, out) = server.cli(&[
+        "deliveries",
+        "--destination",
+        "app",
+        "--aggregate",
+        "player_1024/slot_a",
+        "--limit",
+        "2",
+    ]);
+    assert!(ok, "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "header, two, more: {out}");
+    assert!(
+        lines[1].contains(" a-3 ") && lines[2].contains(" a-2 "),
+        "{out}"
+    );
+    let (ok, out) = server.cli(&["deliveries", "--destination", "app", "--status", "lost"]);
+    assert!(!ok && out.contains("expected one of"), "{out}");
+
     // Dead and blocking: nothing later of those aggregates was sent.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     for later in ["a-2", "a-3", "b-2", "b-3", "c-2", "c-3"] {
@@ -1233,5 +1262,80 @@ max_attempts = 1
     // One lag sample per delivered delivery: a-2, a-3, b-1..3, c-1..3, p-2.
     server
         .wait_for_metric("inhook_forward_lag_seconds_count", &app, 9.0)
+        .await;
+}
+
+/// `inhook listen`: forwarded by a real server, each request verifies and is printed as
+/// one line (aggregate, sequence, type, id); a bad signature is answered 401, not printed.
+#[tokio::test]
+async fn inhook_listen_verifies_and_prints_forwarded_requests() {
+    use std::io::BufRead;
+
+    let mut listen = Command::new(env!("CARGO_BIN_EXE_inhook"))
+        .args(["listen", "--port", "0", "--secret", DEST_SECRET])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("inhook listen");
+    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+    let stdout = listen.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let next = || {
+        lines
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("a line from inhook listen")
+    };
+    let first = next();
+    let address = first
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("{first}"))
+        .to_owned();
+
+    // Not signed with the secret: 401, nothing printed.
+    let bad = reqwest::Client::new()
+        .post(format!("{address}/hooks"))
+        .header("webhook-id", "msg_1")
+        .header("webhook-timestamp", now_s().to_string())
+        .header("webhook-signature", "v1,AAAA")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 401);
+
+    let server = crate::support::TestServer::spawn_with_sources(&format!(
+        r#"
+[[destinations]]
+name = "app"
+url = "{address}/hooks"
+sources = ["save-game"]
+secret = "{DEST_SECRET}"
+"#
+    ))
+    .await;
+    for seq in 1..=2 {
+        let body = crate::conformance::delta(&format!("l-{seq}"), "slot_l", seq, 1);
+        assert_eq!(server.post_save(&body).await.code, 202);
+    }
+    let printed = [next(), next()];
+    let _ = listen.kill();
+    let _ = listen.wait();
+    assert_eq!(
+        printed,
+        [1, 2].map(|seq| format!(
+            "aggregate=player_1024/slot_l sequence={seq} type=inventory.updated id=l-{seq}"
+        ))
+    );
+    server
+        .wait_for("/v1/destinations/app/deliveries?status=delivered", |r| {
+            r.body["items"].as_array().is_some_and(|i| i.len() == 2)
+        })
         .await;
 }
