@@ -47,6 +47,10 @@ pub enum Command {
     Verify(crate::verify_cli::VerifyArgs),
     /// Print a new random secret in a scheme's format.
     Keygen(crate::verify_cli::KeygenArgs),
+    /// List a destination's deliveries.
+    Deliveries(crate::forward_cli::DeliveriesArgs),
+    /// A local endpoint for development: verifies forwarded requests and prints them.
+    Listen(crate::forward_cli::ListenArgs),
 }
 
 /// Arguments of `inhook events`.
@@ -95,7 +99,7 @@ fn parse_status(raw: &str) -> Result<EventStatus, String> {
 }
 
 /// An `--aggregate` in text form (SPEC §8), refused with the reason when malformed.
-fn parse_aggregate(raw: &str) -> Result<AggregateKey, String> {
+pub(crate) fn parse_aggregate(raw: &str) -> Result<AggregateKey, String> {
     AggregateKey::parse_text(raw).map_err(|problem| format!("aggregate {problem}"))
 }
 
@@ -261,6 +265,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(args) => crate::bench::run(cli.config, args).await,
         Command::Verify(args) => crate::verify_cli::verify(cli.config.as_deref(), args),
         Command::Keygen(args) => crate::verify_cli::keygen(args),
+        Command::Deliveries(args) => {
+            crate::forward_cli::deliveries(cli.config.as_deref(), args).await
+        }
+        Command::Listen(args) => crate::forward_cli::listen(args).await,
     }
 }
 

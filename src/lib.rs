@@ -34,6 +34,7 @@ pub mod config;
 pub mod contract;
 pub mod domain;
 pub mod forward;
+pub mod forward_cli;
 pub mod http;
 pub mod kind;
 pub mod log_throttle;

@@ -34,6 +34,15 @@ pub fn install() -> &'static PrometheusHandle {
                     ],
                 )
             })
+            .and_then(|b| {
+                // Forwarding lag spans retries and replays, like processing's.
+                b.set_buckets_for_metric(
+                    Matcher::Full("inhook_forward_lag_seconds".into()),
+                    &[
+                        0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 1800.0,
+                    ],
+                )
+            })
             .expect("bucket lists are non-empty")
             .install_recorder()
             .expect("no other metrics recorder is installed")
@@ -152,4 +161,29 @@ pub fn forward_attempt(destination: &str, outcome: &'static str) {
 /// A delivery given up after `max_attempts` (recorded dead by this node).
 pub fn forward_dead(destination: &str) {
     counter!("inhook_forward_dead_total", "destination" => destination.to_owned()).increment(1);
+}
+
+/// A delivery's time from its event being applied to its 2xx.
+pub fn forward_lag(destination: &str, lag_ms: i64) {
+    histogram!("inhook_forward_lag_seconds", "destination" => destination.to_owned())
+        .record(lag_ms.max(0) as f64 / 1000.0);
+}
+
+/// A destination's figures, set at each scrape: backlog, aggregates blocked by a dead
+/// in-order delivery, and whether this node's circuit is open (probing counts as open).
+pub fn forward_gauges(
+    destination: &str,
+    backlog: u64,
+    blocked_aggregates: u64,
+    circuit_open: bool,
+) {
+    let name = || destination.to_owned();
+    gauge!("inhook_forward_backlog", "destination" => name()).set(backlog as f64);
+    gauge!("inhook_forward_blocked_aggregates", "destination" => name())
+        .set(blocked_aggregates as f64);
+    gauge!("inhook_forward_circuit_open", "destination" => name()).set(if circuit_open {
+        1.0
+    } else {
+        0.0
+    });
 }

@@ -437,6 +437,10 @@ impl Sender {
             .await
         {
             Ok(true) => {
+                if let Verdict::Delivered = verdict {
+                    let lag_ms = self.clock.now_ms().saturating_sub(delivery.created_at_ms);
+                    crate::metrics::forward_lag(name, lag_ms);
+                }
                 if let Verdict::Dead { error } = verdict {
                     crate::metrics::forward_dead(name);
                     warn!(destination = %name, delivery = delivery.id, source = %delivery.source,

@@ -105,6 +105,13 @@ pub enum Answer {
     BadRequest(String),
     /// 422 on a reload: the config does not load.
     InvalidConfig(String),
+    /// 409 on the admin API: the resource's state forbids the change.
+    Conflict {
+        /// A stable code, e.g. `not_replayable`.
+        error: &'static str,
+        /// Why, naming the state that forbids it.
+        detail: String,
+    },
 }
 
 impl Answer {
@@ -136,6 +143,7 @@ impl Answer {
             Answer::NotFound(_) => "not_found",
             Answer::BadRequest(_) => "bad_request",
             Answer::InvalidConfig(_) => "invalid_config",
+            Answer::Conflict { .. } => "conflict",
         }
     }
 
@@ -442,6 +450,16 @@ impl IntoResponse for Answer {
                 ErrorBody {
                     detail: Some(detail),
                     ..ErrorBody::rejected("invalid_config")
+                },
+            ),
+            Answer::Conflict {
+                error: code,
+                detail,
+            } => error(
+                StatusCode::CONFLICT,
+                ErrorBody {
+                    detail: Some(detail),
+                    ..ErrorBody::rejected(code)
                 },
             ),
         }

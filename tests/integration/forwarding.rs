@@ -896,3 +896,446 @@ async fn an_https_destination_is_verified_against_tls_ca_file() {
     let refused = bundled.post(&url).body("{}").send().await.unwrap_err();
     assert!(refused.is_connect(), "{refused:?}");
 }
+
+/// What the application of [`replay_and_skip_unblock_a_dead_delivery_over_http`] saw.
+#[derive(Default)]
+struct Ledger {
+    /// Event ids answered 500 (the application's bug) until removed (fixed).
+    failing: std::collections::HashSet<String>,
+    /// Every request's event id, in arrival order, answered or not.
+    requests: Vec<String>,
+    /// Event ids accepted (2xx), in arrival order.
+    accepted: Vec<String>,
+}
+
+/// Posts an empty JSON body to the admin route `path`.
+async fn admin_post(server: &crate::support::TestServer, path: &str, body: Value) -> (u16, Value) {
+    let answer = reqwest::Client::new()
+        .post(format!("{}{path}", server.url))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let code = answer.status().as_u16();
+    (code, answer.json().await.unwrap_or(Value::Null))
+}
+
+/// The id of `event_id`'s delivery to `app`, once it is `status`.
+async fn delivery_id(server: &crate::support::TestServer, event_id: &str, status: &str) -> i64 {
+    let page = server
+        .wait_for(
+            &format!("/v1/destinations/app/deliveries?status={status}&limit=500"),
+            |r| {
+                r.body["items"]
+                    .as_array()
+                    .is_some_and(|items| items.iter().any(|d| d["event_id"] == event_id))
+            },
+        )
+        .await;
+    page.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["event_id"] == event_id)
+        .and_then(|d| d["id"].as_i64())
+        .expect("delivery id")
+}
+
+/// Waits until the application accepted every one of `events`.
+async fn wait_accepted(ledger: &Arc<Mutex<Ledger>>, events: &[&str]) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if events
+            .iter()
+            .all(|e| ledger.lock().unwrap().accepted.iter().any(|a| a == e))
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{events:?} not delivered: {:?}",
+            ledger.lock().unwrap().accepted
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// SPEC §9's way out of a dead delivery, over the admin API against a real application:
+/// a dead in-order delivery blocks its aggregate; skipped, the later events follow in
+/// order; replayed once the application is fixed, it goes first, then the rest; a bulk
+/// replay does the same for a whole aggregate; a latest-wins replay after a newer one was
+/// delivered is `superseded` and not sent. Wrong states are 409s with their code.
+#[tokio::test]
+async fn replay_and_skip_unblock_a_dead_delivery_over_http() {
+    use crate::conformance::{delta, presence};
+
+    let ledger: Arc<Mutex<Ledger>> = Arc::default();
+    ledger.lock().unwrap().failing = ["a-1", "b-1", "c-1", "p-1"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = axum::Router::new()
+        .route(
+            "/hooks",
+            axum::routing::post(
+                |axum::extract::State(ledger): axum::extract::State<Arc<Mutex<Ledger>>>,
+                 headers: axum::http::HeaderMap| async move {
+                    let event_id = headers["inhook-event-id"].to_str().unwrap().to_owned();
+                    let mut ledger = ledger.lock().unwrap();
+                    ledger.requests.push(event_id.clone());
+                    if ledger.failing.contains(&event_id) {
+                        axum::http::StatusCode::INTERNAL_SERVER_ERROR
+                    } else {
+                        ledger.accepted.push(event_id);
+                        axum::http::StatusCode::NO_CONTENT
+                    }
+                },
+            ),
+        )
+        .with_state(Arc::clone(&ledger));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let server = crate::support::TestServer::spawn_with_sources(&format!(
+        r#"
+[[destinations]]
+name = "app"
+url = "http://127.0.0.1:{port}/hooks"
+sources = ["save-game", "presence"]
+secret = "{DEST_SECRET}"
+max_attempts = 1
+"#
+    ))
+    .await;
+    let sent = |event: &str| {
+        ledger
+            .lock()
+            .unwrap()
+            .requests
+            .iter()
+            .filter(|e| *e == event)
+            .count()
+    };
+    let order_of = |events: &[&str]| -> Vec<String> {
+        ledger
+            .lock()
+            .unwrap()
+            .accepted
+            .iter()
+            .filter(|e| events.contains(&e.as_str()))
+            .cloned()
+            .collect()
+    };
+
+    for (slot, prefix) in [("slot_a", "a"), ("slot_b", "b"), ("slot_c", "c")] {
+        for seq in 1..=3 {
+            let body = delta(&format!("{prefix}-{seq}"), slot, seq, 1);
+            assert_eq!(server.post_save(&body).await.code, 202);
+        }
+    }
+    let a1 = delivery_id(&server, "a-1", "dead").await;
+    let b1 = delivery_id(&server, "b-1", "dead").await;
+    delivery_id(&server, "c-1", "dead").await;
+    let a2 = delivery_id(&server, "a-2", "pending").await;
+
+    // `inhook deliveries` reads the same from the store.
+    let (ok, out) = server.cli(&["deliveries", "--destination", "app", "--status", "dead"]);
+    assert!(ok, "{out}");
+    let dead: Vec<&str> = out
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().nth(3))
+        .collect();
+    assert_eq!(dead, ["c-1", "b-1", "a-1"], "{out}");
+    assert!(out.contains("HTTP 500"), "{out}");
+    let (ok, out) = server.cli(&[
+        "deliveries",
+        "--destination",
+        "app",
+        "--aggregate",
+        "player_1024/slot_a",
+        "--limit",
+        "2",
+    ]);
+    assert!(ok, "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "header, two, more: {out}");
+    assert!(
+        lines[1].contains(" a-3 ") && lines[2].contains(" a-2 "),
+        "{out}"
+    );
+    let (ok, out) = server.cli(&["deliveries", "--destination", "app", "--status", "lost"]);
+    assert!(!ok && out.contains("expected one of"), "{out}");
+
+    // Dead and blocking: nothing later of those aggregates was sent.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    for later in ["a-2", "a-3", "b-2", "b-3", "c-2", "c-3"] {
+        assert_eq!(sent(later), 0, "{later} passed its dead predecessor");
+    }
+    let listed = server.get("/v1/destinations").await;
+    assert_eq!(listed.body["items"][0]["blocked_aggregates"], 3);
+    // The gauges, read at scrape: six deliveries wait behind three blocked aggregates.
+    let app = [("destination", "app")];
+    server
+        .wait_for_metric("inhook_forward_blocked_aggregates", &app, 3.0)
+        .await;
+    server
+        .wait_for_metric("inhook_forward_backlog", &app, 6.0)
+        .await;
+    let open = listed.body["items"][0]["circuit"] != "closed";
+    server
+        .wait_for_metric(
+            "inhook_forward_circuit_open",
+            &app,
+            f64::from(u8::from(open)),
+        )
+        .await;
+    let one = server
+        .get(&format!("/v1/destinations/app/deliveries/{a1}"))
+        .await;
+    assert_eq!(one.code, 200);
+    assert_eq!(one.body["status"], "dead");
+    assert_eq!(one.body["history"].as_array().unwrap().len(), 1);
+    assert_eq!(one.body["history"][0]["status"], 500);
+
+    // Unknown ones, and states that allow neither.
+    let (code, body) = admin_post(
+        &server,
+        "/v1/destinations/nope/deliveries/1/skip",
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (404, Some("unknown_destination"))
+    );
+    let (code, body) = admin_post(
+        &server,
+        "/v1/destinations/app/deliveries/999999/replay",
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (404, Some("unknown_delivery"))
+    );
+    assert_eq!(
+        server
+            .get("/v1/destinations/app/deliveries/999999")
+            .await
+            .code,
+        404
+    );
+    let (code, body) = admin_post(
+        &server,
+        &format!("/v1/destinations/app/deliveries/{a2}/replay"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (409, Some("not_replayable"))
+    );
+    assert!(
+        body["detail"].as_str().unwrap().contains("pending"),
+        "{body}"
+    );
+    let (code, body) = admin_post(
+        &server,
+        &format!("/v1/destinations/app/deliveries/{a2}/skip"),
+        json!({}),
+    )
+    .await;
+    assert_eq!((code, body["error"].as_str()), (409, Some("not_skippable")));
+
+    // Skipped: the aggregate's later events follow, in order; a-1 is never sent again.
+    let (code, body) = admin_post(
+        &server,
+        &format!("/v1/destinations/app/deliveries/{a1}/skip"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        (code, &body),
+        (200, &json!({"status": "skipped", "delivery_id": a1}))
+    );
+    wait_accepted(&ledger, &["a-2", "a-3"]).await;
+    assert_eq!(order_of(&["a-1", "a-2", "a-3"]), ["a-2", "a-3"]);
+    assert_eq!(sent("a-1"), 1);
+    // Replaying the skipped one now would put it after a-2: refused.
+    let (code, body) = admin_post(
+        &server,
+        &format!("/v1/destinations/app/deliveries/{a1}/replay"),
+        json!({}),
+    )
+    .await;
+    assert_eq!((code, body["error"].as_str()), (409, Some("would_reorder")));
+
+    // Fixed, replayed: b-1 first, then the rest, in order.
+    ledger.lock().unwrap().failing.remove("b-1");
+    let (code, body) = admin_post(
+        &server,
+        &format!("/v1/destinations/app/deliveries/{b1}/replay"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        (code, &body),
+        (202, &json!({"status": "requeued", "delivery_id": b1}))
+    );
+    wait_accepted(&ledger, &["b-1", "b-2", "b-3"]).await;
+    assert_eq!(order_of(&["b-1", "b-2", "b-3"]), ["b-1", "b-2", "b-3"]);
+
+    // Fixed, bulk-replayed by aggregate: a persisted job, then c in order.
+    ledger.lock().unwrap().failing.remove("c-1");
+    let (code, job) = admin_post(
+        &server,
+        "/v1/destinations/app/replay",
+        json!({"status": "dead", "aggregate": "player_1024/slot_c"}),
+    )
+    .await;
+    assert_eq!(code, 202, "{job}");
+    assert_eq!(job["total"], 1);
+    assert_eq!(job["filter_aggregate"], "player_1024/slot_c");
+    wait_accepted(&ledger, &["c-1", "c-2", "c-3"]).await;
+    assert_eq!(order_of(&["c-1", "c-2", "c-3"]), ["c-1", "c-2", "c-3"]);
+    let job_path = format!("/v1/destinations/app/replay/{}", job["job_id"]);
+    let done = server
+        .wait_for(&job_path, |r| r.body["state"] == "done")
+        .await;
+    assert_eq!(done.body["requeued"], 1);
+    assert_eq!(
+        server.get("/v1/destinations/app/replay/999999").await.code,
+        404
+    );
+    let (code, _) = admin_post(
+        &server,
+        "/v1/destinations/app/replay",
+        json!({"status": "delivered"}),
+    )
+    .await;
+    assert_eq!(code, 400);
+
+    // Latest-wins: p-1 died, p-2 was delivered since; replaying p-1 is superseded, unsent.
+    assert_eq!(
+        server
+            .post_presence(&presence("p-1", "u1", "ONLINE", 1))
+            .await
+            .code
+            / 100,
+        2
+    );
+    let p1 = delivery_id(&server, "p-1", "dead").await;
+    assert_eq!(
+        server
+            .post_presence(&presence("p-2", "u1", "OFFLINE", 2))
+            .await
+            .code
+            / 100,
+        2
+    );
+    let p2 = delivery_id(&server, "p-2", "delivered").await;
+    ledger.lock().unwrap().failing.remove("p-1");
+    let (code, body) = admin_post(
+        &server,
+        &format!("/v1/destinations/app/deliveries/{p1}/replay"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        (code, &body),
+        (
+            200,
+            &json!({"status": "superseded", "delivery_id": p1, "superseded_by": p2})
+        )
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(sent("p-1"), 1, "a superseded delivery was sent again");
+    let listed = server.get("/v1/destinations").await;
+    assert_eq!(listed.body["items"][0]["blocked_aggregates"], 0);
+    server
+        .wait_for_metric("inhook_forward_blocked_aggregates", &app, 0.0)
+        .await;
+    server
+        .wait_for_metric("inhook_forward_backlog", &app, 0.0)
+        .await;
+    // One lag sample per delivered delivery: a-2, a-3, b-1..3, c-1..3, p-2.
+    server
+        .wait_for_metric("inhook_forward_lag_seconds_count", &app, 9.0)
+        .await;
+}
+
+/// `inhook listen`: forwarded by a real server, each request verifies and is printed as
+/// one line (aggregate, sequence, type, id); a bad signature is answered 401, not printed.
+#[tokio::test]
+async fn inhook_listen_verifies_and_prints_forwarded_requests() {
+    use std::io::BufRead;
+
+    let mut listen = Command::new(env!("CARGO_BIN_EXE_inhook"))
+        .args(["listen", "--port", "0", "--secret", DEST_SECRET])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("inhook listen");
+    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+    let stdout = listen.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let next = || {
+        lines
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("a line from inhook listen")
+    };
+    let first = next();
+    let address = first
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("{first}"))
+        .to_owned();
+
+    // Not signed with the secret: 401, nothing printed.
+    let bad = reqwest::Client::new()
+        .post(format!("{address}/hooks"))
+        .header("webhook-id", "msg_1")
+        .header("webhook-timestamp", now_s().to_string())
+        .header("webhook-signature", "v1,AAAA")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 401);
+
+    let server = crate::support::TestServer::spawn_with_sources(&format!(
+        r#"
+[[destinations]]
+name = "app"
+url = "{address}/hooks"
+sources = ["save-game"]
+secret = "{DEST_SECRET}"
+"#
+    ))
+    .await;
+    for seq in 1..=2 {
+        let body = crate::conformance::delta(&format!("l-{seq}"), "slot_l", seq, 1);
+        assert_eq!(server.post_save(&body).await.code, 202);
+    }
+    let printed = [next(), next()];
+    let _ = listen.kill();
+    let _ = listen.wait();
+    assert_eq!(
+        printed,
+        [1, 2].map(|seq| format!(
+            "aggregate=player_1024/slot_l sequence={seq} type=inventory.updated id=l-{seq}"
+        ))
+    );
+    server
+        .wait_for("/v1/destinations/app/deliveries?status=delivered", |r| {
+            r.body["items"].as_array().is_some_and(|i| i.len() == 2)
+        })
+        .await;
+}

@@ -123,6 +123,17 @@ async fn no_output_route_shows_a_masked_field() {
         .json::<Value>()
         .await
         .expect("job");
+    let forward_job = reqwest::Client::new()
+        .post(format!("{}/v1/destinations/app/replay", server.url))
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("forwarding replay")
+        .json::<Value>()
+        .await
+        .expect("forwarding job");
+    let deliveries = server.get("/v1/destinations/app/deliveries").await;
+    let delivery = deliveries.body["items"][0]["id"].to_string();
     let values = [
         ("user_id", vec!["usr_1".to_owned()]),
         ("player_id", vec!["player_1".to_owned()]),
@@ -135,7 +146,11 @@ async fn no_output_route_shows_a_masked_field() {
             "event_id",
             ["p1", "s1", "s2", "s3"].map(str::to_owned).to_vec(),
         ),
-        ("job_id", vec![job["job_id"].to_string()]),
+        (
+            "job_id",
+            vec![job["job_id"].to_string(), forward_job["job_id"].to_string()],
+        ),
+        ("id", vec![delivery]),
         ("name", vec!["app".to_owned()]),
         (
             "key",
@@ -187,6 +202,8 @@ async fn no_output_route_shows_a_masked_field() {
         "/v1/sources/{source}/aggregates/{key}",
         "/v1/destinations",
         "/v1/destinations/{name}/deliveries",
+        "/v1/destinations/{name}/deliveries/{id}",
+        "/v1/destinations/{name}/replay/{job_id}",
     ] {
         assert!(walked.iter().any(|w| w == route), "{route} not walked");
     }

@@ -47,6 +47,11 @@ async fn the_openapi_document_lists_every_route_and_its_answers() {
         ("post", "/v1/admin/reload"),
         ("get", "/v1/destinations"),
         ("get", "/v1/destinations/{name}/deliveries"),
+        ("get", "/v1/destinations/{name}/deliveries/{id}"),
+        ("post", "/v1/destinations/{name}/deliveries/{id}/replay"),
+        ("post", "/v1/destinations/{name}/deliveries/{id}/skip"),
+        ("post", "/v1/destinations/{name}/replay"),
+        ("get", "/v1/destinations/{name}/replay/{job_id}"),
     ];
     let mut listed = operations.clone();
     listed.sort();
@@ -67,6 +72,7 @@ async fn the_openapi_document_lists_every_route_and_its_answers() {
         let concrete = path
             .replace("{source}", "presence")
             .replace("{job_id}", "1")
+            .replace("{id}", "1")
             .replace(['{', '}'], "");
         let request = match method.as_str() {
             "get" => client.get(format!("{}{concrete}", server.url)),

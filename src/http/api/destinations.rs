@@ -119,7 +119,8 @@ pub(crate) struct DeliveryPage {
     next_cursor: Option<i64>,
 }
 
-fn delivery_view(record: &DeliveryRecord) -> DeliveryView {
+/// A stored delivery as the API shows it.
+pub(super) fn delivery_view(record: &DeliveryRecord) -> DeliveryView {
     let time = |ms: Option<i64>| ms.map(clock::rfc3339);
     DeliveryView {
         id: record.id,
@@ -150,7 +151,10 @@ fn delivery_view(record: &DeliveryRecord) -> DeliveryView {
 }
 
 /// The configured destination named `name`.
-fn destination<'a>(state: &'a AppState, name: &str) -> Result<&'a DestinationConfig, Answer> {
+pub(super) fn destination<'a>(
+    state: &'a AppState,
+    name: &str,
+) -> Result<&'a DestinationConfig, Answer> {
     state
         .config
         .destinations
@@ -224,4 +228,27 @@ pub(crate) async fn deliveries_list(
         next_cursor: page.next_cursor,
     })
     .into_response())
+}
+
+/// One delivery with its attempt history.
+#[utoipa::path(get, path = "/v1/destinations/{name}/deliveries/{id}", tag = "forwarding",
+    security(("admin_token" = [])),
+    params(("name" = String, Path, description = "The destination", example = "app"),
+        ("id" = i64, Path, description = "The delivery's id", example = 1)),
+    responses(
+        (status = 200, description = "The delivery and its attempts, oldest first", body = DeliveryView),
+        (status = 404, description = "`unknown_destination` or `unknown_delivery`", body = ErrorBody),
+        AdminFailures,
+    ))]
+pub(crate) async fn delivery_one(
+    State(state): State<AppState>,
+    Path((name, id)): Path<(String, i64)>,
+) -> Result<Response, Answer> {
+    let destination = destination(&state, &name)?;
+    let record = state
+        .store
+        .delivery(&destination.name, id)
+        .await?
+        .ok_or(Answer::NotFound("unknown_delivery"))?;
+    Ok(Json(delivery_view(&record)).into_response())
 }

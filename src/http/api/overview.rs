@@ -31,6 +31,23 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         }
         Err(err) => tracing::warn!(error = %err, "backlog gauges not refreshed"),
     }
+    for destination in state.config.destinations.iter() {
+        match state.store.destination_stats(&destination.name).await {
+            Ok(stats) => {
+                let open = !matches!(
+                    state.circuits.state(&destination.name),
+                    None | Some(crate::forward::circuit::CircuitState::Closed)
+                );
+                crate::metrics::forward_gauges(
+                    &destination.name,
+                    stats.backlog,
+                    stats.blocked_aggregates,
+                    open,
+                );
+            }
+            Err(err) => tracing::warn!(error = %err, "forwarding gauges not refreshed"),
+        }
+    }
     let text = crate::metrics::render().unwrap_or_default();
     (
         [(
