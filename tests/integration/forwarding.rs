@@ -122,33 +122,41 @@ fn forwarded_requests_verify_with_the_official_standard_webhooks_library() {
 /// The served path end to end: `inhook serve` with a destination forwards an applied
 /// event, signed, to a real HTTP application (retrying its 503), and shows the
 /// destination, its deliveries and the forwarding metrics; the secret shows nowhere.
+/// Serves `app`, a test's stand-in for the user's application, on a free loopback port.
+async fn serve_application(app: axum::Router) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    port
+}
+
 #[tokio::test]
 async fn a_configured_destination_is_served_and_forwarded_to() {
     use crate::conformance::delta;
 
     type Received = Arc<Mutex<Vec<(axum::http::HeaderMap, Vec<u8>)>>>;
     let received: Received = Arc::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let app = axum::Router::new()
-        .route(
-            "/hooks",
-            axum::routing::post(
-                |axum::extract::State(received): axum::extract::State<Received>,
-                 headers: axum::http::HeaderMap,
-                 body: axum::body::Bytes| async move {
-                    let mut received = received.lock().unwrap();
-                    received.push((headers, body.to_vec()));
-                    if received.len() == 1 {
-                        axum::http::StatusCode::SERVICE_UNAVAILABLE
-                    } else {
-                        axum::http::StatusCode::NO_CONTENT
-                    }
-                },
-            ),
-        )
-        .with_state(Arc::clone(&received));
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let port = serve_application(
+        axum::Router::new()
+            .route(
+                "/hooks",
+                axum::routing::post(
+                    |axum::extract::State(received): axum::extract::State<Received>,
+                     headers: axum::http::HeaderMap,
+                     body: axum::body::Bytes| async move {
+                        let mut received = received.lock().unwrap();
+                        received.push((headers, body.to_vec()));
+                        if received.len() == 1 {
+                            axum::http::StatusCode::SERVICE_UNAVAILABLE
+                        } else {
+                            axum::http::StatusCode::NO_CONTENT
+                        }
+                    },
+                ),
+            )
+            .with_state(Arc::clone(&received)),
+    )
+    .await;
 
     let server = crate::support::TestServer::spawn_with_sources(&format!(
         r#"
@@ -498,12 +506,12 @@ async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
     use inhook::store::DeliveryFilter;
 
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let app = axum::Router::new()
-        .route("/hooks", axum::routing::post(destination))
-        .with_state(Arc::clone(&seen));
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let port = serve_application(
+        axum::Router::new()
+            .route("/hooks", axum::routing::post(destination))
+            .with_state(Arc::clone(&seen)),
+    )
+    .await;
 
     let mut server = crate::support::TestServer::spawn().await;
     let store = server.store().await;
@@ -974,28 +982,28 @@ async fn replay_and_skip_unblock_a_dead_delivery_over_http() {
         .into_iter()
         .map(String::from)
         .collect();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let app = axum::Router::new()
-        .route(
-            "/hooks",
-            axum::routing::post(
-                |axum::extract::State(ledger): axum::extract::State<Arc<Mutex<Ledger>>>,
-                 headers: axum::http::HeaderMap| async move {
-                    let event_id = headers["inhook-event-id"].to_str().unwrap().to_owned();
-                    let mut ledger = ledger.lock().unwrap();
-                    ledger.requests.push(event_id.clone());
-                    if ledger.failing.contains(&event_id) {
-                        axum::http::StatusCode::INTERNAL_SERVER_ERROR
-                    } else {
-                        ledger.accepted.push(event_id);
-                        axum::http::StatusCode::NO_CONTENT
-                    }
-                },
-            ),
-        )
-        .with_state(Arc::clone(&ledger));
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let port = serve_application(
+        axum::Router::new()
+            .route(
+                "/hooks",
+                axum::routing::post(
+                    |axum::extract::State(ledger): axum::extract::State<Arc<Mutex<Ledger>>>,
+                     headers: axum::http::HeaderMap| async move {
+                        let event_id = headers["inhook-event-id"].to_str().unwrap().to_owned();
+                        let mut ledger = ledger.lock().unwrap();
+                        ledger.requests.push(event_id.clone());
+                        if ledger.failing.contains(&event_id) {
+                            axum::http::StatusCode::INTERNAL_SERVER_ERROR
+                        } else {
+                            ledger.accepted.push(event_id);
+                            axum::http::StatusCode::NO_CONTENT
+                        }
+                    },
+                ),
+            )
+            .with_state(Arc::clone(&ledger)),
+    )
+    .await;
     let server = crate::support::TestServer::spawn_with_sources(&format!(
         r#"
 [[destinations]]
