@@ -1118,6 +1118,18 @@ impl UpkeepIo for SqliteIo<'_> {
 }
 
 impl SqliteIo<'_> {
+    /// Every row a shared statement (`$n` placeholders) returns, mapped by `map`.
+    fn all<T, C: FromIterator<T>>(
+        &self,
+        statement: &str,
+        params: impl rusqlite::Params,
+        map: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<C, StoreError> {
+        let mut stmt = self.0.prepare_cached(&sqlite(statement)).map_err(map_err)?;
+        let rows = stmt.query_map(params, map).map_err(map_err)?;
+        rows.collect::<rusqlite::Result<C>>().map_err(map_err)
+    }
+
     fn load(&self, source: &str, aggregate: &str) -> Result<Option<AggregateState>, StoreError> {
         let row = self
             .0
@@ -1145,33 +1157,21 @@ impl SettleIo for SqliteIo<'_> {
         aggregate: &str,
         now_ms: i64,
     ) -> Result<Vec<PendingRow>, StoreError> {
-        let mut stmt = self
-            .0
-            .prepare_cached(&sqlite(sql::ARRIVING_ROWS))
-            .map_err(map_err)?;
-        let rows = stmt
-            .query_map(params![source, aggregate, now_ms], |r| {
-                pending_row(r, false)
-            })
-            .map_err(map_err)?;
-        rows.collect::<Result<_, _>>().map_err(map_err)
+        self.all(
+            sql::ARRIVING_ROWS,
+            params![source, aggregate, now_ms],
+            |r| pending_row(r, false),
+        )
     }
 
     async fn held_refs(&self, source: &str, aggregate: &str) -> Result<Vec<HeldRef>, StoreError> {
-        let mut stmt = self
-            .0
-            .prepare_cached(&sqlite(sql::HELD_REFS))
-            .map_err(map_err)?;
-        let rows = stmt
-            .query_map(params![source, aggregate], |r| {
-                Ok(HeldRef {
-                    sequence: r.get(0)?,
-                    row: r.get(1)?,
-                    received_at_ms: r.get(2)?,
-                })
+        self.all(sql::HELD_REFS, params![source, aggregate], |r| {
+            Ok(HeldRef {
+                sequence: r.get(0)?,
+                row: r.get(1)?,
+                received_at_ms: r.get(2)?,
             })
-            .map_err(map_err)?;
-        rows.collect::<Result<_, _>>().map_err(map_err)
+        })
     }
 
     async fn held_rows(&self, held: &[HeldRef]) -> Result<Vec<PendingRow>, StoreError> {
@@ -1193,14 +1193,9 @@ impl SettleIo for SqliteIo<'_> {
         aggregate: &str,
         from: i64,
     ) -> Result<BTreeSet<i64>, StoreError> {
-        let mut stmt = self
-            .0
-            .prepare_cached(&sqlite(sql::OCCUPIED))
-            .map_err(map_err)?;
-        let rows = stmt
-            .query_map(params![source, aggregate, from], |r| r.get(0))
-            .map_err(map_err)?;
-        rows.collect::<Result<_, _>>().map_err(map_err)
+        self.all(sql::OCCUPIED, params![source, aggregate, from], |r| {
+            r.get(0)
+        })
     }
 
     async fn save_state(&self, source: &str, state: &AggregateState) -> Result<(), StoreError> {
