@@ -15,6 +15,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createHmac } from 'node:crypto';
+import { createServer } from 'node:http';
 import { mkdtempSync, mkdirSync, writeFileSync, readFileSync, rmSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -32,16 +33,18 @@ const ADMIN_TOKEN = 'e2e-admin-token-3f9a';
 const PRESENCE_SECRET = 'presence-e2e-secret';
 const SAVE_SECRET = 'save-e2e-secret';
 const CRM_SECRET = 'crm-e2e-secret';
+const ORDERS_SECRET = 'orders-e2e-secret';
+const DEST_SECRET = `whsec_${Buffer.from('e2e-destination-secret').toString('base64')}`;
 const WAIT = 15_000;
 
 // ------------------------------------------------------------------ the server
 
 /**
  * Starts `inhook serve` with the seed sources, plus with `json` a `kind = "json"` source
- * `crm` (latest-wins, keyed by org and user id, `email` masked); resolves once it prints
- * its address.
+ * `crm` (latest-wins, keyed by org and user id, `email` masked), plus `extra` (more
+ * configuration); resolves once it prints its address.
  */
-async function startServer({ adminToken, json = false }) {
+async function startServer({ adminToken, json = false, extra = '' }) {
   const dir = mkdtempSync(path.join(tmpdir(), 'inhook-e2e-'));
   const crm = `
 [[sources]]
@@ -77,7 +80,8 @@ mode = "async"
 signature = "hmac-timestamped"
 tolerance_s = 300
 secrets = ["${SAVE_SECRET}"]
-${json ? crm : ''}`;
+${json ? crm : ''}
+${extra}`;
   const configPath = path.join(dir, 'inhook.toml');
   writeFileSync(configPath, config);
   assert.ok(existsSync(BIN), `${BIN} is missing: run \`cargo build\` first (or set INHOOK_BIN)`);
@@ -147,16 +151,19 @@ async function postSave(server, event) {
   return { code: res.status, body: await res.json() };
 }
 
-/** Posts to the json source `crm`, signed like GitHub (X-Hub-Signature-256 over the raw body). */
-async function postCrm(server, event) {
+/** Posts to a `signature = "github"` source (X-Hub-Signature-256 over the raw body). */
+async function postGithubSigned(server, source, secret, event) {
   const body = JSON.stringify(event);
-  const res = await fetch(`${server.url}/webhooks/crm`, {
+  const res = await fetch(`${server.url}/webhooks/${source}`, {
     method: 'POST',
-    headers: { 'Content-Type': 'application/json', 'X-Hub-Signature-256': `sha256=${hmacHex(CRM_SECRET, body)}` },
+    headers: { 'Content-Type': 'application/json', 'X-Hub-Signature-256': `sha256=${hmacHex(secret, body)}` },
     body,
   });
   return { code: res.status, body: await res.json() };
 }
+
+/** Posts to the json source `crm`. */
+const postCrm = (server, event) => postGithubSigned(server, 'crm', CRM_SECRET, event);
 
 /** A `crm` event: the aggregate is (org, user.id), the kept state is `user`. */
 function crmEvent(id, org, version, user) {
@@ -220,8 +227,11 @@ async function launch() {
   };
 }
 
-/** Collects page errors, failed console messages (CSP violations among them) and XSS probes. */
-function watch(page) {
+/**
+ * Collects page errors, failed console messages (CSP violations among them) and XSS probes;
+ * a dialog is one too, unless it is a confirm matching `accept`, which is accepted and kept in `dialogs`.
+ */
+function watch(page, { accept = null, dialogs = [] } = {}) {
   const problems = [];
   page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
   page.on('console', (msg) => {
@@ -229,7 +239,15 @@ function watch(page) {
       problems.push(`console error: ${msg.text()}`);
     }
   });
-  page.on('dialog', (dialog) => { problems.push(`unexpected dialog: ${dialog.message()}`); dialog.dismiss(); });
+  page.on('dialog', (dialog) => {
+    if (accept && dialog.type() === 'confirm' && accept.test(dialog.message())) {
+      dialogs.push(dialog.message());
+      dialog.accept();
+      return;
+    }
+    problems.push(`unexpected dialog: ${dialog.message()}`);
+    dialog.dismiss();
+  });
   return problems;
 }
 
@@ -665,6 +683,9 @@ test('dashboard: with no admin_token, an empty token works from loopback', async
   await page.locator('#tabs').waitFor();
   await page.locator('.card[data-source="save-game"]').waitFor();
   assert.equal(await page.evaluate(() => localStorage.getItem('inhook.token')), '');
+  await page.click('#tabs a[data-tab="destinations"]');
+  await waitText(page, '#dest-body', 'No destinations configured');
+  assert.equal(await page.isVisible('#dlv-panel'), false);
   assert.deepEqual(problems, []);
 });
 
@@ -681,6 +702,7 @@ test('dashboard: degrades without the newer routes, and resumes the stream with 
   await page.route((url) => url.pathname === '/v1/overview', notFound);
   await page.route((url) => url.pathname === '/v1/saves', notFound);
   await page.route((url) => url.pathname.startsWith('/v1/sources/'), notFound);
+  await page.route((url) => url.pathname.startsWith('/v1/destinations'), notFound);
   // The first stream ends after one event (CRLF lines, a comment, data over two lines);
   // the reconnection must carry its id and the token; then the route is gone (404).
   const streamRequests = [];
@@ -713,7 +735,221 @@ test('dashboard: degrades without the newer routes, and resumes the stream with 
   await page.click('#tabs a[data-tab="aggregates"]');
   await waitText(page, '#saves-body', 'unavailable');
   await waitText(page, '#agg-body', 'Aggregates unavailable');
+  await page.click('#tabs a[data-tab="destinations"]');
+  await waitText(page, '#dest-body', 'Destinations unavailable');
+  assert.equal(await page.isVisible('#dlv-panel'), false);
   await page.click('#tabs a[data-tab="events"]');
   await waitText(page, '#events-body', 'No events match');
   assert.deepEqual(problems, []);
+});
+
+// ------------------------------------------------------------------ forwarding
+
+/**
+ * The user's application, as a destination sees it: answers 500 to the aggregates in
+ * `failing` and 204 to every other, and records each request it got.
+ */
+async function startApplication() {
+  const failing = new Set();
+  const received = [];
+  const server = createServer((req, res) => {
+    const chunks = [];
+    req.on('data', (c) => chunks.push(c));
+    req.on('end', () => {
+      const aggregate = req.headers['inhook-aggregate'];
+      const ok = !failing.has(aggregate);
+      received.push({
+        ok, aggregate,
+        webhookId: req.headers['webhook-id'],
+        eventId: req.headers['inhook-event-id'],
+        sequence: Number(req.headers['inhook-sequence']),
+        body: Buffer.concat(chunks).toString(),
+      });
+      res.writeHead(ok ? 204 : 500, { 'content-type': 'text/plain' });
+      res.end(ok ? '' : 'down for this aggregate');
+    });
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    port: server.address().port,
+    failing,
+    received,
+    /** The 2xx requests the application answered for one event. */
+    delivered: (eventId) => received.filter((r) => r.ok && r.eventId === eventId),
+    close() {
+      server.closeAllConnections();
+      return new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+test('dashboard: destinations show dead deliveries, and Skip, Replay and bulk replay deliver', async (t) => {
+  const app = await startApplication();
+  // An in-order json source: a dead delivery blocks its aggregate for the destination.
+  const server = await startServer({
+    adminToken: ADMIN_TOKEN,
+    extra: `
+[[sources]]
+name = "orders"
+kind = "json"
+mode = "sync"
+signature = "github"
+secrets = ["${ORDERS_SECRET}"]
+event_id = "/id"
+event_type = "/type"
+aggregate = "/order"
+sequence = "/seq"
+ordering = "in-order"
+
+[[destinations]]
+name = "app"
+url = "http://e2e:pw@127.0.0.1:${app.port}/hooks"
+sources = ["orders"]
+secret = "${DEST_SECRET}"
+timeout_s = 5
+max_attempts = 1
+retry_base_s = 1
+`,
+  });
+  const browser = await launch();
+  t.after(async () => {
+    await browser.close();
+    await server.stop();
+    await app.close();
+  });
+  const page = browser.context.pages()[0] || await browser.context.newPage();
+  const dialogs = [];
+  const problems = watch(page, { accept: /^(Skip|Replay) /, dialogs });
+  const postOrder = async (id, order, seq) => {
+    const r = await postGithubSigned(server, 'orders', ORDERS_SECRET, { id, type: 'order.updated', order, seq });
+    assert.equal(r.body.status, 'applied', JSON.stringify(r.body));
+  };
+  const deliveries = async (q) => (await apiGet(server, `/v1/destinations/app/deliveries${q}`)).body.items;
+  const deliveryOf = async (eventId) => (await deliveries('?limit=500')).find((d) => d.event_id === eventId);
+  const receivedOk = (eventId) => waitFor(`${eventId} delivered to the application`, async () => {
+    const got = app.delivered(eventId);
+    return { ok: got.length > 0, value: app.received.map((r) => `${r.eventId}:${r.ok}`) };
+  });
+  const dlvRow = (eventId) => page.locator('#dlv-body tbody tr', { hasText: eventId });
+
+  // One healthy aggregate; four the application refuses, each dead after its one attempt.
+  for (const order of ['o-1', 'o-2', 'o-3', 'o-4']) app.failing.add(order);
+  await postOrder('ord_ok_1', 'o-ok', 1);
+  for (const order of ['o-1', 'o-2', 'o-3', 'o-4']) await postOrder(`ord_${order.slice(2)}_1`, order, 1);
+  await receivedOk('ord_ok_1');
+  await waitFor('four dead deliveries', async () => {
+    const dead = await deliveries('?status=dead');
+    return { ok: dead.length === 4, value: dead.map((d) => d.event_id) };
+  });
+  // The next event of a blocked aggregate waits behind its dead one.
+  await postOrder('ord_1_2', 'o-1', 2);
+  assert.notEqual((await deliveryOf('ord_1_2')).status, 'delivered');
+
+  await page.goto(server.url + '/');
+  await page.fill('#token', ADMIN_TOKEN);
+  await page.click('#login-button');
+  await page.locator('#tabs').waitFor();
+
+  await t.test('the destination row shows its dead deliveries and blocked aggregates, the URL masked', async () => {
+    await page.click('#tabs a[data-tab="destinations"]');
+    const row = page.locator('#dest-body tr[data-key="app"]');
+    await row.waitFor();
+    await page.waitForFunction(() => {
+      const fig = (f) => document.querySelector(`#dest-body tr[data-key="app"] [data-figure="${f}"]`);
+      return fig('dead') && fig('dead').textContent === '4' && fig('blocked').textContent === '4';
+    }, null, { timeout: WAIT });
+    const text = await row.innerText();
+    assert.match(text, /\*\*\*@127\.0\.0\.1/);
+    assert.doesNotMatch(await page.textContent('#dest-body'), /pw@|whsec_/);
+    assert.match(text, /closed/);
+    assert.match(text, /HTTP 500/);
+  });
+
+  await t.test('picking the destination lists its dead deliveries; one opens with its attempts', async () => {
+    await page.locator('#dest-body tr[data-key="app"]').click();
+    await page.locator('#dlv-panel').waitFor();
+    assert.equal(await page.inputValue('#dlv-status'), 'dead');
+    await waitText(page, '#dlv-body', ['ord_1_1', 'ord_2_1', 'ord_3_1', 'ord_4_1']);
+    assert.equal(await page.locator('#dlv-body tbody tr').count(), 4);
+    const text = await dlvRow('ord_2_1').innerText();
+    for (const want of ['o-2', 'seq 1', 'dead', 'HTTP 500', 'Replay', 'Skip']) assert.ok(text.includes(want), `${want} in ${text}`);
+    await shot(page, 'destinations');
+
+    const d = await deliveryOf('ord_2_1');
+    await dlvRow('ord_2_1').click();
+    await page.locator('#detail').waitFor();
+    await waitText(page, '#detail-title', `delivery ${d.id}`);
+    await waitText(page, '#detail-body', ['Attempts', 'HTTP 500', d.webhook_id, 'o-2']);
+    assert.equal(await page.locator('#detail-body table.attempts tbody tr').count(), 1);
+    await shot(page, 'destination-delivery');
+    await page.keyboard.press('Escape');
+    await page.locator('#detail').waitFor({ state: 'hidden' });
+  });
+
+  await t.test('Skip, once confirmed, unblocks the aggregate: its next event is delivered', async () => {
+    app.failing.delete('o-1');
+    await dlvRow('ord_1_1').locator('button[data-action="skip"]').click();
+    await waitText(page, `#dlv-body tr[data-key="${(await deliveryOf('ord_1_1')).id}"]`, 'skipped');
+    assert.match(dialogs.at(-1), /^Skip delivery \d+ \(ord_1_1, o-1 #1\)/);
+    assert.equal((await deliveryOf('ord_1_1')).status, 'skipped');
+    await receivedOk('ord_1_2');
+    assert.equal(app.delivered('ord_1_1').length, 0, 'a skipped delivery is never sent');
+    await waitFor('ord_1_2 delivered', async () => {
+      const d = await deliveryOf('ord_1_2');
+      return { ok: d.status === 'delivered', value: d };
+    });
+    // The status filter shows it among the skipped ones.
+    await page.selectOption('#dlv-status', 'skipped');
+    await page.waitForFunction(() => document.querySelectorAll('#dlv-body tbody tr').length === 1, null, { timeout: WAIT });
+    await waitText(page, '#dlv-body', 'ord_1_1');
+    await page.selectOption('#dlv-status', 'dead');
+    await page.waitForFunction(() => document.querySelectorAll('#dlv-body tbody tr').length === 3, null, { timeout: WAIT });
+  });
+
+  await t.test('with the application fixed, Replay delivers a dead delivery with the same webhook-id', async () => {
+    app.failing.clear();
+    const d = await deliveryOf('ord_2_1');
+    const first = app.received.find((r) => r.eventId === 'ord_2_1');
+    assert.equal(first.ok, false);
+    await dlvRow('ord_2_1').locator('button[data-action="replay"]').click();
+    await receivedOk('ord_2_1');
+    assert.equal(app.delivered('ord_2_1')[0].webhookId, d.webhook_id);
+    assert.equal(first.webhookId, d.webhook_id);
+    await waitText(page, `#dlv-body tr[data-key="${d.id}"]`, 'delivered');
+    assert.equal((await deliveryOf('ord_2_1')).status, 'delivered');
+  });
+
+  await t.test('Replay dead replays the rest as one job and shows its progress', async () => {
+    await page.click('#dlv-replay-all');
+    await waitText(page, '#dlv-info', ['replay job #', 'done', '2/2 requeued']);
+    assert.match(dialogs.at(-1), /^Replay every dead delivery to app\?/);
+    await receivedOk('ord_3_1');
+    await receivedOk('ord_4_1');
+    // The dead list empties; the rows acted on here stay, with their new status, until the view is left.
+    await page.waitForFunction(() => {
+      const text = document.getElementById('dlv-body').textContent;
+      return !text.includes('ord_3_1') && !text.includes('ord_4_1') && text.includes('ord_2_1');
+    }, null, { timeout: WAIT });
+    await page.waitForFunction(() => {
+      const fig = (f) => document.querySelector(`#dest-body tr[data-key="app"] [data-figure="${f}"]`);
+      return fig('dead') && fig('dead').textContent === '0' && fig('blocked').textContent === '0';
+    }, null, { timeout: WAIT });
+    assert.deepEqual((await deliveries('?status=dead')), []);
+  });
+
+  await t.test('on a 390 px phone the view does not scroll sideways', async () => {
+    await page.selectOption('#dlv-status', '');
+    await waitText(page, '#dlv-body', ['ord_ok_1', 'ord_1_2', 'skipped', 'delivered']);
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.waitForTimeout(300);
+    assert.ok(await noHorizontalScroll(page), 'destinations scroll sideways at 390 px');
+    await shot(page, 'phone-destinations', { fullPage: true });
+    await dlvRow('ord_3_1').click();
+    await waitText(page, '#detail-body', ['Attempts', 'HTTP 500', '204']);
+    assert.ok(await noHorizontalScroll(page), 'the delivery drawer scrolls sideways at 390 px');
+    await page.keyboard.press('Escape');
+    await page.setViewportSize({ width: 1280, height: 800 });
+  });
+
+  assert.deepEqual(problems, [], 'no page errors, console errors or unexpected dialogs');
 });
