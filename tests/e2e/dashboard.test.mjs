@@ -945,10 +945,25 @@ retry_base_s = 1
     assert.ok(await noHorizontalScroll(page), 'destinations scroll sideways at 390 px');
     await shot(page, 'phone-destinations', { fullPage: true });
     await dlvRow('ord_3_1').click();
-    await waitText(page, '#detail-body', ['Attempts', 'HTTP 500', '204']);
+    await waitText(page, '#detail-body', ['Attempts', 'HTTP 500', 'HTTP 204']);
     assert.ok(await noHorizontalScroll(page), 'the delivery drawer scrolls sideways at 390 px');
     await page.keyboard.press('Escape');
     await page.setViewportSize({ width: 1280, height: 800 });
+  });
+
+  await t.test('publisher strings in deliveries are shown as text, never run as markup', async () => {
+    // No space: the inhook-event-id header percent-encodes one.
+    const probe = '<img/src=x/onerror=window.__xss=1>';
+    await postOrder(probe, '<em>o', 1);
+    await receivedOk(probe);
+    await page.selectOption('#dlv-status', '');
+    await waitText(page, '#dlv-body', [probe, '<em>o', 'ord_ok_1', 'ord_1_2', 'skipped', 'delivered']);
+    assert.equal(await page.locator('#dlv-body img, #dlv-body em').count(), 0);
+    await dlvRow(probe).click();
+    await waitText(page, '#detail-body', [probe, 'HTTP 204']);
+    assert.equal(await page.locator('#detail img').count(), 0);
+    await page.keyboard.press('Escape');
+    assert.equal(await page.evaluate(() => window.__xss), undefined);
   });
 
   assert.deepEqual(problems, [], 'no page errors, console errors or unexpected dialogs');
