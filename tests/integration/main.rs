@@ -4,6 +4,7 @@
 mod support;
 
 mod admin_auth;
+mod application;
 mod aggregate_keys;
 mod conformance;
 mod connections;
