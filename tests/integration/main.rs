@@ -12,6 +12,7 @@ mod crash;
 mod durability;
 mod event_log;
 mod examples;
+mod forward_crash;
 mod forwarding;
 mod held_limits;
 mod hostile_ingress;
