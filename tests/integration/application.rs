@@ -65,7 +65,16 @@ pub struct Seen {
     pub too_soon: usize,
     /// Whether [`POISON`]'s aggregate is accepted now (the application was fixed).
     pub cured: bool,
+    /// Per `node` query parameter, requests received.
+    pub by_node: HashMap<String, usize>,
+    /// The node whose next request to accept is held on the wire for [`STALL_MS`] first.
+    pub stall_node: Option<String>,
+    /// The event of the request so held, once it arrived.
+    pub stalled: Option<String>,
 }
+
+/// How long the request of [`Seen::stall_node`] is held: a kill meanwhile surely cuts it.
+pub const STALL_MS: u64 = 800;
 
 impl Seen {
     /// A fresh record for an application behaving as `behaviour`.
@@ -165,6 +174,7 @@ pub async fn destination(
             seen.overlaps += 1;
         }
         seen.on_the_wire.push((event_id.clone(), node.clone()));
+        *seen.by_node.entry(node.clone()).or_default() += 1;
         if let Some(at) = seen.throttled_at.remove(&event_id) {
             if at.elapsed() < std::time::Duration::from_millis(950) {
                 seen.too_soon += 1;
@@ -192,7 +202,13 @@ pub async fn destination(
                 .insert(event_id.clone(), std::time::Instant::now());
         }
         let most = seen.behaviour.accept_delay_ms;
-        (answer, (most > 0).then(|| rand::random::<u64>() % most))
+        let mut delay = (most > 0).then(|| rand::random::<u64>() % most);
+        if answer == 3 && seen.stall_node.as_deref() == Some(node.as_str()) {
+            seen.stall_node = None;
+            seen.stalled = Some(event_id.clone());
+            delay = Some(STALL_MS);
+        }
+        (answer, delay)
     };
     let mut flight = InFlight {
         seen: Arc::clone(&seen),

@@ -69,27 +69,32 @@ struct Cut {
     requests_before: usize,
 }
 
-/// Waits (up to 2 s) for a request of `node` to be on the wire and SIGKILLs `victim`
-/// there; answers the events on the wire, each with the requests the application had
-/// received of it when the node died.
+/// Holds the next request of `node` the application would accept on the wire (up to 3 s
+/// for one to come) and SIGKILLs `victim` meanwhile; answers the events on the wire, each
+/// with the requests the application had received of it when the node died.
 async fn kill_on_the_wire(
     victim: &mut TestServer,
     seen: &Arc<Mutex<Seen>>,
     node: &str,
 ) -> Vec<(String, usize)> {
-    let on_the_wire = || -> Vec<String> {
-        let seen = seen.lock().unwrap();
+    {
+        let mut seen = seen.lock().unwrap();
+        seen.stalled = None;
+        seen.stall_node = Some(node.to_owned());
+    }
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while seen.lock().unwrap().stalled.is_none() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let wire: Vec<String> = {
+        let mut seen = seen.lock().unwrap();
+        seen.stall_node = None;
         seen.on_the_wire
             .iter()
             .filter(|(_, n)| n == node)
             .map(|(event_id, _)| event_id.clone())
             .collect()
     };
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while on_the_wire().is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let wire = on_the_wire();
     // kill9 blocks on the child process; keep the runtime's other tasks going meanwhile.
     tokio::task::block_in_place(|| victim.kill9());
     let seen = seen.lock().unwrap();
@@ -330,4 +335,51 @@ async fn forwarding_through_sigkills_loses_nothing_and_keeps_order() {
         started.elapsed().as_secs_f64()
     );
     figures.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarding_from_three_nodes_one_killed_keeps_one_request_per_aggregate() {
+    if Backend::fresh_kind() != "postgres" {
+        eprintln!("several nodes share one database only on PostgreSQL: set INHOOK_TEST_DATABASE");
+        return;
+    }
+    let seen = Seen::behaving(BEHAVIOUR);
+    let port = serve_recording(&seen).await;
+    let first = TestServer::spawn_with_sources(&destination(port, "a")).await;
+    let mut second = TestServer::join_with_sources(&first, &destination(port, "b")).await;
+    let third = TestServer::join_with_sources(&first, &destination(port, "c")).await;
+    let (stream, plan) = chaos_stream_of(0x12_3_0de, 1_500, 40);
+    let endpoint = Endpoint::many(&[&first.url, &second.url, &third.url]);
+    let publisher = chaos_publisher(endpoint.clone(), 12, 300);
+    let started = Instant::now();
+    let sending = publish(&publisher, &plan);
+    let pause = 1_000 + rand::random::<u64>() % 1_500;
+    tokio::time::sleep(Duration::from_millis(pause)).await;
+    assert!(!sending.is_finished(), "the stream ended before the kill: send slower");
+    let wire = kill_on_the_wire(&mut second, &seen, "b").await;
+    // The balancer notices; requests already sent to the dead node are retried on the others.
+    endpoint.remove(&second.url);
+    let cuts = cut(&first, wire).await;
+    let report = sending.await.expect("publisher task");
+    assert!(
+        report.failures.is_empty(),
+        "deliveries failed: {:?}",
+        &report.failures[..report.failures.len().min(5)]
+    );
+    drain(&publisher, &stream, &first, &seen).await;
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    let figures = Figures::of(&seen, &first, &cuts).await;
+    let mut by_node: Vec<(&String, &usize)> = seen.by_node.iter().collect();
+    by_node.sort();
+    println!(
+        "forwarding multi-node test (postgres): 3 nodes, 1 killed after {pause} ms; {} events \
+         sent; {}; requests by node {:?}; {:.1}s",
+        stream.event_count(),
+        figures.line(),
+        by_node,
+        started.elapsed().as_secs_f64()
+    );
+    figures.assert_clean();
+    assert_eq!(by_node.len(), 3, "every node forwarded: {by_node:?}");
+    drop(third);
 }
