@@ -101,7 +101,10 @@ impl DestinationConfig {
             ("sources", self.sources != other.sources),
             ("event_types", self.event_types != other.event_types),
             ("timeout_s", self.timeout_s != other.timeout_s),
-            ("lease_margin_s", self.lease_margin_s != other.lease_margin_s),
+            (
+                "lease_margin_s",
+                self.lease_margin_s != other.lease_margin_s,
+            ),
             (
                 "max_attempts",
                 self.retry.max_attempts != other.retry.max_attempts,
@@ -423,7 +426,10 @@ mod tests {
         assert_eq!(app.sources, ["stripe", "save-game"]);
         assert_eq!(app.secret, Secret::new(SECRET));
         assert!(!app.secret_from_environment);
-        assert_eq!((app.timeout_s, app.lease_margin_s, app.concurrency), (3, 2, 8));
+        assert_eq!(
+            (app.timeout_s, app.lease_margin_s, app.concurrency),
+            (3, 2, 8)
+        );
         assert_eq!(app.rate_limit_per_s, Some(100));
         assert_eq!(
             app.retry,
@@ -453,7 +459,11 @@ mod tests {
         );
         assert_eq!(
             (app.timeout_s, app.lease_margin_s, app.concurrency),
-            (DEFAULT_TIMEOUT_S, DEFAULT_LEASE_MARGIN_S, DEFAULT_CONCURRENCY)
+            (
+                DEFAULT_TIMEOUT_S,
+                DEFAULT_LEASE_MARGIN_S,
+                DEFAULT_CONCURRENCY
+            )
         );
         assert_eq!(
             (app.rate_limit_per_s, app.event_types.as_ref()),

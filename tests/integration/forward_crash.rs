@@ -187,7 +187,9 @@ impl Figures {
             cut: cuts.len(),
             resent: cuts
                 .iter()
-                .filter(|c| seen.requested.get(&c.event_id).copied().unwrap_or(0) > c.requests_before)
+                .filter(|c| {
+                    seen.requested.get(&c.event_id).copied().unwrap_or(0) > c.requests_before
+                })
                 .count(),
             ..Figures::default()
         };
@@ -211,7 +213,10 @@ impl Figures {
             })
             .count();
         for (aggregate, accepted) in &seen.accepted {
-            let order = applied.get(aggregate).map(Vec::as_slice).unwrap_or_default();
+            let order = applied
+                .get(aggregate)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
             let mut first: Vec<&str> = Vec::new();
             for (event_id, body) in accepted {
                 if bodies.get(event_id.as_str()) != Some(&body.as_slice()) {
@@ -253,39 +258,65 @@ impl Figures {
 
     /// Nothing lost, in order, one at a time, the same `webhook-id`, byte for byte.
     fn assert_clean(&self) {
-        assert_eq!(self.overlaps, 0, "two requests of one aggregate on the wire");
-        assert_eq!(self.order_violations, 0, "first acceptances out of applied order");
+        assert_eq!(
+            self.overlaps, 0,
+            "two requests of one aggregate on the wire"
+        );
+        assert_eq!(
+            self.order_violations, 0,
+            "first acceptances out of applied order"
+        );
         assert_eq!(self.lost, 0, "applied events never accepted");
         assert_eq!(self.unmatched, 0, "processed events and deliveries differ");
         assert_eq!(self.unexpected, 0, "accepted events nothing applied");
-        assert_eq!(self.webhook_id_mismatches, 0, "an event with another webhook-id");
+        assert_eq!(
+            self.webhook_id_mismatches, 0,
+            "an event with another webhook-id"
+        );
         assert_eq!(self.body_mismatches, 0, "a body not byte for byte");
         assert_eq!(self.bad_signatures, 0);
         assert!(self.applied > 500, "too few events forwarded to test much");
         assert!(self.cut > 0, "no kill cut a request on the wire");
-        assert_eq!(self.resent, self.cut, "a request cut by a kill was not sent again");
+        assert_eq!(
+            self.resent, self.cut,
+            "a request cut by a kill was not sent again"
+        );
     }
 }
 
 /// Waits until the publisher's stream converged and every delivery was accepted.
-async fn drain(publisher: &Publisher, stream: &Stream, server: &TestServer, seen: &Arc<Mutex<Seen>>) {
+async fn drain(
+    publisher: &Publisher,
+    stream: &Stream,
+    server: &TestServer,
+    seen: &Arc<Mutex<Seen>>,
+) {
     let mismatches = publisher
         .converge(Arc::new(expected_states(stream)), Duration::from_secs(40))
         .await
         .expect("read API");
-    assert!(mismatches.is_empty(), "{} aggregates differ", mismatches.len());
+    assert!(
+        mismatches.is_empty(),
+        "{} aggregates differ",
+        mismatches.len()
+    );
     let deadline = Instant::now() + Duration::from_secs(40);
     loop {
         let deliveries = deliveries(server).await;
         let accepted = seen.lock().unwrap().acceptances().len();
-        let done = deliveries.iter().all(|d| d.status == DeliveryStatus::Delivered);
+        let done = deliveries
+            .iter()
+            .all(|d| d.status == DeliveryStatus::Delivered);
         if done && accepted >= deliveries.len() {
             return;
         }
         assert!(
             Instant::now() < deadline,
             "not forwarded in time: {} of {} delivered, {accepted} accepted",
-            deliveries.iter().filter(|d| d.status == DeliveryStatus::Delivered).count(),
+            deliveries
+                .iter()
+                .filter(|d| d.status == DeliveryStatus::Delivered)
+                .count(),
             deliveries.len()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -293,17 +324,22 @@ async fn drain(publisher: &Publisher, stream: &Stream, server: &TestServer, seen
 }
 
 /// Sends `plan` through `publisher` in the background.
-fn publish(publisher: &Publisher, plan: &Arc<Plan>) -> tokio::task::JoinHandle<inhook::simulate::DeliveryReport> {
+fn publish(
+    publisher: &Publisher,
+    plan: &Arc<Plan>,
+) -> tokio::task::JoinHandle<inhook::simulate::DeliveryReport> {
     let (publisher, plan) = (publisher.clone(), Arc::clone(plan));
     tokio::spawn(async move { publisher.deliver(plan).await })
 }
 
+/// Issue #12's "the same with a SIGKILL mid-run": the single node is killed at random
+/// moments, each time with a request held on the wire, and restarted on its store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarding_through_sigkills_loses_nothing_and_keeps_order() {
     let seen = Seen::behaving(BEHAVIOUR);
     let port = serve_recording(&seen).await;
     let mut server = TestServer::spawn_with_sources(&destination(port, "a")).await;
-    let (stream, plan) = chaos_stream_of(0x12_c4a5, 1_500, 40);
+    let (stream, plan) = chaos_stream_of(0x0012_c4a5, 1_500, 40);
     let endpoint = Endpoint::new(&server.url);
     // Paced so the stream spans every kill: about 8 s for the whole plan.
     let publisher = chaos_publisher(endpoint.clone(), 8, 250);
@@ -322,8 +358,15 @@ async fn forwarding_through_sigkills_loses_nothing_and_keeps_order() {
         endpoint.set(&server.url);
     }
     let report = sending.await.expect("publisher task");
-    assert!(kills >= 3, "the stream ended after {kills} kills: send slower");
-    assert!(report.failures.is_empty(), "deliveries failed: {:?}", &report.failures[..report.failures.len().min(5)]);
+    assert!(
+        kills >= 3,
+        "the stream ended after {kills} kills: send slower"
+    );
+    assert!(
+        report.failures.is_empty(),
+        "deliveries failed: {:?}",
+        &report.failures[..report.failures.len().min(5)]
+    );
     drain(&publisher, &stream, &server, &seen).await;
     let seen = std::mem::take(&mut *seen.lock().unwrap());
     let figures = Figures::of(&seen, &server, &cuts).await;
@@ -337,6 +380,8 @@ async fn forwarding_through_sigkills_loses_nothing_and_keeps_order() {
     figures.assert_clean();
 }
 
+/// Issue #12's "three nodes on PostgreSQL and one killed": the others take over the dead
+/// node's leased deliveries, and no aggregate ever has two requests on the wire across nodes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarding_from_three_nodes_one_killed_keeps_one_request_per_aggregate() {
     if Backend::fresh_kind() != "postgres" {
@@ -348,14 +393,17 @@ async fn forwarding_from_three_nodes_one_killed_keeps_one_request_per_aggregate(
     let first = TestServer::spawn_with_sources(&destination(port, "a")).await;
     let mut second = TestServer::join_with_sources(&first, &destination(port, "b")).await;
     let third = TestServer::join_with_sources(&first, &destination(port, "c")).await;
-    let (stream, plan) = chaos_stream_of(0x12_3_0de, 1_500, 40);
+    let (stream, plan) = chaos_stream_of(0x0012_30de, 1_500, 40);
     let endpoint = Endpoint::many(&[&first.url, &second.url, &third.url]);
     let publisher = chaos_publisher(endpoint.clone(), 12, 300);
     let started = Instant::now();
     let sending = publish(&publisher, &plan);
     let pause = 1_000 + rand::random::<u64>() % 1_500;
     tokio::time::sleep(Duration::from_millis(pause)).await;
-    assert!(!sending.is_finished(), "the stream ended before the kill: send slower");
+    assert!(
+        !sending.is_finished(),
+        "the stream ended before the kill: send slower"
+    );
     let wire = kill_on_the_wire(&mut second, &seen, "b").await;
     // The balancer notices; requests already sent to the dead node are retried on the others.
     endpoint.remove(&second.url);

@@ -1176,6 +1176,12 @@ secret = "{DEST_SECRET}"
         assert_eq!(server.post_save(&body).await.code, 202);
     }
     let printed = [next(), next()];
+    // Killed only once both were delivered: it prints a request before answering it.
+    server
+        .wait_for("/v1/destinations/app/deliveries?status=delivered", |r| {
+            r.body["items"].as_array().is_some_and(|i| i.len() == 2)
+        })
+        .await;
     let _ = listen.kill();
     let _ = listen.wait();
     assert_eq!(
@@ -1184,9 +1190,4 @@ secret = "{DEST_SECRET}"
             "aggregate=player_1024/slot_l sequence={seq} type=inventory.updated id=l-{seq}"
         ))
     );
-    server
-        .wait_for("/v1/destinations/app/deliveries?status=delivered", |r| {
-            r.body["items"].as_array().is_some_and(|i| i.len() == 2)
-        })
-        .await;
 }

@@ -4,8 +4,8 @@
 mod support;
 
 mod admin_auth;
-mod application;
 mod aggregate_keys;
+mod application;
 mod conformance;
 mod connections;
 mod crash;
