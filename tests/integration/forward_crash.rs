@@ -339,10 +339,10 @@ async fn forwarding_through_sigkills_loses_nothing_and_keeps_order() {
     let seen = Seen::behaving(BEHAVIOUR);
     let port = serve_recording(&seen).await;
     let mut server = TestServer::spawn_with_sources(&destination(port, "a")).await;
-    let (stream, plan) = chaos_stream_of(0x0012_c4a5, 1_500, 40);
+    let (stream, plan) = chaos_stream_of(0x0012_c4a5, 1_200, 40);
     let endpoint = Endpoint::new(&server.url);
-    // Paced so the stream spans every kill: about 8 s for the whole plan.
-    let publisher = chaos_publisher(endpoint.clone(), 8, 250);
+    // Paced so the stream spans every kill: about 7 s for the whole plan.
+    let publisher = chaos_publisher(endpoint.clone(), 8, 200);
     let started = Instant::now();
     let sending = publish(&publisher, &plan);
     let mut cuts = Vec::new();
@@ -367,11 +367,13 @@ async fn forwarding_through_sigkills_loses_nothing_and_keeps_order() {
         "deliveries failed: {:?}",
         &report.failures[..report.failures.len().min(5)]
     );
+    let sent_s = started.elapsed().as_secs_f64();
     drain(&publisher, &stream, &server, &seen).await;
     let seen = std::mem::take(&mut *seen.lock().unwrap());
     let figures = Figures::of(&seen, &server, &cuts).await;
     println!(
-        "forwarding crash test ({}): {} events sent, {kills} kills; {}; {:.1}s",
+        "forwarding crash test ({}): {} events sent, {kills} kills; {}; sent in {sent_s:.1}s, \
+         all forwarded after {:.1}s",
         Backend::fresh_kind(),
         stream.event_count(),
         figures.line(),
@@ -393,7 +395,7 @@ async fn forwarding_from_three_nodes_one_killed_keeps_one_request_per_aggregate(
     let first = TestServer::spawn_with_sources(&destination(port, "a")).await;
     let mut second = TestServer::join_with_sources(&first, &destination(port, "b")).await;
     let third = TestServer::join_with_sources(&first, &destination(port, "c")).await;
-    let (stream, plan) = chaos_stream_of(0x0012_30de, 1_500, 40);
+    let (stream, plan) = chaos_stream_of(0x0012_30de, 1_200, 40);
     let endpoint = Endpoint::many(&[&first.url, &second.url, &third.url]);
     let publisher = chaos_publisher(endpoint.clone(), 12, 300);
     let started = Instant::now();
@@ -414,6 +416,7 @@ async fn forwarding_from_three_nodes_one_killed_keeps_one_request_per_aggregate(
         "deliveries failed: {:?}",
         &report.failures[..report.failures.len().min(5)]
     );
+    let sent_s = started.elapsed().as_secs_f64();
     drain(&publisher, &stream, &first, &seen).await;
     let seen = std::mem::take(&mut *seen.lock().unwrap());
     let figures = Figures::of(&seen, &first, &cuts).await;
@@ -421,7 +424,7 @@ async fn forwarding_from_three_nodes_one_killed_keeps_one_request_per_aggregate(
     by_node.sort();
     println!(
         "forwarding multi-node test (postgres): 3 nodes, 1 killed after {pause} ms; {} events \
-         sent; {}; requests by node {:?}; {:.1}s",
+         sent; {}; requests by node {:?}; sent in {sent_s:.1}s, all forwarded after {:.1}s",
         stream.event_count(),
         figures.line(),
         by_node,
