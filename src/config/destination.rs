@@ -14,6 +14,8 @@ use crate::signature::Secret;
 
 /// Seconds a forwarded request may take when `timeout_s` is unset.
 pub const DEFAULT_TIMEOUT_S: u64 = 10;
+/// Seconds a claim outlasts `timeout_s` when `lease_margin_s` is unset.
+pub const DEFAULT_LEASE_MARGIN_S: u64 = 30;
 /// Requests on the wire at once when `concurrency` is unset.
 pub const DEFAULT_CONCURRENCY: usize = 32;
 
@@ -37,6 +39,9 @@ pub struct DestinationConfig {
     pub secret_from_environment: bool,
     /// How long one request may take, in seconds.
     pub timeout_s: u64,
+    /// How much longer than `timeout_s` a claimed delivery stays leased to its node, in
+    /// seconds: after a crash, its in-flight deliveries wait that long to be sent again.
+    pub lease_margin_s: u64,
     /// Backoff and attempts (the top-level keys unless the destination sets its own).
     pub retry: RetryPolicy,
     /// Requests on the wire at once (aggregates waiting to retry do not count).
@@ -57,6 +62,7 @@ impl std::fmt::Debug for DestinationConfig {
             .field("secret", &self.secret)
             .field("secret_from_environment", &self.secret_from_environment)
             .field("timeout_s", &self.timeout_s)
+            .field("lease_margin_s", &self.lease_margin_s)
             .field("retry", &self.retry)
             .field("concurrency", &self.concurrency)
             .field("rate_limit_per_s", &self.rate_limit_per_s)
@@ -96,6 +102,10 @@ impl DestinationConfig {
             ("event_types", self.event_types != other.event_types),
             ("timeout_s", self.timeout_s != other.timeout_s),
             (
+                "lease_margin_s",
+                self.lease_margin_s != other.lease_margin_s,
+            ),
+            (
                 "max_attempts",
                 self.retry.max_attempts != other.retry.max_attempts,
             ),
@@ -127,6 +137,7 @@ pub(super) struct FileDestination {
     event_types: Option<Vec<String>>,
     secret: Option<String>,
     timeout_s: Option<u64>,
+    lease_margin_s: Option<u64>,
     max_attempts: Option<u32>,
     concurrency: Option<usize>,
     rate_limit_per_s: Option<u32>,
@@ -249,6 +260,13 @@ pub(super) fn destinations(
         if timeout_s == 0 {
             return Err(problem("timeout_s", "must be at least 1".into()));
         }
+        let lease_margin_s = d.lease_margin_s.unwrap_or(DEFAULT_LEASE_MARGIN_S);
+        if lease_margin_s == 0 {
+            return Err(problem(
+                "lease_margin_s",
+                "must be at least 1 (time to read the event and record the answer)".into(),
+            ));
+        }
         let max_attempts = d.max_attempts.unwrap_or(defaults.max_attempts);
         if max_attempts == 0 {
             return Err(problem(
@@ -287,6 +305,7 @@ pub(super) fn destinations(
             secret,
             secret_from_environment,
             timeout_s,
+            lease_margin_s,
             retry,
             concurrency,
             rate_limit_per_s: d.rate_limit_per_s.filter(|r| *r > 0),
@@ -397,7 +416,7 @@ mod tests {
         .unwrap();
         let text = with_destination(&format!(
             "url = \"https://app.example.com/hooks/inhook\"\nsources = [\"stripe\", \"save-game\"]\n\
-             event_types = [\"invoice.*\"]\nsecret = \"{SECRET}\"\ntimeout_s = 3\nmax_attempts = 12\n\
+             event_types = [\"invoice.*\"]\nsecret = \"{SECRET}\"\ntimeout_s = 3\nlease_margin_s = 2\nmax_attempts = 12\n\
              concurrency = 8\nrate_limit_per_s = 100\nretry_base_s = 1\ntls_ca_file = {:?}\n",
             ca.path()
         ));
@@ -407,7 +426,10 @@ mod tests {
         assert_eq!(app.sources, ["stripe", "save-game"]);
         assert_eq!(app.secret, Secret::new(SECRET));
         assert!(!app.secret_from_environment);
-        assert_eq!((app.timeout_s, app.concurrency), (3, 8));
+        assert_eq!(
+            (app.timeout_s, app.lease_margin_s, app.concurrency),
+            (3, 2, 8)
+        );
         assert_eq!(app.rate_limit_per_s, Some(100));
         assert_eq!(
             app.retry,
@@ -436,8 +458,12 @@ mod tests {
             }
         );
         assert_eq!(
-            (app.timeout_s, app.concurrency),
-            (DEFAULT_TIMEOUT_S, DEFAULT_CONCURRENCY)
+            (app.timeout_s, app.lease_margin_s, app.concurrency),
+            (
+                DEFAULT_TIMEOUT_S,
+                DEFAULT_LEASE_MARGIN_S,
+                DEFAULT_CONCURRENCY
+            )
         );
         assert_eq!(
             (app.rate_limit_per_s, app.event_types.as_ref()),
@@ -515,6 +541,10 @@ mod tests {
             (
                 format!("{https}\n{ok_rest}\ntimeout_s = 0"),
                 "timeout_s must be at least 1",
+            ),
+            (
+                format!("{https}\n{ok_rest}\nlease_margin_s = 0"),
+                "lease_margin_s must be at least 1",
             ),
             (
                 format!("{https}\n{ok_rest}\nevent_types = []"),

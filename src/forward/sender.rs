@@ -24,8 +24,6 @@ use crate::store::{DeliveryRecord, Store};
 
 /// How often a destination looks for due deliveries without being woken (retries fall due by time).
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
-/// How much longer than `timeout_s` a claim is leased: the request, then recording its verdict.
-const LEASE_MARGIN_MS: i64 = 30_000;
 /// Queues a bulk replay of deliveries requeues per round.
 const REPLAY_STEP: usize = 64;
 /// How often an idle sender looks for bulk replays of deliveries to advance, in milliseconds.
@@ -214,9 +212,10 @@ impl Sender {
             .destination
             .rate_limit_per_s
             .map(|per_s| RateLimit::new(per_s, self.clock.now_ms()));
+        // The request, then reading the event before it and recording its verdict after.
         let lease_ms = (self.destination.timeout_s as i64)
-            .saturating_mul(1000)
-            .saturating_add(LEASE_MARGIN_MS);
+            .saturating_add(self.destination.lease_margin_s as i64)
+            .saturating_mul(1000);
         let mut requests = JoinSet::new();
         let mut store_ok = true;
         let mut replays_due_ms = i64::MIN;
@@ -366,8 +365,18 @@ impl Sender {
                 return;
             }
         };
+        // The request must end while the lease holds: after it, another node may send this
+        // delivery again, and two requests of one aggregate would be on the wire at once.
+        let leased_ms = delivery
+            .lease_until_ms
+            .map_or(0, |until| until.saturating_sub(self.clock.now_ms()));
+        let Some(limit) = request_limit(destination.timeout_s, leased_ms) else {
+            warn!(destination = %destination.name, delivery = delivery.id,
+                  "the lease ran out before the request could go; sent again when it is claimed");
+            return;
+        };
         let started = Instant::now();
-        let result = self.post(headers, event.body).await;
+        let result = self.post(headers, event.body, limit).await;
         let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
         let done_ms = self.clock.now_ms();
         let verdict = judge(
@@ -389,15 +398,15 @@ impl Sender {
             .await;
     }
 
-    /// POSTs `body` with `headers`, within `timeout_s`.
-    async fn post(&self, headers: HeaderMap, body: Vec<u8>) -> AttemptResult {
+    /// POSTs `body` with `headers`, within `limit` (`timeout_s` unless the lease ends sooner).
+    async fn post(&self, headers: HeaderMap, body: Vec<u8>, limit: Duration) -> AttemptResult {
         let timeout_s = self.destination.timeout_s;
         let sent = self
             .client
             .post(&self.destination.url)
             .headers(headers)
             .body(body)
-            .timeout(Duration::from_secs(timeout_s))
+            .timeout(limit)
             .send()
             .await;
         match sent {
@@ -454,6 +463,17 @@ impl Sender {
         }
     }
 }
+
+/// How long a request may take: `timeout_s`, cut to the `leased_ms` left of its lease so
+/// that it never outlives it; none when too little is left to send it at all.
+fn request_limit(timeout_s: u64, leased_ms: i64) -> Option<Duration> {
+    let timeout = Duration::from_secs(timeout_s);
+    let leased = Duration::from_millis(u64::try_from(leased_ms).ok()?);
+    (leased >= MIN_REQUEST).then(|| timeout.min(leased))
+}
+
+/// The shortest request worth starting: less would time out before any answer could come.
+const MIN_REQUEST: Duration = Duration::from_millis(100);
 
 /// The headers as reqwest takes them; `request_headers` percent-encodes every value, so
 /// a failure here is a bug, reported rather than sent unsigned.
@@ -515,6 +535,15 @@ mod tests {
             10,
             "never more than one second's worth"
         );
+    }
+
+    #[test]
+    fn a_request_never_outlives_its_lease() {
+        let second = Duration::from_secs(1);
+        assert_eq!(request_limit(1, 31_000), Some(second));
+        assert_eq!(request_limit(10, 1_500), Some(Duration::from_millis(1_500)));
+        assert_eq!(request_limit(10, 99), None);
+        assert_eq!(request_limit(10, -5), None);
     }
 
     #[test]

@@ -78,10 +78,16 @@ pub(crate) fn lost(
 
 /// A 3,000-event stream over 60 aggregates of both sources, and its chaotic delivery plan.
 pub(crate) fn chaos_stream(seed: u64) -> (Stream, Arc<Plan>) {
+    chaos_stream_of(seed, 3_000, 60)
+}
+
+/// A stream of `events` over `aggregates` aggregates, half of them each source's, and
+/// its chaotic delivery plan.
+pub(crate) fn chaos_stream_of(seed: u64, events: usize, aggregates: usize) -> (Stream, Arc<Plan>) {
     let stream = generate(&StreamSpec {
         seed,
-        events: 3_000,
-        aggregates: 60,
+        events,
+        aggregates,
         presence_share: 0.5,
     });
     let plan = Arc::new(plan(

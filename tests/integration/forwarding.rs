@@ -12,6 +12,7 @@ use inhook::forward::queue::DeliveryStatus;
 use inhook::signature::Secret;
 use serde_json::{json, Value};
 
+use crate::application::{serve_application, serve_recording, Seen, DEST_SECRET, POISON};
 use crate::support::now_s;
 
 /// Verifies each (headers, body) with `standardwebhooks.Webhook.verify`; `None` when the
@@ -122,14 +123,6 @@ fn forwarded_requests_verify_with_the_official_standard_webhooks_library() {
 /// The served path end to end: `inhook serve` with a destination forwards an applied
 /// event, signed, to a real HTTP application (retrying its 503), and shows the
 /// destination, its deliveries and the forwarding metrics; the secret shows nowhere.
-/// Serves `app`, a test's stand-in for the user's application, on a free loopback port.
-async fn serve_application(app: axum::Router) -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    port
-}
-
 #[tokio::test]
 async fn a_configured_destination_is_served_and_forwarded_to() {
     use crate::conformance::delta;
@@ -349,151 +342,6 @@ async fn a_failed_settle_writes_no_delivery() {
     }
 }
 
-/// What the test destination saw.
-#[derive(Default)]
-struct Seen {
-    /// Requests received, all answers included.
-    requests: usize,
-    /// Answers by kind: 500, 429, slow (answered after `timeout_s`).
-    failures: [usize; 3],
-    /// Requests that arrived while another of their aggregate was still in flight.
-    overlaps: usize,
-    /// Requests whose signature did not verify.
-    bad_signatures: usize,
-    /// Per aggregate, requests on the wire now.
-    in_flight: HashMap<String, usize>,
-    /// Per aggregate, the accepted (2xx) requests: (event id, body).
-    accepted: HashMap<String, Vec<(String, Vec<u8>)>>,
-    /// Per event id, every `webhook-id` it came with.
-    webhook_ids: HashMap<String, std::collections::HashSet<String>>,
-    /// Per event id, failures answered so far (at most two, so that a normal event always arrives).
-    failed: HashMap<String, usize>,
-    /// Per event id, when it was last answered 429 with `Retry-After: 1`.
-    throttled_at: HashMap<String, std::time::Instant>,
-    /// Requests that came back sooner than the `Retry-After` they were given.
-    too_soon: usize,
-    /// Whether [`POISON`]'s aggregate is accepted now (the application was fixed).
-    cured: bool,
-}
-
-/// The aggregate every request of which is answered 500.
-const POISON: &str = "slot_poison";
-/// The destination's secret.
-const DEST_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-
-/// Leaves the in-flight count when a request ends, however it ends.
-struct InFlight(Arc<Mutex<Seen>>, String, bool);
-
-impl InFlight {
-    fn end(&mut self) {
-        if !self.2 {
-            self.2 = true;
-            let mut seen = self.0.lock().unwrap();
-            *seen.in_flight.entry(self.1.clone()).or_default() -= 1;
-        }
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.end();
-    }
-}
-
-/// The application: verifies, counts overlaps, fails at random (at most twice per event)
-/// with 500, 429 + `Retry-After: 1` or an answer slower than `timeout_s`, and always
-/// with 500 for [`POISON`]'s aggregate.
-async fn destination(
-    axum::extract::State(seen): axum::extract::State<Arc<Mutex<Seen>>>,
-    headers: axum::http::HeaderMap,
-    body: axum::body::Bytes,
-) -> axum::response::Response {
-    use axum::http::StatusCode;
-    use axum::response::IntoResponse;
-    let header = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let (aggregate, event_id) = (header("inhook-aggregate"), header("inhook-event-id"));
-    let verified = inhook::signature::verify(
-        inhook::signature::Scheme::StandardWebhooks,
-        &headers,
-        &body,
-        &[Secret::new(DEST_SECRET)],
-        now_s(),
-        300,
-    )
-    .is_ok();
-    let draw: f64 = rand::random();
-    let answer = {
-        let mut seen = seen.lock().unwrap();
-        seen.requests += 1;
-        if !verified {
-            seen.bad_signatures += 1;
-        }
-        seen.webhook_ids
-            .entry(event_id.clone())
-            .or_default()
-            .insert(header("webhook-id"));
-        let flying = seen.in_flight.entry(aggregate.clone()).or_default();
-        *flying += 1;
-        if *flying > 1 {
-            seen.overlaps += 1;
-        }
-        if let Some(at) = seen.throttled_at.remove(&event_id) {
-            if at.elapsed() < std::time::Duration::from_millis(950) {
-                seen.too_soon += 1;
-            }
-        }
-        let cured = seen.cured;
-        let failed = seen.failed.entry(event_id.clone()).or_default();
-        let answer = if aggregate.ends_with(POISON) && !cured {
-            0
-        } else if *failed >= 2 || draw >= 0.35 {
-            3
-        } else if draw < 0.15 {
-            0
-        } else if draw < 0.3 {
-            1
-        } else {
-            2
-        };
-        if answer < 3 {
-            *failed += 1;
-            seen.failures[answer] += 1;
-        }
-        if answer == 1 {
-            seen.throttled_at
-                .insert(event_id.clone(), std::time::Instant::now());
-        }
-        answer
-    };
-    let mut flight = InFlight(Arc::clone(&seen), aggregate.clone(), false);
-    match answer {
-        0 => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-        1 => (StatusCode::TOO_MANY_REQUESTS, [("retry-after", "1")]).into_response(),
-        2 => {
-            // Out of flight just before the sender's 1 s timeout can have run out (it started
-            // no later than this request arrived), then answered too late to count.
-            tokio::time::sleep(std::time::Duration::from_millis(900)).await;
-            flight.end();
-            tokio::time::sleep(std::time::Duration::from_millis(700)).await;
-            StatusCode::OK.into_response()
-        }
-        _ => {
-            let mut seen = seen.lock().unwrap();
-            seen.accepted
-                .entry(aggregate)
-                .or_default()
-                .push((event_id, body.to_vec()));
-            StatusCode::NO_CONTENT.into_response()
-        }
-    }
-}
-
 /// SPEC §9 against a real HTTP application that fails at random: per aggregate one request
 /// at a time, first acceptances complete and in applied order, bodies byte for byte, one
 /// `webhook-id` per event across retries, every request verifying; an aggregate whose
@@ -506,12 +354,7 @@ async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
     use inhook::store::DeliveryFilter;
 
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let port = serve_application(
-        axum::Router::new()
-            .route("/hooks", axum::routing::post(destination))
-            .with_state(Arc::clone(&seen)),
-    )
-    .await;
+    let port = serve_recording(&seen).await;
 
     let mut server = crate::support::TestServer::spawn().await;
     let store = server.store().await;
@@ -1333,6 +1176,12 @@ secret = "{DEST_SECRET}"
         assert_eq!(server.post_save(&body).await.code, 202);
     }
     let printed = [next(), next()];
+    // Killed only once both were delivered: it prints a request before answering it.
+    server
+        .wait_for("/v1/destinations/app/deliveries?status=delivered", |r| {
+            r.body["items"].as_array().is_some_and(|i| i.len() == 2)
+        })
+        .await;
     let _ = listen.kill();
     let _ = listen.wait();
     assert_eq!(
@@ -1341,9 +1190,4 @@ secret = "{DEST_SECRET}"
             "aggregate=player_1024/slot_l sequence={seq} type=inventory.updated id=l-{seq}"
         ))
     );
-    server
-        .wait_for("/v1/destinations/app/deliveries?status=delivered", |r| {
-            r.body["items"].as_array().is_some_and(|i| i.len() == 2)
-        })
-        .await;
 }

@@ -5,12 +5,14 @@ mod support;
 
 mod admin_auth;
 mod aggregate_keys;
+mod application;
 mod conformance;
 mod connections;
 mod crash;
 mod durability;
 mod event_log;
 mod examples;
+mod forward_crash;
 mod forwarding;
 mod held_limits;
 mod hostile_ingress;

@@ -221,6 +221,12 @@ impl TestServer {
 
     /// Starts another node on `first`'s PostgreSQL database, with the same settings, on its own port.
     pub async fn join(first: &TestServer) -> Self {
+        Self::join_with_sources(first, &first.sources).await
+    }
+
+    /// Like [`Self::join`], with `sources` (whole `[[sources]]` or `[[destinations]]` tables)
+    /// in place of `first`'s: e.g. a destination URL naming the node.
+    pub async fn join_with_sources(first: &TestServer, sources: &str) -> Self {
         assert!(
             matches!(first.backend, Backend::Postgres { .. }),
             "several nodes share a database only on PostgreSQL"
@@ -232,7 +238,7 @@ impl TestServer {
             client: reqwest::Client::new(),
             extra: first.extra.clone(),
             top: first.top.clone(),
-            sources: first.sources.clone(),
+            sources: sources.to_owned(),
             backend: first.backend.clone(),
             owns_database: false,
             store: tokio::sync::OnceCell::new(),
