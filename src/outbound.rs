@@ -100,20 +100,25 @@ pub fn describe_error(err: &(dyn StdError + 'static)) -> String {
 pub fn certificate_problem(err: &(dyn StdError + 'static)) -> Option<String> {
     let mut cause = Some(err);
     while let Some(err) = cause {
-        let tls = err.downcast_ref::<rustls::Error>().or_else(|| {
-            err.downcast_ref::<std::io::Error>()
-                .and_then(|io| io.get_ref())
-                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        });
         if let Some(
             tls @ (rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented),
-        ) = tls
+        ) = rustls_cause(err)
         {
             return Some(format!("the server's certificate is refused: {tls}"));
         }
         cause = err.source();
     }
     None
+}
+
+/// The rustls error `err` is or wraps: an `io::Error` hides what it wraps from
+/// `source()`, and the TLS connector nests one inside another.
+fn rustls_cause<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a rustls::Error> {
+    if let Some(tls) = err.downcast_ref::<rustls::Error>() {
+        return Some(tls);
+    }
+    let inner = err.downcast_ref::<std::io::Error>()?.get_ref()?;
+    rustls_cause(inner)
 }
 
 /// What a CLI command says when a request to `url` failed: the certificate problem
@@ -166,7 +171,11 @@ mod tests {
     #[test]
     fn a_certificate_refusal_is_found_among_the_causes() {
         let tls = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
-        let wrapped = std::io::Error::new(std::io::ErrorKind::InvalidData, tls);
+        // As the TLS connector answers it: an io::Error in an io::Error.
+        let wrapped = std::io::Error::other(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            tls,
+        ));
         let problem = certificate_problem(&wrapped).expect("a certificate problem");
         assert!(problem.contains("UnknownIssuer"), "{problem}");
         let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");

@@ -20,6 +20,7 @@ mod json_sources;
 mod masking;
 mod metrics;
 mod multinode;
+mod outbound_tls;
 mod openapi;
 mod postgres_outage;
 mod postgres_tls;
