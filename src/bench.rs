@@ -232,7 +232,13 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
         percentile(1.0)
     );
     println!("bench: answers {:?}", codes.lock().expect("codes"));
-    if events > 0 && codes.lock().expect("codes").keys().all(|c| c == "connection_error") {
+    if events > 0
+        && codes
+            .lock()
+            .expect("codes")
+            .keys()
+            .all(|c| c == "connection_error")
+    {
         let why = first_failure.lock().expect("first failure").take();
         anyhow::bail!(
             "no request was answered: {}",

@@ -344,9 +344,7 @@ async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Result<()
         .map_err(anyhow::Error::msg)?
         .build()
         .context("building the HTTP client")?;
-    let mut request = client
-        .post(&url)
-        .header("content-type", "application/json");
+    let mut request = client.post(&url).header("content-type", "application/json");
     let id_header = scheme.delivery_id_header();
     let header_id = args
         .headers
@@ -385,16 +383,12 @@ async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Result<()
     {
         request = request.header(extra.name.clone(), extra.value.clone());
     }
-    let response = request
-        .body(body)
-        .send()
-        .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "posting to {}",
-                crate::outbound::cli_failure(&url, &e.without_url())
-            )
-        })?;
+    let response = request.body(body).send().await.map_err(|e| {
+        anyhow::anyhow!(
+            "posting to {}",
+            crate::outbound::cli_failure(&url, &e.without_url())
+        )
+    })?;
     let status = response.status();
     let text = response.text().await.unwrap_or_default();
     println!("{} {text}", status.as_u16());

@@ -172,10 +172,8 @@ mod tests {
     fn a_certificate_refusal_is_found_among_the_causes() {
         let tls = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
         // As the TLS connector answers it: an io::Error in an io::Error.
-        let wrapped = std::io::Error::other(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            tls,
-        ));
+        let wrapped =
+            std::io::Error::other(std::io::Error::new(std::io::ErrorKind::InvalidData, tls));
         let problem = certificate_problem(&wrapped).expect("a certificate problem");
         assert!(problem.contains("UnknownIssuer"), "{problem}");
         let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");

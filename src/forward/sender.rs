@@ -17,10 +17,10 @@ use tracing::{debug, warn};
 use super::answer::{judge, AttemptRecord, AttemptResult, Verdict};
 use super::circuit::{Circuit, CircuitPolicy, CircuitState};
 use super::message::{request_headers, ForwardedEvent, WebhookId};
-use crate::outbound::describe_error;
 use crate::clock::Clock;
 use crate::config::DestinationConfig;
 use crate::domain::AggregateKey;
+use crate::outbound::describe_error;
 use crate::store::{DeliveryRecord, Store};
 
 /// How often a destination looks for due deliveries without being woken (retries fall due by time).

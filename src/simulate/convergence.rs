@@ -10,8 +10,8 @@ use serde_json::Value;
 
 use super::expected::Expected;
 use super::publisher::Publisher;
-use crate::outbound::describe_error;
 use super::stream::AggregateRef;
+use crate::outbound::describe_error;
 
 /// An aggregate whose state read back differs from the expected one.
 #[derive(Debug, Clone)]

@@ -224,16 +224,14 @@ impl Publisher {
         admin_token: Option<String>,
         options: SendOptions,
     ) -> anyhow::Result<Self> {
-        let client = crate::outbound::client_builder(
-            options.tls_ca_file.as_deref(),
-            "--tls-ca-file",
-        )
-        .map_err(anyhow::Error::msg)?
-        .pool_max_idle_per_host(options.concurrency.max(1) * 2)
-            .timeout(options.request_timeout)
-            .connect_timeout(Duration::from_secs(2))
-            .build()
-            .context("building the HTTP client")?;
+        let client =
+            crate::outbound::client_builder(options.tls_ca_file.as_deref(), "--tls-ca-file")
+                .map_err(anyhow::Error::msg)?
+                .pool_max_idle_per_host(options.concurrency.max(1) * 2)
+                .timeout(options.request_timeout)
+                .connect_timeout(Duration::from_secs(2))
+                .build()
+                .context("building the HTTP client")?;
         Ok(Self {
             client,
             endpoint,

@@ -855,6 +855,52 @@ async fn an_https_destination_is_verified_against_tls_ca_file() {
     assert!(refused.is_connect(), "{refused:?}");
     let problem = inhook::outbound::certificate_problem(&refused).expect("a certificate refusal");
     assert!(problem.contains("UnknownIssuer"), "{problem}");
+
+    // The served forwarder: the destination with the CA is delivered to; the one without
+    // keeps retrying and shows which certificate check refused it.
+    let server = crate::support::TestServer::spawn_with_sources(&format!(
+        r#"
+[[destinations]]
+name = "trusted"
+url = "{url}"
+sources = ["save-game"]
+secret = "{DEST_SECRET}"
+tls_ca_file = "{}"
+
+[[destinations]]
+name = "untrusted"
+url = "{url}"
+sources = ["save-game"]
+secret = "{DEST_SECRET}"
+"#,
+        ca_file.display()
+    ))
+    .await;
+    let body = crate::conformance::delta("tls-1", "slot_a", 1, 2);
+    assert_eq!(server.post_save(&body).await.code, 202);
+    server
+        .wait_for(
+            "/v1/destinations/trusted/deliveries?status=delivered",
+            |r| r.body["items"][0]["event_id"] == "tls-1",
+        )
+        .await;
+    let listed = server
+        .wait_for("/v1/destinations", |r| {
+            r.body["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|d| d["name"] == "untrusted" && d["last_error"].is_string())
+        })
+        .await;
+    let untrusted = listed.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "untrusted")
+        .unwrap();
+    let error = untrusted["last_error"].as_str().unwrap();
+    assert!(error.contains("UnknownIssuer"), "{error}");
 }
 
 /// What the application of [`replay_and_skip_unblock_a_dead_delivery_over_http`] saw.

@@ -10,12 +10,7 @@ use crate::support::{TestServer, PRESENCE_SECRET, SAVE_SECRETS};
 async fn behind_https() -> (TestServer, TestCa, String) {
     let server = TestServer::spawn().await;
     let ca = TestCa::new();
-    let upstream = server
-        .url
-        .strip_prefix("http://")
-        .unwrap()
-        .parse()
-        .unwrap();
+    let upstream = server.url.strip_prefix("http://").unwrap().parse().unwrap();
     let port = ca.https_front(upstream);
     (server, ca, format!("https://localhost:{port}"))
 }
@@ -69,7 +64,10 @@ async fn send_reaches_an_https_server_with_its_ca_only() {
         server.get("/v1/presence/usr_tls").await.body["status"],
         "BUSY"
     );
-    assert_eq!(server.status("presence", "evt_tls").await.unwrap().0, "processed");
+    assert_eq!(
+        server.status("presence", "evt_tls").await.unwrap().0,
+        "processed"
+    );
 }
 
 #[tokio::test]
@@ -97,10 +95,8 @@ async fn the_ca_file_may_come_from_the_environment() {
     .chain([config.as_os_str(), file.as_os_str()])
     .collect();
     let ca_file = ca.file();
-    let (ok, out) = crate::support::run_cli(
-        &args,
-        &[("INHOOK_TLS_CA_FILE", ca_file.to_str().unwrap())],
-    );
+    let (ok, out) =
+        crate::support::run_cli(&args, &[("INHOOK_TLS_CA_FILE", ca_file.to_str().unwrap())]);
     assert!(ok && out.starts_with("200 "), "{out}");
     assert_eq!(
         server.get("/v1/presence/usr_env").await.body["status"],
