@@ -5,6 +5,20 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// A self-signed CA certificate whose common name is `name`, with its parameters and key.
+pub fn self_signed_ca(
+    name: &str,
+) -> (rcgen::CertificateParams, rcgen::KeyPair, rcgen::Certificate) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    let cert = params.self_signed(&key).unwrap();
+    (params, key, cert)
+}
+
 /// A CA of the test's own, its certificate in a PEM file, and a certificate it issued
 /// for `localhost`; no system trusts it.
 pub struct TestCa {
@@ -15,13 +29,7 @@ pub struct TestCa {
 impl TestCa {
     /// A fresh CA and its `localhost` server certificate.
     pub fn new() -> Self {
-        let ca_key = rcgen::KeyPair::generate().unwrap();
-        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "inhook test CA");
-        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+        let (ca_params, ca_key, ca_cert) = self_signed_ca("inhook test CA");
         let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
         let leaf_key = rcgen::KeyPair::generate().unwrap();
         let leaf = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
