@@ -66,6 +66,9 @@ pub struct BenchArgs {
     /// receipt to its final status (the store's own timestamps).
     #[arg(long)]
     pub apply_lag: bool,
+    /// A PEM file of CA certificates to trust besides the system's, for an `https://` --url.
+    #[arg(long, env = "INHOOK_TLS_CA_FILE")]
+    pub tls_ca_file: Option<std::path::PathBuf>,
 }
 
 /// Above this many events, requests are signed as they are sent rather than all up front
@@ -120,13 +123,16 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
             }
         })
     });
-    let client = reqwest::Client::builder()
+    let client = crate::outbound::client_builder(args.tls_ca_file.as_deref(), "--tls-ca-file")
+        .map_err(anyhow::Error::msg)?
         .pool_max_idle_per_host(args.connections)
         .http1_only()
         .timeout(Duration::from_secs(30))
         .build()?;
     let latencies = Arc::new(Mutex::new(Vec::with_capacity(events)));
     let codes = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
+    // The first request that got no answer, to say why when none got one.
+    let first_failure = Arc::new(Mutex::new(None::<String>));
     let started = Instant::now();
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = tokio::task::JoinSet::new();
@@ -138,7 +144,8 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
             generator.clone(),
             next.clone(),
         );
-        let (latencies, codes) = (latencies.clone(), codes.clone());
+        let (latencies, codes, first_failure) =
+            (latencies.clone(), codes.clone(), first_failure.clone());
         let rate = args.rate;
         tasks.spawn(async move {
             loop {
@@ -172,7 +179,20 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
                         let _ = response.bytes().await;
                         code
                     }
-                    Err(_) => "connection_error".to_owned(),
+                    Err(err) => {
+                        let refused = crate::outbound::certificate_problem(&err).is_some();
+                        first_failure
+                            .lock()
+                            .expect("first failure")
+                            .get_or_insert_with(|| {
+                                crate::outbound::cli_failure(&url, &err.without_url())
+                            });
+                        // No later request can pass a certificate check this one failed.
+                        if refused {
+                            break;
+                        }
+                        "connection_error".to_owned()
+                    }
                 };
                 let micros = scheduled.elapsed().as_micros() as u64;
                 latencies.lock().expect("latencies").push(micros);
@@ -212,6 +232,19 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
         percentile(1.0)
     );
     println!("bench: answers {:?}", codes.lock().expect("codes"));
+    if events > 0
+        && codes
+            .lock()
+            .expect("codes")
+            .keys()
+            .all(|c| c == "connection_error")
+    {
+        let why = first_failure.lock().expect("first failure").take();
+        anyhow::bail!(
+            "no request was answered: {}",
+            why.unwrap_or_else(|| "none was sent".into())
+        );
+    }
     if args.wait_applied {
         let applied_after = wait_applied(&client, &args.url).await?;
         println!(

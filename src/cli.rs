@@ -196,6 +196,9 @@ pub struct SendArgs {
     /// delivery id (`X-GitHub-Delivery`, `webhook-id`, …), which is then signed as given.
     #[arg(long = "header", value_name = "NAME: VALUE", value_parser = parse_header)]
     pub headers: Vec<ExtraHeader>,
+    /// A PEM file of CA certificates to trust besides the system's, for an `https://` --url.
+    #[arg(long, env = "INHOOK_TLS_CA_FILE")]
+    pub tls_ca_file: Option<PathBuf>,
     /// The JSON body to send, or `-` for standard input.
     pub file: PathBuf,
 }
@@ -337,9 +340,11 @@ async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Result<()
         args.url.trim_end_matches('/'),
         args.source
     );
-    let mut request = reqwest::Client::new()
-        .post(&url)
-        .header("content-type", "application/json");
+    let client = crate::outbound::client_builder(args.tls_ca_file.as_deref(), "--tls-ca-file")
+        .map_err(anyhow::Error::msg)?
+        .build()
+        .context("building the HTTP client")?;
+    let mut request = client.post(&url).header("content-type", "application/json");
     let id_header = scheme.delivery_id_header();
     let header_id = args
         .headers
@@ -378,11 +383,12 @@ async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Result<()
     {
         request = request.header(extra.name.clone(), extra.value.clone());
     }
-    let response = request
-        .body(body)
-        .send()
-        .await
-        .with_context(|| format!("posting to {url}"))?;
+    let response = request.body(body).send().await.map_err(|e| {
+        anyhow::anyhow!(
+            "posting to {}",
+            crate::outbound::cli_failure(&url, &e.without_url())
+        )
+    })?;
     let status = response.status();
     let text = response.text().await.unwrap_or_default();
     println!("{} {text}", status.as_u16());

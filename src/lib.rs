@@ -20,6 +20,7 @@
 //! - [`forward`]: forwarding to `[[destinations]]` (SPEC §9): what is sent, in which
 //!   order, signed how, and what an answer means; pure rules under the sender.
 //! - [`mask`]: `mask_fields` applied to anything inhook shows.
+//! - [`outbound`]: the one TLS setup of every outbound HTTP client (forwarder and CLI).
 //! - [`worker`]: applies async events by settling due aggregates.
 //! - [`config`], [`app`], [`cli`]: configuration, wiring, command line;
 //!   [`verify_cli`]: the offline `verify` and `keygen` commands.
@@ -41,6 +42,7 @@ pub mod log_throttle;
 pub mod mask;
 pub mod metrics;
 pub mod ordering;
+pub mod outbound;
 pub mod projection;
 pub mod retry;
 pub mod signature;

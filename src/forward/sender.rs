@@ -20,6 +20,7 @@ use super::message::{request_headers, ForwardedEvent, WebhookId};
 use crate::clock::Clock;
 use crate::config::DestinationConfig;
 use crate::domain::AggregateKey;
+use crate::outbound::describe_error;
 use crate::store::{DeliveryRecord, Store};
 
 /// How often a destination looks for due deliveries without being woken (retries fall due by time).
@@ -31,30 +32,13 @@ const REPLAY_CHECK_MS: i64 = 1_000;
 /// Pause after a store failure before trying again.
 const STORE_BACKOFF: Duration = Duration::from_secs(1);
 
-/// Builds the HTTP client forwarded requests go through: rustls (ring) verifying against
-/// the bundled Mozilla roots plus the certificates of `tls_ca_file`, no redirects followed
-/// (a 3xx is not a delivery) and no proxy from the environment.
+/// Builds the HTTP client forwarded requests go through: inhook's outbound TLS (the
+/// system's roots plus `tls_ca_file`), no redirects followed (a 3xx is not a delivery)
+/// and no proxy from the environment.
 pub fn http_client(tls_ca_file: Option<&std::path::Path>) -> Result<reqwest::Client, String> {
-    let mut roots = rustls::RootCertStore {
-        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-    };
-    if let Some(path) = tls_ca_file {
-        roots
-            .roots
-            .extend(crate::store::postgres_tls::pem_roots(path, "tls_ca_file")?.roots);
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| format!("TLS setup: {e}"))?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    reqwest::Client::builder()
-        .use_preconfigured_tls(tls)
+    crate::outbound::client_builder(tls_ca_file, "tls_ca_file")?
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
-        .user_agent(concat!("inhook/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| format!("HTTP client: {}", describe_error(&e)))
 }
@@ -487,21 +471,6 @@ fn header_map(headers: &[(&'static str, String)]) -> Result<HeaderMap, String> {
     Ok(map)
 }
 
-/// An error and its causes on one line (reqwest's own text alone says only "error sending request").
-fn describe_error(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
-
 /// Waits for `period`, a wake-up or shutdown, whichever comes first.
 async fn pause(shutdown: &mut watch::Receiver<bool>, period: Duration, wake: Option<&Notify>) {
     let woken = async {
@@ -544,13 +513,6 @@ mod tests {
         assert_eq!(request_limit(10, 1_500), Some(Duration::from_millis(1_500)));
         assert_eq!(request_limit(10, 99), None);
         assert_eq!(request_limit(10, -5), None);
-    }
-
-    #[test]
-    fn an_error_is_described_with_its_causes_once() {
-        let inner = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
-        let outer = std::io::Error::other(inner);
-        assert_eq!(describe_error(&outer), "refused");
     }
 
     #[test]

@@ -79,6 +79,9 @@ pub struct SimulateArgs {
     /// Time after which a request with no answer is abandoned and retried.
     #[arg(long, default_value_t = 10_000)]
     pub request_timeout_ms: u64,
+    /// A PEM file of CA certificates to trust besides the system's, for an `https://` --url.
+    #[arg(long, env = "INHOOK_TLS_CA_FILE")]
+    pub tls_ca_file: Option<std::path::PathBuf>,
 }
 
 impl SimulateArgs {

@@ -58,6 +58,7 @@ pub(crate) async fn run(config_path: Option<PathBuf>, args: SimulateArgs) -> any
             give_up_after: Duration::from_secs(args.give_up_after_s),
             max_retry_after: Duration::from_secs(args.max_retry_after_s),
             request_timeout: Duration::from_millis(args.request_timeout_ms),
+            tls_ca_file: args.tls_ca_file.clone(),
         },
     )?;
     let plan = Arc::new(plan(

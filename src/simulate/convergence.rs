@@ -9,8 +9,9 @@ use anyhow::{bail, Context};
 use serde_json::Value;
 
 use super::expected::Expected;
-use super::publisher::{error_chain, Publisher};
+use super::publisher::Publisher;
 use super::stream::AggregateRef;
+use crate::outbound::describe_error;
 
 /// An aggregate whose state read back differs from the expected one.
 #[derive(Debug, Clone)]
@@ -91,7 +92,7 @@ impl Publisher {
         }
         let response = match request.send().await {
             Ok(response) => response,
-            Err(err) => return Read::Failed(error_chain(&err)),
+            Err(err) => return Read::Failed(describe_error(&err)),
         };
         let code = response.status().as_u16();
         let text = response.text().await.unwrap_or_default();

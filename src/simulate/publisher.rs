@@ -96,6 +96,8 @@ pub struct SendOptions {
     pub max_retry_after: Duration,
     /// Per-request timeout.
     pub request_timeout: Duration,
+    /// A PEM file of CA certificates trusted besides the system's roots, for `https://` URLs.
+    pub tls_ca_file: Option<std::path::PathBuf>,
 }
 
 impl Default for SendOptions {
@@ -106,6 +108,7 @@ impl Default for SendOptions {
             give_up_after: Duration::from_secs(120),
             max_retry_after: Duration::from_secs(2),
             request_timeout: Duration::from_secs(10),
+            tls_ca_file: None,
         }
     }
 }
@@ -168,6 +171,17 @@ enum Attempt {
         body: Value,
     },
     NoAnswer(String),
+    /// The server's TLS certificate was refused: no retry can succeed.
+    Refused(String),
+}
+
+impl Attempt {
+    fn failed(err: &reqwest::Error) -> Self {
+        match crate::outbound::certificate_problem(err) {
+            Some(problem) => Attempt::Refused(problem),
+            None => Attempt::NoAnswer(crate::outbound::describe_error(err)),
+        }
+    }
 }
 
 /// Sends planned deliveries and reads state back: the publisher's side of the wire.
@@ -210,12 +224,14 @@ impl Publisher {
         admin_token: Option<String>,
         options: SendOptions,
     ) -> anyhow::Result<Self> {
-        let client = reqwest::Client::builder()
-            .pool_max_idle_per_host(options.concurrency.max(1) * 2)
-            .timeout(options.request_timeout)
-            .connect_timeout(Duration::from_secs(2))
-            .build()
-            .context("building the HTTP client")?;
+        let client =
+            crate::outbound::client_builder(options.tls_ca_file.as_deref(), "--tls-ca-file")
+                .map_err(anyhow::Error::msg)?
+                .pool_max_idle_per_host(options.concurrency.max(1) * 2)
+                .timeout(options.request_timeout)
+                .connect_timeout(Duration::from_secs(2))
+                .build()
+                .context("building the HTTP client")?;
         Ok(Self {
             client,
             endpoint,
@@ -384,6 +400,14 @@ impl Publisher {
                     *tally.codes.entry("connection_error".into()).or_default() += 1;
                     (backoff(attempt, rand::thread_rng().gen()), why)
                 }
+                Attempt::Refused(why) => {
+                    *tally.codes.entry("tls_refused".into()).or_default() += 1;
+                    return Err(format!(
+                        "{} (seq {}): {why} (trusted: the system's root certificates, and \
+                         those of --tls-ca-file when given)",
+                        delivery.event_id, delivery.sequence
+                    ));
+                }
             };
             if started.elapsed() + wait > self.options.give_up_after {
                 return Err(format!(
@@ -422,7 +446,7 @@ impl Publisher {
         }
         let response = match request.send().await {
             Ok(response) => response,
-            Err(err) => return Attempt::NoAnswer(error_chain(&err)),
+            Err(err) => return Attempt::failed(&err),
         };
         let code = response.status().as_u16();
         let retry_after = response
@@ -437,21 +461,9 @@ impl Publisher {
                 retry_after,
                 body: serde_json::from_str(&text).unwrap_or(Value::String(text)),
             },
-            Err(err) => Attempt::NoAnswer(error_chain(&err)),
+            Err(err) => Attempt::failed(&err),
         }
     }
-}
-
-/// An error with its causes, one after the other: reqwest's own message hides why a request failed.
-pub(super) fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

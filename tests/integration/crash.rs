@@ -123,6 +123,7 @@ pub(crate) fn chaos_publisher(endpoint: Endpoint, concurrency: usize, rate: u64)
             give_up_after: Duration::from_secs(60),
             max_retry_after: Duration::from_secs(1),
             request_timeout: Duration::from_secs(5),
+            tls_ca_file: None,
         },
     )
     .expect("publisher")

@@ -672,67 +672,17 @@ max_attempts = 100
 }
 
 /// SPEC §9 "TLS": an `https://` destination is verified; a private CA is trusted only
-/// through `tls_ca_file` (the bundled roots do not know it).
+/// through `tls_ca_file` (the system's roots do not know it).
 #[tokio::test]
 async fn an_https_destination_is_verified_against_tls_ca_file() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "inhook test CA");
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
-    let leaf_key = rcgen::KeyPair::generate().unwrap();
-    let leaf = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
-        .unwrap()
-        .signed_by(&leaf_key, &issuer)
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let ca_file = dir.path().join("ca.pem");
-    std::fs::write(&ca_file, ca_cert.pem()).unwrap();
-
-    let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
+    let ca = crate::support::tls::TestCa::new();
+    let ca_file = ca.file();
+    let app = serve_application(axum::Router::new().route(
+        "/hooks",
+        axum::routing::post(|| async { axum::http::StatusCode::NO_CONTENT }),
     ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(
-        vec![leaf.der().clone()],
-        rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
-    )
-    .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else {
-                return;
-            };
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let Ok(mut tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let mut request = Vec::new();
-                let mut buf = [0u8; 4096];
-                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match tls.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => request.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let _ = tls
-                    .write_all(b"HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n")
-                    .await;
-                let _ = tls.shutdown().await;
-            });
-        }
-    });
+    .await;
+    let port = ca.https_front(([127, 0, 0, 1], app).into());
 
     let url = format!("https://localhost:{port}/hooks");
     let trusted = inhook::forward::sender::http_client(Some(&ca_file)).unwrap();
@@ -743,9 +693,57 @@ async fn an_https_destination_is_verified_against_tls_ca_file() {
         .await
         .expect("verified");
     assert_eq!(answer.status().as_u16(), 204);
-    let bundled = inhook::forward::sender::http_client(None).unwrap();
-    let refused = bundled.post(&url).body("{}").send().await.unwrap_err();
+    let system = inhook::forward::sender::http_client(None).unwrap();
+    let refused = system.post(&url).body("{}").send().await.unwrap_err();
     assert!(refused.is_connect(), "{refused:?}");
+    let problem = inhook::outbound::certificate_problem(&refused).expect("a certificate refusal");
+    assert!(problem.contains("UnknownIssuer"), "{problem}");
+
+    // The served forwarder: the destination with the CA is delivered to; the one without
+    // keeps retrying and shows which certificate check refused it.
+    let server = crate::support::TestServer::spawn_with_sources(&format!(
+        r#"
+[[destinations]]
+name = "trusted"
+url = "{url}"
+sources = ["save-game"]
+secret = "{DEST_SECRET}"
+tls_ca_file = "{}"
+
+[[destinations]]
+name = "untrusted"
+url = "{url}"
+sources = ["save-game"]
+secret = "{DEST_SECRET}"
+"#,
+        ca_file.display()
+    ))
+    .await;
+    let body = crate::conformance::delta("tls-1", "slot_a", 1, 2);
+    assert_eq!(server.post_save(&body).await.code, 202);
+    server
+        .wait_for(
+            "/v1/destinations/trusted/deliveries?status=delivered",
+            |r| r.body["items"][0]["event_id"] == "tls-1",
+        )
+        .await;
+    let listed = server
+        .wait_for("/v1/destinations", |r| {
+            r.body["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|d| d["name"] == "untrusted" && d["last_error"].is_string())
+        })
+        .await;
+    let untrusted = listed.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "untrusted")
+        .unwrap();
+    let error = untrusted["last_error"].as_str().unwrap();
+    assert!(error.contains("UnknownIssuer"), "{error}");
 }
 
 /// What the application of [`replay_and_skip_unblock_a_dead_delivery_over_http`] saw.

@@ -23,6 +23,7 @@ mod masking;
 mod metrics;
 mod multinode;
 mod openapi;
+mod outbound_tls;
 mod postgres_outage;
 mod postgres_tls;
 mod presence;

@@ -233,13 +233,7 @@ fn refused(db: &Database, host: Option<&str>, query: &str) -> String {
 
 /// A CA of its own named `name`, unrelated to the server's certificate, as a PEM file in `dir`.
 fn unrelated_ca(dir: &Path, name: &str) -> PathBuf {
-    let key = rcgen::KeyPair::generate().expect("key");
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, name);
-    let cert = params.self_signed(&key).expect("self-signed CA");
+    let (_, _, cert) = crate::support::tls::self_signed_ca(name);
     let file = dir.join(format!("{name}.pem"));
     std::fs::write(&file, cert.pem()).expect("write CA");
     file

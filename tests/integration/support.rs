@@ -18,6 +18,8 @@ use inhook::signature::{self, Scheme, Secret};
 use inhook::store::{EventFilter, EventRecord, Store};
 use serde_json::Value;
 
+pub mod tls;
+
 /// The presence source's secret in every test server.
 pub const PRESENCE_SECRET: &str = "presence-test-secret-1";
 /// The save-game source's secrets: the first is the one tests sign with.

@@ -1,0 +1,183 @@
+//! The one outbound HTTP client setup (SPEC §9, TLS): the forwarder, `inhook send`,
+//! `simulate` and `bench` all reach `https://` URLs through rustls (ring), trusting the
+//! system's root certificates plus, optionally, a private CA's PEM file. Each caller adds
+//! its own settings (timeouts, pool sizes, redirects, proxies) to the builder it gets.
+
+use std::error::Error as StdError;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use rustls::pki_types::CertificateDer;
+use rustls::RootCertStore;
+
+/// Where the roots a client trusts by default came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RootSource {
+    /// The operating system's store (`SSL_CERT_FILE` / `SSL_CERT_DIR` move it).
+    System,
+    /// The Mozilla roots built into inhook, because the system offered none.
+    Bundled,
+}
+
+/// The system's roots, read once per process (the store is read from disk).
+pub fn system_roots() -> &'static (RootCertStore, RootSource) {
+    static ROOTS: OnceLock<(RootCertStore, RootSource)> = OnceLock::new();
+    ROOTS.get_or_init(|| {
+        let found = rustls_native_certs::load_native_certs();
+        let first_error = found.errors.first().map(ToString::to_string);
+        let (roots, source) = trusted(found.certs);
+        if source == RootSource::Bundled {
+            let why = first_error.unwrap_or_else(|| "no certificate found".into());
+            let message = format!(
+                "the system offers no root certificates ({why}): https:// URLs are verified \
+                 against the Mozilla roots built into inhook"
+            );
+            // The CLI commands run without a log subscriber: they say it on standard error.
+            if tracing::dispatcher::has_been_set() {
+                tracing::warn!("{message}");
+            } else {
+                eprintln!("inhook: warning: {message}");
+            }
+        }
+        (roots, source)
+    })
+}
+
+/// The usable roots among `native`; the bundled Mozilla roots when none is.
+fn trusted(native: Vec<CertificateDer<'static>>) -> (RootCertStore, RootSource) {
+    let mut roots = RootCertStore::empty();
+    roots.add_parsable_certificates(native);
+    if roots.is_empty() {
+        let bundled = RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        };
+        return (bundled, RootSource::Bundled);
+    }
+    (roots, RootSource::System)
+}
+
+/// A reqwest builder on inhook's TLS stack: rustls (ring), the system's roots plus the
+/// certificates of `ca_file` (errors name it as `named_by`, the setting that gave it).
+pub fn client_builder(
+    ca_file: Option<&Path>,
+    named_by: &str,
+) -> Result<reqwest::ClientBuilder, String> {
+    let mut roots = system_roots().0.clone();
+    if let Some(path) = ca_file {
+        roots
+            .roots
+            .extend(crate::store::postgres_tls::pem_roots(path, named_by)?.roots);
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| format!("TLS setup: {e}"))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(reqwest::Client::builder()
+        .use_preconfigured_tls(tls)
+        .user_agent(concat!("inhook/", env!("CARGO_PKG_VERSION"))))
+}
+
+/// An error and its causes on one line (reqwest's own text alone says only "error sending request").
+pub fn describe_error(err: &(dyn StdError + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// The TLS certificate check that refused a request, if that is why it failed: no
+/// retry can succeed, so the commands stop at once and say which check it was.
+pub fn certificate_problem(err: &(dyn StdError + 'static)) -> Option<String> {
+    let mut cause = Some(err);
+    while let Some(err) = cause {
+        if let Some(
+            tls @ (rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented),
+        ) = rustls_cause(err)
+        {
+            return Some(format!("the server's certificate is refused: {tls}"));
+        }
+        cause = err.source();
+    }
+    None
+}
+
+/// The rustls error `err` is or wraps: an `io::Error` hides what it wraps from
+/// `source()`, and the TLS connector nests one inside another.
+fn rustls_cause<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a rustls::Error> {
+    if let Some(tls) = err.downcast_ref::<rustls::Error>() {
+        return Some(tls);
+    }
+    let inner = err.downcast_ref::<std::io::Error>()?.get_ref()?;
+    rustls_cause(inner)
+}
+
+/// What a CLI command says when a request to `url` failed: the certificate problem
+/// and how to trust a private CA, or the error with its causes.
+pub fn cli_failure(url: &str, err: &(dyn StdError + 'static)) -> String {
+    match certificate_problem(err) {
+        Some(problem) => format!(
+            "{url}: {problem} (trusted: the system's root certificates, and those of \
+             --tls-ca-file when given)"
+        ),
+        None => format!("{url}: {}", describe_error(err)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_system_roots_are_loaded_on_this_machine() {
+        let (roots, source) = system_roots();
+        assert_eq!(*source, RootSource::System);
+        assert!(!roots.is_empty());
+    }
+
+    #[test]
+    fn no_usable_system_root_falls_back_to_the_bundled_ones() {
+        let (roots, source) = trusted(vec![CertificateDer::from(vec![0u8, 1, 2])]);
+        assert_eq!(source, RootSource::Bundled);
+        assert_eq!(roots.len(), webpki_roots::TLS_SERVER_ROOTS.len());
+    }
+
+    #[test]
+    fn a_ca_file_that_is_not_pem_is_refused_by_the_setting_that_named_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ca.pem");
+        std::fs::write(&path, "nothing").unwrap();
+        let err = client_builder(Some(&path), "--tls-ca-file").unwrap_err();
+        assert!(err.starts_with("--tls-ca-file "), "{err}");
+        assert!(client_builder(None, "--tls-ca-file").is_ok());
+    }
+
+    #[test]
+    fn an_error_is_described_with_its_causes_once() {
+        let inner = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let outer = std::io::Error::other(inner);
+        assert_eq!(describe_error(&outer), "refused");
+    }
+
+    #[test]
+    fn a_certificate_refusal_is_found_among_the_causes() {
+        let tls = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        // As the TLS connector answers it: an io::Error in an io::Error.
+        let wrapped =
+            std::io::Error::other(std::io::Error::new(std::io::ErrorKind::InvalidData, tls));
+        let problem = certificate_problem(&wrapped).expect("a certificate problem");
+        assert!(problem.contains("UnknownIssuer"), "{problem}");
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        assert_eq!(certificate_problem(&refused), None);
+        assert!(cli_failure("https://x", &refused).ends_with(": refused"));
+    }
+}
