@@ -395,6 +395,30 @@ fn latest_wins(newer: bool) -> Outcome {
     }
 }
 
+/// Whether an aggregate may be settled inside the ingest transaction that logged
+/// `fresh` (issue #14): its pending rows are only those, and no held event is in
+/// reach. A backlog, a retry or a hold is left to the worker.
+pub fn ready_at_ingest(pending: &[i64], held_in_reach: usize, fresh: &[i64]) -> bool {
+    held_in_reach == 0 && !pending.is_empty() && pending.iter().all(|row| fresh.contains(row))
+}
+
+/// Whether a plan made at ingest may be written there: it decides every `fresh` row,
+/// each one applied, stale or unsupported, and skips no gap. A hold, a dead event
+/// (a failing apply, a sequence conflict) or a skipped gap is left to the worker.
+pub fn final_at_ingest(decisions: &[(i64, Outcome)], gaps_skipped: u64, fresh: &[i64]) -> bool {
+    let simple = |outcome: &Outcome| {
+        matches!(
+            outcome,
+            Outcome::Applied | Outcome::Stale | Outcome::Unsupported
+        )
+    };
+    gaps_skipped == 0
+        && decisions.iter().all(|(_, outcome)| simple(outcome))
+        && fresh
+            .iter()
+            .all(|row| decisions.iter().any(|(decided, _)| decided == row))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

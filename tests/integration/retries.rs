@@ -40,7 +40,7 @@ impl Store for FlakyStore {
     async fn ingest(
         &self,
         e: NewEvent<'_>,
-        s: Option<&SourceRules>,
+        s: SettleAt<'_>,
     ) -> Result<Admission, StoreError> {
         self.inner.ingest(e, s).await
     }
@@ -249,7 +249,7 @@ async fn log(h: &Harness, player: &str, event_id: &str) {
         limits: IngestLimits::NONE,
         ignored: false,
     };
-    h.store.ingest(new, None).await.unwrap();
+    h.store.ingest(new, SettleAt::Worker).await.unwrap();
 }
 
 /// Gaps between consecutive failed attempts, in milliseconds.
