@@ -868,7 +868,8 @@ mod tests {
         /// Writes a settlement of `pending`: decided rows leave, held ones stay held.
         fn write(&mut self, settled: Settlement, pending: Vec<PendingSave>) {
             self.state = settled.state;
-            self.undecided.retain(|(p, _)| !pending.iter().any(|q| q.row == p.row));
+            self.undecided
+                .retain(|(p, _)| !pending.iter().any(|q| q.row == p.row));
             for (row, outcome) in settled.decisions {
                 let p = pending.iter().find(|p| p.row == row).unwrap().clone();
                 match outcome {

@@ -29,9 +29,8 @@ use super::sql;
 use super::upkeep::{self, Cell, UpkeepIo};
 use super::{
     status_of, Admission, AggregatePage, AggregateState, AttemptRecord, Decided, DedupKey,
-    EventFilter,
-    EventPage, EventRecord, EventRow, FailureReport, NewEvent, PurgeReport, Refusal, ReplayJob,
-    ReplayOutcome, SettleAt, SettleReport, SourceRules, StateChange, Store, StoreError,
+    EventFilter, EventPage, EventRecord, EventRow, FailureReport, NewEvent, PurgeReport, Refusal,
+    ReplayJob, ReplayOutcome, SettleAt, SettleReport, SourceRules, StateChange, Store, StoreError,
 };
 use crate::domain::{DeadReason, EventStatus};
 use crate::forward::answer::{AttemptRecord as DeliveryAttempt, Verdict};
@@ -297,7 +296,9 @@ async fn log_batch(
     raise_highest_received(&tx, &accepted).await?;
     let decided = decide_ready(&tx, &to_decide, &mut admissions).await?;
     // A decided event needs no worker; forwarding senders (of every node) learn of its deliveries.
-    let forwards = to_decide.iter().any(|(_, rules, _, _)| !rules.destinations.is_empty());
+    let forwards = to_decide
+        .iter()
+        .any(|(_, rules, _, _)| !rules.destinations.is_empty());
     if decided < accepted.len() || forwards {
         tx.cached_execute("SELECT pg_notify($1, '')", &[&CHANNEL])
             .await

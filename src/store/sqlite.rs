@@ -26,9 +26,8 @@ use super::sql;
 use super::upkeep::{self, Cell, UpkeepIo};
 use super::{
     status_of, Admission, AggregatePage, AggregateState, AttemptRecord, Decided, DedupKey,
-    EventFilter,
-    EventPage, EventRecord, EventRow, FailureReport, NewEvent, PurgeReport, Refusal, ReplayJob,
-    ReplayOutcome, SettleAt, SettleReport, SourceRules, StateChange, Store, StoreError,
+    EventFilter, EventPage, EventRecord, EventRow, FailureReport, NewEvent, PurgeReport, Refusal,
+    ReplayJob, ReplayOutcome, SettleAt, SettleReport, SourceRules, StateChange, Store, StoreError,
 };
 use crate::domain::{DeadReason, EventStatus};
 use crate::forward::answer::{AttemptRecord as DeliveryAttempt, Verdict};

@@ -37,11 +37,7 @@ impl Store for FlakyStore {
     async fn ping(&self) -> Result<(), StoreError> {
         self.inner.ping().await
     }
-    async fn ingest(
-        &self,
-        e: NewEvent<'_>,
-        s: SettleAt<'_>,
-    ) -> Result<Admission, StoreError> {
+    async fn ingest(&self, e: NewEvent<'_>, s: SettleAt<'_>) -> Result<Admission, StoreError> {
         self.inner.ingest(e, s).await
     }
     async fn due_aggregates(

@@ -15,9 +15,7 @@ use inhook::contract::SourceKind;
 use inhook::domain::{AggregateKey, Ident};
 use inhook::kind::{Delivery, EventFields};
 use inhook::projection::{PresenceState, SaveState};
-use inhook::store::{
-    Admission, IngestLimits, NewEvent, SettleAt, SourceRules, Store, StoreError,
-};
+use inhook::store::{Admission, IngestLimits, NewEvent, SettleAt, SourceRules, Store, StoreError};
 use serde_json::{json, Value};
 
 /// A fixed base time, unix milliseconds: every check passes times explicitly.
