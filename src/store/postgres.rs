@@ -308,6 +308,16 @@ async fn log_batch(
     Ok(admissions)
 }
 
+/// One aggregate's rows of a batch, to settle at ingest together.
+struct ReadyGroup<'a> {
+    rules: &'a SourceRules,
+    aggregate: &'a str,
+    /// Each row's place in the batch and its id.
+    rows: Vec<(usize, i64)>,
+    /// The latest receipt among them: the settle's "now".
+    received_at: i64,
+}
+
 /// Settles, in the batch's transaction (which holds their aggregates' locks), the
 /// aggregates of `to_decide` ready at ingest: each aggregate once, over all its rows
 /// of the batch; different aggregates concurrently, their statements pipelined.
@@ -317,36 +327,43 @@ async fn decide_ready<C: GenericClient>(
     to_decide: &[(usize, &SourceRules, &EventRow, i64)],
     admissions: &mut [Admission],
 ) -> Result<usize, StoreError> {
-    let mut groups: Vec<(&SourceRules, &str, Vec<(usize, i64)>)> = Vec::new();
+    let mut groups: Vec<ReadyGroup<'_>> = Vec::new();
     let mut group_of: HashMap<(&str, &str), usize> = HashMap::new();
     for (at, rules, row, id) in to_decide {
         let key = (row.source.as_str(), row.aggregate.as_str());
         let group = *group_of.entry(key).or_insert_with(|| {
-            groups.push((rules, row.aggregate.as_str(), Vec::new()));
+            groups.push(ReadyGroup {
+                rules,
+                aggregate: &row.aggregate,
+                rows: Vec::new(),
+                received_at: row.received_at,
+            });
             groups.len() - 1
         });
-        groups[group].2.push((*at, *id));
+        let group = &mut groups[group];
+        group.rows.push((*at, *id));
+        group.received_at = group.received_at.max(row.received_at);
     }
-    let settles = groups.iter().map(|(rules, aggregate, rows)| async move {
-        let fresh: Vec<i64> = rows.iter().map(|(_, id)| *id).collect();
-        let received_at = to_decide
-            .iter()
-            .filter(|(_, _, _, id)| fresh.contains(id))
-            .map(|(_, _, row, _)| row.received_at)
-            .max()
-            .unwrap_or_default();
-        settle::settle_at_ingest(&PgIo(tx), rules, aggregate, received_at, &fresh)
-            .await?
-            .map(|settled| settled.decided_each(&fresh))
-            .transpose()
+    let settles = groups.iter().map(|group| async move {
+        let fresh: Vec<i64> = group.rows.iter().map(|(_, id)| *id).collect();
+        settle::settle_at_ingest(
+            &PgIo(tx),
+            group.rules,
+            group.aggregate,
+            group.received_at,
+            &fresh,
+        )
+        .await?
+        .map(|settled| settled.decided_each(&fresh))
+        .transpose()
     });
     let results = futures_util::future::join_all(settles).await;
     let mut count = 0;
-    for ((_, _, rows), result) in groups.iter().zip(results) {
+    for (group, result) in groups.iter().zip(results) {
         let Some(each) = result? else {
             continue;
         };
-        for ((at, _), outcome) in rows.iter().zip(each) {
+        for ((at, _), outcome) in group.rows.iter().zip(each) {
             if let Admission::Logged { decided, .. } = &mut admissions[*at] {
                 *decided = Some(outcome);
                 count += 1;
