@@ -395,6 +395,30 @@ fn latest_wins(newer: bool) -> Outcome {
     }
 }
 
+/// Whether an aggregate may be settled inside the ingest transaction that logged
+/// `fresh` (issue #14): its pending rows are only those, and no held event is in
+/// reach. A backlog, a retry or a hold is left to the worker.
+pub fn ready_at_ingest(pending: &[i64], held_in_reach: usize, fresh: &[i64]) -> bool {
+    held_in_reach == 0 && !pending.is_empty() && pending.iter().all(|row| fresh.contains(row))
+}
+
+/// Whether a plan made at ingest may be written there: it decides every `fresh` row,
+/// each one applied, stale or unsupported, and skips no gap. A hold, a dead event
+/// (a failing apply, a sequence conflict) or a skipped gap is left to the worker.
+pub fn final_at_ingest(decisions: &[(i64, Outcome)], gaps_skipped: u64, fresh: &[i64]) -> bool {
+    let simple = |outcome: &Outcome| {
+        matches!(
+            outcome,
+            Outcome::Applied | Outcome::Stale | Outcome::Unsupported
+        )
+    };
+    gaps_skipped == 0
+        && decisions.iter().all(|(_, outcome)| simple(outcome))
+        && fresh
+            .iter()
+            .all(|row| decisions.iter().any(|(decided, _)| decided == row))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -820,6 +844,175 @@ mod tests {
             prop_assert_eq!(partial.state, full.state);
             prop_assert_eq!(partial.gaps_skipped, full.gaps_skipped);
         }
+    }
+
+    /// An aggregate as the store keeps it: its state, the sequences decided, and the
+    /// rows still undecided (`true`: held).
+    struct Slot {
+        state: SaveState,
+        occupied: BTreeSet<i64>,
+        undecided: Vec<(PendingSave, bool)>,
+        at_ingest: usize,
+    }
+
+    impl Slot {
+        fn empty() -> Self {
+            Self {
+                state: SaveState::empty(1),
+                occupied: BTreeSet::new(),
+                undecided: Vec::new(),
+                at_ingest: 0,
+            }
+        }
+
+        /// Writes a settlement of `pending`: decided rows leave, held ones stay held.
+        fn write(&mut self, settled: Settlement, pending: Vec<PendingSave>) {
+            self.state = settled.state;
+            self.undecided
+                .retain(|(p, _)| !pending.iter().any(|q| q.row == p.row));
+            for (row, outcome) in settled.decisions {
+                let p = pending.iter().find(|p| p.row == row).unwrap().clone();
+                match outcome {
+                    Outcome::Held => self.undecided.push((p, true)),
+                    Outcome::Dead {
+                        reason: DeadReason::SequenceConflict,
+                        ..
+                    } => {}
+                    _ => {
+                        self.occupied.insert(p.event.sequence.get());
+                    }
+                }
+            }
+        }
+
+        /// The worker's step: settles every undecided row.
+        fn worker(&mut self) {
+            let pending: Vec<PendingSave> = self.undecided.iter().map(|(p, _)| p.clone()).collect();
+            let settled = settle_save(
+                self.state.clone(),
+                self.occupied.clone(),
+                pending.clone(),
+                0,
+                HOLD,
+            );
+            self.write(settled, pending);
+        }
+
+        /// Ingest: logs `new`, and settles it there when the aggregate is ready, as the
+        /// store's flow does ([`ready_at_ingest`], [`final_at_ingest`]); else leaves it received.
+        fn ingest(&mut self, new: PendingSave) {
+            let mut arriving: Vec<PendingSave> = self
+                .undecided
+                .iter()
+                .filter(|(_, held)| !held)
+                .map(|(p, _)| p.clone())
+                .collect();
+            arriving.push(new.clone());
+            let mut held: Vec<HeldRef> = self
+                .undecided
+                .iter()
+                .filter(|(_, held)| *held)
+                .map(|(p, _)| HeldRef {
+                    sequence: p.event.sequence.get(),
+                    row: p.row,
+                    received_at_ms: p.received_at_ms,
+                })
+                .collect();
+            held.sort();
+            let seqs: Vec<i64> = arriving.iter().map(|p| p.event.sequence.get()).collect();
+            let rows: Vec<i64> = arriving.iter().map(|p| p.row).collect();
+            let reach = held_in_reach(
+                self.state.last_sequence,
+                &self.occupied,
+                &seqs,
+                &held,
+                0,
+                HOLD,
+            );
+            if ready_at_ingest(&rows, reach, &[new.row]) {
+                // The store settles the aggregate's arriving rows: here only `new`.
+                let settled = settle_save(
+                    self.state.clone(),
+                    self.occupied.clone(),
+                    arriving.clone(),
+                    0,
+                    HOLD,
+                );
+                if final_at_ingest(&settled.decisions, settled.gaps_skipped, &[new.row]) {
+                    self.write(settled, arriving);
+                    self.at_ingest += 1;
+                    return;
+                }
+            }
+            self.undecided.push((new, false));
+        }
+    }
+
+    proptest! {
+        /// Deciding the ready events at ingest and the rest in the worker, in any
+        /// interleaving of arrivals and worker steps, ends on the state the worker alone
+        /// reaches: the in-order one.
+        #[test]
+        fn deciding_ready_events_at_ingest_converges_like_the_worker_alone(
+            (stream, order) in arb_stream().prop_flat_map(|s| {
+                let n = s.len();
+                (Just(s), proptest::collection::vec(0..n, n..n * 2).prop_shuffle())
+            }),
+            steps in proptest::collection::vec((any::<bool>(), any::<bool>()), 24),
+        ) {
+            let (expected, _) = feed(SaveState::empty(1), stream.clone(), 0);
+            let mut seen = BTreeSet::new();
+            let arrivals: Vec<usize> = order
+                .iter()
+                .copied()
+                .chain(0..stream.len())
+                .filter(|i| seen.insert(*i))
+                .collect();
+            let mut slot = Slot::empty();
+            for (row, i) in arrivals.iter().enumerate() {
+                let (ingest_decides, worker_runs) = steps[row % steps.len()];
+                let new = PendingSave {
+                    row: row as i64,
+                    received_at_ms: 0,
+                    event: stream[*i].clone(),
+                    replayed: false,
+                };
+                if ingest_decides {
+                    slot.ingest(new);
+                } else {
+                    slot.undecided.push((new, false));
+                }
+                if worker_runs {
+                    slot.worker();
+                }
+            }
+            slot.worker();
+            prop_assert!(slot.undecided.is_empty(), "left undecided: {}", slot.undecided.len());
+            prop_assert_eq!(slot.state.inventory, expected.inventory);
+            prop_assert_eq!(slot.state.progress, expected.progress);
+            prop_assert_eq!(slot.state.achievements, expected.achievements);
+            prop_assert_eq!(slot.state.last_sequence, expected.last_sequence);
+        }
+    }
+
+    #[test]
+    fn an_in_order_stream_is_decided_at_ingest_and_a_gap_is_left_to_the_worker() {
+        let mut slot = Slot::empty();
+        for (row, seq) in [1, 2, 4, 3].into_iter().enumerate() {
+            slot.ingest(PendingSave {
+                row: row as i64,
+                received_at_ms: 0,
+                event: delta(seq, "gem", 1, 0),
+                replayed: false,
+            });
+        }
+        // 1 and 2 at ingest; 4 waits for its gap, received; 3 finds 4 pending: the worker's.
+        assert_eq!(slot.at_ingest, 2);
+        assert_eq!(slot.undecided.len(), 2);
+        assert_eq!(slot.state.last_sequence, 2);
+        slot.worker();
+        assert_eq!(slot.state.last_sequence, 4);
+        assert!(slot.undecided.is_empty());
     }
 
     #[test]

@@ -154,18 +154,7 @@ impl Worker {
 
     /// Metrics and decision lines of one settled aggregate.
     fn report(&self, rules: &SourceRules, aggregate: &str, report: &crate::store::SettleReport) {
-        let shown = AggregateKey::text_of_stored(aggregate);
-        metrics::settled(&rules.name, report);
-        for line in &report.decided {
-            info!(source = %rules.name, event_id = %line.event_id,
-                  idempotency_key = line.idempotency_key.as_deref(),
-                  aggregate = %shown, sequence = line.sequence,
-                  decision = line.decision.as_str(), "decision");
-        }
-        if report.gaps_skipped > 0 {
-            warn!(source = %rules.name, aggregate = %shown, gaps = report.gaps_skipped,
-                  "hold timeout: gap skipped");
-        }
+        report_settled(&rules.name, aggregate, report);
     }
 
     /// Settles one aggregate; on failure records the attempt for a later retry.
@@ -249,6 +238,23 @@ impl Worker {
             }
             pause(&mut shutdown, interval, None).await;
         }
+    }
+}
+
+/// Metrics and decision lines of one settled aggregate (`aggregate` in stored form),
+/// whether a worker or the ingest transaction settled it.
+pub fn report_settled(source: &str, aggregate: &str, report: &crate::store::SettleReport) {
+    let shown = AggregateKey::text_of_stored(aggregate);
+    metrics::settled(source, report);
+    for line in &report.decided {
+        info!(source = %source, event_id = %line.event_id,
+              idempotency_key = line.idempotency_key.as_deref(),
+              aggregate = %shown, sequence = line.sequence,
+              decision = line.decision.as_str(), "decision");
+    }
+    if report.gaps_skipped > 0 {
+        warn!(source = %source, aggregate = %shown, gaps = report.gaps_skipped,
+              "hold timeout: gap skipped");
     }
 }
 

@@ -15,7 +15,7 @@ use crate::kind::{Delivery, EventFields};
 use crate::metrics;
 use crate::ordering::Outcome;
 use crate::signature;
-use crate::store::{Admission, Decided, NewEvent, Refusal, StoreError};
+use crate::store::{Admission, Decided, NewEvent, Refusal, SettleAt, StoreError};
 
 /// Receives one delivery: verifies its signature, checks its contract, logs it durably
 /// and answers (SPEC §2). The signature headers are the source's scheme's
@@ -168,8 +168,13 @@ async fn check_and_log(
                 refund_rate_token(state, source, charged);
                 return Answer::BacklogFull;
             }
-            let rules = (source.mode == Mode::Sync && !ignored)
-                .then(|| source.rules(&state.config.destinations));
+            let rules = (!ignored).then(|| source.rules(&state.config.destinations));
+            let settle = match (&rules, source.mode) {
+                (None, _) => SettleAt::Worker,
+                (Some(rules), Mode::Sync) => SettleAt::Ingest(rules),
+                // Async still answers 202; the event is decided at once when its aggregate is ready.
+                (Some(rules), Mode::Async) => SettleAt::IfReady(rules),
+            };
             let logged = state
                 .store
                 .ingest(
@@ -183,7 +188,7 @@ async fn check_and_log(
                         limits: source.limits(),
                         ignored,
                     },
-                    rules.as_ref(),
+                    settle,
                 )
                 .await;
             // Only a newly logged event spends the publisher's budget: replays of a
@@ -257,6 +262,20 @@ async fn check_and_log(
         }
         Ok(Admission::Logged { decided: None, .. }) => {
             state.wake.notify_one();
+            Answer::Accepted {
+                event_id: event.event_id.clone(),
+            }
+        }
+        Ok(Admission::Logged {
+            decided: Some(decided),
+            ..
+        }) if source.mode == Mode::Async => {
+            // Decided in the ingest transaction: reported as the worker reports its decisions.
+            crate::worker::report_settled(
+                &source.name,
+                &event.aggregate.storage_key(),
+                &decided.report,
+            );
             Answer::Accepted {
                 event_id: event.event_id.clone(),
             }

@@ -177,6 +177,28 @@ impl EventRow {
     }
 }
 
+/// Where a newly logged delivery's aggregate is settled.
+#[derive(Debug, Clone, Copy)]
+pub enum SettleAt<'a> {
+    /// By the worker, later.
+    Worker,
+    /// In the ingest transaction, whatever comes of it (sync mode).
+    Ingest(&'a SourceRules),
+    /// In the ingest transaction when the aggregate is ready there (async mode, issue
+    /// #14: one transaction instead of two); else by the worker.
+    IfReady(&'a SourceRules),
+}
+
+impl<'a> SettleAt<'a> {
+    /// The rules of a settle at ingest, sync or when ready.
+    pub fn rules(self) -> Option<&'a SourceRules> {
+        match self {
+            SettleAt::Worker => None,
+            SettleAt::Ingest(rules) | SettleAt::IfReady(rules) => Some(rules),
+        }
+    }
+}
+
 /// Which unique key made a delivery a duplicate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DedupKey {
@@ -208,11 +230,11 @@ impl DedupKey {
 /// What logging a delivery did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admission {
-    /// Newly logged. For a sync source, `decided` is its outcome, settled in the same transaction.
+    /// Newly logged. `decided` is its outcome when it was settled in the same transaction.
     Logged {
         /// The event log row.
         row: i64,
-        /// The outcome when the source is in sync mode.
+        /// The outcome, when settled at ingest ([`SettleAt`]).
         decided: Option<Decided>,
         /// Whether an event of a higher sequence of its aggregate was received before it.
         out_of_order: bool,
@@ -509,13 +531,13 @@ pub trait Store: Send + Sync + 'static {
         let _ = wake;
     }
 
-    /// Logs a delivery unless its `event_id` or `idempotency_key` is known. With
-    /// `settle_now`, also settles its aggregate in the same transaction (sync mode).
-    /// Returns only after the commit.
+    /// Logs a delivery unless its `event_id` or `idempotency_key` is known, and settles
+    /// its aggregate in the same transaction as `settle` says: `decided` is then its
+    /// outcome. Returns only after the commit.
     async fn ingest(
         &self,
         event: NewEvent<'_>,
-        settle_now: Option<&SourceRules>,
+        settle: SettleAt<'_>,
     ) -> Result<Admission, StoreError>;
 
     /// Aggregates with events to decide now: received, or held or retrying and due.

@@ -28,9 +28,9 @@ use super::settle::{self, SettleIo, Settled};
 use super::sql;
 use super::upkeep::{self, Cell, UpkeepIo};
 use super::{
-    status_of, Admission, AggregatePage, AggregateState, AttemptRecord, DedupKey, EventFilter,
-    EventPage, EventRecord, EventRow, FailureReport, NewEvent, PurgeReport, Refusal, ReplayJob,
-    ReplayOutcome, SettleReport, SourceRules, StateChange, Store, StoreError,
+    status_of, Admission, AggregatePage, AggregateState, AttemptRecord, Decided, DedupKey,
+    EventFilter, EventPage, EventRecord, EventRow, FailureReport, NewEvent, PurgeReport, Refusal,
+    ReplayJob, ReplayOutcome, SettleAt, SettleReport, SourceRules, StateChange, Store, StoreError,
 };
 use crate::domain::{DeadReason, EventStatus};
 use crate::forward::answer::{AttemptRecord as DeliveryAttempt, Verdict};
@@ -120,6 +120,8 @@ const BATCH_WRITERS: usize = 2;
 /// An async delivery waiting for a batch.
 struct PgJob {
     row: EventRow,
+    /// The source's rules, when the delivery is settled at ingest if ready ([`SettleAt::IfReady`]).
+    rules: Option<SourceRules>,
     reply: tokio::sync::oneshot::Sender<Result<Admission, StoreError>>,
 }
 
@@ -147,8 +149,13 @@ async fn not_inserted<C: GenericClient>(tx: &C, job: &PgJob) -> Result<Admission
     .await
 }
 
-/// Logs `jobs` in one transaction with one multi-row insert, and wakes the workers.
-async fn log_batch(pool: &Pool, jobs: &[PgJob]) -> Result<Vec<Admission>, StoreError> {
+/// Logs `jobs` in one transaction with one multi-row insert; with `decide`, settles there
+/// the aggregates ready at ingest; wakes the workers when anything is left to them.
+async fn log_batch(
+    pool: &Pool,
+    jobs: &[PgJob],
+    decide: bool,
+) -> Result<Vec<Admission>, StoreError> {
     let mut client = pool
         .get()
         .await
@@ -239,6 +246,7 @@ async fn log_batch(pool: &Pool, jobs: &[PgJob]) -> Result<Vec<Admission>, StoreE
     let mut admissions = Vec::with_capacity(jobs.len());
     let mut refused = Vec::new();
     let mut accepted = Vec::new();
+    let mut to_decide = Vec::new();
     for job in jobs {
         // `remove`: of two deliveries with one event_id, only the first gets the row.
         let Some(row) = rows.remove(&(job.row.source.clone(), job.row.event_id.clone())) else {
@@ -271,6 +279,9 @@ async fn log_batch(pool: &Pool, jobs: &[PgJob]) -> Result<Vec<Admission>, StoreE
         let out_of_order = r.sequence < *seen;
         *seen = (*seen).max(r.sequence);
         accepted.push(r);
+        if let Some(rules) = job.rules.as_ref().filter(|_| decide) {
+            to_decide.push((admissions.len(), rules, r, row));
+        }
         admissions.push(Admission::Logged {
             row,
             decided: None,
@@ -283,18 +294,90 @@ async fn log_batch(pool: &Pool, jobs: &[PgJob]) -> Result<Vec<Admission>, StoreE
             .map_err(pg_err)?;
     }
     raise_highest_received(&tx, &accepted).await?;
-    tx.cached_execute("SELECT pg_notify($1, '')", &[&CHANNEL])
-        .await
-        .map_err(pg_err)?;
+    let decided = decide_ready(&tx, &to_decide, &mut admissions).await?;
+    // A decided event needs no worker; forwarding senders (of every node) learn of its deliveries.
+    let forwards = to_decide
+        .iter()
+        .any(|(_, rules, _, _)| !rules.destinations.is_empty());
+    if decided < accepted.len() || forwards {
+        tx.cached_execute("SELECT pg_notify($1, '')", &[&CHANNEL])
+            .await
+            .map_err(pg_err)?;
+    }
     tx.commit().await.map_err(pg_err)?;
     Ok(admissions)
+}
+
+/// One aggregate's rows of a batch, to settle at ingest together.
+struct ReadyGroup<'a> {
+    rules: &'a SourceRules,
+    aggregate: &'a str,
+    /// Each row's place in the batch and its id.
+    rows: Vec<(usize, i64)>,
+    /// The latest receipt among them: the settle's "now".
+    received_at: i64,
+}
+
+/// Settles, in the batch's transaction (which holds their aggregates' locks), the
+/// aggregates of `to_decide` ready at ingest: each aggregate once, over all its rows
+/// of the batch; different aggregates concurrently, their statements pipelined.
+/// Fills in `admissions`' outcomes; returns how many rows it decided.
+async fn decide_ready<C: GenericClient>(
+    tx: &C,
+    to_decide: &[(usize, &SourceRules, &EventRow, i64)],
+    admissions: &mut [Admission],
+) -> Result<usize, StoreError> {
+    let mut groups: Vec<ReadyGroup<'_>> = Vec::new();
+    let mut group_of: HashMap<(&str, &str), usize> = HashMap::new();
+    for (at, rules, row, id) in to_decide {
+        let key = (row.source.as_str(), row.aggregate.as_str());
+        let group = *group_of.entry(key).or_insert_with(|| {
+            groups.push(ReadyGroup {
+                rules,
+                aggregate: &row.aggregate,
+                rows: Vec::new(),
+                received_at: row.received_at,
+            });
+            groups.len() - 1
+        });
+        let group = &mut groups[group];
+        group.rows.push((*at, *id));
+        group.received_at = group.received_at.max(row.received_at);
+    }
+    let settles = groups.iter().map(|group| async move {
+        let fresh: Vec<i64> = group.rows.iter().map(|(_, id)| *id).collect();
+        settle::settle_at_ingest(
+            &PgIo(tx),
+            group.rules,
+            group.aggregate,
+            group.received_at,
+            &fresh,
+        )
+        .await?
+        .map(|settled| settled.decided_each(&fresh))
+        .transpose()
+    });
+    let results = futures_util::future::join_all(settles).await;
+    let mut count = 0;
+    for (group, result) in groups.iter().zip(results) {
+        let Some(each) = result? else {
+            continue;
+        };
+        for ((at, _), outcome) in group.rows.iter().zip(each) {
+            if let Admission::Logged { decided, .. } = &mut admissions[*at] {
+                *decided = Some(outcome);
+                count += 1;
+            }
+        }
+    }
+    Ok(count)
 }
 
 /// Commits a batch and answers each delivery. If a statement fails, the transaction is
 /// gone for all, so each delivery is retried in a transaction of its own: one bad
 /// delivery never fails the others.
 async fn commit_batch(pool: &Pool, batch: Vec<PgJob>) {
-    match log_batch(pool, &batch).await {
+    match log_batch(pool, &batch, true).await {
         Ok(admissions) => {
             for (job, admission) in batch.into_iter().zip(admissions) {
                 let _ = job.reply.send(Ok(admission));
@@ -305,15 +388,11 @@ async fn commit_batch(pool: &Pool, batch: Vec<PgJob>) {
                 let _ = job.reply.send(Err(StoreError::Unavailable(detail.clone())));
             }
         }
-        Err(_) if batch.len() > 1 => {
+        // Alone and only logged: a settle at ingest that fails must not fail the delivery.
+        Err(_) => {
             for job in batch {
-                let result = log_batch(pool, std::slice::from_ref(&job)).await;
+                let result = log_batch(pool, std::slice::from_ref(&job), false).await;
                 let _ = job.reply.send(result.map(|mut one| one.remove(0)));
-            }
-        }
-        Err(err) => {
-            for job in batch {
-                let _ = job.reply.send(Err(err.clone()));
             }
         }
     }
@@ -363,10 +442,15 @@ impl PostgresStore {
     }
 
     /// Queues an async delivery for the next batch and waits for its commit.
-    async fn ingest_batched(&self, event: NewEvent<'_>) -> Result<Admission, StoreError> {
+    async fn ingest_batched(
+        &self,
+        event: NewEvent<'_>,
+        rules: Option<&SourceRules>,
+    ) -> Result<Admission, StoreError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let job = PgJob {
             row: EventRow::of(&event),
+            rules: rules.cloned(),
             reply,
         };
         self.queue
@@ -568,17 +652,17 @@ impl Store for PostgresStore {
     async fn ingest(
         &self,
         event: NewEvent<'_>,
-        settle_now: Option<&SourceRules>,
+        settle: SettleAt<'_>,
     ) -> Result<Admission, StoreError> {
         // An ignored type takes the single path: it is logged decided, outside every limit.
-        if self.group_commit && settle_now.is_none() && !event.ignored {
-            return self.ingest_batched(event).await;
+        if self.group_commit && !matches!(settle, SettleAt::Ingest(_)) && !event.ignored {
+            return self.ingest_batched(event, settle.rules()).await;
         }
         let event_id = event.event.event_id.as_str();
         let aggregate = event.event.aggregate.storage_key();
         let idempotency_key = event.event.idempotency_key.as_ref().map(|k| k.as_str());
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
+        let mut tx = client.transaction().await.map_err(pg_err)?;
         if let Some(admission) = purged_duplicate(
             &tx,
             event.source,
@@ -640,12 +724,21 @@ impl Store for PostgresStore {
             .get(&(row.source.clone(), row.aggregate.clone()))
             .is_some_and(|h| row.sequence < *h);
         raise_highest_received(&tx, &[&row]).await?;
-        let decided = match settle_now {
-            Some(rules) => {
+        let decided = match settle {
+            SettleAt::Ingest(rules) => {
                 let settled = settle_tx(&tx, rules, &aggregate, event.received_at_ms).await?;
                 Some(settled.decided(row_id)?)
             }
-            None => {
+            SettleAt::IfReady(rules) => {
+                let decided = settle_if_ready(&mut tx, rules, &row, row_id).await?;
+                if decided.is_none() || !rules.destinations.is_empty() {
+                    tx.cached_execute("SELECT pg_notify($1, '')", &[&CHANNEL])
+                        .await
+                        .map_err(pg_err)?;
+                }
+                decided
+            }
+            SettleAt::Worker => {
                 tx.cached_execute("SELECT pg_notify($1, '')", &[&CHANNEL])
                     .await
                     .map_err(pg_err)?;
@@ -1315,6 +1408,37 @@ async fn find_duplicate<C: GenericClient>(
 
 /// Settles one aggregate inside `tx` with the one settle flow; the caller holds the
 /// aggregate's advisory lock.
+/// Settles the aggregate of `logged`, just logged as row `id` under the aggregate's
+/// lock, when it is ready at ingest. In a savepoint of its own: a settle that fails
+/// leaves the row to the worker, never fails the delivery.
+async fn settle_if_ready(
+    tx: &mut deadpool_postgres::Transaction<'_>,
+    rules: &SourceRules,
+    logged: &EventRow,
+    id: i64,
+) -> Result<Option<Decided>, StoreError> {
+    let savepoint = tx.savepoint("decide").await.map_err(pg_err)?;
+    let settled = settle::settle_at_ingest(
+        &PgIo(&savepoint),
+        rules,
+        &logged.aggregate,
+        logged.received_at,
+        &[id],
+    )
+    .await
+    .and_then(|settled| settled.map(|s| s.decided_each(&[id])).transpose());
+    match settled {
+        Ok(decided) => {
+            savepoint.commit().await.map_err(pg_err)?;
+            Ok(decided.and_then(|mut each| each.pop()))
+        }
+        Err(_) => {
+            savepoint.rollback().await.map_err(pg_err)?;
+            Ok(None)
+        }
+    }
+}
+
 async fn settle_tx<C: GenericClient>(
     tx: &C,
     rules: &SourceRules,

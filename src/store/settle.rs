@@ -9,7 +9,9 @@ use super::upkeep::UpkeepIo;
 use super::{AggregateState, Decided, DecisionLine, SettleReport, SourceRules, StoreError};
 use crate::domain::DeadReason;
 use crate::kind::{Kind, KindPlan, PendingRow, SettleInput};
-use crate::ordering::{held_in_reach, held_left_out_at, HeldRef, Outcome};
+use crate::ordering::{
+    final_at_ingest, held_in_reach, held_left_out_at, ready_at_ingest, HeldRef, Outcome,
+};
 
 /// What settling reads and writes, inside one store transaction that holds the
 /// aggregate (SQLite's one writer; PostgreSQL's advisory lock).
@@ -65,9 +67,46 @@ pub(crate) async fn settle<I: SettleIo + UpkeepIo>(
     aggregate: &str,
     now_ms: i64,
 ) -> Result<Settled, StoreError> {
+    settle_gated(io, rules, aggregate, now_ms, None)
+        .await?
+        .ok_or_else(|| StoreError::Internal("an ungated settle was left to the worker".into()))
+}
+
+/// Settles one aggregate inside the transaction that just logged its `fresh` rows, when
+/// [`crate::ordering::ready_at_ingest`] and [`crate::ordering::final_at_ingest`] allow:
+/// the same flow as the worker's, so an event decided here is decided as it would be
+/// there. `None`: nothing was written, the worker settles it.
+pub(crate) async fn settle_at_ingest<I: SettleIo + UpkeepIo>(
+    io: &I,
+    rules: &SourceRules,
+    aggregate: &str,
+    now_ms: i64,
+    fresh: &[i64],
+) -> Result<Option<Settled>, StoreError> {
+    settle_gated(io, rules, aggregate, now_ms, Some(fresh)).await
+}
+
+/// The settle flow; with `fresh`, it stops before writing anything unless the
+/// aggregate is ready at ingest.
+async fn settle_gated<I: SettleIo + UpkeepIo>(
+    io: &I,
+    rules: &SourceRules,
+    aggregate: &str,
+    now_ms: i64,
+    fresh: Option<&[i64]>,
+) -> Result<Option<Settled>, StoreError> {
     let kind: &dyn Kind = rules.kind.as_ref();
     let before = io.load_state(&rules.name, aggregate).await?;
     let mut rows = io.arriving_rows(&rules.name, aggregate, now_ms).await?;
+    let ready = |rows: &[PendingRow], held_in_reach: usize| {
+        fresh.is_none_or(|fresh| {
+            let pending: Vec<i64> = rows.iter().map(|r| r.row).collect();
+            ready_at_ingest(&pending, held_in_reach, fresh)
+        })
+    };
+    if !ready(&rows, 0) {
+        return Ok(None);
+    }
     let nothing = BTreeSet::new();
     let base = SettleInput {
         aggregate,
@@ -92,6 +131,9 @@ pub(crate) async fn settle<I: SettleIo + UpkeepIo>(
             now_ms,
             rules.hold_timeout_ms,
         );
+        if !ready(&rows, first.len()) {
+            return Ok(None);
+        }
         rows.extend(io.held_rows(first).await?);
         loop {
             let input = SettleInput {
@@ -101,6 +143,7 @@ pub(crate) async fn settle<I: SettleIo + UpkeepIo>(
             };
             match reach.settle(kind, &input) {
                 Ok(plan) => break plan,
+                Err(_) if fresh.is_some() => return Ok(None),
                 Err(missing) => rows.extend(io.held_rows(&missing).await?),
             }
         }
@@ -110,6 +153,9 @@ pub(crate) async fn settle<I: SettleIo + UpkeepIo>(
             ..base
         })
     };
+    if fresh.is_some_and(|fresh| !final_at_ingest(&plan.decisions, plan.gaps_skipped, fresh)) {
+        return Ok(None);
+    }
     let changed = plan.state.as_ref() != before.as_ref();
     if let Some(state) = plan.state.as_ref().filter(|_| changed) {
         io.save_state(&rules.name, state).await?;
@@ -127,11 +173,11 @@ pub(crate) async fn settle<I: SettleIo + UpkeepIo>(
         .await?;
     forwarding::write_deliveries(io, rules, aggregate, &rows, &plan.decisions, now_ms).await?;
     let report = report(&rows, &plan, now_ms);
-    Ok(Settled {
+    Ok(Some(Settled {
         report,
         decisions: plan.decisions,
         current_sequence: plan.current_sequence,
-    })
+    }))
 }
 
 /// Counts and decision lines of a plan, for logs and metrics.
@@ -281,6 +327,27 @@ pub(crate) struct Settled {
 }
 
 impl Settled {
+    /// The outcome of each of `rows`, rows just logged and settled at ingest: the whole
+    /// report goes with the first, so that its metrics and decision lines count once.
+    pub fn decided_each(self, rows: &[i64]) -> Result<Vec<Decided>, StoreError> {
+        let mut report = Some(self.report);
+        rows.iter()
+            .map(|row| {
+                let outcome = self
+                    .decisions
+                    .iter()
+                    .find(|(r, _)| r == row)
+                    .map(|(_, o)| o.clone())
+                    .ok_or_else(|| StoreError::Internal("settled event has no outcome".into()))?;
+                Ok(Decided {
+                    outcome,
+                    report: report.take().unwrap_or_default(),
+                    current_sequence: self.current_sequence,
+                })
+            })
+            .collect()
+    }
+
     /// The sync-mode answer for `row`, one of the rows just settled.
     pub fn decided(self, row: i64) -> Result<Decided, StoreError> {
         let outcome = self

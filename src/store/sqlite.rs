@@ -25,9 +25,9 @@ use super::settle::{self, SettleIo, Settled};
 use super::sql;
 use super::upkeep::{self, Cell, UpkeepIo};
 use super::{
-    status_of, Admission, AggregatePage, AggregateState, AttemptRecord, DedupKey, EventFilter,
-    EventPage, EventRecord, EventRow, FailureReport, NewEvent, PurgeReport, Refusal, ReplayJob,
-    ReplayOutcome, SettleReport, SourceRules, StateChange, Store, StoreError,
+    status_of, Admission, AggregatePage, AggregateState, AttemptRecord, Decided, DedupKey,
+    EventFilter, EventPage, EventRecord, EventRow, FailureReport, NewEvent, PurgeReport, Refusal,
+    ReplayJob, ReplayOutcome, SettleAt, SettleReport, SourceRules, StateChange, Store, StoreError,
 };
 use crate::domain::{DeadReason, EventStatus};
 use crate::forward::answer::{AttemptRecord as DeliveryAttempt, Verdict};
@@ -52,7 +52,8 @@ const MAX_BATCH: usize = 512;
 /// A delivery waiting for the writer.
 struct IngestJob {
     row: EventRow,
-    rules: Option<SourceRules>,
+    /// The rules of a settle at ingest, and whether only when ready ([`SettleAt::IfReady`]).
+    rules: Option<(SourceRules, bool)>,
     reply: tokio::sync::oneshot::Sender<Result<Admission, StoreError>>,
 }
 
@@ -152,7 +153,8 @@ fn ingest_one(conn: &Connection, job: &IngestJob) -> Result<Admission, StoreErro
     }
     let out_of_order = record_received(conn, &job.row)?;
     let decided = match &job.rules {
-        Some(rules) => {
+        Some((rules, true)) => settle_if_ready(conn, rules, &job.row, row)?,
+        Some((rules, false)) => {
             let settled = settle_tx(conn, rules, &job.row.aggregate, job.row.received_at)?;
             Some(settled.decided(row)?)
         }
@@ -166,6 +168,42 @@ fn ingest_one(conn: &Connection, job: &IngestJob) -> Result<Admission, StoreErro
         decided,
         out_of_order,
     })
+}
+
+/// Settles the aggregate of `logged`, just logged as row `id`, when it is ready at
+/// ingest. In a savepoint of its own: a settle that fails leaves the row to the
+/// worker (its retries and backoff), never fails the delivery.
+fn settle_if_ready(
+    conn: &Connection,
+    rules: &SourceRules,
+    logged: &EventRow,
+    id: i64,
+) -> Result<Option<Decided>, StoreError> {
+    let step = |statement: &str| {
+        conn.prepare_cached(statement)
+            .and_then(|mut s| s.execute([]))
+            .map_err(map_err)
+    };
+    step("SAVEPOINT decide")?;
+    let settled = ready(settle::settle_at_ingest(
+        &SqliteIo(conn),
+        rules,
+        &logged.aggregate,
+        logged.received_at,
+        &[id],
+    ))
+    .and_then(|settled| settled.map(|s| s.decided_each(&[id])).transpose());
+    match settled {
+        Ok(decided) => {
+            step("RELEASE decide")?;
+            Ok(decided.and_then(|mut each| each.pop()))
+        }
+        Err(_) => {
+            step("ROLLBACK TO decide")?;
+            step("RELEASE decide")?;
+            Ok(None)
+        }
+    }
 }
 
 /// Raises the aggregate's highest received sequence; says whether `row` came in below it.
@@ -364,12 +402,14 @@ impl Store for SqliteStore {
     async fn ingest(
         &self,
         event: NewEvent<'_>,
-        settle_now: Option<&SourceRules>,
+        settle: SettleAt<'_>,
     ) -> Result<Admission, StoreError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let job = IngestJob {
             row: EventRow::of(&event),
-            rules: settle_now.cloned(),
+            rules: settle
+                .rules()
+                .map(|rules| (rules.clone(), matches!(settle, SettleAt::IfReady(_)))),
             reply,
         };
         self.queue

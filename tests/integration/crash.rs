@@ -129,19 +129,27 @@ pub(crate) fn chaos_publisher(endpoint: Endpoint, concurrency: usize, rate: u64)
     .expect("publisher")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_under_a_steady_stream_loses_nothing_and_converges() {
-    let mut server = TestServer::spawn().await;
-    let (stream, plan) = chaos_stream(0x5eed);
-    let endpoint = Endpoint::new(&server.url);
-    // Paced so the stream spans every kill: about 7 s for the whole plan.
-    let publisher = chaos_publisher(endpoint.clone(), 8, 500);
+/// What a stream sent across SIGKILLs came to.
+struct Killed {
+    report: DeliveryReport,
+    kills: usize,
+    lost_at_kills: Vec<String>,
+    delivered_in: Duration,
+}
+
+/// Sends `plan` with `publisher` while SIGKILLing and restarting `server` up to
+/// [`KILLS`] times; right after each kill, notes the answered deliveries not in the log.
+async fn send_across_kills(
+    server: &mut TestServer,
+    publisher: &Publisher,
+    endpoint: &Endpoint,
+    plan: &Arc<Plan>,
+) -> Killed {
     let started = Instant::now();
     let sending = tokio::spawn({
         let (publisher, plan) = (publisher.clone(), plan.clone());
         async move { publisher.deliver(plan).await }
     });
-
     let mut kills = 0;
     let mut lost_at_kills = Vec::new();
     while kills < KILLS && !sending.is_finished() {
@@ -151,7 +159,7 @@ async fn sigkill_under_a_steady_stream_loses_nothing_and_converges() {
         kills += 1;
         // Right after the kill, before anything can be resent: every answer so far is in the file.
         let answered = publisher.answered();
-        let missing = lost(&server.logged().await, &plan, &answered);
+        let missing = lost(&server.logged().await, plan, &answered);
         println!(
             "crash test: kill {kills}: {} answers before it, {} of them not in the log",
             answered.len(),
@@ -164,7 +172,27 @@ async fn sigkill_under_a_steady_stream_loses_nothing_and_converges() {
         endpoint.set(&server.url);
     }
     let report = sending.await.expect("publisher task");
-    let delivered_in = started.elapsed();
+    Killed {
+        report,
+        kills,
+        lost_at_kills,
+        delivered_in: started.elapsed(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_under_a_steady_stream_loses_nothing_and_converges() {
+    let mut server = TestServer::spawn().await;
+    let (stream, plan) = chaos_stream(0x5eed);
+    let endpoint = Endpoint::new(&server.url);
+    // Paced so the stream spans every kill: about 7 s for the whole plan.
+    let publisher = chaos_publisher(endpoint.clone(), 8, 500);
+    let Killed {
+        report,
+        kills,
+        lost_at_kills,
+        delivered_in,
+    } = send_across_kills(&mut server, &publisher, &endpoint, &plan).await;
     assert!(
         kills >= 3,
         "the stream ended after {kills} kills: send slower"
@@ -302,4 +330,73 @@ impl Audit {
         );
         assert_eq!(mismatches, 0, "{mismatches} aggregates differ");
     }
+}
+
+/// Issue #14: SIGKILLs while a publisher streams save-game events, nearly in order, that
+/// are decided in the transactions that log them: nothing answered is lost, nothing is
+/// applied twice (no grant doubled), the states are the in-order ones, and most events
+/// were indeed decided at ingest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_while_events_are_decided_at_ingest_loses_nothing_and_applies_once() {
+    let mut server = TestServer::spawn().await;
+    let stream = generate(&StreamSpec {
+        seed: 0x14,
+        events: 2_400,
+        aggregates: 40,
+        presence_share: 0.0,
+    });
+    let plan = Arc::new(plan(
+        &stream,
+        &ChaosSpec {
+            seed: 0x14,
+            window: 1,
+            duplicate_rate: 0.1,
+            resend_rate: 0.05,
+        },
+    ));
+    let endpoint = Endpoint::new(&server.url);
+    let publisher = chaos_publisher(endpoint.clone(), 4, 400);
+    let killed = send_across_kills(&mut server, &publisher, &endpoint, &plan).await;
+    assert!(
+        killed.kills >= 3,
+        "the stream ended after {} kills",
+        killed.kills
+    );
+    assert!(
+        killed.report.failures.is_empty(),
+        "deliveries failed: {:?}",
+        &killed.report.failures[..killed.report.failures.len().min(5)]
+    );
+    let mismatches = publisher
+        .converge(Arc::new(expected_states(&stream)), Duration::from_secs(60))
+        .await
+        .expect("read API");
+    let rows = server.logged().await;
+    let audit = Audit::of(&rows, &stream, &plan, &killed.report);
+    let at_ingest = rows
+        .iter()
+        .filter(|r| r.decided_at_ms == Some(r.received_at_ms))
+        .count();
+    println!(
+        "decide-at-ingest crash test: {} kills; {} answered; lost {} at the kills; {} rows, \
+         {} decided at receipt; statuses {:?}; {} mismatches",
+        killed.kills,
+        audit.answered,
+        killed.lost_at_kills.len(),
+        rows.len(),
+        at_ingest,
+        audit.statuses,
+        mismatches.len(),
+    );
+    assert!(
+        killed.lost_at_kills.is_empty(),
+        "answered 2xx but not in the log after SIGKILL: {:?}",
+        killed.lost_at_kills
+    );
+    audit.assert_clean(rows.len(), stream.event_count(), mismatches.len());
+    assert!(
+        at_ingest * 2 > rows.len(),
+        "only {at_ingest} of {} events decided at ingest",
+        rows.len()
+    );
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use inhook::contract::{Event, SourceKind};
 use inhook::domain::{AggregateKey, EventStatus};
-use inhook::store::{Admission, EventFilter, IngestLimits, NewEvent, SourceRules};
+use inhook::store::{Admission, EventFilter, IngestLimits, NewEvent, SettleAt, SourceRules};
 use serde_json::{json, Value};
 
 use crate::support::{Reply, TestServer};
@@ -269,7 +269,7 @@ async fn report_the_cost_of_arrivals_with_many_held_events() {
                 limits: IngestLimits::NONE,
                 ignored: false,
             };
-            let logged = store.ingest(new, None).await.unwrap();
+            let logged = store.ingest(new, SettleAt::Worker).await.unwrap();
             assert!(matches!(logged, Admission::Logged { .. }));
             let key = event.aggregate().storage_key();
             store.settle(&rules, &key, now).await.unwrap()

@@ -37,11 +37,7 @@ impl Store for FlakyStore {
     async fn ping(&self) -> Result<(), StoreError> {
         self.inner.ping().await
     }
-    async fn ingest(
-        &self,
-        e: NewEvent<'_>,
-        s: Option<&SourceRules>,
-    ) -> Result<Admission, StoreError> {
+    async fn ingest(&self, e: NewEvent<'_>, s: SettleAt<'_>) -> Result<Admission, StoreError> {
         self.inner.ingest(e, s).await
     }
     async fn due_aggregates(
@@ -249,7 +245,7 @@ async fn log(h: &Harness, player: &str, event_id: &str) {
         limits: IngestLimits::NONE,
         ignored: false,
     };
-    h.store.ingest(new, None).await.unwrap();
+    h.store.ingest(new, SettleAt::Worker).await.unwrap();
 }
 
 /// Gaps between consecutive failed attempts, in milliseconds.

@@ -326,3 +326,59 @@ async fn a_backlog_over_max_backlog_is_answered_429_and_stores_nothing() {
         "nothing stored"
     );
 }
+
+/// Issue #14: an async event whose aggregate is ready is decided in the transaction
+/// that logs it, so it is processed by the time its 202 arrives, decided at its
+/// receipt time; an event ahead of a gap is left to the worker, which applies it
+/// once the gap fills.
+#[tokio::test]
+async fn an_in_order_event_is_decided_in_its_ingest_transaction() {
+    let server = TestServer::spawn().await;
+    let store = server.store().await;
+    for seq in 1..=20 {
+        let id = format!("evt_ready_{seq}");
+        let grant = json!({"added_items": items(&[("gem", 1)])});
+        let reply = server
+            .post_save(&save_event(&id, "inventory.updated", seq, &id, grant))
+            .await;
+        assert_eq!(
+            (reply.code, &reply.body),
+            (202, &json!({"status": "accepted", "event_id": id}))
+        );
+        let row = store
+            .event("save-game", &id)
+            .await
+            .unwrap()
+            .expect("logged");
+        assert_eq!(
+            row.status.as_str(),
+            "processed",
+            "{id} not decided at ingest"
+        );
+        assert_eq!(row.decided_at_ms, Some(row.received_at_ms), "{id}");
+    }
+    assert_eq!(server.get(SAVE).await.body["inventory"], json!({"gem": 20}));
+    // 22 arrives ahead of its gap: logged for the worker, which holds it.
+    let ahead = save_event(
+        "evt_22",
+        "inventory.updated",
+        22,
+        "k22",
+        json!({"added_items": items(&[("gem", 1)])}),
+    );
+    assert_eq!(server.post_save(&ahead).await.code, 202);
+    server.wait_status("save-game", "evt_22", "held").await;
+    // 21 fills it, but 22 is held in reach: the worker decides both, in order.
+    let fill = save_event(
+        "evt_21",
+        "inventory.updated",
+        21,
+        "k21",
+        json!({"removed_items": items(&[("gem", 20)])}),
+    );
+    assert_eq!(server.post_save(&fill).await.code, 202);
+    let state = wait_for_sequence(&server, SAVE, 22).await;
+    assert_eq!(state.body["inventory"], json!({"gem": 1}));
+    server.wait_status("save-game", "evt_21", "processed").await;
+    server.wait_status("save-game", "evt_22", "processed").await;
+}

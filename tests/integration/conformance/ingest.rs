@@ -250,7 +250,7 @@ pub async fn a_body_without_event_id_is_kept_under_its_delivery_id(store: &dyn S
                 limits: IngestLimits::NONE,
                 ignored: false,
             },
-            None,
+            inhook::store::SettleAt::Worker,
         )
     };
     logged(&post(T0).await.unwrap());

@@ -15,7 +15,7 @@ use inhook::contract::SourceKind;
 use inhook::domain::{AggregateKey, Ident};
 use inhook::kind::{Delivery, EventFields};
 use inhook::projection::{PresenceState, SaveState};
-use inhook::store::{Admission, IngestLimits, NewEvent, SourceRules, Store, StoreError};
+use inhook::store::{Admission, IngestLimits, NewEvent, SettleAt, SourceRules, Store, StoreError};
 use serde_json::{json, Value};
 
 /// A fixed base time, unix milliseconds: every check passes times explicitly.
@@ -126,7 +126,11 @@ pub async fn ingest(
                 limits,
                 ignored: false,
             },
-            sync.then_some(rules),
+            if sync {
+                SettleAt::Ingest(rules)
+            } else {
+                SettleAt::Worker
+            },
         )
         .await
         .expect("ingest")

@@ -450,7 +450,7 @@ pub async fn a_json_source_settles_through_the_generic_aggregate_state(store: &d
                         limits: IngestLimits::NONE,
                         ignored: false,
                     },
-                    None,
+                    inhook::store::SettleAt::Worker,
                 )
                 .await
                 .unwrap();
