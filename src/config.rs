@@ -52,6 +52,9 @@ pub struct SourceConfig {
     pub json: Option<JsonSourceSpec>,
     /// Sync or async processing.
     pub mode: Mode,
+    /// Async only: decide an event in the transaction that logs it when its aggregate is
+    /// ready, instead of leaving it to the workers (lower latency, more work per request).
+    pub decide_at_ingest: bool,
     /// How deliveries are signed.
     pub scheme: Scheme,
     /// Secrets any of which may verify (rotation).
@@ -232,6 +235,7 @@ struct FileSource {
     name: String,
     kind: SourceKind,
     mode: Option<Mode>,
+    decide_at_ingest: Option<bool>,
     signature: Option<Scheme>,
     #[serde(default)]
     secrets: Vec<String>,
@@ -287,6 +291,7 @@ impl FileSource {
             name: name.into(),
             kind,
             mode: None,
+            decide_at_ingest: None,
             signature: None,
             secrets: Vec::new(),
             tolerance_s: None,
@@ -568,6 +573,7 @@ impl Config {
                 handler,
                 json,
                 mode: s.mode.unwrap_or(default_mode),
+                decide_at_ingest: s.decide_at_ingest.unwrap_or(false),
                 scheme,
                 secrets,
                 secrets_from_environment,

@@ -173,7 +173,8 @@ async fn check_and_log(
                 (None, _) => SettleAt::Worker,
                 (Some(rules), Mode::Sync) => SettleAt::Ingest(rules),
                 // Async still answers 202; the event is decided at once when its aggregate is ready.
-                (Some(rules), Mode::Async) => SettleAt::IfReady(rules),
+                (Some(rules), Mode::Async) if source.decide_at_ingest => SettleAt::IfReady(rules),
+                (Some(_), Mode::Async) => SettleAt::Worker,
             };
             let logged = state
                 .store

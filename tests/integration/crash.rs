@@ -338,7 +338,7 @@ impl Audit {
 /// were indeed decided at ingest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_while_events_are_decided_at_ingest_loses_nothing_and_applies_once() {
-    let mut server = TestServer::spawn().await;
+    let mut server = TestServer::spawn_with("decide_at_ingest = true").await;
     let stream = generate(&StreamSpec {
         seed: 0x14,
         events: 2_400,

@@ -333,7 +333,7 @@ async fn a_backlog_over_max_backlog_is_answered_429_and_stores_nothing() {
 /// once the gap fills.
 #[tokio::test]
 async fn an_in_order_event_is_decided_in_its_ingest_transaction() {
-    let server = TestServer::spawn().await;
+    let server = TestServer::spawn_with("decide_at_ingest = true").await;
     let store = server.store().await;
     for seq in 1..=20 {
         let id = format!("evt_ready_{seq}");
