@@ -11,7 +11,7 @@
 # is set (a fresh database `inhook_bench` beside DB, as in bench.sh). The server logs at WARN
 # outside the logs pairs, as in bench.sh.
 # Usage: scripts/bench_e2e.sh [SECONDS]   (sustained; default 600, 0 skips the sustained runs)
-# Env: FLAT_S (60), LOG_PAIRS (2; 0 skips), LOG_EVENTS (20000), CONNECTIONS (32),
+# Env: FLAT_S (60; 0 skips flat and sustained), LOG_PAIRS (2; 0 skips), LOG_EVENTS (20000), CONNECTIONS (32),
 #      SUSTAINED_CONNECTIONS (64), SUSTAINED_SAMPLE_MS (10000), INHOOK_BIN (the binary).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -70,6 +70,7 @@ if [ "$LOG_PAIRS" -gt 0 ]; then
 fi
 
 for store in $STORES; do
+    [ "$FLAT_S" -gt 0 ] || break
     run "flat: ${FLAT_S}s flat out" "$store" warn \
         --duration-s "$FLAT_S" --sample-ms 1000 --connections "$CONNECTIONS"
     SUMMARY+=("flat $store: $(echo "$OUT" | sed -n 's/^bench: end to end: //p')")

@@ -566,13 +566,7 @@ async fn sample_progress(
 
 /// Prints the run end to end: what was accepted and decided while sending, and how long
 /// the backlog took to drain after the last answer.
-fn end_to_end(
-    accepted: u64,
-    decided: u64,
-    sending: Duration,
-    max_backlog: u64,
-    drained: Duration,
-) {
+fn end_to_end(accepted: u64, decided: u64, sending: Duration, max_backlog: u64, drained: Duration) {
     let seconds = sending.as_secs_f64().max(1e-9);
     println!(
         "bench: end to end: accepted {accepted} = {:.0}/s, decided during the run {decided} = {:.0}/s \
@@ -663,6 +657,24 @@ mod tests {
             body.len(),
             save.len()
         );
+    }
+
+    #[test]
+    fn progress_sums_the_final_statuses_and_the_backlog_over_every_source() {
+        let overview = serde_json::json!({"sources": [
+            {"received": 9, "processed": 4, "stale": 1, "unsupported": 1, "dead": 1,
+             "held": 1, "retrying": 1, "backlog": 2},
+            {"received": 5, "processed": 3, "stale": 0, "unsupported": 0, "dead": 0,
+             "held": 0, "retrying": 0, "backlog": 2},
+        ]});
+        assert_eq!(
+            Progress::of(&overview),
+            Progress {
+                decided: 10,
+                backlog: 4
+            }
+        );
+        assert_eq!(Progress::of(&serde_json::json!({})), Progress::default());
     }
 
     #[test]

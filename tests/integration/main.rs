@@ -5,6 +5,7 @@ mod support;
 
 mod admin_auth;
 mod aggregate_keys;
+mod bench;
 mod conformance;
 mod connections;
 mod crash;
