@@ -295,7 +295,7 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
             "bench: server CPU {:.2}s = {:.1} µs per event (user + system, until every answer{})",
             after - before,
             (after - before) * 1e6 / sent.max(1) as f64,
-            if args.wait_applied {
+            if applied_after.is_some() {
                 " and every decision"
             } else {
                 ""
