@@ -17,11 +17,11 @@ bench_database() {
 }
 
 # start_server DIR DATABASE [EXTRA_CONFIG]: starts inhook on a free port with its config,
-# output and log in DIR; sets PID and URL once it listens.
+# output and log in DIR; sets PID and URL once it listens. Logs at BENCH_LOG (default warn).
 start_server() {
     local dir=$1
     printf 'listen = "127.0.0.1:0"\ndatabase = "%s"\n%s\n' "$2" "${3:-}" > "$dir/inhook.toml"
-    INHOOK_LOG=warn "$BIN" serve --config "$dir/inhook.toml" > "$dir/out" 2> "$dir/err" &
+    INHOOK_LOG=${BENCH_LOG:-warn} "$BIN" serve --config "$dir/inhook.toml" > "$dir/out" 2> "$dir/err" &
     PID=$!
     URL=
     for _ in $(seq 1 600); do

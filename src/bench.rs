@@ -5,10 +5,13 @@
 //! loop) or at a fixed offered rate (open loop: latency counts from the
 //! scheduled send time, so a slow server cannot hide behind coordinated
 //! omission), and reports throughput, latency percentiles, answer codes, the
-//! time until every event is applied, and the server's peak RSS.
+//! time until every event is applied, and the server's peak RSS. With
+//! `--sample-ms` it also reads `/v1/overview` as it sends and reports the run
+//! end to end: accepted and decided per second, the backlog over time and the
+//! drain time.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,7 +19,7 @@ use anyhow::Context;
 use serde_json::json;
 
 use crate::clock;
-use crate::config::{signing_secret, Config};
+use crate::config::{client_admin_token, signing_secret, Config};
 use crate::signature::{self, Scheme, Secret};
 
 /// Arguments of `inhook bench`.
@@ -59,9 +62,18 @@ pub struct BenchArgs {
     /// Prefix of player ids, so runs against one database do not collide.
     #[arg(long, default_value = "bench")]
     pub run_id: String,
-    /// With `--rate`: run this many seconds (sends rate × seconds events, overriding `--events`).
+    /// Run this many seconds, overriding `--events`: with `--rate`, rate × seconds events;
+    /// without, flat out until the time is up.
     #[arg(long)]
     pub duration_s: Option<u64>,
+    /// Read `/v1/overview` this often (milliseconds) while sending and until the backlog
+    /// drains: prints accepted, decided and backlog at each reading, then the run end to end.
+    #[arg(long)]
+    pub sample_ms: Option<u64>,
+    /// Admin token for the read API (`--wait-applied`, `--apply-lag`, `--sample-ms`);
+    /// defaults to the one in --config. Not needed on loopback when none is configured.
+    #[arg(long, env = "INHOOK_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
     /// After `--wait-applied`, read the event log and report how long each event took from
     /// receipt to its final status (the store's own timestamps).
     #[arg(long)]
@@ -89,9 +101,21 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
         .clone()
         .unwrap_or_else(|| format!("/webhooks/{}", args.source));
     let url = format!("{}{path}", args.url.trim_end_matches('/'));
-    let events = match (args.duration_s, args.rate) {
-        (Some(seconds), rate) if rate > 0 => (seconds * rate) as usize,
-        _ => args.events,
+    let (events, send_for) = match (args.duration_s, args.rate) {
+        (Some(seconds), rate) if rate > 0 => ((seconds * rate) as usize, None),
+        (Some(seconds), _) => (usize::MAX, Some(Duration::from_secs(seconds))),
+        _ => (args.events, None),
+    };
+    let client = crate::outbound::client_builder(args.tls_ca_file.as_deref(), "--tls-ca-file")
+        .map_err(anyhow::Error::msg)?
+        .pool_max_idle_per_host(args.connections)
+        .http1_only()
+        .timeout(Duration::from_secs(30))
+        .build()?;
+    let api = Api {
+        base: args.url.trim_end_matches('/').to_owned(),
+        token: client_admin_token(args.admin_token.as_deref(), config.as_ref()),
+        client: client.clone(),
     };
     let generator = Arc::new(Generator {
         shape: args.shape,
@@ -103,7 +127,13 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
         let now = clock::now_ms() / 1000;
         (0..events).map(|i| generator.request(i, now)).collect()
     } else {
-        println!("bench: {events} events: each signed as it is sent");
+        match send_for {
+            Some(time) => println!(
+                "bench: flat out for {}s: each event signed as it is sent",
+                time.as_secs()
+            ),
+            None => println!("bench: {events} events: each signed as it is sent"),
+        }
         Vec::new()
     });
     let cpu_before = args.server_pid.and_then(process_cpu_s);
@@ -123,17 +153,28 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
             }
         })
     });
-    let client = crate::outbound::client_builder(args.tls_ca_file.as_deref(), "--tls-ca-file")
-        .map_err(anyhow::Error::msg)?
-        .pool_max_idle_per_host(args.connections)
-        .http1_only()
-        .timeout(Duration::from_secs(30))
-        .build()?;
-    let latencies = Arc::new(Mutex::new(Vec::with_capacity(events)));
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity(events.min(PREGENERATE_MAX))));
     let codes = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
     // The first request that got no answer, to say why when none got one.
     let first_failure = Arc::new(Mutex::new(None::<String>));
+    let accepted = Arc::new(AtomicU64::new(0));
+    let max_backlog = Arc::new(AtomicU64::new(0));
+    let before = match args.sample_ms {
+        Some(_) => api.progress().await?,
+        None => Progress::default(),
+    };
     let started = Instant::now();
+    let progress_sampler = args.sample_ms.map(|ms| {
+        tokio::spawn(sample_progress(
+            api.clone(),
+            Duration::from_millis(ms.max(1)),
+            started,
+            before,
+            accepted.clone(),
+            max_backlog.clone(),
+            args.server_pid,
+        ))
+    });
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..args.connections.max(1) {
@@ -144,13 +185,17 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
             generator.clone(),
             next.clone(),
         );
-        let (latencies, codes, first_failure) =
-            (latencies.clone(), codes.clone(), first_failure.clone());
+        let (latencies, codes, first_failure, accepted) = (
+            latencies.clone(),
+            codes.clone(),
+            first_failure.clone(),
+            accepted.clone(),
+        );
         let rate = args.rate;
         tasks.spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= events {
+                if i >= events || send_for.is_some_and(|time| started.elapsed() >= time) {
                     break;
                 }
                 // Open loop: each request has a scheduled time; latency counts from it.
@@ -175,6 +220,9 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
                 }
                 let code = match request.send().await {
                     Ok(response) => {
+                        if response.status().is_success() {
+                            accepted.fetch_add(1, Ordering::Relaxed);
+                        }
                         let code = response.status().as_u16().to_string();
                         let _ = response.bytes().await;
                         code
@@ -202,8 +250,13 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
     }
     while tasks.join_next().await.is_some() {}
     let elapsed = started.elapsed();
+    let at_last_answer = match args.sample_ms {
+        Some(_) => Some(api.progress().await?),
+        None => None,
+    };
     let mut latencies = std::mem::take(&mut *latencies.lock().expect("latencies"));
     latencies.sort_unstable();
+    let sent = latencies.len();
     let percentile = |p: f64| -> f64 {
         if latencies.is_empty() {
             return 0.0;
@@ -245,24 +298,39 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
             why.unwrap_or_else(|| "none was sent".into())
         );
     }
-    if args.wait_applied {
-        let applied_after = wait_applied(&client, &args.url).await?;
+    let applied_after = match args.wait_applied || args.sample_ms.is_some() {
+        true => Some(wait_applied(&api).await?),
+        false => None,
+    };
+    if let (true, Some(applied_after)) = (args.wait_applied, applied_after) {
         println!(
             "bench: every event applied {:.2}s after the first request ({:.2}s after the last answer)",
             (elapsed + applied_after).as_secs_f64(),
             applied_after.as_secs_f64()
         );
     }
+    if let (Some(sampler), Some(at_end), Some(drained)) =
+        (progress_sampler, at_last_answer, applied_after)
+    {
+        sampler.abort();
+        end_to_end(
+            accepted.load(Ordering::Relaxed),
+            at_end.decided.saturating_sub(before.decided),
+            elapsed,
+            max_backlog.load(Ordering::Relaxed).max(at_end.backlog),
+            drained,
+        );
+    }
     if args.apply_lag {
-        apply_lag(&client, &args.url).await?;
+        apply_lag(&api).await?;
     }
     if let (Some(before), Some(after)) = (cpu_before, args.server_pid.and_then(process_cpu_s)) {
         // CPU time, unlike throughput, hardly moves when other work shares the machine.
         println!(
             "bench: server CPU {:.2}s = {:.1} µs per event (user + system, until every answer{})",
             after - before,
-            (after - before) * 1e6 / events.max(1) as f64,
-            if args.wait_applied {
+            (after - before) * 1e6 / sent.max(1) as f64,
+            if applied_after.is_some() {
                 " and every decision"
             } else {
                 ""
@@ -273,14 +341,18 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
         if let Some(sampler) = sampler {
             sampler.abort();
         }
-        report_rss(pid, &rss_samples.lock().expect("samples"));
+        report_rss(
+            pid,
+            &rss_samples.lock().expect("samples"),
+            args.sample_ms.is_some(),
+        );
     }
     Ok(())
 }
 
-/// Prints the server's peak RSS and, for runs of two minutes or more, its RSS over time:
-/// the highest of the first minute against the highest of the last.
-fn report_rss(pid: u32, samples: &[(u64, u64)]) {
+/// Prints the server's peak RSS and, for runs of two minutes or more (any run with
+/// `per_minute`), its RSS over time: the highest of each minute, of the first and of the last.
+fn report_rss(pid: u32, samples: &[(u64, u64)], per_minute: bool) {
     let mib = |kib: u64| kib as f64 / 1024.0;
     if let Some(kib) = proc_status_kib(pid, "VmHWM:") {
         println!("bench: server peak RSS {:.1} MiB", mib(kib));
@@ -288,7 +360,7 @@ fn report_rss(pid: u32, samples: &[(u64, u64)]) {
     let Some(&(last_s, _)) = samples.last() else {
         return;
     };
-    if last_s < 120 {
+    if last_s < 120 && !per_minute {
         return;
     }
     let max_between = |from: u64, to: u64| {
@@ -312,7 +384,7 @@ fn report_rss(pid: u32, samples: &[(u64, u64)]) {
 
 /// Reads the event log through the API and prints, over every decided event, the time
 /// from receipt to decision (percentiles, and the share within 2 s).
-async fn apply_lag(client: &reqwest::Client, base: &str) -> anyhow::Result<()> {
+async fn apply_lag(api: &Api) -> anyhow::Result<()> {
     use time::format_description::well_known::Rfc3339;
     let ms = |v: &serde_json::Value| {
         v.as_str()
@@ -322,11 +394,11 @@ async fn apply_lag(client: &reqwest::Client, base: &str) -> anyhow::Result<()> {
     let mut lags = Vec::new();
     let mut cursor: Option<i64> = None;
     loop {
-        let mut url = format!("{}/v1/events?limit=500", base.trim_end_matches('/'));
+        let mut path = "/v1/events?limit=500".to_owned();
         if let Some(c) = cursor {
-            url.push_str(&format!("&cursor={c}"));
+            path.push_str(&format!("&cursor={c}"));
         }
-        let page: serde_json::Value = client.get(&url).send().await?.json().await?;
+        let page = api.get(&path).await?;
         for event in page["items"].as_array().into_iter().flatten() {
             if let (Some(received), Some(decided)) =
                 (ms(&event["received_at"]), ms(&event["decided_at"]))
@@ -424,17 +496,66 @@ impl Generator {
     }
 }
 
+/// The server's read API, with the admin token when there is one.
+#[derive(Clone)]
+struct Api {
+    client: reqwest::Client,
+    base: String,
+    token: Option<String>,
+}
+
+/// Events decided so far and the backlog, summed over every source of `/v1/overview`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Progress {
+    decided: u64,
+    backlog: u64,
+}
+
+impl Progress {
+    /// Reads an overview: decided is every final status (applied, stale, unsupported, dead).
+    fn of(overview: &serde_json::Value) -> Self {
+        let sum = |field: &str| -> u64 {
+            overview["sources"]
+                .as_array()
+                .map(|s| s.iter().filter_map(|s| s[field].as_u64()).sum())
+                .unwrap_or(0)
+        };
+        Progress {
+            decided: ["processed", "stale", "unsupported", "dead"]
+                .iter()
+                .map(|field| sum(field))
+                .sum(),
+            backlog: sum("backlog"),
+        }
+    }
+}
+
+impl Api {
+    /// GETs `path` (with its query) and parses the JSON answer; a refusal is an error.
+    async fn get(&self, path: &str) -> anyhow::Result<serde_json::Value> {
+        let mut request = self.client.get(format!("{}{path}", self.base));
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await?;
+        let code = response.status();
+        anyhow::ensure!(
+            code.is_success(),
+            "{path} answered {code}: pass --admin-token or set INHOOK_ADMIN_TOKEN"
+        );
+        Ok(response.json().await?)
+    }
+
+    async fn progress(&self) -> anyhow::Result<Progress> {
+        Ok(Progress::of(&self.get("/v1/overview").await?))
+    }
+}
+
 /// Polls `/v1/overview` until no source has a backlog; returns how long that took.
-async fn wait_applied(client: &reqwest::Client, base: &str) -> anyhow::Result<Duration> {
+async fn wait_applied(api: &Api) -> anyhow::Result<Duration> {
     let started = Instant::now();
-    let url = format!("{}/v1/overview", base.trim_end_matches('/'));
     loop {
-        let overview: serde_json::Value = client.get(&url).send().await?.json().await?;
-        let backlog: u64 = overview["sources"]
-            .as_array()
-            .map(|s| s.iter().filter_map(|s| s["backlog"].as_u64()).sum())
-            .unwrap_or(0);
-        if backlog == 0 {
+        if api.progress().await?.backlog == 0 {
             return Ok(started.elapsed());
         }
         anyhow::ensure!(
@@ -443,6 +564,53 @@ async fn wait_applied(client: &reqwest::Client, base: &str) -> anyhow::Result<Du
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Reads the overview every `every` until aborted, printing what the server accepted
+/// (answered 2xx) and decided since `before`, its backlog and, with a PID, its RSS.
+async fn sample_progress(
+    api: Api,
+    every: Duration,
+    started: Instant,
+    before: Progress,
+    accepted: Arc<AtomicU64>,
+    max_backlog: Arc<AtomicU64>,
+    server_pid: Option<u32>,
+) {
+    let mut ticks = tokio::time::interval_at((started + every).into(), every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let accepted = accepted.load(Ordering::Relaxed);
+        let Ok(now) = api.progress().await else {
+            continue;
+        };
+        max_backlog.fetch_max(now.backlog, Ordering::Relaxed);
+        let rss = server_pid
+            .and_then(|pid| proc_status_kib(pid, "VmRSS:"))
+            .map(|kib| format!(" rss {:.1} MiB", kib as f64 / 1024.0))
+            .unwrap_or_default();
+        println!(
+            "bench: at {:.1}s accepted {accepted} decided {} backlog {}{rss}",
+            started.elapsed().as_secs_f64(),
+            now.decided.saturating_sub(before.decided),
+            now.backlog
+        );
+    }
+}
+
+/// Prints the run end to end: what was accepted and decided while sending, and how long
+/// the backlog took to drain after the last answer.
+fn end_to_end(accepted: u64, decided: u64, sending: Duration, max_backlog: u64, drained: Duration) {
+    let seconds = sending.as_secs_f64().max(1e-9);
+    println!(
+        "bench: end to end: accepted {accepted} = {:.0}/s, decided during the run {decided} = {:.0}/s \
+         (decided ÷ accepted {:.2}), max backlog {max_backlog}, drained {:.2}s after the last answer",
+        accepted as f64 / seconds,
+        decided as f64 / seconds,
+        decided as f64 / accepted.max(1) as f64,
+        drained.as_secs_f64()
+    );
 }
 
 /// A process's CPU time so far (user + system), in seconds, from `/proc/{pid}/stat`.
@@ -524,6 +692,24 @@ mod tests {
             body.len(),
             save.len()
         );
+    }
+
+    #[test]
+    fn progress_sums_the_final_statuses_and_the_backlog_over_every_source() {
+        let overview = serde_json::json!({"sources": [
+            {"received": 9, "processed": 4, "stale": 1, "unsupported": 1, "dead": 1,
+             "held": 1, "retrying": 1, "backlog": 2},
+            {"received": 5, "processed": 3, "stale": 0, "unsupported": 0, "dead": 0,
+             "held": 0, "retrying": 0, "backlog": 2},
+        ]});
+        assert_eq!(
+            Progress::of(&overview),
+            Progress {
+                decided: 10,
+                backlog: 4
+            }
+        );
+        assert_eq!(Progress::of(&serde_json::json!({})), Progress::default());
     }
 
     #[test]

@@ -391,6 +391,16 @@ pub fn signing_secret(
         })
 }
 
+/// The admin token a client command (`simulate`, `bench`) reads the API with: its flag
+/// (or `INHOOK_ADMIN_TOKEN`), else the given config's.
+pub fn client_admin_token(flag: Option<&str>, config: Option<&Config>) -> Option<String> {
+    flag.map(str::to_owned).or_else(|| {
+        config
+            .and_then(|c| c.admin_token.as_ref())
+            .map(|t| String::from_utf8_lossy(t.expose()).into_owned())
+    })
+}
+
 impl Config {
     /// Loads the file at `path` (if any) and applies the process environment.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {

@@ -1,5 +1,9 @@
 //! Log and trace output: `tracing` lines on stderr (text or JSON), and, when
 //! `otlp_endpoint` is set, the same spans exported over OTLP/HTTP (off by default).
+//!
+//! Log lines carry their own fields only, never their spans' (issue #14): the span fields
+//! repeated in every line doubled its size, and formatting them cost every request an
+//! allocation even when no line was written. Without an exporter no span is even built.
 
 use std::io::IsTerminal;
 
@@ -7,9 +11,12 @@ use anyhow::Context;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig};
 use opentelemetry_sdk::trace::SdkTracerProvider;
-use tracing_subscriber::layer::SubscriberExt;
+use tracing::subscriber::Interest;
+use tracing::Metadata;
+use tracing_subscriber::filter::FilterExt;
+use tracing_subscriber::layer::{self, Filter, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::{EnvFilter, Layer};
+use tracing_subscriber::{EnvFilter, Layer, Registry};
 
 /// Keeps the OTLP exporter alive; dropping it flushes the spans not yet sent.
 pub struct Telemetry {
@@ -24,9 +31,30 @@ impl Drop for Telemetry {
     }
 }
 
+/// The level filter of `INHOOK_LOG` (default `info`); each layer has its own.
+fn level() -> EnvFilter {
+    EnvFilter::try_from_env("INHOOK_LOG").unwrap_or_else(|_| EnvFilter::new("info"))
+}
+
+/// Lets through everything but spans: the line writer never sees a span.
+struct NoSpans;
+
+impl<S> Filter<S> for NoSpans {
+    fn enabled(&self, metadata: &Metadata<'_>, _: &layer::Context<'_, S>) -> bool {
+        !metadata.is_span()
+    }
+
+    fn callsite_enabled(&self, metadata: &'static Metadata<'static>) -> Interest {
+        if metadata.is_span() {
+            Interest::never()
+        } else {
+            Interest::always()
+        }
+    }
+}
+
 /// Installs the global subscriber: level from `INHOOK_LOG` (default `info`).
 pub fn init(json: bool, otlp_endpoint: Option<&str>) -> anyhow::Result<Telemetry> {
-    let filter = EnvFilter::try_from_env("INHOOK_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     let lines = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
@@ -35,6 +63,8 @@ pub fn init(json: bool, otlp_endpoint: Option<&str>) -> anyhow::Result<Telemetry
     } else {
         lines.boxed()
     };
+    let mut layers: Vec<Box<dyn Layer<Registry> + Send + Sync>> =
+        vec![lines.with_filter(level().and(NoSpans)).boxed()];
     let provider = otlp_endpoint
         .map(|endpoint| {
             let exporter = SpanExporter::builder()
@@ -55,13 +85,15 @@ pub fn init(json: bool, otlp_endpoint: Option<&str>) -> anyhow::Result<Telemetry
             )
         })
         .transpose()?;
-    let traces = provider
-        .as_ref()
-        .map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer("inhook")));
-    tracing_subscriber::registry()
-        .with(filter)
-        .with(lines)
-        .with(traces)
-        .init();
+    // Only with an exporter: a layer that is absent lets no span be built at all.
+    if let Some(p) = &provider {
+        layers.push(
+            tracing_opentelemetry::layer()
+                .with_tracer(p.tracer("inhook"))
+                .with_filter(level())
+                .boxed(),
+        );
+    }
+    tracing_subscriber::registry().with(layers).init();
     Ok(Telemetry { provider })
 }

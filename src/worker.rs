@@ -168,7 +168,6 @@ impl Worker {
     }
 
     async fn step_inner(&self, rules: &SourceRules, aggregate: &str) {
-        let shown = AggregateKey::text_of_stored(aggregate);
         match self
             .store
             .settle(rules, aggregate, self.clock.now_ms())
@@ -177,6 +176,7 @@ impl Worker {
             Ok(report) => self.report(rules, aggregate, &report),
             Err(err) => {
                 let error = err.to_string();
+                let shown = AggregateKey::text_of_stored(aggregate);
                 let recorded = self
                     .store
                     .record_failure(
@@ -244,9 +244,15 @@ impl Worker {
 /// Metrics and decision lines of one settled aggregate (`aggregate` in stored form),
 /// whether a worker or the ingest transaction settled it.
 pub fn report_settled(source: &str, aggregate: &str, report: &crate::store::SettleReport) {
-    let shown = AggregateKey::text_of_stored(aggregate);
     metrics::settled(source, report);
-    for line in &report.decided {
+    let lines = !report.decided.is_empty() && tracing::enabled!(tracing::Level::INFO);
+    if !lines && report.gaps_skipped == 0 {
+        // The key's text form is built only for a line that is written.
+        return;
+    }
+    let shown = AggregateKey::text_of_stored(aggregate);
+    let written = if lines { &report.decided[..] } else { &[] };
+    for line in written {
         info!(source = %source, event_id = %line.event_id,
               idempotency_key = line.idempotency_key.as_deref(),
               aggregate = %shown, sequence = line.sequence,

@@ -298,15 +298,20 @@ async fn check_and_log(
         }
     };
     tracing::Span::current().record("decision", answer.decision());
-    info!(
-        source = %source.name,
-        event_id = %event.event_id,
-        idempotency_key = event.idempotency_key.as_ref().map(|k| k.as_str()),
-        aggregate = %event.aggregate,
-        sequence = event.sequence,
-        decision = answer.decision(),
-        "decision"
-    );
+    if let Answer::Accepted { .. } = answer {
+        // Not a decision (SPEC §3): the worker's line is the event's one decision line.
+        tracing::debug!(source = %source.name, event_id = %event.event_id, "accepted");
+    } else {
+        info!(
+            source = %source.name,
+            event_id = %event.event_id,
+            idempotency_key = event.idempotency_key.as_ref().map(|k| k.as_str()),
+            aggregate = %event.aggregate,
+            sequence = event.sequence,
+            decision = answer.decision(),
+            "decision"
+        );
+    }
     answer
 }
 

@@ -15,7 +15,7 @@ use super::json_body::{generate_json, JsonTarget};
 use super::publisher::{Endpoint, Publisher, SendOptions, SourceSigner};
 use super::report;
 use super::stream::{generate, AggregateRef, Stream, StreamSpec};
-use crate::config::{signing_secret, Config};
+use crate::config::{client_admin_token, signing_secret, Config};
 use crate::contract::SourceKind;
 use crate::signature::Scheme;
 
@@ -24,12 +24,7 @@ pub(crate) async fn run(config_path: Option<PathBuf>, args: SimulateArgs) -> any
     args.check()?;
     // The config file, when given, supplies secrets, schemes, locations and the admin token the flags leave out.
     let config = Config::load_given(config_path.as_deref()).context("loading --config")?;
-    let admin_token = args.admin_token.clone().or_else(|| {
-        config
-            .as_ref()
-            .and_then(|c| c.admin_token.as_ref())
-            .map(|t| String::from_utf8_lossy(t.expose()).into_owned())
-    });
+    let admin_token = client_admin_token(args.admin_token.as_deref(), config.as_ref());
     let seed = args.seed.unwrap_or_else(rand::random);
     let started = Instant::now();
     let spec = StreamSpec {

@@ -6,6 +6,7 @@ mod support;
 mod admin_auth;
 mod aggregate_keys;
 mod application;
+mod bench;
 mod conformance;
 mod connections;
 mod crash;
