@@ -164,6 +164,7 @@ conformance! {
     concurrency::racing_deliveries_never_overshoot_max_backlog,
     concurrency::racing_deltas_never_overshoot_max_held_per_aggregate,
     concurrency::racing_sync_deliveries_end_at_the_highest_sequence,
+    concurrency::counts_stay_exact_while_reads_race_writes,
     ingest::a_resent_event_id_is_a_duplicate_and_a_changed_body_is_flagged,
     ingest::a_known_idempotency_key_is_a_duplicate_of_the_first_event,
     ingest::the_out_of_order_flag_compares_with_the_highest_sequence_received,
