@@ -197,7 +197,10 @@ async fn log_batch(pool: &Pool, jobs: &[PgJob]) -> Result<Vec<Admission>, StoreE
     let received_at: Vec<i64> = rows.iter().map(|r| r.received_at).collect();
     let headers: Vec<Option<&str>> = rows.iter().map(|r| r.headers.as_deref()).collect();
     // In batch order, so that of two deliveries with one key the first is the one logged;
-    // a key of a purged event (dedup_keys) is left to `not_inserted`.
+    // a key of a purged event (dedup_keys) is left to `not_inserted`. Batch order is safe
+    // from deadlocks: every key is (source, ...), and a batch holds its sources' counter
+    // rows (locked above, in source order) until it commits, so no two batches ever insert
+    // keys of one source at once.
     let inserted = tx
         .cached_query(
             "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
