@@ -258,6 +258,29 @@ CREATE TABLE delivery_replay_jobs (
 );
 "#,
     ),
+    (
+        7,
+        // Reads that never scan the log (issue #14): the dashboard's pages and the
+        // destination figures by partial indexes. SQLite's counts are kept since version 2.
+        r#"
+-- Pages of the rare decided statuses (dead letters above all) by id, without walking the
+-- log: only rows decided dead or ignored enter them, so ingest and settling pay nothing.
+CREATE INDEX events_by_status ON events (status, id)
+    WHERE status IN ('dead', 'ignored_stale', 'ignored_unsupported');
+CREATE INDEX events_by_source_status ON events (source, status, id)
+    WHERE status IN ('dead', 'ignored_stale', 'ignored_unsupported');
+-- A source's page by id, however small its share of the log (a full index: one more
+-- entry per event; the only one this version adds to ingest).
+CREATE INDEX events_by_source ON events (source, id);
+-- A destination's blocked aggregates (dead deliveries only) and its last failed attempt
+-- (failures only), without reading its whole history; and its deliveries of one aggregate.
+CREATE INDEX deliveries_dead ON deliveries (destination, ordering, source, aggregate)
+    WHERE status = 'dead';
+CREATE INDEX delivery_attempts_failed ON delivery_attempts (id)
+    WHERE http_status IS NULL OR http_status < 200 OR http_status > 299;
+CREATE INDEX deliveries_by_aggregate ON deliveries (destination, aggregate, id);
+"#,
+    ),
 ];
 
 /// `(version, SQL)` in order, for PostgreSQL; the same schema as [`SQLITE`].
@@ -532,6 +555,73 @@ CREATE TABLE delivery_replay_jobs (
     created_at       BIGINT NOT NULL,
     updated_at       BIGINT NOT NULL
 );
+"#,
+    ),
+    (
+        7,
+        // As SQLite's version 7, and the overview's counts without a scan of the log. Every
+        // statement writing events appends its net change per (source, status) to
+        // `event_count_deltas` (plain inserts: no row two transactions both lock, so no
+        // ingest waits for another's counter); readers fold the deltas into `event_counts`
+        // one at a time (see `fold_counts`) and add up what is left.
+        r#"
+-- Pages of the rare decided statuses (dead letters above all) by id, without walking the
+-- log: only rows decided dead or ignored enter them, so ingest and settling pay nothing.
+CREATE INDEX events_by_status ON events (status, id)
+    WHERE status IN ('dead', 'ignored_stale', 'ignored_unsupported');
+CREATE INDEX events_by_source_status ON events (source, status, id)
+    WHERE status IN ('dead', 'ignored_stale', 'ignored_unsupported');
+-- A source's page by id, however small its share of the log (a full index: one more
+-- entry per event; the only one this version adds to ingest).
+CREATE INDEX events_by_source ON events (source, id);
+-- A destination's blocked aggregates (dead deliveries only) and its last failed attempt
+-- (failures only), without reading its whole history; and its deliveries of one aggregate.
+CREATE INDEX deliveries_dead ON deliveries (destination, ordering, source, aggregate)
+    WHERE status = 'dead';
+CREATE INDEX delivery_attempts_failed ON delivery_attempts (id)
+    WHERE http_status IS NULL OR http_status < 200 OR http_status > 299;
+CREATE INDEX deliveries_by_aggregate ON deliveries (destination, aggregate, id);
+
+CREATE TABLE event_counts (
+    source TEXT COLLATE "C" NOT NULL,
+    status TEXT   NOT NULL,
+    n      BIGINT NOT NULL,
+    PRIMARY KEY (source, status)
+);
+CREATE TABLE event_count_deltas (
+    source TEXT COLLATE "C" NOT NULL,
+    status TEXT   NOT NULL,
+    n      BIGINT NOT NULL
+);
+INSERT INTO event_counts (source, status, n)
+    SELECT source, status, COUNT(*) FROM events GROUP BY source, status;
+
+CREATE FUNCTION event_counts_apply() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO event_count_deltas (source, status, n)
+            SELECT source, status, COUNT(*) FROM new_rows GROUP BY source, status;
+    ELSIF TG_OP = 'UPDATE' THEN
+        INSERT INTO event_count_deltas (source, status, n)
+            SELECT source, status, SUM(d) FROM (
+                SELECT source, status, 1 AS d FROM new_rows
+                UNION ALL
+                SELECT source, status, -1 FROM old_rows) t
+            GROUP BY source, status HAVING SUM(d) <> 0;
+    ELSE
+        INSERT INTO event_count_deltas (source, status, n)
+            SELECT source, status, -COUNT(*) FROM old_rows GROUP BY source, status;
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+CREATE TRIGGER event_counts_insert AFTER INSERT ON events
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION event_counts_apply();
+CREATE TRIGGER event_counts_update AFTER UPDATE ON events
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION event_counts_apply();
+CREATE TRIGGER event_counts_delete AFTER DELETE ON events
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION event_counts_apply();
 "#,
     ),
 ];

@@ -42,6 +42,8 @@ use crate::retry::RetryPolicy;
 const CHANNEL: &str = "inhook_events";
 /// Advisory lock key held while migrating, so that nodes starting together migrate once.
 const MIGRATION_LOCK: i64 = 0x696e_686f_6f6b;
+/// Advisory lock key held while folding count deltas, so that one transaction folds at a time.
+const FOLD_LOCK: i64 = 0x696e_686f_6f6c;
 
 /// Statements through the connection's statement cache: each SQL text is parsed and
 /// planned once per connection, and every later run is one round trip instead of two.
@@ -202,7 +204,10 @@ async fn log_batch(
     let received_at: Vec<i64> = rows.iter().map(|r| r.received_at).collect();
     let headers: Vec<Option<&str>> = rows.iter().map(|r| r.headers.as_deref()).collect();
     // In batch order, so that of two deliveries with one key the first is the one logged;
-    // a key of a purged event (dedup_keys) is left to `not_inserted`.
+    // a key of a purged event (dedup_keys) is left to `not_inserted`. Batch order is safe
+    // from deadlocks: every key is (source, ...), and a batch holds its sources' counter
+    // rows (locked above, in source order) until it commits, so no two batches ever insert
+    // keys of one source at once.
     let inserted = tx
         .cached_query(
             "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
@@ -1045,14 +1050,22 @@ impl Store for PostgresStore {
     }
 
     async fn status_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
-        let client = self.client().await?;
-        let rows = client
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        fold_counts(&tx).await?;
+        let rows = tx
             .cached_query(
-                "SELECT source, status, COUNT(*) FROM events GROUP BY source, status",
+                // Kept by triggers (migration 7): the folded counts plus the deltas since.
+                "SELECT source, status, SUM(n)::BIGINT FROM (
+                     SELECT source, status, n FROM event_counts
+                     UNION ALL
+                     SELECT source, status, n FROM event_count_deltas) c
+                 GROUP BY source, status HAVING SUM(n) > 0",
                 &[],
             )
             .await
             .map_err(pg_err)?;
+        tx.commit().await.map_err(pg_err)?;
         rows.iter()
             .map(|r| {
                 let status: String = col(r, 1)?;
@@ -1162,6 +1175,9 @@ impl Store for PostgresStore {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
         let report = upkeep::purge(&PgIo(&tx), before_ms, dedup_until_ms, now_ms, batch).await?;
+        // The retention task runs on every node whether anyone reads the counts or not:
+        // it keeps the deltas few.
+        fold_counts(&tx).await?;
         tx.commit().await.map_err(pg_err)?;
         Ok(report)
     }
@@ -1286,6 +1302,24 @@ async fn waiting_ahead<C: GenericClient>(
         .iter()
         .map(|r| Ok(((col(r, 0)?, col(r, 1)?), (col(r, 2)?, col(r, 3)?))))
         .collect()
+}
+
+/// Folds the committed count deltas into `event_counts`, unless another transaction is
+/// folding now (then its fold serves): one folder at a time, so the counts rows are never
+/// a lock two writers wait on, and ingest never touches them.
+async fn fold_counts<C: GenericClient>(tx: &C) -> Result<(), StoreError> {
+    tx.cached_execute(
+        "WITH folder AS (SELECT pg_try_advisory_xact_lock($1) AS mine),
+              gone AS (DELETE FROM event_count_deltas WHERE (SELECT mine FROM folder)
+                       RETURNING source, status, n)
+         INSERT INTO event_counts (source, status, n)
+         SELECT source, status, SUM(n) FROM gone GROUP BY source, status ORDER BY source, status
+         ON CONFLICT (source, status) DO UPDATE SET n = event_counts.n + EXCLUDED.n",
+        &[&FOLD_LOCK],
+    )
+    .await
+    .map_err(pg_err)?;
+    Ok(())
 }
 
 /// Undecided events per source, from the counter rows the triggers keep, locked (in source

@@ -269,12 +269,14 @@ pub(crate) async fn purge<I: UpkeepIo>(
     if dedup_until_ms > now_ms {
         for column in ["event_id", "idempotency_key"] {
             // A key kept already (an earlier event's, expired but not yet deleted)
-            // now names the newer event.
+            // now names the newer event. In key order, as every batch upsert takes its
+            // keys: two nodes purging at once never wait on each other's keys crosswise.
             io.execute(
                 &format!(
                     "INSERT INTO dedup_keys (source, kind, key, event_id, expires_at)
                      SELECT source, '{column}', {column}, event_id, $2 FROM events
                      WHERE {column} IS NOT NULL AND {}
+                     ORDER BY source, {column}
                      ON CONFLICT (source, kind, key) DO UPDATE
                          SET event_id = EXCLUDED.event_id, expires_at = EXCLUDED.expires_at",
                     I::in_ids("id", 1)

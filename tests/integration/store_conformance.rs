@@ -164,6 +164,7 @@ conformance! {
     concurrency::racing_deliveries_never_overshoot_max_backlog,
     concurrency::racing_deltas_never_overshoot_max_held_per_aggregate,
     concurrency::racing_sync_deliveries_end_at_the_highest_sequence,
+    concurrency::counts_stay_exact_while_reads_race_writes,
     ingest::a_resent_event_id_is_a_duplicate_and_a_changed_body_is_flagged,
     ingest::a_known_idempotency_key_is_a_duplicate_of_the_first_event,
     ingest::the_out_of_order_flag_compares_with_the_highest_sequence_received,
@@ -257,22 +258,22 @@ where
 
 /// Checks that need several handles on one database: nodes racing, a node's crash.
 macro_rules! conformance_nodes {
-    ($($check:ident),* $(,)?) => {
+    ($($module:ident :: $check:ident),* $(,)?) => {
         mod sqlite_nodes {
-            use crate::conformance::forwarding;
+            use crate::conformance::*;
             $(
                 #[tokio::test]
                 async fn $check() {
-                    super::on_sqlite_nodes(forwarding::$check).await;
+                    super::on_sqlite_nodes($module::$check).await;
                 }
             )*
         }
         mod postgres_nodes {
-            use crate::conformance::forwarding;
+            use crate::conformance::*;
             $(
                 #[tokio::test]
                 async fn $check() {
-                    super::on_postgres_nodes(forwarding::$check).await;
+                    super::on_postgres_nodes($module::$check).await;
                 }
             )*
         }
@@ -280,8 +281,9 @@ macro_rules! conformance_nodes {
 }
 
 conformance_nodes! {
-    racing_claimers_never_lease_two_of_one_aggregate,
-    a_crashed_claim_is_claimed_again_after_its_lease,
+    forwarding::racing_claimers_never_lease_two_of_one_aggregate,
+    forwarding::a_crashed_claim_is_claimed_again_after_its_lease,
+    concurrency::nodes_ingesting_one_burst_in_opposite_orders_never_deadlock,
 }
 
 /// The checks whose answers could depend on the database's collation, on a

@@ -828,9 +828,11 @@ pub fn official_one(scheme: Scheme, secret: &str, body: &str, timestamp: i64, id
 /// replaced, rebuilt with their rows from the generic table, and drops that table: a
 /// store's state as the release before migration 5 wrote it. Remove migration 5's row
 /// from `schema_migrations` too, and the next start migrates it again. Migration 6's
-/// tables (deliveries), which come after it, are dropped first.
+/// tables (deliveries) and migration 7's indexes and counts, which come after it, are
+/// dropped first.
 pub const UNDO_MIGRATION_5: (&str, &str) = (
-    "DROP TABLE delivery_replay_jobs; DROP TABLE delivery_attempts; DROP TABLE deliveries;
+    "DROP INDEX events_by_status; DROP INDEX events_by_source_status; DROP INDEX events_by_source;
+     DROP TABLE delivery_replay_jobs; DROP TABLE delivery_attempts; DROP TABLE deliveries;
      CREATE TABLE presence_state AS
          SELECT source, aggregate AS user_id, json_extract(state, '$.presence') AS presence,
                 sequence, updated_at FROM aggregate_state WHERE tag IS NOT NULL;
@@ -844,7 +846,11 @@ pub const UNDO_MIGRATION_5: (&str, &str) = (
                 json_extract(state, '$.achievements') AS achievements, updated_at
          FROM aggregate_state WHERE watermark IS NOT NULL;
      DROP TABLE aggregate_state;",
-    "DROP TABLE delivery_replay_jobs; DROP TABLE delivery_attempts; DROP TABLE deliveries;
+    "DROP INDEX events_by_status; DROP INDEX events_by_source_status; DROP INDEX events_by_source;
+     DROP TRIGGER event_counts_insert ON events; DROP TRIGGER event_counts_update ON events;
+     DROP TRIGGER event_counts_delete ON events; DROP FUNCTION event_counts_apply();
+     DROP TABLE event_counts; DROP TABLE event_count_deltas;
+     DROP TABLE delivery_replay_jobs; DROP TABLE delivery_attempts; DROP TABLE deliveries;
      CREATE TABLE presence_state AS
          SELECT source, aggregate AS user_id, state::json->>'presence' AS presence,
                 sequence, updated_at FROM aggregate_state WHERE tag IS NOT NULL;
