@@ -11,6 +11,7 @@
 # both; their figures are the means of the pairs. KINDS_ONLY=1 runs only those pairs.
 # With BENCH_DATABASE=postgres://USER@HOST:PORT/DB the ingest lines run on PostgreSQL,
 # each on a fresh database `inhook_bench` beside DB; the default is SQLite.
+# DECIDE_AT_INGEST=1 sets `decide_at_ingest = true` on both ingest sources.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EVENTS=${1:-20000}
@@ -20,17 +21,20 @@ KIND_PAIRS=${KIND_PAIRS:-2}
 export INHOOK_STRIPE_SECRET=whsec_bench
 
 # Both ingest sources, declared as the defaults would be plus the json one.
+DECIDE=""; [ "${DECIDE_AT_INGEST:-0}" = 1 ] && DECIDE="decide_at_ingest = true"
 SOURCES='
 [[sources]]
 name = "save-game"
 kind = "save-game"
 mode = "async"
+'"$DECIDE"'
 signature = "hmac-timestamped"
 
 [[sources]]
 name = "stripe"
 kind = "json"
 mode = "async"
+'"$DECIDE"'
 signature = "stripe"
 event_id = "/id"
 aggregate = ["/data/object/object", "/data/object/id"]
