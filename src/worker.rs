@@ -43,6 +43,8 @@ pub struct Worker {
     pub store: Arc<dyn Store>,
     /// Woken by ingress when an async event is logged.
     pub wake: Arc<Notify>,
+    /// Rung after a settle that wrote delivery rows, so the senders forward at once.
+    pub forward_wake: Arc<Notify>,
     /// Where "now" comes from.
     pub clock: Clock,
 }
@@ -155,6 +157,9 @@ impl Worker {
     /// Metrics and decision lines of one settled aggregate.
     fn report(&self, rules: &SourceRules, aggregate: &str, report: &crate::store::SettleReport) {
         let shown = AggregateKey::text_of_stored(aggregate);
+        if report.deliveries > 0 {
+            self.forward_wake.notify_one();
+        }
         metrics::settled(&rules.name, report);
         for line in &report.decided {
             info!(source = %rules.name, event_id = %line.event_id,

@@ -265,6 +265,9 @@ async fn check_and_log(
             decided: Some(decided),
             ..
         }) => {
+            if decided.report.deliveries > 0 {
+                state.forward_wake.notify_one();
+            }
             metrics::settled(&source.name, &decided.report);
             sync_answer(&event, decided)
         }

@@ -724,6 +724,16 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn next_delivery_due(
+        &self,
+        destination: &str,
+        now_ms: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        let destination = destination.to_owned();
+        self.upkeep(move |io| ready(forwarding::next_due(io, &destination, now_ms)))
+            .await
+    }
+
     async fn destination_stats(&self, destination: &str) -> Result<DestinationStats, StoreError> {
         let destination = destination.to_owned();
         self.upkeep(move |io| ready(forwarding::stats(io, &destination)))
@@ -1113,6 +1123,10 @@ impl UpkeepIo for SqliteIo<'_> {
     }
 
     async fn wake_workers(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn wake_senders(&self) -> Result<(), StoreError> {
         Ok(())
     }
 }
