@@ -17,33 +17,12 @@ EVENTS=${1:-20000}
 CONNECTIONS=${2:-32}
 KIND_PAIRS=${KIND_PAIRS:-2}
 . scripts/lib.sh
-export INHOOK_STRIPE_SECRET=whsec_bench
-
-# Both ingest sources, declared as the defaults would be plus the json one.
-SOURCES='
-[[sources]]
-name = "save-game"
-kind = "save-game"
-mode = "async"
-signature = "hmac-timestamped"
-
-[[sources]]
-name = "stripe"
-kind = "json"
-mode = "async"
-signature = "stripe"
-event_id = "/id"
-aggregate = ["/data/object/object", "/data/object/id"]
-sequence = "/created"
-event_type = "/type"
-ordering = "latest-wins"
-state = "/data/object"'
 
 bench() { # $1 = label, $2 = extra config, $3 = path, $4 = rate, $5 = shape (default save-game)
     local dir; dir=$(mktemp -d)
     start_server "$dir" "$(bench_database "$dir")" "bench_ceiling = true
 $2
-$SOURCES"
+$BENCH_SOURCES"
     local shape=${5:-save-game} source=save-game out
     [ "$shape" = stripe ] && source=stripe
     out=$("$BIN" bench --url "$URL" --path "$3" --events "$EVENTS" --connections "$CONNECTIONS" \
