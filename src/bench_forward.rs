@@ -120,7 +120,11 @@ pub(crate) async fn report(
     let times = delivered(client, base, name).await?;
     let during = times.iter().filter(|(_, d)| *d <= run.ended_ms).count();
     let last_ms = times.iter().map(|(_, d)| *d).max().unwrap_or(run.ended_ms);
-    let first_ms = times.iter().map(|(_, d)| *d).min().unwrap_or(run.started_ms);
+    let first_ms = times
+        .iter()
+        .map(|(_, d)| *d)
+        .min()
+        .unwrap_or(run.started_ms);
     let per_s = |n: usize, from: i64, to: i64| n as f64 * 1000.0 / (to - from).max(1) as f64;
     let shown: Vec<String> = samples.iter().map(u64::to_string).collect();
     println!(

@@ -156,10 +156,7 @@ pub async fn listen(args: ListenArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on 127.0.0.1:{}", args.port))?;
     println!("listening on http://{}", listener.local_addr()?);
     let tally = std::sync::Arc::new(std::sync::Mutex::new(Tally::default()));
-    let (quiet, delay) = (
-        args.quiet,
-        std::time::Duration::from_millis(args.delay_ms),
-    );
+    let (quiet, delay) = (args.quiet, std::time::Duration::from_millis(args.delay_ms));
     let counted = std::sync::Arc::clone(&tally);
     let app = axum::Router::new().fallback(move |headers: HeaderMap, body: axum::body::Bytes| {
         let (secret, tally) = (secret.clone(), std::sync::Arc::clone(&counted));

@@ -1374,8 +1374,7 @@ async fn senders_are_woken_by_commits_and_retries_not_by_the_poll() {
                         let mut ledger = ledger.lock().unwrap();
                         let first = !ledger.requests.contains(&event_id);
                         ledger.requests.push(event_id.clone());
-                        if ledger.failing.contains(&event_id) || (first && event_id == FAILS_ONCE)
-                        {
+                        if ledger.failing.contains(&event_id) || (first && event_id == FAILS_ONCE) {
                             axum::http::StatusCode::INTERNAL_SERVER_ERROR
                         } else {
                             ledger.accepted.push(event_id);
@@ -1404,7 +1403,10 @@ retry_max_delay_s = 1
     )
     .await;
 
-    assert_eq!(server.post_save(&delta("w-1", "slot_w", 1, 1)).await.code, 202);
+    assert_eq!(
+        server.post_save(&delta("w-1", "slot_w", 1, 1)).await.code,
+        202
+    );
     wait_accepted(&ledger, &["w-1"]).await;
     assert_eq!(
         server
@@ -1432,7 +1434,10 @@ retry_max_delay_s = 1
     assert_eq!(detail.body["attempts"], 2, "{}", detail.body);
 
     // Dead after its two attempts; replayed once the application is fixed.
-    assert_eq!(server.post_save(&delta("x-1", "slot_x", 1, 1)).await.code, 202);
+    assert_eq!(
+        server.post_save(&delta("x-1", "slot_x", 1, 1)).await.code,
+        202
+    );
     let dead = delivery_id(&server, "x-1", "dead").await;
     ledger.lock().unwrap().failing.clear();
     let (code, body) = admin_post(
