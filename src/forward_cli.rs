@@ -164,12 +164,7 @@ pub async fn listen(args: ListenArgs) -> anyhow::Result<()> {
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
-            let status = received(&headers, &body, &secret, quiet);
-            tally
-                .lock()
-                .expect("tally")
-                .count(status.is_success(), clock::now_ms());
-            status
+            received(&headers, &body, &secret, quiet, &tally)
         }
     });
     axum::serve(listener, app)
@@ -183,8 +178,15 @@ pub async fn listen(args: ListenArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Verifies one forwarded request and prints it (unless `quiet`): `aggregate sequence type id`.
-fn received(headers: &HeaderMap, body: &[u8], secret: &Secret, quiet: bool) -> StatusCode {
+/// Verifies one forwarded request, counts it, and prints it (unless `quiet`): `aggregate
+/// sequence type id`, the last thing before the answer, since scripts act on the line.
+fn received(
+    headers: &HeaderMap,
+    body: &[u8],
+    secret: &Secret,
+    quiet: bool,
+    tally: &std::sync::Mutex<Tally>,
+) -> StatusCode {
     let header = |name: &str| {
         headers
             .get(name)
@@ -200,6 +202,10 @@ fn received(headers: &HeaderMap, body: &[u8], secret: &Secret, quiet: bool) -> S
         now_s,
         LISTEN_TOLERANCE_S,
     );
+    tally
+        .lock()
+        .expect("tally")
+        .count(verdict.is_ok(), clock::now_ms());
     if let Err(err) = verdict {
         eprintln!(
             "rejected {}: {err}",

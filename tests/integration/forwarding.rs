@@ -1333,6 +1333,12 @@ secret = "{DEST_SECRET}"
         assert_eq!(server.post_save(&body).await.code, 202);
     }
     let printed = [next(), next()];
+    // Stopped only once both answers got back: a line is printed just before its answer.
+    server
+        .wait_for("/v1/destinations/app/deliveries?status=delivered", |r| {
+            r.body["items"].as_array().is_some_and(|i| i.len() == 2)
+        })
+        .await;
     let _ = listen.kill();
     let _ = listen.wait();
     assert_eq!(
@@ -1341,11 +1347,6 @@ secret = "{DEST_SECRET}"
             "aggregate=player_1024/slot_l sequence={seq} type=inventory.updated id=l-{seq}"
         ))
     );
-    server
-        .wait_for("/v1/destinations/app/deliveries?status=delivered", |r| {
-            r.body["items"].as_array().is_some_and(|i| i.len() == 2)
-        })
-        .await;
 }
 
 /// The event whose first request the application of
