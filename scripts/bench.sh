@@ -11,43 +11,19 @@
 # both; their figures are the means of the pairs. KINDS_ONLY=1 runs only those pairs.
 # With BENCH_DATABASE=postgres://USER@HOST:PORT/DB the ingest lines run on PostgreSQL,
 # each on a fresh database `inhook_bench` beside DB; the default is SQLite.
-# DECIDE_AT_INGEST=1 sets `decide_at_ingest = true` on both ingest sources.
+# DECIDE_AT_INGEST=1 sets `decide_at_ingest = true` on both ingest sources (scripts/lib.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EVENTS=${1:-20000}
 CONNECTIONS=${2:-32}
 KIND_PAIRS=${KIND_PAIRS:-2}
 . scripts/lib.sh
-export INHOOK_STRIPE_SECRET=whsec_bench
-
-# Both ingest sources, declared as the defaults would be plus the json one.
-DECIDE=""; [ "${DECIDE_AT_INGEST:-0}" = 1 ] && DECIDE="decide_at_ingest = true"
-SOURCES='
-[[sources]]
-name = "save-game"
-kind = "save-game"
-mode = "async"
-'"$DECIDE"'
-signature = "hmac-timestamped"
-
-[[sources]]
-name = "stripe"
-kind = "json"
-mode = "async"
-'"$DECIDE"'
-signature = "stripe"
-event_id = "/id"
-aggregate = ["/data/object/object", "/data/object/id"]
-sequence = "/created"
-event_type = "/type"
-ordering = "latest-wins"
-state = "/data/object"'
 
 bench() { # $1 = label, $2 = extra config, $3 = path, $4 = rate, $5 = shape (default save-game)
     local dir; dir=$(mktemp -d)
     start_server "$dir" "$(bench_database "$dir")" "bench_ceiling = true
 $2
-$SOURCES"
+$BENCH_SOURCES"
     local shape=${5:-save-game} source=save-game out
     [ "$shape" = stripe ] && source=stripe
     out=$("$BIN" bench --url "$URL" --path "$3" --events "$EVENTS" --connections "$CONNECTIONS" \

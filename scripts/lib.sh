@@ -3,6 +3,31 @@
 BIN=${INHOOK_BIN:-target/release/inhook}
 [ -x "$BIN" ] || cargo build --release --locked
 export INHOOK_SAVE_GAME_SECRET=bench-secret INHOOK_PRESENCE_SECRET=bench-presence
+export INHOOK_STRIPE_SECRET=whsec_bench
+
+# The ingest sources of the benchmarks, declared as the defaults would be plus a json one
+# for `inhook bench --shape stripe`. DECIDE_AT_INGEST=1 decides ready events at ingest.
+DECIDE=""; [ "${DECIDE_AT_INGEST:-0}" = 1 ] && DECIDE="decide_at_ingest = true"
+BENCH_SOURCES='
+[[sources]]
+name = "save-game"
+kind = "save-game"
+mode = "async"
+'"$DECIDE"'
+signature = "hmac-timestamped"
+
+[[sources]]
+name = "stripe"
+kind = "json"
+mode = "async"
+'"$DECIDE"'
+signature = "stripe"
+event_id = "/id"
+aggregate = ["/data/object/object", "/data/object/id"]
+sequence = "/created"
+event_type = "/type"
+ordering = "latest-wins"
+state = "/data/object"'
 
 # bench_database DIR: a SQLite file in DIR, or with BENCH_DATABASE=postgres://USER@HOST:PORT/DB
 # a fresh database `inhook_bench` beside DB (dropped and created again).

@@ -67,8 +67,11 @@ impl Application {
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         crate::metrics::install();
         let store = open_store(&config).await?;
-        let senders = Sender::for_destinations(&config.destinations, &store, Clock::System)
+        let mut senders = Sender::for_destinations(&config.destinations, &store, Clock::System)
             .map_err(anyhow::Error::msg)?;
+        for sender in &mut senders {
+            sender.poll = Duration::from_millis(config.forward_poll_ms);
+        }
         let circuits = Circuits::of(&senders);
         let wake = Arc::new(Notify::new());
         let secrets = crate::http::Secrets::of(&config);
@@ -93,6 +96,7 @@ impl Application {
                 config: Arc::new(config),
                 store,
                 wake,
+                forward_wake: Arc::new(Notify::new()),
                 feed,
                 clock: Clock::System,
                 duplicates: Arc::default(),
@@ -136,6 +140,7 @@ impl Application {
             config: Arc::clone(&self.state.config),
             store: Arc::clone(&self.state.store),
             wake: Arc::clone(&self.state.wake),
+            forward_wake: Arc::clone(&self.state.forward_wake),
             clock: self.state.clock,
         };
         let mut background = tokio::task::JoinSet::new();
@@ -144,9 +149,11 @@ impl Application {
         background.spawn(watch_backlog(self.state.clone(), stop_rx.clone()));
         background.spawn(metrics_upkeep(stop_rx.clone()));
         if !self.senders.is_empty() {
-            // Its own notify: the worker's would let one of them take the other's wake-up.
-            let forward_wake = Arc::new(Notify::new());
-            self.state.store.subscribe(Arc::clone(&forward_wake));
+            // This node's committers ring it themselves; the store rings it for the others'.
+            let forward_wake = Arc::clone(&self.state.forward_wake);
+            self.state
+                .store
+                .subscribe_deliveries(Arc::clone(&forward_wake));
             background.spawn(Sender::run_all(self.senders, forward_wake, stop_rx.clone()));
         }
         background.spawn(Arc::clone(&self.state.feed).run(

@@ -81,6 +81,10 @@ pub struct BenchArgs {
     /// A PEM file of CA certificates to trust besides the system's, for an `https://` --url.
     #[arg(long, env = "INHOOK_TLS_CA_FILE")]
     pub tls_ca_file: Option<std::path::PathBuf>,
+    /// Also follow forwarding to this destination: its backlog every second, the drain
+    /// after the run, deliveries per second and applied → delivered times.
+    #[arg(long, value_name = "DESTINATION")]
+    pub forward: Option<String>,
 }
 
 /// Above this many events, requests are signed as they are sent rather than all up front
@@ -163,6 +167,15 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
         Some(_) => api.progress().await?,
         None => Progress::default(),
     };
+    let forward_samples = Arc::new(Mutex::new(Vec::new()));
+    let forward_sampler = args.forward.clone().map(|name| {
+        tokio::spawn(crate::bench_forward::sample(
+            api.clone(),
+            name,
+            Arc::clone(&forward_samples),
+        ))
+    });
+    let started_ms = clock::now_ms();
     let started = Instant::now();
     let progress_sampler = args.sample_ms.map(|ms| {
         tokio::spawn(sample_progress(
@@ -254,16 +267,11 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
         Some(_) => Some(api.progress().await?),
         None => None,
     };
+    let ended_ms = clock::now_ms();
     let mut latencies = std::mem::take(&mut *latencies.lock().expect("latencies"));
     latencies.sort_unstable();
     let sent = latencies.len();
-    let percentile = |p: f64| -> f64 {
-        if latencies.is_empty() {
-            return 0.0;
-        }
-        let i = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
-        latencies[i] as f64 / 1000.0
-    };
+    let at = |p: f64| percentile(&latencies, p) as f64 / 1000.0;
     println!(
         "bench: {} requests in {:.2}s = {:.0} req/s over {} connections ({})",
         latencies.len(),
@@ -278,11 +286,11 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
     );
     println!(
         "bench: latency ms p50 {:.2} p90 {:.2} p99 {:.2} p99.9 {:.2} max {:.2}",
-        percentile(0.50),
-        percentile(0.90),
-        percentile(0.99),
-        percentile(0.999),
-        percentile(1.0)
+        at(0.50),
+        at(0.90),
+        at(0.99),
+        at(0.999),
+        at(1.0)
     );
     println!("bench: answers {:?}", codes.lock().expect("codes"));
     if events > 0
@@ -323,6 +331,16 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
     }
     if args.apply_lag {
         apply_lag(&api).await?;
+    }
+    if let (Some(name), Some(sampler)) = (args.forward.as_deref(), forward_sampler) {
+        let drained = crate::bench_forward::drain(&api, name, &forward_samples).await?;
+        sampler.abort();
+        let samples = std::mem::take(&mut *forward_samples.lock().expect("samples"));
+        let run = crate::bench_forward::RunSpan {
+            started_ms,
+            ended_ms,
+        };
+        crate::bench_forward::report(&api, name, run, &samples, drained).await?;
     }
     if let (Some(before), Some(after)) = (cpu_before, args.server_pid.and_then(process_cpu_s)) {
         // CPU time, unlike throughput, hardly moves when other work shares the machine.
@@ -384,38 +402,60 @@ fn report_rss(pid: u32, samples: &[(u64, u64)], per_minute: bool) {
 
 /// Reads the event log through the API and prints, over every decided event, the time
 /// from receipt to decision (percentiles, and the share within 2 s).
-async fn apply_lag(api: &Api) -> anyhow::Result<()> {
+/// An API time (RFC 3339) as unix milliseconds.
+pub(crate) fn ms_of(value: &serde_json::Value) -> Option<i64> {
     use time::format_description::well_known::Rfc3339;
-    let ms = |v: &serde_json::Value| {
-        v.as_str()
-            .and_then(|s| time::OffsetDateTime::parse(s, &Rfc3339).ok())
-            .map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64)
-    };
-    let mut lags = Vec::new();
+    value
+        .as_str()
+        .and_then(|s| time::OffsetDateTime::parse(s, &Rfc3339).ok())
+        .map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64)
+}
+
+/// The value at fraction `p` of `sorted` (nearest rank); the default when it is empty.
+pub(crate) fn percentile<T: Copy + Default>(sorted: &[T], p: f64) -> T {
+    if sorted.is_empty() {
+        return T::default();
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+/// Calls `each` on every item of the paged listing at `path` (its query already started),
+/// following `next_cursor` to the end.
+pub(crate) async fn walk_pages(
+    api: &Api,
+    path: &str,
+    mut each: impl FnMut(&serde_json::Value),
+) -> anyhow::Result<()> {
     let mut cursor: Option<i64> = None;
     loop {
-        let mut path = "/v1/events?limit=500".to_owned();
+        let mut page_path = path.to_owned();
         if let Some(c) = cursor {
-            path.push_str(&format!("&cursor={c}"));
+            page_path.push_str(&format!("&cursor={c}"));
         }
-        let page = api.get(&path).await?;
-        for event in page["items"].as_array().into_iter().flatten() {
-            if let (Some(received), Some(decided)) =
-                (ms(&event["received_at"]), ms(&event["decided_at"]))
-            {
-                lags.push(decided - received);
-            }
+        let page = api.get(&page_path).await?;
+        for item in page["items"].as_array().into_iter().flatten() {
+            each(item);
         }
         match page["next_cursor"].as_i64() {
             Some(next) => cursor = Some(next),
-            None => break,
+            None => return Ok(()),
         }
     }
+}
+
+async fn apply_lag(api: &Api) -> anyhow::Result<()> {
+    let mut lags = Vec::new();
+    walk_pages(api, "/v1/events?limit=500", |event| {
+        if let (Some(received), Some(decided)) =
+            (ms_of(&event["received_at"]), ms_of(&event["decided_at"]))
+        {
+            lags.push(decided - received);
+        }
+    })
+    .await?;
     lags.sort_unstable();
-    let at = |p: f64| {
-        let i = ((lags.len() as f64 * p).ceil() as usize).clamp(1, lags.len().max(1)) - 1;
-        lags.get(i).copied().unwrap_or(0)
-    };
+    let at = |p: f64| percentile(&lags, p);
     let within_2s = lags.iter().filter(|&&lag| lag <= 2_000).count();
     println!(
         "bench: receipt to applied, {} events: ms p50 {} p99 {} p99.9 {} max {}; {:.3}% within 2 s",
@@ -498,7 +538,7 @@ impl Generator {
 
 /// The server's read API, with the admin token when there is one.
 #[derive(Clone)]
-struct Api {
+pub(crate) struct Api {
     client: reqwest::Client,
     base: String,
     token: Option<String>,
@@ -532,7 +572,7 @@ impl Progress {
 
 impl Api {
     /// GETs `path` (with its query) and parses the JSON answer; a refusal is an error.
-    async fn get(&self, path: &str) -> anyhow::Result<serde_json::Value> {
+    pub(crate) async fn get(&self, path: &str) -> anyhow::Result<serde_json::Value> {
         let mut request = self.client.get(format!("{}{path}", self.base));
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);

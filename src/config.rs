@@ -163,6 +163,9 @@ pub struct Config {
     pub group_commit: bool,
     /// Serve `POST /bench/ceiling`, a fixed 202 with no work: the HTTP ceiling for benchmarks.
     pub bench_ceiling: bool,
+    /// How long an idle sender waits before looking for due deliveries unasked: a safety
+    /// net, since commits that write deliveries and retries falling due wake it.
+    pub forward_poll_ms: u64,
     /// Export spans over OTLP/HTTP to this URL (e.g. `http://collector:4318/v1/traces`); off when unset.
     pub otlp_endpoint: Option<String>,
     /// The file this config was read from, read again on a reload.
@@ -226,6 +229,7 @@ struct FileConfig {
     metrics_public: Option<bool>,
     group_commit: Option<bool>,
     bench_ceiling: Option<bool>,
+    forward_poll_ms: Option<u64>,
     otlp_endpoint: Option<String>,
 }
 
@@ -670,6 +674,7 @@ impl Config {
             metrics_public: file.metrics_public.unwrap_or(false),
             group_commit: file.group_commit.unwrap_or(true),
             bench_ceiling: file.bench_ceiling.unwrap_or(false),
+            forward_poll_ms: file.forward_poll_ms.unwrap_or(1_000).max(1),
             otlp_endpoint: env
                 .get("INHOOK_OTLP_ENDPOINT")
                 .cloned()

@@ -29,6 +29,7 @@
 
 pub mod app;
 pub mod bench;
+mod bench_forward;
 pub mod cli;
 pub mod clock;
 pub mod config;

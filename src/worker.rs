@@ -43,6 +43,8 @@ pub struct Worker {
     pub store: Arc<dyn Store>,
     /// Woken by ingress when an async event is logged.
     pub wake: Arc<Notify>,
+    /// Rung after a settle that wrote delivery rows, so the senders forward at once.
+    pub forward_wake: Arc<Notify>,
     /// Where "now" comes from.
     pub clock: Clock,
 }
@@ -154,6 +156,9 @@ impl Worker {
 
     /// Metrics and decision lines of one settled aggregate.
     fn report(&self, rules: &SourceRules, aggregate: &str, report: &crate::store::SettleReport) {
+        if report.deliveries > 0 {
+            self.forward_wake.notify_one();
+        }
         report_settled(&rules.name, aggregate, report);
     }
 

@@ -23,8 +23,10 @@ use crate::domain::AggregateKey;
 use crate::outbound::describe_error;
 use crate::store::{DeliveryRecord, Store};
 
-/// How often a destination looks for due deliveries without being woken (retries fall due by time).
-const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// How long an idle destination waits before looking for due deliveries unasked, unless
+/// configured (`forward_poll_ms`): only a safety net, since commits writing deliveries,
+/// finished requests and retries falling due wake it.
+pub const DEFAULT_POLL: Duration = Duration::from_secs(1);
 /// Queues a bulk replay of deliveries requeues per round.
 const REPLAY_STEP: usize = 64;
 /// How often an idle sender looks for bulk replays of deliveries to advance, in milliseconds.
@@ -77,6 +79,11 @@ impl RateLimit {
         took
     }
 
+    /// Milliseconds between two tokens, at least 1.
+    pub fn token_ms(&self) -> i64 {
+        ((1000.0 / self.per_s).ceil() as i64).max(1)
+    }
+
     /// Gives back `n` tokens taken but not used (fewer deliveries were due).
     pub fn give_back(&mut self, n: usize) {
         self.tokens = (self.tokens + n as f64).min(self.per_s);
@@ -98,8 +105,24 @@ pub struct Sender {
     pub clock: Clock,
     /// Woken when deliveries may have become due (a store notification, a finished request).
     pub wake: Arc<Notify>,
+    /// Rung to wake every sender of this node (a bulk replay may requeue another
+    /// destination's deliveries); [`Sender::run_all`] shares its own.
+    pub bell: Arc<Notify>,
+    /// How long an idle sender waits unasked at most ([`DEFAULT_POLL`] unless configured).
+    pub poll: Duration,
     /// This node's circuit breaker for the destination, also read by `GET /v1/destinations`.
     pub circuit: Arc<Mutex<Circuit>>,
+}
+
+/// Why a sender's round claimed fewer deliveries than it had room for.
+#[derive(Debug, Clone, Copy)]
+struct Idle {
+    /// Request slots free before the claim.
+    free: usize,
+    /// The circuit's position at the claim.
+    state: CircuitState,
+    /// The rate limit granted fewer than there were slots.
+    rate_short: bool,
 }
 
 /// Each destination's circuit breaker on this node, shared by its sender and the API.
@@ -153,13 +176,16 @@ impl Sender {
                 node_id: Arc::clone(&node_id),
                 clock,
                 wake: Arc::new(Notify::new()),
+                bell: Arc::new(Notify::new()),
+                poll: DEFAULT_POLL,
                 circuit: Arc::new(Mutex::new(Circuit::new(CircuitPolicy::default()))),
             });
         }
         Ok(senders)
     }
 
-    /// Runs every sender of `senders` until `shutdown` turns true, waking each on `store_wake`.
+    /// Runs every sender of `senders` until `shutdown` turns true, waking each on `store_wake`
+    /// (rung after a commit that wrote deliveries, here or, through the store, on another node).
     pub async fn run_all(
         senders: Vec<Sender>,
         store_wake: Arc<Notify>,
@@ -167,7 +193,8 @@ impl Sender {
     ) {
         let wakes: Vec<Arc<Notify>> = senders.iter().map(|s| Arc::clone(&s.wake)).collect();
         let mut tasks = JoinSet::new();
-        for sender in senders {
+        for mut sender in senders {
+            sender.bell = Arc::clone(&store_wake);
             tasks.spawn(sender.run(shutdown.clone()));
         }
         let mut stop = shutdown.clone();
@@ -214,14 +241,19 @@ impl Sender {
                     .await
                 {
                     Ok(0) => now_ms.saturating_add(REPLAY_CHECK_MS),
-                    Ok(_) => now_ms,
+                    Ok(_) => {
+                        // The job may be another destination's: wake every sender.
+                        self.bell.notify_one();
+                        now_ms
+                    }
                     Err(err) => {
                         warn!(destination = %name, error = %err, "cannot advance delivery replays");
                         now_ms.saturating_add(REPLAY_CHECK_MS)
                     }
                 };
             }
-            let mut want = slots.available_permits();
+            let free = slots.available_permits();
+            let mut want = free;
             let state = circuit.lock().expect("circuit").state();
             match state {
                 CircuitState::Closed => {}
@@ -286,10 +318,50 @@ impl Sender {
                 });
             }
             if sent == 0 || sent < granted {
-                pause(&mut shutdown, POLL_INTERVAL, Some(&self.wake)).await;
+                let idle = Idle {
+                    free,
+                    state,
+                    rate_short: sent == granted && granted < want,
+                };
+                let wait = self.idle_wait(idle, rate.as_ref(), now_ms).await;
+                pause(&mut shutdown, wait, Some(&self.wake)).await;
             }
         }
         while requests.join_next().await.is_some() {}
+    }
+
+    /// How long to wait, unless woken, when nothing more may be claimed now: until the
+    /// next thing that falls due by time (a retry, a lease, the circuit's next probe, a
+    /// rate limit token), or the poll. Finished requests and commits wake the sender.
+    async fn idle_wait(&self, idle: Idle, rate: Option<&RateLimit>, now_ms: i64) -> Duration {
+        let until = |at_ms: i64| {
+            let ms = u64::try_from(at_ms.saturating_sub(now_ms)).unwrap_or(0);
+            Duration::from_millis(ms).min(self.poll)
+        };
+        if idle.free == 0 {
+            return self.poll;
+        }
+        match idle.state {
+            CircuitState::Closed => {}
+            CircuitState::Open { until_ms } if now_ms < until_ms => return until(until_ms),
+            CircuitState::Open { .. } | CircuitState::Probing => return self.poll,
+        }
+        if let Some(rate) = rate.filter(|_| idle.rate_short) {
+            return until(now_ms.saturating_add(rate.token_ms()));
+        }
+        match self
+            .store
+            .next_delivery_due(&self.destination.name, now_ms)
+            .await
+        {
+            Ok(Some(at_ms)) => until(at_ms),
+            Ok(None) => self.poll,
+            Err(err) => {
+                debug!(destination = %self.destination.name, error = %err,
+                       "cannot read when a delivery falls due; polling");
+                self.poll.min(STORE_BACKOFF)
+            }
+        }
     }
 
     /// Sends one claimed delivery and records the verdict.

@@ -277,6 +277,9 @@ async fn check_and_log(
                 &event.aggregate.storage_key(),
                 &decided.report,
             );
+            if decided.report.deliveries > 0 {
+                state.forward_wake.notify_one();
+            }
             Answer::Accepted {
                 event_id: event.event_id.clone(),
             }
@@ -285,6 +288,9 @@ async fn check_and_log(
             decided: Some(decided),
             ..
         }) => {
+            if decided.report.deliveries > 0 {
+                state.forward_wake.notify_one();
+            }
             metrics::settled(&source.name, &decided.report);
             sync_answer(&event, decided)
         }

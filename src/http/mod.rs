@@ -37,6 +37,8 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     /// Wakes the workers when an async event is logged.
     pub wake: Arc<Notify>,
+    /// Wakes this node's senders after a commit that wrote delivery rows (SPEC §9).
+    pub forward_wake: Arc<Notify>,
     /// Where "now" comes from.
     pub clock: crate::clock::Clock,
     /// Duplicates answered by this node since it started, per source (for the overview).

@@ -160,7 +160,8 @@ fn blocking_orders() -> String {
 }
 
 /// Writes the deliveries of the applied events of `decisions` (in decision order, which
-/// is the applied order the queues send in), inside the decision's transaction.
+/// is the applied order the queues send in), inside the decision's transaction; answers
+/// how many it wrote, and when any, wakes the other nodes' senders at the commit.
 pub(crate) async fn write_deliveries<I: UpkeepIo>(
     io: &I,
     rules: &SourceRules,
@@ -168,9 +169,10 @@ pub(crate) async fn write_deliveries<I: UpkeepIo>(
     rows: &[PendingRow],
     decisions: &[(i64, Outcome)],
     now_ms: i64,
-) -> Result<(), StoreError> {
+) -> Result<u64, StoreError> {
+    let mut written = 0;
     if rules.destinations.is_empty() {
-        return Ok(());
+        return Ok(written);
     }
     for (row, outcome) in decisions {
         let Some(event) = rows.iter().find(|r| r.row == *row) else {
@@ -202,9 +204,13 @@ pub(crate) async fn write_deliveries<I: UpkeepIo>(
                 ],
             )
             .await?;
+            written += 1;
         }
     }
-    Ok(())
+    if written > 0 {
+        io.wake_senders().await?;
+    }
+    Ok(written)
 }
 
 /// Claims up to `limit` deliveries of `destination` that may be sent at `now_ms`, at
@@ -221,26 +227,31 @@ pub(crate) async fn claim<I: UpkeepIo>(
     if limit == 0 {
         return Ok(Vec::new());
     }
-    // Queues with a delivery that may go: not behind a live request, a dead in-order
-    // delivery or a retry not yet due (so blocked queues never crowd out the rest).
-    let candidates = io
-        .query(
-            &format!(
-                "SELECT d.source, d.aggregate, MIN(d.id) AS first FROM deliveries d
-                 WHERE d.destination = $1
-                   AND (d.status = 'pending'
-                        OR (d.status = 'retrying' AND d.next_attempt_at <= $2)
-                        OR (d.status = 'in_flight' AND d.lease_until <= $2))
+    // Queues whose first active delivery may go now (pending, a retry due, a dead node's
+    // lease run out), oldest first. Each status is walked by id with a limit of its own,
+    // so a claim reads about as many rows as it claims, however deep the backlog: a
+    // GROUP BY over every waiting row made each claim cost the whole backlog.
+    let head = |alias: &str, condition: &str| {
+        format!(
+            "SELECT * FROM (SELECT d.source, d.aggregate, d.id FROM deliveries d
+                 WHERE d.destination = $1 AND {condition}
                    AND NOT EXISTS (SELECT 1 FROM deliveries e
                        WHERE e.destination = d.destination AND e.source = d.source
                          AND e.aggregate = d.aggregate AND e.id < d.id
-                         AND ((e.status = 'dead' AND e.ordering IN {blocking})
-                              OR (e.status = 'retrying' AND e.next_attempt_at > $2)
-                              OR (e.status = 'in_flight' AND e.lease_until > $2)))
-                 GROUP BY d.source, d.aggregate
-                 ORDER BY first
-                 LIMIT $3",
-                blocking = blocking_orders()
+                         AND (e.status IN ('pending', 'in_flight', 'retrying')
+                              OR (e.status = 'dead' AND e.ordering IN {blocking})))
+                 ORDER BY d.id LIMIT $3) {alias}",
+            blocking = blocking_orders(),
+        )
+    };
+    let candidates = io
+        .query(
+            &format!(
+                "SELECT source, aggregate, id FROM ({} UNION ALL {} UNION ALL {}) c
+                 ORDER BY id LIMIT $3",
+                head("pending", "d.status = 'pending'"),
+                head("due", "d.status = 'retrying' AND d.next_attempt_at <= $2"),
+                head("expired", "d.status = 'in_flight' AND d.lease_until <= $2"),
             ),
             &[
                 text(destination),
@@ -452,7 +463,7 @@ pub(crate) async fn replay<I: UpkeepIo>(
                 &[Param::Int(id)],
             )
             .await?;
-            io.wake_workers().await?;
+            io.wake_senders().await?;
             DeliveryReplay::Requeued
         }
         ReplayDecision::Superseded { by } => DeliveryReplay::Superseded { by },
@@ -498,7 +509,7 @@ pub(crate) async fn create_replay_job<I: UpkeepIo>(
             ],
         )
         .await?;
-    io.wake_workers().await?;
+    io.wake_senders().await?;
     Ok(DeliveryReplayJob {
         id: one_int(&created)?,
         destination: destination.to_owned(),
@@ -674,8 +685,30 @@ pub(crate) async fn skip<I: UpkeepIo>(
         &[Param::Int(id)],
     )
     .await?;
-    io.wake_workers().await?;
+    io.wake_senders().await?;
     Ok(DeliverySkip::Skipped)
+}
+
+/// When, after `now_ms`, `destination`'s earliest retrying delivery is due again or
+/// in-flight lease runs out. What is due already but was not claimed waits on something
+/// that wakes the sender (a request of its queue ending) or on the poll (another node's).
+pub(crate) async fn next_due<I: UpkeepIo>(
+    io: &I,
+    destination: &str,
+    now_ms: i64,
+) -> Result<Option<i64>, StoreError> {
+    let rows = io
+        .query(
+            "SELECT MIN(t) FROM (
+                 SELECT MIN(next_attempt_at) AS t FROM deliveries
+                 WHERE destination = $1 AND status = 'retrying' AND next_attempt_at > $2
+                 UNION ALL
+                 SELECT MIN(lease_until) AS t FROM deliveries
+                 WHERE destination = $1 AND status = 'in_flight' AND lease_until > $2) due",
+            &[text(destination), Param::Int(now_ms)],
+        )
+        .await?;
+    rows.first().map_or(Ok(None), |row| opt_int(row, 0))
 }
 
 /// `destination`'s backlog, requests in flight, dead deliveries, blocked aggregates and last error.

@@ -291,6 +291,8 @@ pub struct SettleReport {
     pub gaps_skipped: u64,
     /// Events applied on a sequence equal to the current one (latest-wins `json`).
     pub ties: u64,
+    /// Delivery rows written for destinations (SPEC §9): the senders are woken when any were.
+    pub deliveries: u64,
     /// For each decided event, milliseconds from receipt to decision.
     pub lags_ms: Vec<i64>,
     /// One line per decision (held only the first time), for the log.
@@ -531,6 +533,12 @@ pub trait Store: Send + Sync + 'static {
         let _ = wake;
     }
 
+    /// Wakes `wake` whenever another process commits delivery rows (a no-op for a
+    /// single-process store, whose committers wake this node's senders themselves).
+    fn subscribe_deliveries(&self, wake: std::sync::Arc<tokio::sync::Notify>) {
+        let _ = wake;
+    }
+
     /// Logs a delivery unless its `event_id` or `idempotency_key` is known, and settles
     /// its aggregate in the same transaction as `settle` says: `decided` is then its
     /// outcome. Returns only after the commit.
@@ -721,6 +729,14 @@ pub trait Store: Send + Sync + 'static {
         now_ms: i64,
         queues: usize,
     ) -> Result<u64, StoreError>;
+
+    /// When, after `now_ms`, `destination`'s next delivery falls due by time: a retry's
+    /// next attempt or a lease running out. An idle sender sleeps until then at most.
+    async fn next_delivery_due(
+        &self,
+        destination: &str,
+        now_ms: i64,
+    ) -> Result<Option<i64>, StoreError>;
 
     /// `destination`'s backlog, in flight, dead, blocked aggregates and last error.
     async fn destination_stats(&self, destination: &str) -> Result<DestinationStats, StoreError>;

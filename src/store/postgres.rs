@@ -40,6 +40,8 @@ use crate::retry::RetryPolicy;
 
 /// The channel async ingests notify and workers listen on.
 const CHANNEL: &str = "inhook_events";
+/// The channel commits that write delivery rows notify and senders listen on (SPEC §9).
+const DELIVERIES_CHANNEL: &str = "inhook_deliveries";
 /// Advisory lock key held while migrating, so that nodes starting together migrate once.
 const MIGRATION_LOCK: i64 = 0x696e_686f_6f6b;
 /// Advisory lock key held while folding count deltas, so that one transaction folds at a time.
@@ -300,14 +302,9 @@ async fn log_batch(
     }
     raise_highest_received(&tx, &accepted).await?;
     let decided = decide_ready(&tx, &to_decide, &mut admissions).await?;
-    // A decided event needs no worker; forwarding senders (of every node) learn of its deliveries.
-    let forwards = to_decide
-        .iter()
-        .any(|(_, rules, _, _)| !rules.destinations.is_empty());
-    if decided < accepted.len() || forwards {
-        tx.cached_execute("SELECT pg_notify($1, '')", &[&CHANNEL])
-            .await
-            .map_err(pg_err)?;
+    // A decided event needs no worker; its deliveries notify the senders themselves.
+    if decided < accepted.len() {
+        notify(&tx, CHANNEL).await?;
     }
     tx.commit().await.map_err(pg_err)?;
     Ok(admissions)
@@ -492,14 +489,14 @@ impl PostgresStore {
         self.pool.get().await.map_err(no_connection)
     }
 
-    /// Keeps a connection listening on the events channel and wakes `wake` on each
+    /// Keeps a connection listening on `channel` and wakes `wake` on each
     /// notification, reconnecting with backoff when PostgreSQL goes away.
-    fn listen(&self, wake: Arc<Notify>) {
+    fn listen(&self, channel: &'static str, wake: Arc<Notify>) {
         let (config, tls) = (self.pg_config.clone(), self.tls.clone());
         tokio::spawn(async move {
             let mut backoff = Duration::from_millis(200);
             loop {
-                match listen_once(&config, tls.clone(), &wake).await {
+                match listen_once(&config, tls.clone(), channel, &wake).await {
                     Ok(()) => backoff = Duration::from_millis(200),
                     Err(err) => {
                         tracing::debug!(error = %err, "LISTEN connection lost; reconnecting")
@@ -517,6 +514,7 @@ impl PostgresStore {
 async fn listen_once(
     config: &tokio_postgres::Config,
     tls: MakeRustlsConnect,
+    channel: &str,
     wake: &Arc<Notify>,
 ) -> Result<(), tokio_postgres::Error> {
     let (client, mut connection) = config.connect(tls).await?;
@@ -533,7 +531,7 @@ async fn listen_once(
         }
         Ok(())
     });
-    client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
+    client.batch_execute(&format!("LISTEN {channel}")).await?;
     let ended = driver.await;
     drop(client);
     match ended {
@@ -642,7 +640,11 @@ impl Store for PostgresStore {
     }
 
     fn subscribe(&self, wake: Arc<Notify>) {
-        self.listen(wake);
+        self.listen(CHANNEL, wake);
+    }
+
+    fn subscribe_deliveries(&self, wake: Arc<Notify>) {
+        self.listen(DELIVERIES_CHANNEL, wake);
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
@@ -736,17 +738,13 @@ impl Store for PostgresStore {
             }
             SettleAt::IfReady(rules) => {
                 let decided = settle_if_ready(&mut tx, rules, &row, row_id).await?;
-                if decided.is_none() || !rules.destinations.is_empty() {
-                    tx.cached_execute("SELECT pg_notify($1, '')", &[&CHANNEL])
-                        .await
-                        .map_err(pg_err)?;
+                if decided.is_none() {
+                    notify(&tx, CHANNEL).await?;
                 }
                 decided
             }
             SettleAt::Worker => {
-                tx.cached_execute("SELECT pg_notify($1, '')", &[&CHANNEL])
-                    .await
-                    .map_err(pg_err)?;
+                notify(&tx, CHANNEL).await?;
                 None
             }
         };
@@ -1042,6 +1040,15 @@ impl Store for PostgresStore {
         let done = forwarding::advance_replay_jobs(&PgIo(&tx), now_ms, queues).await?;
         tx.commit().await.map_err(pg_err)?;
         Ok(done)
+    }
+
+    async fn next_delivery_due(
+        &self,
+        destination: &str,
+        now_ms: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        let client = self.client().await?;
+        forwarding::next_due(&PgIo(&client), destination, now_ms).await
     }
 
     async fn destination_stats(&self, destination: &str) -> Result<DestinationStats, StoreError> {
@@ -1544,12 +1551,22 @@ impl<C: GenericClient> UpkeepIo for PgIo<'_, C> {
     }
 
     async fn wake_workers(&self) -> Result<(), StoreError> {
-        self.0
-            .cached_execute("SELECT pg_notify($1, '')", &[&CHANNEL])
-            .await
-            .map_err(pg_err)?;
-        Ok(())
+        notify(self.0, CHANNEL).await
     }
+
+    async fn wake_senders(&self) -> Result<(), StoreError> {
+        // Several in one transaction fold into one notification at the commit.
+        notify(self.0, DELIVERIES_CHANNEL).await
+    }
+}
+
+/// Notifies `channel` when the transaction of `client` commits.
+async fn notify<C: GenericClient>(client: &C, channel: &str) -> Result<(), StoreError> {
+    client
+        .cached_execute("SELECT pg_notify($1, '')", &[&channel])
+        .await
+        .map_err(pg_err)?;
+    Ok(())
 }
 
 /// A row's values as [`Cell`]s (the upkeep flows read integers and texts only).

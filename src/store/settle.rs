@@ -171,8 +171,12 @@ async fn settle_gated<I: SettleIo + UpkeepIo>(
     }
     io.record_decisions(&plan.decisions, now_ms, rules.hold_timeout_ms)
         .await?;
-    forwarding::write_deliveries(io, rules, aggregate, &rows, &plan.decisions, now_ms).await?;
-    let report = report(&rows, &plan, now_ms);
+    let deliveries =
+        forwarding::write_deliveries(io, rules, aggregate, &rows, &plan.decisions, now_ms).await?;
+    let report = SettleReport {
+        deliveries,
+        ..report(&rows, &plan, now_ms)
+    };
     Ok(Some(Settled {
         report,
         decisions: plan.decisions,

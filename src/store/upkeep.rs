@@ -45,6 +45,10 @@ pub(crate) trait UpkeepIo {
     /// Wakes the workers of every node once the transaction commits (SQLite's
     /// workers share the process and need no word).
     async fn wake_workers(&self) -> Result<(), StoreError>;
+
+    /// Wakes the senders of every other node once the transaction commits, because it
+    /// wrote delivery rows (SQLite's senders share the process and need no word).
+    async fn wake_senders(&self) -> Result<(), StoreError>;
 }
 
 /// Puts the aggregate's due events back for a retry, or makes them dead once

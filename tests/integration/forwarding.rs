@@ -1189,3 +1189,107 @@ secret = "{DEST_SECRET}"
         ))
     );
 }
+
+/// The event whose first request the application of
+/// [`senders_are_woken_by_commits_and_retries_not_by_the_poll`] fails.
+const FAILS_ONCE: &str = "r-1";
+
+/// SPEC §9's forwarding without waiting for a poll: with the idle poll at ten minutes, an
+/// event applied by the worker (save-game, async) or at ingress (presence, sync) is sent
+/// at once, a failed request is retried when its backoff ends, and a dead delivery
+/// replayed over the API goes out: each wakes the sender, or nothing would arrive
+/// within the wait.
+#[tokio::test]
+async fn senders_are_woken_by_commits_and_retries_not_by_the_poll() {
+    use crate::conformance::{delta, presence};
+
+    let ledger: Arc<Mutex<Ledger>> = Arc::default();
+    ledger.lock().unwrap().failing.insert("x-1".into());
+    let port = serve_application(
+        axum::Router::new()
+            .route(
+                "/hooks",
+                axum::routing::post(
+                    |axum::extract::State(ledger): axum::extract::State<Arc<Mutex<Ledger>>>,
+                     headers: axum::http::HeaderMap| async move {
+                        let event_id = headers["inhook-event-id"].to_str().unwrap().to_owned();
+                        let mut ledger = ledger.lock().unwrap();
+                        let first = !ledger.requests.contains(&event_id);
+                        ledger.requests.push(event_id.clone());
+                        if ledger.failing.contains(&event_id) || (first && event_id == FAILS_ONCE) {
+                            axum::http::StatusCode::INTERNAL_SERVER_ERROR
+                        } else {
+                            ledger.accepted.push(event_id);
+                            axum::http::StatusCode::NO_CONTENT
+                        }
+                    },
+                ),
+            )
+            .with_state(Arc::clone(&ledger)),
+    )
+    .await;
+    let server = crate::support::TestServer::spawn_top_and_sources(
+        "forward_poll_ms = 600000",
+        &format!(
+            r#"
+[[destinations]]
+name = "app"
+url = "http://127.0.0.1:{port}/hooks"
+sources = ["save-game", "presence"]
+secret = "{DEST_SECRET}"
+max_attempts = 2
+retry_base_s = 1
+retry_max_delay_s = 1
+"#
+        ),
+    )
+    .await;
+
+    assert_eq!(
+        server.post_save(&delta("w-1", "slot_w", 1, 1)).await.code,
+        202
+    );
+    wait_accepted(&ledger, &["w-1"]).await;
+    assert_eq!(
+        server
+            .post_presence(&presence("p-1", "u_wake", "ONLINE", 1))
+            .await
+            .code
+            / 100,
+        2
+    );
+    wait_accepted(&ledger, &["p-1"]).await;
+
+    // Retried once its backoff (1 s) ends, though no commit wakes the sender then.
+    assert_eq!(
+        server
+            .post_save(&delta(FAILS_ONCE, "slot_r", 1, 1))
+            .await
+            .code,
+        202
+    );
+    wait_accepted(&ledger, &[FAILS_ONCE]).await;
+    let retried = delivery_id(&server, FAILS_ONCE, "delivered").await;
+    let detail = server
+        .get(&format!("/v1/destinations/app/deliveries/{retried}"))
+        .await;
+    assert_eq!(detail.body["attempts"], 2, "{}", detail.body);
+
+    // Dead after its two attempts; replayed once the application is fixed.
+    assert_eq!(
+        server.post_save(&delta("x-1", "slot_x", 1, 1)).await.code,
+        202
+    );
+    let dead = delivery_id(&server, "x-1", "dead").await;
+    ledger.lock().unwrap().failing.clear();
+    let (code, body) = admin_post(
+        &server,
+        &format!("/v1/destinations/app/deliveries/{dead}/replay"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(code, 202, "{body}");
+    wait_accepted(&ledger, &["x-1"]).await;
+    let requests = ledger.lock().unwrap().requests.clone();
+    assert_eq!(requests, ["w-1", "p-1", "r-1", "r-1", "x-1", "x-1", "x-1"]);
+}

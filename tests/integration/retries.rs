@@ -173,6 +173,9 @@ impl Store for FlakyStore {
     async fn advance_delivery_replay_jobs(&self, now: i64, n: usize) -> Result<u64, StoreError> {
         self.inner.advance_delivery_replay_jobs(now, n).await
     }
+    async fn next_delivery_due(&self, d: &str, now: i64) -> Result<Option<i64>, StoreError> {
+        self.inner.next_delivery_due(d, now).await
+    }
     async fn destination_stats(&self, d: &str) -> Result<DestinationStats, StoreError> {
         self.inner.destination_stats(d).await
     }
@@ -216,6 +219,7 @@ async fn harness(failing_prefix: &'static str, failures: u32, max_attempts: u32)
         config,
         store: store.clone(),
         wake: Arc::new(Notify::new()),
+        forward_wake: Arc::new(Notify::new()),
         clock,
     };
     tokio::spawn(worker.run(stop_rx));

@@ -65,7 +65,7 @@ pub(crate) async fn delivery_replay(
     match state.store.replay_delivery(&destination.name, id).await? {
         DeliveryReplay::NotFound => Err(Answer::NotFound("unknown_delivery")),
         DeliveryReplay::Requeued => {
-            state.wake.notify_one();
+            state.forward_wake.notify_one();
             Ok((
                 StatusCode::ACCEPTED,
                 axum::Json(DeliveryChange::Requeued { delivery_id: id }),
@@ -116,7 +116,7 @@ pub(crate) async fn delivery_skip(
     match state.store.skip_delivery(&destination.name, id).await? {
         DeliverySkip::NotFound => Err(Answer::NotFound("unknown_delivery")),
         DeliverySkip::Skipped => {
-            state.wake.notify_one();
+            state.forward_wake.notify_one();
             Ok(axum::Json(DeliveryChange::Skipped { delivery_id: id }).into_response())
         }
         DeliverySkip::NotSkippable(status) => Err(Answer::Conflict {
@@ -221,7 +221,7 @@ pub(crate) async fn destination_replay_bulk(
         .store
         .create_delivery_replay_job(&destination.name, &filter, state.clock.now_ms())
         .await?;
-    state.wake.notify_one();
+    state.forward_wake.notify_one();
     Ok((StatusCode::ACCEPTED, axum::Json(job_view(&job))).into_response())
 }
 
