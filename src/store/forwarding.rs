@@ -381,17 +381,119 @@ async fn with_bodies<I: UpkeepIo>(
 }
 
 /// Records each verdict of `verdicts` as [`record_verdict`] does, in the caller's one
-/// transaction; answers, in order, whether each was recorded (`owner` still held it).
+/// transaction and a few statements per chunk rather than two per verdict; answers, in
+/// order, whether each was recorded (`owner` still held it in flight).
 pub(crate) async fn record_verdicts<I: UpkeepIo>(
     io: &I,
     owner: &str,
     verdicts: &[PendingVerdict],
 ) -> Result<Vec<bool>, StoreError> {
     let mut recorded = Vec::with_capacity(verdicts.len());
-    for v in verdicts {
-        recorded.push(record_verdict(io, v.id, owner, &v.verdict, &v.attempt, v.at_ms).await?);
+    let mut rest = verdicts;
+    while !rest.is_empty() {
+        let (part, next) = rest.split_at(chunk_len(rest.len()));
+        let mut params = vec![text(owner)];
+        let mut values = Vec::with_capacity(part.len());
+        for v in part {
+            let (next_attempt_at, error, delivered_at) = verdict_columns(&v.verdict, v.at_ms);
+            values.push(row_of(
+                &mut params,
+                vec![
+                    ("BIGINT", Param::Int(v.id)),
+                    ("TEXT", text(v.verdict.status().as_str())),
+                    ("BIGINT", Param::OptInt(next_attempt_at)),
+                    ("TEXT", Param::OptText(error)),
+                    ("BIGINT", Param::OptInt(delivered_at)),
+                ],
+            ));
+        }
+        let changed = io
+            .query(
+                &format!(
+                    "UPDATE deliveries SET status = v.column2, next_attempt_at = v.column3,
+                         last_error = COALESCE(v.column4, deliveries.last_error),
+                         delivered_at = v.column5, lease_owner = NULL, lease_until = NULL
+                     FROM (VALUES {}) AS v
+                     WHERE deliveries.id = v.column1 AND deliveries.status = 'in_flight'
+                       AND deliveries.lease_owner = $1
+                     RETURNING deliveries.id",
+                    values.join(", ")
+                ),
+                &params,
+            )
+            .await?;
+        let changed = changed
+            .iter()
+            .map(|row| int(row, 0))
+            .collect::<Result<std::collections::HashSet<i64>, _>>()?;
+        let done: Vec<&PendingVerdict> = part.iter().filter(|v| changed.contains(&v.id)).collect();
+        let mut attempts = done.as_slice();
+        while !attempts.is_empty() {
+            let (some, others) = attempts.split_at(chunk_len(attempts.len()));
+            let mut params = Vec::new();
+            let values: Vec<String> = some
+                .iter()
+                .map(|v| {
+                    let a = &v.attempt;
+                    row_of(
+                        &mut params,
+                        vec![
+                            ("BIGINT", Param::Int(v.id)),
+                            ("BIGINT", Param::Int(a.attempt.into())),
+                            ("BIGINT", Param::Int(a.at_ms)),
+                            ("BIGINT", Param::Int(a.duration_ms)),
+                            ("BIGINT", Param::OptInt(a.status.map(i64::from))),
+                            ("TEXT", text(&a.result)),
+                        ],
+                    )
+                })
+                .collect();
+            io.execute(
+                &format!(
+                    "INSERT INTO delivery_attempts
+                         (delivery, attempt, at, duration_ms, http_status, result)
+                     VALUES {}",
+                    values.join(", ")
+                ),
+                &params,
+            )
+            .await?;
+            attempts = others;
+        }
+        recorded.extend(part.iter().map(|v| changed.contains(&v.id)));
+        rest = next;
     }
     Ok(recorded)
+}
+
+/// How many of `n` items the next statement of a batch takes: the largest power of two
+/// up to 64, so that the statements' texts (one per list length) stay few in the stores'
+/// prepared-statement caches.
+fn chunk_len(n: usize) -> usize {
+    let n = n.clamp(1, 64);
+    1 << n.ilog2()
+}
+
+/// One `VALUES` row of `columns`, each cast to its type (the first row names the
+/// columns' types for both stores), its parameters appended to `params`.
+fn row_of(params: &mut Vec<Param>, columns: Vec<(&str, Param)>) -> String {
+    let cells: Vec<String> = columns
+        .into_iter()
+        .map(|(ty, param)| {
+            params.push(param);
+            format!("CAST(${} AS {ty})", params.len())
+        })
+        .collect();
+    format!("({})", cells.join(", "))
+}
+
+/// The `next_attempt_at`, `last_error` and `delivered_at` a verdict reached at `now_ms` writes.
+fn verdict_columns(verdict: &Verdict, now_ms: i64) -> (Option<i64>, Option<String>, Option<i64>) {
+    match verdict {
+        Verdict::Delivered => (None, None, Some(now_ms)),
+        Verdict::RetryAt { at_ms, error } => (Some(*at_ms), Some(error.clone()), None),
+        Verdict::Dead { error } => (None, Some(error.clone()), None),
+    }
 }
 
 /// Records the verdict of an attempt at delivery `id`, if `owner` still holds it in
@@ -404,11 +506,7 @@ pub(crate) async fn record_verdict<I: UpkeepIo>(
     attempt: &AttemptRecord,
     now_ms: i64,
 ) -> Result<bool, StoreError> {
-    let (next_attempt_at, error, delivered_at) = match verdict {
-        Verdict::Delivered => (None, None, Some(now_ms)),
-        Verdict::RetryAt { at_ms, error } => (Some(*at_ms), Some(error.clone()), None),
-        Verdict::Dead { error } => (None, Some(error.clone()), None),
-    };
+    let (next_attempt_at, error, delivered_at) = verdict_columns(verdict, now_ms);
     let changed = io
         .execute(
             "UPDATE deliveries SET status = $3, next_attempt_at = $4,
