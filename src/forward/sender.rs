@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
-use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, watch, Notify, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
@@ -117,8 +117,8 @@ pub struct Sender {
 }
 
 /// A finished request's verdict on its way to the recorder, which writes those waiting
-/// in one transaction; its request slot is freed once the verdict is written, so that
-/// `concurrency` also bounds the deliveries this node holds in flight in the store.
+/// in one transaction. Its request slot is free already: `concurrency` counts requests
+/// on the wire, and other aggregates need not wait for this one's verdict to be written.
 struct Finished {
     delivery: DeliveryRecord,
     verdict: Verdict,
@@ -126,7 +126,6 @@ struct Finished {
     /// The `outcome` label of `inhook_forward_attempts_total`.
     outcome: &'static str,
     at_ms: i64,
-    _slot: OwnedSemaphorePermit,
 }
 
 /// Why a sender's round claimed fewer deliveries than it had room for.
@@ -331,22 +330,18 @@ impl Sender {
                 let verdicts = verdicts.clone();
                 requests.spawn(async move {
                     let mut delivery = delivery;
-                    match sender.send(&mut delivery, &circuit).await {
-                        Some((verdict, attempt, outcome, at_ms)) => {
-                            // The recorder outlives every request, so the send cannot fail.
-                            let _ = verdicts.send(Finished {
-                                delivery,
-                                verdict,
-                                attempt,
-                                outcome,
-                                at_ms,
-                                _slot: permit,
-                            });
-                        }
-                        None => {
-                            drop(permit);
-                            sender.wake.notify_one();
-                        }
+                    let done = sender.send(&mut delivery, &circuit).await;
+                    drop(permit);
+                    sender.wake.notify_one();
+                    if let Some((verdict, attempt, outcome, at_ms)) = done {
+                        // The recorder outlives every request, so the send cannot fail.
+                        let _ = verdicts.send(Finished {
+                            delivery,
+                            verdict,
+                            attempt,
+                            outcome,
+                            at_ms,
+                        });
                     }
                 });
             }
@@ -368,8 +363,8 @@ impl Sender {
     }
 
     /// Writes the verdicts of finished requests until every request's sender is gone: all
-    /// those waiting at once in one transaction, then frees their slots and wakes the
-    /// sender (their queues' next deliveries may go).
+    /// those waiting at once in one transaction, then wakes the sender (their queues'
+    /// next deliveries may go).
     async fn record_all(self, mut finished: mpsc::UnboundedReceiver<Finished>) {
         let mut batch = Vec::with_capacity(VERDICT_BATCH);
         while finished.recv_many(&mut batch, VERDICT_BATCH).await > 0 {
