@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
-use tokio::sync::{watch, Notify, Semaphore};
+use tokio::sync::{mpsc, watch, Notify, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
@@ -21,7 +21,7 @@ use crate::clock::Clock;
 use crate::config::DestinationConfig;
 use crate::domain::AggregateKey;
 use crate::outbound::describe_error;
-use crate::store::{DeliveryRecord, Store};
+use crate::store::{DeliveryRecord, PendingVerdict, Store};
 
 /// How long an idle destination waits before looking for due deliveries unasked, unless
 /// configured (`forward_poll_ms`): only a safety net, since commits writing deliveries,
@@ -31,6 +31,8 @@ pub const DEFAULT_POLL: Duration = Duration::from_secs(1);
 const REPLAY_STEP: usize = 64;
 /// How often an idle sender looks for bulk replays of deliveries to advance, in milliseconds.
 const REPLAY_CHECK_MS: i64 = 1_000;
+/// Verdicts written in one transaction at most.
+const VERDICT_BATCH: usize = 256;
 /// Pause after a store failure before trying again.
 const STORE_BACKOFF: Duration = Duration::from_secs(1);
 
@@ -112,6 +114,18 @@ pub struct Sender {
     pub poll: Duration,
     /// This node's circuit breaker for the destination, also read by `GET /v1/destinations`.
     pub circuit: Arc<Mutex<Circuit>>,
+}
+
+/// A finished request's verdict on its way to the recorder, which writes those waiting
+/// in one transaction. Its request slot is free already: `concurrency` counts requests
+/// on the wire, and other aggregates need not wait for this one's verdict to be written.
+struct Finished {
+    delivery: DeliveryRecord,
+    verdict: Verdict,
+    attempt: AttemptRecord,
+    /// The `outcome` label of `inhook_forward_attempts_total`.
+    outcome: &'static str,
+    at_ms: i64,
 }
 
 /// Why a sender's round claimed fewer deliveries than it had room for.
@@ -223,11 +237,13 @@ impl Sender {
             .destination
             .rate_limit_per_s
             .map(|per_s| RateLimit::new(per_s, self.clock.now_ms()));
-        // The request, then reading the event before it and recording its verdict after.
+        // The request, then recording its verdict after it (the claim read the body).
         let lease_ms = (self.destination.timeout_s as i64)
             .saturating_add(self.destination.lease_margin_s as i64)
             .saturating_mul(1000);
         let mut requests = JoinSet::new();
+        let (verdicts, finished) = mpsc::unbounded_channel();
+        let recorder = tokio::spawn(self.clone().record_all(finished));
         let mut store_ok = true;
         let mut replays_due_ms = i64::MIN;
         while !*shutdown.borrow() {
@@ -311,10 +327,22 @@ impl Sender {
                 let _ = circuit.lock().expect("circuit").permit(now_ms);
                 let sender = self.clone();
                 let circuit = Arc::clone(&circuit);
+                let verdicts = verdicts.clone();
                 requests.spawn(async move {
-                    sender.send(delivery, &circuit).await;
+                    let mut delivery = delivery;
+                    let done = sender.send(&mut delivery, &circuit).await;
                     drop(permit);
                     sender.wake.notify_one();
+                    if let Some((verdict, attempt, outcome, at_ms)) = done {
+                        // The recorder outlives every request, so the send cannot fail.
+                        let _ = verdicts.send(Finished {
+                            delivery,
+                            verdict,
+                            attempt,
+                            outcome,
+                            at_ms,
+                        });
+                    }
                 });
             }
             if sent == 0 || sent < granted {
@@ -328,6 +356,22 @@ impl Sender {
             }
         }
         while requests.join_next().await.is_some() {}
+        drop(verdicts);
+        if let Err(err) = recorder.await {
+            warn!(destination = %name, error = %err, "the verdict recorder failed");
+        }
+    }
+
+    /// Writes the verdicts of finished requests until every request's sender is gone: all
+    /// those waiting at once in one transaction, then wakes the sender (their queues'
+    /// next deliveries may go).
+    async fn record_all(self, mut finished: mpsc::UnboundedReceiver<Finished>) {
+        let mut batch = Vec::with_capacity(VERDICT_BATCH);
+        while finished.recv_many(&mut batch, VERDICT_BATCH).await > 0 {
+            self.record(&batch).await;
+            batch.clear();
+            self.wake.notify_one();
+        }
     }
 
     /// How long to wait, unless woken, when nothing more may be claimed now: until the
@@ -364,22 +408,17 @@ impl Sender {
         }
     }
 
-    /// Sends one claimed delivery and records the verdict.
-    async fn send(&self, delivery: DeliveryRecord, circuit: &Mutex<Circuit>) {
+    /// Sends one claimed delivery; answers its verdict, the attempt, the attempt's outcome
+    /// label and when it ended, or none when no request could go (the lease ran out).
+    async fn send(
+        &self,
+        delivery: &mut DeliveryRecord,
+        circuit: &Mutex<Circuit>,
+    ) -> Option<(Verdict, AttemptRecord, &'static str, i64)> {
         let destination = &self.destination;
         let attempt = u32::try_from(delivery.attempts.max(1)).unwrap_or(u32::MAX);
         let at_ms = self.clock.now_ms();
-        let event = match self.store.event(&delivery.source, &delivery.event_id).await {
-            Ok(event) => event,
-            Err(err) => {
-                // Left in flight: the lease runs out and the delivery is claimed again.
-                warn!(destination = %destination.name, delivery = delivery.id, error = %err,
-                      "cannot read the event to forward; retried when the lease runs out");
-                return;
-            }
-        };
-        let Some(event) = event else {
-            let error = "the event's body is no longer stored".to_owned();
+        let dead = |error: String| {
             let record = AttemptRecord {
                 attempt,
                 at_ms,
@@ -387,9 +426,10 @@ impl Sender {
                 status: None,
                 result: error.clone(),
             };
-            self.record(&delivery, &Verdict::Dead { error }, &record, None)
-                .await;
-            return;
+            Some((Verdict::Dead { error }, record, "failed", at_ms))
+        };
+        let Some(body) = delivery.body.take() else {
+            return dead("the event's body is no longer stored".to_owned());
         };
         let webhook_id = WebhookId::from_stored(delivery.webhook_id.clone());
         let aggregate = AggregateKey::text_of_stored(&delivery.aggregate);
@@ -400,26 +440,14 @@ impl Sender {
             event_type: &delivery.event_type,
             aggregate: &aggregate,
             sequence: delivery.sequence,
-            body: &event.body,
+            body: &body,
         };
         let headers = match request_headers(&forwarded, &destination.secret, attempt, at_ms / 1000)
             .map_err(|e| e.to_string())
             .and_then(|h| header_map(&h))
         {
             Ok(headers) => headers,
-            Err(problem) => {
-                let error = format!("cannot build the request: {problem}");
-                let record = AttemptRecord {
-                    attempt,
-                    at_ms,
-                    duration_ms: 0,
-                    status: None,
-                    result: error.clone(),
-                };
-                self.record(&delivery, &Verdict::Dead { error }, &record, None)
-                    .await;
-                return;
-            }
+            Err(problem) => return dead(format!("cannot build the request: {problem}")),
         };
         // The request must end while the lease holds: after it, another node may send this
         // delivery again, and two requests of one aggregate would be on the wire at once.
@@ -429,10 +457,10 @@ impl Sender {
         let Some(limit) = request_limit(destination.timeout_s, leased_ms) else {
             warn!(destination = %destination.name, delivery = delivery.id,
                   "the lease ran out before the request could go; sent again when it is claimed");
-            return;
+            return None;
         };
         let started = Instant::now();
-        let result = self.post(headers, event.body, limit).await;
+        let result = self.post(headers, body, limit).await;
         let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
         let done_ms = self.clock.now_ms();
         let verdict = judge(
@@ -450,8 +478,7 @@ impl Sender {
             }
         }
         let record = AttemptRecord::new(attempt, at_ms, duration_ms, &result);
-        self.record(&delivery, &verdict, &record, Some(&result))
-            .await;
+        Some((verdict, record, result.outcome_label(), done_ms))
     }
 
     /// POSTs `body` with `headers`, within `limit` (`timeout_s` unless the lease ends sooner).
@@ -479,43 +506,55 @@ impl Sender {
         }
     }
 
-    /// Records an attempt and its verdict, and counts it.
-    async fn record(
-        &self,
-        delivery: &DeliveryRecord,
-        verdict: &Verdict,
-        attempt: &AttemptRecord,
-        result: Option<&AttemptResult>,
-    ) {
+    /// Records the attempts and verdicts of `batch` in one transaction, and counts them.
+    async fn record(&self, batch: &[Finished]) {
         let name = &self.destination.name;
-        let outcome = result.map_or("failed", AttemptResult::outcome_label);
-        crate::metrics::forward_attempt(name, outcome);
-        match self
+        for finished in batch {
+            crate::metrics::forward_attempt(name, finished.outcome);
+        }
+        let verdicts: Vec<PendingVerdict> = batch
+            .iter()
+            .map(|f| PendingVerdict {
+                id: f.delivery.id,
+                verdict: f.verdict.clone(),
+                attempt: f.attempt.clone(),
+                at_ms: f.at_ms,
+            })
+            .collect();
+        let recorded = match self
             .store
-            .record_delivery_attempt(
-                delivery.id,
-                &self.node_id,
-                verdict,
-                attempt,
-                self.clock.now_ms(),
-            )
+            .record_delivery_attempts(&self.node_id, &verdicts)
             .await
         {
-            Ok(true) => {
-                if let Verdict::Delivered = verdict {
-                    let lag_ms = self.clock.now_ms().saturating_sub(delivery.created_at_ms);
-                    crate::metrics::forward_lag(name, lag_ms);
+            Ok(recorded) => recorded,
+            Err(err) => {
+                warn!(destination = %name, deliveries = batch.len(), error = %err,
+                      "cannot record delivery attempts; sent again when their leases run out");
+                return;
+            }
+        };
+        let now_ms = self.clock.now_ms();
+        for (finished, recorded) in batch.iter().zip(recorded) {
+            let delivery = &finished.delivery;
+            if !recorded {
+                debug!(destination = %name, delivery = delivery.id,
+                       "lease taken over by another node; verdict not recorded");
+                continue;
+            }
+            match &finished.verdict {
+                Verdict::Delivered => {
+                    crate::metrics::forward_lag(
+                        name,
+                        now_ms.saturating_sub(delivery.created_at_ms),
+                    );
                 }
-                if let Verdict::Dead { error } = verdict {
+                Verdict::Dead { error } => {
                     crate::metrics::forward_dead(name);
                     warn!(destination = %name, delivery = delivery.id, source = %delivery.source,
                           event_id = %delivery.event_id, error = %error, "delivery dead");
                 }
+                Verdict::RetryAt { .. } => {}
             }
-            Ok(false) => debug!(destination = %name, delivery = delivery.id,
-                                "lease taken over by another node; verdict not recorded"),
-            Err(err) => warn!(destination = %name, delivery = delivery.id, error = %err,
-                              "cannot record a delivery attempt; sent again when the lease runs out"),
         }
     }
 }

@@ -6,7 +6,7 @@
 //! what the rules say.
 
 use super::filter::Param;
-use super::upkeep::{int, one_int, opt_int, opt_string, string, text, Cell, UpkeepIo};
+use super::upkeep::{int, one_int, opt_bytes, opt_int, opt_string, string, text, Cell, UpkeepIo};
 use super::{cut_page, SourceRules, StoreError};
 use crate::forward::answer::{AttemptRecord, Verdict};
 use crate::forward::queue::{self, DeliveryStatus, NextSend, Queued, ReplayDecision};
@@ -56,6 +56,25 @@ pub struct DeliveryRecord {
     pub delivered_at_ms: Option<i64>,
     /// Its attempts, oldest first (filled by [`super::Store::delivery`] only).
     pub history: Vec<AttemptRecord>,
+    /// The event's body to send, read with the claim (filled by
+    /// [`super::Store::claim_deliveries`] only; none there when the event is gone).
+    pub body: Option<Vec<u8>>,
+    /// The event's kept request headers as a JSON object text (filled by the claim only).
+    pub event_headers: Option<String>,
+}
+
+/// A verdict waiting to be recorded with others in one transaction (see
+/// [`super::Store::record_delivery_attempts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingVerdict {
+    /// The in-flight delivery.
+    pub id: i64,
+    /// What its attempt came to.
+    pub verdict: Verdict,
+    /// The attempt, for its history.
+    pub attempt: AttemptRecord,
+    /// When the verdict was reached, unix milliseconds (`delivered_at` of a 2xx).
+    pub at_ms: i64,
 }
 
 /// Which deliveries of a destination a listing covers.
@@ -149,6 +168,10 @@ const COLUMNS: &str = "id, destination, source, event_row, event_id, aggregate, 
     event_type, webhook_id, ordering, status, attempts, next_attempt_at, lease_owner, \
     lease_until, last_error, created_at, delivered_at";
 
+/// The statuses the partial index `deliveries_active` covers, written exactly as its
+/// predicate so that both stores' planners see a query's condition implies it.
+const ACTIVE: &str = "('pending', 'in_flight', 'retrying', 'dead')";
+
 /// The stored orders that block their aggregate when dead, as an SQL list.
 fn blocking_orders() -> String {
     let quoted: Vec<String> = DeliveryOrder::ALL
@@ -238,8 +261,8 @@ pub(crate) async fn claim<I: UpkeepIo>(
                    AND NOT EXISTS (SELECT 1 FROM deliveries e
                        WHERE e.destination = d.destination AND e.source = d.source
                          AND e.aggregate = d.aggregate AND e.id < d.id
-                         AND (e.status IN ('pending', 'in_flight', 'retrying')
-                              OR (e.status = 'dead' AND e.ordering IN {blocking})))
+                         AND e.status IN {ACTIVE}
+                         AND (e.status <> 'dead' OR e.ordering IN {blocking}))
                  ORDER BY d.id LIMIT $3) {alias}",
             blocking = blocking_orders(),
         )
@@ -310,15 +333,167 @@ pub(crate) async fn claim<I: UpkeepIo>(
             }
         }
     }
-    let mut records = Vec::with_capacity(claimed.len());
-    for id in claimed {
-        records.push(
-            by_id(io, destination, id)
-                .await?
-                .ok_or_else(|| StoreError::Internal(format!("claimed delivery {id} is gone")))?,
-        );
+    with_bodies(io, destination, &claimed).await
+}
+
+/// Deliveries `ids` of `destination` in id order, each with its event's body and kept
+/// headers, in one query: the sender then reads nothing more before its request.
+async fn with_bodies<I: UpkeepIo>(
+    io: &I,
+    destination: &str,
+    ids: &[i64],
+) -> Result<Vec<DeliveryRecord>, StoreError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
     }
-    Ok(records)
+    let columns: Vec<String> = COLUMNS.split(", ").map(|c| format!("d.{c}")).collect();
+    let placeholders: Vec<String> = (2..ids.len() + 2).map(|n| format!("${n}")).collect();
+    let mut params = vec![text(destination)];
+    params.extend(ids.iter().map(|id| Param::Int(*id)));
+    let rows = io
+        .query(
+            &format!(
+                "SELECT {}, ev.body, ev.headers FROM deliveries d
+                 LEFT JOIN events ev ON ev.id = d.event_row
+                 WHERE d.destination = $1 AND d.id IN ({}) ORDER BY d.id",
+                columns.join(", "),
+                placeholders.join(", ")
+            ),
+            &params,
+        )
+        .await?;
+    if rows.len() != ids.len() {
+        return Err(StoreError::Internal(format!(
+            "claimed {} deliveries, read {} back",
+            ids.len(),
+            rows.len()
+        )));
+    }
+    let width = COLUMNS.split(", ").count();
+    rows.iter()
+        .map(|row| {
+            let mut found = record(row)?;
+            found.body = opt_bytes(row, width)?;
+            found.event_headers = opt_string(row, width + 1)?;
+            Ok(found)
+        })
+        .collect()
+}
+
+/// Records each verdict of `verdicts` as [`record_verdict`] does, in the caller's one
+/// transaction and a few statements per chunk rather than two per verdict; answers, in
+/// order, whether each was recorded (`owner` still held it in flight).
+pub(crate) async fn record_verdicts<I: UpkeepIo>(
+    io: &I,
+    owner: &str,
+    verdicts: &[PendingVerdict],
+) -> Result<Vec<bool>, StoreError> {
+    let mut recorded = Vec::with_capacity(verdicts.len());
+    let mut rest = verdicts;
+    while !rest.is_empty() {
+        let (part, next) = rest.split_at(chunk_len(rest.len()));
+        let mut params = vec![text(owner)];
+        let mut values = Vec::with_capacity(part.len());
+        for v in part {
+            let (next_attempt_at, error, delivered_at) = verdict_columns(&v.verdict, v.at_ms);
+            values.push(row_of(
+                &mut params,
+                vec![
+                    ("BIGINT", Param::Int(v.id)),
+                    ("TEXT", text(v.verdict.status().as_str())),
+                    ("BIGINT", Param::OptInt(next_attempt_at)),
+                    ("TEXT", Param::OptText(error)),
+                    ("BIGINT", Param::OptInt(delivered_at)),
+                ],
+            ));
+        }
+        let changed = io
+            .query(
+                &format!(
+                    "UPDATE deliveries SET status = v.column2, next_attempt_at = v.column3,
+                         last_error = COALESCE(v.column4, deliveries.last_error),
+                         delivered_at = v.column5, lease_owner = NULL, lease_until = NULL
+                     FROM (VALUES {}) AS v
+                     WHERE deliveries.id = v.column1 AND deliveries.status = 'in_flight'
+                       AND deliveries.lease_owner = $1
+                     RETURNING deliveries.id",
+                    values.join(", ")
+                ),
+                &params,
+            )
+            .await?;
+        let changed = changed
+            .iter()
+            .map(|row| int(row, 0))
+            .collect::<Result<std::collections::HashSet<i64>, _>>()?;
+        let done: Vec<&PendingVerdict> = part.iter().filter(|v| changed.contains(&v.id)).collect();
+        let mut attempts = done.as_slice();
+        while !attempts.is_empty() {
+            let (some, others) = attempts.split_at(chunk_len(attempts.len()));
+            let mut params = Vec::new();
+            let values: Vec<String> = some
+                .iter()
+                .map(|v| {
+                    let a = &v.attempt;
+                    row_of(
+                        &mut params,
+                        vec![
+                            ("BIGINT", Param::Int(v.id)),
+                            ("BIGINT", Param::Int(a.attempt.into())),
+                            ("BIGINT", Param::Int(a.at_ms)),
+                            ("BIGINT", Param::Int(a.duration_ms)),
+                            ("BIGINT", Param::OptInt(a.status.map(i64::from))),
+                            ("TEXT", text(&a.result)),
+                        ],
+                    )
+                })
+                .collect();
+            io.execute(
+                &format!(
+                    "INSERT INTO delivery_attempts
+                         (delivery, attempt, at, duration_ms, http_status, result)
+                     VALUES {}",
+                    values.join(", ")
+                ),
+                &params,
+            )
+            .await?;
+            attempts = others;
+        }
+        recorded.extend(part.iter().map(|v| changed.contains(&v.id)));
+        rest = next;
+    }
+    Ok(recorded)
+}
+
+/// How many of `n` items the next statement of a batch takes: the largest power of two
+/// up to 64, so that the statements' texts (one per list length) stay few in the stores'
+/// prepared-statement caches.
+fn chunk_len(n: usize) -> usize {
+    let n = n.clamp(1, 64);
+    1 << n.ilog2()
+}
+
+/// One `VALUES` row of `columns`, each cast to its type (the first row names the
+/// columns' types for both stores), its parameters appended to `params`.
+fn row_of(params: &mut Vec<Param>, columns: Vec<(&str, Param)>) -> String {
+    let cells: Vec<String> = columns
+        .into_iter()
+        .map(|(ty, param)| {
+            params.push(param);
+            format!("CAST(${} AS {ty})", params.len())
+        })
+        .collect();
+    format!("({})", cells.join(", "))
+}
+
+/// The `next_attempt_at`, `last_error` and `delivered_at` a verdict reached at `now_ms` writes.
+fn verdict_columns(verdict: &Verdict, now_ms: i64) -> (Option<i64>, Option<String>, Option<i64>) {
+    match verdict {
+        Verdict::Delivered => (None, None, Some(now_ms)),
+        Verdict::RetryAt { at_ms, error } => (Some(*at_ms), Some(error.clone()), None),
+        Verdict::Dead { error } => (None, Some(error.clone()), None),
+    }
 }
 
 /// Records the verdict of an attempt at delivery `id`, if `owner` still holds it in
@@ -331,11 +506,7 @@ pub(crate) async fn record_verdict<I: UpkeepIo>(
     attempt: &AttemptRecord,
     now_ms: i64,
 ) -> Result<bool, StoreError> {
-    let (next_attempt_at, error, delivered_at) = match verdict {
-        Verdict::Delivered => (None, None, Some(now_ms)),
-        Verdict::RetryAt { at_ms, error } => (Some(*at_ms), Some(error.clone()), None),
-        Verdict::Dead { error } => (None, Some(error.clone()), None),
-    };
+    let (next_attempt_at, error, delivered_at) = verdict_columns(verdict, now_ms);
     let changed = io
         .execute(
             "UPDATE deliveries SET status = $3, next_attempt_at = $4,
@@ -772,29 +943,26 @@ async fn load_queue<I: UpkeepIo>(
     from: Option<i64>,
     now_ms: Option<i64>,
 ) -> Result<Vec<Queued>, StoreError> {
+    // One round trip: the first undecided row is found in the same statement.
+    let mut params = vec![text(destination), text(source), text(aggregate)];
     let start = match from {
-        Some(id) => id,
-        None => one_int(
-            &io.query(
-                "SELECT COALESCE(MIN(id), 0) FROM deliveries
-                 WHERE destination = $1 AND source = $2 AND aggregate = $3
-                   AND status IN ('pending', 'in_flight', 'retrying', 'dead')",
-                &[text(destination), text(source), text(aggregate)],
-            )
-            .await?,
-        )?,
+        Some(id) => {
+            params.push(Param::Int(id));
+            "$4".to_owned()
+        }
+        None => format!(
+            "(SELECT COALESCE(MIN(id), 0) FROM deliveries
+              WHERE destination = $1 AND source = $2 AND aggregate = $3 AND status IN {ACTIVE})"
+        ),
     };
     let rows = io
         .query(
-            "SELECT id, ordering, status, next_attempt_at, lease_until FROM deliveries
-             WHERE destination = $1 AND source = $2 AND aggregate = $3 AND id >= $4
-             ORDER BY id",
-            &[
-                text(destination),
-                text(source),
-                text(aggregate),
-                Param::Int(start),
-            ],
+            &format!(
+                "SELECT id, ordering, status, next_attempt_at, lease_until FROM deliveries
+                 WHERE destination = $1 AND source = $2 AND aggregate = $3 AND id >= {start}
+                 ORDER BY id"
+            ),
+            &params,
         )
         .await?;
     rows.iter()
@@ -860,6 +1028,8 @@ fn record(row: &[Cell]) -> Result<DeliveryRecord, StoreError> {
         created_at_ms: int(row, 16)?,
         delivered_at_ms: opt_int(row, 17)?,
         history: Vec::new(),
+        body: None,
+        event_headers: None,
     })
 }
 

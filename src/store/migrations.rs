@@ -281,6 +281,16 @@ CREATE INDEX delivery_attempts_failed ON delivery_attempts (id)
 CREATE INDEX deliveries_by_aggregate ON deliveries (destination, aggregate, id);
 "#,
     ),
+    (
+        8,
+        // A queue's active deliveries (and dead ones, which may block it) by id, without
+        // its delivered history: a claim finds a queue's first undecided row and whether
+        // an older one holds it back in a few index entries however long the queue ran.
+        r#"
+CREATE INDEX deliveries_active ON deliveries (destination, source, aggregate, id)
+    WHERE status IN ('pending', 'in_flight', 'retrying', 'dead');
+"#,
+    ),
 ];
 
 /// `(version, SQL)` in order, for PostgreSQL; the same schema as [`SQLITE`].
@@ -622,6 +632,16 @@ CREATE TRIGGER event_counts_update AFTER UPDATE ON events
     FOR EACH STATEMENT EXECUTE FUNCTION event_counts_apply();
 CREATE TRIGGER event_counts_delete AFTER DELETE ON events
     REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION event_counts_apply();
+"#,
+    ),
+    (
+        8,
+        // A queue's active deliveries (and dead ones, which may block it) by id, without
+        // its delivered history: a claim finds a queue's first undecided row and whether
+        // an older one holds it back in a few index entries however long the queue ran.
+        r#"
+CREATE INDEX deliveries_active ON deliveries (destination, source, aggregate, id)
+    WHERE status IN ('pending', 'in_flight', 'retrying', 'dead');
 "#,
     ),
 ];

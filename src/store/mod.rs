@@ -23,7 +23,7 @@ use crate::retry::RetryPolicy;
 
 pub use forwarding::{
     DeliveryFilter, DeliveryPage, DeliveryRecord, DeliveryReplay, DeliveryReplayJob, DeliverySkip,
-    DestinationStats,
+    DestinationStats, PendingVerdict,
 };
 pub use postgres::{PoolSettings, PostgresStore};
 pub use sqlite::SqliteStore;
@@ -682,6 +682,24 @@ pub trait Store: Send + Sync + 'static {
         attempt: &crate::forward::answer::AttemptRecord,
         now_ms: i64,
     ) -> Result<bool, StoreError>;
+
+    /// Records several verdicts as [`Store::record_delivery_attempt`] does each, in one
+    /// transaction where the store allows (a sender's finished requests, batched); answers,
+    /// in order, whether each was recorded.
+    async fn record_delivery_attempts(
+        &self,
+        owner: &str,
+        verdicts: &[PendingVerdict],
+    ) -> Result<Vec<bool>, StoreError> {
+        let mut recorded = Vec::with_capacity(verdicts.len());
+        for v in verdicts {
+            recorded.push(
+                self.record_delivery_attempt(v.id, owner, &v.verdict, &v.attempt, v.at_ms)
+                    .await?,
+            );
+        }
+        Ok(recorded)
+    }
 
     /// One delivery of `destination` with its attempts, oldest first.
     async fn delivery(

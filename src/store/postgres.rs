@@ -21,7 +21,7 @@ use super::filter::{
 };
 use super::forwarding::{
     self, DeliveryFilter, DeliveryPage, DeliveryRecord, DeliveryReplay, DeliveryReplayJob,
-    DeliverySkip, DestinationStats,
+    DeliverySkip, DestinationStats, PendingVerdict,
 };
 use super::migrations::POSTGRES as MIGRATIONS;
 use super::settle::{self, SettleIo, Settled};
@@ -972,6 +972,18 @@ impl Store for PostgresStore {
         Ok(done)
     }
 
+    async fn record_delivery_attempts(
+        &self,
+        owner: &str,
+        verdicts: &[PendingVerdict],
+    ) -> Result<Vec<bool>, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let done = forwarding::record_verdicts(&PgIo(&tx), owner, verdicts).await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(done)
+    }
+
     async fn delivery(
         &self,
         destination: &str,
@@ -1569,7 +1581,7 @@ async fn notify<C: GenericClient>(client: &C, channel: &str) -> Result<(), Store
     Ok(())
 }
 
-/// A row's values as [`Cell`]s (the upkeep flows read integers and texts only).
+/// A row's values as [`Cell`]s (integers, texts and bodies).
 fn cells(row: &Row) -> Result<Vec<Cell>, StoreError> {
     use tokio_postgres::types::Type;
     (0..row.len())
@@ -1581,6 +1593,8 @@ fn cells(row: &Row) -> Result<Vec<Cell>, StoreError> {
                 col::<Option<i32>>(row, at)?.map(|n| Cell::Int(n.into()))
             } else if *ty == Type::TEXT || *ty == Type::VARCHAR {
                 col::<Option<String>>(row, at)?.map(Cell::Text)
+            } else if *ty == Type::BYTEA {
+                col::<Option<Vec<u8>>>(row, at)?.map(Cell::Bytes)
             } else {
                 return Err(StoreError::Internal(format!(
                     "column {at}: unexpected type {ty}"

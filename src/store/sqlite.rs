@@ -18,7 +18,7 @@ use super::filter::{
 };
 use super::forwarding::{
     self, DeliveryFilter, DeliveryPage, DeliveryRecord, DeliveryReplay, DeliveryReplayJob,
-    DeliverySkip, DestinationStats,
+    DeliverySkip, DestinationStats, PendingVerdict,
 };
 use super::migrations::SQLITE as MIGRATIONS;
 use super::settle::{self, SettleIo, Settled};
@@ -714,6 +714,16 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn record_delivery_attempts(
+        &self,
+        owner: &str,
+        verdicts: &[PendingVerdict],
+    ) -> Result<Vec<bool>, StoreError> {
+        let (owner, verdicts) = (owner.to_owned(), verdicts.to_vec());
+        self.upkeep_unsynced(move |io| ready(forwarding::record_verdicts(io, &owner, &verdicts)))
+            .await
+    }
+
     async fn delivery(
         &self,
         destination: &str,
@@ -1174,6 +1184,7 @@ impl UpkeepIo for SqliteIo<'_> {
                             ValueRef::Text(t) => {
                                 Cell::Text(String::from_utf8_lossy(t).into_owned())
                             }
+                            ValueRef::Blob(b) => Cell::Bytes(b.to_vec()),
                             ValueRef::Null => Cell::Null,
                             other => {
                                 return Err(rusqlite::Error::InvalidColumnType(

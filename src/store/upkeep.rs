@@ -16,6 +16,8 @@ pub(crate) enum Cell {
     Int(i64),
     /// A text.
     Text(String),
+    /// Bytes (an event's body).
+    Bytes(Vec<u8>),
     /// SQL NULL.
     Null,
 }
@@ -368,6 +370,17 @@ pub(crate) fn opt_string(row: &[Cell], at: usize) -> Result<Option<String>, Stor
         Cell::Null => Ok(None),
         other => Err(StoreError::Internal(format!(
             "column {at}: a text expected, got {other:?}"
+        ))),
+    }
+}
+
+/// A bytes column that may be NULL.
+pub(crate) fn opt_bytes(row: &[Cell], at: usize) -> Result<Option<Vec<u8>>, StoreError> {
+    match cell(row, at)? {
+        Cell::Bytes(value) => Ok(Some(value.clone())),
+        Cell::Null => Ok(None),
+        other => Err(StoreError::Internal(format!(
+            "column {at}: bytes expected, got {other:?}"
         ))),
     }
 }

@@ -11,7 +11,8 @@ use inhook::forward::message::WebhookId;
 use inhook::forward::queue::DeliveryStatus;
 use inhook::forward::select::{DeliveryOrder, Lane};
 use inhook::store::{
-    DeliveryFilter, DeliveryRecord, DeliveryReplay, DeliverySkip, SourceRules, Store,
+    DeliveryFilter, DeliveryRecord, DeliveryReplay, DeliverySkip, PendingVerdict, SourceRules,
+    Store,
 };
 use serde_json::json;
 
@@ -320,6 +321,97 @@ pub async fn an_expired_lease_is_claimed_again(store: &dyn Store) {
         1,
         "only the lease holder's answer is recorded"
     );
+}
+
+/// A claim hands each delivery over with its event's body; a batch of verdicts is
+/// recorded in one call, each only if its sender still holds the lease, with the same
+/// attempt history, retry time and dead end as one verdict at a time.
+pub async fn a_batch_of_verdicts_records_only_the_lease_holders(store: &dyn Store) {
+    for (id, user) in [("p1", "u1"), ("p2", "u2"), ("p3", "u3")] {
+        ingest_sync(store, &rules(PRESENCE), presence(id, user, "ONLINE", 1), T0).await;
+    }
+    let mut taken = claim(store, "node-a", T0, 2).await;
+    taken.extend(claim(store, "node-a", T0 + 1_000, 1).await);
+    assert_eq!(taken.len(), 3);
+    for d in &taken {
+        let event = store.event(PRESENCE, &d.event_id).await.unwrap().unwrap();
+        assert_eq!(
+            d.body.as_deref(),
+            Some(event.body.as_slice()),
+            "{}",
+            d.event_id
+        );
+        assert_eq!(d.event_headers, event.headers);
+    }
+    let (d1, d2, d3) = (&taken[0], &taken[1], &taken[2]);
+    let retaken = claim(store, "node-b", T0 + LEASE_MS, 10).await;
+    assert_eq!(ids(&retaken), [d1.id, d2.id], "d3's lease still holds");
+
+    let pending = |d: &DeliveryRecord, verdict: Verdict, status: u16, at: i64| PendingVerdict {
+        id: d.id,
+        verdict,
+        attempt: AttemptRecord::new(
+            d.attempts as u32,
+            at,
+            7,
+            &AttemptResult::Answered {
+                status,
+                retry_after: None,
+            },
+        ),
+        at_ms: at,
+    };
+    let late = T0 + LEASE_MS + 10;
+    let recorded = store
+        .record_delivery_attempts(
+            "node-a",
+            &[
+                pending(d1, Verdict::Delivered, 200, late),
+                pending(d3, dead(), 500, late),
+                pending(d2, Verdict::Delivered, 200, late),
+            ],
+        )
+        .await
+        .expect("record a batch");
+    assert_eq!(recorded, [false, true, false], "node-a holds only d3 now");
+    let retry_at = late + 5_000;
+    let retry = Verdict::RetryAt {
+        at_ms: retry_at,
+        error: "HTTP 503".into(),
+    };
+    let recorded = store
+        .record_delivery_attempts(
+            "node-b",
+            &[
+                pending(&retaken[0], Verdict::Delivered, 200, late + 1),
+                pending(&retaken[1], retry, 503, late + 2),
+            ],
+        )
+        .await
+        .expect("record a batch");
+    assert_eq!(recorded, [true, true]);
+
+    let read = |id| async move { store.delivery(APP, id).await.unwrap().unwrap() };
+    let (r1, r2, r3) = (read(d1.id).await, read(d2.id).await, read(d3.id).await);
+    assert_eq!(r1.status, DeliveryStatus::Delivered);
+    assert_eq!(r1.delivered_at_ms, Some(late + 1));
+    assert_eq!(r1.lease_owner, None);
+    let history = |d: &DeliveryRecord| -> Vec<(u32, Option<u16>)> {
+        d.history.iter().map(|a| (a.attempt, a.status)).collect()
+    };
+    assert_eq!(history(&r1), [(2, Some(200))], "only node-b's answer");
+    assert_eq!(r2.status, DeliveryStatus::Retrying);
+    assert_eq!(r2.next_attempt_at_ms, Some(retry_at));
+    assert_eq!(r2.last_error.as_deref(), Some("HTTP 503"));
+    assert_eq!(history(&r2), [(2, Some(503))]);
+    assert_eq!(r3.status, DeliveryStatus::Dead);
+    assert_eq!(r3.last_error.as_deref(), Some("HTTP 500"));
+    assert_eq!(history(&r3), [(1, Some(500))]);
+    assert!(store
+        .record_delivery_attempts("node-b", &[])
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 /// A dead in-order delivery holds its aggregate only, until it is skipped; the figures
