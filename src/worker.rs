@@ -278,7 +278,11 @@ fn release(in_flight: &Mutex<HashSet<(String, String)>>, chunk: &[(SourceRules, 
 }
 
 /// Sleeps for `period`, or less when woken or told to stop.
-async fn pause(shutdown: &mut watch::Receiver<bool>, period: Duration, wake: Option<&Notify>) {
+pub(crate) async fn pause(
+    shutdown: &mut watch::Receiver<bool>,
+    period: Duration,
+    wake: Option<&Notify>,
+) {
     let woken = async {
         match wake {
             Some(wake) => wake.notified().await,

@@ -22,6 +22,7 @@ use crate::config::DestinationConfig;
 use crate::domain::AggregateKey;
 use crate::outbound::describe_error;
 use crate::store::{DeliveryRecord, PendingVerdict, Store};
+use crate::worker::pause;
 
 /// How long an idle destination waits before looking for due deliveries unasked, unless
 /// configured (`forward_poll_ms`): only a safety net, since commits writing deliveries,
@@ -580,21 +581,6 @@ fn header_map(headers: &[(&'static str, String)]) -> Result<HeaderMap, String> {
         map.insert(HeaderName::from_static(name), value);
     }
     Ok(map)
-}
-
-/// Waits for `period`, a wake-up or shutdown, whichever comes first.
-async fn pause(shutdown: &mut watch::Receiver<bool>, period: Duration, wake: Option<&Notify>) {
-    let woken = async {
-        match wake {
-            Some(wake) => wake.notified().await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::time::sleep(period) => {}
-        _ = woken => {}
-        _ = shutdown.changed() => {}
-    }
 }
 
 #[cfg(test)]
