@@ -5,6 +5,8 @@
 //! queue (one destination, source and aggregate, rows in applied order) and write
 //! what the rules say.
 
+use std::collections::{HashMap, HashSet};
+
 use super::filter::Param;
 use super::upkeep::{int, one_int, opt_bytes, opt_int, opt_string, string, text, Cell, UpkeepIo};
 use super::{cut_page, SourceRules, StoreError};
@@ -236,104 +238,213 @@ pub(crate) async fn write_deliveries<I: UpkeepIo>(
     Ok(written)
 }
 
+/// Where a destination's claims stand in the ring of its queues, per destination: each
+/// claim walks on from where the last one stopped, so every queue gets its turn and a
+/// claim never reads the rows waiting behind a queue's first.
+#[derive(Debug, Default)]
+pub(crate) struct ClaimCursors(std::sync::Mutex<HashMap<String, QueueKey>>);
+
+/// A queue of a destination: its source and aggregate.
+pub(crate) type QueueKey = (String, String);
+
+impl ClaimCursors {
+    /// Where `destination`'s next claim starts (after this queue), if anywhere yet.
+    pub(crate) fn get(&self, destination: &str) -> Option<QueueKey> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(destination)
+            .cloned()
+    }
+
+    /// Remembers where `destination`'s last claim stopped (`None`: at the ring's start).
+    pub(crate) fn set(&self, destination: &str, at: Option<QueueKey>) {
+        let mut cursors = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match at {
+            Some(at) => cursors.insert(destination.to_owned(), at),
+            None => cursors.remove(destination),
+        };
+    }
+}
+
+/// Queues a claim looks at per statement beyond what it may claim: room to pass over
+/// queues with a request on the wire, a retry not yet due or a dead delivery.
+const WALK_SLACK: usize = 32;
+/// Most queues one claim looks at, however few of them may send.
+const WALK_MAX: usize = 4096;
+
+/// The statement that walks `destination`'s queues ($1) in (source, aggregate) order,
+/// one index seek per queue, from after ($2, $3) when `after` (else from the start),
+/// at most $4 queues ($2 without `after`): each queue's first active delivery that is not a dead one its
+/// order lets pass, with what decides whether it may go now.
+fn walk_sql(after: bool) -> String {
+    let first_row = format!(
+        "FROM deliveries d WHERE d.destination = $1 AND d.status IN {ACTIVE}
+             AND (d.status <> 'dead' OR d.ordering IN {blocking})",
+        blocking = blocking_orders()
+    );
+    // Two seeks, not one row-value comparison: neither store seeks an index on
+    // `(source, aggregate) > (a, b)` when a and b come from the walk's previous row.
+    let next = |source: &str, aggregate: &str| {
+        format!(
+            "COALESCE(
+                 (SELECT d.id {first_row} AND d.source = {source} AND d.aggregate > {aggregate}
+                  ORDER BY d.aggregate, d.id LIMIT 1),
+                 (SELECT d.id {first_row} AND d.source > {source}
+                  ORDER BY d.source, d.aggregate, d.id LIMIT 1))"
+        )
+    };
+    let start = if after {
+        next("$2", "$3")
+    } else {
+        format!("(SELECT d.id {first_row} ORDER BY d.source, d.aggregate, d.id LIMIT 1)")
+    };
+    format!(
+        "WITH RECURSIVE walk (id, source, aggregate, step) AS (
+             SELECT n.id, n.source, n.aggregate, CAST(1 AS BIGINT) FROM deliveries n
+             WHERE n.id = {start}
+             UNION ALL
+             SELECT n.id, n.source, n.aggregate, walk.step + 1 FROM walk
+             JOIN deliveries n ON n.id = {next}
+             WHERE walk.step < {steps})
+         SELECT h.source, h.aggregate, h.status, h.next_attempt_at, h.lease_until
+         FROM walk JOIN deliveries h ON h.id = walk.id ORDER BY walk.step",
+        next = next("walk.source", "walk.aggregate"),
+        steps = if after { "$4" } else { "$2" },
+    )
+}
+
+/// Up to `steps` of `destination`'s queues after `after` (from the start when `None`), in
+/// ring order, each with whether its first delivery may go at `now_ms` (pending, a retry
+/// due, a lease run out: a node that died holding it).
+async fn walk_queues<I: UpkeepIo>(
+    io: &I,
+    destination: &str,
+    after: Option<&QueueKey>,
+    steps: usize,
+    now_ms: i64,
+) -> Result<Vec<(QueueKey, bool)>, StoreError> {
+    let mut params = vec![text(destination)];
+    if let Some((source, aggregate)) = after {
+        params.extend([text(source), text(aggregate)]);
+    }
+    params.push(Param::Int(i64::try_from(steps).unwrap_or(i64::MAX)));
+    let rows = io.query(&walk_sql(after.is_some()), &params).await?;
+    rows.iter()
+        .map(|row| {
+            let may_go = match parse_status(&string(row, 2)?)? {
+                DeliveryStatus::Pending => true,
+                DeliveryStatus::Retrying => opt_int(row, 3)?.is_none_or(|at| at <= now_ms),
+                DeliveryStatus::InFlight => opt_int(row, 4)?.is_none_or(|until| until <= now_ms),
+                _ => false,
+            };
+            Ok(((string(row, 0)?, string(row, 1)?), may_go))
+        })
+        .collect()
+}
+
 /// Claims up to `limit` deliveries of `destination` that may be sent at `now_ms`, at
 /// most one per queue and only what [`queue::next_send`] allows, leasing each to
 /// `owner` until `lease_until_ms`. A queue another node is claiming is passed over.
+/// Queues are visited in ring order from after `after`; answers the claimed deliveries
+/// and where the next claim should start.
 pub(crate) async fn claim<I: UpkeepIo>(
     io: &I,
     destination: &str,
     owner: &str,
-    now_ms: i64,
-    lease_until_ms: i64,
+    (now_ms, lease_until_ms): (i64, i64),
     limit: usize,
-) -> Result<Vec<DeliveryRecord>, StoreError> {
+    after: Option<QueueKey>,
+) -> Result<(Vec<DeliveryRecord>, Option<QueueKey>), StoreError> {
     if limit == 0 {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), after));
     }
-    // Queues whose first active delivery may go now (pending, a retry due, a dead node's
-    // lease run out), oldest first. Each status is walked by id with a limit of its own,
-    // so a claim reads about as many rows as it claims, however deep the backlog: a
-    // GROUP BY over every waiting row made each claim cost the whole backlog.
-    let head = |alias: &str, condition: &str| {
-        format!(
-            "SELECT * FROM (SELECT d.source, d.aggregate, d.id FROM deliveries d
-                 WHERE d.destination = $1 AND {condition}
-                   AND NOT EXISTS (SELECT 1 FROM deliveries e
-                       WHERE e.destination = d.destination AND e.source = d.source
-                         AND e.aggregate = d.aggregate AND e.id < d.id
-                         AND e.status IN {ACTIVE}
-                         AND (e.status <> 'dead' OR e.ordering IN {blocking}))
-                 ORDER BY d.id LIMIT $3) {alias}",
-            blocking = blocking_orders(),
-        )
-    };
-    let candidates = io
-        .query(
-            &format!(
-                "SELECT source, aggregate, id FROM ({} UNION ALL {} UNION ALL {}) c
-                 ORDER BY id LIMIT $3",
-                head("pending", "d.status = 'pending'"),
-                head("due", "d.status = 'retrying' AND d.next_attempt_at <= $2"),
-                head("expired", "d.status = 'in_flight' AND d.lease_until <= $2"),
-            ),
-            &[
-                text(destination),
-                Param::Int(now_ms),
-                Param::Int(i64::try_from(limit.saturating_mul(2)).unwrap_or(i64::MAX)),
-            ],
-        )
-        .await?;
+    let steps = limit.saturating_add(WALK_SLACK).min(WALK_MAX);
     let mut claimed = Vec::new();
-    for candidate in &candidates {
-        if claimed.len() == limit {
-            break;
-        }
-        let (source, aggregate) = (string(candidate, 0)?, string(candidate, 1)?);
-        let key = queue_key(destination, &source, &aggregate);
-        if one_int(&io.query(I::TRY_LOCK_KEY, &[text(&key)]).await?)? != 1 {
-            continue;
-        }
-        let mut rows =
-            load_queue(io, (destination, &source, &aggregate), None, Some(now_ms)).await?;
-        loop {
-            match queue::next_send(&rows, now_ms) {
-                NextSend::Supersede { id, by } => {
-                    io.execute(
-                        "UPDATE deliveries SET status = 'skipped', next_attempt_at = NULL,
-                             lease_owner = NULL, lease_until = NULL, last_error = $2
-                         WHERE id = $1 AND status IN ('pending', 'retrying')",
-                        &[Param::Int(id), Param::Text(format!("superseded by {by}"))],
-                    )
-                    .await?;
-                    mark(&mut rows, id, DeliveryStatus::Skipped);
+    let mut wraps_left = usize::from(after.is_some());
+    let mut cursor = after;
+    let mut seen = HashSet::new();
+    let mut walked = 0;
+    'walk: while claimed.len() < limit && walked < WALK_MAX {
+        let queues = walk_queues(io, destination, cursor.as_ref(), steps, now_ms).await?;
+        walked += steps;
+        let at_end = queues.len() < steps;
+        for (key, may_go) in queues {
+            if !seen.insert(key.clone()) {
+                // Came round to where this claim started.
+                break 'walk;
+            }
+            if may_go {
+                let times = (now_ms, lease_until_ms);
+                if let Some(id) = claim_queue(io, destination, owner, times, &key).await? {
+                    claimed.push(id);
                 }
-                NextSend::Send(id) => {
-                    // Conditional: a verdict recorded meanwhile by the expired lease's
-                    // holder (it takes no queue lock) wins, and this queue waits.
-                    let leased = io
-                        .execute(
-                            "UPDATE deliveries SET status = 'in_flight', attempts = attempts + 1,
-                                 next_attempt_at = NULL, lease_owner = $2, lease_until = $3
-                             WHERE id = $1 AND (status IN ('pending', 'retrying')
-                                   OR (status = 'in_flight' AND lease_until <= $4))",
-                            &[
-                                Param::Int(id),
-                                text(owner),
-                                Param::Int(lease_until_ms),
-                                Param::Int(now_ms),
-                            ],
-                        )
-                        .await?;
-                    if leased == 1 {
-                        claimed.push(id);
-                    }
-                    break;
-                }
-                _ => break,
+            }
+            cursor = Some(key);
+            if claimed.len() == limit {
+                break 'walk;
             }
         }
+        if at_end {
+            cursor = None;
+            if wraps_left == 0 {
+                break;
+            }
+            wraps_left -= 1;
+        }
     }
-    with_bodies(io, destination, &claimed).await
+    Ok((with_bodies(io, destination, &claimed).await?, cursor))
+}
+
+/// Leases queue `key` of `destination`'s next delivery to `owner` if [`queue::next_send`]
+/// lets one go at `now_ms` (superseding what it says first); answers the leased id. A
+/// queue another node is claiming is passed over.
+async fn claim_queue<I: UpkeepIo>(
+    io: &I,
+    destination: &str,
+    owner: &str,
+    (now_ms, lease_until_ms): (i64, i64),
+    (source, aggregate): &QueueKey,
+) -> Result<Option<i64>, StoreError> {
+    let key = queue_key(destination, source, aggregate);
+    if one_int(&io.query(I::TRY_LOCK_KEY, &[text(&key)]).await?)? != 1 {
+        return Ok(None);
+    }
+    let mut rows = load_queue(io, (destination, source, aggregate), None, Some(now_ms)).await?;
+    loop {
+        match queue::next_send(&rows, now_ms) {
+            NextSend::Supersede { id, by } => {
+                io.execute(
+                    "UPDATE deliveries SET status = 'skipped', next_attempt_at = NULL,
+                         lease_owner = NULL, lease_until = NULL, last_error = $2
+                     WHERE id = $1 AND status IN ('pending', 'retrying')",
+                    &[Param::Int(id), Param::Text(format!("superseded by {by}"))],
+                )
+                .await?;
+                mark(&mut rows, id, DeliveryStatus::Skipped);
+            }
+            NextSend::Send(id) => {
+                // Conditional: a verdict recorded meanwhile by the expired lease's
+                // holder (it takes no queue lock) wins, and this queue waits.
+                let leased = io
+                    .execute(
+                        "UPDATE deliveries SET status = 'in_flight', attempts = attempts + 1,
+                             next_attempt_at = NULL, lease_owner = $2, lease_until = $3
+                         WHERE id = $1 AND (status IN ('pending', 'retrying')
+                               OR (status = 'in_flight' AND lease_until <= $4))",
+                        &[
+                            Param::Int(id),
+                            text(owner),
+                            Param::Int(lease_until_ms),
+                            Param::Int(now_ms),
+                        ],
+                    )
+                    .await?;
+                return Ok((leased == 1).then_some(id));
+            }
+            _ => return Ok(None),
+        }
+    }
 }
 
 /// Deliveries `ids` of `destination` in id order, each with its event's body and kept

@@ -114,6 +114,8 @@ pub struct PostgresStore {
     group_commit: bool,
     queue: Arc<std::sync::Mutex<Vec<PgJob>>>,
     writers: Arc<tokio::sync::Semaphore>,
+    /// Where each destination's claims stand among its queues.
+    claim_cursors: Arc<forwarding::ClaimCursors>,
 }
 
 /// Most deliveries committed in one transaction.
@@ -433,6 +435,7 @@ impl PostgresStore {
             group_commit: true,
             queue: Arc::default(),
             writers: Arc::new(tokio::sync::Semaphore::new(BATCH_WRITERS)),
+            claim_cursors: Arc::default(),
         })
     }
 
@@ -943,17 +946,18 @@ impl Store for PostgresStore {
     ) -> Result<Vec<DeliveryRecord>, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
-        let done = forwarding::claim(
+        let (claimed, next) = forwarding::claim(
             &PgIo(&tx),
             destination,
             owner,
-            now_ms,
-            lease_until_ms,
+            (now_ms, lease_until_ms),
             limit,
+            self.claim_cursors.get(destination),
         )
         .await?;
         tx.commit().await.map_err(pg_err)?;
-        Ok(done)
+        self.claim_cursors.set(destination, next);
+        Ok(claimed)
     }
 
     async fn record_delivery_attempt(

@@ -46,6 +46,8 @@ pub struct SqliteStore {
     conn: Arc<tokio::sync::Mutex<Connection>>,
     queue: Arc<Mutex<Vec<IngestJob>>>,
     group_commit: bool,
+    /// Where each destination's claims stand among its queues.
+    claim_cursors: Arc<forwarding::ClaimCursors>,
 }
 
 /// Most deliveries committed in one transaction.
@@ -292,6 +294,7 @@ impl SqliteStore {
             conn: Arc::new(tokio::sync::Mutex::new(conn)),
             queue: Arc::default(),
             group_commit: true,
+            claim_cursors: Arc::default(),
         })
     }
 
@@ -684,15 +687,19 @@ impl Store for SqliteStore {
         limit: usize,
     ) -> Result<Vec<DeliveryRecord>, StoreError> {
         let (destination, owner) = (destination.to_owned(), owner.to_owned());
+        let after = self.claim_cursors.get(&destination);
+        let cursors = Arc::clone(&self.claim_cursors);
         self.upkeep_unsynced(move |io| {
-            ready(forwarding::claim(
+            let (claimed, next) = ready(forwarding::claim(
                 io,
                 &destination,
                 &owner,
-                now_ms,
-                lease_until_ms,
+                (now_ms, lease_until_ms),
                 limit,
-            ))
+                after,
+            ))?;
+            cursors.set(&destination, next);
+            Ok(claimed)
         })
         .await
     }
