@@ -823,6 +823,76 @@ mod tests {
         assert_eq!(request_limit(10, -5), None);
     }
 
+    /// A delivery claimed with its lease running until `lease_until_ms`.
+    fn leased(id: i64, lease_until_ms: i64) -> DeliveryRecord {
+        DeliveryRecord {
+            id,
+            destination: "app".into(),
+            source: "saves".into(),
+            event_row: id,
+            event_id: format!("e{id}"),
+            aggregate: format!("a{id}"),
+            sequence: 1,
+            event_type: String::new(),
+            webhook_id: format!("msg_{id}"),
+            order: crate::forward::select::DeliveryOrder::Unordered,
+            status: crate::forward::queue::DeliveryStatus::InFlight,
+            attempts: 1,
+            next_attempt_at_ms: None,
+            lease_owner: Some("node".into()),
+            lease_until_ms: Some(lease_until_ms),
+            last_error: None,
+            created_at_ms: 0,
+            delivered_at_ms: None,
+            history: Vec::new(),
+            body: None,
+            event_headers: None,
+        }
+    }
+
+    #[test]
+    fn a_buffered_delivery_goes_only_while_closed_with_lease_enough_left() {
+        let ready = Ready::new(1_000);
+        let circuit = Mutex::new(Circuit::new(CircuitPolicy::default()));
+        let (stop, running) = watch::channel(false);
+        ready.push(leased(1, 5_000));
+        ready.push(leased(2, 6_000));
+        ready.push(leased(1, 7_000));
+        assert_eq!(
+            ready.len(),
+            2,
+            "a claim of its own expired lease replaces the copy"
+        );
+        assert_eq!(ready.sendable_until_ms(), Some(5_000));
+        assert_eq!(ready.take(&circuit, &running, 5_001).map(|d| d.id), None);
+        assert_eq!(ready.take(&circuit, &running, 5_000).map(|d| d.id), Some(2));
+        ready.push(leased(3, 9_000));
+        assert!(ready
+            .take_unsendable(CircuitState::Closed, 5_000)
+            .is_empty());
+        let stale = ready.take_unsendable(CircuitState::Closed, 7_000);
+        assert_eq!(stale.iter().map(|d| d.id).collect::<Vec<_>>(), [1]);
+
+        ready.push(leased(4, 9_000));
+        {
+            let mut circuit = circuit.lock().unwrap();
+            for aggregate in ["x", "y", "z"].iter().cycle().take(10) {
+                circuit.on_failure(aggregate, 7_000);
+            }
+        }
+        let open = circuit.lock().unwrap().state();
+        assert_ne!(open, CircuitState::Closed);
+        assert_eq!(ready.take(&circuit, &running, 7_000).map(|d| d.id), None);
+        let given_back = ready.take_unsendable(open, 7_000);
+        assert_eq!(given_back.iter().map(|d| d.id).collect::<Vec<_>>(), [3, 4]);
+
+        circuit.lock().unwrap().on_success();
+        ready.push(leased(5, 9_000));
+        stop.send(true).unwrap();
+        assert_eq!(ready.take(&circuit, &running, 7_000).map(|d| d.id), None);
+        assert_eq!(ready.take_all().len(), 1);
+    }
+
     #[test]
     fn a_ca_file_that_is_not_pem_is_refused_by_name() {
         let dir = tempfile::tempdir().unwrap();
