@@ -6,11 +6,12 @@
 //! A claim leases a delivery to this node for longer than a request may take, so a
 //! node that dies mid-request leaves it to be claimed again (same `webhook-id`).
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
-use tokio::sync::{mpsc, watch, Notify, Semaphore};
+use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
@@ -132,12 +133,100 @@ struct Finished {
 /// Why a sender's round claimed fewer deliveries than it had room for.
 #[derive(Debug, Clone, Copy)]
 struct Idle {
-    /// Request slots free before the claim.
-    free: usize,
+    /// Deliveries it could have taken before the claim: free request slots plus room in
+    /// the buffer.
+    room: usize,
     /// The circuit's position at the claim.
     state: CircuitState,
-    /// The rate limit granted fewer than there were slots.
+    /// The rate limit granted fewer than there was room for.
     rate_short: bool,
+    /// When the oldest buffered delivery stops being sendable, to give it back in time.
+    ready_until_ms: Option<i64>,
+}
+
+/// A sender's deliveries claimed ahead of its free request slots, oldest claim first: each
+/// leased to this node and counted as an attempt, none on the wire yet.
+struct Ready {
+    queue: Mutex<VecDeque<DeliveryRecord>>,
+    /// The lease one must have left to be sent ([`Sender::ready_lease_ms`]).
+    min_lease_ms: i64,
+}
+
+impl Ready {
+    /// An empty buffer whose deliveries go only with `min_lease_ms` of their lease left.
+    fn new(min_lease_ms: i64) -> Self {
+        Self {
+            queue: Mutex::new(VecDeque::new()),
+            min_lease_ms,
+        }
+    }
+
+    /// Deliveries buffered.
+    fn len(&self) -> usize {
+        self.queue.lock().expect("ready").len()
+    }
+
+    /// Buffers `delivery`, in place of an older copy of it (a claim of its own expired lease).
+    fn push(&self, delivery: DeliveryRecord) {
+        let mut queue = self.queue.lock().expect("ready");
+        queue.retain(|d| d.id != delivery.id);
+        queue.push_back(delivery);
+    }
+
+    /// Whether `delivery` still has the lease to be sent at `now_ms`.
+    fn sendable(&self, delivery: &DeliveryRecord, now_ms: i64) -> bool {
+        delivery
+            .lease_until_ms
+            .is_some_and(|until| until.saturating_sub(now_ms) >= self.min_lease_ms)
+    }
+
+    /// The next delivery to send at `now_ms`: none while the circuit is not closed or
+    /// shutdown has begun (the loop gives them back), or when the oldest waited too long.
+    fn take(
+        &self,
+        circuit: &Mutex<Circuit>,
+        shutdown: &watch::Receiver<bool>,
+        now_ms: i64,
+    ) -> Option<DeliveryRecord> {
+        let mut queue = self.queue.lock().expect("ready");
+        let sendable = queue.front().is_some_and(|d| self.sendable(d, now_ms))
+            && !*shutdown.borrow()
+            && circuit.lock().expect("circuit").state() == CircuitState::Closed;
+        if sendable {
+            queue.pop_front()
+        } else {
+            None
+        }
+    }
+
+    /// Takes out what may not be sent at `now_ms`: everything unless the circuit is
+    /// closed (it opened: nothing more goes until a probe closes it), else those that
+    /// waited too long.
+    fn take_unsendable(&self, state: CircuitState, now_ms: i64) -> Vec<DeliveryRecord> {
+        let mut queue = self.queue.lock().expect("ready");
+        if state != CircuitState::Closed {
+            return queue.drain(..).collect();
+        }
+        let (keep, stale): (VecDeque<_>, VecDeque<_>) =
+            queue.drain(..).partition(|d| self.sendable(d, now_ms));
+        *queue = keep;
+        stale.into()
+    }
+
+    /// Takes out every buffered delivery.
+    fn take_all(&self) -> Vec<DeliveryRecord> {
+        self.queue.lock().expect("ready").drain(..).collect()
+    }
+
+    /// When the oldest buffered delivery stops being sendable.
+    fn sendable_until_ms(&self) -> Option<i64> {
+        let queue = self.queue.lock().expect("ready");
+        queue
+            .iter()
+            .filter_map(|d| d.lease_until_ms)
+            .min()
+            .map(|until| until.saturating_sub(self.min_lease_ms))
+    }
 }
 
 /// Each destination's circuit breaker on this node, shared by its sender and the API.
@@ -229,19 +318,25 @@ impl Sender {
     }
 
     /// Claims and sends this destination's deliveries until `shutdown` turns true, then
-    /// waits for the requests on the wire (each bounded by `timeout_s`).
+    /// gives back those claimed but not sent and waits for the requests on the wire (each
+    /// bounded by `timeout_s`).
+    ///
+    /// While the circuit is closed it claims ahead of its free request slots, up to
+    /// `concurrency` deliveries more ([`Ready`]): a slot whose request ends takes the next
+    /// at once, and the claims, refilling the buffer in bigger rounds, stay out of each
+    /// request's cycle. The store leases at most one delivery per aggregate, so a buffered
+    /// one holds its aggregate's place and order is kept.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let name = self.destination.name.clone();
-        let slots = Arc::new(Semaphore::new(self.destination.concurrency.max(1)));
+        let concurrency = self.destination.concurrency.max(1);
+        let slots = Arc::new(Semaphore::new(concurrency));
+        let ready = Arc::new(Ready::new(self.ready_lease_ms()));
         let circuit = Arc::clone(&self.circuit);
         let mut rate = self
             .destination
             .rate_limit_per_s
             .map(|per_s| RateLimit::new(per_s, self.clock.now_ms()));
-        // The request, then recording its verdict after it (the claim read the body).
-        let lease_ms = (self.destination.timeout_s as i64)
-            .saturating_add(self.destination.lease_margin_s as i64)
-            .saturating_mul(1000);
+        let lease_ms = self.lease_ms();
         let mut requests = JoinSet::new();
         let (verdicts, finished) = mpsc::unbounded_channel();
         let recorder = tokio::spawn(self.clone().record_all(finished));
@@ -269,14 +364,40 @@ impl Sender {
                     }
                 };
             }
-            let free = slots.available_permits();
-            let mut want = free;
             let state = circuit.lock().expect("circuit").state();
-            match state {
-                CircuitState::Closed => {}
-                CircuitState::Open { until_ms } if now_ms >= until_ms => want = want.min(1),
-                CircuitState::Open { .. } | CircuitState::Probing => want = 0,
+            let unsendable = ready.take_unsendable(state, now_ms);
+            if !unsendable.is_empty() {
+                if let Some(rate) = rate.as_mut() {
+                    rate.give_back(unsendable.len());
+                }
+                self.release(unsendable, now_ms).await;
             }
+            let mut free = slots.available_permits();
+            // Free slots take what is buffered first: no claim stands between them and it.
+            while free > 0 {
+                let Some(delivery) = ready.take(&circuit, &shutdown, now_ms) else {
+                    break;
+                };
+                let permit = Arc::clone(&slots)
+                    .try_acquire_owned()
+                    .expect("a slot was free");
+                self.start(
+                    &mut requests,
+                    permit,
+                    delivery,
+                    &ready,
+                    &verdicts,
+                    &shutdown,
+                );
+                free -= 1;
+            }
+            let room = free + concurrency.saturating_sub(ready.len());
+            let want = match state {
+                CircuitState::Closed => room,
+                // Claimed only for a free slot, never ahead: the buffer was given back.
+                CircuitState::Open { until_ms } if now_ms >= until_ms => free.min(1),
+                CircuitState::Open { .. } | CircuitState::Probing => 0,
+            };
             let granted = match rate.as_mut() {
                 Some(rate) => rate.take(want, now_ms),
                 None => want,
@@ -318,48 +439,120 @@ impl Sender {
             if let Some(rate) = rate.as_mut() {
                 rate.give_back(granted - claimed.len());
             }
-            let sent = claimed.len();
-            for delivery in claimed {
-                let permit = Arc::clone(&slots)
-                    .try_acquire_owned()
-                    .expect("claimed no more than the free slots");
+            let got = claimed.len();
+            let mut claimed = claimed.into_iter();
+            // Slots freed during the claim are filled too; what is left waits in the buffer.
+            for delivery in claimed.by_ref() {
+                let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
+                    ready.push(delivery);
+                    break;
+                };
                 // A request claimed while closed goes even if the circuit opened meanwhile:
                 // its failure is then already counted as the destination being down.
                 let _ = circuit.lock().expect("circuit").permit(now_ms);
-                let sender = self.clone();
-                let circuit = Arc::clone(&circuit);
-                let verdicts = verdicts.clone();
-                requests.spawn(async move {
-                    let mut delivery = delivery;
-                    let done = sender.send(&mut delivery, &circuit).await;
-                    drop(permit);
-                    sender.wake.notify_one();
-                    if let Some((verdict, attempt, outcome, at_ms)) = done {
-                        // The recorder outlives every request, so the send cannot fail.
-                        let _ = verdicts.send(Finished {
-                            delivery,
-                            verdict,
-                            attempt,
-                            outcome,
-                            at_ms,
-                        });
-                    }
-                });
+                self.start(
+                    &mut requests,
+                    permit,
+                    delivery,
+                    &ready,
+                    &verdicts,
+                    &shutdown,
+                );
             }
-            if sent == 0 || sent < granted {
+            claimed.for_each(|delivery| ready.push(delivery));
+            if got == 0 || got < granted {
                 let idle = Idle {
-                    free,
+                    room,
                     state,
-                    rate_short: sent == granted && granted < want,
+                    rate_short: got == granted && granted < want,
+                    ready_until_ms: ready.sendable_until_ms(),
                 };
                 let wait = self.idle_wait(idle, rate.as_ref(), now_ms).await;
                 pause(&mut shutdown, wait, Some(&self.wake)).await;
             }
         }
+        // Given back first, so that another node (or this one restarted) sends them at once
+        // while the requests on the wire finish.
+        let unsent = ready.take_all();
+        if !unsent.is_empty() {
+            self.release(unsent, self.clock.now_ms()).await;
+        }
         while requests.join_next().await.is_some() {}
         drop(verdicts);
         if let Err(err) = recorder.await {
             warn!(destination = %name, error = %err, "the verdict recorder failed");
+        }
+    }
+
+    /// How long a claim leases a delivery: the request, then recording its verdict after
+    /// it (the claim read the body), in milliseconds.
+    fn lease_ms(&self) -> i64 {
+        (self.destination.timeout_s as i64)
+            .saturating_add(self.destination.lease_margin_s as i64)
+            .saturating_mul(1000)
+    }
+
+    /// The lease a buffered delivery must have left to be sent: a whole request plus half
+    /// the margin, so that waiting in the buffer never cuts a request short nor leaves its
+    /// verdict less than half the margin to be recorded in.
+    fn ready_lease_ms(&self) -> i64 {
+        let margin_ms = (self.destination.lease_margin_s as i64).saturating_mul(1000);
+        (self.destination.timeout_s as i64)
+            .saturating_mul(1000)
+            .saturating_add(margin_ms / 2)
+    }
+
+    /// Sends `delivery` in a request slot held by `permit`, then, in the same slot, the
+    /// buffered deliveries that may go, one after another, until the buffer has none.
+    fn start(
+        &self,
+        requests: &mut JoinSet<()>,
+        permit: OwnedSemaphorePermit,
+        delivery: DeliveryRecord,
+        ready: &Arc<Ready>,
+        verdicts: &mpsc::UnboundedSender<Finished>,
+        shutdown: &watch::Receiver<bool>,
+    ) {
+        let sender = self.clone();
+        let circuit = Arc::clone(&self.circuit);
+        let (ready, verdicts, shutdown) = (Arc::clone(ready), verdicts.clone(), shutdown.clone());
+        requests.spawn(async move {
+            let mut next = Some(delivery);
+            while let Some(mut delivery) = next {
+                let done = sender.send(&mut delivery, &circuit).await;
+                if let Some((verdict, attempt, outcome, at_ms)) = done {
+                    // The recorder outlives every request, so the send cannot fail.
+                    let _ = verdicts.send(Finished {
+                        delivery,
+                        verdict,
+                        attempt,
+                        outcome,
+                        at_ms,
+                    });
+                }
+                next = ready.take(&circuit, &shutdown, sender.clock.now_ms());
+                // The loop refills the buffer, or fills the slot once this one leaves it.
+                sender.wake.notify_one();
+            }
+            drop(permit);
+            sender.wake.notify_one();
+        });
+    }
+
+    /// Gives back `unsent`, claimed by this node but never sent; on failure they wait for
+    /// their leases to run out.
+    async fn release(&self, unsent: Vec<DeliveryRecord>, now_ms: i64) {
+        let ids: Vec<i64> = unsent.iter().map(|d| d.id).collect();
+        match self
+            .store
+            .release_deliveries(&self.node_id, &ids, now_ms)
+            .await
+        {
+            Ok(released) => debug!(destination = %self.destination.name, claimed = ids.len(),
+                                   released, "gave back deliveries claimed ahead"),
+            Err(err) => warn!(destination = %self.destination.name, deliveries = ids.len(),
+                              error = %err,
+                              "cannot give back deliveries claimed ahead; sent when their leases run out"),
         }
     }
 
@@ -377,13 +570,31 @@ impl Sender {
 
     /// How long to wait, unless woken, when nothing more may be claimed now: until the
     /// next thing that falls due by time (a retry, a lease, the circuit's next probe, a
-    /// rate limit token), or the poll. Finished requests and commits wake the sender.
+    /// rate limit token, a buffered delivery to give back), or the poll. Finished
+    /// requests and commits wake the sender.
     async fn idle_wait(&self, idle: Idle, rate: Option<&RateLimit>, now_ms: i64) -> Duration {
         let until = |at_ms: i64| {
             let ms = u64::try_from(at_ms.saturating_sub(now_ms)).unwrap_or(0);
             Duration::from_millis(ms).min(self.poll)
         };
-        if idle.free == 0 {
+        // A buffered delivery that waited too long is given back before its lease runs out.
+        let wait = self.idle_wait_unbuffered(idle, rate, now_ms).await;
+        idle.ready_until_ms
+            .map_or(wait, |at_ms| wait.min(until(at_ms)))
+    }
+
+    /// [`Sender::idle_wait`] but for the buffer's deliveries.
+    async fn idle_wait_unbuffered(
+        &self,
+        idle: Idle,
+        rate: Option<&RateLimit>,
+        now_ms: i64,
+    ) -> Duration {
+        let until = |at_ms: i64| {
+            let ms = u64::try_from(at_ms.saturating_sub(now_ms)).unwrap_or(0);
+            Duration::from_millis(ms).min(self.poll)
+        };
+        if idle.room == 0 {
             return self.poll;
         }
         match idle.state {
@@ -610,6 +821,76 @@ mod tests {
         assert_eq!(request_limit(10, 1_500), Some(Duration::from_millis(1_500)));
         assert_eq!(request_limit(10, 99), None);
         assert_eq!(request_limit(10, -5), None);
+    }
+
+    /// A delivery claimed with its lease running until `lease_until_ms`.
+    fn leased(id: i64, lease_until_ms: i64) -> DeliveryRecord {
+        DeliveryRecord {
+            id,
+            destination: "app".into(),
+            source: "saves".into(),
+            event_row: id,
+            event_id: format!("e{id}"),
+            aggregate: format!("a{id}"),
+            sequence: 1,
+            event_type: String::new(),
+            webhook_id: format!("msg_{id}"),
+            order: crate::forward::select::DeliveryOrder::Unordered,
+            status: crate::forward::queue::DeliveryStatus::InFlight,
+            attempts: 1,
+            next_attempt_at_ms: None,
+            lease_owner: Some("node".into()),
+            lease_until_ms: Some(lease_until_ms),
+            last_error: None,
+            created_at_ms: 0,
+            delivered_at_ms: None,
+            history: Vec::new(),
+            body: None,
+            event_headers: None,
+        }
+    }
+
+    #[test]
+    fn a_buffered_delivery_goes_only_while_closed_with_lease_enough_left() {
+        let ready = Ready::new(1_000);
+        let circuit = Mutex::new(Circuit::new(CircuitPolicy::default()));
+        let (stop, running) = watch::channel(false);
+        ready.push(leased(1, 5_000));
+        ready.push(leased(2, 6_000));
+        ready.push(leased(1, 7_000));
+        assert_eq!(
+            ready.len(),
+            2,
+            "a claim of its own expired lease replaces the copy"
+        );
+        assert_eq!(ready.sendable_until_ms(), Some(5_000));
+        assert_eq!(ready.take(&circuit, &running, 5_001).map(|d| d.id), None);
+        assert_eq!(ready.take(&circuit, &running, 5_000).map(|d| d.id), Some(2));
+        ready.push(leased(3, 9_000));
+        assert!(ready
+            .take_unsendable(CircuitState::Closed, 5_000)
+            .is_empty());
+        let stale = ready.take_unsendable(CircuitState::Closed, 7_000);
+        assert_eq!(stale.iter().map(|d| d.id).collect::<Vec<_>>(), [1]);
+
+        ready.push(leased(4, 9_000));
+        {
+            let mut circuit = circuit.lock().unwrap();
+            for aggregate in ["x", "y", "z"].iter().cycle().take(10) {
+                circuit.on_failure(aggregate, 7_000);
+            }
+        }
+        let open = circuit.lock().unwrap().state();
+        assert_ne!(open, CircuitState::Closed);
+        assert_eq!(ready.take(&circuit, &running, 7_000).map(|d| d.id), None);
+        let given_back = ready.take_unsendable(open, 7_000);
+        assert_eq!(given_back.iter().map(|d| d.id).collect::<Vec<_>>(), [3, 4]);
+
+        circuit.lock().unwrap().on_success();
+        ready.push(leased(5, 9_000));
+        stop.send(true).unwrap();
+        assert_eq!(ready.take(&circuit, &running, 7_000).map(|d| d.id), None);
+        assert_eq!(ready.take_all().len(), 1);
     }
 
     #[test]

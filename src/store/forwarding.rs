@@ -447,6 +447,50 @@ async fn claim_queue<I: UpkeepIo>(
     }
 }
 
+/// Undoes the claims of deliveries `ids` that `owner` still holds in flight and never
+/// sent: the attempt the claim counted is taken back, and each goes back to `pending`, or
+/// to `retrying` due at `now_ms` when it had attempts before; answers how many it released
+/// and, when any, wakes the senders, so that they go at once rather than at lease expiry.
+pub(crate) async fn release<I: UpkeepIo>(
+    io: &I,
+    owner: &str,
+    ids: &[i64],
+    now_ms: i64,
+) -> Result<u64, StoreError> {
+    let mut released = 0;
+    let mut rest = ids;
+    while !rest.is_empty() {
+        let (part, next) = rest.split_at(chunk_len(rest.len()));
+        let mut params = vec![text(owner), Param::Int(now_ms)];
+        let placeholders: Vec<String> = part
+            .iter()
+            .map(|id| {
+                params.push(Param::Int(*id));
+                format!("${}", params.len())
+            })
+            .collect();
+        // Every SET reads the row as it was, so `attempts` here is the claim's count.
+        released += io
+            .execute(
+                &format!(
+                    "UPDATE deliveries SET attempts = attempts - 1,
+                         status = CASE WHEN attempts > 1 THEN 'retrying' ELSE 'pending' END,
+                         next_attempt_at = CASE WHEN attempts > 1 THEN CAST($2 AS BIGINT) END,
+                         lease_owner = NULL, lease_until = NULL
+                     WHERE id IN ({}) AND status = 'in_flight' AND lease_owner = $1",
+                    placeholders.join(", ")
+                ),
+                &params,
+            )
+            .await?;
+        rest = next;
+    }
+    if released > 0 {
+        io.wake_senders().await?;
+    }
+    Ok(released)
+}
+
 /// Deliveries `ids` of `destination` in id order, each with its event's body and kept
 /// headers, in one query: the sender then reads nothing more before its request.
 async fn with_bodies<I: UpkeepIo>(

@@ -672,6 +672,19 @@ pub trait Store: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<DeliveryRecord>, StoreError>;
 
+    /// Gives back deliveries `ids` that `owner` claimed but never sent (a sender's buffer
+    /// at shutdown, or when its circuit opens): those it still holds in flight go back to
+    /// `pending` (or `retrying`, due at `now_ms`, when attempted before), the claim's
+    /// attempt taken back and the lease cleared, and the senders are rung, so that this or
+    /// another node sends them at once rather than when the lease runs out. Answers how
+    /// many it released (one taken over by another node, or already recorded, is not).
+    async fn release_deliveries(
+        &self,
+        owner: &str,
+        ids: &[i64],
+        now_ms: i64,
+    ) -> Result<u64, StoreError>;
+
     /// Records an attempt at an in-flight delivery and its verdict, if `owner` still holds
     /// its lease; answers whether it did (false: another node took it over, nothing written).
     async fn record_delivery_attempt(

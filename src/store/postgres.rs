@@ -960,6 +960,22 @@ impl Store for PostgresStore {
         Ok(claimed)
     }
 
+    async fn release_deliveries(
+        &self,
+        owner: &str,
+        ids: &[i64],
+        now_ms: i64,
+    ) -> Result<u64, StoreError> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let done = forwarding::release(&PgIo(&tx), owner, ids, now_ms).await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(done)
+    }
+
     async fn record_delivery_attempt(
         &self,
         id: i64,

@@ -704,6 +704,20 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn release_deliveries(
+        &self,
+        owner: &str,
+        ids: &[i64],
+        now_ms: i64,
+    ) -> Result<u64, StoreError> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let (owner, ids) = (owner.to_owned(), ids.to_vec());
+        self.upkeep_unsynced(move |io| ready(forwarding::release(io, &owner, &ids, now_ms)))
+            .await
+    }
+
     async fn record_delivery_attempt(
         &self,
         id: i64,

@@ -15,6 +15,7 @@ mod event_log;
 mod examples;
 mod forward_crash;
 mod forwarding;
+mod forwarding_ahead;
 mod held_limits;
 mod hostile_ingress;
 mod hygiene;

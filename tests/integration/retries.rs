@@ -131,6 +131,9 @@ impl Store for FlakyStore {
     ) -> Result<Vec<DeliveryRecord>, StoreError> {
         self.inner.claim_deliveries(d, o, now, until, n).await
     }
+    async fn release_deliveries(&self, o: &str, ids: &[i64], now: i64) -> Result<u64, StoreError> {
+        self.inner.release_deliveries(o, ids, now).await
+    }
     async fn record_delivery_attempt(
         &self,
         id: i64,

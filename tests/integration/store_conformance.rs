@@ -192,6 +192,7 @@ conformance! {
     forwarding::applied_events_write_deliveries_with_the_decision,
     forwarding::claims_follow_the_applied_order_one_in_flight_per_aggregate,
     forwarding::an_expired_lease_is_claimed_again,
+    forwarding::released_deliveries_are_claimable_at_once,
     forwarding::a_batch_of_verdicts_records_only_the_lease_holders,
     forwarding::a_dead_in_order_delivery_blocks_only_its_aggregate,
     forwarding::replays_requeue_supersede_or_refuse,

@@ -323,6 +323,96 @@ pub async fn an_expired_lease_is_claimed_again(store: &dyn Store) {
     );
 }
 
+/// Releasing deliveries claimed but never sent undoes their claims, only for those the
+/// releasing node still holds in flight: a first attempt goes back to `pending`, a retry
+/// to `retrying` due at once, each without the claim's attempt, and both are claimable
+/// again at once, by any node, long before their leases would have run out.
+pub async fn released_deliveries_are_claimable_at_once(store: &dyn Store) {
+    for (id, user) in [("p1", "u1"), ("p2", "u2"), ("p3", "u3")] {
+        ingest_sync(store, &rules(PRESENCE), presence(id, user, "ONLINE", 1), T0).await;
+    }
+    let taken = claim(store, "node-a", T0, 3).await;
+    assert_eq!(taken.len(), 3);
+    let (fresh, retried, kept) = (&taken[0], &taken[1], &taken[2]);
+    // The second one failed once and is claimed again for its retry.
+    let retry = Verdict::RetryAt {
+        at_ms: T0 + 1_000,
+        error: "HTTP 500".into(),
+    };
+    assert!(answer(store, "node-a", retried, retry, T0 + 10).await);
+    let again = claim(store, "node-a", T0 + 1_000, 3).await;
+    assert_eq!(ids(&again), [retried.id]);
+    assert_eq!(again[0].attempts, 2);
+
+    let at = T0 + 1_500;
+    assert_eq!(
+        store
+            .release_deliveries("node-b", &[fresh.id, retried.id], at)
+            .await
+            .expect("release"),
+        0,
+        "another node's claims are not released"
+    );
+    assert_eq!(
+        store
+            .release_deliveries("node-a", &[fresh.id, retried.id], at)
+            .await
+            .expect("release"),
+        2
+    );
+    assert_eq!(
+        store
+            .release_deliveries("node-a", &[fresh.id], at)
+            .await
+            .expect("release"),
+        0,
+        "released once"
+    );
+    let row = |id: i64| async move { store.delivery(APP, id).await.unwrap().unwrap() };
+    let released = row(fresh.id).await;
+    assert_eq!(
+        (
+            released.status,
+            released.attempts,
+            released.next_attempt_at_ms
+        ),
+        (DeliveryStatus::Pending, 0, None)
+    );
+    assert_eq!(
+        (released.lease_owner, released.lease_until_ms),
+        (None, None)
+    );
+    let released = row(retried.id).await;
+    assert_eq!(
+        (
+            released.status,
+            released.attempts,
+            released.next_attempt_at_ms
+        ),
+        (DeliveryStatus::Retrying, 1, Some(at))
+    );
+    assert_eq!(released.last_error.as_deref(), Some("HTTP 500"));
+    assert_eq!(
+        (released.lease_owner, released.lease_until_ms),
+        (None, None)
+    );
+    assert_eq!(row(kept.id).await.status, DeliveryStatus::InFlight);
+
+    let retaken = claim(store, "node-b", at, 10).await;
+    assert_eq!(ids(&retaken), [fresh.id, retried.id]);
+    assert_eq!(
+        retaken.iter().map(|d| d.attempts).collect::<Vec<_>>(),
+        [1, 2],
+        "the released claims did not count"
+    );
+    assert!(answer(store, "node-b", &retaken[1], Verdict::Delivered, at + 1).await);
+    assert_eq!(
+        row(retried.id).await.history.len(),
+        2,
+        "the failed attempt and the delivered one"
+    );
+}
+
 /// A claim hands each delivery over with its event's body; a batch of verdicts is
 /// recorded in one call, each only if its sender still holds the lease, with the same
 /// attempt history, retry time and dead end as one verdict at a time.
