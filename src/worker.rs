@@ -29,6 +29,8 @@ const AGGREGATES_PER_STEP: usize = 32;
 const BATCH: usize = 256;
 /// Aggregates a bulk replay requeues per round.
 const REPLAY_STEP: usize = 64;
+/// How often, with no replay job running, the worker looks for a new one (milliseconds).
+const REPLAY_CHECK_MS: i64 = 1_000;
 /// Pause after a store failure before trying again.
 const STORE_BACKOFF: Duration = Duration::from_secs(1);
 /// Events deleted per retention transaction, so that ingress never waits long.
@@ -63,11 +65,21 @@ impl Worker {
         let in_flight: Arc<Mutex<HashSet<(String, String)>>> = Arc::default();
         let mut tasks = JoinSet::new();
         let mut store_ok = true;
+        let mut replays_due_ms = i64::MIN;
         while !*shutdown.borrow() {
             while tasks.try_join_next().is_some() {}
             let now_ms = self.clock.now_ms();
-            if let Err(err) = self.store.advance_replay_jobs(now_ms, REPLAY_STEP).await {
-                warn!(error = %err, "cannot advance replay jobs");
+            if now_ms >= replays_due_ms {
+                // Looked at once a second while there are none, at once again while one has
+                // work: on SQLite every look is a turn on the one connection ingest shares.
+                replays_due_ms = match self.store.advance_replay_jobs(now_ms, REPLAY_STEP).await {
+                    Ok(0) => now_ms.saturating_add(REPLAY_CHECK_MS),
+                    Ok(_) => now_ms,
+                    Err(err) => {
+                        warn!(error = %err, "cannot advance replay jobs");
+                        now_ms.saturating_add(REPLAY_CHECK_MS)
+                    }
+                };
             }
             let due = match self.store.due_aggregates(now_ms, BATCH).await {
                 Ok(due) => {

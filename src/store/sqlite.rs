@@ -44,7 +44,7 @@ pub struct SqliteStore {
     /// The one connection, taken in turn (FIFO): with an unfair lock, a flat-out ingest's
     /// stream of committers starved every other user (forwarding ran at 8 deliveries/s).
     conn: Arc<tokio::sync::Mutex<Connection>>,
-    queue: Arc<Mutex<Vec<IngestJob>>>,
+    queue: Arc<Mutex<IngestQueue>>,
     group_commit: bool,
     /// Where each destination's claims stand among its queues.
     claim_cursors: Arc<forwarding::ClaimCursors>,
@@ -52,6 +52,35 @@ pub struct SqliteStore {
 
 /// Most deliveries committed in one transaction.
 const MAX_BATCH: usize = 512;
+
+/// Deliveries waiting for the writer, and whether a committer is on its way for them.
+#[derive(Default)]
+struct IngestQueue {
+    jobs: Vec<IngestJob>,
+    /// A committer task was started and has not taken its batch yet: whatever is queued
+    /// now is in its batch, so no other need start. One task per delivery queued one
+    /// waiter per delivery on the connection's FIFO lock, thousands deep under load, and
+    /// every other user of the connection (workers, forwarding, reads) waited behind them
+    /// for seconds.
+    committer_due: bool,
+}
+
+impl IngestQueue {
+    /// Queues `job`; answers whether the caller must start a committer.
+    fn push(&mut self, job: IngestJob) -> bool {
+        self.jobs.push(job);
+        !std::mem::replace(&mut self.committer_due, true)
+    }
+
+    /// The next batch, for the committer that now holds the connection; answers whether
+    /// another committer must start for what is left beyond the batch.
+    fn take(&mut self) -> (Vec<IngestJob>, bool) {
+        let take = self.jobs.len().min(MAX_BATCH);
+        let batch = self.jobs.drain(..take).collect();
+        self.committer_due = !self.jobs.is_empty();
+        (batch, self.committer_due)
+    }
+}
 
 /// A delivery waiting for the writer.
 struct IngestJob {
@@ -305,6 +334,32 @@ impl SqliteStore {
         self
     }
 
+    /// Starts the task that takes the connection in its turn and commits what is queued
+    /// then (flat combining: batches form only under load, so a lone request waits for
+    /// nothing), one at a time waiting for the connection, the next queued as it takes its
+    /// batch: the next batch waits in line while one commits.
+    fn start_committer(&self) {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = this.conn.blocking_lock();
+            let (batch, more) = this
+                .queue
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            if more {
+                this.start_committer();
+            }
+            if this.group_commit {
+                commit_batch(&mut conn, batch);
+            } else {
+                for job in batch {
+                    commit_batch(&mut conn, vec![job]);
+                }
+            }
+        });
+    }
+
     async fn run<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
@@ -443,32 +498,14 @@ impl Store for SqliteStore {
                 .map(|rules| (rules.clone(), matches!(settle, SettleAt::IfReady(_)))),
             reply,
         };
-        self.queue
+        let start = self
+            .queue
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(job);
-        let (conn, queue, group_commit) = (
-            Arc::clone(&self.conn),
-            Arc::clone(&self.queue),
-            self.group_commit,
-        );
-        tokio::task::spawn_blocking(move || {
-            let mut conn = conn.blocking_lock();
-            // Whoever holds the connection commits every delivery queued meanwhile
-            // (flat combining): batches form only under load, so a lone request waits for nothing.
-            let batch: Vec<IngestJob> = {
-                let mut queue = queue.lock().unwrap_or_else(|p| p.into_inner());
-                let take = queue.len().min(MAX_BATCH);
-                queue.drain(..take).collect()
-            };
-            if group_commit {
-                commit_batch(&mut conn, batch);
-            } else {
-                for job in batch {
-                    commit_batch(&mut conn, vec![job]);
-                }
-            }
-        });
+        if start {
+            self.start_committer();
+        }
         answer
             .await
             .map_err(|_| StoreError::Internal("the writer dropped a delivery".into()))?
