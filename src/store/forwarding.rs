@@ -5,6 +5,8 @@
 //! queue (one destination, source and aggregate, rows in applied order) and write
 //! what the rules say.
 
+use std::collections::HashMap;
+
 use super::filter::Param;
 use super::upkeep::{int, one_int, opt_bytes, opt_int, opt_string, string, text, Cell, UpkeepIo};
 use super::{cut_page, SourceRules, StoreError};
@@ -283,57 +285,172 @@ pub(crate) async fn claim<I: UpkeepIo>(
             ],
         )
         .await?;
-    let mut claimed = Vec::new();
+    // One entry per queue, oldest head first: the order the queues are locked and sent in.
+    let mut queues: Vec<(String, String)> = Vec::with_capacity(candidates.len());
     for candidate in &candidates {
-        if claimed.len() == limit {
+        let queue = (string(candidate, 0)?, string(candidate, 1)?);
+        if !queues.contains(&queue) {
+            queues.push(queue);
+        }
+    }
+    let mut claimed = Vec::new();
+    let mut untried = queues.as_slice();
+    // A queue locked but found taken meanwhile (another node claimed it after the
+    // candidates were read) leaves a place free: later rounds lock further candidates
+    // for it, a bounded number of times so that a claim's round trips stay few.
+    for _ in 0..CLAIM_ROUNDS {
+        if claimed.len() >= limit || untried.is_empty() {
             break;
         }
-        let (source, aggregate) = (string(candidate, 0)?, string(candidate, 1)?);
-        let key = queue_key(destination, &source, &aggregate);
-        if one_int(&io.query(I::TRY_LOCK_KEY, &[text(&key)]).await?)? != 1 {
+        let want = limit - claimed.len();
+        let (locked, tried) = try_lock_queues(io, destination, untried, want).await?;
+        untried = &untried[tried..];
+        let leases = Lease {
+            owner,
+            now_ms,
+            until_ms: lease_until_ms,
+        };
+        claimed.extend(claim_locked(io, destination, &locked, &leases).await?);
+    }
+    claimed.sort_unstable();
+    with_bodies(io, destination, &claimed).await
+}
+
+/// How many times one claim locks further candidates in place of queues found taken.
+const CLAIM_ROUNDS: usize = 3;
+
+/// Who leases a claimed delivery, from when and until when.
+struct Lease<'a> {
+    owner: &'a str,
+    now_ms: i64,
+    until_ms: i64,
+}
+
+/// Takes the locks of the first at most `want` queues of `queues` (source and aggregate
+/// of `destination`) that no other node is claiming, in one statement; answers those
+/// queues in order and how many of `queues` were tried.
+async fn try_lock_queues<'q, I: UpkeepIo>(
+    io: &I,
+    destination: &str,
+    queues: &'q [(String, String)],
+    want: usize,
+) -> Result<(Vec<&'q (String, String)>, usize), StoreError> {
+    let keys = queues
+        .iter()
+        .map(|(source, aggregate)| queue_key(destination, source, aggregate))
+        .collect();
+    let places = io
+        .query(
+            I::TRY_LOCK_KEYS,
+            &[
+                Param::Texts(keys),
+                Param::Int(i64::try_from(want).unwrap_or(i64::MAX)),
+            ],
+        )
+        .await?;
+    let mut locked = Vec::with_capacity(places.len());
+    for row in &places {
+        let queue = usize::try_from(int(row, 0)? - 1)
+            .ok()
+            .and_then(|at| queues.get(at))
+            .ok_or_else(|| StoreError::Internal("a lock answered an unknown place".into()))?;
+        locked.push(queue);
+    }
+    // Fewer locks than wanted: every key was tried. Otherwise the scan stopped at the last.
+    let tried = match places.last() {
+        Some(last) if locked.len() >= want => usize::try_from(int(last, 0)?).unwrap_or(0),
+        _ => queues.len(),
+    };
+    Ok((locked, tried))
+}
+
+/// Sends what [`queue::next_send`] allows from each of the `locked` queues of
+/// `destination`, at most one delivery per queue, in a constant number of statements:
+/// one read of every queue, one write of the supersedes, one of the leases. Answers
+/// the ids leased.
+async fn claim_locked<I: UpkeepIo>(
+    io: &I,
+    destination: &str,
+    locked: &[&(String, String)],
+    lease: &Lease<'_>,
+) -> Result<Vec<i64>, StoreError> {
+    if locked.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut rows = load_queues(io, destination, locked, lease.now_ms).await?;
+    let mut supersedes = Vec::new();
+    let mut sends = Vec::new();
+    for queue in locked {
+        let Some(rows) = rows.get_mut(*queue) else {
             continue;
-        }
-        let mut rows =
-            load_queue(io, (destination, &source, &aggregate), None, Some(now_ms)).await?;
+        };
         loop {
-            match queue::next_send(&rows, now_ms) {
+            match queue::next_send(rows, lease.now_ms) {
                 NextSend::Supersede { id, by } => {
-                    io.execute(
-                        "UPDATE deliveries SET status = 'skipped', next_attempt_at = NULL,
-                             lease_owner = NULL, lease_until = NULL, last_error = $2
-                         WHERE id = $1 AND status IN ('pending', 'retrying')",
-                        &[Param::Int(id), Param::Text(format!("superseded by {by}"))],
-                    )
-                    .await?;
-                    mark(&mut rows, id, DeliveryStatus::Skipped);
+                    supersedes.push((id, by));
+                    mark(rows, id, DeliveryStatus::Skipped);
                 }
                 NextSend::Send(id) => {
-                    // Conditional: a verdict recorded meanwhile by the expired lease's
-                    // holder (it takes no queue lock) wins, and this queue waits.
-                    let leased = io
-                        .execute(
-                            "UPDATE deliveries SET status = 'in_flight', attempts = attempts + 1,
-                                 next_attempt_at = NULL, lease_owner = $2, lease_until = $3
-                             WHERE id = $1 AND (status IN ('pending', 'retrying')
-                                   OR (status = 'in_flight' AND lease_until <= $4))",
-                            &[
-                                Param::Int(id),
-                                text(owner),
-                                Param::Int(lease_until_ms),
-                                Param::Int(now_ms),
-                            ],
-                        )
-                        .await?;
-                    if leased == 1 {
-                        claimed.push(id);
-                    }
+                    sends.push(id);
                     break;
                 }
                 _ => break,
             }
         }
     }
-    with_bodies(io, destination, &claimed).await
+    let mut rest = supersedes.as_slice();
+    while !rest.is_empty() {
+        let (part, next) = rest.split_at(chunk_len(rest.len()));
+        let mut params = Vec::new();
+        let values: Vec<String> = part
+            .iter()
+            .map(|(id, by)| {
+                row_of(
+                    &mut params,
+                    vec![
+                        ("BIGINT", Param::Int(*id)),
+                        ("TEXT", Param::Text(format!("superseded by {by}"))),
+                    ],
+                )
+            })
+            .collect();
+        io.execute(
+            &format!(
+                "UPDATE deliveries SET status = 'skipped', next_attempt_at = NULL,
+                     lease_owner = NULL, lease_until = NULL, last_error = v.column2
+                 FROM (VALUES {}) AS v
+                 WHERE deliveries.id = v.column1 AND deliveries.status IN ('pending', 'retrying')",
+                values.join(", ")
+            ),
+            &params,
+        )
+        .await?;
+        rest = next;
+    }
+    if sends.is_empty() {
+        return Ok(sends);
+    }
+    // Conditional: a verdict recorded meanwhile by an expired lease's holder (it takes no
+    // queue lock) wins, and that queue waits.
+    let leased = io
+        .query(
+            &format!(
+                "UPDATE deliveries SET status = 'in_flight', attempts = attempts + 1,
+                     next_attempt_at = NULL, lease_owner = $2, lease_until = $3
+                 WHERE {} AND (status IN ('pending', 'retrying')
+                       OR (status = 'in_flight' AND lease_until <= $4))
+                 RETURNING id",
+                I::in_ids("id", 1)
+            ),
+            &[
+                Param::Ids(sends),
+                text(lease.owner),
+                Param::Int(lease.until_ms),
+                Param::Int(lease.now_ms),
+            ],
+        )
+        .await?;
+    leased.iter().map(|row| int(row, 0)).collect()
 }
 
 /// Deliveries `ids` of `destination` in id order, each with its event's body and kept
@@ -965,25 +1082,73 @@ async fn load_queue<I: UpkeepIo>(
             &params,
         )
         .await?;
-    rows.iter()
-        .map(|row| {
-            let mut status = parse_status(&string(row, 2)?)?;
-            let lease_until = opt_int(row, 4)?;
-            if status == DeliveryStatus::InFlight
-                && lease_until
-                    .zip(now_ms)
-                    .is_some_and(|(until, now)| until <= now)
-            {
-                status = DeliveryStatus::Pending;
-            }
-            Ok(Queued {
-                id: int(row, 0)?,
-                order: parse_order(&string(row, 1)?)?,
-                status,
-                next_attempt_at_ms: opt_int(row, 3)?,
-            })
-        })
-        .collect()
+    rows.iter().map(|row| queued(row, 0, now_ms)).collect()
+}
+
+/// The rows of each of `queues` (source and aggregate of `destination`) as
+/// [`load_queue`] reads them at `now_ms`, all in one query.
+async fn load_queues<I: UpkeepIo>(
+    io: &I,
+    destination: &str,
+    queues: &[&(String, String)],
+    now_ms: i64,
+) -> Result<HashMap<(String, String), Vec<Queued>>, StoreError> {
+    let (sources, aggregates) = queues.iter().map(|q| (q.0.clone(), q.1.clone())).unzip();
+    // Each queue's start is found first (materialized), so that its rows are read from
+    // there by index rather than its whole history filtered row by row.
+    let rows = io
+        .query(
+            &format!(
+                "WITH q AS MATERIALIZED (
+                     SELECT p.source, p.aggregate,
+                            (SELECT COALESCE(MIN(e.id), 0) FROM deliveries e
+                             WHERE e.destination = $1 AND e.source = p.source
+                               AND e.aggregate = p.aggregate AND e.status IN {ACTIVE}) AS start
+                     FROM {})
+                 SELECT q.source, q.aggregate, d.id, d.ordering, d.status, d.next_attempt_at,
+                        d.lease_until
+                 FROM q JOIN deliveries d ON d.destination = $1 AND d.source = q.source
+                     AND d.aggregate = q.aggregate AND d.id >= q.start",
+                I::source_aggregate_pairs(2, "p")
+            ),
+            &[
+                text(destination),
+                Param::Texts(sources),
+                Param::Texts(aggregates),
+            ],
+        )
+        .await?;
+    let mut found: HashMap<(String, String), Vec<Queued>> = HashMap::new();
+    for row in &rows {
+        found
+            .entry((string(row, 0)?, string(row, 1)?))
+            .or_default()
+            .push(queued(row, 2, Some(now_ms))?);
+    }
+    for rows in found.values_mut() {
+        rows.sort_unstable_by_key(|q| q.id);
+    }
+    Ok(found)
+}
+
+/// A queue's row read from columns `id, ordering, status, next_attempt_at, lease_until`
+/// starting at `at`; with `now_ms`, an in-flight row whose lease expired reads as pending.
+fn queued(row: &[Cell], at: usize, now_ms: Option<i64>) -> Result<Queued, StoreError> {
+    let mut status = parse_status(&string(row, at + 2)?)?;
+    let lease_until = opt_int(row, at + 4)?;
+    if status == DeliveryStatus::InFlight
+        && lease_until
+            .zip(now_ms)
+            .is_some_and(|(until, now)| until <= now)
+    {
+        status = DeliveryStatus::Pending;
+    }
+    Ok(Queued {
+        id: int(row, at)?,
+        order: parse_order(&string(row, at + 1)?)?,
+        status,
+        next_attempt_at_ms: opt_int(row, at + 3)?,
+    })
 }
 
 fn mark(rows: &mut [Queued], id: i64, status: DeliveryStatus) {
