@@ -249,13 +249,54 @@ pub(crate) async fn claim<I: UpkeepIo>(
     lease_until_ms: i64,
     limit: usize,
 ) -> Result<Vec<DeliveryRecord>, StoreError> {
-    if limit == 0 {
-        return Ok(Vec::new());
+    let lease = Lease {
+        owner,
+        now_ms,
+        until_ms: lease_until_ms,
+    };
+    let mut claimed = Vec::new();
+    // A queue locked but found taken meanwhile (another node claimed it after the
+    // candidates were read) leaves a place free: the candidates are read and locked
+    // again for it, a bounded number of times so that a claim's round trips stay few.
+    for _ in 0..CLAIM_ROUNDS {
+        let want = limit - claimed.len();
+        if want == 0 {
+            break;
+        }
+        let locked = lock_candidates(io, destination, now_ms, want).await?;
+        claimed.extend(claim_locked(io, destination, &locked, &lease).await?);
+        if locked.len() < want {
+            // Every candidate was tried: another round would find the same ones held.
+            break;
+        }
     }
-    // Queues whose first active delivery may go now (pending, a retry due, a dead node's
-    // lease run out), oldest first. Each status is walked by id with a limit of its own,
-    // so a claim reads about as many rows as it claims, however deep the backlog: a
-    // GROUP BY over every waiting row made each claim cost the whole backlog.
+    claimed.sort_unstable();
+    with_bodies(io, destination, &claimed).await
+}
+
+/// How many times one claim reads and locks candidates in place of queues found taken.
+const CLAIM_ROUNDS: usize = 3;
+
+/// Who leases a claimed delivery, from when and until when.
+struct Lease<'a> {
+    owner: &'a str,
+    now_ms: i64,
+    until_ms: i64,
+}
+
+/// Takes, in one statement, the locks of up to `want` queues of `destination` whose first
+/// active delivery may go at `now_ms` (pending, a retry due, a dead node's lease run out),
+/// oldest first, passing over those another node is claiming; answers them (source and
+/// aggregate) in that order.
+async fn lock_candidates<I: UpkeepIo>(
+    io: &I,
+    destination: &str,
+    now_ms: i64,
+    want: usize,
+) -> Result<Vec<(String, String)>, StoreError> {
+    // Each status is walked by id with a limit of its own, so a claim reads about as many
+    // rows as it claims, however deep the backlog: a GROUP BY over every waiting row made
+    // each claim cost the whole backlog.
     let head = |alias: &str, condition: &str| {
         format!(
             "SELECT * FROM (SELECT d.source, d.aggregate, d.id FROM deliveries d
@@ -269,99 +310,41 @@ pub(crate) async fn claim<I: UpkeepIo>(
             blocking = blocking_orders(),
         )
     };
-    let candidates = io
+    // The candidates are sorted and cut before the lock is tried on them one by one, and
+    // the outer limit stops the tries: no queue past the last one answered is locked. The
+    // key is the text `queue_key` makes, so that every node and version agrees on it.
+    let rows = io
         .query(
             &format!(
-                "SELECT source, aggregate, id FROM ({} UNION ALL {} UNION ALL {}) c
-                 ORDER BY id LIMIT $3",
+                "SELECT q.source, q.aggregate FROM (
+                     SELECT source, aggregate, id FROM ({} UNION ALL {} UNION ALL {}) c
+                     ORDER BY id LIMIT $3) q
+                 WHERE {}
+                 LIMIT $6",
                 head("pending", "d.status = 'pending'"),
                 head("due", "d.status = 'retrying' AND d.next_attempt_at <= $2"),
                 head("expired", "d.status = 'in_flight' AND d.lease_until <= $2"),
+                I::try_lock("$4 || q.source || $5 || q.aggregate"),
             ),
             &[
                 text(destination),
                 Param::Int(now_ms),
-                Param::Int(i64::try_from(limit.saturating_mul(2)).unwrap_or(i64::MAX)),
-            ],
-        )
-        .await?;
-    // One entry per queue, oldest head first: the order the queues are locked and sent in.
-    let mut queues: Vec<(String, String)> = Vec::with_capacity(candidates.len());
-    for candidate in &candidates {
-        let queue = (string(candidate, 0)?, string(candidate, 1)?);
-        if !queues.contains(&queue) {
-            queues.push(queue);
-        }
-    }
-    let mut claimed = Vec::new();
-    let mut untried = queues.as_slice();
-    // A queue locked but found taken meanwhile (another node claimed it after the
-    // candidates were read) leaves a place free: later rounds lock further candidates
-    // for it, a bounded number of times so that a claim's round trips stay few.
-    for _ in 0..CLAIM_ROUNDS {
-        if claimed.len() >= limit || untried.is_empty() {
-            break;
-        }
-        let want = limit - claimed.len();
-        let (locked, tried) = try_lock_queues(io, destination, untried, want).await?;
-        untried = &untried[tried..];
-        let leases = Lease {
-            owner,
-            now_ms,
-            until_ms: lease_until_ms,
-        };
-        claimed.extend(claim_locked(io, destination, &locked, &leases).await?);
-    }
-    claimed.sort_unstable();
-    with_bodies(io, destination, &claimed).await
-}
-
-/// How many times one claim locks further candidates in place of queues found taken.
-const CLAIM_ROUNDS: usize = 3;
-
-/// Who leases a claimed delivery, from when and until when.
-struct Lease<'a> {
-    owner: &'a str,
-    now_ms: i64,
-    until_ms: i64,
-}
-
-/// Takes the locks of the first at most `want` queues of `queues` (source and aggregate
-/// of `destination`) that no other node is claiming, in one statement; answers those
-/// queues in order and how many of `queues` were tried.
-async fn try_lock_queues<'q, I: UpkeepIo>(
-    io: &I,
-    destination: &str,
-    queues: &'q [(String, String)],
-    want: usize,
-) -> Result<(Vec<&'q (String, String)>, usize), StoreError> {
-    let keys = queues
-        .iter()
-        .map(|(source, aggregate)| queue_key(destination, source, aggregate))
-        .collect();
-    let places = io
-        .query(
-            I::TRY_LOCK_KEYS,
-            &[
-                Param::Texts(keys),
+                Param::Int(i64::try_from(want.saturating_mul(2)).unwrap_or(i64::MAX)),
+                Param::Text(queue_key_prefix(destination)),
+                Param::Text(KEY_SEPARATOR.to_string()),
                 Param::Int(i64::try_from(want).unwrap_or(i64::MAX)),
             ],
         )
         .await?;
-    let mut locked = Vec::with_capacity(places.len());
-    for row in &places {
-        let queue = usize::try_from(int(row, 0)? - 1)
-            .ok()
-            .and_then(|at| queues.get(at))
-            .ok_or_else(|| StoreError::Internal("a lock answered an unknown place".into()))?;
-        locked.push(queue);
+    let mut locked: Vec<(String, String)> = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let queue = (string(row, 0)?, string(row, 1)?);
+        // One head per queue by the candidates' rule; a repeat would claim nothing more.
+        if !locked.contains(&queue) {
+            locked.push(queue);
+        }
     }
-    // Fewer locks than wanted: every key was tried. Otherwise the scan stopped at the last.
-    let tried = match places.last() {
-        Some(last) if locked.len() >= want => usize::try_from(int(last, 0)?).unwrap_or(0),
-        _ => queues.len(),
-    };
-    Ok((locked, tried))
+    Ok(locked)
 }
 
 /// Sends what [`queue::next_send`] allows from each of the `locked` queues of
@@ -371,7 +354,7 @@ async fn try_lock_queues<'q, I: UpkeepIo>(
 async fn claim_locked<I: UpkeepIo>(
     io: &I,
     destination: &str,
-    locked: &[&(String, String)],
+    locked: &[(String, String)],
     lease: &Lease<'_>,
 ) -> Result<Vec<i64>, StoreError> {
     if locked.is_empty() {
@@ -381,7 +364,7 @@ async fn claim_locked<I: UpkeepIo>(
     let mut supersedes = Vec::new();
     let mut sends = Vec::new();
     for queue in locked {
-        let Some(rows) = rows.get_mut(*queue) else {
+        let Some(rows) = rows.get_mut(queue) else {
             continue;
         };
         loop {
@@ -1046,9 +1029,20 @@ pub(crate) async fn stats<I: UpkeepIo>(
     Ok(stats)
 }
 
-/// The key of a queue's lock, the same on every node.
+/// What separates the parts of a queue's key.
+const KEY_SEPARATOR: char = '\u{1f}';
+
+/// The key of a queue's lock, the same on every node and version.
 fn queue_key(destination: &str, source: &str, aggregate: &str) -> String {
-    format!("deliveries\u{1f}{destination}\u{1f}{source}\u{1f}{aggregate}")
+    format!(
+        "{}{source}{KEY_SEPARATOR}{aggregate}",
+        queue_key_prefix(destination)
+    )
+}
+
+/// What every key of `destination`'s queues starts with; a claim appends the rest in SQL.
+fn queue_key_prefix(destination: &str) -> String {
+    format!("deliveries{KEY_SEPARATOR}{destination}{KEY_SEPARATOR}")
 }
 
 /// The queue's rows the rules need, in applied order: from its first undecided one
@@ -1090,7 +1084,7 @@ async fn load_queue<I: UpkeepIo>(
 async fn load_queues<I: UpkeepIo>(
     io: &I,
     destination: &str,
-    queues: &[&(String, String)],
+    queues: &[(String, String)],
     now_ms: i64,
 ) -> Result<HashMap<(String, String), Vec<Queued>>, StoreError> {
     let (sources, aggregates) = queues.iter().map(|q| (q.0.clone(), q.1.clone())).unzip();

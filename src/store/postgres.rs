@@ -1536,16 +1536,15 @@ struct PgIo<'a, C>(&'a C);
 impl<C: GenericClient> UpkeepIo for PgIo<'_, C> {
     const LOCK_ROWS: &'static str = " FOR UPDATE";
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
-    // The function scan hands the keys to the filter in list order and the limit stops
-    // it, so no lock past the last place answered is taken.
-    const TRY_LOCK_KEYS: &'static str =
-        "SELECT k.place FROM unnest($1::text[]) WITH ORDINALITY AS k(key, place)
-         WHERE pg_try_advisory_xact_lock(hashtextextended(k.key, 0)) LIMIT $2";
     const LOCK_KEY: &'static str =
         "SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended($1, 0))) l";
 
     fn in_ids(column: &str, n: usize) -> String {
         format!("{column} = ANY(${n})")
+    }
+
+    fn try_lock(key: &str) -> String {
+        format!("pg_try_advisory_xact_lock(hashtextextended({key}, 0))")
     }
 
     fn source_aggregate_pairs(n: usize, alias: &str) -> String {

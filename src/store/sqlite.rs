@@ -1155,11 +1155,14 @@ struct SqliteIo<'a>(&'a Connection);
 impl UpkeepIo for SqliteIo<'_> {
     const LOCK_ROWS: &'static str = "";
     const SKIP_LOCKED: &'static str = "";
-    const TRY_LOCK_KEYS: &'static str = "SELECT key + 1 FROM json_each($1) ORDER BY key LIMIT $2";
     const LOCK_KEY: &'static str = "SELECT 1 WHERE $1 IS NOT NULL";
 
     fn in_ids(column: &str, n: usize) -> String {
         format!("{column} IN (SELECT value FROM json_each(${n}))")
+    }
+
+    fn try_lock(key: &str) -> String {
+        format!("({key}) IS NOT NULL")
     }
 
     fn source_aggregate_pairs(n: usize, alias: &str) -> String {

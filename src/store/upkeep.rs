@@ -29,12 +29,11 @@ pub(crate) trait UpkeepIo {
     const LOCK_ROWS: &'static str;
     /// Like [`UpkeepIo::LOCK_ROWS`], skipping rows another node holds.
     const SKIP_LOCKED: &'static str;
-    /// A query answering the 1-based places, rising, of the first keys of the list bound at
-    /// `$1` ([`Param::Texts`]) whose locks it took until commit, at most `$2` of them: a key
-    /// another node holds is passed over, and keys after the last one taken are not tried
-    /// (SQLite's one writer takes every one). The lock of a key is the same on every node
-    /// and every version, whatever statement takes it.
-    const TRY_LOCK_KEYS: &'static str;
+    /// A condition taking the lock of the key text `key` (an SQL expression) until commit:
+    /// true when it took it, false when another node holds it (SQLite's one writer always
+    /// takes it). The lock of a key is the same on every node and version.
+    fn try_lock(key: &str) -> String;
+
     /// A query waiting for the lock of the key text bound at `$1` until commit; answers 1.
     const LOCK_KEY: &'static str;
 
