@@ -1089,7 +1089,9 @@ async fn load_queues<I: UpkeepIo>(
 ) -> Result<HashMap<(String, String), Vec<Queued>>, StoreError> {
     let (sources, aggregates) = queues.iter().map(|q| (q.0.clone(), q.1.clone())).unzip();
     // Each queue's start is found first (materialized), so that its rows are read from
-    // there by index rather than its whole history filtered row by row.
+    // there by index rather than its whole history filtered row by row. CROSS JOIN keeps
+    // SQLite's planner from scanning the destination's every row instead (it does without
+    // statistics); PostgreSQL plans it as the inner join it is.
     let rows = io
         .query(
             &format!(
@@ -1101,8 +1103,9 @@ async fn load_queues<I: UpkeepIo>(
                      FROM {})
                  SELECT q.source, q.aggregate, d.id, d.ordering, d.status, d.next_attempt_at,
                         d.lease_until
-                 FROM q JOIN deliveries d ON d.destination = $1 AND d.source = q.source
-                     AND d.aggregate = q.aggregate AND d.id >= q.start",
+                 FROM q CROSS JOIN deliveries d
+                 WHERE d.destination = $1 AND d.source = q.source AND d.aggregate = q.aggregate
+                   AND d.id >= q.start",
                 I::source_aggregate_pairs(2, "p")
             ),
             &[
