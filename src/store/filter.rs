@@ -36,6 +36,8 @@ pub(crate) enum Param {
     OptInt(Option<i64>),
     /// A list of row ids, tested by the store's `in_ids` condition.
     Ids(Vec<i64>),
+    /// A list of texts, read by the store's `source_aggregate_pairs`.
+    Texts(Vec<String>),
 }
 
 /// Conditions and their values; `placeholder(n)` writes the n-th (1-based) placeholder.

@@ -346,8 +346,9 @@ async fn walk_queues<I: UpkeepIo>(
 /// Claims up to `limit` deliveries of `destination` that may be sent at `now_ms`, at
 /// most one per queue and only what [`queue::next_send`] allows, leasing each to
 /// `owner` until `lease_until_ms`. A queue another node is claiming is passed over.
-/// Queues are visited in ring order from after `after`; answers the claimed deliveries
-/// and where the next claim should start.
+/// Queues are visited in ring order from after `after`, a batch at a time (one walk,
+/// one lock statement, one read, one write of each kind); answers the claimed
+/// deliveries and where the next claim should start.
 pub(crate) async fn claim<I: UpkeepIo>(
     io: &I,
     destination: &str,
@@ -359,33 +360,41 @@ pub(crate) async fn claim<I: UpkeepIo>(
     if limit == 0 {
         return Ok((Vec::new(), after));
     }
+    let lease = Lease {
+        owner,
+        now_ms,
+        until_ms: lease_until_ms,
+    };
     let steps = limit.saturating_add(WALK_SLACK).min(WALK_MAX);
     let mut claimed = Vec::new();
     let mut wraps_left = usize::from(after.is_some());
     let mut cursor = after;
     let mut seen = HashSet::new();
     let mut walked = 0;
-    'walk: while claimed.len() < limit && walked < WALK_MAX {
+    let mut came_round = false;
+    while claimed.len() < limit && walked < WALK_MAX && !came_round {
+        let want = limit - claimed.len();
         let queues = walk_queues(io, destination, cursor.as_ref(), steps, now_ms).await?;
         walked += steps;
         let at_end = queues.len() < steps;
+        let mut candidates = Vec::new();
         for (key, may_go) in queues {
             if !seen.insert(key.clone()) {
                 // Came round to where this claim started.
-                break 'walk;
+                came_round = true;
+                break;
             }
+            cursor = Some(key.clone());
             if may_go {
-                let times = (now_ms, lease_until_ms);
-                if let Some(id) = claim_queue(io, destination, owner, times, &key).await? {
-                    claimed.push(id);
+                candidates.push(key);
+                if candidates.len() == want {
+                    break;
                 }
             }
-            cursor = Some(key);
-            if claimed.len() == limit {
-                break 'walk;
-            }
         }
-        if at_end {
+        let locked = lock_queues(io, destination, &candidates).await?;
+        claimed.extend(claim_locked(io, destination, &locked, &lease).await?);
+        if at_end && candidates.len() < want && !came_round {
             cursor = None;
             if wraps_left == 0 {
                 break;
@@ -393,58 +402,142 @@ pub(crate) async fn claim<I: UpkeepIo>(
             wraps_left -= 1;
         }
     }
+    claimed.sort_unstable();
     Ok((with_bodies(io, destination, &claimed).await?, cursor))
 }
 
-/// Leases queue `key` of `destination`'s next delivery to `owner` if [`queue::next_send`]
-/// lets one go at `now_ms` (superseding what it says first); answers the leased id. A
-/// queue another node is claiming is passed over.
-async fn claim_queue<I: UpkeepIo>(
+/// Who leases a claimed delivery, from when and until when.
+struct Lease<'a> {
+    owner: &'a str,
+    now_ms: i64,
+    until_ms: i64,
+}
+
+/// Takes, in one statement, the locks of those of `queues` of `destination` that no
+/// other node is claiming; answers them in the order given.
+async fn lock_queues<I: UpkeepIo>(
     io: &I,
     destination: &str,
-    owner: &str,
-    (now_ms, lease_until_ms): (i64, i64),
-    (source, aggregate): &QueueKey,
-) -> Result<Option<i64>, StoreError> {
-    let key = queue_key(destination, source, aggregate);
-    if one_int(&io.query(I::TRY_LOCK_KEY, &[text(&key)]).await?)? != 1 {
-        return Ok(None);
+    queues: &[QueueKey],
+) -> Result<Vec<QueueKey>, StoreError> {
+    if queues.is_empty() {
+        return Ok(Vec::new());
     }
-    let mut rows = load_queue(io, (destination, source, aggregate), None, Some(now_ms)).await?;
-    loop {
-        match queue::next_send(&rows, now_ms) {
-            NextSend::Supersede { id, by } => {
-                io.execute(
-                    "UPDATE deliveries SET status = 'skipped', next_attempt_at = NULL,
-                         lease_owner = NULL, lease_until = NULL, last_error = $2
-                     WHERE id = $1 AND status IN ('pending', 'retrying')",
-                    &[Param::Int(id), Param::Text(format!("superseded by {by}"))],
-                )
-                .await?;
-                mark(&mut rows, id, DeliveryStatus::Skipped);
+    let (sources, aggregates): (Vec<String>, Vec<String>) = queues.iter().cloned().unzip();
+    // The key is the text `queue_key` makes, so that every node and version agrees on it.
+    let rows = io
+        .query(
+            &format!(
+                "SELECT q.source, q.aggregate FROM {} WHERE {}",
+                I::source_aggregate_pairs(1, "q"),
+                I::try_lock("$3 || q.source || $4 || q.aggregate"),
+            ),
+            &[
+                Param::Texts(sources),
+                Param::Texts(aggregates),
+                Param::Text(queue_key_prefix(destination)),
+                Param::Text(KEY_SEPARATOR.to_string()),
+            ],
+        )
+        .await?;
+    let locked: HashSet<QueueKey> = rows
+        .iter()
+        .map(|row| Ok((string(row, 0)?, string(row, 1)?)))
+        .collect::<Result<_, StoreError>>()?;
+    Ok(queues
+        .iter()
+        .filter(|q| locked.contains(*q))
+        .cloned()
+        .collect())
+}
+
+/// Sends what [`queue::next_send`] allows from each of the `locked` queues of
+/// `destination`, at most one delivery per queue, in a constant number of statements:
+/// one read of every queue, one write of the supersedes, one of the leases. Answers
+/// the ids leased.
+async fn claim_locked<I: UpkeepIo>(
+    io: &I,
+    destination: &str,
+    locked: &[(String, String)],
+    lease: &Lease<'_>,
+) -> Result<Vec<i64>, StoreError> {
+    if locked.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut rows = load_queues(io, destination, locked, lease.now_ms).await?;
+    let mut supersedes = Vec::new();
+    let mut sends = Vec::new();
+    for queue in locked {
+        let Some(rows) = rows.get_mut(queue) else {
+            continue;
+        };
+        loop {
+            match queue::next_send(rows, lease.now_ms) {
+                NextSend::Supersede { id, by } => {
+                    supersedes.push((id, by));
+                    mark(rows, id, DeliveryStatus::Skipped);
+                }
+                NextSend::Send(id) => {
+                    sends.push(id);
+                    break;
+                }
+                _ => break,
             }
-            NextSend::Send(id) => {
-                // Conditional: a verdict recorded meanwhile by the expired lease's
-                // holder (it takes no queue lock) wins, and this queue waits.
-                let leased = io
-                    .execute(
-                        "UPDATE deliveries SET status = 'in_flight', attempts = attempts + 1,
-                             next_attempt_at = NULL, lease_owner = $2, lease_until = $3
-                         WHERE id = $1 AND (status IN ('pending', 'retrying')
-                               OR (status = 'in_flight' AND lease_until <= $4))",
-                        &[
-                            Param::Int(id),
-                            text(owner),
-                            Param::Int(lease_until_ms),
-                            Param::Int(now_ms),
-                        ],
-                    )
-                    .await?;
-                return Ok((leased == 1).then_some(id));
-            }
-            _ => return Ok(None),
         }
     }
+    let mut rest = supersedes.as_slice();
+    while !rest.is_empty() {
+        let (part, next) = rest.split_at(chunk_len(rest.len()));
+        let mut params = Vec::new();
+        let values: Vec<String> = part
+            .iter()
+            .map(|(id, by)| {
+                row_of(
+                    &mut params,
+                    vec![
+                        ("BIGINT", Param::Int(*id)),
+                        ("TEXT", Param::Text(format!("superseded by {by}"))),
+                    ],
+                )
+            })
+            .collect();
+        io.execute(
+            &format!(
+                "UPDATE deliveries SET status = 'skipped', next_attempt_at = NULL,
+                     lease_owner = NULL, lease_until = NULL, last_error = v.column2
+                 FROM (VALUES {}) AS v
+                 WHERE deliveries.id = v.column1 AND deliveries.status IN ('pending', 'retrying')",
+                values.join(", ")
+            ),
+            &params,
+        )
+        .await?;
+        rest = next;
+    }
+    if sends.is_empty() {
+        return Ok(sends);
+    }
+    // Conditional: a verdict recorded meanwhile by an expired lease's holder (it takes no
+    // queue lock) wins, and that queue waits.
+    let leased = io
+        .query(
+            &format!(
+                "UPDATE deliveries SET status = 'in_flight', attempts = attempts + 1,
+                     next_attempt_at = NULL, lease_owner = $2, lease_until = $3
+                 WHERE {} AND (status IN ('pending', 'retrying')
+                       OR (status = 'in_flight' AND lease_until <= $4))
+                 RETURNING id",
+                I::in_ids("id", 1)
+            ),
+            &[
+                Param::Ids(sends),
+                text(lease.owner),
+                Param::Int(lease.until_ms),
+                Param::Int(lease.now_ms),
+            ],
+        )
+        .await?;
+    leased.iter().map(|row| int(row, 0)).collect()
 }
 
 /// Undoes the claims of deliveries `ids` that `owner` still holds in flight and never
@@ -1084,9 +1177,20 @@ pub(crate) async fn stats<I: UpkeepIo>(
     Ok(stats)
 }
 
-/// The key of a queue's lock, the same on every node.
+/// What separates the parts of a queue's key.
+const KEY_SEPARATOR: char = '\u{1f}';
+
+/// The key of a queue's lock, the same on every node and version.
 fn queue_key(destination: &str, source: &str, aggregate: &str) -> String {
-    format!("deliveries\u{1f}{destination}\u{1f}{source}\u{1f}{aggregate}")
+    format!(
+        "{}{source}{KEY_SEPARATOR}{aggregate}",
+        queue_key_prefix(destination)
+    )
+}
+
+/// What every key of `destination`'s queues starts with; a claim appends the rest in SQL.
+fn queue_key_prefix(destination: &str) -> String {
+    format!("deliveries{KEY_SEPARATOR}{destination}{KEY_SEPARATOR}")
 }
 
 /// The queue's rows the rules need, in applied order: from its first undecided one
@@ -1120,25 +1224,76 @@ async fn load_queue<I: UpkeepIo>(
             &params,
         )
         .await?;
-    rows.iter()
-        .map(|row| {
-            let mut status = parse_status(&string(row, 2)?)?;
-            let lease_until = opt_int(row, 4)?;
-            if status == DeliveryStatus::InFlight
-                && lease_until
-                    .zip(now_ms)
-                    .is_some_and(|(until, now)| until <= now)
-            {
-                status = DeliveryStatus::Pending;
-            }
-            Ok(Queued {
-                id: int(row, 0)?,
-                order: parse_order(&string(row, 1)?)?,
-                status,
-                next_attempt_at_ms: opt_int(row, 3)?,
-            })
-        })
-        .collect()
+    rows.iter().map(|row| queued(row, 0, now_ms)).collect()
+}
+
+/// The rows of each of `queues` (source and aggregate of `destination`) as
+/// [`load_queue`] reads them at `now_ms`, all in one query.
+async fn load_queues<I: UpkeepIo>(
+    io: &I,
+    destination: &str,
+    queues: &[(String, String)],
+    now_ms: i64,
+) -> Result<HashMap<(String, String), Vec<Queued>>, StoreError> {
+    let (sources, aggregates) = queues.iter().map(|q| (q.0.clone(), q.1.clone())).unzip();
+    // Each queue's start is found first (materialized), so that its rows are read from
+    // there by index rather than its whole history filtered row by row. CROSS JOIN keeps
+    // SQLite's planner from scanning the destination's every row instead (it does without
+    // statistics); PostgreSQL plans it as the inner join it is.
+    let rows = io
+        .query(
+            &format!(
+                "WITH q AS MATERIALIZED (
+                     SELECT p.source, p.aggregate,
+                            (SELECT COALESCE(MIN(e.id), 0) FROM deliveries e
+                             WHERE e.destination = $1 AND e.source = p.source
+                               AND e.aggregate = p.aggregate AND e.status IN {ACTIVE}) AS start
+                     FROM {})
+                 SELECT q.source, q.aggregate, d.id, d.ordering, d.status, d.next_attempt_at,
+                        d.lease_until
+                 FROM q CROSS JOIN deliveries d
+                 WHERE d.destination = $1 AND d.source = q.source AND d.aggregate = q.aggregate
+                   AND d.id >= q.start",
+                I::source_aggregate_pairs(2, "p")
+            ),
+            &[
+                text(destination),
+                Param::Texts(sources),
+                Param::Texts(aggregates),
+            ],
+        )
+        .await?;
+    let mut found: HashMap<(String, String), Vec<Queued>> = HashMap::new();
+    for row in &rows {
+        found
+            .entry((string(row, 0)?, string(row, 1)?))
+            .or_default()
+            .push(queued(row, 2, Some(now_ms))?);
+    }
+    for rows in found.values_mut() {
+        rows.sort_unstable_by_key(|q| q.id);
+    }
+    Ok(found)
+}
+
+/// A queue's row read from columns `id, ordering, status, next_attempt_at, lease_until`
+/// starting at `at`; with `now_ms`, an in-flight row whose lease expired reads as pending.
+fn queued(row: &[Cell], at: usize, now_ms: Option<i64>) -> Result<Queued, StoreError> {
+    let mut status = parse_status(&string(row, at + 2)?)?;
+    let lease_until = opt_int(row, at + 4)?;
+    if status == DeliveryStatus::InFlight
+        && lease_until
+            .zip(now_ms)
+            .is_some_and(|(until, now)| until <= now)
+    {
+        status = DeliveryStatus::Pending;
+    }
+    Ok(Queued {
+        id: int(row, at)?,
+        order: parse_order(&string(row, at + 1)?)?,
+        status,
+        next_attempt_at_ms: opt_int(row, at + 3)?,
+    })
 }
 
 fn mark(rows: &mut [Queued], id: i64, status: DeliveryStatus) {

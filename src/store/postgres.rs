@@ -596,6 +596,7 @@ fn boxed(params: Vec<Param>) -> Vec<Box<dyn ToSql + Sync + Send>> {
                 Param::OptText(t) => Box::new(t),
                 Param::OptInt(i) => Box::new(i),
                 Param::Ids(ids) => Box::new(ids),
+                Param::Texts(texts) => Box::new(texts),
             }
         })
         .collect()
@@ -1555,13 +1556,22 @@ struct PgIo<'a, C>(&'a C);
 impl<C: GenericClient> UpkeepIo for PgIo<'_, C> {
     const LOCK_ROWS: &'static str = " FOR UPDATE";
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
-    const TRY_LOCK_KEY: &'static str =
-        "SELECT CASE WHEN pg_try_advisory_xact_lock(hashtextextended($1, 0)) THEN 1 ELSE 0 END";
     const LOCK_KEY: &'static str =
         "SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended($1, 0))) l";
 
     fn in_ids(column: &str, n: usize) -> String {
         format!("{column} = ANY(${n})")
+    }
+
+    fn try_lock(key: &str) -> String {
+        format!("pg_try_advisory_xact_lock(hashtextextended({key}, 0))")
+    }
+
+    fn source_aggregate_pairs(n: usize, alias: &str) -> String {
+        format!(
+            "unnest(${n}::text[], ${}::text[]) AS {alias}(source, aggregate)",
+            n + 1
+        )
     }
 
     async fn execute(&self, statement: &str, params: &[Param]) -> Result<u64, StoreError> {

@@ -1056,6 +1056,7 @@ fn sql_value(param: Param) -> SqlValue {
         Param::OptText(t) => t.map_or(SqlValue::Null, SqlValue::Text),
         Param::OptInt(i) => i.map_or(SqlValue::Null, SqlValue::Integer),
         Param::Ids(ids) => SqlValue::Text(serde_json::Value::from(ids).to_string()),
+        Param::Texts(texts) => SqlValue::Text(serde_json::Value::from(texts).to_string()),
     }
 }
 
@@ -1212,11 +1213,22 @@ struct SqliteIo<'a>(&'a Connection);
 impl UpkeepIo for SqliteIo<'_> {
     const LOCK_ROWS: &'static str = "";
     const SKIP_LOCKED: &'static str = "";
-    const TRY_LOCK_KEY: &'static str = "SELECT 1 WHERE $1 IS NOT NULL";
     const LOCK_KEY: &'static str = "SELECT 1 WHERE $1 IS NOT NULL";
 
     fn in_ids(column: &str, n: usize) -> String {
         format!("{column} IN (SELECT value FROM json_each(${n}))")
+    }
+
+    fn try_lock(key: &str) -> String {
+        format!("({key}) IS NOT NULL")
+    }
+
+    fn source_aggregate_pairs(n: usize, alias: &str) -> String {
+        format!(
+            "(SELECT s.value AS source, a.value AS aggregate
+              FROM json_each(${n}) AS s JOIN json_each(${}) AS a ON a.key = s.key) AS {alias}",
+            n + 1
+        )
     }
 
     async fn execute(&self, statement: &str, params: &[Param]) -> Result<u64, StoreError> {

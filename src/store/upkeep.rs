@@ -29,14 +29,20 @@ pub(crate) trait UpkeepIo {
     const LOCK_ROWS: &'static str;
     /// Like [`UpkeepIo::LOCK_ROWS`], skipping rows another node holds.
     const SKIP_LOCKED: &'static str;
-    /// A query answering 1 when it took the lock of the key text bound at `$1` until
-    /// commit, 0 when another node holds it (SQLite's one writer always takes it).
-    const TRY_LOCK_KEY: &'static str;
-    /// Like [`UpkeepIo::TRY_LOCK_KEY`], waiting for the lock; answers 1.
+    /// A condition taking the lock of the key text `key` (an SQL expression) until commit:
+    /// true when it took it, false when another node holds it (SQLite's one writer always
+    /// takes it). The lock of a key is the same on every node and version.
+    fn try_lock(key: &str) -> String;
+
+    /// A query waiting for the lock of the key text bound at `$1` until commit; answers 1.
     const LOCK_KEY: &'static str;
 
     /// The condition "`column` is one of the ids bound at placeholder `n`" ([`Param::Ids`]).
     fn in_ids(column: &str, n: usize) -> String;
+
+    /// A `FROM` item named `alias` with text columns `source` and `aggregate`, one row per
+    /// place of the equally long lists bound at placeholders `n` and `n + 1` ([`Param::Texts`]).
+    fn source_aggregate_pairs(n: usize, alias: &str) -> String;
 
     /// Runs a statement; returns the rows it changed.
     async fn execute(&self, statement: &str, params: &[Param]) -> Result<u64, StoreError>;

@@ -288,6 +288,66 @@ conformance_nodes! {
     concurrency::nodes_ingesting_one_burst_in_opposite_orders_never_deadlock,
 }
 
+/// A claim passes over the queues another node's open transaction holds (PostgreSQL's
+/// advisory locks; SQLite's one writer has no such node).
+mod postgres_held_queues {
+    use crate::conformance::forwarding;
+    use inhook::store::Store;
+
+    #[tokio::test]
+    async fn a_claim_passes_over_queues_another_node_holds() {
+        let Some(server) = super::postgres_server().await else {
+            eprintln!(
+                "skipped: no PostgreSQL (set INHOOK_TEST_DATABASE or run one on 127.0.0.1:5432)"
+            );
+            return;
+        };
+        let backend = crate::support::Backend::fresh_postgres_with(server, "").await;
+        let url = backend.url(std::path::Path::new(""));
+        let settings = inhook::store::PoolSettings {
+            max_size: 2,
+            timeout: std::time::Duration::from_secs(10),
+        };
+        let store = inhook::store::PostgresStore::connect(&url, settings).expect("connect");
+        store.migrate().await.expect("migrate PostgreSQL");
+        let outcome = tokio::spawn(async move {
+            let hold = |keys: Vec<String>| async move {
+                let (mut client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                    .await
+                    .expect("connect the other node");
+                tokio::spawn(connection);
+                let (taken, locks_held) = tokio::sync::oneshot::channel();
+                let (release, released) = tokio::sync::oneshot::channel::<()>();
+                let holder = tokio::spawn(async move {
+                    let tx = client.transaction().await.expect("begin");
+                    for key in &keys {
+                        tx.query(
+                            "SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended($1, 0))) l",
+                            &[key],
+                        )
+                        .await
+                        .expect("lock a queue");
+                    }
+                    let _ = taken.send(());
+                    let _ = released.await;
+                    tx.rollback().await.expect("roll back");
+                });
+                locks_held.await.expect("locks taken");
+                move || async move {
+                    let _ = release.send(());
+                    holder.await.expect("the other node");
+                }
+            };
+            forwarding::a_claim_passes_over_queues_another_node_holds(&store, hold).await;
+        })
+        .await;
+        backend.drop_database().await;
+        if let Err(failure) = outcome {
+            std::panic::resume_unwind(failure.into_panic());
+        }
+    }
+}
+
 /// The checks whose answers could depend on the database's collation, on a
 /// database whose default collation is linguistic (ICU `en-US`), as a
 /// PostgreSQL initialised with `en_US.UTF-8` would have.

@@ -899,3 +899,52 @@ pub async fn retention_keeps_events_a_destination_still_needs(store: &dyn Store)
         .unwrap();
     assert!(left.items.is_empty());
 }
+
+/// A claim passes over the queues another node is claiming (its transaction open, their
+/// locks taken on the queue key texts as every version takes them) and fills its limit
+/// from the later queues; once that node is done, the held queues are claimed. `hold`
+/// takes the locks of the keys it is given and answers, once they are held, what
+/// releases them.
+pub async fn a_claim_passes_over_queues_another_node_holds<H, F, R, D>(store: &dyn Store, hold: H)
+where
+    H: FnOnce(Vec<String>) -> F,
+    F: std::future::Future<Output = R>,
+    R: FnOnce() -> D,
+    D: std::future::Future<Output = ()>,
+{
+    let saves = rules(SAVES);
+    let slots: Vec<String> = (0..8).map(|n| format!("slot_{n}")).collect();
+    for seq in 1..=2 {
+        for s in &slots {
+            ingest_sync(store, &saves, delta(&format!("{s}-{seq}"), s, seq, 1), T0).await;
+        }
+    }
+    let heads: Vec<DeliveryRecord> = all(store, APP)
+        .await
+        .into_iter()
+        .filter(|d| d.sequence == 1)
+        .collect();
+    assert_eq!(heads.len(), slots.len());
+    let held: Vec<String> = heads[..3]
+        .iter()
+        .map(|d| {
+            format!(
+                "deliveries\u{1f}{APP}\u{1f}{}\u{1f}{}",
+                d.source, d.aggregate
+            )
+        })
+        .collect();
+    let release = hold(held).await;
+    assert_eq!(
+        ids(&claim(store, "node-b", T0, 4).await),
+        ids(&heads[3..7]),
+        "the oldest four queues not held"
+    );
+    assert_eq!(ids(&claim(store, "node-b", T0, 10).await), ids(&heads[7..]));
+    release().await;
+    assert_eq!(
+        ids(&claim(store, "node-b", T0, 10).await),
+        ids(&heads[..3]),
+        "the held queues once their holder is done"
+    );
+}
