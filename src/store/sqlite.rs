@@ -342,11 +342,7 @@ impl SqliteStore {
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
             let mut conn = this.conn.blocking_lock();
-            let (batch, more) = this
-                .queue
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take();
+            let (batch, more) = this.queue.lock().unwrap_or_else(|p| p.into_inner()).take();
             if more {
                 this.start_committer();
             }
