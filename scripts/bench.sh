@@ -10,7 +10,7 @@
 # (a) and (j) alternate KIND_PAIRS times (default 2), so that the machine's drift falls on
 # both; their figures are the means of the pairs. KINDS_ONLY=1 runs only those pairs.
 # With BENCH_DATABASE=postgres://USER@HOST:PORT/DB the ingest lines run on PostgreSQL,
-# each on a fresh database `inhook_bench` beside DB; the default is SQLite.
+# each on a fresh database `inhook_bench` beside DB (`BENCH_DB_NAME` names another); the default is SQLite.
 # DECIDE_AT_INGEST=1 sets `decide_at_ingest = true` on both ingest sources (scripts/lib.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."

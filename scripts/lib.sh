@@ -30,12 +30,14 @@ ordering = "latest-wins"
 state = "/data/object"'
 
 # bench_database DIR: a SQLite file in DIR, or with BENCH_DATABASE=postgres://USER@HOST:PORT/DB
-# a fresh database `inhook_bench` beside DB (dropped and created again).
+# a fresh database beside DB (dropped and created again), named BENCH_DB_NAME (default
+# `inhook_bench`): give two benchmarks run at once on one server different names.
 bench_database() {
     if [ -n "${BENCH_DATABASE:-}" ]; then
-        psql -q "$BENCH_DATABASE" -c "DROP DATABASE IF EXISTS inhook_bench" \
-            -c "CREATE DATABASE inhook_bench" >&2
-        echo "${BENCH_DATABASE%/*}/inhook_bench"
+        local name=${BENCH_DB_NAME:-inhook_bench}
+        psql -q "$BENCH_DATABASE" -c "DROP DATABASE IF EXISTS \"$name\"" \
+            -c "CREATE DATABASE \"$name\"" >&2
+        echo "${BENCH_DATABASE%/*}/$name"
     else
         echo "sqlite://$1/inhook.db"
     fi
