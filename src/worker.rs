@@ -29,7 +29,8 @@ const AGGREGATES_PER_STEP: usize = 32;
 const BATCH: usize = 256;
 /// Aggregates a bulk replay requeues per round.
 const REPLAY_STEP: usize = 64;
-/// How often, with no replay job running, the worker looks for a new one (milliseconds).
+/// How often, with no replay job running, the worker and the senders look for one
+/// (milliseconds): on SQLite every look is a turn on the one connection ingest shares.
 const REPLAY_CHECK_MS: i64 = 1_000;
 /// Pause after a store failure before trying again.
 const STORE_BACKOFF: Duration = Duration::from_secs(1);
@@ -70,16 +71,11 @@ impl Worker {
             while tasks.try_join_next().is_some() {}
             let now_ms = self.clock.now_ms();
             if now_ms >= replays_due_ms {
-                // Looked at once a second while there are none, at once again while one has
-                // work: on SQLite every look is a turn on the one connection ingest shares.
-                replays_due_ms = match self.store.advance_replay_jobs(now_ms, REPLAY_STEP).await {
-                    Ok(0) => now_ms.saturating_add(REPLAY_CHECK_MS),
-                    Ok(_) => now_ms,
-                    Err(err) => {
-                        warn!(error = %err, "cannot advance replay jobs");
-                        now_ms.saturating_add(REPLAY_CHECK_MS)
-                    }
-                };
+                let advanced = self.store.advance_replay_jobs(now_ms, REPLAY_STEP).await;
+                if let Err(err) = &advanced {
+                    warn!(error = %err, "cannot advance replay jobs");
+                }
+                replays_due_ms = next_replay_look(now_ms, advanced.ok());
             }
             let due = match self.store.due_aggregates(now_ms, BATCH).await {
                 Ok(due) => {
@@ -289,6 +285,15 @@ fn release(in_flight: &Mutex<HashSet<(String, String)>>, chunk: &[(SourceRules, 
     }
 }
 
+/// When to look for replay work again after a look at `now_ms` that requeued `requeued`
+/// (`None`: the look failed): at once while a job has work, else [`REPLAY_CHECK_MS`] later.
+pub(crate) fn next_replay_look(now_ms: i64, requeued: Option<u64>) -> i64 {
+    match requeued {
+        Some(n) if n > 0 => now_ms,
+        _ => now_ms.saturating_add(REPLAY_CHECK_MS),
+    }
+}
+
 /// Sleeps for `period`, or less when woken or told to stop.
 pub(crate) async fn pause(
     shutdown: &mut watch::Receiver<bool>,
@@ -305,5 +310,17 @@ pub(crate) async fn pause(
         _ = tokio::time::sleep(period) => {}
         _ = woken => {}
         _ = shutdown.changed() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{next_replay_look, REPLAY_CHECK_MS};
+
+    #[test]
+    fn replay_work_is_looked_at_again_at_once_only_while_a_job_requeues() {
+        assert_eq!(next_replay_look(5_000, Some(3)), 5_000);
+        assert_eq!(next_replay_look(5_000, Some(0)), 5_000 + REPLAY_CHECK_MS);
+        assert_eq!(next_replay_look(5_000, None), 5_000 + REPLAY_CHECK_MS);
     }
 }

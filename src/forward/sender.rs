@@ -23,7 +23,7 @@ use crate::config::DestinationConfig;
 use crate::domain::AggregateKey;
 use crate::outbound::describe_error;
 use crate::store::{DeliveryRecord, PendingVerdict, Store};
-use crate::worker::pause;
+use crate::worker::{next_replay_look, pause};
 
 /// How long an idle destination waits before looking for due deliveries unasked, unless
 /// configured (`forward_poll_ms`): only a safety net, since commits writing deliveries,
@@ -31,8 +31,6 @@ use crate::worker::pause;
 pub const DEFAULT_POLL: Duration = Duration::from_secs(1);
 /// Queues a bulk replay of deliveries requeues per round.
 const REPLAY_STEP: usize = 64;
-/// How often an idle sender looks for bulk replays of deliveries to advance, in milliseconds.
-const REPLAY_CHECK_MS: i64 = 1_000;
 /// Verdicts written in one transaction at most.
 const VERDICT_BATCH: usize = 256;
 /// Pause after a store failure before trying again.
@@ -346,23 +344,19 @@ impl Sender {
             while requests.try_join_next().is_some() {}
             let now_ms = self.clock.now_ms();
             if now_ms >= replays_due_ms {
-                // Looked at once a second while idle; at once again while a job has work.
-                replays_due_ms = match self
+                let advanced = self
                     .store
                     .advance_delivery_replay_jobs(now_ms, REPLAY_STEP)
-                    .await
-                {
-                    Ok(0) => now_ms.saturating_add(REPLAY_CHECK_MS),
-                    Ok(_) => {
-                        // The job may be another destination's: wake every sender.
-                        self.bell.notify_one();
-                        now_ms
-                    }
+                    .await;
+                match &advanced {
+                    // The job may be another destination's: wake every sender.
+                    Ok(n) if *n > 0 => self.bell.notify_one(),
+                    Ok(_) => {}
                     Err(err) => {
-                        warn!(destination = %name, error = %err, "cannot advance delivery replays");
-                        now_ms.saturating_add(REPLAY_CHECK_MS)
+                        warn!(destination = %name, error = %err, "cannot advance delivery replays")
                     }
-                };
+                }
+                replays_due_ms = next_replay_look(now_ms, advanced.ok());
             }
             let state = circuit.lock().expect("circuit").state();
             let unsendable = ready.take_unsendable(state, now_ms);

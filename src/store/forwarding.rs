@@ -346,20 +346,21 @@ async fn walk_queues<I: UpkeepIo>(
 /// Claims up to `limit` deliveries of `destination` that may be sent at `now_ms`, at
 /// most one per queue and only what [`queue::next_send`] allows, leasing each to
 /// `owner` until `lease_until_ms`. A queue another node is claiming is passed over.
-/// Queues are visited in ring order from after `after`, a batch at a time (one walk,
-/// one lock statement, one read, one write of each kind); answers the claimed
-/// deliveries and where the next claim should start.
+/// Queues are visited in ring order from where `cursors` says the destination's last
+/// claim stopped, a batch at a time (one walk, one lock statement, one read, one write
+/// of each kind); where this one stops is kept there for the next.
 pub(crate) async fn claim<I: UpkeepIo>(
     io: &I,
     destination: &str,
     owner: &str,
     (now_ms, lease_until_ms): (i64, i64),
     limit: usize,
-    after: Option<QueueKey>,
-) -> Result<(Vec<DeliveryRecord>, Option<QueueKey>), StoreError> {
+    cursors: &ClaimCursors,
+) -> Result<Vec<DeliveryRecord>, StoreError> {
     if limit == 0 {
-        return Ok((Vec::new(), after));
+        return Ok(Vec::new());
     }
+    let after = cursors.get(destination);
     let lease = Lease {
         owner,
         now_ms,
@@ -402,8 +403,9 @@ pub(crate) async fn claim<I: UpkeepIo>(
             wraps_left -= 1;
         }
     }
+    cursors.set(destination, cursor);
     claimed.sort_unstable();
-    Ok((with_bodies(io, destination, &claimed).await?, cursor))
+    with_bodies(io, destination, &claimed).await
 }
 
 /// Who leases a claimed delivery, from when and until when.

@@ -947,17 +947,16 @@ impl Store for PostgresStore {
     ) -> Result<Vec<DeliveryRecord>, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
-        let (claimed, next) = forwarding::claim(
+        let claimed = forwarding::claim(
             &PgIo(&tx),
             destination,
             owner,
             (now_ms, lease_until_ms),
             limit,
-            self.claim_cursors.get(destination),
+            &self.claim_cursors,
         )
         .await?;
         tx.commit().await.map_err(pg_err)?;
-        self.claim_cursors.set(destination, next);
         Ok(claimed)
     }
 

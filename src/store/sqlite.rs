@@ -720,19 +720,16 @@ impl Store for SqliteStore {
         limit: usize,
     ) -> Result<Vec<DeliveryRecord>, StoreError> {
         let (destination, owner) = (destination.to_owned(), owner.to_owned());
-        let after = self.claim_cursors.get(&destination);
         let cursors = Arc::clone(&self.claim_cursors);
         self.upkeep_unsynced(move |io| {
-            let (claimed, next) = ready(forwarding::claim(
+            ready(forwarding::claim(
                 io,
                 &destination,
                 &owner,
                 (now_ms, lease_until_ms),
                 limit,
-                after,
-            ))?;
-            cursors.set(&destination, next);
-            Ok(claimed)
+                &cursors,
+            ))
         })
         .await
     }
