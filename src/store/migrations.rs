@@ -291,6 +291,18 @@ CREATE INDEX deliveries_active ON deliveries (destination, source, aggregate, id
     WHERE status IN ('pending', 'in_flight', 'retrying', 'dead');
 "#,
     ),
+    (
+        9,
+        // An aggregate's undecided rows that are not held, without its decided history:
+        // settling read them through `events_aggregate`, every event the aggregate ever had
+        // (issue #14: the rate fell as save slots grew to thousands of events). Only rows
+        // waiting for a worker are in it. (PostgreSQL's version 9 also moves decisions off
+        // the backlog row ingest locks; SQLite has one writer.)
+        r#"
+CREATE INDEX events_arriving ON events (source, aggregate, sequence)
+    WHERE status IN ('received', 'retrying');
+"#,
+    ),
 ];
 
 /// `(version, SQL)` in order, for PostgreSQL; the same schema as [`SQLITE`].
@@ -642,6 +654,62 @@ CREATE TRIGGER event_counts_delete AFTER DELETE ON events
         r#"
 CREATE INDEX deliveries_active ON deliveries (destination, source, aggregate, id)
     WHERE status IN ('pending', 'in_flight', 'retrying', 'dead');
+"#,
+    ),
+    (
+        9,
+        // Decisions lower a source's backlog in one of 64 rows picked by the connection,
+        // not in the row every ingest batch locks: before, every deciding transaction waited
+        // for the ingest batch holding that row, and each batch for the deciders (issue #14:
+        // half the deciding time on PostgreSQL was that wait). Ingest reads its locked row plus
+        // the committed decrements; a decrement not yet committed is not seen, so the backlog
+        // it reads is never below the true one and `max_backlog` stays a hard limit.
+        r#"
+-- As SQLite's version 9: settling reads an aggregate's waiting rows, not its history.
+CREATE INDEX events_arriving ON events (source, aggregate, sequence)
+    WHERE status IN ('received', 'retrying');
+
+CREATE TABLE backlog_decrements (
+    source TEXT   NOT NULL,
+    shard  INT    NOT NULL,
+    n      BIGINT NOT NULL,
+    PRIMARY KEY (source, shard)
+);
+
+CREATE OR REPLACE FUNCTION backlog_counts_apply() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO backlog_counts (source, n)
+            SELECT source, COUNT(*) FROM new_rows
+            WHERE status IN ('received', 'held', 'retrying') GROUP BY source ORDER BY source
+            ON CONFLICT (source) DO UPDATE SET n = backlog_counts.n + EXCLUDED.n;
+    ELSIF TG_OP = 'UPDATE' THEN
+        -- Increases (replays) on the row ingest locks, so that none is missed; decreases
+        -- (decisions) on this connection's shard.
+        WITH change AS (
+            SELECT source, SUM(d) AS n FROM (
+                SELECT source, 1 AS d FROM new_rows
+                WHERE status IN ('received', 'held', 'retrying')
+                UNION ALL
+                SELECT source, -1 FROM old_rows
+                WHERE status IN ('received', 'held', 'retrying')) t
+            GROUP BY source HAVING SUM(d) <> 0),
+        raised AS (
+            INSERT INTO backlog_counts (source, n)
+                SELECT source, n FROM change WHERE n > 0 ORDER BY source
+                ON CONFLICT (source) DO UPDATE SET n = backlog_counts.n + EXCLUDED.n)
+        INSERT INTO backlog_decrements (source, shard, n)
+            SELECT source, pg_backend_pid() % 64, n FROM change WHERE n < 0 ORDER BY source
+            ON CONFLICT (source, shard) DO UPDATE SET n = backlog_decrements.n + EXCLUDED.n;
+    ELSE
+        INSERT INTO backlog_decrements (source, shard, n)
+            SELECT source, pg_backend_pid() % 64, -COUNT(*) FROM old_rows
+            WHERE status IN ('received', 'held', 'retrying') GROUP BY source ORDER BY source
+            ON CONFLICT (source, shard) DO UPDATE SET n = backlog_decrements.n + EXCLUDED.n;
+    END IF;
+    RETURN NULL;
+END
+$fn$;
 "#,
     ),
 ];

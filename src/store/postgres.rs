@@ -168,32 +168,31 @@ async fn log_batch(
         .map_err(|e| StoreError::Unavailable(format!("no PostgreSQL connection: {e}")))?;
     let tx = client.transaction().await.map_err(pg_err)?;
     let rows: Vec<&EventRow> = jobs.iter().map(|j| &j.row).collect();
-    // The limits are decided here, in the writing transaction: first the batch's aggregates
-    // (in key order, as everyone takes them before a counter row), then its sources' counter
-    // rows, so that no concurrent delivery or batch can overshoot either limit.
-    let mut keys: Vec<i64> = rows
-        .iter()
-        .map(|r| lock_key(&r.source, &r.aggregate))
-        .collect();
-    keys.sort_unstable();
-    keys.dedup();
-    tx.cached_execute(
-        "SELECT pg_advisory_xact_lock(k) FROM UNNEST($1::int8[]) WITH ORDINALITY AS t(k, i) ORDER BY i",
-        &[&keys],
+    // The limits are decided here, in the writing transaction: first the batch's aggregates,
+    // then its sources' counter rows, so that no concurrent delivery or batch can overshoot
+    // either limit.
+    lock_aggregates(
+        &tx,
+        rows.iter()
+            .map(|r| (r.source.as_str(), r.aggregate.as_str())),
     )
-    .await
-    .map_err(pg_err)?;
+    .await?;
     let mut source_names: Vec<&str> = rows.iter().map(|r| r.source.as_str()).collect();
     source_names.sort_unstable();
     source_names.dedup();
-    tx.cached_execute(
-        "INSERT INTO backlog_counts (source, n)
-         SELECT s, 0 FROM UNNEST($1::text[]) AS s ORDER BY s ON CONFLICT DO NOTHING",
-        &[&source_names],
-    )
-    .await
-    .map_err(pg_err)?;
     let mut backlog = backlogs(&tx, &source_names).await?;
+    // A source's first delivery makes its counter row (every later one only reads it: an
+    // `ON CONFLICT DO NOTHING` waits for whoever last wrote the row).
+    if backlog.len() < source_names.len() {
+        tx.cached_execute(
+            "INSERT INTO backlog_counts (source, n)
+             SELECT s, 0 FROM UNNEST($1::text[]) AS s ORDER BY s ON CONFLICT DO NOTHING",
+            &[&source_names],
+        )
+        .await
+        .map_err(pg_err)?;
+        backlog = backlogs(&tx, &source_names).await?;
+    }
     let mut highest = highest_received(&tx, &rows).await?;
     let mut waiting = waiting_ahead(&tx, &rows).await?;
     let text = |f: fn(&EventRow) -> &str| rows.iter().map(|r| f(r)).collect::<Vec<_>>();
@@ -808,6 +807,32 @@ impl Store for PostgresStore {
         Ok(settled.report)
     }
 
+    /// One transaction for all: a transaction per aggregate made every decision pay its
+    /// own commit, and most aggregates have one or two events waiting under load.
+    async fn settle_many(
+        &self,
+        work: &[(SourceRules, String)],
+        now_ms: i64,
+    ) -> Result<Vec<SettleReport>, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let keys = work
+            .iter()
+            .map(|(rules, aggregate)| (rules.name.as_str(), aggregate.as_str()));
+        lock_aggregates(&tx, keys).await?;
+        // Different aggregates touch different rows: their statements pipelined, as at ingest.
+        let settles = work
+            .iter()
+            .map(|(rules, aggregate)| settle_tx(&tx, rules, aggregate, now_ms));
+        let reports = futures_util::future::join_all(settles)
+            .await
+            .into_iter()
+            .map(|settled| settled.map(|s| s.report))
+            .collect::<Result<Vec<_>, _>>()?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(reports)
+    }
+
     async fn aggregate(
         &self,
         source: &str,
@@ -1362,19 +1387,44 @@ async fn fold_counts<C: GenericClient>(tx: &C) -> Result<(), StoreError> {
 }
 
 /// Undecided events per source, from the counter rows the triggers keep, locked (in source
-/// order) until the transaction ends.
+/// order) until the transaction ends, less the committed decrements (migration 9).
 async fn backlogs<C: GenericClient>(
     tx: &C,
     sources: &[&str],
 ) -> Result<HashMap<String, i64>, StoreError> {
     let found = tx
         .cached_query(
-            "SELECT source, n FROM backlog_counts WHERE source = ANY($1) ORDER BY source FOR UPDATE",
+            "WITH locked AS (
+                 SELECT source, n FROM backlog_counts WHERE source = ANY($1)
+                 ORDER BY source FOR UPDATE)
+             SELECT l.source, l.n + COALESCE(
+                 (SELECT SUM(d.n) FROM backlog_decrements d WHERE d.source = l.source), 0)::BIGINT
+             FROM locked l",
             &[&sources],
         )
         .await
         .map_err(pg_err)?;
     found.iter().map(|r| Ok((col(r, 0)?, col(r, 1)?))).collect()
+}
+
+/// Takes the advisory locks of several aggregates in key order, as every transaction that
+/// holds more than one takes them (before any counter row), so that two never deadlock.
+async fn lock_aggregates<'a, C: GenericClient>(
+    tx: &C,
+    aggregates: impl Iterator<Item = (&'a str, &'a str)>,
+) -> Result<(), StoreError> {
+    let mut keys: Vec<i64> = aggregates
+        .map(|(source, aggregate)| lock_key(source, aggregate))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    tx.cached_execute(
+        "SELECT pg_advisory_xact_lock(k) FROM UNNEST($1::int8[]) WITH ORDINALITY AS t(k, i) ORDER BY i",
+        &[&keys],
+    )
+    .await
+    .map_err(pg_err)?;
+    Ok(())
 }
 
 async fn lock_aggregate<C: GenericClient>(

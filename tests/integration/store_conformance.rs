@@ -162,6 +162,7 @@ macro_rules! conformance {
 conformance! {
     concurrency::racing_resends_log_exactly_one_event,
     concurrency::racing_deliveries_never_overshoot_max_backlog,
+    concurrency::decisions_free_exactly_their_share_of_max_backlog,
     concurrency::racing_deltas_never_overshoot_max_held_per_aggregate,
     concurrency::racing_sync_deliveries_end_at_the_highest_sequence,
     concurrency::counts_stay_exact_while_reads_race_writes,

@@ -828,10 +828,11 @@ pub fn official_one(scheme: Scheme, secret: &str, body: &str, timestamp: i64, id
 /// replaced, rebuilt with their rows from the generic table, and drops that table: a
 /// store's state as the release before migration 5 wrote it. Remove migration 5's row
 /// from `schema_migrations` too, and the next start migrates it again. Migration 6's
-/// tables (deliveries) and migration 7's indexes and counts, which come after it, are
-/// dropped first.
+/// tables (deliveries), migration 7's indexes and counts and migration 9's index and
+/// backlog decrements, which come after it, are dropped first.
 pub const UNDO_MIGRATION_5: (&str, &str) = (
     "DROP INDEX events_by_status; DROP INDEX events_by_source_status; DROP INDEX events_by_source;
+     DROP INDEX events_arriving;
      DROP TABLE delivery_replay_jobs; DROP TABLE delivery_attempts; DROP TABLE deliveries;
      CREATE TABLE presence_state AS
          SELECT source, aggregate AS user_id, json_extract(state, '$.presence') AS presence,
@@ -847,9 +848,10 @@ pub const UNDO_MIGRATION_5: (&str, &str) = (
          FROM aggregate_state WHERE watermark IS NOT NULL;
      DROP TABLE aggregate_state;",
     "DROP INDEX events_by_status; DROP INDEX events_by_source_status; DROP INDEX events_by_source;
+     DROP INDEX events_arriving;
      DROP TRIGGER event_counts_insert ON events; DROP TRIGGER event_counts_update ON events;
      DROP TRIGGER event_counts_delete ON events; DROP FUNCTION event_counts_apply();
-     DROP TABLE event_counts; DROP TABLE event_count_deltas;
+     DROP TABLE event_counts; DROP TABLE event_count_deltas; DROP TABLE backlog_decrements;
      DROP TABLE delivery_replay_jobs; DROP TABLE delivery_attempts; DROP TABLE deliveries;
      CREATE TABLE presence_state AS
          SELECT source, aggregate AS user_id, state::json->>'presence' AS presence,

@@ -6,7 +6,7 @@ use inhook::domain::EventStatus;
 use inhook::store::{Admission, DedupKey, EventFilter, IngestLimits, Refusal, Store};
 use serde_json::json;
 
-use super::{all_events, delta, ingest, save_keyed, save_rules, SAVES, T0};
+use super::{all_events, delta, ingest, save_keyed, save_rules, slot, SAVES, T0};
 
 /// Resends racing the first delivery (new event ids with one idempotency
 /// key, and the same event id again) log exactly one event; every other
@@ -92,6 +92,65 @@ pub async fn racing_deliveries_never_overshoot_max_backlog(store: &dyn Store) {
         store.undecided_counts().await.unwrap(),
         [(SAVES.to_owned(), EventStatus::Received, 5)]
     );
+}
+
+/// Settling several aggregates in one step frees exactly their events' share of
+/// `max_backlog`, also while deliveries race the step: the limit is the number of
+/// undecided events, whichever way a store counts decisions.
+pub async fn decisions_free_exactly_their_share_of_max_backlog(store: &dyn Store) {
+    let rules = save_rules();
+    let limits = IngestLimits {
+        max_backlog: 6,
+        ..IngestLimits::NONE
+    };
+    let body = |i: usize| delta(&format!("f{i}"), &format!("slot_{i}"), 1, 1);
+    for i in 0..6 {
+        let admission = ingest(store, &rules, &body(i), T0, limits, false).await;
+        assert!(
+            matches!(admission, Admission::Logged { .. }),
+            "{admission:?}"
+        );
+    }
+    let full = ingest(store, &rules, &body(6), T0, limits, false).await;
+    assert_eq!(full, Admission::Refused(Refusal::BacklogFull));
+    // Four aggregates settled in one step while twenty deliveries race it: however the
+    // race falls, never more than six undecided, and once it settles exactly four more fit.
+    let work: Vec<_> = (0..4)
+        .map(|i| (rules.clone(), slot(&format!("slot_{i}"))))
+        .collect();
+    let racing: Vec<_> = (7..27).map(body).collect();
+    let (reports, admissions) = tokio::join!(
+        store.settle_many(&work, T0 + 10),
+        join_all(
+            racing
+                .iter()
+                .map(|b| ingest(store, &rules, b, T0 + 10, limits, false))
+        )
+    );
+    let applied: u64 = reports.unwrap().iter().map(|r| r.applied).sum();
+    assert_eq!(applied, 4);
+    let raced = admissions
+        .iter()
+        .filter(|a| matches!(a, Admission::Logged { .. }))
+        .count();
+    assert!(raced <= 4, "{raced} logged over the limit: {admissions:?}");
+    let undecided =
+        |counts: Vec<(String, EventStatus, u64)>| -> u64 { counts.iter().map(|(_, _, n)| n).sum() };
+    assert_eq!(
+        undecided(store.undecided_counts().await.unwrap()),
+        2 + raced as u64
+    );
+    let mut more = 0;
+    for i in 27..40 {
+        if matches!(
+            ingest(store, &rules, &body(i), T0 + 20, limits, false).await,
+            Admission::Logged { .. }
+        ) {
+            more += 1;
+        }
+    }
+    assert_eq!(raced + more, 4, "the four decided events' share, exactly");
+    assert_eq!(undecided(store.undecided_counts().await.unwrap()), 6);
 }
 
 /// Many deltas ahead of one gap at once never exceed `max_held_per_aggregate`.
