@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fills a SQLite store with a large, decided history, for the "cost stays flat as
 # work grows" benchmark: ROWS processed save-game events spread over AGGREGATES
-# slots (each with its save_state row), written straight into the schema that
+# slots (each with its aggregate_state row), written straight into the schema that
 # `inhook migrate` creates.
 # Usage: scripts/seed_large.sh DB_FILE [AGGREGATES] [ROWS]
 set -euo pipefail
@@ -25,10 +25,17 @@ SELECT 'save-game', 'seed_' || i, 'inventory.updated',
        $NOW_MS + i, 'processed', $NOW_MS + i
 FROM n;
 WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < $AGGREGATES - 1)
-INSERT INTO save_state (source, aggregate, last_sequence, inventory, achievements, updated_at)
-SELECT 'save-game', 'seed_' || i || char(31) || 'slot_a', $ROWS / $AGGREGATES,
-       '{"gem":' || ($ROWS / $AGGREGATES) || '}', '[]', $NOW_MS
+INSERT INTO aggregate_state (source, aggregate, sequence, event_id, event_type, state, tag,
+                             watermark, updated_at)
+SELECT 'save-game', 'seed_' || i || char(31) || 'slot_a', $ROWS / $AGGREGATES, NULL, NULL,
+       json_object('progress', NULL, 'progress_sequence', NULL,
+                   'inventory', json_object('gem', $ROWS / $AGGREGATES),
+                   'inventory_sequence', $ROWS / $AGGREGATES, 'snapshot_sequence', NULL,
+                   'achievements', json_array()),
+       NULL, $ROWS / $AGGREGATES, $NOW_MS
 FROM n;
+INSERT INTO aggregate_seen (source, aggregate, max_sequence)
+SELECT source, aggregate, watermark FROM aggregate_state WHERE source = 'save-game';
 COMMIT;
 SQL
-echo "seeded $DB: $(sqlite3 "$DB" 'SELECT count(*) FROM events') events, $(sqlite3 "$DB" 'SELECT count(*) FROM save_state') slots"
+echo "seeded $DB: $(sqlite3 "$DB" 'SELECT count(*) FROM events') events, $(sqlite3 "$DB" 'SELECT count(*) FROM aggregate_state') slots"
