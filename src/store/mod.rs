@@ -2,6 +2,7 @@
 //! stores only load and save; what to decide comes from [`crate::ordering`],
 //! so every implementation applies the same rules.
 
+mod batch;
 mod filter;
 pub mod forwarding;
 mod migrations;

@@ -15,6 +15,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use super::batch::BatchQueue;
 use super::filter::{
     self, headers_json, json_err, parse_event_id, parse_status, where_of, Param,
     CONFLICTING_DUPLICATE, CONFLICT_DETAIL, EVENT_COLUMNS,
@@ -112,7 +113,7 @@ pub struct PostgresStore {
     pg_config: tokio_postgres::Config,
     tls: MakeRustlsConnect,
     group_commit: bool,
-    queue: Arc<std::sync::Mutex<Vec<PgJob>>>,
+    queue: Arc<std::sync::Mutex<BatchQueue<PgJob>>>,
     writers: Arc<tokio::sync::Semaphore>,
     /// Where each destination's claims stand among its queues.
     claim_cursors: Arc<forwarding::ClaimCursors>,
@@ -457,34 +458,41 @@ impl PostgresStore {
             rules: rules.cloned(),
             reply,
         };
-        self.queue
+        let start = self
+            .queue
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(job);
-        let (pool, queue, writers) = (
-            self.pool.clone(),
-            Arc::clone(&self.queue),
-            Arc::clone(&self.writers),
-        );
-        // A task of its own, so that a caller that goes away never abandons a batch.
-        tokio::spawn(async move {
-            let Ok(_writer) = writers.acquire().await else {
-                return;
-            };
-            // Whoever gets a writer commits every delivery queued meanwhile (flat combining):
-            // batches form only under load, so a lone request waits for nothing.
-            let batch: Vec<PgJob> = {
-                let mut queue = queue.lock().unwrap_or_else(|p| p.into_inner());
-                let take = queue.len().min(MAX_BATCH);
-                queue.drain(..take).collect()
-            };
-            if !batch.is_empty() {
-                commit_batch(&pool, batch).await;
-            }
-        });
+        if start {
+            self.start_committer();
+        }
         answer
             .await
             .map_err(|_| StoreError::Internal("the writer dropped a delivery".into()))?
+    }
+
+    /// Starts a task that waits for a writer and commits every delivery queued by then
+    /// (flat combining: batches form only under load, so a lone request waits for nothing).
+    /// A task of its own, so that a caller that goes away never abandons a batch; started
+    /// only when none is waiting ([`BatchQueue`]), so a second batch fills while one flushes.
+    fn start_committer(&self) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let Ok(_writer) = this.writers.acquire().await else {
+                return;
+            };
+            let (batch, more) = this
+                .queue
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(MAX_BATCH);
+            if more {
+                this.start_committer();
+            }
+            if !batch.is_empty() {
+                commit_batch(&this.pool, batch).await;
+            }
+        });
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {

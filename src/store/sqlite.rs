@@ -12,6 +12,7 @@ use rusqlite::{params, params_from_iter, Connection, ErrorCode, OptionalExtensio
 
 use futures_util::FutureExt;
 
+use super::batch::BatchQueue;
 use super::filter::{
     self, json_err, parse_event_id, parse_status, where_of, Param, CONFLICTING_DUPLICATE,
     CONFLICT_DETAIL, EVENT_COLUMNS,
@@ -44,7 +45,7 @@ pub struct SqliteStore {
     /// The one connection, taken in turn (FIFO): with an unfair lock, a flat-out ingest's
     /// stream of committers starved every other user (forwarding ran at 8 deliveries/s).
     conn: Arc<tokio::sync::Mutex<Connection>>,
-    queue: Arc<Mutex<IngestQueue>>,
+    queue: Arc<Mutex<BatchQueue<IngestJob>>>,
     group_commit: bool,
     /// Where each destination's claims stand among its queues.
     claim_cursors: Arc<forwarding::ClaimCursors>,
@@ -52,35 +53,6 @@ pub struct SqliteStore {
 
 /// Most deliveries committed in one transaction.
 const MAX_BATCH: usize = 512;
-
-/// Deliveries waiting for the writer, and whether a committer is on its way for them.
-#[derive(Default)]
-struct IngestQueue {
-    jobs: Vec<IngestJob>,
-    /// A committer task was started and has not taken its batch yet: whatever is queued
-    /// now is in its batch, so no other need start. One task per delivery queued one
-    /// waiter per delivery on the connection's FIFO lock, thousands deep under load, and
-    /// every other user of the connection (workers, forwarding, reads) waited behind them
-    /// for seconds.
-    committer_due: bool,
-}
-
-impl IngestQueue {
-    /// Queues `job`; answers whether the caller must start a committer.
-    fn push(&mut self, job: IngestJob) -> bool {
-        self.jobs.push(job);
-        !std::mem::replace(&mut self.committer_due, true)
-    }
-
-    /// The next batch, for the committer that now holds the connection; answers whether
-    /// another committer must start for what is left beyond the batch.
-    fn take(&mut self) -> (Vec<IngestJob>, bool) {
-        let take = self.jobs.len().min(MAX_BATCH);
-        let batch = self.jobs.drain(..take).collect();
-        self.committer_due = !self.jobs.is_empty();
-        (batch, self.committer_due)
-    }
-}
 
 /// A delivery waiting for the writer.
 struct IngestJob {
@@ -342,7 +314,11 @@ impl SqliteStore {
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
             let mut conn = this.conn.blocking_lock();
-            let (batch, more) = this.queue.lock().unwrap_or_else(|p| p.into_inner()).take();
+            let (batch, more) = this
+                .queue
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(MAX_BATCH);
             if more {
                 this.start_committer();
             }
