@@ -113,7 +113,7 @@ pub struct PostgresStore {
     pg_config: tokio_postgres::Config,
     tls: MakeRustlsConnect,
     group_commit: bool,
-    queue: Arc<std::sync::Mutex<BatchQueue<PgJob>>>,
+    queue: Arc<BatchQueue<PgJob>>,
     writers: Arc<tokio::sync::Semaphore>,
     /// Where each destination's claims stand among its queues.
     claim_cursors: Arc<forwarding::ClaimCursors>,
@@ -458,12 +458,7 @@ impl PostgresStore {
             rules: rules.cloned(),
             reply,
         };
-        let start = self
-            .queue
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(job);
-        if start {
+        if self.queue.push(job) {
             self.start_committer();
         }
         answer
@@ -481,11 +476,7 @@ impl PostgresStore {
             let Ok(_writer) = this.writers.acquire().await else {
                 return;
             };
-            let (batch, more) = this
-                .queue
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take(MAX_BATCH);
+            let (batch, more) = this.queue.take(MAX_BATCH);
             if more {
                 this.start_committer();
             }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -45,7 +45,7 @@ pub struct SqliteStore {
     /// The one connection, taken in turn (FIFO): with an unfair lock, a flat-out ingest's
     /// stream of committers starved every other user (forwarding ran at 8 deliveries/s).
     conn: Arc<tokio::sync::Mutex<Connection>>,
-    queue: Arc<Mutex<BatchQueue<IngestJob>>>,
+    queue: Arc<BatchQueue<IngestJob>>,
     group_commit: bool,
     /// Where each destination's claims stand among its queues.
     claim_cursors: Arc<forwarding::ClaimCursors>,
@@ -314,11 +314,7 @@ impl SqliteStore {
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
             let mut conn = this.conn.blocking_lock();
-            let (batch, more) = this
-                .queue
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take(MAX_BATCH);
+            let (batch, more) = this.queue.take(MAX_BATCH);
             if more {
                 this.start_committer();
             }
@@ -470,12 +466,7 @@ impl Store for SqliteStore {
                 .map(|rules| (rules.clone(), matches!(settle, SettleAt::IfReady(_)))),
             reply,
         };
-        let start = self
-            .queue
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(job);
-        if start {
+        if self.queue.push(job) {
             self.start_committer();
         }
         answer
