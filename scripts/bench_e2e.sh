@@ -12,7 +12,8 @@
 # outside the logs pairs, as in bench.sh.
 # Usage: scripts/bench_e2e.sh [SECONDS]   (sustained; default 600, 0 skips the sustained runs)
 # Env: FLAT_S (60; 0 skips flat and sustained), LOG_PAIRS (2; 0 skips), LOG_EVENTS (20000), CONNECTIONS (32),
-#      SUSTAINED_CONNECTIONS (64), SUSTAINED_SAMPLE_MS (10000), INHOOK_BIN (the binary).
+#      SUSTAINED_CONNECTIONS (64), SUSTAINED_SAMPLE_MS (10000), INHOOK_BIN (the binary),
+#      STORES (which of "sqlite postgres" to run; default SQLite, and PostgreSQL with BENCH_DATABASE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUSTAINED=${1:-600}
@@ -23,8 +24,9 @@ CONNECTIONS=${CONNECTIONS:-32}
 . scripts/lib.sh
 PG=${BENCH_DATABASE:-}
 unset BENCH_DATABASE
-STORES=sqlite
-[ -n "$PG" ] && STORES="sqlite postgres"
+DEFAULT_STORES=sqlite
+[ -n "$PG" ] && DEFAULT_STORES="sqlite postgres"
+STORES=${STORES:-$DEFAULT_STORES}
 
 # run LABEL STORE LOG_LEVEL BENCH_ARGS...: one fresh server and store; prints the bench's
 # report and sets OUT, RPS, CPU (µs per event) and LOG_BYTES (the server's log per request).

@@ -2,7 +2,7 @@
 //! conditions of an [`EventFilter`] (only the placeholder syntax differs: `?1`
 //! in SQLite, `$1` in PostgreSQL), and the decoding of stored values.
 
-use super::{EventFilter, StoreError};
+use super::{sql, EventFilter, StoreError};
 use crate::domain::{EventId, EventStatus};
 
 /// The columns each store's `event_record` reads, in this order.
@@ -69,11 +69,10 @@ pub(crate) fn filter_sql(
     (clauses, values)
 }
 
-/// The decided statuses other than `processed`: rare enough that their partial indexes
-/// (`events_by_status`, `events_by_source_status`, migration 7) cost ingest nothing.
-const RARE_DECIDED: &str = "status IN ('dead', 'ignored_stale', 'ignored_unsupported')";
-/// The undecided statuses, as the partial index `events_pending` is written.
-const UNDECIDED: &str = "status IN ('received', 'held', 'retrying')";
+/// The decided statuses other than `processed` ([`sql::rare_decided`]).
+const RARE_DECIDED: &str = sql::rare_decided!();
+/// The undecided statuses ([`sql::undecided`]).
+const UNDECIDED: &str = sql::undecided!();
 
 /// `status = 'x'` written as a literal (a closed set, so no injection), with its partial
 /// index's own condition beside it: SQLite uses a partial index only when the query names

@@ -2,6 +2,34 @@
 //! PostgreSQL's `$n` placeholders; SQLite runs them through `sqlite()`, which
 //! writes them `?n` (numbered parameters in SQLite too).
 
+/// The undecided statuses, word for word as SQLite's partial index `events_pending` is
+/// written: SQLite uses a partial index only for a query that names its condition.
+/// ORs of equalities rather than an IN list (migration 10): SQLite evaluates a constant
+/// IN list of three or more terms through a temporary b-tree built at every statement.
+macro_rules! undecided {
+    () => {
+        "(status = 'received' OR status = 'held' OR status = 'retrying')"
+    };
+}
+pub(crate) use undecided;
+
+/// The applied and ignored statuses, as the partial index `events_decided` is written.
+macro_rules! applied_or_ignored {
+    () => {
+        "(status = 'processed' OR status = 'ignored_stale' OR status = 'ignored_unsupported')"
+    };
+}
+pub(crate) use applied_or_ignored;
+
+/// The decided statuses other than `processed`, as `events_by_status` and
+/// `events_by_source_status` are written: rare enough that those indexes cost ingest nothing.
+macro_rules! rare_decided {
+    () => {
+        "(status = 'dead' OR status = 'ignored_stale' OR status = 'ignored_unsupported')"
+    };
+}
+pub(crate) use rare_decided;
+
 /// One aggregate's state.
 pub(crate) const LOAD_AGGREGATE: &str =
     "SELECT aggregate, sequence, event_id, event_type, state, tag, watermark, updated_at
@@ -50,10 +78,13 @@ pub(crate) const HELD_REFS: &str = "SELECT sequence, id, received_at FROM events
      ORDER BY sequence, id";
 
 /// The sequences at or above `$3` taken by decided events (a conflict takes none).
-pub(crate) const OCCUPIED: &str = "SELECT sequence FROM events
+pub(crate) const OCCUPIED: &str = concat!(
+    "SELECT sequence FROM events
      WHERE source = $1 AND aggregate = $2 AND sequence >= $3
-       AND (status IN ('processed', 'ignored_stale', 'ignored_unsupported')
-            OR (status = 'dead' AND dead_reason <> 'sequence_conflict'))";
+       AND (",
+    applied_or_ignored!(),
+    " OR (status = 'dead' AND dead_reason <> 'sequence_conflict'))"
+);
 
 /// One event's pending columns by id, for SQLite's per-row reads of held events.
 pub(crate) const PENDING_BY_ID: &str =
@@ -77,10 +108,11 @@ pub(crate) const RECORD_MIGRATION: &str =
 pub(crate) const PING: &str = "SELECT 1";
 
 /// Aggregates with events to decide now (the partial index's own condition first).
-pub(crate) const DUE_AGGREGATES: &str = "SELECT DISTINCT source, aggregate FROM events
-                 WHERE status IN ('received', 'held', 'retrying')
-                   AND (status = 'received' OR next_attempt_at <= $1)
-                 LIMIT $2";
+pub(crate) const DUE_AGGREGATES: &str = concat!(
+    "SELECT DISTINCT source, aggregate FROM events WHERE ",
+    undecided!(),
+    " AND (status = 'received' OR next_attempt_at <= $1) LIMIT $2"
+);
 
 /// Schedules a failed event for another attempt.
 pub(crate) const RETRY_LATER: &str =

@@ -267,11 +267,12 @@ pub(crate) async fn purge<I: UpkeepIo>(
                 // An event a destination still has to get (or may be replayed to) keeps
                 // its body: the request carries it byte for byte.
                 "SELECT id FROM events
-                 WHERE status IN ('processed', 'ignored_stale', 'ignored_unsupported')
+                 WHERE {}
                    AND received_at < $1
                    AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_row = events.id
                                    AND d.status NOT IN ('delivered', 'skipped'))
                  LIMIT $2{}",
+                sql::applied_or_ignored!(),
                 I::SKIP_LOCKED
             ),
             &[Param::Int(before_ms), Param::Int(batch as i64)],
