@@ -2,10 +2,11 @@
 //! PostgreSQL's `$n` placeholders; SQLite runs them through `sqlite()`, which
 //! writes them `?n` (numbered parameters in SQLite too).
 
-/// The undecided statuses, word for word as SQLite's partial index `events_pending` is
-/// written: SQLite uses a partial index only for a query that names its condition.
-/// ORs of equalities rather than an IN list (migration 10): SQLite evaluates a constant
-/// IN list of three or more terms through a temporary b-tree built at every statement.
+/// The undecided statuses, the condition of SQLite's partial index `events_pending` term
+/// for term and in the same order: SQLite uses a partial index only for a query that names
+/// its condition (or one term of it). ORs of equalities rather than an IN list (migration
+/// 10): SQLite evaluates a constant IN list of three or more terms through a temporary
+/// b-tree built at every statement.
 macro_rules! undecided {
     () => {
         "(status = 'received' OR status = 'held' OR status = 'retrying')"

@@ -65,8 +65,9 @@ struct IngestJob {
 /// Logs a batch of deliveries in one transaction and answers each after the commit.
 ///
 /// A savepoint per delivery, so that one refused or failing delivery leaves the others,
-/// copied every page each delivery touched into the statement journal: a tenth of the
-/// server's CPU at full ingest. So the batch runs first without them, and only if one
+/// copied every page each delivery touched into the statement journal (spilled to a
+/// temporary file: a tenth of the server's `perf` samples at full ingest). So the batch
+/// runs first without them, and only if one
 /// delivery is refused or fails does it roll back and run again, each delivery in its
 /// own savepoint: the answers are the same as if it had run that way from the start.
 fn commit_batch(conn: &mut Connection, batch: Vec<IngestJob>) {
