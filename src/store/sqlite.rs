@@ -341,9 +341,11 @@ fn over_limits(conn: &Connection, row: &EventRow) -> Result<Option<Refusal>, Sto
 fn without_memory_statistics() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        // SAFETY: `sqlite3_config` is called before any connection of this process is
-        // opened (the only place that opens one calls this first, once); should SQLite be
-        // initialised already, it answers SQLITE_MISUSE and changes nothing.
+        // SAFETY: in the server this runs before any other SQLite call (the one place
+        // that opens a connection calls it first, once). Where something else in the
+        // process initialised SQLite before (a test's own connection), it answers
+        // SQLITE_MISUSE and changes nothing; the flag it sets is read once per allocation
+        // and per free, so none in flight sees it change halfway.
         unsafe {
             rusqlite::ffi::sqlite3_config(rusqlite::ffi::SQLITE_CONFIG_MEMSTATUS, 0);
         }
