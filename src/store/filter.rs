@@ -69,20 +69,15 @@ pub(crate) fn filter_sql(
     (clauses, values)
 }
 
-/// The decided statuses other than `processed` ([`sql::rare_decided`]).
-const RARE_DECIDED: &str = sql::rare_decided!();
-/// The undecided statuses ([`sql::undecided`]).
-const UNDECIDED: &str = sql::undecided!();
-
 /// `status = 'x'` written as a literal (a closed set, so no injection), with its partial
 /// index's own condition beside it: SQLite uses a partial index only when the query names
 /// its condition, and neither store uses one for a bound parameter, so without both a page
 /// of rare statuses walked the whole log by id.
 pub(crate) fn status_condition(status: EventStatus) -> String {
     let index = if status.is_undecided() {
-        Some(UNDECIDED)
+        Some(sql::undecided!())
     } else if status != EventStatus::Processed {
-        Some(RARE_DECIDED)
+        Some(sql::rare_decided!())
     } else {
         None
     };

@@ -67,9 +67,9 @@ struct IngestJob {
 /// A savepoint per delivery, so that one refused or failing delivery leaves the others,
 /// copied every page each delivery touched into the statement journal (spilled to a
 /// temporary file: a tenth of the server's `perf` samples at full ingest). So the batch
-/// runs first without them, and only if one
-/// delivery is refused or fails does it roll back and run again, each delivery in its
-/// own savepoint: the answers are the same as if it had run that way from the start.
+/// runs first without them, and only if one delivery is refused or fails does it roll
+/// back and run again, each delivery in its own savepoint: the answers are the same as if
+/// it had run that way from the start.
 fn commit_batch(conn: &mut Connection, batch: Vec<IngestJob>) {
     if batch.is_empty() {
         return;
@@ -1487,6 +1487,15 @@ mod tests {
     use super::*;
     use crate::store::IngestLimits;
 
+    /// A store migrated to the latest schema, in a directory removed when it is dropped.
+    async fn migrated_store() -> (tempfile::TempDir, SqliteStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            SqliteStore::open(&dir.path().join("inhook.db"), Duration::from_secs(1)).unwrap();
+        store.migrate().await.unwrap();
+        (dir, store)
+    }
+
     /// The plan SQLite picks for `statement` on a migrated store without statistics, as
     /// every SQLite store runs (nothing here runs `ANALYZE`).
     fn plan(conn: &Connection, statement: &str, params: impl rusqlite::Params) -> String {
@@ -1503,10 +1512,7 @@ mod tests {
     /// the settle's reads seeks an index that holds only what it needs.
     #[tokio::test]
     async fn settle_reads_seek_indexes_of_undecided_rows() {
-        let dir = tempfile::tempdir().unwrap();
-        let store =
-            SqliteStore::open(&dir.path().join("plans.db"), Duration::from_secs(1)).unwrap();
-        store.migrate().await.unwrap();
+        let (_dir, store) = migrated_store().await;
         let conn = store.conn.lock().await;
         let (source, aggregate) = ("save-game", "p\u{1f}slot");
         let held = plan(&conn, sql::HELD_REFS, params![source, aggregate]);
@@ -1581,10 +1587,7 @@ mod tests {
     /// the next batch, with no refusal, is logged whole.
     #[tokio::test]
     async fn a_refusal_in_a_batch_costs_the_others_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let store =
-            SqliteStore::open(&dir.path().join("batch.db"), Duration::from_secs(1)).unwrap();
-        store.migrate().await.unwrap();
+        let (_dir, store) = migrated_store().await;
         let mut conn = store.conn.lock().await;
         let (jobs, mut answers): (Vec<_>, Vec<_>) = [("a", u64::MAX), ("b", 1), ("c", u64::MAX)]
             .into_iter()
@@ -1632,10 +1635,7 @@ mod tests {
     /// quarter of the instructions of ingesting and deciding it (migration 10).
     #[tokio::test]
     async fn logging_and_deciding_an_event_build_no_temporary_btree() {
-        let dir = tempfile::tempdir().unwrap();
-        let store =
-            SqliteStore::open(&dir.path().join("ephemeral.db"), Duration::from_secs(1)).unwrap();
-        store.migrate().await.unwrap();
+        let (_dir, store) = migrated_store().await;
         let conn = store.conn.lock().await;
         for statement in [LOG_EVENT, BACKLOG, RECORD_DECISION] {
             let mut stmt = conn.prepare(&format!("EXPLAIN {statement}")).unwrap();
