@@ -6,7 +6,8 @@
 # source), sends that many events with `BIN bench --wait-applied`, and prints the total
 # instructions of each run and the marginal (LARGE - SMALL) / (LARGE - SMALL events),
 # which leaves out start-up and shutdown. The callgrind files stay in the printed
-# directories for `callgrind_annotate --inclusive=yes`.
+# directories for `callgrind_annotate --inclusive=yes`. SOURCE_EXTRA adds lines to the
+# source's table (for example SOURCE_EXTRA='decide_at_ingest = true').
 set -euo pipefail
 BIN=$1 SMALL=${2:-1000} LARGE=${3:-4000}
 export INHOOK_SAVE_GAME_SECRET=bench-secret INHOOK_PRESENCE_SECRET=bench-presence
@@ -20,7 +21,8 @@ run() {
 name = "save-game"
 kind = "save-game"
 mode = "async"
-signature = "hmac-timestamped"' > "$dir/inhook.toml"
+signature = "hmac-timestamped"
+'"${SOURCE_EXTRA:-}" > "$dir/inhook.toml"
     # tokio's blocking pool (SQLite) may start more threads than valgrind's default 500.
     INHOOK_LOG=warn valgrind --tool=callgrind --max-threads=4000 --callgrind-out-file="$dir/callgrind.out" \
         "$BIN" serve --config "$dir/inhook.toml" > "$dir/out" 2> "$dir/err" &

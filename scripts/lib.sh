@@ -7,20 +7,21 @@ export INHOOK_STRIPE_SECRET=whsec_bench
 
 # The ingest sources of the benchmarks, declared as the defaults would be plus a json one
 # for `inhook bench --shape stripe`. DECIDE_AT_INGEST=1 decides ready events at ingest.
-DECIDE=""; [ "${DECIDE_AT_INGEST:-0}" = 1 ] && DECIDE="decide_at_ingest = true"
-BENCH_SOURCES='
+# bench_sources DECIDE: those sources, with `decide_at_ingest = DECIDE` (true or false).
+bench_sources() {
+    printf '%s\n' '
 [[sources]]
 name = "save-game"
 kind = "save-game"
 mode = "async"
-'"$DECIDE"'
+decide_at_ingest = '"$1"'
 signature = "hmac-timestamped"
 
 [[sources]]
 name = "stripe"
 kind = "json"
 mode = "async"
-'"$DECIDE"'
+decide_at_ingest = '"$1"'
 signature = "stripe"
 event_id = "/id"
 aggregate = ["/data/object/object", "/data/object/id"]
@@ -28,6 +29,9 @@ sequence = "/created"
 event_type = "/type"
 ordering = "latest-wins"
 state = "/data/object"'
+}
+DECIDE=false; [ "${DECIDE_AT_INGEST:-0}" = 1 ] && DECIDE=true
+BENCH_SOURCES=$(bench_sources "$DECIDE")
 
 # bench_database DIR: a SQLite file in DIR, or with BENCH_DATABASE=postgres://USER@HOST:PORT/DB
 # a fresh database beside DB (dropped and created again), named BENCH_DB_NAME (default

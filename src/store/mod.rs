@@ -176,6 +176,21 @@ impl EventRow {
     pub(crate) fn logged_decided_at(&self) -> Option<i64> {
         self.ignored.then_some(self.received_at)
     }
+
+    /// The row as settling reads an arriving event, known by `row`.
+    pub(crate) fn pending(&self, row: i64) -> crate::kind::PendingRow {
+        crate::kind::PendingRow {
+            row,
+            event_id: self.event_id.clone(),
+            event_type: self.event_type.clone(),
+            sequence: self.sequence,
+            idempotency_key: self.idempotency_key.clone(),
+            body: self.body.clone(),
+            received_at_ms: self.received_at,
+            replayed: false,
+            was_held: false,
+        }
+    }
 }
 
 /// Where a newly logged delivery's aggregate is settled.

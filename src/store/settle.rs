@@ -86,6 +86,90 @@ pub(crate) async fn settle_at_ingest<I: SettleIo + UpkeepIo>(
     settle_gated(io, rules, aggregate, now_ms, Some(fresh)).await
 }
 
+/// An event not logged yet, settled before its row is written (issue #14: one write
+/// per event instead of an insert and then an update). `None`: the aggregate is not
+/// ready at ingest; nothing was written, the row is to be logged undecided for the
+/// worker. The row's id in `unlogged` is a stand-in, replaced once the row is logged.
+pub(crate) async fn plan_unlogged<I: SettleIo>(
+    io: &I,
+    rules: &SourceRules,
+    aggregate: &str,
+    unlogged: PendingRow,
+) -> Result<Option<UnloggedPlan>, StoreError> {
+    let stand_in = unlogged.row;
+    let now_ms = unlogged.received_at_ms;
+    let fresh = [stand_in];
+    let planned = plan_gated(io, rules, aggregate, now_ms, Some(&fresh), Some(unlogged));
+    Ok(planned.await?.map(|planned| UnloggedPlan {
+        planned,
+        aggregate: aggregate.to_owned(),
+        now_ms,
+        stand_in,
+    }))
+}
+
+/// A plan that decides one event not logged yet, and nothing else.
+pub(crate) struct UnloggedPlan {
+    planned: Planned,
+    aggregate: String,
+    now_ms: i64,
+    stand_in: i64,
+}
+
+impl UnloggedPlan {
+    /// The event's outcome, for the row to be logged with.
+    pub fn outcome(&self) -> &Outcome {
+        self.planned
+            .plan
+            .decisions
+            .iter()
+            .find(|(row, _)| *row == self.stand_in)
+            .map(|(_, outcome)| outcome)
+            .unwrap_or(&Outcome::Held)
+    }
+
+    /// Writes the plan once the event is logged, already decided, as row `logged`.
+    pub async fn write_logged<I: SettleIo + UpkeepIo>(
+        mut self,
+        io: &I,
+        rules: &SourceRules,
+        logged: i64,
+    ) -> Result<Decided, StoreError> {
+        let stand_in = self.stand_in;
+        let renumber = |row: &mut i64| {
+            if *row == stand_in {
+                *row = logged;
+            }
+        };
+        self.planned
+            .rows
+            .iter_mut()
+            .for_each(|r| renumber(&mut r.row));
+        self.planned
+            .plan
+            .decisions
+            .iter_mut()
+            .for_each(|(row, _)| renumber(row));
+        let settled = write_planned(
+            io,
+            rules,
+            &self.aggregate,
+            self.now_ms,
+            self.planned,
+            Some(logged),
+        )
+        .await?;
+        settled.decided(logged)
+    }
+}
+
+/// What settling read and decided, before anything is written.
+struct Planned {
+    before: Option<AggregateState>,
+    rows: Vec<PendingRow>,
+    plan: KindPlan,
+}
+
 /// The settle flow; with `fresh`, it stops before writing anything unless the
 /// aggregate is ready at ingest.
 async fn settle_gated<I: SettleIo + UpkeepIo>(
@@ -95,9 +179,28 @@ async fn settle_gated<I: SettleIo + UpkeepIo>(
     now_ms: i64,
     fresh: Option<&[i64]>,
 ) -> Result<Option<Settled>, StoreError> {
+    match plan_gated(io, rules, aggregate, now_ms, fresh, None).await? {
+        Some(planned) => write_planned(io, rules, aggregate, now_ms, planned, None)
+            .await
+            .map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The reading and deciding half of the settle flow; with `fresh`, `None` unless the
+/// aggregate is ready at ingest. `unlogged` joins the rows read as arriving.
+async fn plan_gated<I: SettleIo>(
+    io: &I,
+    rules: &SourceRules,
+    aggregate: &str,
+    now_ms: i64,
+    fresh: Option<&[i64]>,
+    unlogged: Option<PendingRow>,
+) -> Result<Option<Planned>, StoreError> {
     let kind: &dyn Kind = rules.kind.as_ref();
     let before = io.load_state(&rules.name, aggregate).await?;
     let mut rows = io.arriving_rows(&rules.name, aggregate, now_ms).await?;
+    rows.extend(unlogged);
     let ready = |rows: &[PendingRow], held_in_reach: usize| {
         fresh.is_none_or(|fresh| {
             let pending: Vec<i64> = rows.iter().map(|r| r.row).collect();
@@ -156,6 +259,21 @@ async fn settle_gated<I: SettleIo + UpkeepIo>(
     if fresh.is_some_and(|fresh| !final_at_ingest(&plan.decisions, plan.gaps_skipped, fresh)) {
         return Ok(None);
     }
+    Ok(Some(Planned { before, rows, plan }))
+}
+
+/// The writing half of the settle flow. `logged`: a row logged already decided, whose
+/// decision is not to be recorded again.
+async fn write_planned<I: SettleIo + UpkeepIo>(
+    io: &I,
+    rules: &SourceRules,
+    aggregate: &str,
+    now_ms: i64,
+    planned: Planned,
+    logged: Option<i64>,
+) -> Result<Settled, StoreError> {
+    let Planned { before, rows, plan } = planned;
+    let kind: &dyn Kind = rules.kind.as_ref();
     let changed = plan.state.as_ref() != before.as_ref();
     if let Some(state) = plan.state.as_ref().filter(|_| changed) {
         io.save_state(&rules.name, state).await?;
@@ -169,19 +287,35 @@ async fn settle_gated<I: SettleIo + UpkeepIo>(
         )
         .await?;
     }
-    io.record_decisions(&plan.decisions, now_ms, rules.hold_timeout_ms)
-        .await?;
+    match logged {
+        None => {
+            io.record_decisions(&plan.decisions, now_ms, rules.hold_timeout_ms)
+                .await?
+        }
+        Some(logged) => {
+            let others: Vec<(i64, Outcome)> = plan
+                .decisions
+                .iter()
+                .filter(|(row, _)| *row != logged)
+                .cloned()
+                .collect();
+            if !others.is_empty() {
+                io.record_decisions(&others, now_ms, rules.hold_timeout_ms)
+                    .await?;
+            }
+        }
+    }
     let deliveries =
         forwarding::write_deliveries(io, rules, aggregate, &rows, &plan.decisions, now_ms).await?;
     let report = SettleReport {
         deliveries,
         ..report(&rows, &plan, now_ms)
     };
-    Ok(Some(Settled {
+    Ok(Settled {
         report,
         decisions: plan.decisions,
         current_sequence: plan.current_sequence,
-    }))
+    })
 }
 
 /// Counts and decision lines of a plan, for logs and metrics.

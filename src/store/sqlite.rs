@@ -26,9 +26,9 @@ use super::settle::{self, SettleIo, Settled};
 use super::sql;
 use super::upkeep::{self, Cell, UpkeepIo};
 use super::{
-    status_of, Admission, AggregatePage, AggregateState, AttemptRecord, Decided, DedupKey,
-    EventFilter, EventPage, EventRecord, EventRow, FailureReport, NewEvent, PurgeReport, Refusal,
-    ReplayJob, ReplayOutcome, SettleAt, SettleReport, SourceRules, StateChange, Store, StoreError,
+    status_of, Admission, AggregatePage, AggregateState, AttemptRecord, DedupKey, EventFilter,
+    EventPage, EventRecord, EventRow, FailureReport, NewEvent, PurgeReport, Refusal, ReplayJob,
+    ReplayOutcome, SettleAt, SettleReport, SourceRules, StateChange, Store, StoreError,
 };
 use crate::domain::{DeadReason, EventStatus};
 use crate::forward::answer::{AttemptRecord as DeliveryAttempt, Verdict};
@@ -136,8 +136,8 @@ fn log_batch_each(
 /// Logs a delivery as a row of the event log.
 const LOG_EVENT: &str = "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
          idempotency_key, body, signature_valid, signed_at, received_at, status,
-         headers, decided_at)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, ?10, ?11, ?12)
+         headers, decided_at, attempts)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, ?10, ?11, ?12, ?13)
      ON CONFLICT DO NOTHING";
 
 /// A source's undecided events, from the counts by status. `+status`: the source's few
@@ -152,62 +152,62 @@ const RECORD_DECISION: &str =
          attempts = attempts + 1, next_attempt_at = NULL
      WHERE id = ?1";
 
+/// The id `plan_unlogged` knows an event by before it has a row: no row has it.
+const UNLOGGED: i64 = 0;
+
 /// Logs one delivery (and settles it in sync mode) inside the caller's transaction.
 fn ingest_one(conn: &Connection, job: &IngestJob, guard: Guard) -> Result<Admission, StoreError> {
+    let logged = &job.row;
     if let Some(admission) = purged_duplicate(
         conn,
-        &job.row.source,
-        &job.row.event_id,
-        job.row.idempotency_key.as_deref(),
-        job.row.received_at,
+        &logged.source,
+        &logged.event_id,
+        logged.idempotency_key.as_deref(),
+        logged.received_at,
     )? {
         return Ok(admission);
     }
-    let inserted = conn
-        .prepare_cached(LOG_EVENT)
-        .map_err(map_err)?
-        .execute(params![
-            job.row.source,
-            job.row.event_id,
-            job.row.event_type,
-            job.row.aggregate,
-            job.row.sequence,
-            job.row.idempotency_key,
-            job.row.body,
-            job.row.signed_at,
-            job.row.received_at,
-            job.row.logged_status(),
-            job.row.headers,
-            job.row.logged_decided_at()
-        ])
-        .map_err(map_err)?;
+    if let Some((rules, true)) = &job.rules {
+        if !logged.ignored {
+            if let Some(admission) = log_decided(conn, rules, logged, guard)? {
+                return Ok(admission);
+            }
+        }
+    }
+    let inserted = log_row(
+        conn,
+        logged,
+        logged.logged_status(),
+        logged.logged_decided_at(),
+        0,
+    )?;
     if inserted == 0 {
         return find_duplicate(
             conn,
-            &job.row.source,
-            &job.row.event_id,
-            job.row.idempotency_key.as_deref(),
-            &job.row.body,
+            &logged.source,
+            &logged.event_id,
+            logged.idempotency_key.as_deref(),
+            &logged.body,
         );
     }
     let row = conn.last_insert_rowid();
-    if job.row.ignored {
+    if logged.ignored {
         return Ok(Admission::Logged {
             row,
             decided: None,
             out_of_order: false,
         });
     }
-    let out_of_order = record_received(conn, &job.row)?;
+    let out_of_order = record_received(conn, logged)?;
     let decided = match &job.rules {
-        Some((rules, true)) => settle_if_ready(conn, rules, &job.row, row, guard)?,
         Some((rules, false)) => {
-            let settled = settle_tx(conn, rules, &job.row.aggregate, job.row.received_at)?;
+            let settled = settle_tx(conn, rules, &logged.aggregate, logged.received_at)?;
             Some(settled.decided(row)?)
         }
-        None => None,
+        // Not ready at ingest (`log_decided` looked): the worker settles it.
+        Some((_, true)) | None => None,
     };
-    if let Some(refusal) = over_limits(conn, &job.row)? {
+    if let Some(refusal) = over_limits(conn, logged)? {
         return Ok(Admission::Refused(refusal));
     }
     Ok(Admission::Logged {
@@ -215,6 +215,34 @@ fn ingest_one(conn: &Connection, job: &IngestJob, guard: Guard) -> Result<Admiss
         decided,
         out_of_order,
     })
+}
+
+/// Writes `logged` as a new row of the log; 0 when a unique key makes it a duplicate.
+fn log_row(
+    conn: &Connection,
+    logged: &EventRow,
+    status: &str,
+    decided_at: Option<i64>,
+    attempts: i64,
+) -> Result<usize, StoreError> {
+    conn.prepare_cached(LOG_EVENT)
+        .map_err(map_err)?
+        .execute(params![
+            logged.source,
+            logged.event_id,
+            logged.event_type,
+            logged.aggregate,
+            logged.sequence,
+            logged.idempotency_key,
+            logged.body,
+            logged.signed_at,
+            logged.received_at,
+            status,
+            logged.headers,
+            decided_at,
+            attempts
+        ])
+        .map_err(map_err)
 }
 
 /// How a batch's delivery is kept from failing the others.
@@ -227,29 +255,53 @@ enum Guard {
     Savepoints,
 }
 
-/// Settles the aggregate of `logged`, just logged as row `id`, when it is ready at
-/// ingest. Under [`Guard::Savepoints`], in a savepoint of its own: a settle that fails
-/// leaves the row to the worker (its retries and backoff), never fails the delivery.
-fn settle_if_ready(
+/// Logs `logged` already decided when its aggregate is ready at ingest: settled before
+/// its row is written, so that the row is written once, with its outcome, and the
+/// worker never sees it. `None`: not ready (or, under [`Guard::Savepoints`], settling
+/// failed and left nothing), to be logged undecided for the worker, its retries and
+/// backoff. A decided event is no backlog item: no limit refuses it.
+fn log_decided(
     conn: &Connection,
     rules: &SourceRules,
     logged: &EventRow,
-    id: i64,
     guard: Guard,
-) -> Result<Option<Decided>, StoreError> {
-    let settle = || {
-        ready(settle::settle_at_ingest(
-            &SqliteIo(conn),
-            rules,
-            &logged.aggregate,
-            logged.received_at,
-            &[id],
-        ))
-        .and_then(|settled| settled.map(|s| s.decided_each(&[id])).transpose())
-        .map(|decided| decided.and_then(|mut each| each.pop()))
+) -> Result<Option<Admission>, StoreError> {
+    let io = SqliteIo(conn);
+    let unlogged = logged.pending(UNLOGGED);
+    let plan = match ready(settle::plan_unlogged(
+        &io,
+        rules,
+        &logged.aggregate,
+        unlogged,
+    )) {
+        Ok(Some(plan)) => plan,
+        Ok(None) => return Ok(None),
+        Err(err) if guard == Guard::Batch => return Err(err),
+        Err(_) => return Ok(None),
+    };
+    let write = || {
+        let status = status_of(plan.outcome()).0;
+        let decided_at = Some(logged.received_at);
+        if log_row(conn, logged, status.as_str(), decided_at, 1)? == 0 {
+            return find_duplicate(
+                conn,
+                &logged.source,
+                &logged.event_id,
+                logged.idempotency_key.as_deref(),
+                &logged.body,
+            );
+        }
+        let row = conn.last_insert_rowid();
+        let out_of_order = record_received(conn, logged)?;
+        let decided = ready(plan.write_logged(&io, rules, row))?;
+        Ok(Admission::Logged {
+            row,
+            decided: Some(decided),
+            out_of_order,
+        })
     };
     if guard == Guard::Batch {
-        return settle();
+        return write().map(Some);
     }
     let step = |statement: &str| {
         conn.prepare_cached(statement)
@@ -257,10 +309,10 @@ fn settle_if_ready(
             .map_err(map_err)
     };
     step("SAVEPOINT decide")?;
-    match settle() {
-        Ok(decided) => {
+    match write() {
+        Ok(admission) => {
             step("RELEASE decide")?;
-            Ok(decided)
+            Ok(Some(admission))
         }
         Err(_) => {
             step("ROLLBACK TO decide")?;

@@ -259,6 +259,84 @@ retry_base_s = 1
     assert!(!log.contains("whsec_") && !log.contains("pw@"), "{log}");
 }
 
+/// Issue #14: events decided in the transaction that logs them (`decide_at_ingest`) are
+/// forwarded as the worker's are: each row written once, already decided, with one
+/// delivery that names it, and the application gets an aggregate's events in order.
+#[tokio::test]
+async fn events_decided_at_ingest_are_forwarded_in_order() {
+    use crate::conformance::delta;
+
+    type Received = Arc<Mutex<Vec<Vec<u8>>>>;
+    let received: Received = Arc::default();
+    let port = serve_application(
+        axum::Router::new()
+            .route(
+                "/hooks",
+                axum::routing::post(
+                    |axum::extract::State(received): axum::extract::State<Received>,
+                     body: axum::body::Bytes| async move {
+                        received.lock().unwrap().push(body.to_vec());
+                        axum::http::StatusCode::NO_CONTENT
+                    },
+                ),
+            )
+            .with_state(Arc::clone(&received)),
+    )
+    .await;
+    let mut server = crate::support::TestServer::unstarted(
+        "",
+        "decide_at_ingest = true",
+        &format!(
+            r#"
+[[destinations]]
+name = "app"
+url = "http://127.0.0.1:{port}/hooks"
+sources = ["save-game"]
+secret = "{DEST_SECRET}"
+"#
+        ),
+    )
+    .await;
+    server.start();
+    let store = server.store().await;
+    let bodies: Vec<Value> = (1..=3)
+        .map(|seq| delta(&format!("fwd-at-ingest-{seq}"), "slot_a", seq, 1))
+        .collect();
+    for body in &bodies {
+        assert_eq!(server.post_save(body).await.code, 202);
+        let id = body["event_id"].as_str().unwrap();
+        let row = store.event("save-game", id).await.unwrap().expect("logged");
+        assert_eq!(
+            (row.status.as_str(), row.decided_at_ms, row.attempts),
+            ("processed", Some(row.received_at_ms), 1),
+            "{id} decided at ingest as the worker records a decision"
+        );
+    }
+    let page = server
+        .wait_for("/v1/destinations/app/deliveries?status=delivered", |r| {
+            r.body["items"]
+                .as_array()
+                .is_some_and(|items| items.len() == 3)
+        })
+        .await;
+    let mut forwarded: Vec<&str> = page.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["event_id"].as_str().unwrap())
+        .collect();
+    forwarded.sort_unstable();
+    assert_eq!(
+        forwarded,
+        ["fwd-at-ingest-1", "fwd-at-ingest-2", "fwd-at-ingest-3"]
+    );
+    let sent: Vec<Vec<u8>> = bodies
+        .iter()
+        .map(|b| serde_json::to_vec(b).unwrap())
+        .collect();
+    assert_eq!(*received.lock().unwrap(), sent, "each once, in order");
+}
+
 /// SPEC §9 "the delivery rows are written in the same transaction as the decision": a
 /// settle that fails after writing one destination's row leaves none, and the event
 /// undecided; settled again, it writes every row once.
