@@ -196,6 +196,24 @@ async fn log_batch(
     }
     let mut highest = highest_received(&tx, &rows).await?;
     let mut waiting = waiting_ahead(&tx, &rows).await?;
+    // Settled before the insert, so that a row ready at ingest is written once, decided.
+    let ready = if decide {
+        plan_ready(&tx, jobs).await?
+    } else {
+        Vec::new()
+    };
+    let mut statuses = vec![EventStatus::Received.as_str(); jobs.len()];
+    for group in &ready {
+        for (nth, at) in group.members.iter().enumerate() {
+            statuses[*at] = status_of(group.plan.outcome(nth)?).0.as_str();
+        }
+    }
+    let decided_at: Vec<Option<i64>> = rows
+        .iter()
+        .zip(&statuses)
+        .map(|(r, status)| (*status != EventStatus::Received.as_str()).then_some(r.received_at))
+        .collect();
+    let attempts: Vec<i64> = decided_at.iter().map(|d| i64::from(d.is_some())).collect();
     let text = |f: fn(&EventRow) -> &str| rows.iter().map(|r| f(r)).collect::<Vec<_>>();
     let sources = text(|r| &r.source);
     let event_ids = text(|r| &r.event_id);
@@ -215,13 +233,16 @@ async fn log_batch(
     let inserted = tx
         .cached_query(
             "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
-                 idempotency_key, body, signature_valid, signed_at, received_at, status, headers)
+                 idempotency_key, body, signature_valid, signed_at, received_at, status, headers,
+                 decided_at, attempts)
              SELECT b.source, b.event_id, b.event_type, b.aggregate, b.sequence,
-                    b.idempotency_key, b.body, TRUE, b.signed_at, b.received_at, 'received', b.headers
+                    b.idempotency_key, b.body, TRUE, b.signed_at, b.received_at, b.status, b.headers,
+                    b.decided_at, b.attempts
              FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[], $6::text[],
-                         $7::bytea[], $8::int8[], $9::int8[], $10::text[]) WITH ORDINALITY
+                         $7::bytea[], $8::int8[], $9::int8[], $10::text[], $11::text[],
+                         $12::int8[], $13::int8[]) WITH ORDINALITY
                   AS b(source, event_id, event_type, aggregate, sequence, idempotency_key, body,
-                       signed_at, received_at, headers, ord)
+                       signed_at, received_at, headers, status, decided_at, attempts, ord)
              WHERE NOT EXISTS (
                  SELECT 1 FROM dedup_keys d
                  WHERE d.source = b.source AND d.expires_at > b.received_at
@@ -241,6 +262,9 @@ async fn log_batch(
                 &signed_at,
                 &received_at,
                 &headers,
+                &statuses,
+                &decided_at,
+                &attempts,
             ],
         )
         .await
@@ -252,18 +276,48 @@ async fn log_batch(
             col::<i64>(row, 0)?,
         );
     }
+    let (ready, undone) = logged_whole(jobs, ready, &rows);
+    if !undone.is_empty() {
+        // A plan one of whose events turned out a duplicate decided too much: its rows
+        // are left to the worker, as if never planned.
+        tx.cached_execute(
+            "UPDATE events SET status = 'received', decided_at = NULL, attempts = 0
+             WHERE id = ANY($1)",
+            &[&undone],
+        )
+        .await
+        .map_err(pg_err)?;
+    }
+    let mut decided_here = vec![false; jobs.len()];
+    for group in &ready {
+        group.members.iter().for_each(|at| decided_here[*at] = true);
+    }
     let mut admissions = Vec::with_capacity(jobs.len());
     let mut refused = Vec::new();
     let mut accepted = Vec::new();
-    let mut to_decide = Vec::new();
-    for job in jobs {
+    let mut logged_ids = vec![0; jobs.len()];
+    for (at, job) in jobs.iter().enumerate() {
         // `remove`: of two deliveries with one event_id, only the first gets the row.
         let Some(row) = rows.remove(&(job.row.source.clone(), job.row.event_id.clone())) else {
             admissions.push(not_inserted(&tx, job).await?);
             continue;
         };
+        logged_ids[at] = row;
         let r = &job.row;
         let id = (r.source.clone(), r.aggregate.clone());
+        if decided_here[at] {
+            // Decided: no backlog item, so no limit refuses it.
+            let seen = highest.entry(id).or_insert(r.sequence);
+            let out_of_order = r.sequence < *seen;
+            *seen = (*seen).max(r.sequence);
+            accepted.push(r);
+            admissions.push(Admission::Logged {
+                row,
+                decided: None,
+                out_of_order,
+            });
+            continue;
+        }
         let ahead = waiting
             .get_mut(&id)
             .filter(|(last, _)| r.sequence > *last + 1);
@@ -288,9 +342,6 @@ async fn log_batch(
         let out_of_order = r.sequence < *seen;
         *seen = (*seen).max(r.sequence);
         accepted.push(r);
-        if let Some(rules) = job.rules.as_ref().filter(|_| decide) {
-            to_decide.push((admissions.len(), rules, r, row));
-        }
         admissions.push(Admission::Logged {
             row,
             decided: None,
@@ -303,7 +354,7 @@ async fn log_batch(
             .map_err(pg_err)?;
     }
     raise_highest_received(&tx, &accepted).await?;
-    let decided = decide_ready(&tx, &to_decide, &mut admissions).await?;
+    let decided = write_ready(&tx, ready, &logged_ids, &mut admissions).await?;
     // A decided event needs no worker; its deliveries notify the senders themselves.
     if decided < accepted.len() {
         notify(&tx, CHANNEL).await?;
@@ -312,63 +363,100 @@ async fn log_batch(
     Ok(admissions)
 }
 
-/// One aggregate's rows of a batch, to settle at ingest together.
+/// One aggregate's deliveries of a batch, settled together before they are logged.
 struct ReadyGroup<'a> {
     rules: &'a SourceRules,
-    aggregate: &'a str,
-    /// Each row's place in the batch and its id.
-    rows: Vec<(usize, i64)>,
-    /// The latest receipt among them: the settle's "now".
-    received_at: i64,
+    /// Their places in the batch, in the order they were planned in.
+    members: Vec<usize>,
+    plan: settle::UnloggedPlan,
 }
 
-/// Settles, in the batch's transaction (which holds their aggregates' locks), the
-/// aggregates of `to_decide` ready at ingest: each aggregate once, over all its rows
+/// Plans, in the batch's transaction (which holds their aggregates' locks), the
+/// aggregates of `jobs` ready at ingest: each aggregate once, over all its deliveries
 /// of the batch; different aggregates concurrently, their statements pipelined.
-/// Fills in `admissions`' outcomes; returns how many rows it decided.
-async fn decide_ready<C: GenericClient>(
+async fn plan_ready<'a, C: GenericClient>(
     tx: &C,
-    to_decide: &[(usize, &SourceRules, &EventRow, i64)],
-    admissions: &mut [Admission],
-) -> Result<usize, StoreError> {
-    let mut groups: Vec<ReadyGroup<'_>> = Vec::new();
+    jobs: &'a [PgJob],
+) -> Result<Vec<ReadyGroup<'a>>, StoreError> {
+    let mut groups: Vec<(&SourceRules, &str, Vec<usize>)> = Vec::new();
     let mut group_of: HashMap<(&str, &str), usize> = HashMap::new();
-    for (at, rules, row, id) in to_decide {
-        let key = (row.source.as_str(), row.aggregate.as_str());
-        let group = *group_of.entry(key).or_insert_with(|| {
-            groups.push(ReadyGroup {
-                rules,
-                aggregate: &row.aggregate,
-                rows: Vec::new(),
-                received_at: row.received_at,
-            });
-            groups.len() - 1
-        });
-        let group = &mut groups[group];
-        group.rows.push((*at, *id));
-        group.received_at = group.received_at.max(row.received_at);
-    }
-    let settles = groups.iter().map(|group| async move {
-        let fresh: Vec<i64> = group.rows.iter().map(|(_, id)| *id).collect();
-        settle::settle_at_ingest(
-            &PgIo(tx),
-            group.rules,
-            group.aggregate,
-            group.received_at,
-            &fresh,
-        )
-        .await?
-        .map(|settled| settled.decided_each(&fresh))
-        .transpose()
-    });
-    let results = futures_util::future::join_all(settles).await;
-    let mut count = 0;
-    for (group, result) in groups.iter().zip(results) {
-        let Some(each) = result? else {
+    for (at, job) in jobs.iter().enumerate() {
+        let Some(rules) = job.rules.as_ref() else {
             continue;
         };
-        for ((at, _), outcome) in group.rows.iter().zip(each) {
-            if let Admission::Logged { decided, .. } = &mut admissions[*at] {
+        let key = (job.row.source.as_str(), job.row.aggregate.as_str());
+        let group = *group_of.entry(key).or_insert_with(|| {
+            groups.push((rules, &job.row.aggregate, Vec::new()));
+            groups.len() - 1
+        });
+        groups[group].2.push(at);
+    }
+    let plans = groups.iter().map(|(rules, aggregate, members)| async move {
+        let rows: Vec<&EventRow> = members.iter().map(|at| &jobs[*at].row).collect();
+        settle::plan_unlogged(&PgIo(tx), rules, aggregate, &rows).await
+    });
+    let plans = futures_util::future::join_all(plans).await;
+    let mut ready = Vec::new();
+    for ((rules, _, members), plan) in groups.into_iter().zip(plans) {
+        if let Some(plan) = plan? {
+            ready.push(ReadyGroup {
+                rules,
+                members,
+                plan,
+            });
+        }
+    }
+    Ok(ready)
+}
+
+/// The groups of `ready` whose every delivery got its own row (`logged`, by source and
+/// event id), and the rows of the others, logged decided by a plan that no longer holds.
+fn logged_whole<'a>(
+    jobs: &[PgJob],
+    ready: Vec<ReadyGroup<'a>>,
+    logged: &HashMap<(String, String), i64>,
+) -> (Vec<ReadyGroup<'a>>, Vec<i64>) {
+    // Of two deliveries with one event_id, the first got the row.
+    let mut first: HashMap<(&str, &str), usize> = HashMap::new();
+    for (at, job) in jobs.iter().enumerate() {
+        first
+            .entry((job.row.source.as_str(), job.row.event_id.as_str()))
+            .or_insert(at);
+    }
+    let row_of = |at: usize| {
+        let r = &jobs[at].row;
+        let key = (r.source.as_str(), r.event_id.as_str());
+        (first.get(&key) == Some(&at))
+            .then(|| logged.get(&(r.source.clone(), r.event_id.clone())).copied())
+            .flatten()
+    };
+    let (whole, broken): (Vec<_>, Vec<_>) = ready
+        .into_iter()
+        .partition(|group| group.members.iter().all(|at| row_of(*at).is_some()));
+    let undone = broken
+        .iter()
+        .flat_map(|group| group.members.iter().filter_map(|at| row_of(*at)))
+        .collect();
+    (whole, undone)
+}
+
+/// Writes the plans of `ready`, whose rows were logged decided as `logged_ids` (by place
+/// in the batch), concurrently; fills in `admissions`' outcomes; returns how many.
+async fn write_ready<C: GenericClient>(
+    tx: &C,
+    ready: Vec<ReadyGroup<'_>>,
+    logged_ids: &[i64],
+    admissions: &mut [Admission],
+) -> Result<usize, StoreError> {
+    let writes = ready.into_iter().map(|group| async move {
+        let ids: Vec<i64> = group.members.iter().map(|at| logged_ids[*at]).collect();
+        let each = group.plan.write_logged(&PgIo(tx), group.rules, &ids).await;
+        (group.members, each)
+    });
+    let mut count = 0;
+    for (members, each) in futures_util::future::join_all(writes).await {
+        for (at, outcome) in members.into_iter().zip(each?) {
+            if let Admission::Logged { decided, .. } = &mut admissions[at] {
                 *decided = Some(outcome);
                 count += 1;
             }

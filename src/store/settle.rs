@@ -6,7 +6,9 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use super::forwarding;
 use super::upkeep::UpkeepIo;
-use super::{AggregateState, Decided, DecisionLine, SettleReport, SourceRules, StoreError};
+use super::{
+    AggregateState, Decided, DecisionLine, EventRow, SettleReport, SourceRules, StoreError,
+};
 use crate::domain::DeadReason;
 use crate::kind::{Kind, KindPlan, PendingRow, SettleInput};
 use crate::ordering::{
@@ -86,59 +88,69 @@ pub(crate) async fn settle_at_ingest<I: SettleIo + UpkeepIo>(
     settle_gated(io, rules, aggregate, now_ms, Some(fresh)).await
 }
 
-/// An event not logged yet, settled before its row is written (issue #14: one write
-/// per event instead of an insert and then an update). `None`: the aggregate is not
-/// ready at ingest; nothing was written, the row is to be logged undecided for the
-/// worker. The row's id in `unlogged` is a stand-in, replaced once the row is logged.
+/// Events of one aggregate not logged yet, settled before their rows are written (issue
+/// #14: one write per event instead of an insert and then an update). `None`: the
+/// aggregate is not ready at ingest; nothing was written, the rows are to be logged
+/// undecided for the worker. Settled as at the latest of their receipts.
 pub(crate) async fn plan_unlogged<I: SettleIo>(
     io: &I,
     rules: &SourceRules,
     aggregate: &str,
-    unlogged: PendingRow,
+    unlogged: &[&EventRow],
 ) -> Result<Option<UnloggedPlan>, StoreError> {
-    let stand_in = unlogged.row;
-    let now_ms = unlogged.received_at_ms;
-    let fresh = [stand_in];
-    let planned = plan_gated(io, rules, aggregate, now_ms, Some(&fresh), Some(unlogged));
+    // Stand-in ids until the rows are logged: no row has a negative id.
+    let stand_ins: Vec<i64> = (1..=unlogged.len() as i64).map(|n| -n).collect();
+    let now_ms = unlogged.iter().map(|r| r.received_at).max().unwrap_or(0);
+    let rows = unlogged
+        .iter()
+        .zip(&stand_ins)
+        .map(|(r, id)| r.pending(*id));
+    let planned = plan_gated(io, rules, aggregate, now_ms, Some(&stand_ins), rows);
     Ok(planned.await?.map(|planned| UnloggedPlan {
         planned,
         aggregate: aggregate.to_owned(),
         now_ms,
-        stand_in,
+        stand_ins,
     }))
 }
 
-/// A plan that decides one event not logged yet, and nothing else.
+/// A plan that decides events not logged yet, and nothing else.
 pub(crate) struct UnloggedPlan {
     planned: Planned,
     aggregate: String,
     now_ms: i64,
-    stand_in: i64,
+    stand_ins: Vec<i64>,
 }
 
 impl UnloggedPlan {
-    /// The event's outcome, for the row to be logged with.
-    pub fn outcome(&self) -> &Outcome {
+    /// The outcome of the `nth` event given to [`plan_unlogged`], for its row to be logged with.
+    pub fn outcome(&self, nth: usize) -> Result<&Outcome, StoreError> {
         self.planned
             .plan
             .decisions
             .iter()
-            .find(|(row, _)| *row == self.stand_in)
+            .find(|(row, _)| Some(row) == self.stand_ins.get(nth))
             .map(|(_, outcome)| outcome)
-            .unwrap_or(&Outcome::Held)
+            .ok_or_else(|| StoreError::Internal("an event planned at ingest has no outcome".into()))
     }
 
-    /// Writes the plan once the event is logged, already decided, as row `logged`.
+    /// Writes the plan once the events are logged, already decided, as rows `logged` (in
+    /// the order given to [`plan_unlogged`]); the outcome of each.
     pub async fn write_logged<I: SettleIo + UpkeepIo>(
         mut self,
         io: &I,
         rules: &SourceRules,
-        logged: i64,
-    ) -> Result<Decided, StoreError> {
-        let stand_in = self.stand_in;
+        logged: &[i64],
+    ) -> Result<Vec<Decided>, StoreError> {
+        let renumbered: HashMap<i64, i64> = self
+            .stand_ins
+            .iter()
+            .copied()
+            .zip(logged.iter().copied())
+            .collect();
         let renumber = |row: &mut i64| {
-            if *row == stand_in {
-                *row = logged;
+            if let Some(id) = renumbered.get(row) {
+                *row = *id;
             }
         };
         self.planned
@@ -156,10 +168,10 @@ impl UnloggedPlan {
             &self.aggregate,
             self.now_ms,
             self.planned,
-            Some(logged),
+            logged,
         )
         .await?;
-        settled.decided(logged)
+        settled.decided_each(logged)
     }
 }
 
@@ -180,7 +192,7 @@ async fn settle_gated<I: SettleIo + UpkeepIo>(
     fresh: Option<&[i64]>,
 ) -> Result<Option<Settled>, StoreError> {
     match plan_gated(io, rules, aggregate, now_ms, fresh, None).await? {
-        Some(planned) => write_planned(io, rules, aggregate, now_ms, planned, None)
+        Some(planned) => write_planned(io, rules, aggregate, now_ms, planned, &[])
             .await
             .map(Some),
         None => Ok(None),
@@ -195,7 +207,7 @@ async fn plan_gated<I: SettleIo>(
     aggregate: &str,
     now_ms: i64,
     fresh: Option<&[i64]>,
-    unlogged: Option<PendingRow>,
+    unlogged: impl IntoIterator<Item = PendingRow>,
 ) -> Result<Option<Planned>, StoreError> {
     let kind: &dyn Kind = rules.kind.as_ref();
     let before = io.load_state(&rules.name, aggregate).await?;
@@ -262,15 +274,15 @@ async fn plan_gated<I: SettleIo>(
     Ok(Some(Planned { before, rows, plan }))
 }
 
-/// The writing half of the settle flow. `logged`: a row logged already decided, whose
-/// decision is not to be recorded again.
+/// The writing half of the settle flow. `logged`: rows logged already decided, whose
+/// decisions are not to be recorded again.
 async fn write_planned<I: SettleIo + UpkeepIo>(
     io: &I,
     rules: &SourceRules,
     aggregate: &str,
     now_ms: i64,
     planned: Planned,
-    logged: Option<i64>,
+    logged: &[i64],
 ) -> Result<Settled, StoreError> {
     let Planned { before, rows, plan } = planned;
     let kind: &dyn Kind = rules.kind.as_ref();
@@ -287,22 +299,19 @@ async fn write_planned<I: SettleIo + UpkeepIo>(
         )
         .await?;
     }
-    match logged {
-        None => {
-            io.record_decisions(&plan.decisions, now_ms, rules.hold_timeout_ms)
-                .await?
-        }
-        Some(logged) => {
-            let others: Vec<(i64, Outcome)> = plan
-                .decisions
-                .iter()
-                .filter(|(row, _)| *row != logged)
-                .cloned()
-                .collect();
-            if !others.is_empty() {
-                io.record_decisions(&others, now_ms, rules.hold_timeout_ms)
-                    .await?;
-            }
+    if logged.is_empty() {
+        io.record_decisions(&plan.decisions, now_ms, rules.hold_timeout_ms)
+            .await?;
+    } else {
+        let others: Vec<(i64, Outcome)> = plan
+            .decisions
+            .iter()
+            .filter(|(row, _)| !logged.contains(row))
+            .cloned()
+            .collect();
+        if !others.is_empty() {
+            io.record_decisions(&others, now_ms, rules.hold_timeout_ms)
+                .await?;
         }
     }
     let deliveries =

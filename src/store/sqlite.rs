@@ -152,9 +152,6 @@ const RECORD_DECISION: &str =
          attempts = attempts + 1, next_attempt_at = NULL
      WHERE id = ?1";
 
-/// The id `plan_unlogged` knows an event by before it has a row: no row has it.
-const UNLOGGED: i64 = 0;
-
 /// Logs one delivery (and settles it in sync mode) inside the caller's transaction.
 fn ingest_one(conn: &Connection, job: &IngestJob, guard: Guard) -> Result<Admission, StoreError> {
     let logged = &job.row;
@@ -267,12 +264,11 @@ fn log_decided(
     guard: Guard,
 ) -> Result<Option<Admission>, StoreError> {
     let io = SqliteIo(conn);
-    let unlogged = logged.pending(UNLOGGED);
     let plan = match ready(settle::plan_unlogged(
         &io,
         rules,
         &logged.aggregate,
-        unlogged,
+        &[logged],
     )) {
         Ok(Some(plan)) => plan,
         Ok(None) => return Ok(None),
@@ -280,7 +276,7 @@ fn log_decided(
         Err(_) => return Ok(None),
     };
     let write = || {
-        let status = status_of(plan.outcome()).0;
+        let status = status_of(plan.outcome(0)?).0;
         let decided_at = Some(logged.received_at);
         if log_row(conn, logged, status.as_str(), decided_at, 1)? == 0 {
             return find_duplicate(
@@ -293,10 +289,10 @@ fn log_decided(
         }
         let row = conn.last_insert_rowid();
         let out_of_order = record_received(conn, logged)?;
-        let decided = ready(plan.write_logged(&io, rules, row))?;
+        let decided = ready(plan.write_logged(&io, rules, &[row]))?.pop();
         Ok(Admission::Logged {
             row,
-            decided: Some(decided),
+            decided,
             out_of_order,
         })
     };

@@ -161,6 +161,7 @@ macro_rules! conformance {
 
 conformance! {
     concurrency::racing_resends_log_exactly_one_event,
+    concurrency::racing_keys_decided_at_ingest_apply_only_the_logged_event,
     concurrency::racing_deliveries_never_overshoot_max_backlog,
     concurrency::decisions_free_exactly_their_share_of_max_backlog,
     concurrency::racing_deltas_never_overshoot_max_held_per_aggregate,

@@ -3,10 +3,13 @@
 
 use futures_util::future::join_all;
 use inhook::domain::EventStatus;
-use inhook::store::{Admission, DedupKey, EventFilter, IngestLimits, Refusal, Store};
+use inhook::domain::{AggregateKey, Ident};
+use inhook::store::{Admission, DedupKey, EventFilter, IngestLimits, Refusal, SettleAt, Store};
 use serde_json::json;
 
-use super::{all_events, delta, ingest, save_keyed, save_rules, slot, SAVES, T0};
+use super::{
+    all_events, delta, ingest, ingest_at, save_keyed, save_of, save_rules, slot, SAVES, T0,
+};
 
 /// Resends racing the first delivery (new event ids with one idempotency
 /// key, and the same event id again) log exactly one event; every other
@@ -59,6 +62,64 @@ pub async fn racing_resends_log_exactly_one_event(store: &dyn Store) {
     let events = all_events(store, &EventFilter::default()).await;
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].event_id, logged[0]);
+}
+
+/// Issue #14: deliveries decided in the transaction that logs them, racing others with
+/// their idempotency key (so both may share a batch, each ready in its own save slot),
+/// apply only the event logged: the other's slot keeps no state, though a plan made
+/// before the insert had applied it there.
+pub async fn racing_keys_decided_at_ingest_apply_only_the_logged_event(store: &dyn Store) {
+    let rules = save_rules();
+    let pair = |n: usize| {
+        let body = |side: &str| {
+            save_keyed(
+                &format!("{side}_{n}"),
+                &format!("{side}_{n}"),
+                "inventory.updated",
+                1,
+                &format!("player_1024:shared_{n}"),
+                json!({"added_items": [{"item_id": "sword", "qty": 1}]}),
+            )
+        };
+        [body("a"), body("b")]
+    };
+    let bodies: Vec<_> = (1..=8).flat_map(pair).collect();
+    let admissions = join_all(bodies.iter().map(|b| {
+        ingest_at(
+            store,
+            &rules,
+            b,
+            T0,
+            IngestLimits::NONE,
+            SettleAt::IfReady(&rules),
+        )
+    }))
+    .await;
+    for (body, admission) in bodies.iter().zip(&admissions) {
+        let slot_name = body["event_id"].as_str().unwrap();
+        // What ingest left undecided, the worker settles.
+        store
+            .settle(&rules, &slot(slot_name), T0 + 10)
+            .await
+            .expect("settle");
+        let key = AggregateKey::SaveSlot {
+            player_id: Ident::parse("player_1024").unwrap(),
+            save_slot: Ident::parse(slot_name).unwrap(),
+        };
+        let state = save_of(store, SAVES, &key).await.unwrap();
+        let granted = state.and_then(|s| s.inventory.get("sword").copied());
+        match admission {
+            Admission::Logged { .. } => assert_eq!(granted, Some(1), "{slot_name}"),
+            Admission::Duplicate { .. } => assert_eq!(granted, None, "{slot_name} applied"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let events = all_events(store, &EventFilter::default()).await;
+    assert_eq!(events.len(), 8, "one of each pair");
+    for event in &events {
+        assert_eq!(event.status, EventStatus::Processed, "{}", event.event_id);
+        assert_eq!(event.attempts, 1, "{}", event.event_id);
+    }
 }
 
 /// Many deliveries at once never take the source over `max_backlog`: exactly

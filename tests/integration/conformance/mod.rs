@@ -111,6 +111,23 @@ pub async fn ingest(
     limits: IngestLimits,
     sync: bool,
 ) -> Admission {
+    let settle = if sync {
+        SettleAt::Ingest(rules)
+    } else {
+        SettleAt::Worker
+    };
+    ingest_at(store, rules, body, at_ms, limits, settle).await
+}
+
+/// Logs `body` in `rules`' source at `at_ms`, settled where `settle` says.
+pub async fn ingest_at(
+    store: &dyn Store,
+    rules: &SourceRules,
+    body: &Value,
+    at_ms: i64,
+    limits: IngestLimits,
+    settle: SettleAt<'_>,
+) -> Admission {
     let raw = serde_json::to_vec(body).expect("body");
     let event = fields(rules, &raw, None);
     let headers = [("user-agent".to_owned(), "conformance".to_owned())];
@@ -126,11 +143,7 @@ pub async fn ingest(
                 limits,
                 ignored: false,
             },
-            if sync {
-                SettleAt::Ingest(rules)
-            } else {
-                SettleAt::Worker
-            },
+            settle,
         )
         .await
         .expect("ingest")
