@@ -98,8 +98,9 @@ pub(crate) async fn plan_unlogged<I: SettleIo>(
     aggregate: &str,
     unlogged: &[&EventRow],
 ) -> Result<Option<UnloggedPlan>, StoreError> {
-    // Stand-in ids until the rows are logged: no row has a negative id.
-    let stand_ins: Vec<i64> = (1..=unlogged.len() as i64).map(|n| -n).collect();
+    // Stand-in ids until the rows are logged: negative, as no row's id is, and rising
+    // in the order given, as logged ids do (ties of a sequence go by row id).
+    let stand_ins: Vec<i64> = (-(unlogged.len() as i64)..0).collect();
     let now_ms = unlogged.iter().map(|r| r.received_at).max().unwrap_or(0);
     let rows = unlogged
         .iter()
