@@ -14,6 +14,7 @@
 # Env: FLAT_S (60; 0 skips flat and sustained), LOG_PAIRS (2; 0 skips), LOG_EVENTS (20000), CONNECTIONS (32),
 #      SUSTAINED_CONNECTIONS (64), SUSTAINED_SAMPLE_MS (10000), INHOOK_BIN (the binary),
 #      STORES (which of "sqlite postgres" to run; default SQLite, and PostgreSQL with BENCH_DATABASE).
+#      DECIDE_AT_INGEST=1: the save-game source decides ready events at ingest (lib.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUSTAINED=${1:-600}
@@ -38,7 +39,9 @@ run() {
     else
         database=$(bench_database "$dir")
     fi
-    BENCH_LOG=$level start_server "$dir" "$database"
+    # The built-in sources, or with DECIDE_AT_INGEST=1 lib.sh's, deciding at ingest.
+    local sources=""; [ "${DECIDE_AT_INGEST:-0}" = 1 ] && sources=$BENCH_SOURCES
+    BENCH_LOG=$level start_server "$dir" "$database" "$sources"
     OUT=$("$BIN" bench --url "$URL" --server-pid "$PID" --run-id "e$RANDOM$RANDOM" "$@")
     stop_server
     echo "== $label ($store, INHOOK_LOG=$level) =="; echo "$OUT"

@@ -3,6 +3,7 @@
 # holding a large decided history (scripts/seed_large.sh) and against an empty
 # one, alternated RUNS times so that both see the same machine.
 # Usage: scripts/bench_flat.sh LARGE_DB_FILE [RUNS] [EVENTS]
+# DECIDE_AT_INGEST=1: the save-game source decides ready events at ingest (lib.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LARGE=$1
@@ -13,7 +14,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 flat() { # $1 = database file, $2 = run id
-    start_server "$work" "sqlite://$1"
+    local sources=""; [ "${DECIDE_AT_INGEST:-0}" = 1 ] && sources=$BENCH_SOURCES
+    start_server "$work" "sqlite://$1" "$sources"
     "$BIN" bench --url "$URL" --events "$EVENTS" --connections 32 --wait-applied \
         --run-id "$2" --server-pid "$PID" | grep -v answers
     stop_server

@@ -305,38 +305,28 @@ async fn log_batch(
         logged_ids[at] = row;
         let r = &job.row;
         let id = (r.source.clone(), r.aggregate.clone());
-        if decided_here[at] {
-            // Decided: no backlog item, so no limit refuses it.
-            let seen = highest.entry(id).or_insert(r.sequence);
-            let out_of_order = r.sequence < *seen;
-            *seen = (*seen).max(r.sequence);
-            accepted.push(r);
-            admissions.push(Admission::Logged {
-                row,
-                decided: None,
-                out_of_order,
-            });
-            continue;
-        }
-        let ahead = waiting
-            .get_mut(&id)
-            .filter(|(last, _)| r.sequence > *last + 1);
-        if let Some((_, count)) = &ahead {
-            if *count as u64 >= r.limits.max_held_per_aggregate {
+        // A row logged decided is no backlog item: no limit refuses it.
+        if !decided_here[at] {
+            let ahead = waiting
+                .get_mut(&id)
+                .filter(|(last, _)| r.sequence > *last + 1);
+            if let Some((_, count)) = &ahead {
+                if *count as u64 >= r.limits.max_held_per_aggregate {
+                    refused.push(row);
+                    admissions.push(Admission::Refused(Refusal::AggregateBacklogFull));
+                    continue;
+                }
+            }
+            let undecided = backlog.entry(r.source.clone()).or_insert(0);
+            if *undecided as u64 >= r.limits.max_backlog {
                 refused.push(row);
-                admissions.push(Admission::Refused(Refusal::AggregateBacklogFull));
+                admissions.push(Admission::Refused(Refusal::BacklogFull));
                 continue;
             }
-        }
-        let undecided = backlog.entry(r.source.clone()).or_insert(0);
-        if *undecided as u64 >= r.limits.max_backlog {
-            refused.push(row);
-            admissions.push(Admission::Refused(Refusal::BacklogFull));
-            continue;
-        }
-        *undecided += 1;
-        if let Some((_, count)) = ahead {
-            *count += 1;
+            *undecided += 1;
+            if let Some((_, count)) = ahead {
+                *count += 1;
+            }
         }
         let seen = highest.entry(id).or_insert(r.sequence);
         let out_of_order = r.sequence < *seen;

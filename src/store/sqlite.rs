@@ -179,13 +179,7 @@ fn ingest_one(conn: &Connection, job: &IngestJob, guard: Guard) -> Result<Admiss
         0,
     )?;
     if inserted == 0 {
-        return find_duplicate(
-            conn,
-            &logged.source,
-            &logged.event_id,
-            logged.idempotency_key.as_deref(),
-            &logged.body,
-        );
+        return duplicate_of(conn, logged);
     }
     let row = conn.last_insert_rowid();
     if logged.ignored {
@@ -212,6 +206,17 @@ fn ingest_one(conn: &Connection, job: &IngestJob, guard: Guard) -> Result<Admiss
         decided,
         out_of_order,
     })
+}
+
+/// What `logged`, which a unique key kept out of the log, is a duplicate of.
+fn duplicate_of(conn: &Connection, logged: &EventRow) -> Result<Admission, StoreError> {
+    find_duplicate(
+        conn,
+        &logged.source,
+        &logged.event_id,
+        logged.idempotency_key.as_deref(),
+        &logged.body,
+    )
 }
 
 /// Writes `logged` as a new row of the log; 0 when a unique key makes it a duplicate.
@@ -279,13 +284,7 @@ fn log_decided(
         let status = status_of(plan.outcome(0)?).0;
         let decided_at = Some(logged.received_at);
         if log_row(conn, logged, status.as_str(), decided_at, 1)? == 0 {
-            return find_duplicate(
-                conn,
-                &logged.source,
-                &logged.event_id,
-                logged.idempotency_key.as_deref(),
-                &logged.body,
-            );
+            return duplicate_of(conn, logged);
         }
         let row = conn.last_insert_rowid();
         let out_of_order = record_received(conn, logged)?;
