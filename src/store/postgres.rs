@@ -17,8 +17,8 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::batch::BatchQueue;
 use super::filter::{
-    self, headers_json, json_err, parse_event_id, parse_status, where_of, Param,
-    CONFLICTING_DUPLICATE, CONFLICT_DETAIL, EVENT_COLUMNS,
+    self, json_err, parse_event_id, parse_status, where_of, Param, CONFLICTING_DUPLICATE,
+    CONFLICT_DETAIL, EVENT_COLUMNS,
 };
 use super::forwarding::{
     self, DeliveryFilter, DeliveryPage, DeliveryRecord, DeliveryReplay, DeliveryReplayJob,
@@ -29,9 +29,9 @@ use super::settle::{self, SettleIo, Settled};
 use super::sql;
 use super::upkeep::{self, Cell, UpkeepIo};
 use super::{
-    status_of, Admission, AggregatePage, AggregateState, AttemptRecord, Decided, DedupKey,
-    EventFilter, EventPage, EventRecord, EventRow, FailureReport, NewEvent, PurgeReport, Refusal,
-    ReplayJob, ReplayOutcome, SettleAt, SettleReport, SourceRules, StateChange, Store, StoreError,
+    status_of, Admission, AggregatePage, AggregateState, AttemptRecord, DedupKey, EventFilter,
+    EventPage, EventRecord, EventRow, FailureReport, NewEvent, PurgeReport, Refusal, ReplayJob,
+    ReplayOutcome, SettleAt, SettleReport, SourceRules, StateChange, Store, StoreError,
 };
 use crate::domain::{DeadReason, EventStatus};
 use crate::forward::answer::{AttemptRecord as DeliveryAttempt, Verdict};
@@ -765,31 +765,20 @@ impl Store for PostgresStore {
         // received sequence, its waiting events and (sync) its state are read below.
         lock_aggregate(&tx, event.source, &aggregate).await?;
         let row = EventRow::of(&event);
-        let inserted = tx
-            .cached_query_opt(
-                "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
-                     idempotency_key, body, signature_valid, signed_at, received_at, status, headers,
-                     decided_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, TRUE, $8, $9, $10, $11, $12)
-                 ON CONFLICT DO NOTHING
-                 RETURNING id",
-                &[
-                    &event.source,
-                    &event_id,
-                    &event.event.event_type,
-                    &aggregate,
-                    &event.event.sequence,
-                    &idempotency_key,
-                    &event.body,
-                    &event.signed_at,
-                    &event.received_at_ms,
-                    &row.logged_status(),
-                    &headers_json(event.headers),
-                    &row.logged_decided_at(),
-                ],
-            )
-            .await
-            .map_err(pg_err)?;
+        if let (SettleAt::IfReady(rules), false) = (settle, row.ignored) {
+            // In a savepoint: a plan or write that fails leaves the event to the worker.
+            let savepoint = tx.savepoint("decide").await.map_err(pg_err)?;
+            match log_decided(&savepoint, rules, &row).await {
+                Ok(Some(admission)) => {
+                    savepoint.commit().await.map_err(pg_err)?;
+                    tx.commit().await.map_err(pg_err)?;
+                    return Ok(admission);
+                }
+                Ok(None) | Err(_) => savepoint.rollback().await.map_err(pg_err)?,
+            }
+        }
+        let inserted =
+            insert_row(&tx, &row, row.logged_status(), row.logged_decided_at(), 0).await?;
         let Some(inserted) = inserted else {
             let admission =
                 find_duplicate(&tx, event.source, event_id, idempotency_key, event.body).await?;
@@ -797,7 +786,7 @@ impl Store for PostgresStore {
             tx.commit().await.map_err(pg_err)?;
             return Ok(admission);
         };
-        let row_id: i64 = col(&inserted, 0)?;
+        let row_id = inserted;
         if row.ignored {
             tx.commit().await.map_err(pg_err)?;
             return Ok(Admission::Logged {
@@ -816,14 +805,8 @@ impl Store for PostgresStore {
                 let settled = settle_tx(&tx, rules, &aggregate, event.received_at_ms).await?;
                 Some(settled.decided(row_id)?)
             }
-            SettleAt::IfReady(rules) => {
-                let decided = settle_if_ready(&mut tx, rules, &row, row_id).await?;
-                if decided.is_none() {
-                    notify(&tx, CHANNEL).await?;
-                }
-                decided
-            }
-            SettleAt::Worker => {
+            // Not ready at ingest (`log_decided` looked): the worker settles it.
+            SettleAt::IfReady(_) | SettleAt::Worker => {
                 notify(&tx, CHANNEL).await?;
                 None
             }
@@ -1608,37 +1591,85 @@ async fn find_duplicate<C: GenericClient>(
 
 /// Settles one aggregate inside `tx` with the one settle flow; the caller holds the
 /// aggregate's advisory lock.
-/// Settles the aggregate of `logged`, just logged as row `id` under the aggregate's
-/// lock, when it is ready at ingest. In a savepoint of its own: a settle that fails
-/// leaves the row to the worker, never fails the delivery.
-async fn settle_if_ready(
-    tx: &mut deadpool_postgres::Transaction<'_>,
-    rules: &SourceRules,
+/// Writes `logged` as a new row of the log, under its aggregate's lock; its id, or
+/// `None` when a unique key makes it a duplicate.
+async fn insert_row<C: GenericClient>(
+    tx: &C,
     logged: &EventRow,
-    id: i64,
-) -> Result<Option<Decided>, StoreError> {
-    let savepoint = tx.savepoint("decide").await.map_err(pg_err)?;
-    let settled = settle::settle_at_ingest(
-        &PgIo(&savepoint),
-        rules,
-        &logged.aggregate,
-        logged.received_at,
-        &[id],
-    )
-    .await
-    .and_then(|settled| settled.map(|s| s.decided_each(&[id])).transpose());
-    match settled {
-        Ok(decided) => {
-            savepoint.commit().await.map_err(pg_err)?;
-            Ok(decided.and_then(|mut each| each.pop()))
-        }
-        Err(_) => {
-            savepoint.rollback().await.map_err(pg_err)?;
-            Ok(None)
-        }
-    }
+    status: &str,
+    decided_at: Option<i64>,
+    attempts: i32,
+) -> Result<Option<i64>, StoreError> {
+    let inserted = tx
+        .cached_query_opt(
+            "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
+                 idempotency_key, body, signature_valid, signed_at, received_at, status, headers,
+                 decided_at, attempts)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, TRUE, $8, $9, $10, $11, $12, $13)
+             ON CONFLICT DO NOTHING
+             RETURNING id",
+            &[
+                &logged.source,
+                &logged.event_id,
+                &logged.event_type,
+                &logged.aggregate,
+                &logged.sequence,
+                &logged.idempotency_key,
+                &logged.body,
+                &logged.signed_at,
+                &logged.received_at,
+                &status,
+                &logged.headers,
+                &decided_at,
+                &attempts,
+            ],
+        )
+        .await
+        .map_err(pg_err)?;
+    inserted.map(|row| col::<i64>(&row, 0)).transpose()
 }
 
+/// Logs `logged` already decided when its aggregate is ready at ingest (the caller holds
+/// the aggregate's lock): settled before its row is written, so that the row is written
+/// once, with its outcome. `None`: not ready, nothing written. A decided event is no
+/// backlog item: no limit refuses it.
+async fn log_decided<C: GenericClient>(
+    tx: &C,
+    rules: &SourceRules,
+    logged: &EventRow,
+) -> Result<Option<Admission>, StoreError> {
+    let Some(plan) = settle::plan_unlogged(&PgIo(tx), rules, &logged.aggregate, &[logged]).await?
+    else {
+        return Ok(None);
+    };
+    let status = status_of(plan.outcome(0)?).0;
+    let decided_at = Some(logged.received_at);
+    let Some(row) = insert_row(tx, logged, status.as_str(), decided_at, 1).await? else {
+        let admission = find_duplicate(
+            tx,
+            &logged.source,
+            &logged.event_id,
+            logged.idempotency_key.as_deref(),
+            &logged.body,
+        )
+        .await?;
+        return Ok(Some(admission));
+    };
+    let seen = highest_received(tx, &[logged]).await?;
+    let out_of_order = seen
+        .get(&(logged.source.clone(), logged.aggregate.clone()))
+        .is_some_and(|h| logged.sequence < *h);
+    raise_highest_received(tx, &[logged]).await?;
+    let decided = plan.write_logged(&PgIo(tx), rules, &[row]).await?.pop();
+    Ok(Some(Admission::Logged {
+        row,
+        decided,
+        out_of_order,
+    }))
+}
+
+/// Settles one aggregate inside `tx` with the one settle flow; the caller holds the
+/// aggregate's advisory lock.
 async fn settle_tx<C: GenericClient>(
     tx: &C,
     rules: &SourceRules,

@@ -69,23 +69,10 @@ pub(crate) async fn settle<I: SettleIo + UpkeepIo>(
     aggregate: &str,
     now_ms: i64,
 ) -> Result<Settled, StoreError> {
-    settle_gated(io, rules, aggregate, now_ms, None)
+    let planned = plan_gated(io, rules, aggregate, now_ms, None, None)
         .await?
-        .ok_or_else(|| StoreError::Internal("an ungated settle was left to the worker".into()))
-}
-
-/// Settles one aggregate inside the transaction that just logged its `fresh` rows, when
-/// [`crate::ordering::ready_at_ingest`] and [`crate::ordering::final_at_ingest`] allow:
-/// the same flow as the worker's, so an event decided here is decided as it would be
-/// there. `None`: nothing was written, the worker settles it.
-pub(crate) async fn settle_at_ingest<I: SettleIo + UpkeepIo>(
-    io: &I,
-    rules: &SourceRules,
-    aggregate: &str,
-    now_ms: i64,
-    fresh: &[i64],
-) -> Result<Option<Settled>, StoreError> {
-    settle_gated(io, rules, aggregate, now_ms, Some(fresh)).await
+        .ok_or_else(|| StoreError::Internal("an ungated settle was left to the worker".into()))?;
+    write_planned(io, rules, aggregate, now_ms, planned, &[]).await
 }
 
 /// Events of one aggregate not logged yet, settled before their rows are written (issue
@@ -181,23 +168,6 @@ struct Planned {
     before: Option<AggregateState>,
     rows: Vec<PendingRow>,
     plan: KindPlan,
-}
-
-/// The settle flow; with `fresh`, it stops before writing anything unless the
-/// aggregate is ready at ingest.
-async fn settle_gated<I: SettleIo + UpkeepIo>(
-    io: &I,
-    rules: &SourceRules,
-    aggregate: &str,
-    now_ms: i64,
-    fresh: Option<&[i64]>,
-) -> Result<Option<Settled>, StoreError> {
-    match plan_gated(io, rules, aggregate, now_ms, fresh, None).await? {
-        Some(planned) => write_planned(io, rules, aggregate, now_ms, planned, &[])
-            .await
-            .map(Some),
-        None => Ok(None),
-    }
 }
 
 /// The reading and deciding half of the settle flow; with `fresh`, `None` unless the

@@ -12,7 +12,9 @@ use inhook::forward::queue::DeliveryStatus;
 use inhook::signature::Secret;
 use serde_json::{json, Value};
 
-use crate::application::{serve_application, serve_recording, Seen, DEST_SECRET, POISON};
+use crate::application::{
+    serve_application, serve_recording, Behaviour, Seen, DEST_SECRET, POISON,
+};
 use crate::support::now_s;
 
 /// Verifies each (headers, body) with `standardwebhooks.Webhook.verify`; `None` when the
@@ -266,23 +268,11 @@ retry_base_s = 1
 async fn events_decided_at_ingest_are_forwarded_in_order() {
     use crate::conformance::delta;
 
-    type Received = Arc<Mutex<Vec<Vec<u8>>>>;
-    let received: Received = Arc::default();
-    let port = serve_application(
-        axum::Router::new()
-            .route(
-                "/hooks",
-                axum::routing::post(
-                    |axum::extract::State(received): axum::extract::State<Received>,
-                     body: axum::body::Bytes| async move {
-                        received.lock().unwrap().push(body.to_vec());
-                        axum::http::StatusCode::NO_CONTENT
-                    },
-                ),
-            )
-            .with_state(Arc::clone(&received)),
-    )
-    .await;
+    let seen = Seen::behaving(Behaviour {
+        fail_rate: 0.0,
+        accept_delay_ms: 0,
+    });
+    let port = serve_recording(&seen).await;
     let mut server = crate::support::TestServer::unstarted(
         "",
         "decide_at_ingest = true",
@@ -330,11 +320,21 @@ secret = "{DEST_SECRET}"
         forwarded,
         ["fwd-at-ingest-1", "fwd-at-ingest-2", "fwd-at-ingest-3"]
     );
-    let sent: Vec<Vec<u8>> = bodies
+    let sent: Vec<(String, Vec<u8>)> = bodies
         .iter()
-        .map(|b| serde_json::to_vec(b).unwrap())
+        .map(|b| {
+            let id = b["event_id"].as_str().unwrap().to_owned();
+            (id, serde_json::to_vec(b).unwrap())
+        })
         .collect();
-    assert_eq!(*received.lock().unwrap(), sent, "each once, in order");
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.requests, 3, "each once");
+    assert_eq!(seen.bad_signatures, 0);
+    assert_eq!(
+        seen.accepted.values().collect::<Vec<_>>(),
+        [&sent],
+        "one aggregate, in order"
+    );
 }
 
 /// SPEC §9 "the delivery rows are written in the same transaction as the decision": a
