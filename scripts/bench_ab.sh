@@ -6,7 +6,9 @@
 # Usage: scripts/bench_ab.sh EVENTS BIN_A BIN_B [BIN…]; BIN@decide runs BIN with
 # `decide_at_ingest = true`, BIN@worker with `false` (so one build can face itself).
 # Env: ROUNDS (3), RATE (open loop at that rate; default flat out), CONNECTIONS (32),
-#      BENCH_DATABASE (PostgreSQL instead of SQLite, as in bench.sh), DECIDE_AT_INGEST (lib.sh).
+#      BENCH_DATABASE (PostgreSQL instead of SQLite, as in bench.sh), DECIDE_AT_INGEST (lib.sh),
+#      GENERATOR (the binary whose `bench` sends the load to every line; default each line's own,
+#      so that builds which differ in what the generator runs too, such as the allocator, set it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EVENTS=$1; shift
@@ -23,7 +25,7 @@ for _ in $(seq 1 "$ROUNDS"); do
         esac
         dir=$(mktemp -d)
         BIN=$bin start_server "$dir" "$(bench_database "$dir")" "$sources"
-        out=$("$bin" bench --url "$URL" --path /webhooks/save-game --events "$EVENTS" \
+        out=$("${GENERATOR:-$bin}" bench --url "$URL" --path /webhooks/save-game --events "$EVENTS" \
             --connections "$CONNECTIONS" --rate "${RATE:-0}" --server-pid "$PID" \
             --run-id "ab$RANDOM$RANDOM" --source save-game --shape save-game --wait-applied)
         stop_server; rm -rf "$dir"

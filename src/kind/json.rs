@@ -8,8 +8,8 @@ use axum::http::HeaderMap;
 use serde_json::{json, Value};
 
 use super::{
-    aggregate_view, invalid_for_projection, Delivery, EventFields, Kind, KindPlan, PendingRow,
-    SettleInput,
+    aggregate_view, invalid_for_projection, Delivery, EventFields, Kind, KindPlan, ParsedBody,
+    PendingRow, SettleInput,
 };
 use crate::contract::json::{
     ContractConfigError, JsonContract, JsonOrdering, JsonParsed, JsonSourceSpec,
@@ -130,6 +130,9 @@ impl InOrderState for InOrder {
     }
 }
 
+/// The state a delivery's body holds at the source's `state` location, read at ingress.
+struct LocatedState(Option<Value>);
+
 impl JsonKind {
     /// Each row with its state value; a row whose body no longer parses is dead.
     fn located<'a>(
@@ -139,7 +142,11 @@ impl JsonKind {
     ) -> Vec<(&'a PendingRow, Value)> {
         let mut located = Vec::with_capacity(rows.len());
         for row in rows {
-            match self.contract.state_of(&row.body) {
+            let state = match row.parsed_as::<LocatedState>() {
+                Some(LocatedState(state)) => Ok(state.clone()),
+                None => self.contract.state_of(&row.body),
+            };
+            match state {
                 Ok(state) => located.push((row, state.unwrap_or(Value::Null))),
                 Err(err) => decisions.push((row.row, invalid_for_projection(err))),
             }
@@ -282,6 +289,7 @@ impl Kind for JsonKind {
                         .map(|t| t.as_str().to_owned())
                         .unwrap_or_default(),
                     may_hold: self.ordering() == JsonOrdering::InOrder,
+                    parsed: Some(ParsedBody::new(LocatedState(event.state))),
                 }),
                 JsonParsed::Ignored {
                     event_id,
@@ -306,6 +314,7 @@ impl Kind for JsonKind {
                             sequence,
                             event_type: event_type.clone().unwrap_or_default(),
                             may_hold: false,
+                            parsed: None,
                         })
                     });
                     Delivery::Ignored { event, event_type }
@@ -382,6 +391,7 @@ mod tests {
             received_at_ms: 0,
             replayed: false,
             was_held: false,
+            parsed: None,
         }
     }
 

@@ -61,7 +61,7 @@ impl Kind for PresenceKind {
         delivery_id: Option<&str>,
     ) -> Result<Delivery, ContractError> {
         PresenceEvent::parse_with_fallback(body, delivery_id)
-            .map(|event| Delivery::Event(Event::Presence(event).fields()))
+            .map(|event| Event::Presence(event).into_delivery())
     }
 
     fn in_order(&self) -> bool {
@@ -72,7 +72,11 @@ impl Kind for PresenceKind {
         let mut decisions = Vec::with_capacity(input.rows.len());
         let mut parsed = Vec::with_capacity(input.rows.len());
         for row in input.rows {
-            match PresenceEvent::parse_with_fallback(&row.body, Some(&row.event_id)) {
+            let event = match row.parsed_as::<Event>() {
+                Some(Event::Presence(event)) => Ok(event.clone()),
+                _ => PresenceEvent::parse_with_fallback(&row.body, Some(&row.event_id)),
+            };
+            match event {
                 Ok(event) => parsed.push((row.row, event)),
                 Err(err) => decisions.push((row.row, invalid_for_projection(err))),
             }

@@ -117,10 +117,11 @@ pub(crate) fn parse_event_id(raw: &str) -> Result<EventId, StoreError> {
 /// Kept request headers as a JSON object text, or NULL when there are none.
 pub(crate) fn headers_json(headers: &[(String, String)]) -> Option<String> {
     (!headers.is_empty()).then(|| {
-        let map: serde_json::Map<String, serde_json::Value> = headers
+        // Borrowed, by name, the last of a repeated name kept: no copy of any header.
+        let map: std::collections::BTreeMap<&str, &str> = headers
             .iter()
-            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        serde_json::Value::Object(map).to_string()
+        serde_json::to_string(&map).expect("a map of strings serializes")
     })
 }

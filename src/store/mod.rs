@@ -137,6 +137,8 @@ pub(crate) struct EventRow {
     pub(crate) may_hold: bool,
     /// Whether it is logged already decided, `ignored_unsupported` ([`NewEvent::ignored`]).
     pub(crate) ignored: bool,
+    /// The kind's parse of the body, for settling at ingest.
+    pub(crate) parsed: Option<crate::kind::ParsedBody>,
 }
 
 impl EventRow {
@@ -160,6 +162,7 @@ impl EventRow {
             limits: event.limits,
             may_hold: event.event.may_hold,
             ignored: event.ignored,
+            parsed: event.event.parsed.clone(),
         }
     }
 
@@ -189,6 +192,7 @@ impl EventRow {
             received_at_ms: self.received_at,
             replayed: false,
             was_held: false,
+            parsed: self.parsed.clone(),
         }
     }
 }
@@ -198,7 +202,8 @@ impl EventRow {
 pub enum SettleAt<'a> {
     /// By the worker, later.
     Worker,
-    /// In the ingest transaction, whatever comes of it (sync mode).
+    /// In the ingest transaction, whatever comes of it (sync mode); an event of an
+    /// aggregate ready there is written once, already decided, as with `IfReady`.
     Ingest(&'a SourceRules),
     /// In the ingest transaction when the aggregate is ready there (async mode, issue
     /// #14: one transaction instead of two); else by the worker.

@@ -765,7 +765,9 @@ impl Store for PostgresStore {
         // received sequence, its waiting events and (sync) its state are read below.
         lock_aggregate(&tx, event.source, &aggregate).await?;
         let row = EventRow::of(&event);
-        if let (SettleAt::IfReady(rules), false) = (settle, row.ignored) {
+        // Sync mode too: an aggregate ready at ingest is written once, already decided;
+        // the rest is logged and settled below, where the rules may hold it.
+        if let (SettleAt::IfReady(rules) | SettleAt::Ingest(rules), false) = (settle, row.ignored) {
             // In a savepoint: a plan or write that fails leaves the event to the worker.
             let savepoint = tx.savepoint("decide").await.map_err(pg_err)?;
             match log_decided(&savepoint, rules, &row).await {
@@ -1704,6 +1706,7 @@ fn pending_row(r: &Row, was_held: bool) -> Result<PendingRow, StoreError> {
         event_type: col(r, 6)?,
         idempotency_key: col(r, 7)?,
         was_held,
+        parsed: None,
     })
 }
 

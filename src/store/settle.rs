@@ -260,15 +260,9 @@ async fn write_planned<I: SettleIo + UpkeepIo>(
     let changed = plan.state.as_ref() != before.as_ref();
     if let Some(state) = plan.state.as_ref().filter(|_| changed) {
         io.save_state(&rules.name, state).await?;
-        let shown = kind.stream_state(&rules.name, state, now_ms);
-        io.add_change(
-            &rules.name,
-            aggregate,
-            kind.label(),
-            now_ms,
-            &shown.to_string(),
-        )
-        .await?;
+        let shown = kind.stream_text(&rules.name, state, now_ms);
+        io.add_change(&rules.name, aggregate, kind.label(), now_ms, &shown)
+            .await?;
     }
     if logged.is_empty() {
         io.record_decisions(&plan.decisions, now_ms, rules.hold_timeout_ms)
