@@ -224,12 +224,18 @@ fn last_event(
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_save_slot_round_trips_through_its_stored_form() {
-        let mut state = SaveState::empty(3);
+    /// A slot of player `p` holding a gem, an achievement and some progress.
+    fn sample(first_sequence: i64) -> SaveState {
+        let mut state = SaveState::empty(first_sequence);
         state.inventory.insert("gem".into(), 2);
         state.achievements.insert("first".into());
         state.progress = Some(serde_json::from_value(json!({"level": 4})).unwrap());
+        state
+    }
+
+    #[test]
+    fn a_save_slot_round_trips_through_its_stored_form() {
+        let mut state = sample(3);
         state.progress_sequence = Sequence::new(5);
         state.snapshot_sequence = Sequence::new(4);
         state.updated_at_ms = 9;
@@ -241,10 +247,7 @@ mod tests {
 
     #[test]
     fn the_stream_text_reads_back_as_the_view() {
-        let mut state = SaveState::empty(1);
-        state.inventory.insert("gem".into(), 2);
-        state.achievements.insert("first".into());
-        state.progress = Some(serde_json::from_value(json!({"level": 4})).unwrap());
+        let mut state = sample(1);
         state.updated_at_ms = 1_700_000_000_000;
         let stored = stored_of("p\u{1f}s", &state, (Some("e".into()), None));
         let text = SaveKind.stream_text("save-game", &stored, 0);
