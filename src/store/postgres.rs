@@ -768,7 +768,7 @@ impl Store for PostgresStore {
         // Sync mode too: an aggregate ready at ingest is written once, already decided;
         // the rest is logged and settled below, where the rules may hold it.
         if let (SettleAt::IfReady(rules) | SettleAt::Ingest(rules), false) = (settle, row.ignored) {
-            // In a savepoint: a plan or write that fails leaves the event to the worker.
+            // In a savepoint: a plan or write that fails leaves the event to the path below.
             let savepoint = tx.savepoint("decide").await.map_err(pg_err)?;
             match log_decided(&savepoint, rules, &row).await {
                 Ok(Some(admission)) => {
