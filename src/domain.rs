@@ -25,6 +25,9 @@ pub enum IdProblem {
     TooLongLocated,
     /// Holds a control character (the `json` kind's rule).
     ControlCharacter,
+    /// Holds an invisible format character or a line/paragraph separator, which would
+    /// make two different ids look identical (docs/contract.md, "Ids").
+    FormatCharacter,
 }
 
 impl fmt::Display for IdProblem {
@@ -35,6 +38,9 @@ impl fmt::Display for IdProblem {
             IdProblem::NotPrintableAscii => "must be printable ASCII",
             IdProblem::TooLongLocated => "must be at most 200 bytes",
             IdProblem::ControlCharacter => "must not hold control characters",
+            IdProblem::FormatCharacter => {
+                "must not hold format characters (Unicode Cf) or line/paragraph separators"
+            }
         })
     }
 }
@@ -64,7 +70,46 @@ fn check_located_id(raw: &str) -> Result<(), IdProblem> {
     if raw.chars().any(char::is_control) {
         return Err(IdProblem::ControlCharacter);
     }
+    if raw.chars().any(is_invisible_format) {
+        return Err(IdProblem::FormatCharacter);
+    }
     Ok(())
+}
+
+/// The Unicode general category Cf (format characters, Unicode 15.1), as ranges.
+const FORMAT_CHARACTERS: &[(u32, u32)] = &[
+    (0x00AD, 0x00AD),
+    (0x0600, 0x0605),
+    (0x061C, 0x061C),
+    (0x06DD, 0x06DD),
+    (0x070F, 0x070F),
+    (0x0890, 0x0891),
+    (0x08E2, 0x08E2),
+    (0x180E, 0x180E),
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x2064),
+    (0x2066, 0x206F),
+    (0xFEFF, 0xFEFF),
+    (0xFFF9, 0xFFFB),
+    (0x110BD, 0x110BD),
+    (0x110CD, 0x110CD),
+    (0x13430, 0x1343F),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0001, 0xE0001),
+    (0xE0020, 0xE007F),
+];
+
+/// True for a character that renders as nothing or reorders text (Cf), or for
+/// U+2028/U+2029, which break a log line without being control characters.
+pub fn is_invisible_format(c: char) -> bool {
+    let code = u32::from(c);
+    code == 0x2028
+        || code == 0x2029
+        || FORMAT_CHARACTERS
+            .iter()
+            .any(|&(low, high)| (low..=high).contains(&code))
 }
 
 macro_rules! id_type {
@@ -449,6 +494,20 @@ mod tests {
             Err(IdProblem::TooLongLocated)
         );
         assert_eq!(EventId::parse_located(""), Err(IdProblem::Empty));
+        for format in [
+            "a\u{202e}b",
+            "\u{200b}",
+            "a\u{2028}",
+            "a\u{2029}",
+            "\u{feff}x",
+            "\u{e0041}",
+        ] {
+            assert_eq!(
+                EventId::parse_located(format),
+                Err(IdProblem::FormatCharacter),
+                "{format:?}"
+            );
+        }
         for control in ["a\nb", "\u{7f}", "a\u{9f}"] {
             assert_eq!(
                 EventId::parse_located(control),

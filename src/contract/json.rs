@@ -527,6 +527,16 @@ impl JsonContract {
             .as_ref()
             .and_then(|at| read.id(at, false, Ident::parse_located));
         if let Some(globs) = &self.event_types {
+            // A body that is no object (a top-level array, a bare value) has no type to
+            // read: it is malformed, not a type outside the list (docs/contract.md, `event_types`).
+            if event_type.is_none() && !body.is_object() && read.problems.is_empty() {
+                return Err(ContractError {
+                    problems: vec![FieldProblem {
+                        field: "$".into(),
+                        problem: "must be a JSON object".into(),
+                    }],
+                });
+            }
             let accepted = event_type
                 .as_ref()
                 .is_some_and(|t| globs.iter().any(|g| g.matches(t.as_str())));
@@ -1447,7 +1457,8 @@ mod tests {
         fn text_and_integer_ids_behave(text in "\\PC{0,60}|[ -~]{190,210}|.{0,3}", n in proptest::prelude::any::<i64>()) {
             let c = contract("ordering = \"unordered\"\nevent_id = \"/id\"");
             let h = HeaderMap::new();
-            let valid = (1..=200).contains(&text.len()) && !text.chars().any(char::is_control);
+            let valid = (1..=200).contains(&text.len())
+                && !text.chars().any(|c| c.is_control() || crate::domain::is_invisible_format(c));
             match c.parse(json!({"id": text}), &h, None) {
                 Ok(JsonParsed::Event(e)) => {
                     proptest::prop_assert!(valid);

@@ -667,3 +667,38 @@ async fn the_stream_carries_json_changes_masked_at_their_state_location() {
         .await;
     assert_eq!(api.body["state"], item["state"]);
 }
+
+#[tokio::test]
+async fn ids_and_aggregate_parts_holding_format_characters_are_refused() {
+    let server = server().await;
+    for invisible in ["\u{202e}", "\u{200b}", "\u{2028}"] {
+        let id = format!("evt{invisible}1");
+        let bad_id = post(&server, "latest", &customer(&id, "cus_f", json!(1), "f@x")).await;
+        assert_eq!(bad_id.code, 400, "{invisible:?}: {bad_id:?}");
+        assert_eq!(bad_id.body["error"], "invalid_payload", "{bad_id:?}");
+        assert_eq!(bad_id.body["details"][0]["field"], "/id", "{bad_id:?}");
+
+        let part = format!("cus{invisible}f");
+        let bad_part = post(&server, "latest", &customer("fine", &part, json!(1), "f@x")).await;
+        assert_eq!(bad_part.code, 400, "{invisible:?}: {bad_part:?}");
+        assert_eq!(bad_part.body["error"], "invalid_payload", "{bad_part:?}");
+        assert_eq!(
+            bad_part.body["details"][0]["field"], "/data/object/id",
+            "{bad_part:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_top_level_array_on_a_source_with_event_types_is_malformed() {
+    let server = server().await;
+    let array = post(
+        &server,
+        "latest",
+        &json!([customer("a1", "cus_a", json!(1), "a@x")]),
+    )
+    .await;
+    assert_eq!(array.code, 400, "{array:?}");
+    assert_eq!(array.body["error"], "invalid_payload", "{array:?}");
+    assert_eq!(array.body["details"][0]["field"], "$", "{array:?}");
+}
