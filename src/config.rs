@@ -324,6 +324,9 @@ pub const DEFAULT_MAX_HELD_PER_AGGREGATE: u64 = 1000;
 /// Default body limit: 256 KiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 256 * 1024;
 /// Default cap on open connections.
+/// Webhook bodies are small: a body still arriving after this is held by a slow or hostile client.
+pub const DEFAULT_BODY_READ_TIMEOUT_S: u64 = 10;
+
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// Default cap on open connections from one IP address: room for a benchmark's or a
 /// proxy's 64 keep-alive connections while they reconnect.
@@ -663,7 +666,10 @@ impl Config {
             purge_interval_s: file.purge_interval_s.unwrap_or(60 * 60),
             shutdown_timeout_s: file.shutdown_timeout_s.unwrap_or(10),
             header_read_timeout_s: file.header_read_timeout_s.unwrap_or(10).max(1),
-            body_read_timeout_s: file.body_read_timeout_s.unwrap_or(30).max(1),
+            body_read_timeout_s: file
+                .body_read_timeout_s
+                .unwrap_or(DEFAULT_BODY_READ_TIMEOUT_S)
+                .max(1),
             // hyper's floor for its read buffer is 8 KiB.
             max_header_bytes: file.max_header_bytes.unwrap_or(16 * 1024).max(8 * 1024),
             mask_fields: file.mask_fields.unwrap_or_default(),

@@ -101,21 +101,19 @@ async fn check_and_log(
         discard(body, declared.unwrap_or(0)).await;
         return Answer::PayloadTooLarge { limit };
     }
-    // Room for the whole body before reading any of it: a body without a length may be as large as the limit.
-    let Some(_buffering) = state
-        .body_budget
-        .try_take(declared.map_or(limit, |len| len as usize))
-    else {
-        discard(body, declared.unwrap_or(u64::MAX)).await;
-        if let Some(suppressed) = BUSY_LOG.admit() {
-            warn!(source = %source.name, suppressed, "max_buffered_body_bytes in use: delivery refused");
-        }
-        return Answer::BodyBudgetFull;
-    };
+    // The budget is taken as bytes arrive, not from the declared length: a client that
+    // declares a large body and trickles it holds only what it has sent (docs/configuration.md).
     let deadline = std::time::Duration::from_secs(state.config.body_read_timeout_s);
-    let body = match tokio::time::timeout(deadline, axum::body::to_bytes(body, limit)).await {
-        Ok(Ok(body)) => body,
-        Ok(Err(_)) => return Answer::PayloadTooLarge { limit },
+    let body = match tokio::time::timeout(deadline, read_within_budget(state, body, limit)).await {
+        Ok(Ok((body, _buffering))) => body,
+        Ok(Err(BodyRead::TooLarge)) => return Answer::PayloadTooLarge { limit },
+        Ok(Err(BodyRead::Broken)) => return Answer::RequestTimeout,
+        Ok(Err(BodyRead::BudgetFull)) => {
+            if let Some(suppressed) = BUSY_LOG.admit() {
+                warn!(source = %source.name, suppressed, "max_buffered_body_bytes in use: delivery refused");
+            }
+            return Answer::BodyBudgetFull;
+        }
         Err(_) => return Answer::RequestTimeout,
     };
     if !is_json(headers) {
@@ -456,6 +454,48 @@ static BUSY_LOG: crate::log_throttle::LogThrottle =
 const DRAIN_CAP: u64 = 4 * 1024 * 1024;
 
 /// Reads and drops a refused body, if it is small enough and arrives quickly.
+/// Why a body could not be read whole.
+enum BodyRead {
+    /// It grew past `max_body_bytes`.
+    TooLarge,
+    /// `max_buffered_body_bytes` had no room left for its next bytes.
+    BudgetFull,
+    /// The connection failed mid-body.
+    Broken,
+}
+
+/// Reads `body` up to `limit` bytes, taking each chunk's bytes from the shared budget as it
+/// arrives; the returned permit holds them until the delivery is answered.
+async fn read_within_budget(
+    state: &AppState,
+    body: Body,
+    limit: usize,
+) -> Result<(axum::body::Bytes, Option<tokio::sync::OwnedSemaphorePermit>), BodyRead> {
+    use futures_util::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut held: Option<tokio::sync::OwnedSemaphorePermit> = None;
+    let mut buf = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|_| BodyRead::Broken)?;
+        if buf.len() + chunk.len() > limit {
+            return Err(BodyRead::TooLarge);
+        }
+        if chunk.is_empty() {
+            continue;
+        }
+        let taken = state
+            .body_budget
+            .try_take(chunk.len())
+            .ok_or(BodyRead::BudgetFull)?;
+        match held.as_mut() {
+            Some(permit) => permit.merge(taken),
+            None => held = Some(taken),
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok((axum::body::Bytes::from(buf), held))
+}
+
 async fn discard(body: Body, declared: u64) {
     use futures_util::StreamExt;
     if declared > DRAIN_CAP {
