@@ -323,10 +323,9 @@ pub const DEFAULT_MAX_HELD_PER_AGGREGATE: u64 = 1000;
 
 /// Default body limit: 256 KiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 256 * 1024;
-/// Default cap on open connections.
-/// Webhook bodies are small: a body still arriving after this is held by a slow or hostile client.
+/// Default body read timeout: webhook bodies are small, so a body still arriving after this is held by a slow or hostile client.
 pub const DEFAULT_BODY_READ_TIMEOUT_S: u64 = 10;
-
+/// Default cap on open connections.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// Default cap on open connections from one IP address: room for a benchmark's or a
 /// proxy's 64 keep-alive connections while they reconnect.

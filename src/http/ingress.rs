@@ -104,8 +104,14 @@ async fn check_and_log(
     // The budget is taken as bytes arrive, not from the declared length: a client that
     // declares a large body and trickles it holds only what it has sent (docs/configuration.md).
     let deadline = std::time::Duration::from_secs(state.config.body_read_timeout_s);
-    let body = match tokio::time::timeout(deadline, read_within_budget(state, body, limit)).await {
-        Ok(Ok((body, _buffering))) => body,
+    // The permit is held until the delivery is answered: it bounds the bodies in flight, not only those being read.
+    let (body, _buffering) = match tokio::time::timeout(
+        deadline,
+        read_within_budget(state, body, limit),
+    )
+    .await
+    {
+        Ok(Ok(read)) => read,
         Ok(Err(BodyRead::TooLarge)) => return Answer::PayloadTooLarge { limit },
         Ok(Err(BodyRead::Broken)) => return Answer::RequestTimeout,
         Ok(Err(BodyRead::BudgetFull)) => {
@@ -453,7 +459,6 @@ static BUSY_LOG: crate::log_throttle::LogThrottle =
 /// sending, gets a clean 413 instead of a reset connection.
 const DRAIN_CAP: u64 = 4 * 1024 * 1024;
 
-/// Reads and drops a refused body, if it is small enough and arrives quickly.
 /// Why a body could not be read whole.
 enum BodyRead {
     /// It grew past `max_body_bytes`.
@@ -496,6 +501,7 @@ async fn read_within_budget(
     Ok((axum::body::Bytes::from(buf), held))
 }
 
+/// Reads and drops a refused body, if it is small enough and arrives quickly.
 async fn discard(body: Body, declared: u64) {
     use futures_util::StreamExt;
     if declared > DRAIN_CAP {

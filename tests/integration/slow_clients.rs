@@ -159,3 +159,36 @@ async fn unparsable_or_oversized_heads_get_400_or_431_with_a_json_body() {
     assert_eq!(server.get("/healthz").await.code, 200);
     assert_eq!(server.count().await, 0);
 }
+
+#[tokio::test]
+async fn trickling_bodies_that_declare_the_limit_do_not_block_a_genuine_delivery() {
+    // Eight clients each declare a body the size of the limit and send one byte of it:
+    // together they declare twice the buffered budget, but they hold only what they sent.
+    let server = TestServer::spawn_configured(
+        "max_body_bytes = 4096\nmax_buffered_body_bytes = 16384\nbody_read_timeout_s = 20",
+        "",
+    )
+    .await;
+    let mut trickling = Vec::new();
+    for _ in 0..8 {
+        let mut stream = connect(&server).await;
+        let head =
+            "POST /webhooks/save-game HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
+                    x-timestamp: 1\r\nx-signature: 00\r\ncontent-length: 4096\r\n\r\n{";
+        stream.write_all(head.as_bytes()).await.unwrap();
+        trickling.push(stream);
+    }
+    // Give the server time to start reading every one of those bodies.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let reply = server
+        .post_save(
+            &json!({"event_id": "genuine", "event_type": "progress.saved",
+            "player_id": "p", "save_slot": "s", "sequence": 1, "idempotency_key": "genuine",
+            "data": {}}),
+        )
+        .await;
+    assert_eq!(reply.code, 202, "{:?}", reply.body);
+    assert_eq!(server.count().await, 1);
+    drop(trickling);
+}
