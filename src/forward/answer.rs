@@ -43,6 +43,15 @@ impl AttemptResult {
         }
     }
 
+    /// Whether the failure says the destination is down or overloaded (a connection
+    /// error, a timeout, a 5xx or a 429): only those open the circuit.
+    pub fn counts_against_circuit(&self) -> bool {
+        match self {
+            AttemptResult::Answered { status, .. } => *status == 429 || *status >= 500,
+            AttemptResult::TimedOut { .. } | AttemptResult::ConnectionFailed(_) => true,
+        }
+    }
+
     /// The attempt as a person reads it in the attempt history and `last_error`.
     pub fn describe(&self) -> String {
         match self {

@@ -110,7 +110,7 @@ impl Circuit {
         self.pause_ms = self.policy.first_pause_ms;
     }
 
-    /// A request for `aggregate` failed at `now_ms` (any non-2xx, a timeout, no connection).
+    /// A request for `aggregate` failed at `now_ms` (a 5xx, a 429, a timeout, no connection).
     pub fn on_failure(&mut self, aggregate: &str, now_ms: i64) {
         match self.state {
             CircuitState::Probing => {

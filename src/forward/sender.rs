@@ -678,9 +678,15 @@ impl Sender {
         );
         {
             let mut circuit = circuit.lock().expect("circuit");
+            // docs/contract.md "Circuit breaker": only a destination that is down or
+            // overloaded pauses it; an application refusing an event (4xx other than 429)
+            // answered, so it is up, and that event retries or dies on its own.
             match verdict {
                 Verdict::Delivered => circuit.on_success(),
-                _ => circuit.on_failure(&delivery.aggregate, done_ms),
+                _ if result.counts_against_circuit() => {
+                    circuit.on_failure(&delivery.aggregate, done_ms)
+                }
+                _ => circuit.on_success(),
             }
         }
         let record = AttemptRecord::new(attempt, at_ms, duration_ms, &result);

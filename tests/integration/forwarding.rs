@@ -749,6 +749,77 @@ max_attempts = 100
     );
 }
 
+/// docs/contract.md "Circuit": an application refusing one publisher's events (400)
+/// answered, so it is up: the circuit stays closed however many it refuses, across
+/// aggregates, and another source's events keep flowing to the same destination.
+#[tokio::test]
+async fn refused_events_do_not_open_the_circuit() {
+    use crate::conformance::{delta, presence};
+
+    let received: Arc<Mutex<Vec<String>>> = Arc::default();
+    let port = serve_application(
+        axum::Router::new()
+            .route(
+                "/hooks",
+                axum::routing::post(
+                    |axum::extract::State(received): axum::extract::State<
+                        Arc<Mutex<Vec<String>>>,
+                    >,
+                     headers: axum::http::HeaderMap| async move {
+                        if headers["inhook-source"] == "save-game" {
+                            return axum::http::StatusCode::BAD_REQUEST;
+                        }
+                        let id = headers["inhook-event-id"].to_str().unwrap().to_owned();
+                        received.lock().unwrap().push(id);
+                        axum::http::StatusCode::OK
+                    },
+                ),
+            )
+            .with_state(Arc::clone(&received)),
+    )
+    .await;
+    let server = crate::support::TestServer::spawn_with_sources(&format!(
+        r#"
+[[destinations]]
+name = "app"
+url = "http://127.0.0.1:{port}/hooks"
+sources = ["save-game", "presence"]
+secret = "{DEST_SECRET}"
+max_attempts = 1
+"#
+    ))
+    .await;
+    for i in 0..15 {
+        let body = delta(&format!("refused-{i}"), &format!("slot_{i}"), 1, 1);
+        assert_eq!(server.post_save(&body).await.code, 202);
+    }
+    server
+        .wait_for("/v1/destinations", |r| r.body["items"][0]["dead"] == 15)
+        .await;
+    let listed = server.get("/v1/destinations").await;
+    assert_eq!(
+        listed.body["items"][0]["circuit"], "closed",
+        "{}",
+        listed.body
+    );
+    for i in 0..3 {
+        let body = presence(&format!("flows-{i}"), &format!("u{i}"), "ONLINE", 1);
+        assert_eq!(server.post_presence(&body).await.code / 100, 2);
+    }
+    server
+        .wait_for("/v1/destinations/app/deliveries?status=delivered", |r| {
+            r.body["items"]
+                .as_array()
+                .is_some_and(|items| items.len() == 3)
+        })
+        .await;
+    assert_eq!(
+        server.get("/v1/destinations").await.body["items"][0]["circuit"],
+        "closed"
+    );
+    assert_eq!(received.lock().unwrap().len(), 3);
+}
+
 /// SPEC §9 "TLS": an `https://` destination is verified; a private CA is trusted only
 /// through `tls_ca_file` (the system's roots do not know it).
 #[tokio::test]
