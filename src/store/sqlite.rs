@@ -401,10 +401,34 @@ fn without_memory_statistics() {
     });
 }
 
+/// Creates a missing database file readable by its owner only: it holds raw bodies, and
+/// SQLite gives the `-wal` and `-shm` files it makes beside it the same mode
+/// (docs/configuration.md, `database`). An existing file keeps the mode its owner gave it.
+fn create_private(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if path.as_os_str() == ":memory:" || path.exists() {
+        return Ok(());
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(StoreError::Unavailable(format!(
+            "cannot create the database file {}: {e}",
+            path.display()
+        ))),
+    }
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the database file at `path`.
     pub fn open(path: &Path, busy_timeout: Duration) -> Result<Self, StoreError> {
         without_memory_statistics();
+        create_private(path)?;
         let conn = Connection::open(path).map_err(map_err)?;
         conn.busy_timeout(busy_timeout).map_err(map_err)?;
         // Every hot statement stays prepared: parsing SQL per delivery showed in profiles.

@@ -143,3 +143,28 @@ async fn inhook_migrate_creates_the_schema() {
     assert!(page.items.is_empty());
     backend.drop_database().await;
 }
+
+#[tokio::test]
+async fn a_new_sqlite_store_is_readable_by_its_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    if Backend::fresh_kind() != "sqlite" {
+        return; // PostgreSQL keeps no file of ours.
+    }
+    let server = TestServer::spawn().await;
+    assert_eq!(
+        server
+            .post_presence(
+                &json!({"event_id": "evt_mode", "user_id": "u", "presence": "ONLINE",
+                "sequence_number": 1})
+            )
+            .await
+            .code,
+        200
+    );
+    // The raw bodies are in the database and its write-ahead log: neither is world-readable.
+    for suffix in ["", "-wal", "-shm"] {
+        let path = format!("{}{suffix}", server.db_path().display());
+        let mode = std::fs::metadata(&path).expect(&path).permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{path} has mode {:o}", mode & 0o777);
+    }
+}
