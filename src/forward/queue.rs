@@ -150,7 +150,7 @@ pub enum ReplayDecision {
     /// Sending it now would put it after a later delivery that was already sent (an
     /// in-order delivery skipped while later ones went on).
     WouldReorder {
-        /// The later delivery already delivered.
+        /// The later delivery already delivered, or on its way.
         after: i64,
     },
 }
@@ -167,11 +167,14 @@ pub fn replay(queue: &[Queued], id: i64) -> Option<ReplayDecision> {
     }
     if q.order.blocks_when_dead() {
         // A dead in-order delivery held everything after it, so only a skipped one can have
-        // later deliveries delivered; sending it now would break the order.
-        if let Some(after) = queue[index + 1..]
-            .iter()
-            .find(|l| l.status == DeliveryStatus::Delivered)
-        {
+        // later deliveries delivered, or one in flight that may be delivered before this one
+        // is sent again; sending it now would break the order.
+        if let Some(after) = queue[index + 1..].iter().find(|l| {
+            matches!(
+                l.status,
+                DeliveryStatus::Delivered | DeliveryStatus::InFlight
+            )
+        }) {
             return Some(ReplayDecision::WouldReorder { after: after.id });
         }
     }
@@ -268,6 +271,12 @@ mod tests {
         let skipped_then_sent = [q(1, IN_ORDER, Skipped), q(2, IN_ORDER, Delivered)];
         assert_eq!(
             replay(&skipped_then_sent, 1),
+            Some(ReplayDecision::WouldReorder { after: 2 })
+        );
+        // A later delivery on its way may be delivered before this one is sent again.
+        let skipped_then_flying = [q(1, IN_ORDER, Skipped), q(2, IN_ORDER, InFlight)];
+        assert_eq!(
+            replay(&skipped_then_flying, 1),
             Some(ReplayDecision::WouldReorder { after: 2 })
         );
         assert!(may_skip(Dead) && may_skip(Retrying));

@@ -305,7 +305,7 @@ test('dashboard: log in, follow events, triage and replay a dead letter, watch s
     await page.fill('#token', ADMIN_TOKEN);
     await page.click('#login-button');
     await page.locator('#tabs').waitFor();
-    assert.equal(await page.evaluate(() => localStorage.getItem('inhook.token')), ADMIN_TOKEN);
+    assert.equal(await page.evaluate(() => sessionStorage.getItem('inhook.token')), ADMIN_TOKEN);
     await page.locator('.card[data-source="presence"]').waitFor();
     await page.locator('.card[data-source="save-game"]').waitFor();
     await page.waitForFunction(() => document.getElementById('live-label').textContent === 'live', null, { timeout: WAIT });
@@ -490,7 +490,7 @@ test('dashboard: log in, follow events, triage and replay a dead letter, watch s
   });
 
   await t.test('a token the server stops accepting sends you back to log in', async () => {
-    await page.evaluate(() => localStorage.setItem('inhook.token', 'an-old-token'));
+    await page.evaluate(() => sessionStorage.setItem('inhook.token', 'an-old-token'));
     await page.reload();
     await page.locator('#login').waitFor();
     await waitText(page, '#login-error', 'refused');
@@ -502,7 +502,7 @@ test('dashboard: log in, follow events, triage and replay a dead letter, watch s
   await t.test('log out forgets the token', async () => {
     await page.click('#logout');
     await page.locator('#login').waitFor();
-    assert.equal(await page.evaluate(() => localStorage.getItem('inhook.token')), null);
+    assert.equal(await page.evaluate(() => sessionStorage.getItem('inhook.token')), null);
     await page.reload();
     await page.locator('#login').waitFor();
     assert.equal(await page.isVisible('#tabs'), false);
@@ -682,7 +682,7 @@ test('dashboard: with no admin_token, an empty token works from loopback', async
   await page.click('#login-button');
   await page.locator('#tabs').waitFor();
   await page.locator('.card[data-source="save-game"]').waitFor();
-  assert.equal(await page.evaluate(() => localStorage.getItem('inhook.token')), '');
+  assert.equal(await page.evaluate(() => sessionStorage.getItem('inhook.token')), '');
   await page.click('#tabs a[data-tab="destinations"]');
   await waitText(page, '#dest-body', 'No destinations configured');
   assert.equal(await page.isVisible('#dlv-panel'), false);

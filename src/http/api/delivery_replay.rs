@@ -87,7 +87,7 @@ pub(crate) async fn delivery_replay(
         DeliveryReplay::WouldReorder { after } => Err(Answer::Conflict {
             error: "would_reorder",
             detail: format!(
-                "delivery {after}, later in the same in-order aggregate, was already delivered; \
+                "delivery {after}, later in the same in-order aggregate, was already delivered or is on its way; \
                  sending {id} now would break the order"
             ),
         }),
