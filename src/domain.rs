@@ -70,7 +70,8 @@ fn check_located_id(raw: &str) -> Result<(), IdProblem> {
     if raw.chars().any(char::is_control) {
         return Err(IdProblem::ControlCharacter);
     }
-    if raw.chars().any(is_invisible_format) {
+    // Every format character and separator lies outside ASCII, which most ids are.
+    if !raw.is_ascii() && raw.chars().any(is_invisible_format) {
         return Err(IdProblem::FormatCharacter);
     }
     Ok(())

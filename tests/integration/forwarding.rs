@@ -778,17 +778,7 @@ async fn refused_events_do_not_open_the_circuit() {
             .with_state(Arc::clone(&received)),
     )
     .await;
-    let server = crate::support::TestServer::spawn_with_sources(&format!(
-        r#"
-[[destinations]]
-name = "app"
-url = "http://127.0.0.1:{port}/hooks"
-sources = ["save-game", "presence"]
-secret = "{DEST_SECRET}"
-max_attempts = 1
-"#
-    ))
-    .await;
+    let server = crate::support::TestServer::spawn_with_sources(&one_try_destination(port)).await;
     for i in 0..15 {
         let body = delta(&format!("refused-{i}"), &format!("slot_{i}"), 1, 1);
         assert_eq!(server.post_save(&body).await.code, 202);
@@ -906,6 +896,20 @@ struct Ledger {
     accepted: Vec<String>,
 }
 
+/// A destination `app` at `port` taking both default sources, each delivery tried once.
+fn one_try_destination(port: u16) -> String {
+    format!(
+        r#"
+[[destinations]]
+name = "app"
+url = "http://127.0.0.1:{port}/hooks"
+sources = ["save-game", "presence"]
+secret = "{DEST_SECRET}"
+max_attempts = 1
+"#
+    )
+}
+
 /// Posts an empty JSON body to the admin route `path`.
 async fn admin_post(server: &crate::support::TestServer, path: &str, body: Value) -> (u16, Value) {
     let answer = reqwest::Client::new()
@@ -994,17 +998,7 @@ async fn replay_and_skip_unblock_a_dead_delivery_over_http() {
             .with_state(Arc::clone(&ledger)),
     )
     .await;
-    let server = crate::support::TestServer::spawn_with_sources(&format!(
-        r#"
-[[destinations]]
-name = "app"
-url = "http://127.0.0.1:{port}/hooks"
-sources = ["save-game", "presence"]
-secret = "{DEST_SECRET}"
-max_attempts = 1
-"#
-    ))
-    .await;
+    let server = crate::support::TestServer::spawn_with_sources(&one_try_destination(port)).await;
     let sent = |event: &str| {
         ledger
             .lock()
