@@ -67,14 +67,15 @@ impl Application {
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         crate::metrics::install();
         let store = open_store(&config).await?;
-        let mut senders = Sender::for_destinations(&config.destinations, &store, Clock::System)
-            .map_err(anyhow::Error::msg)?;
+        let secrets = crate::config::LiveSecrets::of(&config);
+        let mut senders =
+            Sender::for_destinations(&config.destinations, &store, Clock::System, &secrets)
+                .map_err(anyhow::Error::msg)?;
         for sender in &mut senders {
             sender.poll = Duration::from_millis(config.forward_poll_ms);
         }
         let circuits = Circuits::of(&senders);
         let wake = Arc::new(Notify::new());
-        let secrets = crate::http::Secrets::of(&config);
         store.subscribe(Arc::clone(&wake));
         let feed_start = store
             .last_change_id()
@@ -103,6 +104,7 @@ impl Application {
                 backlog: Arc::default(),
                 rate_limits: Arc::default(),
                 secrets,
+                token_guesses: Arc::default(),
                 conflicting_duplicates: Arc::default(),
                 body_budget,
                 costly_checks: Arc::new(tokio::sync::Semaphore::new(
@@ -113,8 +115,8 @@ impl Application {
         })
     }
 
-    /// The handle through which a config reload replaces the sources' secrets.
-    pub fn secrets(&self) -> crate::http::Secrets {
+    /// The handle through which a config reload replaces the sources' and destinations' secrets.
+    pub fn secrets(&self) -> crate::config::LiveSecrets {
         self.state.secrets.clone()
     }
 

@@ -237,7 +237,8 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
                             accepted.fetch_add(1, Ordering::Relaxed);
                         }
                         let code = response.status().as_u16().to_string();
-                        let _ = response.bytes().await;
+                        // Drained (bounded) so the connection can carry the next request.
+                        let _ = crate::outbound::read_capped(response, 64 << 10).await;
                         code
                     }
                     Err(err) => {

@@ -275,12 +275,23 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-async fn serve(config: Config) -> anyhow::Result<()> {
+async fn serve(mut config: Config) -> anyhow::Result<()> {
     let _telemetry = crate::telemetry::init(config.log_json, config.otlp_endpoint.as_deref())?;
-    if config.admin_token.is_none() {
+    let generated_token = config.generate_admin_token();
+    if generated_token.is_some() {
+        // The token itself goes to standard output once, never to the log.
         tracing::warn!(
-            "no admin_token configured: /v1/* answers direct loopback clients only (no proxy headers, loopback Host)"
+            "no admin_token configured: /v1/* takes a token generated for this run, printed on \
+             standard output; set admin_token (or INHOOK_ADMIN_TOKEN) to choose one"
         );
+    } else if config.admin_token.is_none() {
+        tracing::warn!(
+            "admin_open_to_loopback: /v1/* answers direct loopback clients without a token \
+             (no proxy headers, loopback Host); a proxy on this host opens it to everyone it serves"
+        );
+    }
+    for warning in config.start_warnings() {
+        tracing::warn!("{warning}");
     }
     let sources: Vec<_> = config.sources.iter().map(|s| s.name.clone()).collect();
     let app = Application::build(config).await?;
@@ -289,13 +300,22 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     tracing::info!(%addr, ?sources, "inhook started");
     // Tests and scripts read this line to learn the bound port.
     println!("inhook listening on http://{addr}");
+    if let Some(token) = generated_token {
+        use std::io::Write;
+        // Whoever started the server may have stopped reading: a closed pipe is no reason to stop.
+        let _ = writeln!(
+            std::io::stdout(),
+            "inhook admin token for this run: {token}\n\
+             inhook dashboard: http://{addr}/#token={token}"
+        );
+    }
     app.run_until_stopped(shutdown_signal()).await
 }
 
 /// On SIGHUP, reloads the secrets exactly as `POST /v1/admin/reload` does: rotation needs no
 /// restart, other settings need one. A config that fails the reload checks is reported and
 /// the secrets in force stay.
-fn reload_secrets_on_sighup(secrets: crate::http::Secrets, running: Arc<Config>) {
+fn reload_secrets_on_sighup(secrets: crate::config::LiveSecrets, running: Arc<Config>) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
@@ -390,8 +410,15 @@ async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Result<()
         )
     })?;
     let status = response.status();
-    let text = response.text().await.unwrap_or_default();
+    let location = response
+        .headers()
+        .get(reqwest::header::LOCATION)
+        .map(|l| crate::outbound::printable(l.as_bytes(), false));
+    let text = crate::outbound::shown_body(response).await;
     println!("{} {text}", status.as_u16());
+    if let Some(location) = location.filter(|_| status.is_redirection()) {
+        bail!("server answered {status} to {location}; redirects are not followed");
+    }
     if !status.is_success() {
         bail!("server answered {status}");
     }

@@ -18,7 +18,7 @@ use crate::store::{IngestLimits, SourceRules};
 mod destination;
 mod reload;
 pub use destination::{destination_secret_env_var, DestinationConfig};
-pub use reload::{check_reload, ReloadPlan};
+pub use reload::{check_reload, LiveSecrets, ReloadPlan};
 
 /// Whether a source answers after applying (sync) or after logging (async).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -110,8 +110,13 @@ pub struct Config {
     pub listen: SocketAddr,
     /// The store.
     pub database: Database,
-    /// Token for `/v1/*`; without one those routes answer direct loopback clients only.
+    /// Token for `/v1/*`: configured, or generated at start by [`Config::generate_admin_token`].
     pub admin_token: Option<Secret>,
+    /// Whether `admin_token` was generated for this run rather than configured.
+    pub admin_token_generated: bool,
+    /// With no `admin_token`, serve `/v1/*` to direct loopback clients without a token (an
+    /// explicit opt-in: a same-host proxy makes every client look like loopback).
+    pub admin_open_to_loopback: bool,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
     /// How long a store call waits for a lock before answering 503.
@@ -173,6 +178,58 @@ pub struct Config {
 }
 
 impl Config {
+    /// With neither an `admin_token` nor `admin_open_to_loopback`, makes a random token for
+    /// this run and answers it (for the operator, once): no admin API without a token unless
+    /// the user opted in. `None` when a token is configured or loopback is opted in.
+    pub fn generate_admin_token(&mut self) -> Option<String> {
+        if self.admin_token.is_some() || self.admin_open_to_loopback {
+            return None;
+        }
+        let token: String = (0..GENERATED_TOKEN_BYTES)
+            .map(|_| format!("{:02x}", rand::random::<u8>()))
+            .collect();
+        self.admin_token = Some(Secret::new(token.clone()));
+        self.admin_token_generated = true;
+        Some(token)
+    }
+
+    /// What `inhook serve` warns of at start: settings that work but leave a door open.
+    /// Never holds a secret.
+    pub fn start_warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if let Database::Postgres(url) = &self.database {
+            warnings.extend(crate::store::postgres_tls::start_warning(url));
+        }
+        for source in &self.sources {
+            let Some(spec) = &source.json else { continue };
+            let aggregate = spec.aggregate.iter().flat_map(|a| a.as_slice());
+            for (key, raw) in spec
+                .sequence
+                .iter()
+                .map(|raw| ("sequence", raw))
+                .chain(aggregate.map(|raw| ("aggregate", raw)))
+            {
+                let Some(header) = raw.strip_prefix("header:") else {
+                    continue;
+                };
+                if !source
+                    .scheme
+                    .signed_headers()
+                    .iter()
+                    .any(|signed| signed.eq_ignore_ascii_case(header))
+                {
+                    warnings.push(format!(
+                        "source {:?}: {key} comes from the header {header}, which the {} signature \
+                         does not cover: whoever holds one captured delivery can resend it with \
+                         another {key}",
+                        source.name, source.scheme
+                    ));
+                }
+            }
+        }
+        warnings
+    }
+
     /// The source named `name`.
     pub fn source(&self, name: &str) -> Option<&SourceConfig> {
         self.sources.iter().find(|s| s.name == name)
@@ -202,6 +259,7 @@ struct FileConfig {
     listen: Option<String>,
     database: Option<String>,
     admin_token: Option<String>,
+    admin_open_to_loopback: Option<bool>,
     max_body_bytes: Option<usize>,
     busy_timeout_ms: Option<u64>,
     log_format: Option<String>,
@@ -480,6 +538,17 @@ impl Config {
             (None, Some(token)) => Some(admin_token(&token, "admin_token")?),
             (None, None) => None,
         };
+        let admin_open_to_loopback =
+            match env.get("INHOOK_ADMIN_OPEN_TO_LOOPBACK").map(String::as_str) {
+                Some("true" | "1") => true,
+                Some("false" | "0" | "") => false,
+                Some(_) => {
+                    return Err(ConfigError(
+                        "INHOOK_ADMIN_OPEN_TO_LOOPBACK: must be true or false".into(),
+                    ))
+                }
+                None => file.admin_open_to_loopback.unwrap_or(false),
+            };
         let log_json = match env
             .get("INHOOK_LOG_FORMAT")
             .cloned()
@@ -688,6 +757,8 @@ impl Config {
             listen,
             database,
             admin_token,
+            admin_token_generated: false,
+            admin_open_to_loopback,
             max_body_bytes,
             busy_timeout_ms: file.busy_timeout_ms.unwrap_or(5_000),
             log_json,
@@ -721,8 +792,20 @@ fn admin_token(token: &str, key: &str) -> Result<Secret, ConfigError> {
             "{key} is set but empty: set a token, or remove {key} to serve /v1/* to direct loopback clients only"
         )));
     }
+    if token.len() < MIN_ADMIN_TOKEN_BYTES {
+        return Err(ConfigError(format!(
+            "{key} is shorter than {MIN_ADMIN_TOKEN_BYTES} bytes: anyone who can reach /v1/* could \
+             guess it. Use a random one, e.g. `openssl rand -hex 24`"
+        )));
+    }
     Ok(Secret::new(token))
 }
+
+/// Random bytes in a generated admin token (printed as twice as many hex digits).
+const GENERATED_TOKEN_BYTES: usize = 24;
+
+/// The shortest admin token accepted: 16 random bytes are out of reach of guessing.
+pub const MIN_ADMIN_TOKEN_BYTES: usize = 16;
 
 /// A TOML error as line and message, without the source snippet toml prints (it could hold
 /// a secret) and with quoted values elided (serde quotes the value it could not take).
@@ -775,6 +858,67 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn a_short_admin_token_is_refused_without_showing_it() {
+        let secrets = [
+            ("INHOOK_PRESENCE_SECRET", "a"),
+            ("INHOOK_SAVE_GAME_SECRET", "b"),
+        ];
+        let with_token = [
+            secrets[0],
+            secrets[1],
+            ("INHOOK_ADMIN_TOKEN", "fifteen-bytes!!"),
+        ];
+        for (text, vars) in [
+            ("admin_token = \"a\"", env(&secrets)),
+            ("", env(&with_token)),
+        ] {
+            let err = Config::from_parts(Some(text), &vars)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("shorter than 16 bytes"), "{err}");
+            assert!(!err.contains("fifteen"), "{err}");
+        }
+        let config = Config::from_parts(Some("admin_token = \"sixteen-bytes-ok\""), &env(&secrets));
+        assert!(config.unwrap().admin_token.is_some());
+    }
+
+    #[test]
+    fn start_warnings_name_stripped_tls_and_unsigned_header_locations() {
+        let text = r#"
+            database = "postgres://inhook@db.example:5432/inhook"
+            [[sources]]
+            name = "hooks"
+            kind = "json"
+            signature = "github"
+            secrets = ["s"]
+            ordering = "latest-wins"
+            aggregate = ["/repo", "header:X-Tenant"]
+            sequence = "header:X-Seq"
+            [[sources]]
+            name = "signed"
+            kind = "json"
+            signature = "standard-webhooks"
+            secrets = ["whsec_c2VjcmV0"]
+            ordering = "in-order"
+            aggregate = "/k"
+            sequence = "header:Webhook-Timestamp"
+        "#;
+        let warnings = Config::from_parts(Some(text), &env(&[]))
+            .unwrap()
+            .start_warnings();
+        assert_eq!(warnings.len(), 3, "{warnings:#?}");
+        assert!(warnings[0].contains("sslmode=prefer"), "{warnings:#?}");
+        assert!(warnings[1].contains("\"hooks\": sequence comes from the header X-Seq"));
+        assert!(warnings[2].contains("\"hooks\": aggregate comes from the header X-Tenant"));
+        let secrets = env(&[
+            ("INHOOK_PRESENCE_SECRET", "a"),
+            ("INHOOK_SAVE_GAME_SECRET", "b"),
+        ]);
+        let quiet = Config::from_parts(None, &secrets).unwrap().start_warnings();
+        assert!(quiet.is_empty(), "{quiet:?}");
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The one outbound HTTP client setup (SPEC §9, TLS): the forwarder, `inhook send`,
 //! `simulate` and `bench` all reach `https://` URLs through rustls (ring), trusting the
-//! system's root certificates plus, optionally, a private CA's PEM file. Each caller adds
-//! its own settings (timeouts, pool sizes, redirects, proxies) to the builder it gets.
+//! system's root certificates plus, optionally, a private CA's PEM file. None follows a
+//! redirect (it would re-send a signed delivery to wherever the answer points) or takes a
+//! proxy from the environment. Each caller adds its own settings (timeouts, pool sizes) to
+//! the builder it gets; what a CLI command prints of an answer is bounded and escaped.
 
 use std::error::Error as StdError;
 use std::path::Path;
@@ -57,7 +59,8 @@ fn trusted(native: Vec<CertificateDer<'static>>) -> (RootCertStore, RootSource) 
 }
 
 /// A reqwest builder on inhook's TLS stack: rustls (ring), the system's roots plus the
-/// certificates of `ca_file` (errors name it as `named_by`, the setting that gave it).
+/// certificates of `ca_file` (errors name it as `named_by`, the setting that gave it); no
+/// redirects followed (a 3xx is the answer) and no proxy from the environment.
 pub fn client_builder(
     ca_file: Option<&Path>,
     named_by: &str,
@@ -77,7 +80,60 @@ pub fn client_builder(
     .with_no_client_auth();
     Ok(reqwest::Client::builder()
         .use_preconfigured_tls(tls)
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
         .user_agent(concat!("inhook/", env!("CARGO_PKG_VERSION"))))
+}
+
+/// The most of an answer's body a CLI command prints.
+pub const SHOWN_BODY_BYTES: usize = 4096;
+
+/// Reads at most `limit` bytes of `response`'s body (a server may send gigabytes); answers
+/// them and whether more were left unread.
+pub async fn read_capped(
+    mut response: reqwest::Response,
+    limit: usize,
+) -> Result<(Vec<u8>, bool), reqwest::Error> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        let room = limit - body.len();
+        if chunk.len() > room {
+            body.extend_from_slice(&chunk[..room]);
+            return Ok((body, true));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok((body, false))
+}
+
+/// `body` as a terminal may show it: invalid UTF-8 replaced, control and invisible
+/// format characters escaped (`\u{1b}`), so an answer cannot rewrite the screen or hide
+/// text; `cut` adds a note that the body went on.
+pub fn printable(body: &[u8], cut: bool) -> String {
+    let mut shown = String::with_capacity(body.len());
+    for c in String::from_utf8_lossy(body).chars() {
+        if c.is_control() || crate::domain::is_invisible_format(c) {
+            shown.extend(c.escape_unicode());
+        } else {
+            shown.push(c);
+        }
+    }
+    if cut {
+        shown.push_str(" … (cut)");
+    }
+    shown
+}
+
+/// Reads `response`'s body bounded to [`SHOWN_BODY_BYTES`] and escaped by [`printable`]:
+/// what a CLI command prints of an answer. A body that breaks off shows what arrived.
+pub async fn shown_body(response: reqwest::Response) -> String {
+    match read_capped(response, SHOWN_BODY_BYTES).await {
+        Ok((body, cut)) => printable(&body, cut),
+        Err(err) => format!(
+            "(the body broke off: {})",
+            describe_error(&err.without_url())
+        ),
+    }
 }
 
 /// An error and its causes on one line (reqwest's own text alone says only "error sending request").
@@ -136,6 +192,15 @@ pub fn cli_failure(url: &str, err: &(dyn StdError + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn printed_answers_escape_what_a_terminal_would_obey() {
+        assert_eq!(printable(b"{\"ok\":true}", false), "{\"ok\":true}");
+        assert_eq!(
+            printable(b"a\x1b[2Jb\r\n\xe2\x80\xaec\xff", true),
+            "a\\u{1b}[2Jb\\u{d}\\u{a}\\u{202e}c\u{fffd} … (cut)"
+        );
+    }
 
     #[test]
     fn the_system_roots_are_loaded_on_this_machine() {

@@ -72,17 +72,28 @@ impl std::fmt::Debug for DestinationConfig {
 }
 
 impl DestinationConfig {
-    /// The URL as logs, errors and API answers may show it: any `user:password@` replaced by `***@`.
+    /// The URL as logs, errors and API answers may show it: any `user:password@` replaced by
+    /// `***@`, every query value by `***` (a `?token=…` is a credential too; the names stay,
+    /// so the user can tell which URL it is), and no fragment.
     pub fn url_for_display(&self) -> String {
-        match reqwest::Url::parse(&self.url) {
-            Ok(mut url) if !url.username().is_empty() || url.password().is_some() => {
-                let _ = url.set_password(None);
-                let _ = url.set_username("***");
-                url.to_string()
-            }
-            Ok(url) => url.to_string(),
-            Err(_) => "(not a url)".into(),
+        let Ok(mut url) = reqwest::Url::parse(&self.url) else {
+            return "(not a url)".into();
+        };
+        if !url.username().is_empty() || url.password().is_some() {
+            let _ = url.set_password(None);
+            let _ = url.set_username("***");
         }
+        if url.query().is_some() {
+            let names: Vec<String> = url
+                .query_pairs()
+                .map(|(name, _)| name.into_owned())
+                .collect();
+            url.query_pairs_mut()
+                .clear()
+                .extend_pairs(names.iter().map(|name| (name, "***")));
+        }
+        url.set_fragment(None);
+        url.to_string()
     }
 
     /// Whether an applied event of `source` with type `event_type` goes to this destination.
@@ -404,6 +415,31 @@ mod tests {
         Config::from_parts(Some(&with_destination(keys)), &env(&[]))
             .unwrap_err()
             .to_string()
+    }
+
+    #[test]
+    fn credentials_in_the_url_are_never_shown() {
+        let shown = |url: &str| {
+            let text = with_destination(&format!(
+                "url = \"{url}\"\nsources = [\"stripe\"]\nsecret = \"{SECRET}\"\n"
+            ));
+            let config = Config::from_parts(Some(&text), &env(&[])).unwrap();
+            let destination = config.destination("app").unwrap();
+            (destination.url_for_display(), format!("{destination:?}"))
+        };
+        let (url, debug) = shown("https://user:pw@app.example/hooks?token=s3cr3t&v=2&flag");
+        assert_eq!(
+            url,
+            "https://***@app.example/hooks?token=***&v=***&flag=***"
+        );
+        assert!(debug.contains(&url), "{debug}");
+        for leaked in ["pw", "s3cr3t", "v=2"] {
+            assert!(!debug.contains(leaked), "{leaked} in {debug}");
+        }
+        assert_eq!(
+            shown("http://127.0.0.1:9/hooks").0,
+            "http://127.0.0.1:9/hooks"
+        );
     }
 
     #[test]

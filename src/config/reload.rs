@@ -1,11 +1,102 @@
 //! What a reload (SIGHUP or `POST /v1/admin/reload`) may take from a freshly read config.
 //! Only secrets change without a restart, so a config that would need more is refused
-//! whole: the running sources keep serving with the secrets in force. Destinations follow
-//! the same rule: a destination's secret may rotate; any other key of a running one, or
-//! dropping it, needs a restart (its queues, leases and circuit are built from them);
-//! a new destination is forwarded to from the restart on.
+//! whole, naming the keys that need one: the running sources keep serving with the secrets
+//! in force. Destinations follow the same rule: a destination's secret may rotate; any
+//! other key of a running one, or dropping it, needs a restart (its queues, leases and
+//! circuit are built from them); a new destination is forwarded to from the restart on.
 
-use super::{Config, ConfigError};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use super::{Config, ConfigError, SourceConfig};
+use crate::signature::Secret;
+
+/// The secrets in force for the running sources and destinations, shared by ingress, the
+/// senders and the reload paths so that rotation needs no restart. There is no fallback to
+/// the secrets read at start: a name not in the map verifies and signs nothing, so a
+/// revoked secret cannot come back.
+#[derive(Clone, Default)]
+pub struct LiveSecrets(Arc<RwLock<InForce>>);
+
+#[derive(Default)]
+struct InForce {
+    sources: HashMap<String, Vec<Secret>>,
+    destinations: HashMap<String, Secret>,
+}
+
+impl LiveSecrets {
+    /// The secrets of `config`'s sources and destinations.
+    pub fn of(config: &Config) -> Self {
+        let secrets = Self::default();
+        secrets.take(config, config);
+        secrets
+    }
+
+    /// Takes `fresh`'s secrets for the sources and destinations of `running`, all at once:
+    /// no delivery is verified, and no request signed, with half of a rotation.
+    fn take(&self, running: &Config, fresh: &Config) {
+        let taken = InForce {
+            sources: running
+                .sources
+                .iter()
+                .filter_map(|s| fresh.source(&s.name))
+                .map(|s| (s.name.clone(), s.secrets.clone()))
+                .collect(),
+            destinations: running
+                .destinations
+                .iter()
+                .filter_map(|d| fresh.destination(&d.name))
+                .map(|d| (d.name.clone(), d.secret.clone()))
+                .collect(),
+        };
+        // A poisoned lock only means a panic elsewhere mid-write; the maps themselves are whole.
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = taken;
+    }
+
+    /// Reads `running`'s config file (and the environment) again and, if it passes
+    /// [`check_reload`], takes its secrets. On an error nothing changes. `trigger`
+    /// (`SIGHUP`, `admin call`) is logged with the outcome, never a secret.
+    pub fn reload(
+        &self,
+        running: &Config,
+        trigger: &'static str,
+    ) -> Result<ReloadPlan, ConfigError> {
+        let outcome = Config::load(running.loaded_from.as_deref()).and_then(|fresh| {
+            let plan = check_reload(running, &fresh)?;
+            self.take(running, &fresh);
+            Ok(plan)
+        });
+        match &outcome {
+            Ok(plan) => tracing::info!(
+                trigger,
+                sources = plan.sources,
+                from_environment = ?plan.from_environment,
+                not_served_until_restart = ?plan.not_served_until_restart,
+                destinations = plan.destinations,
+                destinations_from_environment = ?plan.destinations_from_environment,
+                destinations_not_served_until_restart = ?plan.destinations_not_served_until_restart,
+                "secrets reloaded"
+            ),
+            Err(err) => tracing::warn!(trigger, error = %err, "config not reloaded"),
+        }
+        outcome
+    }
+
+    /// The secrets in force for the source named `source`; none (nothing verifies) if unknown.
+    pub fn source(&self, source: &str) -> Vec<Secret> {
+        self.read().sources.get(source).cloned().unwrap_or_default()
+    }
+
+    /// The secret in force for the destination named `destination`; none (nothing is signed,
+    /// so nothing is sent) if unknown.
+    pub fn destination(&self, destination: &str) -> Option<Secret> {
+        self.read().destinations.get(destination).cloned()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, InForce> {
+        self.0.read().unwrap_or_else(|p| p.into_inner())
+    }
+}
 
 /// What a reload of a config that passed [`check_reload`] does.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,8 +119,14 @@ pub struct ReloadPlan {
 /// Checks `fresh` against the `running` config. A running source missing from `fresh`
 /// (dropped or renamed), or whose kind or signature scheme changed, is an error naming it:
 /// taking its secrets would either revive old ones or check them with the wrong scheme.
+/// Any other changed key, top-level or of a running source or destination, is an error
+/// naming the keys: answering `reloaded` while they stay as they were would mislead.
 pub fn check_reload(running: &Config, fresh: &Config) -> Result<ReloadPlan, ConfigError> {
     let mut problems = Vec::new();
+    let changed = running.changed_keys(fresh);
+    if !changed.is_empty() {
+        problems.push(format!("{} changed", changed.join(", ")));
+    }
     let mut from_environment = Vec::new();
     for source in &running.sources {
         let Some(next) = fresh.source(&source.name) else {
@@ -57,6 +154,14 @@ pub fn check_reload(running: &Config, fresh: &Config) -> Result<ReloadPlan, Conf
             problems.push(format!(
                 "source {:?}: signature changed from \"{}\" to \"{}\"",
                 source.name, source.scheme, next.scheme
+            ));
+        }
+        let changed = source.changed_keys(next);
+        if !changed.is_empty() {
+            problems.push(format!(
+                "source {:?}: {} changed",
+                source.name,
+                changed.join(", ")
             ));
         }
         if next.secrets_from_environment {
@@ -108,6 +213,140 @@ pub fn check_reload(running: &Config, fresh: &Config) -> Result<ReloadPlan, Conf
             .map(|d| d.name.clone())
             .collect(),
     })
+}
+
+impl Config {
+    /// The top-level keys whose value differs from `other`'s: each needs a restart.
+    fn changed_keys(&self, other: &Config) -> Vec<&'static str> {
+        // A token generated for this run is not in any file: the file's absence of one is no change.
+        let token = |c: &Config| {
+            c.admin_token
+                .as_ref()
+                .filter(|_| !c.admin_token_generated)
+                .map(|t| t.expose().to_vec())
+        };
+        [
+            ("listen", self.listen != other.listen),
+            ("database", self.database != other.database),
+            ("admin_token", token(self) != token(other)),
+            (
+                "admin_open_to_loopback",
+                self.admin_open_to_loopback != other.admin_open_to_loopback,
+            ),
+            (
+                "max_body_bytes",
+                self.max_body_bytes != other.max_body_bytes,
+            ),
+            (
+                "busy_timeout_ms",
+                self.busy_timeout_ms != other.busy_timeout_ms,
+            ),
+            ("log_format", self.log_json != other.log_json),
+            ("workers", self.workers != other.workers),
+            (
+                "max_attempts",
+                self.retry.max_attempts != other.retry.max_attempts,
+            ),
+            ("retry_base_s", self.retry.base_ms != other.retry.base_ms),
+            (
+                "retry_max_delay_s",
+                self.retry.max_delay_ms != other.retry.max_delay_ms,
+            ),
+            ("retention_s", self.retention_s != other.retention_s),
+            (
+                "dedup_window_s",
+                self.dedup_window_s != other.dedup_window_s,
+            ),
+            (
+                "purge_interval_s",
+                self.purge_interval_s != other.purge_interval_s,
+            ),
+            (
+                "shutdown_timeout_s",
+                self.shutdown_timeout_s != other.shutdown_timeout_s,
+            ),
+            (
+                "header_read_timeout_s",
+                self.header_read_timeout_s != other.header_read_timeout_s,
+            ),
+            (
+                "body_read_timeout_s",
+                self.body_read_timeout_s != other.body_read_timeout_s,
+            ),
+            (
+                "max_header_bytes",
+                self.max_header_bytes != other.max_header_bytes,
+            ),
+            (
+                "max_connections",
+                self.max_connections != other.max_connections,
+            ),
+            (
+                "max_connections_per_peer",
+                self.max_connections_per_peer != other.max_connections_per_peer,
+            ),
+            (
+                "max_buffered_body_bytes",
+                self.max_buffered_body_bytes != other.max_buffered_body_bytes,
+            ),
+            ("mask_fields", self.mask_fields != other.mask_fields),
+            ("keep_headers", self.keep_headers != other.keep_headers),
+            ("max_streams", self.max_streams != other.max_streams),
+            ("stream_buffer", self.stream_buffer != other.stream_buffer),
+            ("pool_size", self.pool_size != other.pool_size),
+            (
+                "metrics_public",
+                self.metrics_public != other.metrics_public,
+            ),
+            ("group_commit", self.group_commit != other.group_commit),
+            ("bench_ceiling", self.bench_ceiling != other.bench_ceiling),
+            (
+                "forward_poll_ms",
+                self.forward_poll_ms != other.forward_poll_ms,
+            ),
+            ("otlp_endpoint", self.otlp_endpoint != other.otlp_endpoint),
+        ]
+        .into_iter()
+        .filter_map(|(key, changed)| changed.then_some(key))
+        .collect()
+    }
+}
+
+impl SourceConfig {
+    /// The keys whose value differs from `other`'s, beyond those [`check_reload`] names on
+    /// its own (kind, signature, json locations) and the secrets a reload rotates.
+    fn changed_keys(&self, other: &SourceConfig) -> Vec<&'static str> {
+        [
+            ("mode", self.mode != other.mode),
+            (
+                "decide_at_ingest",
+                self.decide_at_ingest != other.decide_at_ingest,
+            ),
+            ("tolerance_s", self.tolerance_s != other.tolerance_s),
+            (
+                "first_sequence",
+                self.first_sequence != other.first_sequence,
+            ),
+            (
+                "hold_timeout_s",
+                self.hold_timeout_s != other.hold_timeout_s,
+            ),
+            ("stale_after_s", self.stale_after_s != other.stale_after_s),
+            ("max_backlog", self.max_backlog != other.max_backlog),
+            (
+                "max_held_per_aggregate",
+                self.max_held_per_aggregate != other.max_held_per_aggregate,
+            ),
+            (
+                "rate_limit_per_s",
+                self.rate_limit_per_s != other.rate_limit_per_s,
+            ),
+            ("keep_headers", self.keep_headers != other.keep_headers),
+        ]
+        .into_iter()
+        .filter_map(|(key, changed)| changed.then_some(key))
+        .collect()
+    }
 }
 
 #[cfg(test)]

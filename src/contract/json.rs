@@ -47,7 +47,8 @@ pub enum AggregateLocations {
 }
 
 impl AggregateLocations {
-    fn as_slice(&self) -> &[String] {
+    /// The locations, one or several.
+    pub fn as_slice(&self) -> &[String] {
         match self {
             AggregateLocations::One(one) => std::slice::from_ref(one),
             AggregateLocations::Many(many) => many,
@@ -131,6 +132,12 @@ impl Location {
             }
             let name = HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| format!("{raw:?} is not a valid header name"))?;
+            if crate::signature::carries_credential(name.as_str()) {
+                return Err(format!(
+                    "{raw:?} names a header that carries a signature or a credential: \
+                     it is never read as a field"
+                ));
+            }
             return Ok(Location::Header {
                 text: raw.to_owned(),
                 name,
@@ -863,7 +870,7 @@ mod tests {
 
     #[test]
     fn inconsistent_keys_name_the_key() {
-        let cases: [(&str, &str, &str); 16] = [
+        let cases: [(&str, &str, &str); 19] = [
             (
                 "aggregate = \"/a\"\nsequence = \"/s\"",
                 "ordering",
@@ -943,6 +950,21 @@ mod tests {
                 "ordering = \"unordered\"\nstate = \"header:X-State\"",
                 "state",
                 "not a header",
+            ),
+            (
+                "ordering = \"in-order\"\naggregate = \"/k\"\nsequence = \"header:Authorization\"",
+                "sequence",
+                "carries a signature or a credential",
+            ),
+            (
+                "ordering = \"unordered\"\nevent_id = \"header:X-Hub-Signature-256\"",
+                "event_id",
+                "carries a signature or a credential",
+            ),
+            (
+                "ordering = \"latest-wins\"\naggregate = [\"/k\", \"header:Cookie\"]\nsequence = \"/n\"",
+                "aggregate",
+                "carries a signature or a credential",
             ),
         ];
         for (text, key, fragment) in cases {

@@ -41,8 +41,6 @@ const STORE_BACKOFF: Duration = Duration::from_secs(1);
 /// and no proxy from the environment.
 pub fn http_client(tls_ca_file: Option<&std::path::Path>) -> Result<reqwest::Client, String> {
     crate::outbound::client_builder(tls_ca_file, "tls_ca_file")?
-        .redirect(reqwest::redirect::Policy::none())
-        .no_proxy()
         .build()
         .map_err(|e| format!("HTTP client: {}", describe_error(&e)))
 }
@@ -114,6 +112,9 @@ pub struct Sender {
     pub poll: Duration,
     /// This node's circuit breaker for the destination, also read by `GET /v1/destinations`.
     pub circuit: Arc<Mutex<Circuit>>,
+    /// The secrets in force: each attempt is signed with the destination's secret of the
+    /// moment, so a reload rotates it from the next attempt on.
+    pub secrets: crate::config::LiveSecrets,
 }
 
 /// A finished request's verdict on its way to the recorder, which writes those waiting
@@ -256,6 +257,7 @@ impl Sender {
         destinations: &[DestinationConfig],
         store: &Arc<dyn Store>,
         clock: Clock,
+        secrets: &crate::config::LiveSecrets,
     ) -> Result<Vec<Sender>, String> {
         let node_id: Arc<str> = node_id().into();
         let mut clients: Vec<(Option<std::path::PathBuf>, reqwest::Client)> = Vec::new();
@@ -281,6 +283,7 @@ impl Sender {
                 bell: Arc::new(Notify::new()),
                 poll: DEFAULT_POLL,
                 circuit: Arc::new(Mutex::new(Circuit::new(CircuitPolicy::default()))),
+                secrets: secrets.clone(),
             });
         }
         Ok(senders)
@@ -648,7 +651,10 @@ impl Sender {
             sequence: delivery.sequence,
             body: &body,
         };
-        let headers = match request_headers(&forwarded, &destination.secret, attempt, at_ms / 1000)
+        let Some(secret) = self.secrets.destination(&destination.name) else {
+            return dead("the destination has no secret in force".to_owned());
+        };
+        let headers = match request_headers(&forwarded, &secret, attempt, at_ms / 1000)
             .map_err(|e| e.to_string())
             .and_then(|h| header_map(&h))
         {

@@ -92,6 +92,11 @@ pub enum Answer {
     Internal,
     /// 401 on the admin API, saying why (never echoing the token).
     Unauthorized(&'static str),
+    /// 429 on the admin API: this peer sent too many wrong tokens in a row and must wait.
+    TooManyWrongTokens {
+        /// Whole seconds until a token of this peer is compared again (at least 1).
+        retry_after_s: u64,
+    },
     /// 403 on the admin API: a foreign `Host` (DNS rebinding) or a cross-site `Origin` (CSRF).
     Forbidden {
         /// `forbidden_host` or `forbidden_origin`.
@@ -139,6 +144,7 @@ impl Answer {
             Answer::TooManyStreams => "too_many_streams",
             Answer::Internal => "internal_error",
             Answer::Unauthorized(_) => "unauthorized",
+            Answer::TooManyWrongTokens { .. } => "too_many_wrong_tokens",
             Answer::Forbidden { error, .. } => error,
             Answer::NotFound(_) => "not_found",
             Answer::BadRequest(_) => "bad_request",
@@ -270,6 +276,10 @@ pub(super) enum AdminFailures {
     /// (DNS rebinding); `forbidden_origin`: a state-changing call whose `Origin` is not this server
     #[response(status = 403)]
     Forbidden(ErrorBody),
+    /// `too_many_wrong_tokens`: this address sent too many wrong admin tokens in a row; no
+    /// token of it is compared until `Retry-After` has passed
+    #[response(status = 429, headers(("Retry-After" = u32, description = "Seconds to wait")))]
+    TooManyWrongTokens(ErrorBody),
     /// The store cannot be reached (`store_unavailable`)
     #[response(status = 503, headers(("Retry-After" = u32, description = "Seconds to wait")))]
     StoreUnavailable(ErrorBody),
@@ -419,6 +429,17 @@ impl IntoResponse for Answer {
             Answer::Internal => error(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 ErrorBody::new(ErrorStatus::Error, "internal"),
+            ),
+            Answer::TooManyWrongTokens { retry_after_s } => retry_after(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorBody {
+                    detail: Some(
+                        "too many wrong admin tokens from this address: wait, then try again"
+                            .into(),
+                    ),
+                    ..ErrorBody::rejected("too_many_wrong_tokens")
+                },
+                retry_after_s,
             ),
             Answer::Unauthorized(detail) => error(
                 StatusCode::UNAUTHORIZED,

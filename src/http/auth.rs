@@ -3,9 +3,13 @@
 //! one, only a direct loopback client naming a loopback `Host` is served: a local proxy
 //! or sidecar would make every client look like loopback, and a foreign `Host` means a
 //! DNS-rebound page. In both modes a state-changing call must come from this origin
-//! and carry JSON, so a cross-site form post cannot replay or reload.
+//! and carry JSON, so a cross-site form post cannot replay or reload. A peer that keeps
+//! sending wrong tokens is made to wait ([`TokenGuesses`]).
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::header::{self, HeaderMap, HeaderValue};
@@ -23,6 +27,69 @@ use crate::signature::Secret;
 /// Headers a proxy adds; any of them means the TCP peer is not the client.
 const PROXY_HEADERS: [&str; 3] = ["forwarded", "x-forwarded-for", "x-real-ip"];
 
+/// Wrong tokens a peer may send in a row before it must wait between tries.
+const FREE_GUESSES: u32 = 10;
+/// The longest a peer is made to wait between tries.
+const LONGEST_WAIT: Duration = Duration::from_secs(60);
+/// Peers remembered at most: past it, those not waiting are forgotten first.
+const MOST_PEERS: usize = 16_384;
+
+/// Wrong admin tokens per peer (an IPv6 /64 is one peer). Past [`FREE_GUESSES`] in a row,
+/// a peer must wait before its next token is even compared: 1 s, doubling with each wrong
+/// one up to [`LONGEST_WAIT`]; meanwhile every call carrying a token is answered 429, so a
+/// right guess cannot be told from a wrong one. A right token clears the count.
+#[derive(Default)]
+pub struct TokenGuesses(Mutex<HashMap<IpAddr, Guesses>>);
+
+#[derive(Clone, Copy)]
+struct Guesses {
+    wrong: u32,
+    wait_until: Instant,
+}
+
+impl TokenGuesses {
+    /// How long `peer` must still wait before a token of its is compared, if at all.
+    fn wait(&self, peer: IpAddr, now: Instant) -> Option<Duration> {
+        let guesses = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let until = guesses.get(&super::server::peer_key(peer))?.wait_until;
+        (until > now).then(|| until - now)
+    }
+
+    /// Counts a wrong token from `peer`.
+    fn wrong(&self, peer: IpAddr, now: Instant) {
+        let mut guesses = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if guesses.len() >= MOST_PEERS {
+            guesses.retain(|_, g| g.wait_until > now);
+            if guesses.len() >= MOST_PEERS {
+                guesses.clear();
+            }
+        }
+        let entry = guesses
+            .entry(super::server::peer_key(peer))
+            .or_insert(Guesses {
+                wrong: 0,
+                wait_until: now,
+            });
+        entry.wrong = entry.wrong.saturating_add(1);
+        if let Some(over) = entry.wrong.checked_sub(FREE_GUESSES) {
+            let wait = Duration::from_secs(1u64 << over.min(6)).min(LONGEST_WAIT);
+            entry.wait_until = now + wait;
+        }
+    }
+
+    /// Forgets `peer`'s wrong tokens: it sent the right one.
+    fn right(&self, peer: IpAddr) {
+        let mut guesses = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if !guesses.is_empty() {
+            guesses.remove(&super::server::peer_key(peer));
+        }
+    }
+}
+
+/// Refused admin calls are logged one line per interval at most: a flood must not fill the log.
+static REFUSED_LOG: crate::log_throttle::LogThrottle =
+    crate::log_throttle::LogThrottle::new(crate::log_throttle::NOISY_LOG_INTERVAL);
+
 /// Lets a request through if [`admit`] does; otherwise answers its refusal.
 pub(super) async fn require_admin(
     State(state): State<AppState>,
@@ -30,15 +97,28 @@ pub(super) async fn require_admin(
     request: Request,
     next: Next,
 ) -> Response {
-    match admit(
-        state.config.admin_token.as_ref(),
-        peer,
-        request.method(),
-        request.headers(),
-    ) {
+    let token = state.config.admin_token.as_ref();
+    let now = Instant::now();
+    let offers_token = request.headers().contains_key(header::AUTHORIZATION);
+    let outcome = match token.zip(state.token_guesses.wait(peer.ip(), now)) {
+        Some((_, wait)) if offers_token => Err(Answer::TooManyWrongTokens {
+            retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64,
+        }),
+        _ => admit(token, peer, request.method(), request.headers()),
+    };
+    if token.is_some() && offers_token {
+        match &outcome {
+            Err(Answer::Unauthorized(_)) => state.token_guesses.wrong(peer.ip(), now),
+            Ok(()) => state.token_guesses.right(peer.ip()),
+            Err(_) => {}
+        }
+    }
+    match outcome {
         Ok(()) => next.run(request).await,
         Err(refusal) => {
-            tracing::info!(%peer, decision = refusal.decision(), "admin call refused");
+            if let Some(suppressed) = REFUSED_LOG.admit() {
+                tracing::info!(%peer, decision = refusal.decision(), suppressed, "admin call refused");
+            }
             refusal.into_response()
         }
     }

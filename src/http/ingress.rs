@@ -81,7 +81,9 @@ pub(super) async fn receive(
 async fn admit(state: &AppState, source: &SourceConfig, headers: &HeaderMap, body: Body) -> Answer {
     let answer = check_and_log(state, source, headers, body).await;
     if answer.is_rejection() {
-        info!(source = %source.name, decision = answer.decision(), "delivery rejected");
+        if let Some(suppressed) = REJECTED_LOG.admit() {
+            info!(source = %source.name, decision = answer.decision(), suppressed, "delivery rejected");
+        }
     }
     answer
 }
@@ -339,7 +341,7 @@ async fn verify_signature(
     body: &axum::body::Bytes,
     received_at_ms: i64,
 ) -> Result<signature::Verified, Answer> {
-    let secrets = state.secrets.current(&source.name);
+    let secrets = state.secrets.source(&source.name);
     let (scheme, tolerance_s) = (source.scheme, source.tolerance_s);
     let received_at = received_at_ms.div_euclid(1000);
     let ignored = signature::ignored_signatures(scheme, headers);
@@ -374,7 +376,11 @@ async fn verify_signature(
         signature::verify(scheme, headers, body, &secrets, received_at, tolerance_s)
     };
     verdict.map_err(|err| {
-        warn!(source = %source.name, reason = err.code(), detail = %err, "signature rejected");
+        // Anyone can send a bad signature: one line per interval, the metric counts them all.
+        if let Some(suppressed) = SIGNATURE_LOG.admit() {
+            warn!(source = %source.name, reason = err.code(), detail = %err, suppressed,
+                  "signature rejected");
+        }
         metrics::signature_failure(&source.name, err.code());
         Answer::SignatureRejected(err)
     })
@@ -453,6 +459,14 @@ fn sync_answer(event: &EventFields, decided: Decided) -> Answer {
 
 /// Refusals for a full body budget come in floods: one log line per interval.
 static BUSY_LOG: crate::log_throttle::LogThrottle =
+    crate::log_throttle::LogThrottle::new(crate::log_throttle::NOISY_LOG_INTERVAL);
+
+/// Deliveries refused before their signature was checked: anyone can send them.
+static REJECTED_LOG: crate::log_throttle::LogThrottle =
+    crate::log_throttle::LogThrottle::new(crate::log_throttle::NOISY_LOG_INTERVAL);
+
+/// Deliveries whose signature did not verify: anyone can send them.
+static SIGNATURE_LOG: crate::log_throttle::LogThrottle =
     crate::log_throttle::LogThrottle::new(crate::log_throttle::NOISY_LOG_INTERVAL);
 
 /// Most bytes of a refused body read (and dropped) so that the client, still

@@ -45,8 +45,10 @@ pub struct AppState {
     pub duplicates: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
     /// The change feed `GET /v1/stream` follows, and its cap.
     pub feed: Arc<ChangeFeed>,
-    /// Each source's secrets, replaceable without a restart.
-    pub secrets: Secrets,
+    /// Wrong admin tokens per peer, which make a guessing peer wait.
+    pub token_guesses: Arc<auth::TokenGuesses>,
+    /// Each source's and destination's secrets, replaceable without a restart.
+    pub secrets: crate::config::LiveSecrets,
     /// Token buckets of the sources with a `rate_limit_per_s`.
     pub rate_limits: Arc<std::sync::Mutex<std::collections::HashMap<String, TokenBucket>>>,
     /// Undecided events per source, refreshed every second (for `max_backlog`).
@@ -79,72 +81,6 @@ impl BodyBudget {
     pub fn try_take(&self, bytes: usize) -> Option<tokio::sync::OwnedSemaphorePermit> {
         let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
         Arc::clone(&self.0).try_acquire_many_owned(bytes).ok()
-    }
-}
-
-/// Each running source's secrets, shared with the reload paths so that rotation needs no
-/// restart. There is no fallback to the secrets read at start: a source not in the map
-/// verifies nothing, so a revoked secret cannot come back.
-#[derive(Clone, Default)]
-pub struct Secrets(
-    Arc<std::sync::RwLock<std::collections::HashMap<String, Vec<crate::signature::Secret>>>>,
-);
-
-impl Secrets {
-    /// The secrets of the configured sources.
-    pub fn of(config: &Config) -> Self {
-        let secrets = Self::default();
-        secrets.take(config, config);
-        secrets
-    }
-
-    /// Takes `fresh`'s secrets for the sources of `running`, all at once.
-    fn take(&self, running: &Config, fresh: &Config) {
-        let taken: std::collections::HashMap<_, _> = running
-            .sources
-            .iter()
-            .filter_map(|s| fresh.source(&s.name))
-            .map(|s| (s.name.clone(), s.secrets.clone()))
-            .collect();
-        // A poisoned lock only means a panic elsewhere mid-write; the map itself is whole.
-        let mut current = self.0.write().unwrap_or_else(|p| p.into_inner());
-        *current = taken;
-    }
-
-    /// Reads `running`'s config file (and the environment) again and, if it passes
-    /// [`check_reload`](crate::config::check_reload), takes its secrets. On an error nothing
-    /// changes. `trigger` (`SIGHUP`, `admin call`) is logged with the outcome, never a secret.
-    pub fn reload(
-        &self,
-        running: &Config,
-        trigger: &'static str,
-    ) -> Result<crate::config::ReloadPlan, crate::config::ConfigError> {
-        let outcome = Config::load(running.loaded_from.as_deref()).and_then(|fresh| {
-            let plan = crate::config::check_reload(running, &fresh)?;
-            self.take(running, &fresh);
-            Ok(plan)
-        });
-        match &outcome {
-            Ok(plan) => tracing::info!(
-                trigger,
-                sources = plan.sources,
-                from_environment = ?plan.from_environment,
-                not_served_until_restart = ?plan.not_served_until_restart,
-                "secrets reloaded"
-            ),
-            Err(err) => tracing::warn!(trigger, error = %err, "config not reloaded"),
-        }
-        outcome
-    }
-
-    /// The secrets in force for the source named `source`; none (nothing verifies) if unknown.
-    pub fn current(&self, source: &str) -> Vec<crate::signature::Secret> {
-        self.0
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(source)
-            .cloned()
-            .unwrap_or_default()
     }
 }
 

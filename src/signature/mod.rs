@@ -110,6 +110,32 @@ impl Scheme {
         }
     }
 
+    /// The header that carries the signature itself.
+    pub fn signature_header(self) -> &'static str {
+        match self {
+            Scheme::HmacHex | Scheme::HmacTimestamped => seed::SIGNATURE_HEADER,
+            Scheme::StandardWebhooks => standard_webhooks::SIGNATURE_HEADER,
+            Scheme::Github => github::SIGNATURE_HEADER,
+            Scheme::Stripe => stripe::SIGNATURE_HEADER,
+            Scheme::Slack => slack::SIGNATURE_HEADER,
+            Scheme::Shopify => shopify::SIGNATURE_HEADER,
+        }
+    }
+
+    /// The headers the signature covers besides the body: a value read from any other
+    /// header can be changed by whoever resends a captured delivery.
+    pub fn signed_headers(self) -> &'static [&'static str] {
+        match self {
+            Scheme::HmacTimestamped => &[seed::TIMESTAMP_HEADER],
+            Scheme::StandardWebhooks => &[
+                standard_webhooks::ID_HEADER,
+                standard_webhooks::TIMESTAMP_HEADER,
+            ],
+            Scheme::Slack => &[slack::TIMESTAMP_HEADER],
+            Scheme::HmacHex | Scheme::Github | Scheme::Stripe | Scheme::Shopify => &[],
+        }
+    }
+
     /// The header whose value names the delivery, used as `event_id` when the body has none.
     pub fn delivery_id_header(self) -> Option<&'static str> {
         match self {
@@ -151,6 +177,24 @@ impl fmt::Display for Scheme {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
+}
+
+/// Headers that carry credentials whatever their owner calls them.
+const CREDENTIAL_HEADERS: [&str; 4] = [
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "set-cookie",
+];
+
+/// Whether the header `name` (any case) carries a signature of any scheme or a credential:
+/// such a header is never kept with an event nor read as one of its fields.
+pub fn carries_credential(name: &str) -> bool {
+    Scheme::ALL
+        .iter()
+        .map(|scheme| scheme.signature_header())
+        .chain(CREDENTIAL_HEADERS)
+        .any(|header| header.eq_ignore_ascii_case(name))
 }
 
 /// How every timestamped scheme writes its time.

@@ -13,6 +13,9 @@ use super::publisher::Publisher;
 use super::stream::AggregateRef;
 use crate::outbound::describe_error;
 
+/// The most of an aggregate's state read back (a server answering more is misbehaving).
+const STATE_BODY_BYTES: usize = 4 << 20;
+
 /// An aggregate whose state read back differs from the expected one.
 #[derive(Debug, Clone)]
 pub struct Mismatch {
@@ -95,16 +98,26 @@ impl Publisher {
             Err(err) => return Read::Failed(describe_error(&err)),
         };
         let code = response.status().as_u16();
-        let text = response.text().await.unwrap_or_default();
+        let text = match crate::outbound::read_capped(response, STATE_BODY_BYTES).await {
+            Ok((body, false)) => String::from_utf8_lossy(&body).into_owned(),
+            Ok((body, true)) => return Read::Failed(crate::outbound::printable(&body, true)),
+            Err(err) => return Read::Failed(describe_error(&err)),
+        };
         match code {
             200 => serde_json::from_str(&text)
                 .map(Read::Found)
                 .unwrap_or_else(|_| {
-                    Read::Failed(format!("200 with a body that is not JSON: {text}"))
+                    Read::Failed(format!(
+                        "200 with a body that is not JSON: {}",
+                        crate::outbound::printable(text.as_bytes(), false)
+                    ))
                 }),
             404 => Read::NotFound,
             401 | 403 => Read::Refused(code),
-            _ => Read::Failed(format!("{code} {text}")),
+            _ => Read::Failed(format!(
+                "{code} {}",
+                crate::outbound::printable(text.as_bytes(), false)
+            )),
         }
     }
 }

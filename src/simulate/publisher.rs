@@ -455,11 +455,12 @@ impl Publisher {
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
         // An answer cut off mid-body is no answer: the publisher cannot know what happened.
-        match response.text().await {
-            Ok(text) => Attempt::Answered {
+        match crate::outbound::read_capped(response, crate::outbound::SHOWN_BODY_BYTES).await {
+            Ok((body, cut)) => Attempt::Answered {
                 code,
                 retry_after,
-                body: serde_json::from_str(&text).unwrap_or(Value::String(text)),
+                body: serde_json::from_slice(&body)
+                    .unwrap_or_else(|_| Value::String(crate::outbound::printable(&body, cut))),
             },
             Err(err) => Attempt::failed(&err),
         }

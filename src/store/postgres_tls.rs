@@ -99,6 +99,33 @@ pub fn split_url(url: &str) -> Result<(String, TlsParams), String> {
     Ok((url, params))
 }
 
+/// What to warn of at start about `url`'s TLS, if anything: `sslmode=prefer` (the default)
+/// to a host that is not this machine falls back to plain TCP when anyone on the path
+/// answers that the server offers no TLS, sending the password and every event in clear.
+pub fn start_warning(url: &str) -> Option<String> {
+    let (base, params) = split_url(url).ok()?;
+    if params.mode != SslMode::Prefer {
+        return None;
+    }
+    let config: tokio_postgres::Config = base.parse().ok()?;
+    let remote = config.get_hosts().iter().any(|host| match host {
+        tokio_postgres::config::Host::Tcp(name) => {
+            let name = name.trim_start_matches('[').trim_end_matches(']');
+            name != "localhost"
+                && !name
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        }
+        #[cfg(unix)]
+        tokio_postgres::config::Host::Unix(_) => false,
+    });
+    remote.then(|| {
+        "the database URL has sslmode=prefer (the default) for a host that is not this machine: \
+         anyone on the path can strip TLS. Set sslmode=verify-full (or require) to insist on it"
+            .to_owned()
+    })
+}
+
 fn mode_name(mode: SslMode) -> &'static str {
     match mode {
         SslMode::Disable => "disable",
@@ -353,6 +380,26 @@ mod tests {
 
     fn split(url: &str) -> Result<(String, TlsParams), String> {
         split_url(url)
+    }
+
+    #[test]
+    fn prefer_to_a_remote_host_is_warned_of() {
+        for remote in [
+            "postgres://u@db.example:5432/x",
+            "postgres://u@10.0.0.7/x?sslmode=prefer",
+            "postgres://u@127.0.0.1,db.example/x",
+        ] {
+            assert!(start_warning(remote).is_some(), "{remote}");
+        }
+        for quiet in [
+            "postgres://u@127.0.0.1:5432/x",
+            "postgres://u@localhost/x",
+            "postgres://u@[::1]/x",
+            "postgres://u@db.example/x?sslmode=verify-full",
+            "postgres://u@db.example/x?sslmode=require",
+        ] {
+            assert_eq!(start_warning(quiet), None, "{quiet}");
+        }
     }
 
     #[test]

@@ -63,7 +63,7 @@ state = "/user"
   const config = `
 listen = "127.0.0.1:0"
 database = "sqlite://${path.join(dir, 'inhook.db')}"
-${adminToken ? `admin_token = "${adminToken}"` : ''}
+${adminToken ? `admin_token = "${adminToken}"` : 'admin_open_to_loopback = true'}
 ${json ? 'mask_fields = ["email"]' : ''}
 
 [[sources]]

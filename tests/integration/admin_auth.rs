@@ -1,6 +1,7 @@
-//! The admin API fails closed: an empty token does not start, no-token mode trusts only
-//! direct loopback clients naming a loopback `Host`, state-changing calls refuse other
-//! origins and non-JSON bodies, and every admin answer is `no-store` and `nosniff`.
+//! The admin API fails closed: an empty or short token does not start, with none configured
+//! one is generated for the run, the opted-in loopback mode trusts only direct loopback
+//! clients naming a loopback `Host`, a peer guessing tokens must wait, state-changing calls
+//! refuse other origins and non-JSON bodies, and every admin answer is `no-store` and `nosniff`.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -238,4 +239,135 @@ async fn with_a_token_the_bearer_decides_and_origins_are_still_checked() {
     )
     .await;
     assert_eq!((code, &body["error"]), (403, &json!("forbidden_origin")));
+}
+
+/// Starts `inhook serve` with neither `admin_token` nor `admin_open_to_loopback`; answers
+/// the child, its URL, the token it printed, the dashboard link and its directory.
+fn serve_with_a_generated_token() -> (
+    std::process::Child,
+    String,
+    String,
+    String,
+    tempfile::TempDir,
+) {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inhook.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "listen = \"127.0.0.1:0\"\ndatabase = \"sqlite://{}\"\n",
+            dir.path().join("inhook.db").display()
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_inhook"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env_remove("INHOOK_ADMIN_TOKEN")
+        .env_remove("INHOOK_ADMIN_OPEN_TO_LOOPBACK")
+        .env("INHOOK_PRESENCE_SECRET", PRESENCE_SECRET)
+        .env("INHOOK_SAVE_GAME_SECRET", SAVE_SECRETS[0])
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next = || lines.next().expect("a line").expect("stdout");
+    let url = next()
+        .strip_prefix("inhook listening on ")
+        .expect("the listening line first")
+        .to_owned();
+    let token = next()
+        .strip_prefix("inhook admin token for this run: ")
+        .expect("the token line")
+        .to_owned();
+    let dashboard = next()
+        .strip_prefix("inhook dashboard: ")
+        .expect("the dashboard line")
+        .to_owned();
+    (child, url, token, dashboard, dir)
+}
+
+#[tokio::test]
+async fn with_no_token_configured_one_is_generated_and_loopback_alone_is_refused() {
+    let (mut child, url, token, dashboard, dir) = serve_with_a_generated_token();
+    assert!(
+        token.len() >= 32 && token.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{token}"
+    );
+    assert_eq!(dashboard, format!("{url}/#token={token}"));
+    let client = reqwest::Client::new();
+    let events = format!("{url}/v1/events");
+    // A same-host proxy (nginx's default proxy_pass) looks exactly like this: refused.
+    let (code, headers, body) = call(client.get(&events).header("host", "127.0.0.1:8080")).await;
+    assert_eq!(
+        (code, &body["error"]),
+        (401, &json!("unauthorized")),
+        "{body}"
+    );
+    assert_admin_headers(&headers, "401");
+    let (code, _, _) = call(client.get(&events).bearer_auth(&token)).await;
+    assert_eq!(code, 200);
+    // The token is not in any file, so a reload of the unchanged file keeps it.
+    let (code, _, body) = call(
+        client
+            .post(format!("{url}/v1/admin/reload"))
+            .bearer_auth(&token),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(call(client.get(&events).bearer_auth(&token)).await.0, 200);
+    Command::new("kill")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    child.wait().unwrap();
+    let log = std::fs::read_to_string(dir.path().join("server.log")).unwrap();
+    assert!(log.contains("no admin_token configured"), "{log}");
+    assert!(!log.contains(&token), "the generated token reached the log");
+}
+
+#[tokio::test]
+async fn a_short_admin_token_does_not_start() {
+    let stderr = serve_expecting_failure("admin_token = \"a\"", &[]);
+    assert!(
+        stderr.contains("admin_token is shorter than 16 bytes"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_peer_guessing_tokens_must_wait_and_cannot_tell_a_right_guess() {
+    let token = "admin-guessing-test-token";
+    let server = TestServer::spawn_configured(&format!("admin_token = \"{token}\""), "").await;
+    let client = reqwest::Client::new();
+    let events = format!("{}/v1/events", server.url);
+    for guess in 0..10 {
+        let (code, _, _) = call(client.get(&events).bearer_auth(format!("guess-{guess}"))).await;
+        assert_eq!(code, 401, "guess {guess}");
+    }
+    // Past ten wrong tokens in a row, even the right one is not compared for a while.
+    for bearer in ["guess-10", token] {
+        let (code, headers, body) = call(client.get(&events).bearer_auth(bearer)).await;
+        assert_eq!(
+            (code, &body["error"]),
+            (429, &json!("too_many_wrong_tokens")),
+            "{body}"
+        );
+        assert_eq!(headers["retry-after"], "1");
+        assert_admin_headers(&headers, "429");
+    }
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(call(client.get(&events).bearer_auth(token)).await.0, 200);
+    // The right token cleared the count: the next wrong ones are free again.
+    assert_eq!(call(client.get(&events).bearer_auth("wrong")).await.0, 401);
+    assert_eq!(call(client.get(&events).bearer_auth(token)).await.0, 200);
+    let log = std::fs::read_to_string(server.dir().join("server.log")).unwrap_or_default();
+    let refused = log
+        .lines()
+        .filter(|l| l.contains("admin call refused"))
+        .count();
+    assert!(refused <= 2, "{refused} refusal lines: they are throttled");
 }

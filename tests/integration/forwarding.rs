@@ -463,8 +463,13 @@ async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
     destinations[0].retry.base_ms = 20;
     let destinations: Arc<[_]> = destinations.into();
     let rules = config.source("saves").expect("source").rules(&destinations);
-    let senders = Sender::for_destinations(&destinations, &store, inhook::clock::Clock::System)
-        .expect("senders");
+    let senders = Sender::for_destinations(
+        &destinations,
+        &store,
+        inhook::clock::Clock::System,
+        &inhook::config::LiveSecrets::of(&config),
+    )
+    .expect("senders");
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let running = tokio::spawn(Sender::run_all(
         senders,
@@ -616,8 +621,13 @@ async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
     // The application fixed, a bulk replay of the dead one (advanced by the sender's loop)
     // sends it, and the aggregate it blocked follows in order.
     shared.lock().unwrap().cured = true;
-    let senders = Sender::for_destinations(&destinations, &store, inhook::clock::Clock::System)
-        .expect("senders");
+    let senders = Sender::for_destinations(
+        &destinations,
+        &store,
+        inhook::clock::Clock::System,
+        &inhook::config::LiveSecrets::of(&config),
+    )
+    .expect("senders");
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let running = tokio::spawn(Sender::run_all(
         senders,

@@ -169,3 +169,78 @@ async fn bench_reaches_an_https_server_with_its_ca_only() {
     assert!(out.contains("bench: 12 requests"), "{out}");
     assert_eq!(server.count().await, 12);
 }
+
+/// `inhook send` follows no redirect (it would re-send the signed delivery to wherever the
+/// answer points), takes no proxy from the environment, and prints a bounded, escaped body.
+#[tokio::test]
+async fn send_follows_no_redirect_and_prints_a_bounded_escaped_answer() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    let followed = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&followed);
+    let target =
+        crate::application::serve_application(axum::Router::new().fallback(move || async move {
+            counter.fetch_add(1, Ordering::SeqCst);
+            "followed"
+        }))
+        .await;
+    let location = format!("http://127.0.0.1:{target}/webhooks/presence");
+    let redirector =
+        crate::application::serve_application(axum::Router::new().fallback(move || async move {
+            let body = format!("\x1b[2J\u{202e}moved{}", "x".repeat(1 << 20));
+            (
+                axum::http::StatusCode::TEMPORARY_REDIRECT,
+                [(axum::http::header::LOCATION, location)],
+                body,
+            )
+        }))
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("event.json");
+    std::fs::write(
+        &file,
+        r#"{"event_id":"evt_redir","user_id":"usr_redir","presence":"BUSY","sequence_number":1}"#,
+    )
+    .unwrap();
+    let url = format!("http://127.0.0.1:{redirector}");
+    let file = file.to_str().unwrap().to_owned();
+    // Blocking, so off the runtime thread that serves the two applications.
+    let (ok, out) = tokio::task::spawn_blocking(move || {
+        let words = [
+            "send",
+            "--url",
+            &url,
+            "--source",
+            "presence",
+            "--secret",
+            PRESENCE_SECRET,
+            &file,
+        ];
+        let args: Vec<&std::ffi::OsStr> = words.iter().map(std::ffi::OsStr::new).collect();
+        // A proxy that is not there: taking it would fail to connect at all.
+        let proxy = [
+            ("HTTP_PROXY", "http://127.0.0.1:9"),
+            ("http_proxy", "http://127.0.0.1:9"),
+            ("ALL_PROXY", "http://127.0.0.1:9"),
+            ("NO_PROXY", ""),
+        ];
+        crate::support::run_cli(&args, &proxy)
+    })
+    .await
+    .unwrap();
+    assert!(!ok, "{out}");
+    assert!(out.starts_with("307 "), "{}", &out[..out.len().min(300)]);
+    assert!(out.contains("redirects are not followed"), "{out}");
+    assert!(out.contains("\\u{1b}[2J\\u{202e}moved"), "escaped: {out}");
+    assert!(
+        !out.contains('\x1b') && !out.contains('\u{202e}'),
+        "raw control characters"
+    );
+    assert!(out.len() < 8 << 10, "{} bytes printed", out.len());
+    assert_eq!(
+        followed.load(Ordering::SeqCst),
+        0,
+        "the redirect was followed"
+    );
+}

@@ -292,7 +292,9 @@ async fn secrets_rotate_through_the_admin_api_without_a_restart() {
         (
             200,
             json!({"status": "reloaded", "sources": 2, "from_environment": [],
-                "not_served_until_restart": []})
+                "not_served_until_restart": [], "destinations": 0,
+                "destinations_from_environment": [],
+                "destinations_not_served_until_restart": []})
         )
     );
     assert_eq!(

@@ -262,11 +262,19 @@ impl TestServer {
     }
 
     fn write_config(&self, listen: &str) {
+        // The admin API's loopback mode is opted into unless the test says otherwise: most
+        // tests read it without a token (a configured `admin_token` wins anyway).
+        let loopback = if self.top.contains("admin_open_to_loopback") {
+            ""
+        } else {
+            "admin_open_to_loopback = true"
+        };
         let config = format!(
             r#"
 listen = "{listen}"
 database = "{db}"
 busy_timeout_ms = 300
+{loopback}
 {top}
 
 [[sources]]
