@@ -82,6 +82,61 @@ pub struct PendingEvent<E> {
 /// A save-game event waiting to be decided.
 pub type PendingSave = PendingEvent<SaveEvent>;
 
+/// Most skipped gaps an aggregate remembers; past it the oldest is forgotten (and with it
+/// what is known of the sequences up to it).
+const MOST_SKIPPED_GAPS: usize = 32;
+
+/// The gaps a hold timeout skipped in one in-order aggregate. At or below the watermark,
+/// they tell a late event (its sequence was skipped: dead, `late_after_gap_skip`) from one
+/// decided before, whose dedup key was purged (a resend, or a captured delivery sent
+/// again: stale, never applied twice).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct SkippedGaps {
+    /// Sequences below this are not known: skipped before the gaps were recorded (a store
+    /// of an older release), or forgotten past [`MOST_SKIPPED_GAPS`].
+    known_from: i64,
+    /// The skipped ranges, `(first, last)` inclusive, oldest first.
+    gaps: Vec<(i64, i64)>,
+}
+
+impl SkippedGaps {
+    /// The gaps of an aggregate as stored (`None`: none recorded yet, so nothing at or below
+    /// `watermark` is known); an unreadable text counts as none recorded.
+    pub fn from_stored(text: Option<&str>, watermark: i64) -> Self {
+        text.and_then(|t| serde_json::from_str(t).ok())
+            .unwrap_or(Self {
+                known_from: watermark.saturating_add(1),
+                gaps: Vec::new(),
+            })
+    }
+
+    /// The stored form.
+    pub fn to_stored(&self) -> String {
+        serde_json::to_string(self).expect("skipped gaps serialize")
+    }
+
+    /// Records that `first..=last` was skipped.
+    fn record(&mut self, first: i64, last: i64) {
+        if first > last {
+            return;
+        }
+        self.gaps.push((first, last));
+        if self.gaps.len() > MOST_SKIPPED_GAPS {
+            let (_, forgotten) = self.gaps.remove(0);
+            self.known_from = self.known_from.max(forgotten.saturating_add(1));
+        }
+    }
+
+    /// Whether `sequence` (at or below the watermark) was skipped; `None` when not known.
+    pub fn skipped(&self, sequence: i64) -> Option<bool> {
+        (sequence >= self.known_from).then(|| {
+            self.gaps
+                .iter()
+                .any(|&(first, last)| (first..=last).contains(&sequence))
+        })
+    }
+}
+
 /// The state of an aggregate whose events may wait for lower sequences (save slots,
 /// `json` in-order sources): what [`settle_in_order`] reads and changes.
 pub trait InOrderState: Clone {
@@ -91,6 +146,8 @@ pub trait InOrderState: Clone {
     fn watermark(&self) -> i64;
     /// Moves the watermark.
     fn set_watermark(&mut self, watermark: i64);
+    /// The gaps skipped so far, which the watermark moved over.
+    fn skipped_gaps_mut(&mut self) -> &mut SkippedGaps;
     /// A sequence at or below which a held event is decided without waiting (a save
     /// slot's snapshot makes older deltas stale).
     fn floor(&self) -> Option<i64> {
@@ -107,11 +164,14 @@ pub trait InOrderState: Clone {
     ) -> Result<(), (DeadReason, String)>;
 }
 
-/// The rule of an in-order event against the watermark (SPEC §3): the next sequence
-/// applies, a later one waits, an earlier one came after its gap was skipped (unless
-/// a person replayed it).
-pub fn in_order_rule(watermark: i64, sequence: i64, replayed: bool) -> Outcome {
-    if sequence <= watermark && replayed {
+/// The rule of an in-order event against the watermark (docs/contract.md, in-order): the
+/// next sequence applies, a later one waits. An earlier one was decided before (stale: a
+/// resend whose dedup key was purged), or came after its gap was skipped (dead, unless a
+/// person replayed it); where `gaps` cannot tell, it counts as late.
+pub fn in_order_rule(watermark: i64, sequence: i64, replayed: bool, gaps: &SkippedGaps) -> Outcome {
+    if sequence <= watermark && gaps.skipped(sequence) == Some(false) {
+        Outcome::Stale
+    } else if sequence <= watermark && replayed {
         Outcome::Applied
     } else if sequence <= watermark {
         Outcome::dead(
@@ -136,6 +196,10 @@ impl InOrderState for SaveState {
 
     fn set_watermark(&mut self, watermark: i64) {
         self.last_sequence = watermark;
+    }
+
+    fn skipped_gaps_mut(&mut self) -> &mut SkippedGaps {
+        &mut self.skipped_gaps
     }
 
     fn floor(&self) -> Option<i64> {
@@ -243,6 +307,7 @@ pub fn settle_in_order<S: InOrderState>(
                 let watermark = state.watermark();
                 let filled = occupied.range(watermark + 1..=target).count() as i64;
                 gaps_skipped += (target - watermark - filled).max(0) as u64;
+                state.skipped_gaps_mut().record(watermark + 1, target);
                 state.set_watermark(target);
                 raise(&mut state, &occupied);
             }
@@ -381,7 +446,12 @@ fn decide_save(state: &SaveState, pending: &PendingSave) -> Outcome {
                 // A newer snapshot already contains this delta.
                 Outcome::Stale
             } else {
-                in_order_rule(state.last_sequence, seq.get(), pending.replayed)
+                in_order_rule(
+                    state.last_sequence,
+                    seq.get(),
+                    pending.replayed,
+                    &state.skipped_gaps,
+                )
             }
         }
     }
@@ -669,6 +739,83 @@ mod tests {
             prop_assert_eq!(state.progress, expected.progress);
             prop_assert_eq!(state.achievements, expected.achievements);
             prop_assert_eq!(state.last_sequence, expected.last_sequence);
+        }
+    }
+
+    #[test]
+    fn skipped_gaps_tell_late_from_resent_and_forget_the_oldest() {
+        let mut gaps = SkippedGaps::from_stored(None, 4);
+        assert_eq!(
+            gaps.skipped(4),
+            None,
+            "below the first record nothing is known"
+        );
+        gaps.record(5, 7);
+        assert_eq!(
+            (gaps.skipped(6), gaps.skipped(8)),
+            (Some(true), Some(false))
+        );
+        let stored = SkippedGaps::from_stored(Some(&gaps.to_stored()), 99);
+        assert_eq!(stored, gaps);
+        assert_eq!(
+            SkippedGaps::from_stored(Some("not json"), 9).skipped(9),
+            None
+        );
+        for n in 0..MOST_SKIPPED_GAPS as i64 {
+            gaps.record(10 + 2 * n, 10 + 2 * n);
+        }
+        assert_eq!(gaps.skipped(6), None, "the oldest gap was forgotten");
+        assert_eq!(gaps.skipped(11), Some(false));
+        assert_eq!(gaps.skipped(10 + 2 * 31), Some(true));
+        let watermark = 100;
+        assert_eq!(in_order_rule(watermark, 11, false, &gaps), Outcome::Stale);
+        assert_eq!(in_order_rule(watermark, 11, true, &gaps), Outcome::Stale);
+        assert!(matches!(
+            in_order_rule(watermark, 12, false, &gaps),
+            Outcome::Dead {
+                reason: DeadReason::LateAfterGapSkip,
+                ..
+            }
+        ));
+        assert_eq!(in_order_rule(watermark, 12, true, &gaps), Outcome::Applied);
+        assert!(matches!(
+            in_order_rule(watermark, 6, false, &gaps),
+            Outcome::Dead { .. }
+        ));
+    }
+
+    proptest! {
+        /// Deltas resent after their log rows (and so their occupied sequences) are gone
+        /// never change the inventory: each is stale, or dead when its gap was skipped.
+        #[test]
+        fn deltas_resent_after_their_purge_are_never_applied_twice(
+            present in proptest::collection::vec(any::<bool>(), 1..16),
+            resent in proptest::collection::vec(any::<proptest::sample::Index>(), 1..16),
+        ) {
+            let deltas: Vec<SaveEvent> = present
+                .iter()
+                .enumerate()
+                .filter(|(_, here)| **here)
+                .map(|(i, _)| delta(i as i64 + 1, "gem", 1, 0))
+                .collect();
+            prop_assume!(!deltas.is_empty());
+            // Every gap is skipped at once (they have all waited past the hold timeout).
+            let first = settle_save(SaveState::empty(1), BTreeSet::new(), pending(deltas.clone(), 0), HOLD, HOLD);
+            let before = first.state.clone();
+            prop_assert_eq!(before.inventory.get("gem").copied(), Some(deltas.len() as i64));
+            // Each once: the event log answers a second copy as a duplicate itself.
+            let picked: BTreeSet<usize> = resent.iter().map(|i| i.index(deltas.len())).collect();
+            let again: Vec<SaveEvent> = picked.into_iter().map(|i| deltas[i].clone()).collect();
+            let later = settle_save(first.state, BTreeSet::new(), pending(again, 2 * HOLD), 2 * HOLD, HOLD);
+            prop_assert_eq!(&later.state.inventory, &before.inventory);
+            prop_assert!(later.decisions.iter().all(|(_, o)| *o == Outcome::Stale));
+            // A skipped sequence arriving late is still dead.
+            if let Some(missing) = present.iter().position(|here| !here) {
+                let late = settle_save(later.state, BTreeSet::new(), pending(vec![delta(missing as i64 + 1, "gem", 1, 0)], 0), 0, HOLD);
+                let late_dead = matches!(late.decisions[0].1, Outcome::Dead { reason: DeadReason::LateAfterGapSkip, .. });
+                let beyond = missing as i64 + 1 > before.last_sequence;
+                prop_assert!(late_dead || beyond, "{:?}", late.decisions);
+            }
         }
     }
 

@@ -120,13 +120,18 @@ pub struct SaveState {
     pub achievements: BTreeSet<String>,
     /// When anything was last applied, unix milliseconds.
     pub updated_at_ms: i64,
+    /// The gaps a hold timeout skipped: a resent delta below `last_sequence` outside
+    /// them was applied before.
+    pub skipped_gaps: crate::ordering::SkippedGaps,
 }
 
 impl SaveState {
     /// The state of a slot no event has touched, for a source whose sequences start at `first_sequence`.
     pub fn empty(first_sequence: i64) -> Self {
+        let last_sequence = first_sequence.saturating_sub(1);
         Self {
-            last_sequence: first_sequence.saturating_sub(1),
+            last_sequence,
+            skipped_gaps: crate::ordering::SkippedGaps::from_stored(None, last_sequence),
             ..Self::default()
         }
     }

@@ -18,7 +18,7 @@ use crate::contract::ContractError;
 use crate::domain::{AggregateKey, Ident};
 use crate::mask::mask_at;
 use crate::ordering::{
-    in_order_rule, settle_in_order, InOrderState, Outcome, PendingEvent, Sequenced,
+    in_order_rule, settle_in_order, InOrderState, Outcome, PendingEvent, Sequenced, SkippedGaps,
 };
 use crate::store::AggregateState;
 
@@ -85,6 +85,7 @@ impl Applied {
 #[derive(Debug, Clone, PartialEq)]
 struct InOrder {
     watermark: i64,
+    skipped_gaps: SkippedGaps,
     applied: Option<Applied>,
 }
 
@@ -112,8 +113,17 @@ impl InOrderState for InOrder {
         self.watermark = watermark;
     }
 
+    fn skipped_gaps_mut(&mut self) -> &mut SkippedGaps {
+        &mut self.skipped_gaps
+    }
+
     fn decide(&self, pending: &PendingEvent<Located>) -> Outcome {
-        in_order_rule(self.watermark, pending.event.row.sequence, pending.replayed)
+        in_order_rule(
+            self.watermark,
+            pending.event.row.sequence,
+            pending.replayed,
+            &self.skipped_gaps,
+        )
     }
 
     fn apply(
@@ -159,6 +169,7 @@ impl JsonKind {
         aggregate: &str,
         applied: Option<&Applied>,
         watermark: Option<i64>,
+        skipped_gaps: Option<&SkippedGaps>,
     ) -> AggregateState {
         AggregateState {
             aggregate: aggregate.to_owned(),
@@ -172,6 +183,7 @@ impl JsonKind {
             state: applied.map_or(Value::Null, |a| a.state.clone()),
             tag: None,
             watermark,
+            skipped_gaps: skipped_gaps.map(SkippedGaps::to_stored),
             updated_at_ms: applied.map_or(0, |a| a.at_ms),
         }
     }
@@ -191,8 +203,13 @@ impl JsonKind {
                 },
             })
             .collect();
+        let watermark = input.watermark();
         let before = InOrder {
-            watermark: input.watermark(),
+            watermark,
+            skipped_gaps: SkippedGaps::from_stored(
+                input.before.and_then(|b| b.skipped_gaps.as_deref()),
+                watermark,
+            ),
             applied: input.before.and_then(Applied::from_stored),
         };
         let settlement = settle_in_order(
@@ -209,6 +226,7 @@ impl JsonKind {
                 input.aggregate,
                 state.applied.as_ref(),
                 Some(state.watermark),
+                Some(&state.skipped_gaps),
             )
         });
         KindPlan {
@@ -251,7 +269,7 @@ impl JsonKind {
             decisions.push((row.row, outcome));
         }
         let stored = if changed {
-            Some(self.stored_of(input.aggregate, applied.as_ref(), None))
+            Some(self.stored_of(input.aggregate, applied.as_ref(), None, None))
         } else {
             input.before.cloned()
         };

@@ -45,6 +45,7 @@ fn stored_of(aggregate: &str, state: &PresenceState, event_id: Option<String>) -
         state: json!({"presence": state.presence.as_str()}),
         tag: Some(state.presence.as_str().to_owned()),
         watermark: None,
+        skipped_gaps: None,
         updated_at_ms: state.updated_at_ms,
     }
 }

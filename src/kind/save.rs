@@ -12,7 +12,7 @@ use super::{
 use crate::contract::{ContractError, Event, SaveEvent};
 use crate::domain::{AggregateKey, Sequence};
 use crate::mask::{mask_at, masks_whole, MASK};
-use crate::ordering::{settle_save, PendingSave};
+use crate::ordering::{settle_save, PendingSave, SkippedGaps};
 use crate::projection::{save_view, SaveState, SaveView};
 use crate::store::{AggregateState, StoreError};
 
@@ -45,8 +45,10 @@ pub fn save_state(stored: &AggregateState) -> Result<SaveState, StoreError> {
     let achievements: BTreeSet<String> =
         serde_json::from_value(s.get("achievements").cloned().unwrap_or(json!([])))
             .map_err(|_| bad("achievements"))?;
+    let last_sequence = stored.watermark.ok_or_else(|| bad("last_sequence"))?;
     Ok(SaveState {
-        last_sequence: stored.watermark.ok_or_else(|| bad("last_sequence"))?,
+        last_sequence,
+        skipped_gaps: SkippedGaps::from_stored(stored.skipped_gaps.as_deref(), last_sequence),
         progress,
         progress_sequence: sequence("progress_sequence")?,
         inventory,
@@ -79,6 +81,7 @@ fn stored_of(
         }),
         tag: None,
         watermark: Some(state.last_sequence),
+        skipped_gaps: Some(state.skipped_gaps.to_stored()),
         updated_at_ms: state.updated_at_ms,
     }
 }

@@ -326,6 +326,13 @@ CREATE INDEX events_by_source_status ON events (source, status, id)
     WHERE status = 'dead' OR status = 'ignored_stale' OR status = 'ignored_unsupported';
 "#,
     ),
+    (
+        11,
+        // The gaps a hold timeout skipped, per in-order aggregate (docs/contract.md,
+        // in-order): below the watermark they tell a late event from a resend. NULL for the
+        // aggregates of older releases: nothing at or below their watermark is known.
+        "ALTER TABLE aggregate_state ADD COLUMN skipped_gaps TEXT;",
+    ),
 ];
 
 /// `(version, SQL)` in order, for PostgreSQL; the same schema as [`SQLITE`].
@@ -741,5 +748,10 @@ $fn$;
         // SQLite a temporary b-tree per statement); PostgreSQL evaluates IN lists directly,
         // so its schema is unchanged. Recorded, so that one version names one schema.
         "SELECT 1;",
+    ),
+    (
+        11,
+        // As SQLite's version 11.
+        "ALTER TABLE aggregate_state ADD COLUMN skipped_gaps TEXT;",
     ),
 ];

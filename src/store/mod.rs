@@ -351,6 +351,8 @@ pub struct AggregateState {
     pub tag: Option<String>,
     /// In-order kinds: the sequence up to which every event was decided or skipped.
     pub watermark: Option<i64>,
+    /// In-order kinds: the gaps skipped, in the kind's stored form (none from older releases).
+    pub skipped_gaps: Option<String>,
     /// When an event was last applied, unix milliseconds (0: never).
     pub updated_at_ms: i64,
 }

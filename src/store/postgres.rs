@@ -1692,6 +1692,7 @@ fn aggregate_state(r: &Row) -> Result<AggregateState, StoreError> {
         tag: col(r, 5)?,
         watermark: col(r, 6)?,
         updated_at_ms: col(r, 7)?,
+        skipped_gaps: col(r, 8)?,
     })
 }
 
@@ -1882,6 +1883,7 @@ impl<C: GenericClient> SettleIo for PgIo<'_, C> {
                     &state.tag,
                     &state.watermark,
                     &state.updated_at_ms,
+                    &state.skipped_gaps,
                 ],
             )
             .await

@@ -33,12 +33,14 @@ pub(crate) use rare_decided;
 
 /// One aggregate's state.
 pub(crate) const LOAD_AGGREGATE: &str =
-    "SELECT aggregate, sequence, event_id, event_type, state, tag, watermark, updated_at
+    "SELECT aggregate, sequence, event_id, event_type, state, tag, watermark, updated_at,
+            skipped_gaps
      FROM aggregate_state WHERE source = $1 AND aggregate = $2";
 
 /// A page of a source's aggregate states, optionally of one tag, after a cursor.
 pub(crate) const AGGREGATES_PAGE: &str =
-    "SELECT aggregate, sequence, event_id, event_type, state, tag, watermark, updated_at
+    "SELECT aggregate, sequence, event_id, event_type, state, tag, watermark, updated_at,
+            skipped_gaps
      FROM aggregate_state
      WHERE source = $1 AND (CAST($2 AS TEXT) IS NULL OR tag = $2)
        AND (CAST($3 AS TEXT) IS NULL OR aggregate > $3)
@@ -46,12 +48,14 @@ pub(crate) const AGGREGATES_PAGE: &str =
 
 /// Writes an aggregate's new state (the caller holds the aggregate).
 pub(crate) const SAVE_AGGREGATE: &str = "INSERT INTO aggregate_state
-         (source, aggregate, sequence, event_id, event_type, state, tag, watermark, updated_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+         (source, aggregate, sequence, event_id, event_type, state, tag, watermark, updated_at,
+          skipped_gaps)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
      ON CONFLICT (source, aggregate) DO UPDATE SET
          sequence = EXCLUDED.sequence, event_id = EXCLUDED.event_id,
          event_type = EXCLUDED.event_type, state = EXCLUDED.state, tag = EXCLUDED.tag,
-         watermark = EXCLUDED.watermark, updated_at = EXCLUDED.updated_at";
+         watermark = EXCLUDED.watermark, updated_at = EXCLUDED.updated_at,
+         skipped_gaps = EXCLUDED.skipped_gaps";
 
 /// Appends an applied change for the stream.
 pub(crate) const ADD_CHANGE: &str = "INSERT INTO state_changes (source, aggregate, kind, at, state)

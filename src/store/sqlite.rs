@@ -1294,6 +1294,7 @@ type AggregateRow = (
     Option<String>,
     Option<i64>,
     i64,
+    Option<String>,
 );
 
 fn aggregate_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AggregateRow> {
@@ -1306,11 +1307,13 @@ fn aggregate_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AggregateRow> {
         r.get(5)?,
         r.get(6)?,
         r.get(7)?,
+        r.get(8)?,
     ))
 }
 
 fn aggregate_state(row: AggregateRow) -> Result<AggregateState, StoreError> {
-    let (aggregate, sequence, event_id, event_type, state, tag, watermark, updated_at_ms) = row;
+    let (aggregate, sequence, event_id, event_type, state, tag, watermark, updated_at_ms, gaps) =
+        row;
     Ok(AggregateState {
         aggregate,
         sequence,
@@ -1319,6 +1322,7 @@ fn aggregate_state(row: AggregateRow) -> Result<AggregateState, StoreError> {
         state: serde_json::from_str(&state).map_err(json_err)?,
         tag,
         watermark,
+        skipped_gaps: gaps,
         updated_at_ms,
     })
 }
@@ -1505,7 +1509,8 @@ impl SettleIo for SqliteIo<'_> {
                 state.state.to_string(),
                 state.tag,
                 state.watermark,
-                state.updated_at_ms
+                state.updated_at_ms,
+                state.skipped_gaps
             ])
             .map_err(map_err)?;
         Ok(())

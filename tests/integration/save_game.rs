@@ -382,3 +382,80 @@ async fn an_in_order_event_is_decided_in_its_ingest_transaction() {
     server.wait_status("save-game", "evt_21", "processed").await;
     server.wait_status("save-game", "evt_22", "processed").await;
 }
+
+#[tokio::test]
+async fn a_delta_resent_after_its_purge_is_stale_and_never_applied_twice() {
+    use crate::support::{now_s, signed, SAVE_SECRETS};
+    use inhook::signature::Scheme;
+
+    let server = TestServer::spawn_configured(
+        "retention_s = 1\ndedup_window_s = 1\npurge_interval_s = 1",
+        "hold_timeout_s = 1",
+    )
+    .await;
+    let delta = |id: &str, seq: i64| {
+        serde_json::to_vec(&save_event(
+            id,
+            "inventory.updated",
+            seq,
+            id,
+            json!({"added_items": items(&[("gem", 50)])}),
+        ))
+        .unwrap()
+    };
+    let captured = delta("d2", 2);
+    let captured_headers = signed(Scheme::HmacTimestamped, SAVE_SECRETS[0], &captured, now_s());
+    let server = &server;
+    let post = |body: Vec<u8>| {
+        let headers = signed(Scheme::HmacTimestamped, SAVE_SECRETS[0], &body, now_s());
+        async move { server.post_raw("save-game", &body, &headers).await.code }
+    };
+    assert_eq!(post(delta("d1", 1)).await, 202);
+    wait_for_sequence(server, SAVE, 1).await;
+    assert_eq!(
+        server
+            .post_raw("save-game", &captured, &captured_headers)
+            .await
+            .code,
+        202
+    );
+    wait_for_sequence(server, SAVE, 2).await;
+    // Sequence 3 never comes in time: its gap is skipped.
+    assert_eq!(post(delta("d4", 4)).await, 202);
+    let state = wait_for_sequence(server, SAVE, 4).await;
+    assert_eq!(state.body["inventory"], json!({"gem": 150}));
+
+    // Past the dedup window and retention, the log forgets d2 and its keys.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while server.count().await > 0 {
+        assert!(std::time::Instant::now() < deadline, "never purged");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // The captured delivery, sent again: no gap held sequence 2, so it was applied before.
+    assert_eq!(
+        server
+            .post_raw("save-game", &captured, &captured_headers)
+            .await
+            .code,
+        202
+    );
+    server.wait_status("save-game", "d2", "ignored_stale").await;
+    let replay = reqwest::Client::new()
+        .post(format!("{}/v1/events/save-game/d2/replay", server.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replay.status(), 200, "a stale event is not replayed");
+    // The skipped sequence is still late, and dead.
+    assert_eq!(post(delta("d3", 3)).await, 202);
+    server.wait_status("save-game", "d3", "dead").await;
+    assert_eq!(
+        server.status("save-game", "d3").await.unwrap().1.as_deref(),
+        Some("late_after_gap_skip")
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        server.get(SAVE).await.body["inventory"],
+        json!({"gem": 150})
+    );
+}
