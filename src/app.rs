@@ -14,14 +14,51 @@ use crate::config::{Config, Database};
 use crate::forward::sender::{Circuits, Sender};
 use crate::http::server::{effective_max_connections, open_files_limit, serve, ConnectionLimits};
 use crate::http::{router, AppState};
-use crate::store::{PoolSettings, PostgresStore, SqliteStore, Store};
+use crate::store::{PoolSettings, PostgresStore, SqliteStore, Store, StoreError};
 use crate::worker::Worker;
 
 /// Opens the configured store and brings its schema up to date.
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     let store = connect_store(config)?;
     store.migrate().await.context("migrating the schema")?;
+    prune_stored_headers(store.as_ref(), config)
+        .await
+        .context("applying the kept-headers allowlist to stored events")?;
     Ok(store)
+}
+
+/// Events rewritten per transaction by the headers upgrade step.
+const PRUNE_BATCH: usize = 1_000;
+
+/// The upgrade step queued by migration 12: rows of older releases kept every request
+/// header but signatures; they are rewritten to what the allowlist keeps for their source
+/// (docs/contract.md, what is stored), so credentials leave the store and its backups.
+async fn prune_stored_headers(store: &dyn Store, config: &Config) -> Result<(), StoreError> {
+    use crate::store::PRUNE_HEADERS_STEP;
+    if !store.upgrade_step_pending(PRUNE_HEADERS_STEP).await? {
+        return Ok(());
+    }
+    let by_source: std::collections::HashMap<String, Vec<String>> = config
+        .sources
+        .iter()
+        .map(|s| (s.name.clone(), s.keep_headers.clone()))
+        .collect();
+    let top_level = config.keep_headers.clone();
+    let keep: Arc<crate::store::HeaderFilter> = Arc::new(move |source: &str, stored: &str| {
+        let extra = by_source.get(source).unwrap_or(&top_level);
+        crate::http::kept_headers::shown(Some(stored), extra).to_string()
+    });
+    let (mut after, mut rewritten) = (0, 0);
+    while let (Some(last), changed) = store
+        .prune_headers(after, PRUNE_BATCH, Arc::clone(&keep))
+        .await?
+    {
+        after = last;
+        rewritten += changed;
+    }
+    store.finish_upgrade_step(PRUNE_HEADERS_STEP).await?;
+    tracing::info!(rewritten, "stored request headers pruned to the allowlist");
+    Ok(())
 }
 
 /// Opens the configured store as it is, without migrating.

@@ -165,14 +165,15 @@ pub trait InOrderState: Clone {
 }
 
 /// The rule of an in-order event against the watermark (docs/contract.md, in-order): the
-/// next sequence applies, a later one waits. An earlier one was decided before (stale: a
-/// resend whose dedup key was purged), or came after its gap was skipped (dead, unless a
-/// person replayed it); where `gaps` cannot tell, it counts as late.
+/// next sequence applies, a later one waits. An earlier one applies when a person replayed
+/// it (a dead event of a sequence no other event holds); otherwise it was decided before
+/// (stale: a resend whose dedup key was purged) or came after its gap was skipped (dead);
+/// where `gaps` cannot tell, it counts as late.
 pub fn in_order_rule(watermark: i64, sequence: i64, replayed: bool, gaps: &SkippedGaps) -> Outcome {
-    if sequence <= watermark && gaps.skipped(sequence) == Some(false) {
-        Outcome::Stale
-    } else if sequence <= watermark && replayed {
+    if sequence <= watermark && replayed {
         Outcome::Applied
+    } else if sequence <= watermark && gaps.skipped(sequence) == Some(false) {
+        Outcome::Stale
     } else if sequence <= watermark {
         Outcome::dead(
             DeadReason::LateAfterGapSkip,
@@ -769,7 +770,11 @@ mod tests {
         assert_eq!(gaps.skipped(10 + 2 * 31), Some(true));
         let watermark = 100;
         assert_eq!(in_order_rule(watermark, 11, false, &gaps), Outcome::Stale);
-        assert_eq!(in_order_rule(watermark, 11, true, &gaps), Outcome::Stale);
+        assert_eq!(
+            in_order_rule(watermark, 11, true, &gaps),
+            Outcome::Applied,
+            "a person replayed it"
+        );
         assert!(matches!(
             in_order_rule(watermark, 12, false, &gaps),
             Outcome::Dead {

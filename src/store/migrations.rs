@@ -333,6 +333,13 @@ CREATE INDEX events_by_source_status ON events (source, status, id)
         // aggregates of older releases: nothing at or below their watermark is known.
         "ALTER TABLE aggregate_state ADD COLUMN skipped_gaps TEXT;",
     ),
+    (
+        12,
+        // Steps an upgrade runs once with the config, after the SQL: older releases kept
+        // request headers the allowlist now refuses (credentials among them), hidden when
+        // shown but still stored; the step rewrites those rows (docs/contract.md).
+        UPGRADE_STEPS,
+    ),
 ];
 
 /// `(version, SQL)` in order, for PostgreSQL; the same schema as [`SQLITE`].
@@ -754,4 +761,11 @@ $fn$;
         // As SQLite's version 11.
         "ALTER TABLE aggregate_state ADD COLUMN skipped_gaps TEXT;",
     ),
+    (12, UPGRADE_STEPS),
 ];
+
+/// The queue of one-time upgrade steps, with the headers step in it (version 12).
+const UPGRADE_STEPS: &str = "
+CREATE TABLE pending_upgrade_steps (step TEXT PRIMARY KEY);
+INSERT INTO pending_upgrade_steps (step) VALUES ('prune_stored_headers');
+";

@@ -804,7 +804,29 @@ pub trait Store: Send + Sync + 'static {
         now_ms: i64,
         batch: usize,
     ) -> Result<PurgeReport, StoreError>;
+
+    /// Whether the one-time upgrade step `step` (queued by a migration) is still to be done.
+    async fn upgrade_step_pending(&self, step: &str) -> Result<bool, StoreError>;
+
+    /// Records that the upgrade step `step` is done.
+    async fn finish_upgrade_step(&self, step: &str) -> Result<(), StoreError>;
+
+    /// Passes the stored request headers of up to `batch` events after row `after` through
+    /// `keep`, in one transaction; answers the last row read (none when no row was left)
+    /// and how many were rewritten.
+    async fn prune_headers(
+        &self,
+        after: i64,
+        batch: usize,
+        keep: std::sync::Arc<HeaderFilter>,
+    ) -> Result<(Option<i64>, u64), StoreError>;
 }
+
+/// What an event's stored request headers (JSON text) become, given its source.
+pub type HeaderFilter = dyn Fn(&str, &str) -> String + Send + Sync;
+
+/// The upgrade step that applies the kept-headers allowlist to rows of older releases.
+pub const PRUNE_HEADERS_STEP: &str = "prune_stored_headers";
 
 /// The outcome of a stored event row, for answers and tests.
 pub fn status_of(outcome: &Outcome) -> (crate::domain::EventStatus, Option<DeadReason>) {

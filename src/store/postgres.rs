@@ -1307,6 +1307,29 @@ impl Store for PostgresStore {
         tx.commit().await.map_err(pg_err)?;
         Ok(report)
     }
+
+    async fn upgrade_step_pending(&self, step: &str) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        upkeep::upgrade_step_pending(&PgIo(&client), step).await
+    }
+
+    async fn finish_upgrade_step(&self, step: &str) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        upkeep::finish_upgrade_step(&PgIo(&client), step).await
+    }
+
+    async fn prune_headers(
+        &self,
+        after: i64,
+        batch: usize,
+        keep: std::sync::Arc<super::HeaderFilter>,
+    ) -> Result<(Option<i64>, u64), StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let pruned = upkeep::prune_headers(&PgIo(&tx), after, batch, &*keep).await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(pruned)
+    }
 }
 
 fn event_record(r: &Row) -> Result<EventRecord, StoreError> {

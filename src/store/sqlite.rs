@@ -1133,6 +1133,28 @@ impl Store for SqliteStore {
         self.upkeep(move |io| ready(upkeep::purge(io, before_ms, dedup_until_ms, now_ms, batch)))
             .await
     }
+
+    async fn upgrade_step_pending(&self, step: &str) -> Result<bool, StoreError> {
+        let step = step.to_owned();
+        self.upkeep(move |io| ready(upkeep::upgrade_step_pending(io, &step)))
+            .await
+    }
+
+    async fn finish_upgrade_step(&self, step: &str) -> Result<(), StoreError> {
+        let step = step.to_owned();
+        self.upkeep(move |io| ready(upkeep::finish_upgrade_step(io, &step)))
+            .await
+    }
+
+    async fn prune_headers(
+        &self,
+        after: i64,
+        batch: usize,
+        keep: Arc<super::HeaderFilter>,
+    ) -> Result<(Option<i64>, u64), StoreError> {
+        self.upkeep(move |io| ready(upkeep::prune_headers(io, after, batch, &*keep)))
+            .await
+    }
 }
 
 fn event_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRecord> {

@@ -348,6 +348,63 @@ async fn requeue<I: UpkeepIo>(
     .await
 }
 
+/// Whether the one-time upgrade step `step` (queued by a migration) is still to be done.
+pub(crate) async fn upgrade_step_pending<I: UpkeepIo>(
+    io: &I,
+    step: &str,
+) -> Result<bool, StoreError> {
+    let rows = io
+        .query(
+            "SELECT 1 FROM pending_upgrade_steps WHERE step = $1",
+            &[text(step)],
+        )
+        .await?;
+    Ok(!rows.is_empty())
+}
+
+/// Records that the upgrade step `step` is done.
+pub(crate) async fn finish_upgrade_step<I: UpkeepIo>(io: &I, step: &str) -> Result<(), StoreError> {
+    io.execute(
+        "DELETE FROM pending_upgrade_steps WHERE step = $1",
+        &[text(step)],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Passes the stored request headers of up to `batch` events after row `after` through
+/// `keep`, writing back those it changes; answers the last row read (none when no row
+/// was left) and how many were rewritten.
+pub(crate) async fn prune_headers<I: UpkeepIo>(
+    io: &I,
+    after: i64,
+    batch: usize,
+    keep: &super::HeaderFilter,
+) -> Result<(Option<i64>, u64), StoreError> {
+    let rows = io
+        .query(
+            "SELECT id, source, headers FROM events
+             WHERE id > $1 AND headers IS NOT NULL ORDER BY id LIMIT $2",
+            &[Param::Int(after), Param::Int(batch as i64)],
+        )
+        .await?;
+    let mut rewritten = 0;
+    for row in &rows {
+        let (id, source, stored) = (int(row, 0)?, string(row, 1)?, string(row, 2)?);
+        let kept = keep(&source, &stored);
+        if kept != stored {
+            io.execute(
+                "UPDATE events SET headers = $1 WHERE id = $2",
+                &[Param::Text(kept), Param::Int(id)],
+            )
+            .await?;
+            rewritten += 1;
+        }
+    }
+    let last = rows.last().map(|row| int(row, 0)).transpose()?;
+    Ok((last, rewritten))
+}
+
 /// A filter's conditions with `$n` placeholders.
 fn filter_sql(filter: &EventFilter) -> (Vec<String>, Vec<Param>) {
     filter::filter_sql(filter, |n| format!("${n}"))

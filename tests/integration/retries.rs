@@ -185,6 +185,23 @@ impl Store for FlakyStore {
     async fn purge(&self, b: i64, d: i64, now: i64, n: usize) -> Result<PurgeReport, StoreError> {
         self.inner.purge(b, d, now, n).await
     }
+
+    async fn upgrade_step_pending(&self, step: &str) -> Result<bool, StoreError> {
+        self.inner.upgrade_step_pending(step).await
+    }
+
+    async fn finish_upgrade_step(&self, step: &str) -> Result<(), StoreError> {
+        self.inner.finish_upgrade_step(step).await
+    }
+
+    async fn prune_headers(
+        &self,
+        after: i64,
+        batch: usize,
+        keep: Arc<inhook::store::HeaderFilter>,
+    ) -> Result<(Option<i64>, u64), StoreError> {
+        self.inner.prune_headers(after, batch, keep).await
+    }
 }
 
 struct Harness {

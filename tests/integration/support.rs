@@ -837,9 +837,11 @@ pub fn official_one(scheme: Scheme, secret: &str, body: &str, timestamp: i64, id
 /// store's state as the release before migration 5 wrote it. Remove migration 5's row
 /// from `schema_migrations` too, and the next start migrates it again. Migration 6's
 /// tables (deliveries), migration 7's indexes and counts and migration 9's index and
-/// backlog decrements, which come after it, are dropped first.
+/// backlog decrements and migration 12's upgrade steps, which come after it, are dropped
+/// first (migration 11's column goes with the generic table).
 pub const UNDO_MIGRATION_5: (&str, &str) = (
-    "DROP INDEX events_by_status; DROP INDEX events_by_source_status; DROP INDEX events_by_source;
+    "DROP TABLE pending_upgrade_steps;
+     DROP INDEX events_by_status; DROP INDEX events_by_source_status; DROP INDEX events_by_source;
      DROP INDEX events_arriving;
      DROP TABLE delivery_replay_jobs; DROP TABLE delivery_attempts; DROP TABLE deliveries;
      CREATE TABLE presence_state AS
@@ -855,7 +857,8 @@ pub const UNDO_MIGRATION_5: (&str, &str) = (
                 json_extract(state, '$.achievements') AS achievements, updated_at
          FROM aggregate_state WHERE watermark IS NOT NULL;
      DROP TABLE aggregate_state;",
-    "DROP INDEX events_by_status; DROP INDEX events_by_source_status; DROP INDEX events_by_source;
+    "DROP TABLE pending_upgrade_steps;
+     DROP INDEX events_by_status; DROP INDEX events_by_source_status; DROP INDEX events_by_source;
      DROP INDEX events_arriving;
      DROP TRIGGER event_counts_insert ON events; DROP TRIGGER event_counts_update ON events;
      DROP TRIGGER event_counts_delete ON events; DROP FUNCTION event_counts_apply();

@@ -360,3 +360,39 @@ async fn serve_alone_upgrades_a_store_written_by_the_previous_release() {
     );
     assert_answers_as_recorded(&server).await;
 }
+
+#[tokio::test]
+async fn credential_headers_stored_by_older_releases_leave_the_store() {
+    let mut server = previous_release_store().await;
+    // Older releases kept every request header but signatures: credentials among them.
+    let stored = r#"{"content-type":"application/json","authorization":"Bearer leaked-token","x-goog-iap-jwt-assertion":"eyJ-leaked","cookie":"session=leaked"}"#;
+    let poison = format!("UPDATE events SET headers = '{stored}';");
+    server.run_sql(&poison, &poison).await;
+    let rows = server
+        .query_i64("SELECT COUNT(*) FROM events WHERE headers LIKE '%leaked%'")
+        .await;
+    assert!(rows > 10, "the fixture holds {rows} events");
+    server.start();
+    assert_eq!(
+        server
+            .query_i64("SELECT COUNT(*) FROM events WHERE headers LIKE '%leaked%'")
+            .await,
+        0,
+        "a credential is still stored"
+    );
+    assert_eq!(
+        server
+            .query_i64("SELECT COUNT(*) FROM events WHERE headers LIKE '%content-type%'")
+            .await,
+        rows,
+        "the allowlisted header stays"
+    );
+    assert_eq!(
+        server
+            .query_i64("SELECT COUNT(*) FROM pending_upgrade_steps")
+            .await,
+        0,
+        "the step is done once"
+    );
+    assert!(server.count().await as i64 >= rows, "no event lost");
+}
