@@ -126,7 +126,10 @@ impl Application {
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("binding {}", config.listen))?;
-        let body_budget = crate::http::BodyBudget::new(config.max_buffered_body_bytes);
+        let body_budget = crate::http::BodyBudget::new(
+            config.max_buffered_body_bytes,
+            config.max_buffered_body_bytes_per_peer,
+        );
         Ok(Self {
             listener,
             senders,

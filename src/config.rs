@@ -151,6 +151,11 @@ pub struct Config {
     pub max_connections_per_peer: usize,
     /// Most bytes of request bodies being read at once, over all connections (503 beyond).
     pub max_buffered_body_bytes: usize,
+    /// Most of `max_buffered_body_bytes` one peer (an IPv6 /64) may hold at once (503 beyond).
+    pub max_buffered_body_bytes_per_peer: usize,
+    /// The slowest a body may arrive after its first [`BODY_RATE_GRACE_S`] seconds (408
+    /// below); 0 leaves only `body_read_timeout_s`.
+    pub min_body_bytes_per_s: u64,
     /// Fields masked in all API, stream and dashboard output (names at any depth or dotted
     /// paths, case-insensitive).
     pub mask_fields: Vec<String>,
@@ -279,6 +284,8 @@ struct FileConfig {
     max_connections: Option<usize>,
     max_connections_per_peer: Option<usize>,
     max_buffered_body_bytes: Option<usize>,
+    max_buffered_body_bytes_per_peer: Option<usize>,
+    min_body_bytes_per_s: Option<u64>,
     mask_fields: Option<Vec<String>>,
     keep_headers: Option<Vec<String>>,
     max_streams: Option<usize>,
@@ -383,6 +390,14 @@ pub const DEFAULT_MAX_HELD_PER_AGGREGATE: u64 = 1000;
 pub const DEFAULT_MAX_BODY_BYTES: usize = 256 * 1024;
 /// Default body read timeout: webhook bodies are small, so a body still arriving after this is held by a slow or hostile client.
 pub const DEFAULT_BODY_READ_TIMEOUT_S: u64 = 10;
+
+/// The slowest a body may arrive, past its grace: 4 KiB/s sends the default largest body
+/// (256 KiB) within a minute, while a trickle of a byte a second is cut after seconds.
+pub const DEFAULT_MIN_BODY_BYTES_PER_S: u64 = 4096;
+
+/// Seconds a body may take before [`Config::min_body_bytes_per_s`] applies (a client's
+/// first packets, a TLS proxy's buffering).
+pub const BODY_RATE_GRACE_S: u64 = 2;
 /// Default cap on open connections.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// Default cap on open connections from one IP address: room for a benchmark's or a
@@ -701,6 +716,18 @@ impl Config {
                  otherwise no body of the largest size could ever be read"
             )));
         }
+        // One peer may fill an eighth of the budget: eight hosts, not one, to block every body.
+        let max_buffered_body_bytes_per_peer = file
+            .max_buffered_body_bytes_per_peer
+            .unwrap_or((max_buffered_body_bytes / 8).max(max_body_bytes))
+            .min(max_buffered_body_bytes);
+        if max_buffered_body_bytes_per_peer < max_body_bytes {
+            return Err(ConfigError(format!(
+                "max_buffered_body_bytes_per_peer ({max_buffered_body_bytes_per_peer}) must be at \
+                 least max_body_bytes ({max_body_bytes}): otherwise no body of the largest size \
+                 could ever be read"
+            )));
+        }
         let max_connections = file.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
         let max_connections_per_peer = file
             .max_connections_per_peer
@@ -727,6 +754,10 @@ impl Config {
             max_connections,
             max_connections_per_peer,
             max_buffered_body_bytes,
+            max_buffered_body_bytes_per_peer,
+            min_body_bytes_per_s: file
+                .min_body_bytes_per_s
+                .unwrap_or(DEFAULT_MIN_BODY_BYTES_PER_S),
             workers: file.workers.unwrap_or(4).max(1),
             retry,
             retention_s: file.retention_s.unwrap_or(30 * DAY_S),

@@ -289,6 +289,14 @@ impl Config {
                 "max_buffered_body_bytes",
                 self.max_buffered_body_bytes != other.max_buffered_body_bytes,
             ),
+            (
+                "max_buffered_body_bytes_per_peer",
+                self.max_buffered_body_bytes_per_peer != other.max_buffered_body_bytes_per_peer,
+            ),
+            (
+                "min_body_bytes_per_s",
+                self.min_body_bytes_per_s != other.min_body_bytes_per_s,
+            ),
             ("mask_fields", self.mask_fields != other.mask_fields),
             ("keep_headers", self.keep_headers != other.keep_headers),
             ("max_streams", self.max_streams != other.max_streams),

@@ -3,14 +3,14 @@
 
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use tracing::{info, warn, Instrument};
 
 use super::answer::{Answer, DeliveryBody, ErrorBody};
 use super::AppState;
-use crate::config::{Mode, SourceConfig};
+use crate::config::{Mode, SourceConfig, BODY_RATE_GRACE_S};
 use crate::kind::{Delivery, EventFields};
 use crate::metrics;
 use crate::ordering::Outcome;
@@ -46,6 +46,7 @@ use crate::store::{Admission, Decided, NewEvent, Refusal, SettleAt, StoreError};
     ))]
 pub(super) async fn receive(
     State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     source: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
@@ -66,7 +67,7 @@ pub(super) async fn receive(
         sequence = tracing::field::Empty,
         decision = tracing::field::Empty,
     );
-    let response = admit(&state, config, &headers, body)
+    let response = admit(&state, config, peer.ip(), &headers, body)
         .instrument(span)
         .await
         .into_response();
@@ -78,8 +79,14 @@ pub(super) async fn receive(
     response
 }
 
-async fn admit(state: &AppState, source: &SourceConfig, headers: &HeaderMap, body: Body) -> Answer {
-    let answer = check_and_log(state, source, headers, body).await;
+async fn admit(
+    state: &AppState,
+    source: &SourceConfig,
+    peer: std::net::IpAddr,
+    headers: &HeaderMap,
+    body: Body,
+) -> Answer {
+    let answer = check_and_log(state, source, peer, headers, body).await;
     if answer.is_rejection() {
         if let Some(suppressed) = REJECTED_LOG.admit() {
             info!(source = %source.name, decision = answer.decision(), suppressed, "delivery rejected");
@@ -91,6 +98,7 @@ async fn admit(state: &AppState, source: &SourceConfig, headers: &HeaderMap, bod
 async fn check_and_log(
     state: &AppState,
     source: &SourceConfig,
+    peer: std::net::IpAddr,
     headers: &HeaderMap,
     body: Body,
 ) -> Answer {
@@ -109,13 +117,13 @@ async fn check_and_log(
     // The permit is held until the delivery is answered: it bounds the bodies in flight, not only those being read.
     let (body, _buffering) = match tokio::time::timeout(
         deadline,
-        read_within_budget(state, body, limit),
+        read_within_budget(state, peer, body, limit),
     )
     .await
     {
         Ok(Ok(read)) => read,
         Ok(Err(BodyRead::TooLarge)) => return Answer::PayloadTooLarge { limit },
-        Ok(Err(BodyRead::Broken)) => return Answer::RequestTimeout,
+        Ok(Err(BodyRead::Broken | BodyRead::TooSlow)) => return Answer::RequestTimeout,
         Ok(Err(BodyRead::BudgetFull)) => {
             if let Some(suppressed) = BUSY_LOG.admit() {
                 warn!(source = %source.name, suppressed, "max_buffered_body_bytes in use: delivery refused");
@@ -194,22 +202,38 @@ async fn check_and_log(
                         signed_at: verified.signed_at,
                         limits: source.limits(),
                         ignored,
+                        dedup_by_body: source.scheme.dedups_by_body(),
                     },
                     settle,
                 )
                 .await;
             // Only a newly logged event spends the publisher's budget: replays of a
-            // captured delivery must not starve its genuine ones.
-            if !matches!(logged, Ok(Admission::Logged { .. })) {
+            // captured delivery must not starve its genuine ones. A conflicting duplicate
+            // (an id resent with another body) is no replay: it spends its token.
+            let spent = matches!(
+                logged,
+                Ok(Admission::Logged { .. }
+                    | Admission::Duplicate {
+                        body_differs: true,
+                        ..
+                    })
+            );
+            if !spent {
                 refund_rate_token(state, source, charged);
             }
             logged
         }
         // Out of tokens: a replay of a logged delivery is still answered as the duplicate
-        // it is (2xx, so its sender stops), without storing anything.
+        // it is (2xx, so its sender stops), without storing anything; an id resent with
+        // another body is not, it waits like any delivery.
         Err(wait) => match logged_copy(state, source, &event, &body).await {
-            Some(duplicate) => Ok(duplicate),
-            None => {
+            Some(
+                duplicate @ Admission::Duplicate {
+                    body_differs: false,
+                    ..
+                },
+            ) => Ok(duplicate),
+            _ => {
                 return Answer::RateLimited {
                     retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64,
                 }
@@ -229,8 +253,12 @@ async fn check_and_log(
             body_differs,
         }) => {
             if body_differs {
-                warn!(source = %source.name, event_id = %event.event_id,
-                      "publisher error: event_id resent with a different body");
+                // Counted each time; logged one line per interval, the original's history
+                // holds it once.
+                if let Some(suppressed) = CONFLICT_LOG.admit() {
+                    warn!(source = %source.name, event_id = %event.event_id, suppressed,
+                          "publisher error: event_id resent with a different body");
+                }
                 metrics::conflicting_duplicate(&source.name);
                 if let Ok(mut seen) = state.conflicting_duplicates.lock() {
                     *seen.entry(source.name.clone()).or_default() += 1;
@@ -465,6 +493,10 @@ static BUSY_LOG: crate::log_throttle::LogThrottle =
 static REJECTED_LOG: crate::log_throttle::LogThrottle =
     crate::log_throttle::LogThrottle::new(crate::log_throttle::NOISY_LOG_INTERVAL);
 
+/// Event ids resent with another body: whoever holds one signed body can send them.
+static CONFLICT_LOG: crate::log_throttle::LogThrottle =
+    crate::log_throttle::LogThrottle::new(crate::log_throttle::NOISY_LOG_INTERVAL);
+
 /// Deliveries whose signature did not verify: anyone can send them.
 static SIGNATURE_LOG: crate::log_throttle::LogThrottle =
     crate::log_throttle::LogThrottle::new(crate::log_throttle::NOISY_LOG_INTERVAL);
@@ -481,20 +513,41 @@ enum BodyRead {
     BudgetFull,
     /// The connection failed mid-body.
     Broken,
+    /// The body came slower than `min_body_bytes_per_s` past its grace.
+    TooSlow,
 }
 
-/// Reads `body` up to `limit` bytes, taking each chunk's bytes from the shared budget as it
-/// arrives; the returned permit holds them until the delivery is answered.
+/// Reads `body` up to `limit` bytes, taking each chunk's bytes from the shared budget (and
+/// `peer`'s share of it) as it arrives; the returned hold keeps them until the delivery is
+/// answered. Past [`BODY_RATE_GRACE_S`], the bytes must keep up with `min_body_bytes_per_s`:
+/// a trickle is cut when it falls behind, not at the end of `body_read_timeout_s`.
 async fn read_within_budget(
     state: &AppState,
+    peer: std::net::IpAddr,
     body: Body,
     limit: usize,
-) -> Result<(axum::body::Bytes, Option<tokio::sync::OwnedSemaphorePermit>), BodyRead> {
+) -> Result<(axum::body::Bytes, crate::http::BodyHold), BodyRead> {
     use futures_util::StreamExt;
+    let started = tokio::time::Instant::now();
+    let rate = state.config.min_body_bytes_per_s;
+    // When `read` bytes fall behind the minimum rate.
+    let behind_at = |read: usize| {
+        let allowed = BODY_RATE_GRACE_S as f64 + read as f64 / rate as f64;
+        started + std::time::Duration::from_secs_f64(allowed.min(86_400.0))
+    };
     let mut stream = body.into_data_stream();
-    let mut held: Option<tokio::sync::OwnedSemaphorePermit> = None;
+    let mut held = state.body_budget.hold(peer);
     let mut buf = Vec::new();
-    while let Some(chunk) = stream.next().await {
+    loop {
+        let next = if rate == 0 {
+            stream.next().await
+        } else {
+            match tokio::time::timeout_at(behind_at(buf.len()), stream.next()).await {
+                Ok(next) => next,
+                Err(_) => return Err(BodyRead::TooSlow),
+            }
+        };
+        let Some(chunk) = next else { break };
         let chunk = chunk.map_err(|_| BodyRead::Broken)?;
         if buf.len() + chunk.len() > limit {
             return Err(BodyRead::TooLarge);
@@ -502,13 +555,8 @@ async fn read_within_budget(
         if chunk.is_empty() {
             continue;
         }
-        let taken = state
-            .body_budget
-            .try_take(chunk.len())
-            .ok_or(BodyRead::BudgetFull)?;
-        match held.as_mut() {
-            Some(permit) => permit.merge(taken),
-            None => held = Some(taken),
+        if !state.body_budget.try_take(&mut held, chunk.len()) {
+            return Err(BodyRead::BudgetFull);
         }
         buf.extend_from_slice(&chunk);
     }

@@ -64,23 +64,96 @@ pub struct AppState {
     pub circuits: crate::forward::sender::Circuits,
 }
 
-/// The bytes of request bodies all connections may hold at once: without it,
-/// `max_connections` unauthenticated clients could each pin `max_body_bytes`.
+/// The bytes of request bodies all connections may hold at once, and one peer (an IPv6
+/// /64) of them: without it, `max_connections` unauthenticated clients could each pin
+/// `max_body_bytes`, and one host could take the whole budget.
 #[derive(Clone)]
-pub struct BodyBudget(Arc<tokio::sync::Semaphore>);
+pub struct BodyBudget {
+    all: Arc<tokio::sync::Semaphore>,
+    per_peer: usize,
+    peers: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+}
+
+/// Bytes of the budget held by one body, given back when dropped.
+pub struct BodyHold {
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    peer: std::net::IpAddr,
+    bytes: usize,
+    peers: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+}
 
 impl BodyBudget {
-    /// A budget of `bytes`.
-    pub fn new(bytes: usize) -> Self {
-        Self(Arc::new(tokio::sync::Semaphore::new(
-            bytes.min(tokio::sync::Semaphore::MAX_PERMITS),
-        )))
+    /// A budget of `bytes`, of which one peer may hold `per_peer`.
+    pub fn new(bytes: usize, per_peer: usize) -> Self {
+        Self {
+            all: Arc::new(tokio::sync::Semaphore::new(
+                bytes.min(tokio::sync::Semaphore::MAX_PERMITS),
+            )),
+            per_peer,
+            peers: Arc::default(),
+        }
     }
 
-    /// Takes `bytes` of the budget until the returned permit is dropped; `None` when they are not free now.
-    pub fn try_take(&self, bytes: usize) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
-        Arc::clone(&self.0).try_acquire_many_owned(bytes).ok()
+    /// An empty hold of a body from `peer`.
+    pub fn hold(&self, peer: std::net::IpAddr) -> BodyHold {
+        BodyHold {
+            permit: None,
+            peer: server::peer_key(peer),
+            bytes: 0,
+            peers: Arc::clone(&self.peers),
+        }
+    }
+
+    /// Adds `bytes` to `hold`; `false` (and nothing taken) when they are not free now,
+    /// in the whole budget or in its peer's share.
+    pub fn try_take(&self, hold: &mut BodyHold, bytes: usize) -> bool {
+        {
+            let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+            let held = peers.entry(hold.peer).or_default();
+            if *held + bytes > self.per_peer {
+                if *held == 0 {
+                    peers.remove(&hold.peer);
+                }
+                return false;
+            }
+            *held += bytes;
+        }
+        let permits = u32::try_from(bytes).unwrap_or(u32::MAX);
+        match Arc::clone(&self.all).try_acquire_many_owned(permits) {
+            Ok(taken) => {
+                hold.bytes += bytes;
+                match hold.permit.as_mut() {
+                    Some(permit) => permit.merge(taken),
+                    None => hold.permit = Some(taken),
+                }
+                true
+            }
+            Err(_) => {
+                hold.give_back(bytes);
+                false
+            }
+        }
+    }
+}
+
+impl BodyHold {
+    fn give_back(&self, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
+        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(held) = peers.get_mut(&self.peer) {
+            *held = held.saturating_sub(bytes);
+            if *held == 0 {
+                peers.remove(&self.peer);
+            }
+        }
+    }
+}
+
+impl Drop for BodyHold {
+    fn drop(&mut self) {
+        self.give_back(self.bytes);
     }
 }
 

@@ -84,6 +84,13 @@ impl Scheme {
         )
     }
 
+    /// Whether a raw body equal to a logged one is a duplicate: the signature covers
+    /// neither a delivery id nor a timestamp (every scheme that signs an id signs a time),
+    /// so a captured delivery resent under a new unsigned id verifies as a new one.
+    pub fn dedups_by_body(self) -> bool {
+        !self.is_timestamped()
+    }
+
     /// The headers a delivery must carry, and what each holds, for explanations.
     pub fn required_headers(self) -> &'static [(&'static str, &'static str)] {
         match self {

@@ -340,6 +340,7 @@ CREATE INDEX events_by_source_status ON events (source, status, id)
         // shown but still stored; the step rewrites those rows (docs/contract.md).
         UPGRADE_STEPS,
     ),
+    (13, BODY_DEDUP),
 ];
 
 /// `(version, SQL)` in order, for PostgreSQL; the same schema as [`SQLITE`].
@@ -762,7 +763,16 @@ $fn$;
         "ALTER TABLE aggregate_state ADD COLUMN skipped_gaps TEXT;",
     ),
     (12, UPGRADE_STEPS),
+    (13, BODY_DEDUP),
 ];
+
+/// A raw body equal to a logged one of the source is a duplicate when its scheme signs
+/// neither a delivery id nor a timestamp (docs/contract.md, duplicates): the body's
+/// SHA-256, unique per source where set (version 13). Rows of older releases have none.
+const BODY_DEDUP: &str = "
+ALTER TABLE events ADD COLUMN body_sha256 TEXT;
+CREATE UNIQUE INDEX events_body ON events (source, body_sha256) WHERE body_sha256 IS NOT NULL;
+";
 
 /// The queue of one-time upgrade steps, with the headers step in it (version 12).
 const UPGRADE_STEPS: &str = "

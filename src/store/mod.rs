@@ -94,6 +94,10 @@ pub struct NewEvent<'a> {
     /// A type outside the source's `event_types`: logged `ignored_unsupported`, decided
     /// at once, never settled, under no limit (it is no backlog item) (SPEC §8).
     pub ignored: bool,
+    /// Whether a raw body equal to a logged one of the source makes this a duplicate: its
+    /// scheme signs neither a delivery id nor a timestamp, so its headers cannot tell a
+    /// resent capture from a new delivery (docs/contract.md, duplicates).
+    pub dedup_by_body: bool,
 }
 
 /// Limits a delivery is admitted under. The store decides them in the transaction
@@ -130,6 +134,8 @@ pub(crate) struct EventRow {
     pub(crate) body: Vec<u8>,
     /// The kept headers as JSON.
     pub(crate) headers: Option<String>,
+    /// The body's SHA-256 (hex), when a copy of the body is a duplicate ([`NewEvent::dedup_by_body`]).
+    pub(crate) body_sha256: Option<String>,
     pub(crate) received_at: i64,
     pub(crate) signed_at: Option<i64>,
     pub(crate) limits: IngestLimits,
@@ -157,6 +163,10 @@ impl EventRow {
                 .map(|k| k.as_str().to_owned()),
             body: event.body.to_vec(),
             headers: filter::headers_json(event.headers),
+            body_sha256: event.dedup_by_body.then(|| {
+                use sha2::Digest;
+                hex::encode(sha2::Sha256::digest(event.body))
+            }),
             received_at: event.received_at_ms,
             signed_at: event.signed_at,
             limits: event.limits,
@@ -227,15 +237,18 @@ pub enum DedupKey {
     EventId,
     /// Another event with the same `idempotency_key` was already logged.
     IdempotencyKey,
+    /// Another event with the same raw body was logged by a source whose scheme signs
+    /// neither a delivery id nor a timestamp.
+    Body,
 }
 
 impl DedupKey {
-    /// The key of a kept dedup row's `kind` column (`event_id` or `idempotency_key`).
+    /// The key of a kept dedup row's `kind` column (`event_id`, `idempotency_key`, `body`).
     pub(crate) fn of_kept(kind: &str) -> Self {
-        if kind == "event_id" {
-            DedupKey::EventId
-        } else {
-            DedupKey::IdempotencyKey
+        match kind {
+            "event_id" => DedupKey::EventId,
+            "body" => DedupKey::Body,
+            _ => DedupKey::IdempotencyKey,
         }
     }
 
@@ -244,6 +257,7 @@ impl DedupKey {
         match self {
             DedupKey::EventId => "event_id",
             DedupKey::IdempotencyKey => "idempotency_key",
+            DedupKey::Body => "body",
         }
     }
 }

@@ -135,25 +135,10 @@ struct PgJob {
 /// What became of a delivery the batch insert did not insert: a duplicate, of a logged
 /// event (maybe earlier in the same batch) or of a purged one.
 async fn not_inserted<C: GenericClient>(tx: &C, job: &PgJob) -> Result<Admission, StoreError> {
-    if let Some(admission) = purged_duplicate(
-        tx,
-        &job.row.source,
-        &job.row.event_id,
-        job.row.idempotency_key.as_deref(),
-        job.row.received_at,
-    )
-    .await?
-    {
+    if let Some(admission) = purged_duplicate(tx, &job.row).await? {
         return Ok(admission);
     }
-    find_duplicate(
-        tx,
-        &job.row.source,
-        &job.row.event_id,
-        job.row.idempotency_key.as_deref(),
-        &job.row.body,
-    )
-    .await
+    find_duplicate(tx, &job.row).await
 }
 
 /// Logs `jobs` in one transaction with one multi-row insert; with `decide`, settles there
@@ -225,6 +210,7 @@ async fn log_batch(
     let signed_at: Vec<Option<i64>> = rows.iter().map(|r| r.signed_at).collect();
     let received_at: Vec<i64> = rows.iter().map(|r| r.received_at).collect();
     let headers: Vec<Option<&str>> = rows.iter().map(|r| r.headers.as_deref()).collect();
+    let body_sha256: Vec<Option<&str>> = rows.iter().map(|r| r.body_sha256.as_deref()).collect();
     // In batch order, so that of two deliveries with one key the first is the one logged;
     // a key of a purged event (dedup_keys) is left to `not_inserted`. Batch order is safe
     // from deadlocks: every key is (source, ...), and a batch holds its sources' counter
@@ -234,20 +220,22 @@ async fn log_batch(
         .cached_query(
             "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
                  idempotency_key, body, signature_valid, signed_at, received_at, status, headers,
-                 decided_at, attempts)
+                 decided_at, attempts, body_sha256)
              SELECT b.source, b.event_id, b.event_type, b.aggregate, b.sequence,
                     b.idempotency_key, b.body, TRUE, b.signed_at, b.received_at, b.status, b.headers,
-                    b.decided_at, b.attempts
+                    b.decided_at, b.attempts, b.body_sha256
              FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[], $6::text[],
                          $7::bytea[], $8::int8[], $9::int8[], $10::text[], $11::text[],
-                         $12::int8[], $13::int8[]) WITH ORDINALITY
+                         $12::int8[], $13::int8[], $14::text[]) WITH ORDINALITY
                   AS b(source, event_id, event_type, aggregate, sequence, idempotency_key, body,
-                       signed_at, received_at, headers, status, decided_at, attempts, ord)
+                       signed_at, received_at, headers, status, decided_at, attempts, body_sha256,
+                       ord)
              WHERE NOT EXISTS (
                  SELECT 1 FROM dedup_keys d
                  WHERE d.source = b.source AND d.expires_at > b.received_at
                    AND ((d.kind = 'event_id' AND d.key = b.event_id)
-                     OR (d.kind = 'idempotency_key' AND d.key = b.idempotency_key)))
+                     OR (d.kind = 'idempotency_key' AND d.key = b.idempotency_key)
+                     OR (d.kind = 'body' AND d.key = b.body_sha256)))
              ORDER BY b.ord
              ON CONFLICT DO NOTHING
              RETURNING id, source, event_id",
@@ -265,6 +253,7 @@ async fn log_batch(
                 &statuses,
                 &decided_at,
                 &attempts,
+                &body_sha256,
             ],
         )
         .await
@@ -745,26 +734,16 @@ impl Store for PostgresStore {
         if self.group_commit && !matches!(settle, SettleAt::Ingest(_)) && !event.ignored {
             return self.ingest_batched(event, settle.rules()).await;
         }
-        let event_id = event.event.event_id.as_str();
         let aggregate = event.event.aggregate.storage_key();
-        let idempotency_key = event.event.idempotency_key.as_ref().map(|k| k.as_str());
+        let row = EventRow::of(&event);
         let mut client = self.client().await?;
         let mut tx = client.transaction().await.map_err(pg_err)?;
-        if let Some(admission) = purged_duplicate(
-            &tx,
-            event.source,
-            event_id,
-            idempotency_key,
-            event.received_at_ms,
-        )
-        .await?
-        {
+        if let Some(admission) = purged_duplicate(&tx, &row).await? {
             return Ok(admission);
         }
         // Serialize with any other node logging or settling this aggregate: its highest
         // received sequence, its waiting events and (sync) its state are read below.
         lock_aggregate(&tx, event.source, &aggregate).await?;
-        let row = EventRow::of(&event);
         // Sync mode too: an aggregate ready at ingest is written once, already decided;
         // the rest is logged and settled below, where the rules may hold it.
         if let (SettleAt::IfReady(rules) | SettleAt::Ingest(rules), false) = (settle, row.ignored) {
@@ -782,8 +761,7 @@ impl Store for PostgresStore {
         let inserted =
             insert_row(&tx, &row, row.logged_status(), row.logged_decided_at(), 0).await?;
         let Some(inserted) = inserted else {
-            let admission =
-                find_duplicate(&tx, event.source, event_id, idempotency_key, event.body).await?;
+            let admission = find_duplicate(&tx, &row).await?;
             // A conflicting body was recorded in the original's history: keep it.
             tx.commit().await.map_err(pg_err)?;
             return Ok(admission);
@@ -1542,15 +1520,18 @@ async fn add_history<C: GenericClient>(
 
 async fn purged_duplicate<C: GenericClient>(
     tx: &C,
-    source: &str,
-    event_id: &str,
-    idempotency_key: Option<&str>,
-    now_ms: i64,
+    logged: &EventRow,
 ) -> Result<Option<Admission>, StoreError> {
     let found = tx
         .cached_query_opt(
             sql::PURGED_DUPLICATE,
-            &[&source, &event_id, &idempotency_key, &now_ms],
+            &[
+                &logged.source,
+                &logged.event_id,
+                &logged.idempotency_key,
+                &logged.received_at,
+                &logged.body_sha256,
+            ],
         )
         .await
         .map_err(pg_err)?;
@@ -1568,47 +1549,60 @@ async fn purged_duplicate<C: GenericClient>(
 
 async fn find_duplicate<C: GenericClient>(
     tx: &C,
-    source: &str,
-    event_id: &str,
-    idempotency_key: Option<&str>,
-    body: &[u8],
+    logged: &EventRow,
 ) -> Result<Admission, StoreError> {
+    let source = &logged.source;
     let by_id = tx
-        .cached_query_opt(sql::BODY_BY_EVENT_ID, &[&source, &event_id])
+        .cached_query_opt(sql::BODY_BY_EVENT_ID, &[source, &logged.event_id])
         .await
         .map_err(pg_err)?;
     if let Some(stored) = by_id {
-        let body_differs = col::<Vec<u8>>(&stored, 1)? != body;
+        let body_differs = col::<Vec<u8>>(&stored, 1)? != logged.body;
         if body_differs {
-            // A publisher error worth a person's look: kept in the original's history.
+            // A publisher error worth a person's look: kept in the original's history, once.
             let row: i64 = col(&stored, 0)?;
-            add_history(
-                tx,
-                row,
-                crate::clock::now_ms(),
-                CONFLICTING_DUPLICATE,
-                Some(CONFLICT_DETAIL),
+            tx.cached_execute(
+                sql::ADD_CONFLICT_ONCE,
+                &[
+                    &row,
+                    &crate::clock::now_ms(),
+                    &CONFLICTING_DUPLICATE,
+                    &CONFLICT_DETAIL,
+                ],
             )
-            .await?;
+            .await
+            .map_err(pg_err)?;
         }
         return Ok(Admission::Duplicate {
             key: DedupKey::EventId,
-            original: parse_event_id(event_id)?,
+            original: parse_event_id(&logged.event_id)?,
             body_differs,
         });
     }
-    let original = tx
+    let by_key = tx
         .cached_query_opt(
             sql::EVENT_ID_BY_IDEMPOTENCY_KEY,
-            &[&source, &idempotency_key],
+            &[source, &logged.idempotency_key],
         )
         .await
-        .map_err(pg_err)?
-        // The conflicting row was committed by another node and is visible now;
-        // if not (deleted meanwhile), the publisher's retry will settle it.
-        .ok_or_else(|| StoreError::Unavailable("duplicate key of a concurrent delivery".into()))?;
+        .map_err(pg_err)?;
+    let (key, original) = match by_key {
+        Some(original) => (DedupKey::IdempotencyKey, original),
+        None => {
+            let by_body = tx
+                .cached_query_opt(sql::EVENT_ID_BY_BODY, &[source, &logged.body_sha256])
+                .await
+                .map_err(pg_err)?;
+            // The conflicting row was committed by another node and is visible now;
+            // if not (deleted meanwhile), the publisher's retry will settle it.
+            let original = by_body.ok_or_else(|| {
+                StoreError::Unavailable("duplicate key of a concurrent delivery".into())
+            })?;
+            (DedupKey::Body, original)
+        }
+    };
     Ok(Admission::Duplicate {
-        key: DedupKey::IdempotencyKey,
+        key,
         original: parse_event_id(&col::<String>(&original, 0)?)?,
         body_differs: false,
     })
@@ -1629,8 +1623,8 @@ async fn insert_row<C: GenericClient>(
         .cached_query_opt(
             "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
                  idempotency_key, body, signature_valid, signed_at, received_at, status, headers,
-                 decided_at, attempts)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, TRUE, $8, $9, $10, $11, $12, $13)
+                 decided_at, attempts, body_sha256)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, TRUE, $8, $9, $10, $11, $12, $13, $14)
              ON CONFLICT DO NOTHING
              RETURNING id",
             &[
@@ -1647,6 +1641,7 @@ async fn insert_row<C: GenericClient>(
                 &logged.headers,
                 &decided_at,
                 &attempts,
+                &logged.body_sha256,
             ],
         )
         .await
@@ -1670,14 +1665,7 @@ async fn log_decided<C: GenericClient>(
     let status = status_of(plan.outcome(0)?).0;
     let decided_at = Some(logged.received_at);
     let Some(row) = insert_row(tx, logged, status.as_str(), decided_at, 1).await? else {
-        let admission = find_duplicate(
-            tx,
-            &logged.source,
-            &logged.event_id,
-            logged.idempotency_key.as_deref(),
-            &logged.body,
-        )
-        .await?;
+        let admission = find_duplicate(tx, logged).await?;
         return Ok(Some(admission));
     };
     let seen = highest_received(tx, &[logged]).await?;

@@ -132,9 +132,12 @@ pub(crate) const DEAD_EXHAUSTED: &str =
                              decided_at = $3
                          WHERE id = $1";
 
-/// An event's failures and replays, oldest first.
-pub(crate) const ATTEMPT_HISTORY: &str =
-    "SELECT at, kind, error FROM event_attempts WHERE event_row = $1 ORDER BY id";
+/// An event's latest 100 failures, replays and conflicts, oldest first: what the detail
+/// shows, bounded however often an event was replayed (docs/api.md).
+pub(crate) const ATTEMPT_HISTORY: &str = "SELECT at, kind, error FROM
+         (SELECT id, at, kind, error FROM event_attempts WHERE event_row = $1
+          ORDER BY id DESC LIMIT 100) latest
+     ORDER BY id";
 
 /// A bulk replay's progress.
 pub(crate) const REPLAY_JOB: &str = "SELECT filter, state, total, requeued, created_at, updated_at
@@ -158,11 +161,24 @@ pub(crate) const PURGE_CHANGES: &str = "DELETE FROM state_changes WHERE id IN
 pub(crate) const ADD_HISTORY: &str =
     "INSERT INTO event_attempts (event_row, at, kind, error) VALUES ($1, $2, $3, $4)";
 
-/// The kept dedup key of a purged event with the same event_id or idempotency_key.
+/// Records in an event's history that its event_id came again with another body, once:
+/// later ones are only counted, so a flood of them cannot grow the history.
+pub(crate) const ADD_CONFLICT_ONCE: &str = "INSERT INTO event_attempts (event_row, at, kind, error)
+     SELECT CAST($1 AS BIGINT), CAST($2 AS BIGINT), CAST($3 AS TEXT), CAST($4 AS TEXT)
+     WHERE NOT EXISTS (SELECT 1 FROM event_attempts WHERE event_row = $1 AND kind = $3)";
+
+/// The event_id logged with a body (its SHA-256) by a source that dedups by body.
+pub(crate) const EVENT_ID_BY_BODY: &str =
+    "SELECT event_id FROM events WHERE source = $1 AND body_sha256 = $2";
+
+/// The kept dedup key of a purged event with the same event_id, idempotency_key or body
+/// (`$5`, its SHA-256; NULL for a source that does not dedup by body), event_id first.
 pub(crate) const PURGED_DUPLICATE: &str = "SELECT kind, event_id FROM dedup_keys
              WHERE source = $1 AND expires_at > $4
-               AND ((kind = 'event_id' AND key = $2) OR (kind = 'idempotency_key' AND key = $3))
-             ORDER BY kind LIMIT 1";
+               AND ((kind = 'event_id' AND key = $2) OR (kind = 'idempotency_key' AND key = $3)
+                    OR (kind = 'body' AND key = $5))
+             ORDER BY CASE kind WHEN 'event_id' THEN 0 WHEN 'idempotency_key' THEN 1 ELSE 2 END
+             LIMIT 1";
 
 /// The row and body of a logged event_id.
 pub(crate) const BODY_BY_EVENT_ID: &str =

@@ -136,8 +136,8 @@ fn log_batch_each(
 /// Logs a delivery as a row of the event log.
 const LOG_EVENT: &str = "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
          idempotency_key, body, signature_valid, signed_at, received_at, status,
-         headers, decided_at, attempts)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, ?10, ?11, ?12, ?13)
+         headers, decided_at, attempts, body_sha256)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
      ON CONFLICT DO NOTHING";
 
 /// A source's undecided events, from the counts by status. `+status`: the source's few
@@ -155,13 +155,7 @@ const RECORD_DECISION: &str =
 /// Logs one delivery (and settles it in sync mode) inside the caller's transaction.
 fn ingest_one(conn: &Connection, job: &IngestJob, guard: Guard) -> Result<Admission, StoreError> {
     let logged = &job.row;
-    if let Some(admission) = purged_duplicate(
-        conn,
-        &logged.source,
-        &logged.event_id,
-        logged.idempotency_key.as_deref(),
-        logged.received_at,
-    )? {
+    if let Some(admission) = purged_duplicate(conn, logged)? {
         return Ok(admission);
     }
     // Sync mode too: an aggregate ready at ingest is written once, already decided; the
@@ -212,13 +206,7 @@ fn ingest_one(conn: &Connection, job: &IngestJob, guard: Guard) -> Result<Admiss
 
 /// What `logged`, which a unique key kept out of the log, is a duplicate of.
 fn duplicate_of(conn: &Connection, logged: &EventRow) -> Result<Admission, StoreError> {
-    find_duplicate(
-        conn,
-        &logged.source,
-        &logged.event_id,
-        logged.idempotency_key.as_deref(),
-        &logged.body,
-    )
+    find_duplicate(conn, logged)
 }
 
 /// Writes `logged` as a new row of the log; 0 when a unique key makes it a duplicate.
@@ -244,7 +232,8 @@ fn log_row(
             status,
             logged.headers,
             decided_at,
-            attempts
+            attempts,
+            logged.body_sha256
         ])
         .map_err(map_err)
 }
@@ -1227,19 +1216,20 @@ fn add_history(
 }
 
 /// A duplicate of an event already purged from the log, caught by its kept dedup key.
-fn purged_duplicate(
-    tx: &Connection,
-    source: &str,
-    event_id: &str,
-    idempotency_key: Option<&str>,
-    now_ms: i64,
-) -> Result<Option<Admission>, StoreError> {
+fn purged_duplicate(tx: &Connection, logged: &EventRow) -> Result<Option<Admission>, StoreError> {
     let found: Option<(String, String)> = tx
         .prepare_cached(&sqlite(sql::PURGED_DUPLICATE))
         .map_err(map_err)?
-        .query_row(params![source, event_id, idempotency_key, now_ms], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
+        .query_row(
+            params![
+                logged.source,
+                logged.event_id,
+                logged.idempotency_key,
+                logged.received_at,
+                logged.body_sha256
+            ],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
         .optional()
         .map_err(map_err)?;
     found
@@ -1253,44 +1243,55 @@ fn purged_duplicate(
         .transpose()
 }
 
-fn find_duplicate(
-    tx: &Connection,
-    source: &str,
-    event_id: &str,
-    idempotency_key: Option<&str>,
-    body: &[u8],
-) -> Result<Admission, StoreError> {
+fn find_duplicate(tx: &Connection, logged: &EventRow) -> Result<Admission, StoreError> {
+    let source = &logged.source;
     let by_id: Option<(i64, Vec<u8>)> = tx
         .prepare_cached(&sqlite(sql::BODY_BY_EVENT_ID))
         .map_err(map_err)?
-        .query_row(params![source, event_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row(params![source, logged.event_id], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
         .optional()
         .map_err(map_err)?;
     if let Some((row, stored)) = by_id {
-        let body_differs = stored != body;
+        let body_differs = stored != logged.body;
         if body_differs {
-            // A publisher error worth a person's look: kept in the original's history.
-            add_history(
-                tx,
-                row,
-                crate::clock::now_ms(),
-                CONFLICTING_DUPLICATE,
-                Some(CONFLICT_DETAIL),
-            )?;
+            // A publisher error worth a person's look: kept in the original's history, once.
+            tx.prepare_cached(&sqlite(sql::ADD_CONFLICT_ONCE))
+                .map_err(map_err)?
+                .execute(params![
+                    row,
+                    crate::clock::now_ms(),
+                    CONFLICTING_DUPLICATE,
+                    CONFLICT_DETAIL
+                ])
+                .map_err(map_err)?;
         }
         return Ok(Admission::Duplicate {
             key: DedupKey::EventId,
-            original: parse_event_id(event_id)?,
+            original: parse_event_id(&logged.event_id)?,
             body_differs,
         });
     }
-    let original: String = tx
+    let by_key: Option<String> = tx
         .prepare_cached(&sqlite(sql::EVENT_ID_BY_IDEMPOTENCY_KEY))
         .map_err(map_err)?
-        .query_row(params![source, idempotency_key], |r| r.get(0))
+        .query_row(params![source, logged.idempotency_key], |r| r.get(0))
+        .optional()
         .map_err(map_err)?;
+    let (key, original) = match by_key {
+        Some(original) => (DedupKey::IdempotencyKey, original),
+        None => {
+            let original: String = tx
+                .prepare_cached(&sqlite(sql::EVENT_ID_BY_BODY))
+                .map_err(map_err)?
+                .query_row(params![source, logged.body_sha256], |r| r.get(0))
+                .map_err(map_err)?;
+            (DedupKey::Body, original)
+        }
+    };
     Ok(Admission::Duplicate {
-        key: DedupKey::IdempotencyKey,
+        key,
         original: parse_event_id(&original)?,
         body_differs: false,
     })
@@ -1693,6 +1694,7 @@ mod tests {
             idempotency_key: None,
             body: b"{}".to_vec(),
             headers: None,
+            body_sha256: None,
             received_at: 1_000,
             signed_at: None,
             limits: IngestLimits {

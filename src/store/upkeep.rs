@@ -280,14 +280,18 @@ pub(crate) async fn purge<I: UpkeepIo>(
         .await?;
     let chosen = Param::Ids(chosen.iter().map(|r| int(r, 0)).collect::<Result<_, _>>()?);
     if dedup_until_ms > now_ms {
-        for column in ["event_id", "idempotency_key"] {
+        for (kind, column) in [
+            ("event_id", "event_id"),
+            ("idempotency_key", "idempotency_key"),
+            ("body", "body_sha256"),
+        ] {
             // A key kept already (an earlier event's, expired but not yet deleted)
             // now names the newer event. In key order, as every batch upsert takes its
             // keys: two nodes purging at once never wait on each other's keys crosswise.
             io.execute(
                 &format!(
                     "INSERT INTO dedup_keys (source, kind, key, event_id, expires_at)
-                     SELECT source, '{column}', {column}, event_id, $2 FROM events
+                     SELECT source, '{kind}', {column}, event_id, $2 FROM events
                      WHERE {column} IS NOT NULL AND {}
                      ORDER BY source, {column}
                      ON CONFLICT (source, kind, key) DO UPDATE

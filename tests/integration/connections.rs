@@ -196,7 +196,10 @@ async fn bodies_read_at_once_are_bounded_by_the_buffer_budget() {
     const LIMIT: usize = 16 * 1024;
     let server = TestServer::spawn_configured(
         &format!(
-            "max_body_bytes = {LIMIT}\nmax_buffered_body_bytes = {}\nbody_read_timeout_s = 9",
+            // One peer may hold the whole budget here: the share of one peer is tested below.
+            "max_body_bytes = {LIMIT}\nmax_buffered_body_bytes = {}\n\
+             max_buffered_body_bytes_per_peer = {}\nbody_read_timeout_s = 9",
+            2 * LIMIT,
             2 * LIMIT
         ),
         "",
@@ -277,6 +280,64 @@ async fn bodies_read_at_once_are_bounded_by_the_buffer_budget() {
         server.post_raw("save-game", &body, &headers).await.code,
         202
     );
+    assert_eq!(server.count().await, 1);
+}
+
+#[tokio::test]
+async fn one_peer_holds_at_most_its_share_of_the_body_budget() {
+    const LIMIT: usize = 16 * 1024;
+    let server = TestServer::spawn_configured(
+        &format!(
+            "max_body_bytes = {LIMIT}\nmax_buffered_body_bytes = {}\nbody_read_timeout_s = 20\n\
+             min_body_bytes_per_s = 0",
+            8 * LIMIT
+        ),
+        "",
+    )
+    .await;
+    // 127.0.0.2 stalls a body just short of its share (an eighth of the budget, one limit).
+    let mut stalled = connect_from(&server, "127.0.0.2").await;
+    stalled
+        .write_all(
+            format!(
+                "POST /webhooks/save-game HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
+                 content-length: {LIMIT}\r\n\r\n{{{}",
+                " ".repeat(LIMIT - 100)
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Its next body does not fit its share: 503, though the budget has room for six more.
+    let mut second = connect_from(&server, "127.0.0.2").await;
+    second
+        .write_all(
+            format!(
+                "POST /webhooks/save-game HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
+                 content-length: 2048\r\nconnection: close\r\n\r\n{}",
+                " ".repeat(2048)
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let (answer, _) = read_until_closed(&mut second).await;
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("server_busy"), "{answer}");
+    // Another peer is served meanwhile.
+    let body = serde_json::to_vec(
+        &json!({"event_id": "other-peer", "event_type": "progress.saved",
+        "player_id": "p", "save_slot": "s", "sequence": 1, "idempotency_key": "other-peer",
+        "data": {}}),
+    )
+    .unwrap();
+    let headers = signed(Scheme::HmacTimestamped, SAVE_SECRETS[0], &body, now_s());
+    assert_eq!(
+        server.post_raw("save-game", &body, &headers).await.code,
+        202
+    );
+    drop(stalled);
     assert_eq!(server.count().await, 1);
 }
 

@@ -1184,3 +1184,80 @@ async fn a_plain_hmac_service_applies_each_accounts_entries_in_order() {
         filtered.body
     );
 }
+
+/// GitHub signs only the body: a captured delivery resent under new `X-GitHub-Delivery`
+/// ids (and junk event types) is the duplicate it is, never a second event; an id resent
+/// with another body spends its rate token and stays one line of the original's history.
+#[tokio::test]
+async fn a_captured_github_delivery_resent_under_new_ids_is_one_event() {
+    let server = serve_example(
+        "github.toml",
+        &[
+            ("github-pulls", GITHUB_PULLS_SECRET),
+            ("github-issues", GITHUB_ISSUES_SECRET),
+        ],
+    )
+    .await;
+    let post = |body: &[u8], guid: &str, event: &str| {
+        let mut headers =
+            crate::support::signed(Scheme::Github, GITHUB_PULLS_SECRET, body, now_s());
+        headers.retain(|(name, _)| !name.eq_ignore_ascii_case("x-github-delivery"));
+        headers.push(("x-github-delivery", guid.to_owned()));
+        headers.push(("x-github-event", event.to_owned()));
+        let body = body.to_vec();
+        let server = &server;
+        async move { server.post_raw("github-pulls", &body, &headers).await }
+    };
+    let merged = pull_request("closed", "2024-05-01T11:00:00Z", "a1b2c3d4", &[], true)
+        .to_string()
+        .into_bytes();
+    assert_eq!(post(&merged, "guid-1", "pull_request").await.code, 202);
+    for (n, event) in ["pull_request", "junk1", "junk2"].into_iter().enumerate() {
+        let again = post(&merged, &format!("guid-resent-{n}"), event).await;
+        assert_eq!(again.code, 200, "{:?}", again.body);
+        assert_eq!(
+            (&again.body["status"], &again.body["key"]),
+            (&json!("duplicate"), &json!("body")),
+            "{:?}",
+            again.body
+        );
+    }
+    let logged = server.get("/v1/events?source=github-pulls").await;
+    assert_eq!(
+        logged.body["items"].as_array().unwrap().len(),
+        1,
+        "{:?}",
+        logged.body
+    );
+
+    // The same id with another body: each is a conflicting duplicate, one history line.
+    for n in 0..4 {
+        let other = pull_request(
+            "reopened",
+            &format!("2024-05-01T11:0{n}:00Z"),
+            "ffff",
+            &[],
+            false,
+        )
+        .to_string()
+        .into_bytes();
+        let reply = post(&other, "guid-1", "pull_request").await;
+        assert_eq!(reply.code, 200, "{:?}", reply.body);
+    }
+    let detail = server.get("/v1/events/github-pulls/guid-1").await;
+    let kinds: Vec<&str> = detail.body["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|h| h["kind"].as_str())
+        .filter(|k| *k == "conflicting_duplicate")
+        .collect();
+    assert_eq!(kinds.len(), 1, "{:?}", detail.body["history"]);
+    server
+        .wait_for_metric(
+            "inhook_duplicates_total",
+            &[("source", "github-pulls"), ("key", "body")],
+            3.0,
+        )
+        .await;
+}

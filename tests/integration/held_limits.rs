@@ -268,6 +268,7 @@ async fn report_the_cost_of_arrivals_with_many_held_events() {
                 headers: &[],
                 limits: IngestLimits::NONE,
                 ignored: false,
+                dedup_by_body: false,
             };
             let logged = store.ingest(new, SettleAt::Worker).await.unwrap();
             assert!(matches!(logged, Admission::Logged { .. }));

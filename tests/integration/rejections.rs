@@ -355,3 +355,30 @@ async fn a_source_over_its_rate_limit_gets_429_with_retry_after() {
         assert_ne!(server.post_presence(&body).await.code, 429);
     }
 }
+
+#[tokio::test]
+async fn an_event_id_resent_with_other_bodies_spends_the_rate_limit() {
+    let server = TestServer::spawn_with("rate_limit_per_s = 2").await;
+    let save = |qty: i64| {
+        json!({"event_id": "conflicted", "event_type": "inventory.updated",
+               "player_id": "p", "save_slot": "s", "sequence": 1, "idempotency_key": "conflicted",
+               "data": {"added_items": [{"item_id": "gem", "qty": qty}]}})
+    };
+    assert_eq!(server.post_save(&save(1)).await.code, 202);
+    // An exact resend is free: it is answered as the duplicate it is, however many.
+    for _ in 0..4 {
+        assert_eq!(server.post_save(&save(1)).await.code, 200);
+    }
+    // Other bodies under the logged id spend tokens like any delivery: the bucket of two
+    // is empty after the first (the original took one).
+    let codes: Vec<u16> = {
+        let mut codes = Vec::new();
+        for qty in 2..6 {
+            codes.push(server.post_save(&save(qty)).await.code);
+        }
+        codes
+    };
+    assert_eq!(codes[0], 200, "{codes:?}");
+    assert!(codes[1..].contains(&429), "{codes:?}");
+    assert_eq!(server.count().await, 1);
+}

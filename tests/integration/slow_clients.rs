@@ -192,3 +192,38 @@ async fn trickling_bodies_that_declare_the_limit_do_not_block_a_genuine_delivery
     assert_eq!(server.count().await, 1);
     drop(trickling);
 }
+
+#[tokio::test]
+async fn a_body_slower_than_the_minimum_rate_is_cut_long_before_the_timeout() {
+    let server =
+        TestServer::spawn_configured("body_read_timeout_s = 60\nmin_body_bytes_per_s = 1024", "")
+            .await;
+    let (mut read, mut write) = connect(&server).await.into_split();
+    write
+        .write_all(
+            b"POST /webhooks/save-game HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
+              content-length: 4096\r\n\r\n{",
+        )
+        .await
+        .unwrap();
+    // A byte every 200 ms: 5 bytes a second, against 1024 after a 2 s grace.
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if write.write_all(b" ").await.is_err() {
+                return;
+            }
+        }
+    });
+    let (answer, after) = read_until_closed(&mut read).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(after < Duration::from_secs(6), "cut after {after:?}");
+    assert_eq!(server.count().await, 0);
+    // A genuine delivery, sent at once, is far above the rate.
+    let reply = server
+        .post_save(&json!({"event_id": "quick", "event_type": "progress.saved",
+            "player_id": "p", "save_slot": "s", "sequence": 1, "idempotency_key": "quick",
+            "data": {}}))
+        .await;
+    assert_eq!(reply.code, 202, "{:?}", reply.body);
+}

@@ -249,6 +249,7 @@ pub async fn a_body_without_event_id_is_kept_under_its_delivery_id(store: &dyn S
                 signed_at: None,
                 limits: IngestLimits::NONE,
                 ignored: false,
+                dedup_by_body: false,
             },
             inhook::store::SettleAt::Worker,
         )
@@ -270,4 +271,63 @@ pub async fn a_body_without_event_id_is_kept_under_its_delivery_id(store: &dyn S
         (record.status, record.body, record.headers),
         (EventStatus::Processed, raw.clone(), None)
     );
+}
+
+/// For a source whose scheme signs neither a delivery id nor a timestamp, a raw body equal
+/// to a logged one is a duplicate (`key = body`) whatever its delivery id, also once the
+/// original is purged (its body key is kept for the dedup window); other sources log it.
+pub async fn a_resent_body_under_a_new_delivery_id_is_a_duplicate_by_body(store: &dyn Store) {
+    let rules = super::presence_rules();
+    let raw = br#"{"user_id":"usr_body","presence":"BUSY","sequence_number":7}"#.to_vec();
+    let post = |delivery_id: &'static str, at_ms: i64, dedup_by_body: bool| {
+        let event = super::fields(&rules, &raw, Some(delivery_id));
+        let raw = raw.clone();
+        async move {
+            store
+                .ingest(
+                    inhook::store::NewEvent {
+                        source: super::PRESENCE,
+                        event: &event,
+                        body: &raw,
+                        headers: &[],
+                        received_at_ms: at_ms,
+                        signed_at: None,
+                        limits: IngestLimits::NONE,
+                        ignored: false,
+                        dedup_by_body,
+                    },
+                    inhook::store::SettleAt::Worker,
+                )
+                .await
+                .unwrap()
+        }
+    };
+    logged(&post("d1", T0, true).await);
+    let by_body = Admission::Duplicate {
+        key: DedupKey::Body,
+        original: id("d1"),
+        body_differs: false,
+    };
+    assert_eq!(post("d2", T0 + 1, true).await, by_body);
+    // The same delivery id again is a duplicate by id first.
+    assert_eq!(
+        post("d1", T0 + 2, true).await,
+        Admission::Duplicate {
+            key: DedupKey::EventId,
+            original: id("d1"),
+            body_differs: false
+        }
+    );
+    // A source whose scheme signs a time or an id logs a body twice under two ids.
+    logged(&post("d3", T0 + 3, false).await);
+    assert_eq!(all_events(store, &EventFilter::default()).await.len(), 2);
+    // Decided and purged, the body stays known until the dedup window ends.
+    store.settle(&rules, "usr_body", T0 + 4).await.unwrap();
+    store
+        .purge(T0 + 10, T0 + 60_000, T0 + 10, 100)
+        .await
+        .unwrap();
+    assert!(all_events(store, &EventFilter::default()).await.is_empty());
+    assert_eq!(post("d4", T0 + 20, true).await, by_body);
+    assert!(all_events(store, &EventFilter::default()).await.is_empty());
 }

@@ -142,6 +142,7 @@ pub async fn ingest_at(
                 signed_at: None,
                 limits,
                 ignored: false,
+                dedup_by_body: false,
             },
             settle,
         )
