@@ -181,6 +181,18 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::domain::DeadReason;
+
+    #[test]
+    fn the_orders_that_block_are_those_the_stores_triggers_name() {
+        // SQLite's triggers (migration 14) count a queue blocked by `ordering LIKE 'in-order%'`.
+        for order in DeliveryOrder::ALL {
+            assert_eq!(
+                order.blocks_when_dead(),
+                order.as_str().starts_with("in-order"),
+                "{order:?}"
+            );
+        }
+    }
     use std::collections::HashMap;
 
     const CONFIG: &str = r#"

@@ -341,6 +341,14 @@ CREATE INDEX events_by_source_status ON events (source, status, id)
         UPGRADE_STEPS,
     ),
     (13, BODY_DEDUP),
+    (
+        14,
+        // A destination's deliveries per status and its blocked aggregates, kept by triggers
+        // in the writing transaction (SQLite has one writer), so that `/metrics` and
+        // `GET /v1/destinations` read a few rows instead of counting dead deliveries on
+        // the one connection ingest needs.
+        SQLITE_DELIVERY_COUNTS,
+    ),
 ];
 
 /// `(version, SQL)` in order, for PostgreSQL; the same schema as [`SQLITE`].
@@ -764,6 +772,14 @@ $fn$;
     ),
     (12, UPGRADE_STEPS),
     (13, BODY_DEDUP),
+    (
+        14,
+        // As SQLite's version 14 for the counts by status, written as event counts are
+        // (version 7): statements append their net change to `delivery_count_deltas`, no
+        // row two senders both lock, and readers fold them. Blocked aggregates are still
+        // counted from the `deliveries_dead` index: PostgreSQL's readers wait for no writer.
+        POSTGRES_DELIVERY_COUNTS,
+    ),
 ];
 
 /// A raw body equal to a logged one of the source is a duplicate when its scheme signs
@@ -779,3 +795,133 @@ const UPGRADE_STEPS: &str = "
 CREATE TABLE pending_upgrade_steps (step TEXT PRIMARY KEY);
 INSERT INTO pending_upgrade_steps (step) VALUES ('prune_stored_headers');
 ";
+
+/// SQLite's version 14. A queue is blocked while it holds a dead delivery of an in-order
+/// lane (`DeliveryOrder::blocks_when_dead`: the orders named `in-order…`); the count of
+/// blocked queues is the pseudo-status `blocked_aggregates`. The deltas table stays empty
+/// here (the one writer updates the counts in place); it is read as PostgreSQL's is.
+const SQLITE_DELIVERY_COUNTS: &str = r#"
+CREATE TABLE delivery_counts (
+    destination TEXT    NOT NULL,
+    status      TEXT    NOT NULL,
+    n           INTEGER NOT NULL,
+    PRIMARY KEY (destination, status)
+);
+CREATE TABLE delivery_count_deltas (
+    destination TEXT    NOT NULL,
+    status      TEXT    NOT NULL,
+    n           INTEGER NOT NULL
+);
+INSERT INTO delivery_counts (destination, status, n)
+    SELECT destination, status, COUNT(*) FROM deliveries GROUP BY destination, status;
+CREATE TRIGGER delivery_counts_insert AFTER INSERT ON deliveries BEGIN
+    INSERT INTO delivery_counts (destination, status, n) VALUES (new.destination, new.status, 1)
+        ON CONFLICT (destination, status) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER delivery_counts_update AFTER UPDATE OF status ON deliveries
+    WHEN old.status <> new.status BEGIN
+    UPDATE delivery_counts SET n = n - 1
+        WHERE destination = old.destination AND status = old.status;
+    INSERT INTO delivery_counts (destination, status, n) VALUES (new.destination, new.status, 1)
+        ON CONFLICT (destination, status) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER delivery_counts_delete AFTER DELETE ON deliveries BEGIN
+    UPDATE delivery_counts SET n = n - 1
+        WHERE destination = old.destination AND status = old.status;
+END;
+
+CREATE TABLE blocked_queues (
+    destination TEXT    NOT NULL,
+    source      TEXT    NOT NULL,
+    aggregate   TEXT    NOT NULL,
+    n           INTEGER NOT NULL,
+    PRIMARY KEY (destination, source, aggregate)
+);
+INSERT INTO blocked_queues (destination, source, aggregate, n)
+    SELECT destination, source, aggregate, COUNT(*) FROM deliveries
+    WHERE status = 'dead' AND ordering LIKE 'in-order%'
+    GROUP BY destination, source, aggregate;
+INSERT INTO delivery_counts (destination, status, n)
+    SELECT destination, 'blocked_aggregates', COUNT(*) FROM blocked_queues GROUP BY destination;
+CREATE TRIGGER blocked_queues_inserted AFTER INSERT ON deliveries
+    WHEN new.status = 'dead' AND new.ordering LIKE 'in-order%' BEGIN
+    INSERT INTO blocked_queues (destination, source, aggregate, n)
+        VALUES (new.destination, new.source, new.aggregate, 1)
+        ON CONFLICT (destination, source, aggregate) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER blocked_queues_died AFTER UPDATE OF status ON deliveries
+    WHEN new.status = 'dead' AND old.status <> 'dead' AND new.ordering LIKE 'in-order%' BEGIN
+    INSERT INTO blocked_queues (destination, source, aggregate, n)
+        VALUES (new.destination, new.source, new.aggregate, 1)
+        ON CONFLICT (destination, source, aggregate) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER blocked_queues_revived AFTER UPDATE OF status ON deliveries
+    WHEN old.status = 'dead' AND new.status <> 'dead' AND old.ordering LIKE 'in-order%' BEGIN
+    UPDATE blocked_queues SET n = n - 1
+        WHERE destination = old.destination AND source = old.source AND aggregate = old.aggregate;
+    DELETE FROM blocked_queues
+        WHERE destination = old.destination AND source = old.source AND aggregate = old.aggregate
+          AND n <= 0;
+END;
+CREATE TRIGGER blocked_queues_deleted AFTER DELETE ON deliveries
+    WHEN old.status = 'dead' AND old.ordering LIKE 'in-order%' BEGIN
+    UPDATE blocked_queues SET n = n - 1
+        WHERE destination = old.destination AND source = old.source AND aggregate = old.aggregate;
+    DELETE FROM blocked_queues
+        WHERE destination = old.destination AND source = old.source AND aggregate = old.aggregate
+          AND n <= 0;
+END;
+CREATE TRIGGER blocked_count_up AFTER INSERT ON blocked_queues BEGIN
+    INSERT INTO delivery_counts (destination, status, n)
+        VALUES (new.destination, 'blocked_aggregates', 1)
+        ON CONFLICT (destination, status) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER blocked_count_down AFTER DELETE ON blocked_queues BEGIN
+    UPDATE delivery_counts SET n = n - 1
+        WHERE destination = old.destination AND status = 'blocked_aggregates';
+END;
+"#;
+
+/// PostgreSQL's version 14.
+const POSTGRES_DELIVERY_COUNTS: &str = r#"
+CREATE TABLE delivery_counts (
+    destination TEXT COLLATE "C" NOT NULL,
+    status      TEXT   NOT NULL,
+    n           BIGINT NOT NULL,
+    PRIMARY KEY (destination, status)
+);
+CREATE TABLE delivery_count_deltas (
+    destination TEXT COLLATE "C" NOT NULL,
+    status      TEXT   NOT NULL,
+    n           BIGINT NOT NULL
+);
+INSERT INTO delivery_counts (destination, status, n)
+    SELECT destination, status, COUNT(*) FROM deliveries GROUP BY destination, status;
+
+CREATE FUNCTION delivery_counts_apply() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO delivery_count_deltas (destination, status, n)
+            SELECT destination, status, COUNT(*) FROM new_rows GROUP BY destination, status;
+    ELSIF TG_OP = 'UPDATE' THEN
+        INSERT INTO delivery_count_deltas (destination, status, n)
+            SELECT destination, status, SUM(d) FROM (
+                SELECT destination, status, 1 AS d FROM new_rows
+                UNION ALL
+                SELECT destination, status, -1 FROM old_rows) t
+            GROUP BY destination, status HAVING SUM(d) <> 0;
+    ELSE
+        INSERT INTO delivery_count_deltas (destination, status, n)
+            SELECT destination, status, -COUNT(*) FROM old_rows GROUP BY destination, status;
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+CREATE TRIGGER delivery_counts_insert AFTER INSERT ON deliveries
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION delivery_counts_apply();
+CREATE TRIGGER delivery_counts_update AFTER UPDATE ON deliveries
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION delivery_counts_apply();
+CREATE TRIGGER delivery_counts_delete AFTER DELETE ON deliveries
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION delivery_counts_apply();
+"#;

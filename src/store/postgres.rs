@@ -48,6 +48,9 @@ const MIGRATION_LOCK: i64 = 0x696e_686f_6f6b;
 /// Advisory lock key held while folding count deltas, so that one transaction folds at a time.
 const FOLD_LOCK: i64 = 0x696e_686f_6f6c;
 
+/// The advisory lock of the node folding delivery count deltas.
+const FOLD_DELIVERIES_LOCK: i64 = 0x696e_686f_6f64;
+
 /// Statements through the connection's statement cache: each SQL text is parsed and
 /// planned once per connection, and every later run is one round trip instead of two.
 #[async_trait]
@@ -1149,8 +1152,12 @@ impl Store for PostgresStore {
     }
 
     async fn destination_stats(&self, destination: &str) -> Result<DestinationStats, StoreError> {
-        let client = self.client().await?;
-        forwarding::stats(&PgIo(&client), destination).await
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        fold_delivery_counts(&tx).await?;
+        let stats = forwarding::stats(&PgIo(&tx), destination).await?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(stats)
     }
 
     async fn status_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
@@ -1449,6 +1456,24 @@ async fn fold_counts<C: GenericClient>(tx: &C) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Folds the delivery count deltas into `delivery_counts`, as [`fold_counts`] does for
+/// events: one node at a time, the others read counts plus deltas meanwhile.
+async fn fold_delivery_counts<C: GenericClient>(tx: &C) -> Result<(), StoreError> {
+    tx.cached_execute(
+        "WITH folder AS (SELECT pg_try_advisory_xact_lock($1) AS mine),
+              gone AS (DELETE FROM delivery_count_deltas WHERE (SELECT mine FROM folder)
+                       RETURNING destination, status, n)
+         INSERT INTO delivery_counts (destination, status, n)
+         SELECT destination, status, SUM(n) FROM gone GROUP BY destination, status
+         ORDER BY destination, status
+         ON CONFLICT (destination, status) DO UPDATE SET n = delivery_counts.n + EXCLUDED.n",
+        &[&FOLD_DELIVERIES_LOCK],
+    )
+    .await
+    .map_err(pg_err)?;
+    Ok(())
+}
+
 /// Undecided events per source, from the counter rows the triggers keep, locked (in source
 /// order) until the transaction ends, less the committed decrements (migration 9).
 async fn backlogs<C: GenericClient>(
@@ -1728,6 +1753,7 @@ struct PgIo<'a, C>(&'a C);
 impl<C: GenericClient> UpkeepIo for PgIo<'_, C> {
     const LOCK_ROWS: &'static str = " FOR UPDATE";
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
+    const COUNTS_BLOCKED_AGGREGATES: bool = false;
     const LOCK_KEY: &'static str =
         "SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended($1, 0))) l";
 

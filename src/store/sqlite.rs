@@ -1372,6 +1372,7 @@ impl UpkeepIo for SqliteIo<'_> {
     const LOCK_ROWS: &'static str = "";
     const SKIP_LOCKED: &'static str = "";
     const LOCK_KEY: &'static str = "SELECT 1 WHERE $1 IS NOT NULL";
+    const COUNTS_BLOCKED_AGGREGATES: bool = true;
 
     fn in_ids(column: &str, n: usize) -> String {
         format!("{column} IN (SELECT value FROM json_each(${n}))")

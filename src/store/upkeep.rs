@@ -37,6 +37,10 @@ pub(crate) trait UpkeepIo {
     /// A query waiting for the lock of the key text bound at `$1` until commit; answers 1.
     const LOCK_KEY: &'static str;
 
+    /// Whether the triggers keep each destination's blocked aggregates among its delivery
+    /// counts (SQLite's one writer can); otherwise they are counted from the dead deliveries.
+    const COUNTS_BLOCKED_AGGREGATES: bool;
+
     /// The condition "`column` is one of the ids bound at placeholder `n`" ([`Param::Ids`]).
     fn in_ids(column: &str, n: usize) -> String;
 

@@ -767,9 +767,15 @@ async fn send_adds_headers_so_a_github_source_can_be_self_checked() {
     )
     .await;
     let config = examples_dir().join("github.toml");
-    let body = examples_dir().join("payloads/github-pull-request.json");
+    let pull = examples_dir().join("payloads/github-pull-request.json");
+    // Another body: GitHub signs only the body, so the same one under a new delivery id
+    // is a duplicate by body whatever its headers say.
+    let comment = server.dir().join("github-issue-comment.json");
+    let mut other: Value = serde_json::from_str(&std::fs::read_to_string(&pull).unwrap()).unwrap();
+    other["action"] = json!("created");
+    std::fs::write(&comment, other.to_string()).unwrap();
     let env = [("INHOOK_GITHUB_PULLS_SECRET", GITHUB_PULLS_SECRET)];
-    let send = |with_config: bool, extra: &[&str]| {
+    let send_file = |body: &std::path::Path, with_config: bool, extra: &[&str]| {
         let mut args: Vec<&OsStr> = vec![OsStr::new("send")];
         if with_config {
             args.extend([OsStr::new("--config"), config.as_os_str()]);
@@ -781,6 +787,7 @@ async fn send_adds_headers_so_a_github_source_can_be_self_checked() {
         args.push(body.as_os_str());
         run_cli(&args, &env)
     };
+    let send = |with_config: bool, extra: &[&str]| send_file(&pull, with_config, extra);
 
     let (ok, out) = send(true, &["--header", "X-GitHub-Event: pull_request"]);
     assert!(ok && out.starts_with("202 "), "{out}");
@@ -796,17 +803,18 @@ async fn send_adds_headers_so_a_github_source_can_be_self_checked() {
     let (ok, out) = send(true, &["--header", "X-GitHub-Event: pull_request"]);
     assert!(ok && out.contains("\"duplicate\""), "{out}");
 
-    // Another type, under a delivery id of the user's: ignored, logged under that id.
+    // Another type, under a delivery id of the user's: ignored, logged under that id; the
+    // pull request's body under it is the duplicate it is.
     let guid = "0b1c2d3e-4f50-11ef-8a1c-2f0c1a9b7777";
-    let (ok, out) = send(
-        true,
-        &[
-            "--header",
-            "X-GitHub-Event: issue_comment",
-            "--header",
-            &format!("X-GitHub-Delivery: {guid}"),
-        ],
-    );
+    let extra = [
+        "--header",
+        "X-GitHub-Event: issue_comment",
+        "--header",
+        &format!("X-GitHub-Delivery: {guid}"),
+    ];
+    let (ok, out) = send(true, &extra);
+    assert!(ok && out.contains("\"key\":\"body\""), "{out}");
+    let (ok, out) = send_file(&comment, true, &extra);
     assert!(ok && out.contains("ignored_unsupported"), "{out}");
     let logged = server.get(&format!("/v1/events/github-pulls/{guid}")).await;
     assert_eq!(

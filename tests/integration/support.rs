@@ -837,13 +837,16 @@ pub fn official_one(scheme: Scheme, secret: &str, body: &str, timestamp: i64, id
 /// store's state as the release before migration 5 wrote it. Remove migration 5's row
 /// from `schema_migrations` too, and the next start migrates it again. Migration 6's
 /// tables (deliveries), migration 7's indexes and counts and migration 9's index and
-/// backlog decrements and migration 12's upgrade steps, which come after it, are dropped
-/// first (migration 11's column goes with the generic table).
+/// backlog decrements, migration 12's upgrade steps, 13's body keys and 14's delivery
+/// counts, which come after it, are dropped first (migration 11's column goes with the
+/// generic table, 14's PostgreSQL trigger function with the deliveries).
 pub const UNDO_MIGRATION_5: (&str, &str) = (
     "DROP TABLE pending_upgrade_steps;
      DROP INDEX events_by_status; DROP INDEX events_by_source_status; DROP INDEX events_by_source;
      DROP INDEX events_arriving;
      DROP TABLE delivery_replay_jobs; DROP TABLE delivery_attempts; DROP TABLE deliveries;
+     DROP TABLE delivery_counts; DROP TABLE delivery_count_deltas; DROP TABLE blocked_queues;
+     DROP INDEX events_body; ALTER TABLE events DROP COLUMN body_sha256;
      CREATE TABLE presence_state AS
          SELECT source, aggregate AS user_id, json_extract(state, '$.presence') AS presence,
                 sequence, updated_at FROM aggregate_state WHERE tag IS NOT NULL;
@@ -864,6 +867,9 @@ pub const UNDO_MIGRATION_5: (&str, &str) = (
      DROP TRIGGER event_counts_delete ON events; DROP FUNCTION event_counts_apply();
      DROP TABLE event_counts; DROP TABLE event_count_deltas; DROP TABLE backlog_decrements;
      DROP TABLE delivery_replay_jobs; DROP TABLE delivery_attempts; DROP TABLE deliveries;
+     DROP FUNCTION delivery_counts_apply();
+     DROP TABLE delivery_counts; DROP TABLE delivery_count_deltas;
+     DROP INDEX events_body; ALTER TABLE events DROP COLUMN body_sha256;
      CREATE TABLE presence_state AS
          SELECT source, aggregate AS user_id, state::json->>'presence' AS presence,
                 sequence, updated_at FROM aggregate_state WHERE tag IS NOT NULL;
