@@ -45,6 +45,10 @@ pub struct SqliteStore {
     /// The one connection, taken in turn (FIFO): with an unfair lock, a flat-out ingest's
     /// stream of committers starved every other user (forwarding ran at 8 deliveries/s).
     conn: Arc<tokio::sync::Mutex<Connection>>,
+    /// A read-only connection for what operators poll (counts, `/readyz`): in WAL mode it
+    /// reads the last commit without waiting for the writer, and the writer never waits
+    /// for it, however many scrapers poll.
+    reader: Arc<tokio::sync::Mutex<Connection>>,
     queue: Arc<BatchQueue<IngestJob>>,
     group_commit: bool,
     /// Where each destination's claims stand among its queues.
@@ -427,8 +431,15 @@ impl SqliteStore {
         // FULL fsyncs the WAL at every commit: an answered delivery survives power loss.
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(map_err)?;
+        let reader = Connection::open_with_flags(
+            path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(map_err)?;
+        reader.busy_timeout(busy_timeout).map_err(map_err)?;
         Ok(Self {
             conn: Arc::new(tokio::sync::Mutex::new(conn)),
+            reader: Arc::new(tokio::sync::Mutex::new(reader)),
             queue: Arc::default(),
             group_commit: true,
             claim_cursors: Arc::default(),
@@ -462,6 +473,25 @@ impl SqliteStore {
                 }
             }
         });
+    }
+
+    /// Runs `f` on the read-only connection, in one read transaction (one snapshot).
+    async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let reader = Arc::clone(&self.reader);
+        tokio::task::spawn_blocking(move || {
+            let guard = reader.blocking_lock();
+            let snapshot = guard.unchecked_transaction().map_err(map_err)?;
+            let read = f(&snapshot);
+            // Nothing was written: ending the read transaction cannot lose anything.
+            let _ = snapshot.rollback();
+            read
+        })
+        .await
+        .map_err(|e| StoreError::Internal(format!("store task failed: {e}")))?
     }
 
     async fn run<T, F>(&self, f: F) -> Result<T, StoreError>
@@ -603,7 +633,7 @@ impl Store for SqliteStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        self.run(|conn| {
+        self.read(|conn| {
             conn.prepare_cached(&sqlite(sql::PING))
                 .map_err(map_err)?
                 .query_row([], |_| Ok(()))
@@ -991,12 +1021,12 @@ impl Store for SqliteStore {
 
     async fn destination_stats(&self, destination: &str) -> Result<DestinationStats, StoreError> {
         let destination = destination.to_owned();
-        self.upkeep(move |io| ready(forwarding::stats(io, &destination)))
+        self.read(move |conn| ready(forwarding::stats(&SqliteIo(conn), &destination)))
             .await
     }
 
     async fn status_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
-        self.run(|conn| {
+        self.read(|conn| {
             let mut stmt = conn
                 .prepare_cached(
                     // Kept by triggers (migration 2): no scan of the log.

@@ -44,7 +44,7 @@ const WAIT = 15_000;
  * `crm` (latest-wins, keyed by org and user id, `email` masked), plus `extra` (more
  * configuration); resolves once it prints its address.
  */
-async function startServer({ adminToken, json = false, extra = '' }) {
+async function startServer({ adminToken, json = false, extra = '', generated = false }) {
   const dir = mkdtempSync(path.join(tmpdir(), 'inhook-e2e-'));
   const crm = `
 [[sources]]
@@ -63,7 +63,7 @@ state = "/user"
   const config = `
 listen = "127.0.0.1:0"
 database = "sqlite://${path.join(dir, 'inhook.db')}"
-${adminToken ? `admin_token = "${adminToken}"` : 'admin_open_to_loopback = true'}
+${adminToken ? `admin_token = "${adminToken}"` : (generated ? '' : 'admin_open_to_loopback = true')}
 ${json ? 'mask_fields = ["email"]' : ''}
 
 [[sources]]
@@ -90,9 +90,11 @@ ${extra}`;
   const child = spawn(BIN, ['serve', '--config', configPath], { env, stdio: ['ignore', 'pipe', 'pipe'] });
   const log = [];
   child.stderr.on('data', (chunk) => log.push(chunk));
+  const printed = [];
   const url = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error('inhook did not start within 20 s')), 20_000);
     const lines = createInterface({ input: child.stdout });
+    lines.on('line', (line) => printed.push(line));
     lines.once('line', (line) => {
       clearTimeout(timer);
       const m = /^inhook listening on (http:\/\/\S+)$/.exec(line.trim());
@@ -107,6 +109,7 @@ ${extra}`;
   return {
     url,
     dir,
+    printed,
     log: () => Buffer.concat(log).toString(),
     async stop() {
       if (child.exitCode === null) {
@@ -686,6 +689,36 @@ test('dashboard: with no admin_token, an empty token works from loopback', async
   await page.click('#tabs a[data-tab="destinations"]');
   await waitText(page, '#dest-body', 'No destinations configured');
   assert.equal(await page.isVisible('#dlv-panel'), false);
+  assert.deepEqual(problems, []);
+});
+
+test('dashboard: the link inhook serve prints for a generated token logs in, and leaves the address bar', async (t) => {
+  const server = await startServer({ adminToken: null, generated: true });
+  const browser = await launch();
+  t.after(async () => {
+    await browser.close();
+    await server.stop();
+  });
+  const deadline = Date.now() + 5000;
+  let link;
+  while (!(link = server.printed.find((l) => l.startsWith('inhook dashboard: ')))) {
+    assert.ok(Date.now() < deadline, `no dashboard link in ${JSON.stringify(server.printed)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const href = link.slice('inhook dashboard: '.length);
+  const token = href.split('#token=')[1];
+  assert.ok(token && token.length >= 32, href);
+  const page = browser.context.pages()[0] || await browser.context.newPage();
+  const problems = watch(page);
+  // Without the token, loopback alone is refused.
+  const refused = await page.request.get(server.url + '/v1/events');
+  assert.equal(refused.status(), 401);
+  await page.goto(href);
+  await page.locator('#tabs').waitFor();
+  await page.locator('.card[data-source="save-game"]').waitFor();
+  assert.equal(await page.evaluate(() => location.hash), '');
+  assert.equal(await page.evaluate(() => sessionStorage.getItem('inhook.token')), token);
+  assert.ok(!server.log().includes(token), 'the token reached the log');
   assert.deepEqual(problems, []);
 });
 

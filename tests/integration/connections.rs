@@ -360,7 +360,9 @@ async fn a_replay_filter_over_64_kib_gets_413_and_no_job() {
     assert_eq!(body["limit_bytes"], 64 * 1024);
     assert_eq!(server.get("/v1/replay/1").await.code, 404, "nothing stored");
 
-    let small = client
+    // A fresh connection: the server closes the one whose body it refused unread, and a
+    // pooled reuse of it could race that close (IncompleteMessage).
+    let small = reqwest::Client::new()
         .post(format!("{}/v1/replay", server.url))
         // The longest aggregate a filter can name: two parts of 128 bytes.
         .json(&json!({"status": "dead", "aggregate": format!("{}/{}", "a".repeat(128), "b".repeat(128))}))
