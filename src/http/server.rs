@@ -70,30 +70,53 @@ pub fn open_files_limit() -> Option<u64> {
     (read == 0 && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
 }
 
-/// Open connections per peer address, so that one peer cannot take every slot.
+/// Open connections per peer address, so that one peer cannot take every slot; and per
+/// IPv6 /48, since a host (or one customer of a provider) may hold a whole /48 and so
+/// thousands of /64 peers.
 #[derive(Default, Clone)]
 struct PeerCounts(Arc<Mutex<HashMap<IpAddr, usize>>>);
+
+/// How many peers' caps one IPv6 /48 may hold at most.
+const PEERS_PER_SITE: usize = 4;
 
 /// One counted connection of a peer; uncounted when dropped.
 struct PeerSlot {
     counts: PeerCounts,
-    peer: IpAddr,
+    keys: [Option<IpAddr>; 2],
 }
 
 impl PeerCounts {
-    /// Counts a new connection from `peer`, unless it holds `cap` already.
+    /// Counts a new connection from `peer`, unless it holds `cap` already (or, over IPv6,
+    /// its /48 holds [`PEERS_PER_SITE`] times that).
     fn enter(&self, peer: IpAddr, cap: usize) -> Option<PeerSlot> {
-        let peer = peer_key(peer);
+        let keys = [Some(peer_key(peer)), site_key(peer)];
+        let caps = [cap, cap.saturating_mul(PEERS_PER_SITE)];
         let mut counts = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let open = counts.entry(peer).or_default();
-        if *open >= cap {
+        let full = keys
+            .iter()
+            .zip(caps)
+            .any(|(key, cap)| key.is_some_and(|k| counts.get(&k).copied().unwrap_or(0) >= cap));
+        if full {
             return None;
         }
-        *open += 1;
+        for key in keys.iter().flatten() {
+            *counts.entry(*key).or_default() += 1;
+        }
         Some(PeerSlot {
             counts: self.clone(),
-            peer,
+            keys,
         })
+    }
+}
+
+/// The IPv6 /48 of `ip`, kept apart from every /64 key (its low 64 bits are all ones, which
+/// no /64 key has); `None` over IPv4.
+fn site_key(ip: IpAddr) -> Option<IpAddr> {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => Some(IpAddr::V6(std::net::Ipv6Addr::from_bits(
+            (v6.to_bits() & !((1u128 << 80) - 1)) | ((1u128 << 64) - 1),
+        ))),
+        IpAddr::V4(_) => None,
     }
 }
 
@@ -111,10 +134,12 @@ pub(super) fn peer_key(ip: IpAddr) -> IpAddr {
 impl Drop for PeerSlot {
     fn drop(&mut self) {
         let mut counts = self.counts.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(open) = counts.get_mut(&self.peer) {
-            *open -= 1;
-            if *open == 0 {
-                counts.remove(&self.peer);
+        for key in self.keys.iter().flatten() {
+            if let Some(open) = counts.get_mut(key) {
+                *open -= 1;
+                if *open == 0 {
+                    counts.remove(key);
+                }
             }
         }
     }
@@ -347,6 +372,24 @@ mod tests {
             "one IPv6 /64 is one peer"
         );
         assert!(peers.enter(other_block, 1).is_some());
+        // One /48 holds at most four peers' caps, however many /64s it has.
+        let site: Vec<IpAddr> = (2..8)
+            .map(|n| format!("2001:db8:0:{n}::1").parse().unwrap())
+            .collect();
+        // 2001:db8::1 holds one already; three more /64s of its /48 fill it.
+        let _held: Vec<_> = site[..3]
+            .iter()
+            .map(|ip| peers.enter(*ip, 1).unwrap())
+            .collect();
+        assert!(
+            peers.enter(site[3], 1).is_none(),
+            "the /48 holds four already"
+        );
+        let elsewhere: IpAddr = "2001:db8:1::1".parse().unwrap();
+        assert!(
+            peers.enter(elsewhere, 1).is_some(),
+            "another /48 is another site"
+        );
         drop(first);
         assert!(
             peers.enter(a, 2).is_some(),
