@@ -1,6 +1,6 @@
 //! `inhook bench --forward NAME`: follows forwarding to one destination during and after
-//! a bench run (SPEC §9): its backlog every second, how long it takes to drain once
-//! ingest ends, and from the delivery rows' own timestamps the deliveries per second and
+//! a bench run (docs/contract.md, forwarding): its backlog every second, how long it takes to drain
+//! once ingest ends, and from the delivery rows' own timestamps the deliveries per second and
 //! each delivery's applied → delivered time.
 
 use std::time::{Duration, Instant};

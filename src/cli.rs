@@ -1,4 +1,4 @@
-//! The command line (SPEC §5). `main.rs` only parses and calls [`run`].
+//! The command line (docs/api.md, command line). `main.rs` only parses and calls [`run`].
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -98,7 +98,8 @@ fn parse_status(raw: &str) -> Result<EventStatus, String> {
     })
 }
 
-/// An `--aggregate` in text form (SPEC §8), refused with the reason when malformed.
+/// An `--aggregate` in text form (docs/contract.md, json sources), refused with the reason when
+/// malformed.
 pub(crate) fn parse_aggregate(raw: &str) -> Result<AggregateKey, String> {
     AggregateKey::parse_text(raw).map_err(|problem| format!("aggregate {problem}"))
 }

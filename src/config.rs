@@ -1,4 +1,4 @@
-//! Configuration (SPEC §6): built-in defaults, then a TOML file, then
+//! Configuration (docs/configuration.md): built-in defaults, then a TOML file, then
 //! `INHOOK_*` environment variables. Validated once, at start.
 
 use std::collections::HashMap;
@@ -125,7 +125,7 @@ pub struct Config {
     pub log_json: bool,
     /// The sources, in config order.
     pub sources: Vec<SourceConfig>,
-    /// Where applied events are forwarded (SPEC §9), in config order.
+    /// Where applied events are forwarded (docs/contract.md, forwarding), in config order.
     pub destinations: std::sync::Arc<[DestinationConfig]>,
     /// Aggregates processed in parallel.
     pub workers: usize,
@@ -857,10 +857,29 @@ fn toml_problem(text: &str, err: &toml::de::Error) -> String {
             (c, false) => message.push(c),
         }
     }
+    let message = message.trim_end();
+    let hint = misplaced_top_level_key(err.message())
+        .map(|key| {
+            format!(
+                " (`{key}` is a top-level key: top-level keys go before the first \
+                 [[sources]] or [[destinations]] table, which takes every line after it)"
+            )
+        })
+        .unwrap_or_default();
     match line {
-        Some(line) => format!("config file, line {line}: {}", message.trim_end()),
-        None => format!("config file: {}", message.trim_end()),
+        Some(line) => format!("config file, line {line}: {message}{hint}"),
+        None => format!("config file: {message}{hint}"),
     }
+}
+
+/// The key of an "unknown field" error when it is a top-level key, so written inside a
+/// table: TOML gives every line after a `[[table]]` header to that table.
+fn misplaced_top_level_key(message: &str) -> Option<&str> {
+    let key = message.strip_prefix("unknown field `")?.split('`').next()?;
+    let alone = toml::from_str::<FileConfig>(&format!("{key} = 0"));
+    // Read alone at the top, it is known there (a wrong type is still a known key).
+    let known = alone.map_or_else(|e| !e.message().starts_with("unknown field"), |_| true);
+    known.then_some(key)
 }
 
 fn parse_database(raw: &str) -> Result<Database, ConfigError> {
@@ -889,6 +908,26 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn a_top_level_key_after_the_first_table_says_where_it_belongs() {
+        let text = "[[sources]]\nname = \"p\"\nkind = \"presence\"\nsecrets = [\"s\"]\nlisten = \"127.0.0.1:9\"\n";
+        let err = Config::from_parts(Some(text), &env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("unknown field `listen`") && err.contains("top-level keys go before"),
+            "{err}"
+        );
+        let typo = "[[sources]]\nname = \"p\"\nkind = \"presence\"\nsecretz = [\"s\"]\n";
+        let err = Config::from_parts(Some(typo), &env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("unknown field `secretz`") && !err.contains("top-level"),
+            "{err}"
+        );
     }
 
     #[test]

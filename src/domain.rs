@@ -9,7 +9,7 @@ use serde::Serialize;
 /// Longest id the contracts accept, in bytes.
 pub const MAX_ID_BYTES: usize = 128;
 
-/// Longest id a `json` source's location may hold, in bytes (SPEC §8).
+/// Longest id a `json` source's location may hold, in bytes (docs/contract.md, json sources).
 pub const MAX_LOCATED_ID_BYTES: usize = 200;
 
 /// Why a string is not a valid id.
@@ -45,7 +45,7 @@ impl fmt::Display for IdProblem {
     }
 }
 
-/// Checks the id rule of SPEC §2: 1–128 bytes of printable ASCII.
+/// Checks the id rule of docs/contract.md (ingress): 1–128 bytes of printable ASCII.
 fn check_id(raw: &str) -> Result<(), IdProblem> {
     if raw.is_empty() {
         return Err(IdProblem::Empty);
@@ -59,7 +59,8 @@ fn check_id(raw: &str) -> Result<(), IdProblem> {
     Ok(())
 }
 
-/// Checks the `json` kind's id rule of SPEC §8: 1–200 bytes, no control characters.
+/// Checks the `json` kind's id rule of docs/contract.md (json sources): 1–200 bytes, no control
+/// characters.
 fn check_located_id(raw: &str) -> Result<(), IdProblem> {
     if raw.is_empty() {
         return Err(IdProblem::Empty);
@@ -206,7 +207,7 @@ pub const MAX_KEY_PARTS: usize = 16;
 /// (printable ASCII, or the `json` rule), so this one can never appear inside one.
 const KEY_SEPARATOR: char = '\u{1f}';
 
-/// Separates the parts of an aggregate key's text form (SPEC §8).
+/// Separates the parts of an aggregate key's text form (docs/contract.md, json sources).
 const TEXT_SEPARATOR: char = '/';
 
 /// Why a text form is not an aggregate key.
@@ -291,9 +292,9 @@ impl AggregateKey {
         }
     }
 
-    /// Parses the text form of SPEC §8 (API filters, cursors, routes, CLI flags): up to
-    /// [`MAX_KEY_PARTS`] parts joined by `/`, each under the `json` kind's id rule (the
-    /// built-in kinds' ids are a subset of it).
+    /// Parses the text form of docs/contract.md (json sources) (API filters, cursors, routes, CLI
+    /// flags): up to [`MAX_KEY_PARTS`] parts joined by `/`, each under the `json` kind's id rule
+    /// (the built-in kinds' ids are a subset of it).
     pub fn parse_text(text: &str) -> Result<Self, AggregateKeyProblem> {
         let mut parts = Vec::new();
         for part in text.split(TEXT_SEPARATOR) {
@@ -351,7 +352,7 @@ impl AggregateKey {
     }
 }
 
-/// The text form of SPEC §8: the parts, percent-encoded, joined by `/`.
+/// The text form of docs/contract.md (json sources): the parts, percent-encoded, joined by `/`.
 impl fmt::Display for AggregateKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (at, part) in self.parts().into_iter().enumerate() {
@@ -364,7 +365,7 @@ impl fmt::Display for AggregateKey {
     }
 }
 
-/// Where an event is in its life (SPEC §3).
+/// Where an event is in its life (docs/contract.md, processing).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, utoipa::ToSchema,
 )]
@@ -429,7 +430,7 @@ impl EventStatus {
     }
 }
 
-/// Why an event is dead (SPEC §3).
+/// Why an event is dead (docs/contract.md, processing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DeadReason {

@@ -1,5 +1,5 @@
-//! Forwarding's command line (SPEC §9): `inhook deliveries` reads a destination's
-//! deliveries from the store; `inhook listen` is a local application for development
+//! Forwarding's command line (docs/contract.md, forwarding): `inhook deliveries` reads a
+//! destination's deliveries from the store; `inhook listen` is a local application for development
 //! that verifies forwarded requests and prints one line each.
 
 use std::path::Path;

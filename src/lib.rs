@@ -17,8 +17,8 @@
 //! - [`store`]: the [`store::Store`] trait and its SQLite and PostgreSQL (over
 //!   TLS) implementations: the event log with its unique keys, and the
 //!   projections, transactionally; both share the settle plan of `store::settle`.
-//! - [`forward`]: forwarding to `[[destinations]]` (SPEC §9): what is sent, in which
-//!   order, signed how, and what an answer means; pure rules under the sender.
+//! - [`forward`]: forwarding to `[[destinations]]` (docs/contract.md, forwarding): what is sent, in
+//!   which order, signed how, and what an answer means; pure rules under the sender.
 //! - [`mask`]: `mask_fields` applied to anything inhook shows.
 //! - [`outbound`]: the one TLS setup of every outbound HTTP client (forwarder and CLI).
 //! - [`worker`]: applies async events by settling due aggregates.

@@ -2,8 +2,8 @@
 
 use clap::Parser;
 
-/// glibc's malloc and free took 17 % of the instructions per delivery (callgrind,
-/// issue #14); mimalloc takes 12 % fewer instructions per event in all.
+/// mimalloc: glibc's malloc and free were a large share of the instructions per
+/// delivery (docs/benchmarks.md, mimalloc).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

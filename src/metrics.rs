@@ -1,4 +1,4 @@
-//! Every metric of SPEC §7, named once here. Handlers and workers call these
+//! Every metric of docs/api.md (metrics), named once here. Handlers and workers call these
 //! functions; `/metrics` renders the Prometheus text. Labels only ever carry
 //! configured source names and fixed vocabularies, so a hostile client cannot
 //! grow the label space.

@@ -1,4 +1,4 @@
-//! Ordering rules (SPEC §3) as pure functions: given an aggregate's state and
+//! Ordering rules (docs/contract.md, processing) as pure functions: given an aggregate's state and
 //! the events waiting for it, decide each event (apply, stale, hold, dead) and
 //! return the new state. The stores load and save; these functions decide.
 //!
@@ -467,7 +467,7 @@ fn latest_wins(newer: bool) -> Outcome {
 }
 
 /// Whether an aggregate may be settled inside the ingest transaction that logged
-/// `fresh` (issue #14): its pending rows are only those, and no held event is in
+/// `fresh`: its pending rows are only those, and no held event is in
 /// reach. A backlog, a retry or a hold is left to the worker.
 pub fn ready_at_ingest(pending: &[i64], held_in_reach: usize, fresh: &[i64]) -> bool {
     held_in_reach == 0 && !pending.is_empty() && pending.iter().all(|row| fresh.contains(row))

@@ -1,4 +1,4 @@
-//! Projections (SPEC §3): the current state of each aggregate, and the pure
+//! Projections (docs/contract.md, processing): the current state of each aggregate, and the pure
 //! effect of one event on it. The ordering rules in [`crate::ordering`]
 //! decide *whether* an event applies; this module says *what* applying does.
 
@@ -37,7 +37,7 @@ impl PresenceState {
     }
 }
 
-/// The API shape of a presence (SPEC §4).
+/// The API shape of a presence (docs/api.md, read API).
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct PresenceView {
     /// The user.
@@ -68,7 +68,7 @@ pub fn presence_view(
     }
 }
 
-/// The API shape of a save slot (SPEC §4).
+/// The API shape of a save slot (docs/api.md, read API).
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct SaveView {
     /// The player.

@@ -1,4 +1,4 @@
-//! The retry schedule (SPEC §3, G6): exponential backoff with jitter, and
+//! The retry schedule (docs/contract.md, processing; G6): exponential backoff with jitter, and
 //! when to give up. Pure: the caller supplies the random draw.
 
 /// How failed attempts are retried.

@@ -1,7 +1,7 @@
 //! Log and trace output: `tracing` lines on stderr (text or JSON), and, when
 //! `otlp_endpoint` is set, the same spans exported over OTLP/HTTP (off by default).
 //!
-//! Log lines carry their own fields only, never their spans' (issue #14): the span fields
+//! Log lines carry their own fields only, never their spans': the span fields
 //! repeated in every line doubled its size, and formatting them cost every request an
 //! allocation even when no line was written. Without an exporter no span is even built.
 

@@ -1,4 +1,4 @@
-//! `inhook verify` and `inhook keygen` (SPEC §5): check a saved delivery
+//! `inhook verify` and `inhook keygen` (docs/api.md, command line): check a saved delivery
 //! offline, and mint secrets in each scheme's format. `verify` explains a
 //! failure well enough to fix it, without ever printing a secret or the
 //! signature it expected.

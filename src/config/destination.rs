@@ -1,5 +1,5 @@
-//! `[[destinations]]` (SPEC §9): where applied events are forwarded, read from the
-//! file and the environment and validated at start. Every refusal names the key.
+//! `[[destinations]]` (docs/contract.md, forwarding): where applied events are forwarded, read from
+//! the file and the environment and validated at start. Every refusal names the key.
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -1,4 +1,4 @@
-//! The `json` kind's contract (SPEC §8): configuration says where each field
+//! The `json` kind's contract (docs/contract.md, json sources): configuration says where each field
 //! of any publisher's JSON is, as an RFC 6901 JSON Pointer into the body or a
 //! `header:Name`. [`JsonContract::compile`] checks a source's keys once, at
 //! start; [`JsonContract::parse`] turns one delivery into a typed

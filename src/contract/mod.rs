@@ -1,4 +1,4 @@
-//! Payload contracts (SPEC §2): the raw body of a verified delivery becomes a
+//! Payload contracts (docs/contract.md, ingress): the raw body of a verified delivery becomes a
 //! typed event, or a list of problems that name each bad field. No I/O.
 
 pub mod body;
@@ -22,7 +22,7 @@ pub enum SourceKind {
     Presence,
     /// Game saves (second seed).
     SaveGame,
-    /// Any publisher's JSON, its fields located by configuration (SPEC §8).
+    /// Any publisher's JSON, its fields located by configuration (docs/contract.md, json sources).
     Json,
 }
 

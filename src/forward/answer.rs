@@ -1,5 +1,5 @@
-//! What an attempt's result means (SPEC §9): a 2xx is delivered; anything else, a
-//! timeout or a connection error is retried with the destination's backoff and jitter
+//! What an attempt's result means (docs/contract.md, forwarding): a 2xx is delivered; anything
+//! else, a timeout or a connection error is retried with the destination's backoff and jitter
 //! ([`RetryPolicy`], shared with event processing), a `Retry-After` on 429 or 503
 //! honoured up to `retry_max_delay_s`; after `max_attempts` requests in all the
 //! delivery is dead with its last status or error.

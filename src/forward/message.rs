@@ -1,5 +1,5 @@
-//! A forwarded request (SPEC §9): its stable `webhook-id`, and the headers of one
-//! attempt, signed with Standard Webhooks v1 by the signing code ingress verifies with.
+//! A forwarded request (docs/contract.md, forwarding): its stable `webhook-id`, and the headers of
+//! one attempt, signed with Standard Webhooks v1 by the signing code ingress verifies with.
 
 use std::fmt;
 
@@ -62,7 +62,7 @@ pub struct ForwardedEvent<'a> {
     pub event_id: &'a str,
     /// The logged event type (empty: no `inhook-event-type` header).
     pub event_type: &'a str,
-    /// The aggregate in its text form (SPEC §8).
+    /// The aggregate in its text form (docs/contract.md, json sources).
     pub aggregate: &'a str,
     /// The logged sequence.
     pub sequence: i64,

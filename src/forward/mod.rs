@@ -1,5 +1,5 @@
-//! Forwarding applied events to the user's application (SPEC §9), as pure rules
-//! the store and the sender build on. No I/O here: the store persists delivery
+//! Forwarding applied events to the user's application (docs/contract.md, forwarding), as pure
+//! rules the store and the sender build on. No I/O here: the store persists delivery
 //! rows in the decision's transaction and asks these modules what to write; the
 //! sender asks what to send next and what an answer means.
 //!

@@ -1,4 +1,4 @@
-//! What is forwarded (SPEC §9): every event the source's rules apply, to every
+//! What is forwarded (docs/contract.md, forwarding): every event the source's rules apply, to every
 //! destination that names its source and whose `event_types` match; nothing
 //! else (duplicates, stale, held, dead and ignored events). And how each
 //! delivery is ordered within its aggregate, which decides what a dead one blocks.

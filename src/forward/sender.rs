@@ -1,5 +1,5 @@
-//! The sender (SPEC §9): one task per destination claims the deliveries the store's
-//! queue rules let go (one per aggregate at a time, in applied order), POSTs each
+//! The sender (docs/contract.md, forwarding): one task per destination claims the deliveries the
+//! store's queue rules let go (one per aggregate at a time, in applied order), POSTs each
 //! event's body byte for byte, signed, and records the verdict. The rules live in the
 //! pure modules beside this one; this is the thin I/O layer around them.
 //!

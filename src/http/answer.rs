@@ -1,4 +1,4 @@
-//! Every HTTP answer inhook gives, in one place (SPEC §2 "Answers").
+//! Every HTTP answer inhook gives, in one place (docs/contract.md, answers).
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -207,7 +207,7 @@ pub enum DeliveryBody {
     Dead {
         /// The event's id.
         event_id: String,
-        /// Why (SPEC §3).
+        /// Why (docs/contract.md, processing).
         reason: DeadReason,
     },
 }

@@ -1,6 +1,6 @@
 //! `GET /`: the dashboard, one static page (`dashboard.html`, inline CSS and
 //! vanilla JS) embedded in the binary. The page holds no data: it reads the
-//! admin API of SPEC §4 with the token the user enters, so the route itself
+//! admin API of docs/api.md (read API) with the token the user enters, so the route itself
 //! needs none.
 //!
 //! The page is served with a strict Content-Security-Policy: its one inline

@@ -1,4 +1,4 @@
-//! `POST /webhooks/{source}`: the checks of SPEC §2 in their fixed order —
+//! `POST /webhooks/{source}`: the checks of docs/contract.md (ingress) in their fixed order —
 //! source, size, content type, signature, contract, store.
 
 use axum::body::Body;
@@ -18,7 +18,7 @@ use crate::signature;
 use crate::store::{Admission, Decided, NewEvent, Refusal, SettleAt, StoreError};
 
 /// Receives one delivery: verifies its signature, checks its contract, logs it durably
-/// and answers (SPEC §2). The signature headers are the source's scheme's
+/// and answers (docs/contract.md, ingress). The signature headers are the source's scheme's
 /// (`X-Signature`/`X-Timestamp`, `webhook-signature`, `X-Hub-Signature-256`,
 /// `Stripe-Signature`, `X-Slack-Signature`, `X-Shopify-Hmac-Sha256`, …).
 #[utoipa::path(post, path = "/webhooks/{source}", tag = "ingress", security(()),
@@ -339,7 +339,8 @@ async fn check_and_log(
     };
     tracing::Span::current().record("decision", answer.decision());
     if let Answer::Accepted { .. } = answer {
-        // Not a decision (SPEC §3): the worker's line is the event's one decision line.
+        // Not a decision (docs/contract.md, processing): the worker's line is the event's one
+        // decision line.
         tracing::debug!(source = %source.name, event_id = %event.event_id, "accepted");
     } else {
         info!(

@@ -92,7 +92,7 @@ mod tests {
     use super::*;
     use axum::http::HeaderValue;
 
-    /// The credential headers of issue #13, each of which a denylist let through.
+    /// Credential headers with no common shape, each of which a denylist would let through.
     const CREDENTIALS: [&str; 8] = [
         "x-goog-iap-jwt-assertion",
         "cf-access-jwt-assertion",

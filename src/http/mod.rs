@@ -37,7 +37,8 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     /// Wakes the workers when an async event is logged.
     pub wake: Arc<Notify>,
-    /// Wakes this node's senders after a commit that wrote delivery rows (SPEC §9).
+    /// Wakes this node's senders after a commit that wrote delivery rows (docs/contract.md,
+    /// forwarding).
     pub forward_wake: Arc<Notify>,
     /// Where "now" comes from.
     pub clock: crate::clock::Clock,
@@ -60,7 +61,8 @@ pub struct AppState {
     /// One permit per core for costly signature checks (ed25519, lists of signatures), which
     /// run on blocking threads: a flood of them waits here instead of taking every core.
     pub costly_checks: Arc<tokio::sync::Semaphore>,
-    /// Each destination's circuit breaker on this node (SPEC §9), for `GET /v1/destinations`.
+    /// Each destination's circuit breaker on this node (docs/contract.md, forwarding), for `GET
+    /// /v1/destinations`.
     pub circuits: crate::forward::sender::Circuits,
 }
 

@@ -201,7 +201,7 @@ impl ChangeFeed {
 pub(super) struct StreamQuery {
     /// Only this source's changes.
     source: Option<String>,
-    /// Only this aggregate's changes, in text form (SPEC §8): a user id, or
+    /// Only this aggregate's changes, in text form (docs/contract.md, json sources): a user id, or
     /// `player/slot`, with `%` and `/` inside an id written `%25` and `%2F`.
     aggregate: Option<String>,
 }

@@ -1,4 +1,4 @@
-//! The `json` kind (SPEC §8): any publisher's JSON, its fields found by the
+//! The `json` kind (docs/contract.md, json sources): any publisher's JSON, its fields found by the
 //! source's compiled locations ([`crate::contract::json`]). Latest-wins as
 //! presence (ties applied and counted), in-order with the save-game deltas'
 //! machinery, or unordered; the state is the value at `state` of the last
@@ -317,9 +317,9 @@ impl Kind for JsonKind {
                     let event_type = event_type.map(|t| t.as_str().to_owned());
                     // Logged under its own aggregate and sequence when both read cleanly, so
                     // that it is listed beside its aggregate's events (an in-order source
-                    // counts its sequence, as SPEC §3 counts save-game's unknown types);
-                    // else as its own aggregate, keyed by its event id, at sequence 0, like
-                    // an unordered event: it never waits and touches no one's order.
+                    // counts its sequence, as docs/contract.md (processing) counts save-game's
+                    // unknown types); else as its own aggregate, keyed by its event id, at sequence
+                    // 0, like an unordered event: it never waits and touches no one's order.
                     let event = event_id.and_then(|event_id| {
                         let (aggregate, sequence) = match place {
                             Some(place) => (place.aggregate, place.sequence),

@@ -1,5 +1,5 @@
-//! The kind seam (SPEC §8): a kind is one module behind the [`Kind`] trait. It
-//! parses a verified delivery into the fields every layer needs, settles an
+//! The kind seam (docs/contract.md, json sources): a kind is one module behind the [`Kind`] trait.
+//! It parses a verified delivery into the fields every layer needs, settles an
 //! aggregate's pending events against its stored state (pure: the store loads
 //! and writes, [`crate::ordering`] holds the rules), and shows a stored state.
 //! Presence, save-game and `json` are its three implementations; the store, the
@@ -42,8 +42,8 @@ pub struct EventFields {
 }
 
 /// A kind's own parse of a delivery's body, carried from ingress to the settle that
-/// decides the event at ingest, so that the body is parsed once (issue #14: the second
-/// parse was 6 % of the instructions per event). Only the kind that made it reads it;
+/// decides the event at ingest, so that the body is parsed once (a second parse showed in
+/// the instruction counts: docs/benchmarks.md). Only the kind that made it reads it;
 /// every other layer passes it on. Rows read back from the store have none: their
 /// kind parses the stored body.
 #[derive(Clone)]
@@ -253,7 +253,8 @@ pub fn built_in(kind: SourceKind, stale_after_ms: i64) -> Arc<dyn Kind> {
     }
 }
 
-/// The generic API item of a stored aggregate (SPEC §8), the kind's view under `state`.
+/// The generic API item of a stored aggregate (docs/contract.md, json sources), the kind's view
+/// under `state`.
 pub fn aggregate_view(
     source: &str,
     kind: &dyn Kind,

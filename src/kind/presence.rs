@@ -1,4 +1,4 @@
-//! The presence kind (SPEC §2–§3): latest-wins by `sequence_number`; its state is
+//! The presence kind (docs/contract.md): latest-wins by `sequence_number`; its state is
 //! the presence, tagged for `?status=` filters; `stale` is judged when read.
 
 use axum::http::HeaderMap;

@@ -1,5 +1,5 @@
-//! The save-game kind (SPEC §3): snapshots latest-wins, deltas in order with holds
-//! and gap skips, achievements order-free; its state is the save slot.
+//! The save-game kind (docs/contract.md, processing): snapshots latest-wins, deltas in order with
+//! holds and gap skips, achievements order-free; its state is the save slot.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -178,8 +178,8 @@ impl Kind for SaveKind {
         typed_view(stored).map_or(Value::Null, |view| json!(view))
     }
 
-    /// Serialized straight from the typed view: building a JSON value first, to turn it
-    /// into text at once, cost 3 % of the instructions per event.
+    /// Serialized straight from the typed view: building a JSON value first, only to turn
+    /// it into text at once, showed in the instruction counts (docs/benchmarks.md).
     fn stream_text(&self, _source: &str, stored: &AggregateState, _now_ms: i64) -> String {
         typed_view(stored).map_or_else(
             || Value::Null.to_string(),

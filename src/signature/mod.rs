@@ -1,4 +1,4 @@
-//! Signature schemes (SPEC §2): pure functions from headers, raw body, secrets
+//! Signature schemes (docs/contract.md, ingress): pure functions from headers, raw body, secrets
 //! and the time of receipt to a verdict. No I/O, no JSON: every MAC is
 //! computed over the raw bytes before anything parses them.
 //!
@@ -47,7 +47,7 @@ pub enum Scheme {
 }
 
 impl Scheme {
-    /// Every scheme, in the order of SPEC §2.
+    /// Every scheme, in the order of docs/contract.md (ingress).
     pub const ALL: [Scheme; 7] = [
         Scheme::HmacHex,
         Scheme::HmacTimestamped,
@@ -270,7 +270,7 @@ pub enum SignatureError {
 }
 
 impl SignatureError {
-    /// The `error` code of the 401 answer (SPEC §2).
+    /// The `error` code of the 401 answer (docs/contract.md, ingress).
     pub fn code(&self) -> &'static str {
         match self {
             SignatureError::Missing { .. } => "missing_signature",

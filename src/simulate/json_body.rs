@@ -1,5 +1,5 @@
-//! The bodies of a `json` source (SPEC §8), a pure function of the seed: every
-//! generated value is written at the source's configured location (a body
+//! The bodies of a `json` source (docs/contract.md, json sources), a pure function of the seed:
+//! every generated value is written at the source's configured location (a body
 //! pointer, its nested objects created, or a `header:` location's request
 //! header), with the source's ordering: sequences that rise with gaps (and
 //! ties, for timestamps) for latest-wins, contiguous integers for in-order,

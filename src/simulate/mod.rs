@@ -1,4 +1,4 @@
-//! `inhook simulate` (SPEC §5): a chaos publisher. It generates a contiguous
+//! `inhook simulate` (docs/api.md, command line): a chaos publisher. It generates a contiguous
 //! event stream over presence users and save slots (or, with `--source`, over
 //! a `json` source's aggregates, written at the source's locations), works out
 //! the in-order state with the library's own code, delivers the stream the way

@@ -203,8 +203,8 @@ DROP TABLE save_state;
     ),
     (
         6,
-        // Forwarding (SPEC §9): one row per (destination, applied event), written in the
-        // decision's transaction; rising id is the applied order a queue sends in. A
+        // Forwarding (docs/contract.md, forwarding): one row per (destination, applied event),
+        // written in the decision's transaction; rising id is the applied order a queue sends in. A
         // queue is (destination, source, aggregate). A claim leases its in-flight row.
         r#"
 CREATE TABLE deliveries (
@@ -260,7 +260,7 @@ CREATE TABLE delivery_replay_jobs (
     ),
     (
         7,
-        // Reads that never scan the log (issue #14): the dashboard's pages and the
+        // Reads that never scan the log: the dashboard's pages and the
         // destination figures by partial indexes. SQLite's counts are kept since version 2.
         r#"
 -- Pages of the rare decided statuses (dead letters above all) by id, without walking the
@@ -295,7 +295,7 @@ CREATE INDEX deliveries_active ON deliveries (destination, source, aggregate, id
         9,
         // An aggregate's undecided rows that are not held, without its decided history:
         // settling read them through `events_aggregate`, every event the aggregate ever had
-        // (issue #14: the rate fell as save slots grew to thousands of events). Only rows
+        // (the rate fell as save slots grew to thousands of events). Only rows
         // waiting for a worker are in it. (PostgreSQL's version 9 also moves decisions off
         // the backlog row ingest locks; SQLite has one writer.)
         r#"
@@ -706,8 +706,8 @@ CREATE INDEX deliveries_active ON deliveries (destination, source, aggregate, id
         9,
         // Decisions lower a source's backlog in one of 64 rows picked by the connection,
         // not in the row every ingest batch locks: before, every deciding transaction waited
-        // for the ingest batch holding that row, and each batch for the deciders (issue #14:
-        // half the deciding time on PostgreSQL was that wait). Ingest reads its locked row plus
+        // for the ingest batch holding that row, and each batch for the deciders (on
+        // PostgreSQL, much of the deciding time was that wait: docs/benchmarks.md). Ingest reads its locked row plus
         // the committed decrements; a decrement not yet committed is not seen, so the backlog
         // it reads is never below the true one and `max_backlog` stays a hard limit.
         r#"

@@ -92,7 +92,8 @@ pub struct NewEvent<'a> {
     /// The source's admission limits, enforced inside the ingest transaction.
     pub limits: IngestLimits,
     /// A type outside the source's `event_types`: logged `ignored_unsupported`, decided
-    /// at once, never settled, under no limit (it is no backlog item) (SPEC §8).
+    /// at once, never settled, under no limit (it is no backlog item) (docs/contract.md, json
+    /// sources).
     pub ignored: bool,
     /// Whether a raw body equal to a logged one of the source makes this a duplicate: its
     /// scheme signs neither a delivery id nor a timestamp, so its headers cannot tell a
@@ -326,7 +327,8 @@ pub struct SettleReport {
     pub gaps_skipped: u64,
     /// Events applied on a sequence equal to the current one (latest-wins `json`).
     pub ties: u64,
-    /// Delivery rows written for destinations (SPEC §9): the senders are woken when any were.
+    /// Delivery rows written for destinations (docs/contract.md, forwarding): the senders are woken
+    /// when any were.
     pub deliveries: u64,
     /// For each decided event, milliseconds from receipt to decision.
     pub lags_ms: Vec<i64>,
@@ -695,7 +697,7 @@ pub trait Store: Send + Sync + 'static {
     async fn advance_replay_jobs(&self, now_ms: i64, aggregates: usize) -> Result<u64, StoreError>;
 
     /// Claims up to `limit` deliveries of `destination` that may be sent at `now_ms`
-    /// (SPEC §9): per queue (destination, source, aggregate) only what
+    /// (docs/contract.md, forwarding): per queue (destination, source, aggregate) only what
     /// [`crate::forward::queue::next_send`] allows, marking superseded replays skipped on
     /// the way; each claimed one is `in_flight`, its attempts counted, leased to `owner`
     /// until `lease_until_ms`. An expired lease (a dead node) is claimed again, same

@@ -41,7 +41,8 @@ use crate::retry::RetryPolicy;
 
 /// The channel async ingests notify and workers listen on.
 const CHANNEL: &str = "inhook_events";
-/// The channel commits that write delivery rows notify and senders listen on (SPEC §9).
+/// The channel commits that write delivery rows notify and senders listen on (docs/contract.md,
+/// forwarding).
 const DELIVERIES_CHANNEL: &str = "inhook_deliveries";
 /// Advisory lock key held while migrating, so that nodes starting together migrate once.
 const MIGRATION_LOCK: i64 = 0x696e_686f_6f6b;

@@ -379,7 +379,7 @@ fn over_limits(conn: &Connection, row: &EventRow) -> Result<Option<Refusal>, Sto
 
 /// Turns off SQLite's memory statistics, before the first connection initialises the
 /// library: they take a process-wide mutex on every allocation and free, which inhook
-/// never reads (7 % of the server's samples at full ingest were mutex calls).
+/// never reads (they showed in profiles at full ingest: docs/benchmarks.md).
 fn without_memory_statistics() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -522,9 +522,9 @@ impl SqliteStore {
 
     /// Runs a step of forwarding's bookkeeping (a claim, a verdict) in a transaction whose
     /// commit does not wait for the disk: a power cut may lose it only as a crash during
-    /// the request would (the delivery is sent again, same `webhook-id`, SPEC §9), a
-    /// process crash loses nothing (WAL), and the next durable commit syncs it too. Two
-    /// fsyncs per delivery were what held forwarding's throughput down.
+    /// the request would (the delivery is sent again, same `webhook-id`, docs/contract.md
+    /// (forwarding)), a process crash loses nothing (WAL), and the next durable commit syncs it
+    /// too. Two fsyncs per delivery were what held forwarding's throughput down.
     async fn upkeep_unsynced<T, F>(&self, step: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
@@ -563,8 +563,8 @@ fn ready<T>(
 }
 
 /// A statement of [`sql`] in SQLite's dialect: `$n` placeholders written `?n`. Each text
-/// is rewritten once and kept: rewriting it at every call (about 11 per event) was 2 % of
-/// the instructions per event. Found by where the text lies (the statements are constants),
+/// is rewritten once and kept: rewriting it at every call (about 11 per event) showed in
+/// the instruction counts. Found by where the text lies (the statements are constants),
 /// then compared whole, so a built statement that reuses an address is never mistaken for
 /// another; bounded, since a caller may build its statements.
 fn sqlite(statement: &str) -> std::sync::Arc<str> {

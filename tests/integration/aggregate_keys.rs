@@ -1,5 +1,5 @@
-//! Aggregate keys in text form (SPEC §8): an id holding `/` or `%` never splits.
-//! Answers show the text form, and every filter (events, stream, bulk replay, CLI)
+//! Aggregate keys in text form (docs/contract.md, json sources): an id holding `/` or `%` never
+//! splits. Answers show the text form, and every filter (events, stream, bulk replay, CLI)
 //! takes it.
 
 use serde_json::{json, Value};

@@ -1,6 +1,7 @@
 //! A stand-in for the user's application that forwarding tests point destinations at: a
 //! real axum server that verifies every request, records what it accepted, counts requests
-//! of one aggregate on the wire at once, and fails at random (SPEC §9's failure modes).
+//! of one aggregate on the wire at once, and fails at random (docs/contract.md's (forwarding)
+//! failure modes).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};

@@ -1,6 +1,6 @@
-//! Forwarding (SPEC §9): what the application receives verifies with the official
-//! Standard Webhooks library, as SPEC §9 promises ("so the publishers' official
-//! libraries verify it").
+//! Forwarding (docs/contract.md, forwarding): what the application receives verifies with the
+//! official Standard Webhooks library, as docs/contract.md (forwarding) promises ("so the
+//! publishers' official libraries verify it").
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -337,8 +337,8 @@ secret = "{DEST_SECRET}"
     );
 }
 
-/// SPEC §9 "the delivery rows are written in the same transaction as the decision": a
-/// settle that fails after writing one destination's row leaves none, and the event
+/// docs/contract.md (forwarding) "the delivery rows are written in the same transaction as the
+/// decision": a settle that fails after writing one destination's row leaves none, and the event
 /// undecided; settled again, it writes every row once.
 #[tokio::test]
 async fn a_failed_settle_writes_no_delivery() {
@@ -420,9 +420,9 @@ async fn a_failed_settle_writes_no_delivery() {
     }
 }
 
-/// SPEC §9 against a real HTTP application that fails at random: per aggregate one request
-/// at a time, first acceptances complete and in applied order, bodies byte for byte, one
-/// `webhook-id` per event across retries, every request verifying; an aggregate whose
+/// docs/contract.md (forwarding) against a real HTTP application that fails at random: per
+/// aggregate one request at a time, first acceptances complete and in applied order, bodies byte
+/// for byte, one `webhook-id` per event across retries, every request verifying; an aggregate whose
 /// every request fails goes dead and blocks only itself (save-game inventory is in order).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
@@ -678,8 +678,8 @@ async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
     assert_eq!((job.state.as_str(), job.requeued), ("done", 1));
 }
 
-/// SPEC §9's circuit: a destination that refuses every connection, across several
-/// aggregates, is paused (`open` in `GET /v1/destinations`), nothing is lost or given up
+/// docs/contract.md's (forwarding) circuit: a destination that refuses every connection, across
+/// several aggregates, is paused (`open` in `GET /v1/destinations`), nothing is lost or given up
 /// meanwhile, and once it is back the probe closes the circuit and everything arrives.
 #[tokio::test]
 async fn a_down_destination_opens_the_circuit_and_loses_nothing() {
@@ -820,8 +820,8 @@ async fn refused_events_do_not_open_the_circuit() {
     assert_eq!(received.lock().unwrap().len(), 3);
 }
 
-/// SPEC §9 "TLS": an `https://` destination is verified; a private CA is trusted only
-/// through `tls_ca_file` (the system's roots do not know it).
+/// docs/contract.md (forwarding) "TLS": an `https://` destination is verified; a private CA is
+/// trusted only through `tls_ca_file` (the system's roots do not know it).
 #[tokio::test]
 async fn an_https_destination_is_verified_against_tls_ca_file() {
     let ca = crate::support::tls::TestCa::new();
@@ -972,8 +972,8 @@ async fn wait_accepted(ledger: &Arc<Mutex<Ledger>>, events: &[&str]) {
     }
 }
 
-/// SPEC §9's way out of a dead delivery, over the admin API against a real application:
-/// a dead in-order delivery blocks its aggregate; skipped, the later events follow in
+/// docs/contract.md's (forwarding) way out of a dead delivery, over the admin API against a real
+/// application: a dead in-order delivery blocks its aggregate; skipped, the later events follow in
 /// order; replayed once the application is fixed, it goes first, then the rest; a bulk
 /// replay does the same for a whole aggregate; a latest-wins replay after a newer one was
 /// delivered is `superseded` and not sent. Wrong states are 409s with their code.
@@ -1347,9 +1347,9 @@ secret = "{DEST_SECRET}"
 /// [`senders_are_woken_by_commits_and_retries_not_by_the_poll`] fails.
 const FAILS_ONCE: &str = "r-1";
 
-/// SPEC §9's forwarding without waiting for a poll: with the idle poll at ten minutes, an
-/// event applied by the worker (save-game, async) or at ingress (presence, sync) is sent
-/// at once, a failed request is retried when its backoff ends, and a dead delivery
+/// docs/contract.md's (forwarding) forwarding without waiting for a poll: with the idle poll at ten
+/// minutes, an event applied by the worker (save-game, async) or at ingress (presence, sync) is
+/// sent at once, a failed request is retried when its backoff ends, and a dead delivery
 /// replayed over the API goes out: each wakes the sender, or nothing would arrive
 /// within the wait.
 #[tokio::test]

@@ -1,6 +1,6 @@
 //! `kind = "json"` over HTTP under shuffled streams with redeliveries and ties
-//! (SPEC §8, G5): a fixed set of seeded permutations, each posted to latest-wins
-//! sources (sync and async) and an in-order one; the aggregates API, the event
+//! (docs/contract.md, json sources; G5): a fixed set of seeded permutations, each posted to
+//! latest-wins sources (sync and async) and an in-order one; the aggregates API, the event
 //! log, every sync answer and the tie counter are checked against the stream.
 //! A failure names its seed.
 

@@ -1,4 +1,4 @@
-//! `kind = "json"` sources (SPEC §8) end to end: located fields, the three
+//! `kind = "json"` sources (docs/contract.md, json sources) end to end: located fields, the three
 //! orderings, sync answers, `event_types`, bad bodies and configs, and the
 //! generic aggregates API of every kind.
 
@@ -424,7 +424,8 @@ async fn in_order_starts_at_first_sequence_and_caps_the_events_held() {
 }
 
 /// An ignored type logged under its aggregate counts toward contiguity, as every
-/// event of an aggregate does whatever its type (SPEC §3): nothing waits for it.
+/// event of an aggregate does whatever its type (docs/contract.md, processing): nothing waits for
+/// it.
 #[tokio::test]
 async fn in_order_counts_an_ignored_type_logged_under_its_aggregate() {
     let server = server().await;

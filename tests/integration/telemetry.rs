@@ -63,8 +63,8 @@ fn lines_of(server: &TestServer, event_id: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// SPEC §7 "one line per decision" (issue #14): an async event's accept is not a decision,
-/// so each event has one line at INFO, the decision's, with its own fields and no span's.
+/// docs/api.md (metrics) "one line per decision" (issue #14): an async event's accept is not a
+/// decision, so each event has one line at INFO, the decision's, with its own fields and no span's.
 #[tokio::test]
 async fn each_event_logs_one_decision_line_without_span_fields() {
     let server =

@@ -1,5 +1,5 @@
-//! `/v1/sources/{source}/aggregates`: every kind's aggregates in one shape (SPEC §8),
-//! the kind's own state under `state`.
+//! `/v1/sources/{source}/aggregates`: every kind's aggregates in one shape (docs/contract.md, json
+//! sources), the kind's own state under `state`.
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};

@@ -1,5 +1,5 @@
-//! Replaying and skipping a destination's deliveries (SPEC §9): one at a time, or a
-//! persisted bulk job by filter. What may be replayed is decided by
+//! Replaying and skipping a destination's deliveries (docs/contract.md, forwarding): one at a time,
+//! or a persisted bulk job by filter. What may be replayed is decided by
 //! [`crate::forward::queue::replay`]; these routes only answer what it said.
 
 use axum::extract::State;
@@ -145,7 +145,7 @@ pub(crate) enum ReplayableDelivery {
 pub(crate) struct DeliveryReplayRequest {
     /// `dead` or `skipped` (default: `dead`).
     status: Option<ReplayableDelivery>,
-    /// Only this aggregate's deliveries, in text form (SPEC §8).
+    /// Only this aggregate's deliveries, in text form (docs/contract.md, json sources).
     aggregate: Option<String>,
 }
 

@@ -1,4 +1,5 @@
-//! `/v1/destinations`: forwarding's destinations (SPEC §9), their figures and deliveries.
+//! `/v1/destinations`: forwarding's destinations (docs/contract.md, forwarding), their figures and
+//! deliveries.
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -53,7 +54,7 @@ pub(crate) struct DestinationList {
 pub(crate) struct DeliveriesQuery {
     /// Only deliveries in this status: `pending`, `in_flight`, `retrying`, `delivered`, `dead` or `skipped`.
     status: Option<String>,
-    /// Only this aggregate's deliveries, in text form (SPEC §8).
+    /// Only this aggregate's deliveries, in text form (docs/contract.md, json sources).
     aggregate: Option<String>,
     /// Page size, 1..=500 (default 100).
     #[param(minimum = 1, maximum = 500)]
@@ -88,7 +89,7 @@ pub(crate) struct DeliveryView {
     event_id: String,
     /// The event's type.
     event_type: String,
-    /// The aggregate, in text form (SPEC §8).
+    /// The aggregate, in text form (docs/contract.md, json sources).
     aggregate: String,
     /// The event's sequence.
     sequence: i64,

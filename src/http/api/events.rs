@@ -21,10 +21,10 @@ use crate::store::{EventFilter, EventRecord};
 pub(crate) struct EventsQuery {
     /// Only this source's events.
     source: Option<String>,
-    /// Only events in this status (SPEC §3).
+    /// Only events in this status (docs/contract.md, processing).
     #[param(value_type = Option<EventStatus>)]
     status: Option<String>,
-    /// Only this aggregate's events, in text form (SPEC §8): a user id, or
+    /// Only this aggregate's events, in text form (docs/contract.md, json sources): a user id, or
     /// `player/slot`, with `%` and `/` inside an id written `%25` and `%2F`.
     aggregate: Option<String>,
     /// Page size, 1..=500 (default 100).
@@ -43,7 +43,7 @@ pub(crate) struct EventView {
     event_id: String,
     /// Its type.
     event_type: String,
-    /// The aggregate, in text form (SPEC §8): a user id, or
+    /// The aggregate, in text form (docs/contract.md, json sources): a user id, or
     /// `player/slot`, with `%` and `/` inside an id written `%25` and `%2F`.
     aggregate: String,
     /// The publisher's per-aggregate sequence.

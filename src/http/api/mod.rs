@@ -1,4 +1,4 @@
-//! The read API of SPEC §4 and the health probes, one module per resource.
+//! The read API of docs/api.md (read API) and the health probes, one module per resource.
 //! What every resource shares lives here: extractors whose rejections are
 //! answered once, page sizes, source lookup, aggregate filters and masking.
 
@@ -95,8 +95,8 @@ fn source_of_kind<'a>(
     }
 }
 
-/// The stored form of an aggregate filter given in text form (SPEC §8); empty means
-/// no filter, a text that is no key's a 400 naming what is wrong.
+/// The stored form of an aggregate filter given in text form (docs/contract.md, json sources);
+/// empty means no filter, a text that is no key's a 400 naming what is wrong.
 pub(super) fn aggregate_filter(text: Option<&str>) -> Result<Option<String>, Answer> {
     text.filter(|t| !t.is_empty())
         .map(|t| {

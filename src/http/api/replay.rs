@@ -85,7 +85,7 @@ pub(crate) struct ReplayRequest {
     source: Option<String>,
     /// `dead` or `retrying` (default: `dead`; retrying events are retried anyway).
     status: Option<Replayable>,
-    /// Only this aggregate's events, in text form (SPEC §8): a user id, or
+    /// Only this aggregate's events, in text form (docs/contract.md, json sources): a user id, or
     /// `player/slot`, with `%` and `/` inside an id written `%25` and `%2F`.
     aggregate: Option<String>,
     /// Only events received at or after this time (RFC 3339).

@@ -1,5 +1,5 @@
-//! Forwarding's store (SPEC §9): delivery rows written with the decision, claims
-//! under a lease in applied order with one request in flight per aggregate,
+//! Forwarding's store (docs/contract.md, forwarding): delivery rows written with the decision,
+//! claims under a lease in applied order with one request in flight per aggregate,
 //! verdicts, blocking, replay and skip, listings and a destination's figures.
 
 use std::collections::{HashMap, HashSet};
