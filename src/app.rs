@@ -21,19 +21,18 @@ use crate::worker::Worker;
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     let store = connect_store(config)?;
     store.migrate().await.context("migrating the schema")?;
-    prune_stored_headers(store.as_ref(), config)
-        .await
-        .context("applying the kept-headers allowlist to stored events")?;
     Ok(store)
 }
 
-/// Events rewritten per transaction by the headers upgrade step.
+/// Events read per transaction by the headers upgrade step.
 const PRUNE_BATCH: usize = 1_000;
 
 /// The upgrade step queued by migration 12: rows of older releases kept every request
-/// header but signatures; they are rewritten to what the allowlist keeps for their source
-/// (docs/contract.md, what is stored), so credentials leave the store and its backups.
-async fn prune_stored_headers(store: &dyn Store, config: &Config) -> Result<(), StoreError> {
+/// header but signatures; those holding a header the allowlist now refuses for their
+/// source are rewritten (docs/contract.md, what is stored), so credentials leave the store
+/// and its backups. `inhook migrate` runs it to the end; `inhook serve` runs it in the
+/// background (reads hide those headers meanwhile), so a large store starts at once.
+pub async fn prune_stored_headers(store: &dyn Store, config: &Config) -> Result<(), StoreError> {
     use crate::store::PRUNE_HEADERS_STEP;
     if !store.upgrade_step_pending(PRUNE_HEADERS_STEP).await? {
         return Ok(());
@@ -46,7 +45,7 @@ async fn prune_stored_headers(store: &dyn Store, config: &Config) -> Result<(), 
     let top_level = config.keep_headers.clone();
     let keep: Arc<crate::store::HeaderFilter> = Arc::new(move |source: &str, stored: &str| {
         let extra = by_source.get(source).unwrap_or(&top_level);
-        crate::http::kept_headers::shown(Some(stored), extra).to_string()
+        crate::http::kept_headers::pruned(stored, extra)
     });
     let (mut after, mut rewritten) = (0, 0);
     while let (Some(last), changed) = store
@@ -190,6 +189,15 @@ impl Application {
         background.spawn(worker.run_retention(stop_rx.clone()));
         background.spawn(watch_backlog(self.state.clone(), stop_rx.clone()));
         background.spawn(metrics_upkeep(stop_rx.clone()));
+        let (store, config) = (
+            Arc::clone(&self.state.store),
+            Arc::clone(&self.state.config),
+        );
+        background.spawn(async move {
+            if let Err(err) = prune_stored_headers(store.as_ref(), &config).await {
+                tracing::warn!(error = %err, "stored request headers not pruned; tried again at the next start");
+            }
+        });
         if !self.senders.is_empty() {
             // This node's committers ring it themselves; the store rings it for the others'.
             let forward_wake = Arc::clone(&self.state.forward_wake);

@@ -260,7 +260,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Replay(args) => replay(cli.config, args).await,
         Command::Migrate => {
             let config = Config::load_for_store(cli.config.as_deref())?;
-            open_store(&config).await?;
+            let store = open_store(&config).await?;
+            crate::app::prune_stored_headers(store.as_ref(), &config)
+                .await
+                .context("applying the kept-headers allowlist to stored events")?;
             println!("schema is up to date");
             Ok(())
         }

@@ -79,6 +79,17 @@ pub fn shown(stored: Option<&str>, extra: &[String]) -> serde_json::Value {
         .into()
 }
 
+/// What the allowlist keeps of headers stored by an older release; `None` when it keeps
+/// them all. A text that does not parse (never shown) is dropped for an empty set.
+pub fn pruned(stored: &str, extra: &[String]) -> Option<String> {
+    let Ok(all) = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(stored) else {
+        return Some("{}".to_owned());
+    };
+    let kept = shown(Some(stored), extra);
+    let kept_count = kept.as_object().map_or(0, |k| k.len());
+    (kept_count < all.len()).then(|| kept.to_string())
+}
+
 fn shortened(value: &str) -> &str {
     let end = value
         .char_indices()
@@ -145,6 +156,17 @@ mod tests {
         assert!(refusal("Authorization").is_some());
         assert!(refusal("bad name").is_some());
         assert!(refusal("x-tenant").is_none());
+    }
+
+    #[test]
+    fn stored_rows_are_rewritten_only_when_they_lose_a_header() {
+        let clean = r#"{"content-type":"application/json","x-tenant":"t"}"#;
+        assert_eq!(pruned(clean, &["x-tenant".to_owned()]), None);
+        assert_eq!(
+            pruned(clean, &[]).as_deref(),
+            Some(r#"{"content-type":"application/json"}"#)
+        );
+        assert_eq!(pruned("not json", &[]).as_deref(), Some("{}"));
     }
 
     #[test]

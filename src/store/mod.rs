@@ -838,8 +838,9 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<(Option<i64>, u64), StoreError>;
 }
 
-/// What an event's stored request headers (JSON text) become, given its source.
-pub type HeaderFilter = dyn Fn(&str, &str) -> String + Send + Sync;
+/// What an event's stored request headers (JSON text) become, given its source; `None`
+/// when they stay as they are.
+pub type HeaderFilter = dyn Fn(&str, &str) -> Option<String> + Send + Sync;
 
 /// The upgrade step that applies the kept-headers allowlist to rows of older releases.
 pub const PRUNE_HEADERS_STEP: &str = "prune_stored_headers";

@@ -399,8 +399,7 @@ pub(crate) async fn prune_headers<I: UpkeepIo>(
     let mut rewritten = 0;
     for row in &rows {
         let (id, source, stored) = (int(row, 0)?, string(row, 1)?, string(row, 2)?);
-        let kept = keep(&source, &stored);
-        if kept != stored {
+        if let Some(kept) = keep(&source, &stored) {
             io.execute(
                 "UPDATE events SET headers = $1 WHERE id = $2",
                 &[Param::Text(kept), Param::Int(id)],
