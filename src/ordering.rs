@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 
 use crate::contract::{PresenceEvent, SaveChange, SaveEvent};
 use crate::domain::{DeadReason, Sequence};
-use crate::projection::{PresenceState, SaveState};
+use crate::projection::{PresenceState, SaveState, SkippedGaps};
 
 /// What became of one event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,61 +81,6 @@ pub struct PendingEvent<E> {
 
 /// A save-game event waiting to be decided.
 pub type PendingSave = PendingEvent<SaveEvent>;
-
-/// Most skipped gaps an aggregate remembers; past it the oldest is forgotten (and with it
-/// what is known of the sequences up to it).
-const MOST_SKIPPED_GAPS: usize = 32;
-
-/// The gaps a hold timeout skipped in one in-order aggregate. At or below the watermark,
-/// they tell a late event (its sequence was skipped: dead, `late_after_gap_skip`) from one
-/// decided before, whose dedup key was purged (a resend, or a captured delivery sent
-/// again: stale, never applied twice).
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-pub struct SkippedGaps {
-    /// Sequences below this are not known: skipped before the gaps were recorded (a store
-    /// of an older release), or forgotten past [`MOST_SKIPPED_GAPS`].
-    known_from: i64,
-    /// The skipped ranges, `(first, last)` inclusive, oldest first.
-    gaps: Vec<(i64, i64)>,
-}
-
-impl SkippedGaps {
-    /// The gaps of an aggregate as stored (`None`: none recorded yet, so nothing at or below
-    /// `watermark` is known); an unreadable text counts as none recorded.
-    pub fn from_stored(text: Option<&str>, watermark: i64) -> Self {
-        text.and_then(|t| serde_json::from_str(t).ok())
-            .unwrap_or(Self {
-                known_from: watermark.saturating_add(1),
-                gaps: Vec::new(),
-            })
-    }
-
-    /// The stored form.
-    pub fn to_stored(&self) -> String {
-        serde_json::to_string(self).expect("skipped gaps serialize")
-    }
-
-    /// Records that `first..=last` was skipped.
-    fn record(&mut self, first: i64, last: i64) {
-        if first > last {
-            return;
-        }
-        self.gaps.push((first, last));
-        if self.gaps.len() > MOST_SKIPPED_GAPS {
-            let (_, forgotten) = self.gaps.remove(0);
-            self.known_from = self.known_from.max(forgotten.saturating_add(1));
-        }
-    }
-
-    /// Whether `sequence` (at or below the watermark) was skipped; `None` when not known.
-    pub fn skipped(&self, sequence: i64) -> Option<bool> {
-        (sequence >= self.known_from).then(|| {
-            self.gaps
-                .iter()
-                .any(|&(first, last)| (first..=last).contains(&sequence))
-        })
-    }
-}
 
 /// The state of an aggregate whose events may wait for lower sequences (save slots,
 /// `json` in-order sources): what [`settle_in_order`] reads and changes.
@@ -762,7 +707,7 @@ mod tests {
             SkippedGaps::from_stored(Some("not json"), 9).skipped(9),
             None
         );
-        for n in 0..MOST_SKIPPED_GAPS as i64 {
+        for n in 0..crate::projection::MOST_SKIPPED_GAPS as i64 {
             gaps.record(10 + 2 * n, 10 + 2 * n);
         }
         assert_eq!(gaps.skipped(6), None, "the oldest gap was forgotten");

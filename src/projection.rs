@@ -101,6 +101,61 @@ pub fn save_view(player_id: &str, save_slot: &str, state: &SaveState) -> SaveVie
     }
 }
 
+/// Most skipped gaps an aggregate remembers; past it the oldest is forgotten (and with it
+/// what is known of the sequences up to it).
+pub(crate) const MOST_SKIPPED_GAPS: usize = 32;
+
+/// The gaps a hold timeout skipped in one in-order aggregate. At or below the watermark,
+/// they tell a late event (its sequence was skipped: dead, `late_after_gap_skip`) from one
+/// decided before, whose dedup key was purged (a resend, or a captured delivery sent
+/// again: stale, never applied twice).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct SkippedGaps {
+    /// Sequences below this are not known: skipped before the gaps were recorded (a store
+    /// of an older release), or forgotten past [`MOST_SKIPPED_GAPS`].
+    known_from: i64,
+    /// The skipped ranges, `(first, last)` inclusive, oldest first.
+    gaps: Vec<(i64, i64)>,
+}
+
+impl SkippedGaps {
+    /// The gaps of an aggregate as stored (`None`: none recorded yet, so nothing at or below
+    /// `watermark` is known); an unreadable text counts as none recorded.
+    pub fn from_stored(text: Option<&str>, watermark: i64) -> Self {
+        text.and_then(|t| serde_json::from_str(t).ok())
+            .unwrap_or(Self {
+                known_from: watermark.saturating_add(1),
+                gaps: Vec::new(),
+            })
+    }
+
+    /// The stored form.
+    pub fn to_stored(&self) -> String {
+        serde_json::to_string(self).expect("skipped gaps serialize")
+    }
+
+    /// Records that `first..=last` was skipped.
+    pub(crate) fn record(&mut self, first: i64, last: i64) {
+        if first > last {
+            return;
+        }
+        self.gaps.push((first, last));
+        if self.gaps.len() > MOST_SKIPPED_GAPS {
+            let (_, forgotten) = self.gaps.remove(0);
+            self.known_from = self.known_from.max(forgotten.saturating_add(1));
+        }
+    }
+
+    /// Whether `sequence` (at or below the watermark) was skipped; `None` when not known.
+    pub fn skipped(&self, sequence: i64) -> Option<bool> {
+        (sequence >= self.known_from).then(|| {
+            self.gaps
+                .iter()
+                .any(|&(first, last)| (first..=last).contains(&sequence))
+        })
+    }
+}
+
 /// A player's save slot: the projection plus the ordering bookkeeping it needs.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SaveState {
@@ -122,7 +177,7 @@ pub struct SaveState {
     pub updated_at_ms: i64,
     /// The gaps a hold timeout skipped: a resent delta below `last_sequence` outside
     /// them was applied before.
-    pub skipped_gaps: crate::ordering::SkippedGaps,
+    pub skipped_gaps: SkippedGaps,
 }
 
 impl SaveState {
@@ -131,7 +186,7 @@ impl SaveState {
         let last_sequence = first_sequence.saturating_sub(1);
         Self {
             last_sequence,
-            skipped_gaps: crate::ordering::SkippedGaps::from_stored(None, last_sequence),
+            skipped_gaps: SkippedGaps::from_stored(None, last_sequence),
             ..Self::default()
         }
     }

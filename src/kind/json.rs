@@ -18,8 +18,9 @@ use crate::contract::ContractError;
 use crate::domain::{AggregateKey, Ident};
 use crate::mask::mask_at;
 use crate::ordering::{
-    in_order_rule, settle_in_order, InOrderState, Outcome, PendingEvent, Sequenced, SkippedGaps,
+    in_order_rule, settle_in_order, InOrderState, Outcome, PendingEvent, Sequenced,
 };
+use crate::projection::SkippedGaps;
 use crate::store::AggregateState;
 
 /// A configured `json` source's kind: its compiled contract.

@@ -12,7 +12,8 @@ use super::{
 use crate::contract::{ContractError, Event, SaveEvent};
 use crate::domain::{AggregateKey, Sequence};
 use crate::mask::{mask_at, masks_whole, MASK};
-use crate::ordering::{settle_save, PendingSave, SkippedGaps};
+use crate::ordering::{settle_save, PendingSave};
+use crate::projection::SkippedGaps;
 use crate::projection::{save_view, SaveState, SaveView};
 use crate::store::{AggregateState, StoreError};
 
