@@ -114,7 +114,7 @@ async fn check_and_log(
     // The budget is taken as bytes arrive, not from the declared length: a client that
     // declares a large body and trickles it holds only what it has sent (docs/configuration.md).
     let deadline = std::time::Duration::from_secs(state.config.body_read_timeout_s);
-    // The permit is held until the delivery is answered: it bounds the bodies in flight, not only those being read.
+    // The hold is kept until the delivery is answered: it bounds the bodies in flight, not only those being read.
     let (body, _buffering) = match tokio::time::timeout(
         deadline,
         read_within_budget(state, peer, body, limit),
@@ -527,7 +527,7 @@ async fn read_within_budget(
     peer: std::net::IpAddr,
     body: Body,
     limit: usize,
-) -> Result<(axum::body::Bytes, crate::http::BodyHold), BodyRead> {
+) -> Result<(axum::body::Bytes, super::BodyHold), BodyRead> {
     use futures_util::StreamExt;
     let started = tokio::time::Instant::now();
     let rate = state.config.min_body_bytes_per_s;

@@ -68,26 +68,36 @@ pub fn keep(headers: &HeaderMap, extra: &[String]) -> Vec<(String, String)> {
 /// The stored headers (a JSON object text) as shown: the allowlist applied again,
 /// since a row written by an older release may hold any header.
 pub fn shown(stored: Option<&str>, extra: &[String]) -> serde_json::Value {
-    let stored: serde_json::Map<String, serde_json::Value> = stored
-        .and_then(|text| serde_json::from_str(text).ok())
-        .unwrap_or_default();
     stored
-        .into_iter()
-        .filter(|(name, _)| is_kept(name, extra))
-        .take(MOST_KEPT)
-        .collect::<serde_json::Map<_, _>>()
+        .and_then(parse_stored)
+        .map(|all| allowed(all, extra))
+        .unwrap_or_default()
         .into()
 }
 
 /// What the allowlist keeps of headers stored by an older release; `None` when it keeps
 /// them all. A text that does not parse (never shown) is dropped for an empty set.
 pub fn pruned(stored: &str, extra: &[String]) -> Option<String> {
-    let Ok(all) = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(stored) else {
+    let Some(all) = parse_stored(stored) else {
         return Some("{}".to_owned());
     };
-    let kept = shown(Some(stored), extra);
-    let kept_count = kept.as_object().map_or(0, |k| k.len());
-    (kept_count < all.len()).then(|| kept.to_string())
+    let count = all.len();
+    let kept = allowed(all, extra);
+    (kept.len() < count).then(|| serde_json::Value::from(kept).to_string())
+}
+
+type StoredHeaders = serde_json::Map<String, serde_json::Value>;
+
+fn parse_stored(text: &str) -> Option<StoredHeaders> {
+    serde_json::from_str(text).ok()
+}
+
+/// The allowlisted headers of `all`, at most [`MOST_KEPT`].
+fn allowed(all: StoredHeaders, extra: &[String]) -> StoredHeaders {
+    all.into_iter()
+        .filter(|(name, _)| is_kept(name, extra))
+        .take(MOST_KEPT)
+        .collect()
 }
 
 fn shortened(value: &str) -> &str {

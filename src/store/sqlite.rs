@@ -179,7 +179,7 @@ fn ingest_one(conn: &Connection, job: &IngestJob, guard: Guard) -> Result<Admiss
         0,
     )?;
     if inserted == 0 {
-        return duplicate_of(conn, logged);
+        return find_duplicate(conn, logged);
     }
     let row = conn.last_insert_rowid();
     if logged.ignored {
@@ -206,11 +206,6 @@ fn ingest_one(conn: &Connection, job: &IngestJob, guard: Guard) -> Result<Admiss
         decided,
         out_of_order,
     })
-}
-
-/// What `logged`, which a unique key kept out of the log, is a duplicate of.
-fn duplicate_of(conn: &Connection, logged: &EventRow) -> Result<Admission, StoreError> {
-    find_duplicate(conn, logged)
 }
 
 /// Writes `logged` as a new row of the log; 0 when a unique key makes it a duplicate.
@@ -279,7 +274,7 @@ fn log_decided(
         let status = status_of(plan.outcome(0)?).0;
         let decided_at = Some(logged.received_at);
         if log_row(conn, logged, status.as_str(), decided_at, 1)? == 0 {
-            return duplicate_of(conn, logged);
+            return find_duplicate(conn, logged);
         }
         let row = conn.last_insert_rowid();
         let out_of_order = record_received(conn, logged)?;
@@ -1273,6 +1268,7 @@ fn purged_duplicate(tx: &Connection, logged: &EventRow) -> Result<Option<Admissi
         .transpose()
 }
 
+/// What `logged`, which a unique key kept out of the log, is a duplicate of.
 fn find_duplicate(tx: &Connection, logged: &EventRow) -> Result<Admission, StoreError> {
     let source = &logged.source;
     let by_id: Option<(i64, Vec<u8>)> = tx

@@ -463,13 +463,7 @@ async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
     destinations[0].retry.base_ms = 20;
     let destinations: Arc<[_]> = destinations.into();
     let rules = config.source("saves").expect("source").rules(&destinations);
-    let senders = Sender::for_destinations(
-        &destinations,
-        &store,
-        inhook::clock::Clock::System,
-        &inhook::config::LiveSecrets::of(&config),
-    )
-    .expect("senders");
+    let senders = senders_of(&destinations, &store, &config);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let running = tokio::spawn(Sender::run_all(
         senders,
@@ -621,13 +615,7 @@ async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
     // The application fixed, a bulk replay of the dead one (advanced by the sender's loop)
     // sends it, and the aggregate it blocked follows in order.
     shared.lock().unwrap().cured = true;
-    let senders = Sender::for_destinations(
-        &destinations,
-        &store,
-        inhook::clock::Clock::System,
-        &inhook::config::LiveSecrets::of(&config),
-    )
-    .expect("senders");
+    let senders = senders_of(&destinations, &store, &config);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let running = tokio::spawn(Sender::run_all(
         senders,
@@ -907,6 +895,21 @@ struct Ledger {
 }
 
 /// A destination `app` at `port` taking both default sources, each delivery tried once.
+/// Senders for `destinations`, signing with the secrets of `config`.
+fn senders_of(
+    destinations: &[inhook::config::DestinationConfig],
+    store: &Arc<dyn inhook::store::Store>,
+    config: &inhook::config::Config,
+) -> Vec<inhook::forward::sender::Sender> {
+    inhook::forward::sender::Sender::for_destinations(
+        destinations,
+        store,
+        inhook::clock::Clock::System,
+        &inhook::config::LiveSecrets::of(config),
+    )
+    .expect("senders")
+}
+
 fn one_try_destination(port: u16) -> String {
     format!(
         r#"

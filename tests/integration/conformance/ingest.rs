@@ -238,22 +238,7 @@ pub async fn a_body_without_event_id_is_kept_under_its_delivery_id(store: &dyn S
     body.as_object_mut().unwrap().remove("event_id");
     let raw = serde_json::to_vec(&body).unwrap();
     let event = super::fields(&rules, &raw, Some("msg_1"));
-    let post = |at_ms| {
-        store.ingest(
-            inhook::store::NewEvent {
-                source: SAVES,
-                event: &event,
-                body: &raw,
-                headers: &[],
-                received_at_ms: at_ms,
-                signed_at: None,
-                limits: IngestLimits::NONE,
-                ignored: false,
-                dedup_by_body: false,
-            },
-            inhook::store::SettleAt::Worker,
-        )
-    };
+    let post = |at_ms| super::ingest_raw(store, SAVES, (&event, &raw), at_ms, false);
     logged(&post(T0).await.unwrap());
     assert_eq!(
         post(T0 + 1).await.unwrap(),
@@ -283,21 +268,7 @@ pub async fn a_resent_body_under_a_new_delivery_id_is_a_duplicate_by_body(store:
         let event = super::fields(&rules, &raw, Some(delivery_id));
         let raw = raw.clone();
         async move {
-            store
-                .ingest(
-                    inhook::store::NewEvent {
-                        source: super::PRESENCE,
-                        event: &event,
-                        body: &raw,
-                        headers: &[],
-                        received_at_ms: at_ms,
-                        signed_at: None,
-                        limits: IngestLimits::NONE,
-                        ignored: false,
-                        dedup_by_body,
-                    },
-                    inhook::store::SettleAt::Worker,
-                )
+            super::ingest_raw(store, super::PRESENCE, (&event, &raw), at_ms, dedup_by_body)
                 .await
                 .unwrap()
         }

@@ -150,6 +150,33 @@ pub async fn ingest_at(
         .expect("ingest")
 }
 
+/// Logs `raw`, parsed as `event`, in `source` for the worker, without limits; a copy of a
+/// logged body is a duplicate when `dedup_by_body`.
+pub async fn ingest_raw(
+    store: &dyn Store,
+    source: &str,
+    (event, raw): (&EventFields, &[u8]),
+    at_ms: i64,
+    dedup_by_body: bool,
+) -> Result<Admission, StoreError> {
+    store
+        .ingest(
+            NewEvent {
+                source,
+                event,
+                body: raw,
+                headers: &[],
+                received_at_ms: at_ms,
+                signed_at: None,
+                limits: IngestLimits::NONE,
+                ignored: false,
+                dedup_by_body,
+            },
+            SettleAt::Worker,
+        )
+        .await
+}
+
 /// Logs a save-game body for the worker (async mode), without limits.
 pub async fn ingest_save(store: &dyn Store, body: &Value, at_ms: i64) -> Admission {
     ingest(store, &save_rules(), body, at_ms, IngestLimits::NONE, false).await
