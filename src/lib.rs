@@ -22,21 +22,20 @@
 //! - [`mask`]: `mask_fields` applied to anything inhook shows.
 //! - [`outbound`]: the one TLS setup of every outbound HTTP client (forwarder and CLI).
 //! - [`worker`]: applies async events by settling due aggregates.
-//! - [`config`], [`app`], [`cli`]: configuration, wiring, command line;
-//!   [`verify_cli`]: the offline `verify` and `keygen` commands.
-//! - [`simulate`]: the chaos publisher of `inhook simulate`, which checks the above end to end.
+//! - [`config`], [`app`], [`cli`]: configuration, wiring, and the command line, one module per
+//!   command.
+//! - `tools` (the cargo feature `tools`, on by default): the load generator of `inhook bench`
+//!   and the chaos publisher of `inhook simulate`, which checks the above end to end; the
+//!   core does not depend on them.
 //! - [`domain`]: ids, sequences, statuses shared by all of the above.
 
 pub mod app;
-pub mod bench;
-mod bench_forward;
 pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod contract;
 pub mod domain;
 pub mod forward;
-pub mod forward_cli;
 pub mod http;
 pub mod kind;
 pub mod log_throttle;
@@ -47,8 +46,8 @@ pub mod outbound;
 pub mod projection;
 pub mod retry;
 pub mod signature;
-pub mod simulate;
 pub mod store;
 pub mod telemetry;
-pub mod verify_cli;
+#[cfg(feature = "tools")]
+pub mod tools;
 pub mod worker;

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use inhook::contract::SourceKind;
 use inhook::signature::{Scheme, Secret};
-use inhook::simulate::{
+use inhook::store::EventRecord;
+use inhook::tools::simulate::{
     expected_states, generate, plan, ChaosSpec, DeliveryReport, Endpoint, EventCopy, Plan,
     Publisher, Receipt, SendOptions, SourceSigner, Stream, StreamSpec,
 };
-use inhook::store::EventRecord;
 
 use crate::support::{TestServer, PRESENCE_SECRET, SAVE_SECRETS};
 

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use inhook::domain::{AggregateKey, EventStatus};
 use inhook::forward::queue::DeliveryStatus;
-use inhook::simulate::{expected_states, Endpoint, Plan, Publisher, Stream};
 use inhook::store::{DeliveryFilter, DeliveryRecord};
+use inhook::tools::simulate::{expected_states, Endpoint, Plan, Publisher, Stream};
 
 use crate::application::{serve_recording, Behaviour, Seen, DEST_SECRET};
 use crate::crash::{chaos_publisher, chaos_stream_of};
@@ -327,7 +327,7 @@ async fn drain(
 fn publish(
     publisher: &Publisher,
     plan: &Arc<Plan>,
-) -> tokio::task::JoinHandle<inhook::simulate::DeliveryReport> {
+) -> tokio::task::JoinHandle<inhook::tools::simulate::DeliveryReport> {
     let (publisher, plan) = (publisher.clone(), Arc::clone(plan));
     tokio::spawn(async move { publisher.deliver(plan).await })
 }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use inhook::simulate::{expected_states, Endpoint};
+use inhook::tools::simulate::{expected_states, Endpoint};
 
 use crate::crash::{chaos_publisher, chaos_stream, Audit};
 use crate::support::{Backend, TestServer};

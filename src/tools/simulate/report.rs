@@ -131,9 +131,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::simulate::chaos::Delivery;
-    use crate::simulate::publisher::Tally;
-    use crate::simulate::stream::AggregateRef;
+    use crate::tools::simulate::chaos::Delivery;
+    use crate::tools::simulate::publisher::Tally;
+    use crate::tools::simulate::stream::AggregateRef;
 
     fn delivery(copy: EventCopy, resend: bool) -> Delivery {
         Delivery {
@@ -233,7 +233,7 @@ mod tests {
             reordered: 0,
         };
         let receipt = |status: &str| {
-            Some(crate::simulate::publisher::Receipt {
+            Some(crate::tools::simulate::publisher::Receipt {
                 code: 200,
                 status: status.into(),
                 key: None,

@@ -169,7 +169,7 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
     };
     let forward_samples = Arc::new(Mutex::new(Vec::new()));
     let forward_sampler = args.forward.clone().map(|name| {
-        tokio::spawn(crate::bench_forward::sample(
+        tokio::spawn(crate::tools::bench_forward::sample(
             api.clone(),
             name,
             Arc::clone(&forward_samples),
@@ -334,14 +334,14 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
         apply_lag(&api).await?;
     }
     if let (Some(name), Some(sampler)) = (args.forward.as_deref(), forward_sampler) {
-        let drained = crate::bench_forward::drain(&api, name, &forward_samples).await?;
+        let drained = crate::tools::bench_forward::drain(&api, name, &forward_samples).await?;
         sampler.abort();
         let samples = std::mem::take(&mut *forward_samples.lock().expect("samples"));
-        let run = crate::bench_forward::RunSpan {
+        let run = crate::tools::bench_forward::RunSpan {
             started_ms,
             ended_ms,
         };
-        crate::bench_forward::report(&api, name, run, &samples, drained).await?;
+        crate::tools::bench_forward::report(&api, name, run, &samples, drained).await?;
     }
     if let (Some(before), Some(after)) = (cpu_before, args.server_pid.and_then(process_cpu_s)) {
         // CPU time, unlike throughput, hardly moves when other work shares the machine.

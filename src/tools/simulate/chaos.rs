@@ -164,7 +164,7 @@ mod tests {
     use serde_json::{json, Map, Value};
 
     use super::*;
-    use crate::simulate::stream::{generate, StreamSpec};
+    use crate::tools::simulate::stream::{generate, StreamSpec};
 
     fn chaos(seed: u64) -> ChaosSpec {
         ChaosSpec {

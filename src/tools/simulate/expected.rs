@@ -208,7 +208,7 @@ impl Expected {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::simulate::stream::object;
+    use crate::tools::simulate::stream::object;
 
     #[test]
     fn expected_state_is_the_in_order_result() {
@@ -340,9 +340,9 @@ mod tests {
 
     #[test]
     fn a_json_aggregate_expects_the_state_of_the_event_its_ordering_keeps() {
-        use crate::simulate::json_body::tests::{target, LATEST};
-        use crate::simulate::json_body::{generate_json, SequenceFormat};
-        use crate::simulate::stream::StreamSpec;
+        use crate::tools::simulate::json_body::tests::{target, LATEST};
+        use crate::tools::simulate::json_body::{generate_json, SequenceFormat};
+        use crate::tools::simulate::stream::StreamSpec;
 
         let target = target(LATEST, SequenceFormat::Integer);
         let stream = generate_json(

@@ -436,12 +436,12 @@ pub(super) mod tests {
     use crate::contract::json::JsonParsed;
 
     /// A target compiled from a source table's json keys, as the config file writes them.
-    pub(in crate::simulate) fn target(keys: &str, format: SequenceFormat) -> JsonTarget {
+    pub(in crate::tools::simulate) fn target(keys: &str, format: SequenceFormat) -> JsonTarget {
         let spec: JsonSourceSpec = toml::from_str(keys).expect("json keys");
         JsonTarget::of_spec("src", &spec, 1, format, 0.2).expect("a target")
     }
 
-    pub(in crate::simulate) const LATEST: &str = r#"
+    pub(in crate::tools::simulate) const LATEST: &str = r#"
         idempotency_key = "header:Idempotency-Key"
         aggregate = ["/data/object/object", "/data/object/id"]
         sequence = "/created"

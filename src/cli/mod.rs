@@ -1,0 +1,94 @@
+//! The command line (docs/api.md, command line), one module per command. `main.rs` only parses
+//! and calls [`run`].
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::Config;
+use crate::domain::{AggregateKey, EventStatus};
+
+mod deliveries;
+mod events;
+mod keygen;
+mod listen;
+mod replay;
+mod send;
+mod serve;
+mod verify;
+
+/// inhook: a webhook receiver that is correct under retries, duplicates and reordering.
+#[derive(Debug, Parser)]
+#[command(name = "inhook", version, about)]
+pub struct Cli {
+    /// TOML config file; `INHOOK_*` environment variables override it.
+    #[arg(long, global = true, env = "INHOOK_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the receiver and its workers.
+    Serve,
+    /// Create or upgrade the schema, then exit.
+    Migrate,
+    /// Sign a JSON file with a source's scheme and POST it.
+    Send(send::SendArgs),
+    /// List the event log.
+    Events(events::EventsArgs),
+    /// Replay dead or retrying events: one by id, or in bulk by filter (a persisted job).
+    Replay(replay::ReplayArgs),
+    /// Chaos publisher: duplicates, reordering, retries; then checks the state.
+    #[cfg(feature = "tools")]
+    Simulate(crate::tools::simulate::SimulateArgs),
+    /// Load generator: signed events flat out or at a fixed rate; throughput and latency.
+    #[cfg(feature = "tools")]
+    Bench(crate::tools::bench::BenchArgs),
+    /// Check a saved delivery offline against a source's secrets; exit 0 if it verifies.
+    Verify(verify::VerifyArgs),
+    /// Print a new random secret in a scheme's format.
+    Keygen(keygen::KeygenArgs),
+    /// List a destination's deliveries.
+    Deliveries(deliveries::DeliveriesArgs),
+    /// A local endpoint for development: verifies forwarded requests and prints them.
+    Listen(listen::ListenArgs),
+}
+
+/// A `--status` value, refused with the statuses it may be.
+fn parse_status(raw: &str) -> Result<EventStatus, String> {
+    EventStatus::parse(raw).ok_or_else(|| {
+        format!(
+            "unknown status {raw:?}: expected one of {}",
+            EventStatus::ALL.map(EventStatus::as_str).join(", ")
+        )
+    })
+}
+
+/// An `--aggregate` in text form (docs/contract.md, json sources), refused with the reason when
+/// malformed.
+pub(crate) fn parse_aggregate(raw: &str) -> Result<AggregateKey, String> {
+    AggregateKey::parse_text(raw).map_err(|problem| format!("aggregate {problem}"))
+}
+
+/// Runs a parsed command line.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve => serve::serve(Config::load(cli.config.as_deref())?).await,
+        Command::Events(args) => events::events(cli.config, args).await,
+        Command::Replay(args) => replay::replay(cli.config, args).await,
+        Command::Migrate => serve::migrate(cli.config.as_deref()).await,
+        Command::Send(args) => send::send(cli.config, args).await,
+        #[cfg(feature = "tools")]
+        Command::Simulate(args) => crate::tools::simulate::run(cli.config, args).await,
+        #[cfg(feature = "tools")]
+        Command::Bench(args) => crate::tools::bench::run(cli.config, args).await,
+        Command::Verify(args) => verify::verify(cli.config.as_deref(), args),
+        Command::Keygen(args) => keygen::keygen(args),
+        Command::Deliveries(args) => deliveries::deliveries(cli.config.as_deref(), args).await,
+        Command::Listen(args) => listen::listen(args).await,
+    }
+}

@@ -1,0 +1,182 @@
+//! `inhook send` (docs/api.md, command line): sign a JSON file with a source's scheme and POST it.
+
+use std::io::Read;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+
+use crate::clock;
+use crate::config::{signing_secret, Config};
+use crate::signature::{self, Scheme};
+
+/// Arguments of `inhook send`.
+#[derive(Debug, clap::Args)]
+pub struct SendArgs {
+    /// Base URL of the inhook server.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+    /// The source to post to.
+    #[arg(long)]
+    pub source: String,
+    /// The secret to sign with; defaults to INHOOK_<SOURCE>_SECRET, then the source's in --config.
+    #[arg(long)]
+    pub secret: Option<String>,
+    /// The signature scheme; defaults to the source's in --config (without --config,
+    /// only the default sources `presence` and `save-game` are known).
+    #[arg(long, value_parser = parse_scheme)]
+    pub scheme: Option<Scheme>,
+    /// The delivery id, for schemes that send one (standard-webhooks `webhook-id`, GitHub's
+    /// `X-GitHub-Delivery`, Shopify's `X-Shopify-Event-Id`); default: derived from the body,
+    /// so sending the same file again is a redelivery.
+    #[arg(long)]
+    pub delivery_id: Option<String>,
+    /// An extra request header, `Name: value` (repeatable): an event type or id a
+    /// source reads from a header. The scheme's own headers are refused, except its
+    /// delivery id (`X-GitHub-Delivery`, `webhook-id`, …), which is then signed as given.
+    #[arg(long = "header", value_name = "NAME: VALUE", value_parser = parse_header)]
+    pub headers: Vec<ExtraHeader>,
+    /// A PEM file of CA certificates to trust besides the system's, for an `https://` --url.
+    #[arg(long, env = "INHOOK_TLS_CA_FILE")]
+    pub tls_ca_file: Option<PathBuf>,
+    /// The JSON body to send, or `-` for standard input.
+    pub file: PathBuf,
+}
+
+fn parse_scheme(raw: &str) -> Result<Scheme, String> {
+    raw.parse()
+}
+
+/// A request header `inhook send` adds.
+#[derive(Debug, Clone)]
+pub struct ExtraHeader {
+    /// Its name (lower case).
+    pub name: reqwest::header::HeaderName,
+    /// Its value.
+    pub value: reqwest::header::HeaderValue,
+}
+
+fn parse_header(raw: &str) -> Result<ExtraHeader, String> {
+    let (name, value) = raw
+        .split_once(':')
+        .ok_or_else(|| format!("{raw:?} is not `Name: value`"))?;
+    let name = reqwest::header::HeaderName::from_bytes(name.trim().as_bytes())
+        .map_err(|_| format!("{:?} is not a header name", name.trim()))?;
+    let value = reqwest::header::HeaderValue::from_str(value.trim())
+        .map_err(|_| format!("the value of {name} is not a valid header value"))?;
+    Ok(ExtraHeader { name, value })
+}
+
+/// The scheme `send` signs with: `--scheme`, else the source's in the config
+/// (the default sources' without `--config`). An unknown source is an error, not a guess.
+fn send_scheme(
+    args: &SendArgs,
+    config_path: Option<&std::path::Path>,
+    source: Option<&crate::config::SourceConfig>,
+) -> anyhow::Result<Scheme> {
+    if let Some(scheme) = args.scheme.or(source.map(|s| s.scheme)) {
+        return Ok(scheme);
+    }
+    match config_path {
+        Some(path) => bail!(
+            "source {:?} is not in {}: name a configured source, or pass --scheme",
+            args.source,
+            path.display()
+        ),
+        None => bail!(
+            "source {:?} is not a default source (presence, save-game): pass --config \
+             with the file that configures it, or --scheme",
+            args.source
+        ),
+    }
+}
+
+/// Runs `inhook send`.
+pub async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Result<()> {
+    let body = if args.file.as_os_str() == "-" {
+        let mut buf = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut buf)
+            .context("reading standard input")?;
+        buf
+    } else {
+        std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?
+    };
+    // Secrets optional: a source whose secret is not set here is no reason to refuse another.
+    let config = Config::load_for_store(config_path.as_deref())?;
+    let source = config.source(&args.source);
+    let scheme = send_scheme(&args, config_path.as_deref(), source)?;
+    let secret = signing_secret(
+        &args.source,
+        args.secret.as_deref(),
+        "--secret",
+        Some(&config),
+    )?;
+    let url = format!(
+        "{}/webhooks/{}",
+        args.url.trim_end_matches('/'),
+        args.source
+    );
+    let client = crate::outbound::client_builder(args.tls_ca_file.as_deref(), "--tls-ca-file")
+        .map_err(anyhow::Error::msg)?
+        .build()
+        .context("building the HTTP client")?;
+    let mut request = client.post(&url).header("content-type", "application/json");
+    let id_header = scheme.delivery_id_header();
+    let header_id = args
+        .headers
+        .iter()
+        .find(|h| Some(h.name.as_str()) == id_header)
+        .map(|h| {
+            h.value
+                .to_str()
+                .context("the delivery id header is not text")
+        })
+        .transpose()?;
+    let given_id = match (args.delivery_id.as_deref(), header_id) {
+        (Some(flag), Some(header)) if flag != header => {
+            bail!("--delivery-id and the {scheme} delivery id header disagree: give one")
+        }
+        (flag, header) => flag.or(header),
+    };
+    let signed = signature::try_sign(scheme, &body, &secret, clock::now_ms() / 1000, given_id)
+        .with_context(|| format!("signing with the {scheme} scheme"))?;
+    for extra in &args.headers {
+        let name = extra.name.as_str();
+        if name == "content-type" {
+            bail!("--header {name}: send always posts application/json");
+        }
+        if signed.iter().any(|(own, _)| own.eq_ignore_ascii_case(name)) && Some(name) != id_header {
+            bail!("--header {name}: the {scheme} scheme sets this header itself");
+        }
+    }
+    for (name, value) in signed {
+        request = request.header(name, value);
+    }
+    for extra in args
+        .headers
+        .iter()
+        .filter(|h| Some(h.name.as_str()) != id_header)
+    {
+        request = request.header(extra.name.clone(), extra.value.clone());
+    }
+    let response = request.body(body).send().await.map_err(|e| {
+        anyhow::anyhow!(
+            "posting to {}",
+            crate::outbound::cli_failure(&url, &e.without_url())
+        )
+    })?;
+    let status = response.status();
+    let location = response
+        .headers()
+        .get(reqwest::header::LOCATION)
+        .map(|l| crate::outbound::printable(l.as_bytes(), false));
+    let text = crate::outbound::shown_body(response).await;
+    println!("{} {text}", status.as_u16());
+    if let Some(location) = location.filter(|_| status.is_redirection()) {
+        bail!("server answered {status} to {location}; redirects are not followed");
+    }
+    if !status.is_success() {
+        bail!("server answered {status}");
+    }
+    Ok(())
+}

@@ -1,0 +1,82 @@
+//! `inhook serve` and `inhook migrate` (docs/api.md, command line): run the receiver, or
+//! bring the schema up to date and exit.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use crate::app::{open_store, shutdown_signal, Application};
+use crate::config::Config;
+
+/// Runs `inhook migrate`: the schema and the pending upgrade steps, to the end.
+pub async fn migrate(config_path: Option<&Path>) -> anyhow::Result<()> {
+    let config = Config::load_for_store(config_path)?;
+    let store = open_store(&config).await?;
+    crate::app::prune_stored_headers(store.as_ref(), &config)
+        .await
+        .context("applying the kept-headers allowlist to stored events")?;
+    println!("schema is up to date");
+    Ok(())
+}
+
+/// Runs `inhook serve` until a shutdown signal.
+pub async fn serve(mut config: Config) -> anyhow::Result<()> {
+    let _telemetry = crate::telemetry::init(config.log_json, config.otlp_endpoint.as_deref())?;
+    let generated_token = config.generate_admin_token();
+    if generated_token.is_some() {
+        // The token itself goes to standard output once, never to the log.
+        tracing::warn!(
+            "no admin_token configured: /v1/* takes a token generated for this run, printed on \
+             standard output; set admin_token (or INHOOK_ADMIN_TOKEN) to choose one"
+        );
+    } else if config.admin_token.is_none() {
+        tracing::warn!(
+            "admin_open_to_loopback: /v1/* answers direct loopback clients without a token \
+             (no proxy headers, loopback Host); a proxy on this host opens it to everyone it serves"
+        );
+    }
+    for warning in config.start_warnings() {
+        tracing::warn!("{warning}");
+    }
+    let sources: Vec<_> = config.sources.iter().map(|s| s.name.clone()).collect();
+    let app = Application::build(config).await?;
+    reload_secrets_on_sighup(app.secrets(), app.config());
+    let addr = app.local_addr()?;
+    tracing::info!(%addr, ?sources, "inhook started");
+    // Tests and scripts read this line to learn the bound port.
+    println!("inhook listening on http://{addr}");
+    if let Some(token) = generated_token {
+        use std::io::Write;
+        // Whoever started the server may have stopped reading: a closed pipe is no reason to stop.
+        let _ = writeln!(
+            std::io::stdout(),
+            "inhook admin token for this run: {token}\n\
+             inhook dashboard: http://{addr}/#token={token}"
+        );
+    }
+    app.run_until_stopped(shutdown_signal()).await
+}
+
+/// On SIGHUP, reloads the secrets exactly as `POST /v1/admin/reload` does: rotation needs no
+/// restart, other settings need one. A config that fails the reload checks is reported and
+/// the secrets in force stay.
+fn reload_secrets_on_sighup(secrets: crate::config::LiveSecrets, running: Arc<Config>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        // Registered before the server says it listens: an early SIGHUP must not kill it.
+        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+            tracing::warn!("cannot listen for SIGHUP: secrets reload needs a restart");
+            return;
+        };
+        tokio::spawn(async move {
+            while hangups.recv().await.is_some() {
+                // The outcome is logged by `reload`; there is no one else to tell.
+                let _ = secrets.reload(&running, "SIGHUP");
+            }
+        });
+    }
+    #[cfg(not(unix))]
+    let _ = (secrets, running);
+}
