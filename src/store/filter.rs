@@ -2,6 +2,7 @@
 //! conditions of an [`EventFilter`] (only the placeholder syntax differs: `?1`
 //! in SQLite, `$1` in PostgreSQL), and the decoding of stored values.
 
+use super::backend::Param;
 use super::{sql, EventFilter, StoreError};
 use crate::domain::{EventId, EventStatus};
 
@@ -22,23 +23,6 @@ pub(crate) const FAILURES_SINCE_REPLAY: &str = "(SELECT COUNT(*) FROM event_atte
     WHERE f.event_row = events.id AND f.kind = 'failed'
       AND f.id > COALESCE((SELECT MAX(r.id) FROM event_attempts r
                            WHERE r.event_row = events.id AND r.kind = 'replayed'), 0))";
-
-/// A bound value of a statement written once for both stores.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Param {
-    /// A text value.
-    Text(String),
-    /// An integer value.
-    Int(i64),
-    /// A text value or NULL.
-    OptText(Option<String>),
-    /// An integer value or NULL.
-    OptInt(Option<i64>),
-    /// A list of row ids, tested by the store's `in_ids` condition.
-    Ids(Vec<i64>),
-    /// A list of texts, read by the store's `source_aggregate_pairs`.
-    Texts(Vec<String>),
-}
 
 /// Conditions and their values; `placeholder(n)` writes the n-th (1-based) placeholder.
 pub(crate) fn filter_sql(

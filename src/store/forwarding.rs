@@ -7,8 +7,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::filter::Param;
-use super::upkeep::{int, one_int, opt_bytes, opt_int, opt_string, string, text, Cell, UpkeepIo};
+use super::backend::Param;
+use super::backend::{int, one_int, opt_bytes, opt_int, opt_string, string, text, Cell, Tx};
 use super::{cut_page, SourceRules, StoreError};
 use crate::forward::answer::{AttemptRecord, Verdict};
 use crate::forward::queue::{self, DeliveryStatus, NextSend, Queued, ReplayDecision};
@@ -187,7 +187,7 @@ fn blocking_orders() -> String {
 /// Writes the deliveries of the applied events of `decisions` (in decision order, which
 /// is the applied order the queues send in), inside the decision's transaction; answers
 /// how many it wrote, and when any, wakes the other nodes' senders at the commit.
-pub(crate) async fn write_deliveries<I: UpkeepIo>(
+pub(crate) async fn write_deliveries<I: Tx>(
     io: &I,
     rules: &SourceRules,
     aggregate: &str,
@@ -317,7 +317,7 @@ fn walk_sql(after: bool) -> String {
 /// Up to `steps` of `destination`'s queues after `after` (from the start when `None`), in
 /// ring order, each with whether its first delivery may go at `now_ms` (pending, a retry
 /// due, a lease run out: a node that died holding it).
-async fn walk_queues<I: UpkeepIo>(
+async fn walk_queues<I: Tx>(
     io: &I,
     destination: &str,
     after: Option<&QueueKey>,
@@ -349,7 +349,7 @@ async fn walk_queues<I: UpkeepIo>(
 /// Queues are visited in ring order from where `cursors` says the destination's last
 /// claim stopped, a batch at a time (one walk, one lock statement, one read, one write
 /// of each kind); where this one stops is kept there for the next.
-pub(crate) async fn claim<I: UpkeepIo>(
+pub(crate) async fn claim<I: Tx>(
     io: &I,
     destination: &str,
     owner: &str,
@@ -417,7 +417,7 @@ struct Lease<'a> {
 
 /// Takes, in one statement, the locks of those of `queues` of `destination` that no
 /// other node is claiming; answers them in the order given.
-async fn lock_queues<I: UpkeepIo>(
+async fn lock_queues<I: Tx>(
     io: &I,
     destination: &str,
     queues: &[QueueKey],
@@ -457,7 +457,7 @@ async fn lock_queues<I: UpkeepIo>(
 /// `destination`, at most one delivery per queue, in a constant number of statements:
 /// one read of every queue, one write of the supersedes, one of the leases. Answers
 /// the ids leased.
-async fn claim_locked<I: UpkeepIo>(
+async fn claim_locked<I: Tx>(
     io: &I,
     destination: &str,
     locked: &[(String, String)],
@@ -546,7 +546,7 @@ async fn claim_locked<I: UpkeepIo>(
 /// sent: the attempt the claim counted is taken back, and each goes back to `pending`, or
 /// to `retrying` due at `now_ms` when it had attempts before; answers how many it released
 /// and, when any, wakes the senders, so that they go at once rather than at lease expiry.
-pub(crate) async fn release<I: UpkeepIo>(
+pub(crate) async fn release<I: Tx>(
     io: &I,
     owner: &str,
     ids: &[i64],
@@ -588,7 +588,7 @@ pub(crate) async fn release<I: UpkeepIo>(
 
 /// Deliveries `ids` of `destination` in id order, each with its event's body and kept
 /// headers, in one query: the sender then reads nothing more before its request.
-async fn with_bodies<I: UpkeepIo>(
+async fn with_bodies<I: Tx>(
     io: &I,
     destination: &str,
     ids: &[i64],
@@ -633,7 +633,7 @@ async fn with_bodies<I: UpkeepIo>(
 /// Records each verdict of `verdicts` as [`record_verdict`] does, in the caller's one
 /// transaction and a few statements per chunk rather than two per verdict; answers, in
 /// order, whether each was recorded (`owner` still held it in flight).
-pub(crate) async fn record_verdicts<I: UpkeepIo>(
+pub(crate) async fn record_verdicts<I: Tx>(
     io: &I,
     owner: &str,
     verdicts: &[PendingVerdict],
@@ -748,7 +748,7 @@ fn verdict_columns(verdict: &Verdict, now_ms: i64) -> (Option<i64>, Option<Strin
 
 /// Records the verdict of an attempt at delivery `id`, if `owner` still holds it in
 /// flight; answers whether it did (a node whose lease was taken over records nothing).
-pub(crate) async fn record_verdict<I: UpkeepIo>(
+pub(crate) async fn record_verdict<I: Tx>(
     io: &I,
     id: i64,
     owner: &str,
@@ -793,7 +793,7 @@ pub(crate) async fn record_verdict<I: UpkeepIo>(
 }
 
 /// One delivery of `destination` with its attempts.
-pub(crate) async fn delivery<I: UpkeepIo>(
+pub(crate) async fn delivery<I: Tx>(
     io: &I,
     destination: &str,
     id: i64,
@@ -824,7 +824,7 @@ pub(crate) async fn delivery<I: UpkeepIo>(
 }
 
 /// A page of `destination`'s deliveries matching `filter`, newest first, before id `cursor`.
-pub(crate) async fn deliveries<I: UpkeepIo>(
+pub(crate) async fn deliveries<I: Tx>(
     io: &I,
     destination: &str,
     filter: &DeliveryFilter,
@@ -856,7 +856,7 @@ pub(crate) async fn deliveries<I: UpkeepIo>(
 }
 
 /// Replays delivery `id` of `destination` as [`queue::replay`] decides.
-pub(crate) async fn replay<I: UpkeepIo>(
+pub(crate) async fn replay<I: Tx>(
     io: &I,
     destination: &str,
     id: i64,
@@ -895,7 +895,7 @@ pub(crate) async fn replay<I: UpkeepIo>(
 
 /// Persists a bulk replay of `destination`'s deliveries matching `filter` (dead ones
 /// when it names no status).
-pub(crate) async fn create_replay_job<I: UpkeepIo>(
+pub(crate) async fn create_replay_job<I: Tx>(
     io: &I,
     destination: &str,
     filter: &DeliveryFilter,
@@ -944,7 +944,7 @@ pub(crate) async fn create_replay_job<I: UpkeepIo>(
 }
 
 /// A bulk replay of deliveries, by id.
-pub(crate) async fn replay_job<I: UpkeepIo>(
+pub(crate) async fn replay_job<I: Tx>(
     io: &I,
     id: i64,
 ) -> Result<Option<DeliveryReplayJob>, StoreError> {
@@ -978,7 +978,7 @@ pub(crate) async fn replay_job<I: UpkeepIo>(
 /// Moves the oldest running bulk replay of deliveries on by up to `queues` queues,
 /// replaying each matching delivery in applied order as [`replay`] does. Returns
 /// deliveries requeued.
-pub(crate) async fn advance_replay_jobs<I: UpkeepIo>(
+pub(crate) async fn advance_replay_jobs<I: Tx>(
     io: &I,
     now_ms: i64,
     queues: usize,
@@ -1083,7 +1083,7 @@ fn filter_sql(destination: &str, filter: &DeliveryFilter) -> (Vec<String>, Vec<P
 }
 
 /// Skips delivery `id` of `destination` if [`queue::may_skip`] allows it.
-pub(crate) async fn skip<I: UpkeepIo>(
+pub(crate) async fn skip<I: Tx>(
     io: &I,
     destination: &str,
     id: i64,
@@ -1113,7 +1113,7 @@ pub(crate) async fn skip<I: UpkeepIo>(
 /// When, after `now_ms`, `destination`'s earliest retrying delivery is due again or
 /// in-flight lease runs out. What is due already but was not claimed waits on something
 /// that wakes the sender (a request of its queue ending) or on the poll (another node's).
-pub(crate) async fn next_due<I: UpkeepIo>(
+pub(crate) async fn next_due<I: Tx>(
     io: &I,
     destination: &str,
     now_ms: i64,
@@ -1133,7 +1133,7 @@ pub(crate) async fn next_due<I: UpkeepIo>(
 }
 
 /// `destination`'s backlog, requests in flight, dead deliveries, blocked aggregates and last error.
-pub(crate) async fn stats<I: UpkeepIo>(
+pub(crate) async fn stats<I: Tx>(
     io: &I,
     destination: &str,
 ) -> Result<DestinationStats, StoreError> {
@@ -1214,7 +1214,7 @@ fn queue_key_prefix(destination: &str) -> String {
 /// The queue's rows the rules need, in applied order: from its first undecided one
 /// (decided history before it changes nothing), or from `from` when given. With
 /// `now_ms`, an in-flight row whose lease expired reads as pending: its node is gone.
-async fn load_queue<I: UpkeepIo>(
+async fn load_queue<I: Tx>(
     io: &I,
     (destination, source, aggregate): (&str, &str, &str),
     from: Option<i64>,
@@ -1247,7 +1247,7 @@ async fn load_queue<I: UpkeepIo>(
 
 /// The rows of each of `queues` (source and aggregate of `destination`) as
 /// [`load_queue`] reads them at `now_ms`, all in one query.
-async fn load_queues<I: UpkeepIo>(
+async fn load_queues<I: Tx>(
     io: &I,
     destination: &str,
     queues: &[(String, String)],
@@ -1321,7 +1321,7 @@ fn mark(rows: &mut [Queued], id: i64, status: DeliveryStatus) {
 }
 
 /// Delivery `id`, if it is one of `destination`'s.
-async fn by_id<I: UpkeepIo>(
+async fn by_id<I: Tx>(
     io: &I,
     destination: &str,
     id: i64,

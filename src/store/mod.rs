@@ -2,12 +2,16 @@
 //! stores only load and save; what to decide comes from [`crate::ordering`],
 //! so every implementation applies the same rules.
 
+pub mod backend;
 mod batch;
+mod engine;
 mod filter;
 pub mod forwarding;
 mod migrations;
 pub mod postgres;
 pub mod postgres_tls;
+mod reads;
+mod rows;
 pub(crate) mod settle;
 mod sql;
 pub mod sqlite;
@@ -22,6 +26,7 @@ use crate::kind::{EventFields, Kind};
 use crate::ordering::Outcome;
 use crate::retry::RetryPolicy;
 
+pub use engine::SqlStore;
 pub use forwarding::{
     DeliveryFilter, DeliveryPage, DeliveryRecord, DeliveryReplay, DeliveryReplayJob, DeliverySkip,
     DestinationStats, PendingVerdict,

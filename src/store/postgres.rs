@@ -4,7 +4,8 @@
 //! aggregate serializes settling (and is released if the node dies, when its
 //! connection closes), and `LISTEN/NOTIFY` wakes every node's workers.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,29 +16,19 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use super::backend::Param;
+use super::backend::{Backend, Cell, Commit, FlowFuture, Tx};
 use super::batch::BatchQueue;
-use super::filter::{
-    self, json_err, parse_event_id, parse_status, where_of, Param, CONFLICTING_DUPLICATE,
-    CONFLICT_DETAIL, EVENT_COLUMNS,
-};
-use super::forwarding::{
-    self, DeliveryFilter, DeliveryPage, DeliveryRecord, DeliveryReplay, DeliveryReplayJob,
-    DeliverySkip, DestinationStats, PendingVerdict,
-};
+use super::engine::SqlStore;
+use super::filter::{parse_event_id, CONFLICTING_DUPLICATE, CONFLICT_DETAIL};
 use super::migrations::POSTGRES as MIGRATIONS;
-use super::settle::{self, SettleIo, Settled};
+use super::settle::{self, Settled};
 use super::sql;
-use super::upkeep::{self, Cell, UpkeepIo};
 use super::{
-    status_of, Admission, AggregatePage, AggregateState, AttemptRecord, DedupKey, EventFilter,
-    EventPage, EventRecord, EventRow, FailureReport, NewEvent, PurgeReport, Refusal, ReplayJob,
-    ReplayOutcome, SettleAt, SettleReport, SourceRules, StateChange, Store, StoreError,
+    status_of, Admission, DedupKey, EventRow, NewEvent, Refusal, SettleAt, SourceRules, StoreError,
 };
 use crate::domain::{DeadReason, EventStatus};
-use crate::forward::answer::{AttemptRecord as DeliveryAttempt, Verdict};
-use crate::kind::PendingRow;
-use crate::ordering::{HeldRef, Outcome};
-use crate::retry::RetryPolicy;
+use crate::ordering::Outcome;
 
 /// The channel async ingests notify and workers listen on.
 const CHANNEL: &str = "inhook_events";
@@ -108,19 +99,20 @@ pub struct PoolSettings {
     pub timeout: Duration,
 }
 
-/// The PostgreSQL store. Async deliveries are group-committed: concurrent ingests
-/// share one transaction (their statements pipelined on one connection) and one
-/// WAL flush, each answered only after the commit.
+/// The PostgreSQL store: the one store over [`Postgres`].
+pub type PostgresStore = SqlStore<Postgres>;
+
+/// The PostgreSQL database. Async deliveries are group-committed: concurrent ingests
+/// share one transaction (their statements pipelined on one connection) and one WAL
+/// flush, each answered only after the commit.
 #[derive(Clone)]
-pub struct PostgresStore {
+pub struct Postgres {
     pool: Pool,
     pg_config: tokio_postgres::Config,
     tls: MakeRustlsConnect,
     group_commit: bool,
     queue: Arc<BatchQueue<PgJob>>,
     writers: Arc<tokio::sync::Semaphore>,
-    /// Where each destination's claims stand among its queues.
-    claim_cursors: Arc<forwarding::ClaimCursors>,
 }
 
 /// Most deliveries committed in one transaction.
@@ -499,24 +491,25 @@ impl PostgresStore {
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| StoreError::Internal(format!("building the pool: {e}")))?;
-        Ok(Self {
+        Ok(SqlStore::over(Postgres {
             pool,
             pg_config,
             tls,
             group_commit: true,
             queue: Arc::default(),
             writers: Arc::new(tokio::sync::Semaphore::new(BATCH_WRITERS)),
-            claim_cursors: Arc::default(),
-        })
+        }))
     }
 
     /// Logs every delivery in a transaction of its own, as a naive receiver would:
     /// the baseline that benchmarks compare group commit against.
     pub fn without_group_commit(mut self) -> Self {
-        self.group_commit = false;
+        self.backend.group_commit = false;
         self
     }
+}
 
+impl Postgres {
     /// Queues an async delivery for the next batch and waits for its commit.
     async fn ingest_batched(
         &self,
@@ -612,80 +605,9 @@ async fn listen_once(
     }
 }
 
-/// A pool that could not hand out a connection, with the cause (a TLS check, say) spelled out.
-fn no_connection(err: deadpool_postgres::PoolError) -> StoreError {
-    let cause = super::postgres_tls::describe(&err);
-    StoreError::Unavailable(format!("no PostgreSQL connection: {cause}"))
-}
-
-fn pg_err(err: tokio_postgres::Error) -> StoreError {
-    use tokio_postgres::error::SqlState;
-    let transient = err.is_closed()
-        || err.code().is_none()
-        || err.code().is_some_and(|code| {
-            let class = &code.code()[..2];
-            // Connection exceptions, insufficient resources, operator intervention,
-            // lock timeouts, serialization failures and deadlocks are worth a retry.
-            matches!(class, "08" | "53" | "57" | "40")
-                || *code == SqlState::LOCK_NOT_AVAILABLE
-                || *code == SqlState::QUERY_CANCELED
-        });
-    if transient {
-        StoreError::Unavailable(err.to_string())
-    } else {
-        StoreError::Internal(err.to_string())
-    }
-}
-
-fn col<'a, T: tokio_postgres::types::FromSql<'a>>(
-    row: &'a Row,
-    idx: usize,
-) -> Result<T, StoreError> {
-    row.try_get(idx).map_err(pg_err)
-}
-
-/// A stable 64-bit key for an aggregate's advisory lock.
-fn lock_key(source: &str, aggregate: &str) -> i64 {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::new()
-        .chain_update(source.as_bytes())
-        .chain_update([0u8])
-        .chain_update(aggregate.as_bytes())
-        .finalize();
-    i64::from_be_bytes(digest[..8].try_into().expect("8 bytes"))
-}
-
-fn boxed(params: Vec<Param>) -> Vec<Box<dyn ToSql + Sync + Send>> {
-    params
-        .into_iter()
-        .map(|p| -> Box<dyn ToSql + Sync + Send> {
-            match p {
-                Param::Text(t) => Box::new(t),
-                Param::Int(i) => Box::new(i),
-                Param::OptText(t) => Box::new(t),
-                Param::OptInt(i) => Box::new(i),
-                Param::Ids(ids) => Box::new(ids),
-                Param::Texts(texts) => Box::new(texts),
-            }
-        })
-        .collect()
-}
-
-fn refs(params: &[Box<dyn ToSql + Sync + Send>]) -> Vec<&(dyn ToSql + Sync)> {
-    params
-        .iter()
-        .map(|p| p.as_ref() as &(dyn ToSql + Sync))
-        .collect()
-}
-
-fn filter_sql(filter: &EventFilter) -> (Vec<String>, Vec<Box<dyn ToSql + Sync + Send>>) {
-    let (clauses, params) = filter::filter_sql(filter, |n| format!("${n}"));
-    (clauses, boxed(params))
-}
-
-#[async_trait]
-impl Store for PostgresStore {
-    async fn migrate(&self) -> Result<(), StoreError> {
+impl Postgres {
+    /// Brings the schema up to date, one node at a time.
+    async fn migrate_now(&self) -> Result<(), StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
         tx.cached_execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
@@ -712,24 +634,8 @@ impl Store for PostgresStore {
         tx.commit().await.map_err(pg_err)
     }
 
-    fn subscribe(&self, wake: Arc<Notify>) {
-        self.listen(CHANNEL, wake);
-    }
-
-    fn subscribe_deliveries(&self, wake: Arc<Notify>) {
-        self.listen(DELIVERIES_CHANNEL, wake);
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        self.client()
-            .await?
-            .cached_query_one(sql::PING, &[])
-            .await
-            .map(|_| ())
-            .map_err(pg_err)
-    }
-
-    async fn ingest(
+    /// Logs one delivery: batched, or in a transaction of its own.
+    async fn ingest_now(
         &self,
         event: NewEvent<'_>,
         settle: SettleAt<'_>,
@@ -819,536 +725,117 @@ impl Store for PostgresStore {
             out_of_order,
         })
     }
+}
 
-    async fn due_aggregates(
-        &self,
-        now_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<(String, String)>, StoreError> {
-        let client = self.client().await?;
-        let rows = client
-            .cached_query(
-                // The partial index's own condition, so that only undecided events are read.
-                sql::DUE_AGGREGATES,
-                &[&now_ms, &(limit as i64)],
-            )
-            .await
-            .map_err(pg_err)?;
-        rows.iter().map(|r| Ok((col(r, 0)?, col(r, 1)?))).collect()
-    }
+impl Backend for Postgres {
+    type Tx<'t> = PgTx<'t>;
 
-    async fn settle(
-        &self,
-        rules: &SourceRules,
-        aggregate: &str,
-        now_ms: i64,
-    ) -> Result<SettleReport, StoreError> {
+    async fn write<T, F>(&self, _commit: Commit, flow: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: for<'t> FnOnce(&'t PgTx<'t>) -> FlowFuture<'t, T> + Send + 'static,
+    {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
-        lock_aggregate(&tx, &rules.name, aggregate).await?;
-        let settled = settle_tx(&tx, rules, aggregate, now_ms).await?;
-        tx.commit().await.map_err(pg_err)?;
-        Ok(settled.report)
-    }
-
-    /// One transaction for all: a transaction per aggregate made every decision pay its
-    /// own commit, and most aggregates have one or two events waiting under load.
-    async fn settle_many(
-        &self,
-        work: &[(SourceRules, String)],
-        now_ms: i64,
-    ) -> Result<Vec<SettleReport>, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        let keys = work
-            .iter()
-            .map(|(rules, aggregate)| (rules.name.as_str(), aggregate.as_str()));
-        lock_aggregates(&tx, keys).await?;
-        // Different aggregates touch different rows: their statements pipelined, as at ingest.
-        let settles = work
-            .iter()
-            .map(|(rules, aggregate)| settle_tx(&tx, rules, aggregate, now_ms));
-        let reports = futures_util::future::join_all(settles)
-            .await
-            .into_iter()
-            .map(|settled| settled.map(|s| s.report))
-            .collect::<Result<Vec<_>, _>>()?;
-        tx.commit().await.map_err(pg_err)?;
-        Ok(reports)
-    }
-
-    async fn aggregate(
-        &self,
-        source: &str,
-        aggregate: &str,
-    ) -> Result<Option<AggregateState>, StoreError> {
-        let client = self.client().await?;
-        PgIo(&client).load_state(source, aggregate).await
-    }
-
-    async fn aggregates_page(
-        &self,
-        source: &str,
-        tag: Option<&str>,
-        limit: usize,
-        cursor: Option<&str>,
-    ) -> Result<AggregatePage, StoreError> {
-        let client = self.client().await?;
-        let rows = client
-            .cached_query(
-                sql::AGGREGATES_PAGE,
-                &[&source, &tag, &cursor, &(limit as i64 + 1)],
-            )
-            .await
-            .map_err(pg_err)?;
-        let items = rows
-            .iter()
-            .map(aggregate_state)
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(AggregatePage::of(items, limit))
-    }
-
-    async fn record_failure(
-        &self,
-        rules: &SourceRules,
-        aggregate: &str,
-        error: &str,
-        now_ms: i64,
-        policy: RetryPolicy,
-        jitter: f64,
-    ) -> Result<FailureReport, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        lock_aggregate(&tx, &rules.name, aggregate).await?;
-        let io = PgIo(&tx);
-        let report =
-            upkeep::record_failure(&io, &rules.name, aggregate, error, now_ms, (policy, jitter))
-                .await?;
-        tx.commit().await.map_err(pg_err)?;
-        Ok(report)
-    }
-
-    async fn event(&self, source: &str, event_id: &str) -> Result<Option<EventRecord>, StoreError> {
-        let client = self.client().await?;
-        let row = client
-            .cached_query_opt(&sql::EVENT_BY_ID, &[&source, &event_id])
-            .await
-            .map_err(pg_err)?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let mut record = event_record(&row)?;
-        let history = client
-            .cached_query(sql::ATTEMPT_HISTORY, &[&record.row])
-            .await
-            .map_err(pg_err)?;
-        record.history = history
-            .iter()
-            .map(|r| {
-                Ok(AttemptRecord {
-                    at_ms: col(r, 0)?,
-                    kind: col(r, 1)?,
-                    error: col(r, 2)?,
-                })
-            })
-            .collect::<Result<_, StoreError>>()?;
-        Ok(Some(record))
-    }
-
-    async fn events(
-        &self,
-        filter: &EventFilter,
-        limit: usize,
-        cursor: Option<i64>,
-    ) -> Result<EventPage, StoreError> {
-        let (mut clauses, mut values) = filter_sql(filter);
-        if let Some(cursor) = cursor {
-            values.push(Box::new(cursor));
-            clauses.push(format!("id < ${}", values.len()));
-        }
-        values.push(Box::new(limit as i64 + 1));
-        let sql = format!(
-            "SELECT {EVENT_COLUMNS} FROM events WHERE {} ORDER BY id DESC LIMIT ${}",
-            where_of(&clauses),
-            values.len()
-        );
-        let client = self.client().await?;
-        let rows = client
-            .cached_query(&sql, &refs(&values))
-            .await
-            .map_err(pg_err)?;
-        let items: Vec<EventRecord> = rows.iter().map(event_record).collect::<Result<_, _>>()?;
-        Ok(EventPage::of(items, limit))
-    }
-
-    async fn replay_event(
-        &self,
-        source: &str,
-        event_id: &str,
-        now_ms: i64,
-    ) -> Result<ReplayOutcome, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        let outcome = upkeep::replay_event(&PgIo(&tx), source, event_id, now_ms).await?;
-        tx.commit().await.map_err(pg_err)?;
-        Ok(outcome)
-    }
-
-    async fn create_replay_job(
-        &self,
-        filter: &EventFilter,
-        now_ms: i64,
-    ) -> Result<ReplayJob, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        let job = upkeep::create_replay_job(&PgIo(&tx), filter, now_ms).await?;
-        tx.commit().await.map_err(pg_err)?;
-        Ok(job)
-    }
-
-    async fn claim_deliveries(
-        &self,
-        destination: &str,
-        owner: &str,
-        now_ms: i64,
-        lease_until_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<DeliveryRecord>, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        let claimed = forwarding::claim(
-            &PgIo(&tx),
-            destination,
-            owner,
-            (now_ms, lease_until_ms),
-            limit,
-            &self.claim_cursors,
-        )
-        .await?;
-        tx.commit().await.map_err(pg_err)?;
-        Ok(claimed)
-    }
-
-    async fn release_deliveries(
-        &self,
-        owner: &str,
-        ids: &[i64],
-        now_ms: i64,
-    ) -> Result<u64, StoreError> {
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        let done = forwarding::release(&PgIo(&tx), owner, ids, now_ms).await?;
+        let done = flow(&PgTx::Transaction(PgIo(&tx))).await?;
         tx.commit().await.map_err(pg_err)?;
         Ok(done)
     }
 
-    async fn record_delivery_attempt(
-        &self,
-        id: i64,
-        owner: &str,
-        verdict: &Verdict,
-        attempt: &DeliveryAttempt,
-        now_ms: i64,
-    ) -> Result<bool, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        let done =
-            forwarding::record_verdict(&PgIo(&tx), id, owner, verdict, attempt, now_ms).await?;
-        tx.commit().await.map_err(pg_err)?;
-        Ok(done)
-    }
-
-    async fn record_delivery_attempts(
-        &self,
-        owner: &str,
-        verdicts: &[PendingVerdict],
-    ) -> Result<Vec<bool>, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        let done = forwarding::record_verdicts(&PgIo(&tx), owner, verdicts).await?;
-        tx.commit().await.map_err(pg_err)?;
-        Ok(done)
-    }
-
-    async fn delivery(
-        &self,
-        destination: &str,
-        id: i64,
-    ) -> Result<Option<DeliveryRecord>, StoreError> {
+    async fn read<T, F>(&self, flow: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: for<'t> FnOnce(&'t PgTx<'t>) -> FlowFuture<'t, T> + Send + 'static,
+    {
         let client = self.client().await?;
-        forwarding::delivery(&PgIo(&client), destination, id).await
+        flow(&PgTx::Connection(PgIo(&client))).await
     }
 
-    async fn deliveries(
-        &self,
-        destination: &str,
-        filter: &DeliveryFilter,
-        limit: usize,
-        cursor: Option<i64>,
-    ) -> Result<DeliveryPage, StoreError> {
-        let client = self.client().await?;
-        forwarding::deliveries(&PgIo(&client), destination, filter, limit, cursor).await
+    fn migrate(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.migrate_now()
     }
 
-    async fn replay_delivery(
-        &self,
-        destination: &str,
-        id: i64,
-    ) -> Result<DeliveryReplay, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        let done = forwarding::replay(&PgIo(&tx), destination, id).await?;
-        tx.commit().await.map_err(pg_err)?;
-        Ok(done)
+    fn ingest<'a>(
+        &'a self,
+        event: NewEvent<'a>,
+        settle: SettleAt<'a>,
+    ) -> impl Future<Output = Result<Admission, StoreError>> + Send + 'a {
+        self.ingest_now(event, settle)
     }
 
-    async fn skip_delivery(&self, destination: &str, id: i64) -> Result<DeliverySkip, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        let done = forwarding::skip(&PgIo(&tx), destination, id).await?;
-        tx.commit().await.map_err(pg_err)?;
-        Ok(done)
+    fn subscribe(&self, wake: Arc<Notify>) {
+        self.listen(CHANNEL, wake);
     }
 
-    async fn create_delivery_replay_job(
-        &self,
-        destination: &str,
-        filter: &DeliveryFilter,
-        now_ms: i64,
-    ) -> Result<DeliveryReplayJob, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        let done = forwarding::create_replay_job(&PgIo(&tx), destination, filter, now_ms).await?;
-        tx.commit().await.map_err(pg_err)?;
-        Ok(done)
-    }
-
-    async fn delivery_replay_job(&self, id: i64) -> Result<Option<DeliveryReplayJob>, StoreError> {
-        let client = self.client().await?;
-        forwarding::replay_job(&PgIo(&client), id).await
-    }
-
-    async fn advance_delivery_replay_jobs(
-        &self,
-        now_ms: i64,
-        queues: usize,
-    ) -> Result<u64, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        let done = forwarding::advance_replay_jobs(&PgIo(&tx), now_ms, queues).await?;
-        tx.commit().await.map_err(pg_err)?;
-        Ok(done)
-    }
-
-    async fn next_delivery_due(
-        &self,
-        destination: &str,
-        now_ms: i64,
-    ) -> Result<Option<i64>, StoreError> {
-        let client = self.client().await?;
-        forwarding::next_due(&PgIo(&client), destination, now_ms).await
-    }
-
-    async fn destination_stats(&self, destination: &str) -> Result<DestinationStats, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        fold_delivery_counts(&tx).await?;
-        let stats = forwarding::stats(&PgIo(&tx), destination).await?;
-        tx.commit().await.map_err(pg_err)?;
-        Ok(stats)
-    }
-
-    async fn status_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        fold_counts(&tx).await?;
-        let rows = tx
-            .cached_query(
-                // Kept by triggers (migration 7): the folded counts plus the deltas since.
-                "SELECT source, status, SUM(n)::BIGINT FROM (
-                     SELECT source, status, n FROM event_counts
-                     UNION ALL
-                     SELECT source, status, n FROM event_count_deltas) c
-                 GROUP BY source, status HAVING SUM(n) > 0",
-                &[],
-            )
-            .await
-            .map_err(pg_err)?;
-        tx.commit().await.map_err(pg_err)?;
-        rows.iter()
-            .map(|r| {
-                let status: String = col(r, 1)?;
-                Ok((col(r, 0)?, parse_status(&status)?, col::<i64>(r, 2)? as u64))
-            })
-            .collect()
-    }
-
-    async fn undecided_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
-        let client = self.client().await?;
-        let rows = client
-            .cached_query(
-                // The partial index's own condition: proportional to the backlog, not the log.
-                "SELECT source, status, COUNT(*) FROM events
-                 WHERE status IN ('received', 'held', 'retrying') GROUP BY source, status",
-                &[],
-            )
-            .await
-            .map_err(pg_err)?;
-        rows.iter()
-            .map(|r| {
-                let status: String = col(r, 1)?;
-                Ok((col(r, 0)?, parse_status(&status)?, col::<i64>(r, 2)? as u64))
-            })
-            .collect()
-    }
-
-    async fn last_change_id(&self) -> Result<i64, StoreError> {
-        let client = self.client().await?;
-        let row = client
-            .cached_query_one(
-                "SELECT COALESCE(MAX(id), 0)::BIGINT FROM state_changes",
-                &[],
-            )
-            .await
-            .map_err(pg_err)?;
-        col(&row, 0)
-    }
-
-    async fn changes_after(
-        &self,
-        after: i64,
-        source: Option<&str>,
-        aggregate: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<StateChange>, StoreError> {
-        let client = self.client().await?;
-        let rows = client
-            .cached_query(
-                "SELECT id, source, aggregate, kind, at, state FROM state_changes
-                 WHERE id > $1 AND ($2::TEXT IS NULL OR source = $2)
-                   AND ($3::TEXT IS NULL OR aggregate = $3)
-                 ORDER BY id LIMIT $4",
-                &[&after, &source, &aggregate, &(limit as i64)],
-            )
-            .await
-            .map_err(pg_err)?;
-        rows.iter()
-            .map(|r| {
-                Ok(StateChange {
-                    id: col(r, 0)?,
-                    source: col(r, 1)?,
-                    aggregate: col(r, 2)?,
-                    kind: col(r, 3)?,
-                    at_ms: col(r, 4)?,
-                    state: col(r, 5)?,
-                })
-            })
-            .collect()
-    }
-
-    async fn replay_job(&self, id: i64) -> Result<Option<ReplayJob>, StoreError> {
-        let client = self.client().await?;
-        let row = client
-            .cached_query_opt(sql::REPLAY_JOB, &[&id])
-            .await
-            .map_err(pg_err)?;
-        row.map(|r| {
-            Ok(ReplayJob {
-                id,
-                filter: serde_json::from_str(&col::<String>(&r, 0)?).map_err(json_err)?,
-                state: col(&r, 1)?,
-                total: col(&r, 2)?,
-                requeued: col(&r, 3)?,
-                created_at_ms: col(&r, 4)?,
-                updated_at_ms: col(&r, 5)?,
-            })
-        })
-        .transpose()
-    }
-
-    async fn advance_replay_jobs(&self, now_ms: i64, aggregates: usize) -> Result<u64, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        let requeued = upkeep::advance_replay_jobs(&PgIo(&tx), now_ms, aggregates).await?;
-        tx.commit().await.map_err(pg_err)?;
-        Ok(requeued)
-    }
-
-    async fn purge(
-        &self,
-        before_ms: i64,
-        dedup_until_ms: i64,
-        now_ms: i64,
-        batch: usize,
-    ) -> Result<PurgeReport, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        let report = upkeep::purge(&PgIo(&tx), before_ms, dedup_until_ms, now_ms, batch).await?;
-        // The retention task runs on every node whether anyone reads the counts or not:
-        // it keeps the deltas few.
-        fold_counts(&tx).await?;
-        tx.commit().await.map_err(pg_err)?;
-        Ok(report)
-    }
-
-    async fn upgrade_step_pending(&self, step: &str) -> Result<bool, StoreError> {
-        let client = self.client().await?;
-        upkeep::upgrade_step_pending(&PgIo(&client), step).await
-    }
-
-    async fn finish_upgrade_step(&self, step: &str) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        upkeep::finish_upgrade_step(&PgIo(&client), step).await
-    }
-
-    async fn prune_headers(
-        &self,
-        after: i64,
-        batch: usize,
-        keep: std::sync::Arc<super::HeaderFilter>,
-    ) -> Result<(Option<i64>, u64), StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err)?;
-        let pruned = upkeep::prune_headers(&PgIo(&tx), after, batch, &*keep).await?;
-        tx.commit().await.map_err(pg_err)?;
-        Ok(pruned)
+    fn subscribe_deliveries(&self, wake: Arc<Notify>) {
+        self.listen(DELIVERIES_CHANNEL, wake);
     }
 }
 
-fn event_record(r: &Row) -> Result<EventRecord, StoreError> {
-    let status: String = col(r, 11)?;
-    let dead_reason: Option<String> = col(r, 15)?;
-    Ok(EventRecord {
-        row: col(r, 0)?,
-        source: col(r, 1)?,
-        event_id: col(r, 2)?,
-        event_type: col(r, 3)?,
-        aggregate: col(r, 4)?,
-        sequence: col(r, 5)?,
-        idempotency_key: col(r, 6)?,
-        body: col(r, 7)?,
-        signature_valid: col(r, 8)?,
-        signed_at: col(r, 9)?,
-        received_at_ms: col(r, 10)?,
-        status: parse_status(&status)?,
-        attempts: i64::from(col::<i32>(r, 12)?),
-        next_attempt_at_ms: col(r, 13)?,
-        last_error: col(r, 14)?,
-        dead_reason: dead_reason
-            .map(|raw| {
-                DeadReason::parse(&raw).ok_or_else(|| {
-                    StoreError::Internal(format!("unknown dead reason {raw:?} in store"))
-                })
-            })
-            .transpose()?,
-        decided_at_ms: col(r, 16)?,
-        replays: i64::from(col::<i32>(r, 17)?),
-        headers: col(r, 18)?,
-        history: Vec::new(),
-    })
+/// A pool that could not hand out a connection, with the cause (a TLS check, say) spelled out.
+fn no_connection(err: deadpool_postgres::PoolError) -> StoreError {
+    let cause = super::postgres_tls::describe(&err);
+    StoreError::Unavailable(format!("no PostgreSQL connection: {cause}"))
+}
+
+fn pg_err(err: tokio_postgres::Error) -> StoreError {
+    use tokio_postgres::error::SqlState;
+    let transient = err.is_closed()
+        || err.code().is_none()
+        || err.code().is_some_and(|code| {
+            let class = &code.code()[..2];
+            // Connection exceptions, insufficient resources, operator intervention,
+            // lock timeouts, serialization failures and deadlocks are worth a retry.
+            matches!(class, "08" | "53" | "57" | "40")
+                || *code == SqlState::LOCK_NOT_AVAILABLE
+                || *code == SqlState::QUERY_CANCELED
+        });
+    if transient {
+        StoreError::Unavailable(err.to_string())
+    } else {
+        StoreError::Internal(err.to_string())
+    }
+}
+
+fn col<'a, T: tokio_postgres::types::FromSql<'a>>(
+    row: &'a Row,
+    idx: usize,
+) -> Result<T, StoreError> {
+    row.try_get(idx).map_err(pg_err)
+}
+
+/// A stable 64-bit key for an aggregate's advisory lock.
+fn lock_key(source: &str, aggregate: &str) -> i64 {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::new()
+        .chain_update(source.as_bytes())
+        .chain_update([0u8])
+        .chain_update(aggregate.as_bytes())
+        .finalize();
+    i64::from_be_bytes(digest[..8].try_into().expect("8 bytes"))
+}
+
+fn boxed(params: Vec<Param>) -> Vec<Box<dyn ToSql + Sync + Send>> {
+    params
+        .into_iter()
+        .map(|p| -> Box<dyn ToSql + Sync + Send> {
+            match p {
+                Param::Text(t) => Box::new(t),
+                Param::Int(i) => Box::new(i),
+                Param::OptText(t) => Box::new(t),
+                Param::OptInt(i) => Box::new(i),
+                Param::Ids(ids) => Box::new(ids),
+                Param::Texts(texts) => Box::new(texts),
+            }
+        })
+        .collect()
+}
+
+fn refs(params: &[Box<dyn ToSql + Sync + Send>]) -> Vec<&(dyn ToSql + Sync)> {
+    params
+        .iter()
+        .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+        .collect()
 }
 
 /// An aggregate's identity in the maps below.
@@ -1718,41 +1205,20 @@ async fn settle_tx<C: GenericClient>(
     settle::settle(&PgIo(tx), rules, aggregate, now_ms).await
 }
 
-fn aggregate_state(r: &Row) -> Result<AggregateState, StoreError> {
-    let state: String = col(r, 4)?;
-    Ok(AggregateState {
-        aggregate: col(r, 0)?,
-        sequence: col(r, 1)?,
-        event_id: col(r, 2)?,
-        event_type: col(r, 3)?,
-        state: serde_json::from_str(&state).map_err(json_err)?,
-        tag: col(r, 5)?,
-        watermark: col(r, 6)?,
-        updated_at_ms: col(r, 7)?,
-        skipped_gaps: col(r, 8)?,
-    })
-}
-
-fn pending_row(r: &Row, was_held: bool) -> Result<PendingRow, StoreError> {
-    Ok(PendingRow {
-        row: col(r, 0)?,
-        body: col(r, 1)?,
-        received_at_ms: col(r, 2)?,
-        replayed: col(r, 3)?,
-        event_id: col(r, 4)?,
-        sequence: col(r, 5)?,
-        event_type: col(r, 6)?,
-        idempotency_key: col(r, 7)?,
-        was_held,
-        parsed: None,
-    })
-}
-
 /// Settling's and upkeep's reads and writes over one PostgreSQL transaction (or client).
-struct PgIo<'a, C>(&'a C);
+pub struct PgIo<'a, C>(&'a C);
 
-impl<C: GenericClient> UpkeepIo for PgIo<'_, C> {
+impl<C: GenericClient> Tx for PgIo<'_, C> {
     const LOCK_ROWS: &'static str = " FOR UPDATE";
+    // Kept by triggers (migration 7): the folded counts plus the deltas since.
+    const STATUS_COUNTS: &'static str = "SELECT source, status, SUM(n)::BIGINT FROM (
+             SELECT source, status, n FROM event_counts
+             UNION ALL
+             SELECT source, status, n FROM event_count_deltas) c
+         GROUP BY source, status HAVING SUM(n) > 0";
+    // The partial index's own condition: proportional to the backlog, not the log.
+    const UNDECIDED_COUNTS: &'static str = "SELECT source, status, COUNT(*) FROM events
+         WHERE status IN ('received', 'held', 'retrying') GROUP BY source, status";
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
     const COUNTS_BLOCKED_AGGREGATES: bool = false;
     const LOCK_KEY: &'static str =
@@ -1791,6 +1257,27 @@ impl<C: GenericClient> UpkeepIo for PgIo<'_, C> {
         rows.iter().map(cells).collect()
     }
 
+    async fn lock_aggregates(&self, aggregates: &[(&str, &str)]) -> Result<(), StoreError> {
+        lock_aggregates(self.0, aggregates.iter().copied()).await
+    }
+
+    async fn fold_event_counts(&self) -> Result<(), StoreError> {
+        fold_counts(self.0).await
+    }
+
+    async fn fold_delivery_counts(&self) -> Result<(), StoreError> {
+        fold_delivery_counts(self.0).await
+    }
+
+    async fn record_decisions(
+        &self,
+        decisions: &[(i64, Outcome)],
+        now_ms: i64,
+        hold_timeout_ms: i64,
+    ) -> Result<(), StoreError> {
+        record_decisions(self.0, decisions, now_ms, hold_timeout_ms).await
+    }
+
     async fn wake_workers(&self) -> Result<(), StoreError> {
         notify(self.0, CHANNEL).await
     }
@@ -1798,6 +1285,86 @@ impl<C: GenericClient> UpkeepIo for PgIo<'_, C> {
     async fn wake_senders(&self) -> Result<(), StoreError> {
         // Several in one transaction fold into one notification at the commit.
         notify(self.0, DELIVERIES_CHANNEL).await
+    }
+}
+
+/// The flows' statements over a PostgreSQL transaction, or, for reads, over a bare
+/// connection (each statement its own snapshot, and no round trips to begin and commit).
+pub enum PgTx<'t> {
+    /// A connection outside any transaction.
+    Connection(PgIo<'t, deadpool_postgres::Client>),
+    /// A transaction.
+    Transaction(PgIo<'t, deadpool_postgres::Transaction<'t>>),
+}
+
+/// Runs `$body` with `$io` bound to whichever [`PgIo`] the [`PgTx`] holds.
+macro_rules! on_either {
+    ($tx:expr, $io:ident => $body:expr) => {
+        match $tx {
+            PgTx::Connection($io) => $body,
+            PgTx::Transaction($io) => $body,
+        }
+    };
+}
+
+/// The dialect words, the same whether or not in a transaction.
+type Words = PgIo<'static, deadpool_postgres::Client>;
+
+impl Tx for PgTx<'_> {
+    const LOCK_ROWS: &'static str = Words::LOCK_ROWS;
+    const SKIP_LOCKED: &'static str = Words::SKIP_LOCKED;
+    const LOCK_KEY: &'static str = Words::LOCK_KEY;
+    const COUNTS_BLOCKED_AGGREGATES: bool = Words::COUNTS_BLOCKED_AGGREGATES;
+    const STATUS_COUNTS: &'static str = Words::STATUS_COUNTS;
+    const UNDECIDED_COUNTS: &'static str = Words::UNDECIDED_COUNTS;
+
+    fn try_lock(key: &str) -> String {
+        Words::try_lock(key)
+    }
+
+    fn in_ids(column: &str, n: usize) -> String {
+        Words::in_ids(column, n)
+    }
+
+    fn source_aggregate_pairs(n: usize, alias: &str) -> String {
+        Words::source_aggregate_pairs(n, alias)
+    }
+
+    async fn execute(&self, statement: &str, params: &[Param]) -> Result<u64, StoreError> {
+        on_either!(self, io => io.execute(statement, params).await)
+    }
+
+    async fn query(&self, statement: &str, params: &[Param]) -> Result<Vec<Vec<Cell>>, StoreError> {
+        on_either!(self, io => io.query(statement, params).await)
+    }
+
+    async fn lock_aggregates(&self, aggregates: &[(&str, &str)]) -> Result<(), StoreError> {
+        on_either!(self, io => io.lock_aggregates(aggregates).await)
+    }
+
+    async fn fold_event_counts(&self) -> Result<(), StoreError> {
+        on_either!(self, io => io.fold_event_counts().await)
+    }
+
+    async fn fold_delivery_counts(&self) -> Result<(), StoreError> {
+        on_either!(self, io => io.fold_delivery_counts().await)
+    }
+
+    async fn record_decisions(
+        &self,
+        decisions: &[(i64, Outcome)],
+        now_ms: i64,
+        hold_timeout_ms: i64,
+    ) -> Result<(), StoreError> {
+        on_either!(self, io => io.record_decisions(decisions, now_ms, hold_timeout_ms).await)
+    }
+
+    async fn wake_workers(&self) -> Result<(), StoreError> {
+        on_either!(self, io => io.wake_workers().await)
+    }
+
+    async fn wake_senders(&self) -> Result<(), StoreError> {
+        on_either!(self, io => io.wake_senders().await)
     }
 }
 
@@ -1822,6 +1389,8 @@ fn cells(row: &Row) -> Result<Vec<Cell>, StoreError> {
                 col::<Option<i32>>(row, at)?.map(|n| Cell::Int(n.into()))
             } else if *ty == Type::TEXT || *ty == Type::VARCHAR {
                 col::<Option<String>>(row, at)?.map(Cell::Text)
+            } else if *ty == Type::BOOL {
+                col::<Option<bool>>(row, at)?.map(|b| Cell::Int(b.into()))
             } else if *ty == Type::BYTEA {
                 col::<Option<Vec<u8>>>(row, at)?.map(Cell::Bytes)
             } else {
@@ -1832,129 +1401,6 @@ fn cells(row: &Row) -> Result<Vec<Cell>, StoreError> {
             Ok(cell.unwrap_or(Cell::Null))
         })
         .collect()
-}
-
-impl<C: GenericClient> SettleIo for PgIo<'_, C> {
-    async fn load_state(
-        &self,
-        source: &str,
-        aggregate: &str,
-    ) -> Result<Option<AggregateState>, StoreError> {
-        let row = self
-            .0
-            .cached_query_opt(sql::LOAD_AGGREGATE, &[&source, &aggregate])
-            .await
-            .map_err(pg_err)?;
-        row.as_ref().map(aggregate_state).transpose()
-    }
-
-    async fn arriving_rows(
-        &self,
-        source: &str,
-        aggregate: &str,
-        now_ms: i64,
-    ) -> Result<Vec<PendingRow>, StoreError> {
-        let found = self
-            .0
-            .cached_query(sql::ARRIVING_ROWS, &[&source, &aggregate, &now_ms])
-            .await
-            .map_err(pg_err)?;
-        found.iter().map(|r| pending_row(r, false)).collect()
-    }
-
-    async fn held_refs(&self, source: &str, aggregate: &str) -> Result<Vec<HeldRef>, StoreError> {
-        let found = self
-            .0
-            .cached_query(sql::HELD_REFS, &[&source, &aggregate])
-            .await
-            .map_err(pg_err)?;
-        found
-            .iter()
-            .map(|r| {
-                Ok(HeldRef {
-                    sequence: col(r, 0)?,
-                    row: col(r, 1)?,
-                    received_at_ms: col(r, 2)?,
-                })
-            })
-            .collect()
-    }
-
-    async fn held_rows(&self, held: &[HeldRef]) -> Result<Vec<PendingRow>, StoreError> {
-        if held.is_empty() {
-            return Ok(Vec::new());
-        }
-        let ids: Vec<i64> = held.iter().map(|h| h.row).collect();
-        let found = self
-            .0
-            .cached_query(sql::PENDING_BY_IDS, &[&ids])
-            .await
-            .map_err(pg_err)?;
-        found.iter().map(|r| pending_row(r, true)).collect()
-    }
-
-    async fn occupied(
-        &self,
-        source: &str,
-        aggregate: &str,
-        from: i64,
-    ) -> Result<BTreeSet<i64>, StoreError> {
-        let rows = self
-            .0
-            .cached_query(sql::OCCUPIED, &[&source, &aggregate, &from])
-            .await
-            .map_err(pg_err)?;
-        rows.iter().map(|r| col(r, 0)).collect()
-    }
-
-    async fn save_state(&self, source: &str, state: &AggregateState) -> Result<(), StoreError> {
-        self.0
-            .cached_execute(
-                sql::SAVE_AGGREGATE,
-                &[
-                    &source,
-                    &state.aggregate,
-                    &state.sequence,
-                    &state.event_id,
-                    &state.event_type,
-                    &state.state.to_string(),
-                    &state.tag,
-                    &state.watermark,
-                    &state.updated_at_ms,
-                    &state.skipped_gaps,
-                ],
-            )
-            .await
-            .map_err(pg_err)?;
-        Ok(())
-    }
-
-    async fn add_change(
-        &self,
-        source: &str,
-        aggregate: &str,
-        kind: &str,
-        at_ms: i64,
-        state: &str,
-    ) -> Result<(), StoreError> {
-        self.0
-            .cached_execute(
-                sql::ADD_CHANGE,
-                &[&source, &aggregate, &kind, &at_ms, &state],
-            )
-            .await
-            .map_err(pg_err)?;
-        Ok(())
-    }
-
-    async fn record_decisions(
-        &self,
-        decisions: &[(i64, Outcome)],
-        now_ms: i64,
-        hold_timeout_ms: i64,
-    ) -> Result<(), StoreError> {
-        record_decisions(self.0, decisions, now_ms, hold_timeout_ms).await
-    }
 }
 
 /// Writes a settle's decisions: one statement for the held events and one for the

@@ -1,11 +1,12 @@
-//! Settling an aggregate, written once for every store: load the inputs through
-//! [`SettleIo`], let the source's kind decide (pure), write the plan. Each store
-//! implements [`SettleIo`] over its own transaction.
+//! Settling an aggregate, written once for every store: load the inputs over
+//! [`Tx`], let the source's kind decide (pure), write the plan. The caller's
+//! transaction holds the aggregate (SQLite's one writer; PostgreSQL's advisory lock).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use super::forwarding;
-use super::upkeep::UpkeepIo;
+use super::backend::Param;
+use super::backend::{int, text, Tx};
+use super::{forwarding, rows, sql};
 use super::{
     AggregateState, Decided, DecisionLine, EventRow, SettleReport, SourceRules, StoreError,
 };
@@ -15,55 +16,86 @@ use crate::ordering::{
     final_at_ingest, held_in_reach, held_left_out_at, ready_at_ingest, HeldRef, Outcome,
 };
 
-/// What settling reads and writes, inside one store transaction that holds the
-/// aggregate (SQLite's one writer; PostgreSQL's advisory lock).
-pub(crate) trait SettleIo {
-    /// The aggregate's stored state.
-    async fn load_state(
-        &self,
-        source: &str,
-        aggregate: &str,
-    ) -> Result<Option<AggregateState>, StoreError>;
-    /// The pending rows that are not held: received, or retrying and due.
-    async fn arriving_rows(
-        &self,
-        source: &str,
-        aggregate: &str,
-        now_ms: i64,
-    ) -> Result<Vec<PendingRow>, StoreError>;
-    /// The held events, without their bodies, by sequence.
-    async fn held_refs(&self, source: &str, aggregate: &str) -> Result<Vec<HeldRef>, StoreError>;
-    /// The full rows of the given held events.
-    async fn held_rows(&self, held: &[HeldRef]) -> Result<Vec<PendingRow>, StoreError>;
-    /// Sequences at or above `from` taken by decided events (a conflict takes none).
-    async fn occupied(
-        &self,
-        source: &str,
-        aggregate: &str,
-        from: i64,
-    ) -> Result<BTreeSet<i64>, StoreError>;
-    /// Saves the aggregate's new state.
-    async fn save_state(&self, source: &str, state: &AggregateState) -> Result<(), StoreError>;
-    /// Appends an applied change for `/v1/stream`.
-    async fn add_change(
-        &self,
-        source: &str,
-        aggregate: &str,
-        kind: &str,
-        at_ms: i64,
-        state: &str,
-    ) -> Result<(), StoreError>;
-    /// Writes each row's outcome (and a history entry per dead event).
-    async fn record_decisions(
-        &self,
-        decisions: &[(i64, Outcome)],
-        now_ms: i64,
-        hold_timeout_ms: i64,
-    ) -> Result<(), StoreError>;
+/// The aggregate's stored state.
+pub(crate) async fn load_state<I: Tx>(
+    io: &I,
+    source: &str,
+    aggregate: &str,
+) -> Result<Option<AggregateState>, StoreError> {
+    let found = io
+        .query(sql::LOAD_AGGREGATE, &[text(source), text(aggregate)])
+        .await?;
+    let mut states = rows::all(found, rows::aggregate_state)?;
+    Ok(states.pop())
+}
+
+/// The pending rows that are not held: received, or retrying and due.
+async fn arriving_rows<I: Tx>(
+    io: &I,
+    source: &str,
+    aggregate: &str,
+    now_ms: i64,
+) -> Result<Vec<PendingRow>, StoreError> {
+    let params = [text(source), text(aggregate), Param::Int(now_ms)];
+    let found = io.query(sql::ARRIVING_ROWS, &params).await?;
+    rows::all(found, |c| rows::pending_row(c, false))
+}
+
+/// The held events, without their bodies, by sequence.
+async fn held_refs<I: Tx>(
+    io: &I,
+    source: &str,
+    aggregate: &str,
+) -> Result<Vec<HeldRef>, StoreError> {
+    let found = io
+        .query(sql::HELD_REFS, &[text(source), text(aggregate)])
+        .await?;
+    rows::all(found, rows::held_ref)
+}
+
+/// The full rows of the given held events.
+async fn held_rows<I: Tx>(io: &I, held: &[HeldRef]) -> Result<Vec<PendingRow>, StoreError> {
+    if held.is_empty() {
+        return Ok(Vec::new());
+    }
+    let statement = format!("{} WHERE {}", sql::PENDING_FROM_EVENTS, I::in_ids("id", 1));
+    let ids = held.iter().map(|h| h.row).collect();
+    let found = io.query(&statement, &[Param::Ids(ids)]).await?;
+    rows::all(found, |c| rows::pending_row(c, true))
+}
+
+/// Sequences at or above `from` taken by decided events (a conflict takes none).
+async fn occupied<I: Tx>(
+    io: &I,
+    source: &str,
+    aggregate: &str,
+    from: i64,
+) -> Result<BTreeSet<i64>, StoreError> {
+    let params = [text(source), text(aggregate), Param::Int(from)];
+    let found = io.query(sql::OCCUPIED, &params).await?;
+    found.iter().map(|row| int(row, 0)).collect()
+}
+
+/// Saves the aggregate's new state.
+async fn save_state<I: Tx>(io: &I, source: &str, state: &AggregateState) -> Result<(), StoreError> {
+    let params = [
+        text(source),
+        text(&state.aggregate),
+        Param::OptInt(state.sequence),
+        Param::OptText(state.event_id.clone()),
+        Param::OptText(state.event_type.clone()),
+        Param::Text(state.state.to_string()),
+        Param::OptText(state.tag.clone()),
+        Param::OptInt(state.watermark),
+        Param::Int(state.updated_at_ms),
+        Param::OptText(state.skipped_gaps.clone()),
+    ];
+    io.execute(sql::SAVE_AGGREGATE, &params).await?;
+    Ok(())
 }
 
 /// Settles one aggregate inside the store's transaction: the one settle flow.
-pub(crate) async fn settle<I: SettleIo + UpkeepIo>(
+pub(crate) async fn settle<I: Tx>(
     io: &I,
     rules: &SourceRules,
     aggregate: &str,
@@ -79,7 +111,7 @@ pub(crate) async fn settle<I: SettleIo + UpkeepIo>(
 /// #14: one write per event instead of an insert and then an update). `None`: the
 /// aggregate is not ready at ingest; nothing was written, the rows are to be logged
 /// undecided for the worker. Settled as at the latest of their receipts.
-pub(crate) async fn plan_unlogged<I: SettleIo>(
+pub(crate) async fn plan_unlogged<I: Tx>(
     io: &I,
     rules: &SourceRules,
     aggregate: &str,
@@ -124,7 +156,7 @@ impl UnloggedPlan {
 
     /// Writes the plan once the events are logged, already decided, as rows `logged` (in
     /// the order given to [`plan_unlogged`]); the outcome of each.
-    pub async fn write_logged<I: SettleIo + UpkeepIo>(
+    pub async fn write_logged<I: Tx>(
         mut self,
         io: &I,
         rules: &SourceRules,
@@ -172,7 +204,7 @@ struct Planned {
 
 /// The reading and deciding half of the settle flow; with `fresh`, `None` unless the
 /// aggregate is ready at ingest. `unlogged` joins the rows read as arriving.
-async fn plan_gated<I: SettleIo>(
+async fn plan_gated<I: Tx>(
     io: &I,
     rules: &SourceRules,
     aggregate: &str,
@@ -181,8 +213,8 @@ async fn plan_gated<I: SettleIo>(
     unlogged: impl IntoIterator<Item = PendingRow>,
 ) -> Result<Option<Planned>, StoreError> {
     let kind: &dyn Kind = rules.kind.as_ref();
-    let before = io.load_state(&rules.name, aggregate).await?;
-    let mut rows = io.arriving_rows(&rules.name, aggregate, now_ms).await?;
+    let before = load_state(io, &rules.name, aggregate).await?;
+    let mut rows = arriving_rows(io, &rules.name, aggregate, now_ms).await?;
     rows.extend(unlogged);
     let ready = |rows: &[PendingRow], held_in_reach: usize| {
         fresh.is_none_or(|fresh| {
@@ -206,9 +238,9 @@ async fn plan_gated<I: SettleIo>(
     let plan = if kind.in_order() {
         let watermark = base.watermark();
         let arriving: Vec<i64> = rows.iter().map(|r| r.sequence).collect();
-        let held = io.held_refs(&rules.name, aggregate).await?;
+        let held = held_refs(io, &rules.name, aggregate).await?;
         let from = HeldReach::occupied_from(&arriving, &held, watermark);
-        let occupied = io.occupied(&rules.name, aggregate, from).await?;
+        let occupied = occupied(io, &rules.name, aggregate, from).await?;
         let (mut reach, first) = HeldReach::start(
             &held,
             watermark,
@@ -220,7 +252,7 @@ async fn plan_gated<I: SettleIo>(
         if !ready(&rows, first.len()) {
             return Ok(None);
         }
-        rows.extend(io.held_rows(first).await?);
+        rows.extend(held_rows(io, first).await?);
         loop {
             let input = SettleInput {
                 rows: &rows,
@@ -230,7 +262,7 @@ async fn plan_gated<I: SettleIo>(
             match reach.settle(kind, &input) {
                 Ok(plan) => break plan,
                 Err(_) if fresh.is_some() => return Ok(None),
-                Err(missing) => rows.extend(io.held_rows(&missing).await?),
+                Err(missing) => rows.extend(held_rows(io, &missing).await?),
             }
         }
     } else {
@@ -247,7 +279,7 @@ async fn plan_gated<I: SettleIo>(
 
 /// The writing half of the settle flow. `logged`: rows logged already decided, whose
 /// decisions are not to be recorded again.
-async fn write_planned<I: SettleIo + UpkeepIo>(
+async fn write_planned<I: Tx>(
     io: &I,
     rules: &SourceRules,
     aggregate: &str,
@@ -259,10 +291,16 @@ async fn write_planned<I: SettleIo + UpkeepIo>(
     let kind: &dyn Kind = rules.kind.as_ref();
     let changed = plan.state.as_ref() != before.as_ref();
     if let Some(state) = plan.state.as_ref().filter(|_| changed) {
-        io.save_state(&rules.name, state).await?;
+        save_state(io, &rules.name, state).await?;
         let shown = kind.stream_text(&rules.name, state, now_ms);
-        io.add_change(&rules.name, aggregate, kind.label(), now_ms, &shown)
-            .await?;
+        let change = [
+            text(&rules.name),
+            text(aggregate),
+            text(kind.label()),
+            Param::Int(now_ms),
+            Param::Text(shown),
+        ];
+        io.execute(sql::ADD_CHANGE, &change).await?;
     }
     if logged.is_empty() {
         io.record_decisions(&plan.decisions, now_ms, rules.hold_timeout_ms)

@@ -91,16 +91,8 @@ pub(crate) const OCCUPIED: &str = concat!(
     " OR (status = 'dead' AND dead_reason <> 'sequence_conflict'))"
 );
 
-/// One event's pending columns by id, for SQLite's per-row reads of held events.
-pub(crate) const PENDING_BY_ID: &str =
-    concat!("SELECT ", pending_columns!(), " FROM events WHERE id = $1");
-
-/// Events' pending columns by a list of ids, for PostgreSQL's one read of held events.
-pub(crate) const PENDING_BY_IDS: &str = concat!(
-    "SELECT ",
-    pending_columns!(),
-    " FROM events WHERE id = ANY($1)"
-);
+/// Events' pending columns, for a condition to follow (held events read back by id).
+pub(crate) const PENDING_FROM_EVENTS: &str = concat!("SELECT ", pending_columns!(), " FROM events");
 
 /// The schema version a store is at.
 pub(crate) const CURRENT_VERSION: &str = "SELECT COALESCE(MAX(version), 0) FROM schema_migrations";

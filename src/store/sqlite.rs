@@ -1,47 +1,39 @@
 //! The embedded SQLite store: WAL journal, `synchronous = FULL` so that a
 //! commit is on disk before inhook answers (G2).
 
-use std::collections::BTreeSet;
+use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
+use futures_util::FutureExt;
 use rusqlite::types::{Value as SqlValue, ValueRef};
 use rusqlite::{params, params_from_iter, Connection, ErrorCode, OptionalExtension};
+use send_wrapper::SendWrapper;
 
-use futures_util::FutureExt;
-
+use super::backend::Param;
+use super::backend::{Backend, Cell, Commit, FlowFuture, Tx};
 use super::batch::BatchQueue;
-use super::filter::{
-    self, json_err, parse_event_id, parse_status, where_of, Param, CONFLICTING_DUPLICATE,
-    CONFLICT_DETAIL, EVENT_COLUMNS,
-};
-use super::forwarding::{
-    self, DeliveryFilter, DeliveryPage, DeliveryRecord, DeliveryReplay, DeliveryReplayJob,
-    DeliverySkip, DestinationStats, PendingVerdict,
-};
+use super::engine::SqlStore;
+use super::filter::{parse_event_id, CONFLICTING_DUPLICATE, CONFLICT_DETAIL};
 use super::migrations::SQLITE as MIGRATIONS;
-use super::settle::{self, SettleIo, Settled};
+use super::settle::{self, Settled};
 use super::sql;
-use super::upkeep::{self, Cell, UpkeepIo};
 use super::{
-    status_of, Admission, AggregatePage, AggregateState, AttemptRecord, DedupKey, EventFilter,
-    EventPage, EventRecord, EventRow, FailureReport, NewEvent, PurgeReport, Refusal, ReplayJob,
-    ReplayOutcome, SettleAt, SettleReport, SourceRules, StateChange, Store, StoreError,
+    status_of, Admission, DedupKey, EventRow, NewEvent, Refusal, SettleAt, SourceRules, StoreError,
 };
-use crate::domain::{DeadReason, EventStatus};
-use crate::forward::answer::{AttemptRecord as DeliveryAttempt, Verdict};
-use crate::kind::PendingRow;
-use crate::ordering::{HeldRef, Outcome};
-use crate::retry::RetryPolicy;
+use crate::domain::DeadReason;
+use crate::ordering::Outcome;
 
-/// The SQLite store. One connection behind a mutex: SQLite has one writer at a
+/// The SQLite store: the one store over [`Sqlite`].
+pub type SqliteStore = SqlStore<Sqlite>;
+
+/// The SQLite database. One connection behind a mutex: SQLite has one writer at a
 /// time anyway, and every call runs on the blocking pool, never on a runtime thread.
 /// Deliveries are group-committed: concurrent ingests share one transaction and
 /// one fsync, each answered only after the commit ([`commit_batch`]).
 #[derive(Clone)]
-pub struct SqliteStore {
+pub struct Sqlite {
     /// The one connection, taken in turn (FIFO): with an unfair lock, a flat-out ingest's
     /// stream of committers starved every other user (forwarding ran at 8 deliveries/s).
     conn: Arc<tokio::sync::Mutex<Connection>>,
@@ -51,8 +43,6 @@ pub struct SqliteStore {
     reader: Arc<tokio::sync::Mutex<Connection>>,
     queue: Arc<BatchQueue<IngestJob>>,
     group_commit: bool,
-    /// Where each destination's claims stand among its queues.
-    claim_cursors: Arc<forwarding::ClaimCursors>,
 }
 
 /// Most deliveries committed in one transaction.
@@ -258,7 +248,7 @@ fn log_decided(
     logged: &EventRow,
     guard: Guard,
 ) -> Result<Option<Admission>, StoreError> {
-    let io = SqliteIo(conn);
+    let io = SqliteIo::of(conn);
     let plan = match ready(settle::plan_unlogged(
         &io,
         rules,
@@ -432,22 +422,23 @@ impl SqliteStore {
         )
         .map_err(map_err)?;
         reader.busy_timeout(busy_timeout).map_err(map_err)?;
-        Ok(Self {
+        Ok(SqlStore::over(Sqlite {
             conn: Arc::new(tokio::sync::Mutex::new(conn)),
             reader: Arc::new(tokio::sync::Mutex::new(reader)),
             queue: Arc::default(),
             group_commit: true,
-            claim_cursors: Arc::default(),
-        })
+        }))
     }
 
     /// Commits each delivery in a transaction of its own (one fsync per request), as a
     /// naive receiver would: the baseline that benchmarks compare group commit against.
     pub fn without_group_commit(mut self) -> Self {
-        self.group_commit = false;
+        self.backend.group_commit = false;
         self
     }
+}
 
+impl Sqlite {
     /// Starts the task that takes the connection in its turn and commits what is queued
     /// then (flat combining: batches form only under load, so a lone request waits for
     /// nothing), one at a time waiting for the connection, the next queued as it takes its
@@ -471,7 +462,7 @@ impl SqliteStore {
     }
 
     /// Runs `f` on the read-only connection, in one read transaction (one snapshot).
-    async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    async fn read_snapshot<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
@@ -505,47 +496,97 @@ impl SqliteStore {
     }
 }
 
-impl SqliteStore {
-    /// Runs an upkeep step (a flow driven by [`ready`]) in a transaction of its own.
-    async fn upkeep<T, F>(&self, step: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&SqliteIo<'_>) -> Result<T, StoreError> + Send + 'static,
-    {
-        self.run(move |conn| in_transaction(conn, step)).await
-    }
-
-    /// Runs a step of forwarding's bookkeeping (a claim, a verdict) in a transaction whose
-    /// commit does not wait for the disk: a power cut may lose it only as a crash during
-    /// the request would (the delivery is sent again, same `webhook-id`, docs/contract.md
-    /// (forwarding)), a process crash loses nothing (WAL), and the next durable commit syncs it
-    /// too. Two fsyncs per delivery were what held forwarding's throughput down.
-    async fn upkeep_unsynced<T, F>(&self, step: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&SqliteIo<'_>) -> Result<T, StoreError> + Send + 'static,
-    {
-        self.run(move |conn| {
-            conn.pragma_update(None, "synchronous", "NORMAL")
-                .map_err(map_err)?;
-            let done = in_transaction(conn, step);
-            conn.pragma_update(None, "synchronous", "FULL")
-                .map_err(map_err)?;
-            done
-        })
-        .await
-    }
-}
-
 /// Runs `step` in a transaction of its own on `conn`.
 fn in_transaction<T>(
     conn: &mut Connection,
     step: impl FnOnce(&SqliteIo<'_>) -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
     let tx = conn.transaction().map_err(map_err)?;
-    let done = step(&SqliteIo(&tx))?;
+    let done = step(&SqliteIo::of(&tx))?;
     tx.commit().map_err(map_err)?;
     Ok(done)
+}
+
+impl Backend for Sqlite {
+    type Tx<'t> = SqliteIo<'t>;
+
+    fn write<T, F>(
+        &self,
+        commit: Commit,
+        flow: F,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send
+    where
+        T: Send + 'static,
+        F: for<'t> FnOnce(&'t SqliteIo<'t>) -> FlowFuture<'t, T> + Send + 'static,
+    {
+        self.run(move |conn| {
+            if commit == Commit::Durable {
+                return in_transaction(conn, |io| ready(flow(io)));
+            }
+            // Forwarding's bookkeeping does not wait for the disk ([`Commit::Relaxed`]):
+            // two fsyncs per delivery were what held forwarding's throughput down, and
+            // the next durable commit syncs it too.
+            conn.pragma_update(None, "synchronous", "NORMAL")
+                .map_err(map_err)?;
+            let done = in_transaction(conn, |io| ready(flow(io)));
+            conn.pragma_update(None, "synchronous", "FULL")
+                .map_err(map_err)?;
+            done
+        })
+    }
+
+    fn read<T, F>(&self, flow: F) -> impl Future<Output = Result<T, StoreError>> + Send
+    where
+        T: Send + 'static,
+        F: for<'t> FnOnce(&'t SqliteIo<'t>) -> FlowFuture<'t, T> + Send + 'static,
+    {
+        self.read_snapshot(move |conn| ready(flow(&SqliteIo::of(conn))))
+    }
+
+    fn migrate(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.run(|conn| {
+            let tx = conn.transaction().map_err(map_err)?;
+            tx.execute_batch(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (
+                     version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+            )
+            .map_err(map_err)?;
+            let current: i64 = tx
+                .prepare_cached(&sqlite(sql::CURRENT_VERSION))
+                .map_err(map_err)?
+                .query_row([], |r| r.get(0))
+                .map_err(map_err)?;
+            for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
+                tx.execute_batch(sql).map_err(map_err)?;
+                tx.prepare_cached(&sqlite(sql::RECORD_MIGRATION))
+                    .map_err(map_err)?
+                    .execute(params![version, crate::clock::now_ms()])
+                    .map_err(map_err)?;
+            }
+            tx.commit().map_err(map_err)
+        })
+    }
+
+    async fn ingest<'a>(
+        &'a self,
+        event: NewEvent<'a>,
+        settle: SettleAt<'a>,
+    ) -> Result<Admission, StoreError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = IngestJob {
+            row: EventRow::of(&event),
+            rules: settle
+                .rules()
+                .map(|rules| (rules.clone(), matches!(settle, SettleAt::IfReady(_)))),
+            reply,
+        };
+        if self.queue.push(job) {
+            self.start_committer();
+        }
+        answer
+            .await
+            .map_err(|_| StoreError::Internal("the writer dropped a delivery".into()))?
+    }
 }
 
 /// The outcome of a flow written once for both stores: SQLite's reads and writes
@@ -598,620 +639,6 @@ fn map_err(err: rusqlite::Error) -> StoreError {
         ) => StoreError::Unavailable(err.to_string()),
         _ => StoreError::Internal(err.to_string()),
     }
-}
-
-#[async_trait]
-impl Store for SqliteStore {
-    async fn migrate(&self) -> Result<(), StoreError> {
-        self.run(|conn| {
-            let tx = conn.transaction().map_err(map_err)?;
-            tx.execute_batch(
-                "CREATE TABLE IF NOT EXISTS schema_migrations (
-                     version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
-            )
-            .map_err(map_err)?;
-            let current: i64 = tx
-                .prepare_cached(&sqlite(sql::CURRENT_VERSION))
-                .map_err(map_err)?
-                .query_row([], |r| r.get(0))
-                .map_err(map_err)?;
-            for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
-                tx.execute_batch(sql).map_err(map_err)?;
-                tx.prepare_cached(&sqlite(sql::RECORD_MIGRATION))
-                    .map_err(map_err)?
-                    .execute(params![version, crate::clock::now_ms()])
-                    .map_err(map_err)?;
-            }
-            tx.commit().map_err(map_err)
-        })
-        .await
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        self.read(|conn| {
-            conn.prepare_cached(&sqlite(sql::PING))
-                .map_err(map_err)?
-                .query_row([], |_| Ok(()))
-                .map_err(map_err)
-        })
-        .await
-    }
-
-    async fn ingest(
-        &self,
-        event: NewEvent<'_>,
-        settle: SettleAt<'_>,
-    ) -> Result<Admission, StoreError> {
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        let job = IngestJob {
-            row: EventRow::of(&event),
-            rules: settle
-                .rules()
-                .map(|rules| (rules.clone(), matches!(settle, SettleAt::IfReady(_)))),
-            reply,
-        };
-        if self.queue.push(job) {
-            self.start_committer();
-        }
-        answer
-            .await
-            .map_err(|_| StoreError::Internal("the writer dropped a delivery".into()))?
-    }
-
-    async fn due_aggregates(
-        &self,
-        now_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<(String, String)>, StoreError> {
-        self.run(move |conn| {
-            let mut stmt = conn
-                .prepare_cached(
-                    // The partial index's own condition, so that only undecided events are read.
-                    &sqlite(sql::DUE_AGGREGATES),
-                )
-                .map_err(map_err)?;
-            let rows = stmt
-                .query_map(params![now_ms, limit as i64], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })
-                .map_err(map_err)?;
-            rows.collect::<Result<_, _>>().map_err(map_err)
-        })
-        .await
-    }
-
-    async fn settle(
-        &self,
-        rules: &SourceRules,
-        aggregate: &str,
-        now_ms: i64,
-    ) -> Result<SettleReport, StoreError> {
-        let rules = rules.clone();
-        let aggregate = aggregate.to_owned();
-        self.run(move |conn| {
-            let tx = conn.transaction().map_err(map_err)?;
-            let settled = settle_tx(&tx, &rules, &aggregate, now_ms)?;
-            tx.commit().map_err(map_err)?;
-            Ok(settled.report)
-        })
-        .await
-    }
-
-    async fn settle_many(
-        &self,
-        work: &[(SourceRules, String)],
-        now_ms: i64,
-    ) -> Result<Vec<SettleReport>, StoreError> {
-        let work = work.to_vec();
-        self.run(move |conn| {
-            let tx = conn.transaction().map_err(map_err)?;
-            let mut reports = Vec::with_capacity(work.len());
-            for (rules, aggregate) in &work {
-                reports.push(settle_tx(&tx, rules, aggregate, now_ms)?.report);
-            }
-            tx.commit().map_err(map_err)?;
-            Ok(reports)
-        })
-        .await
-    }
-
-    async fn aggregate(
-        &self,
-        source: &str,
-        aggregate: &str,
-    ) -> Result<Option<AggregateState>, StoreError> {
-        let (source, aggregate) = (source.to_owned(), aggregate.to_owned());
-        self.run(move |conn| SqliteIo(conn).load(&source, &aggregate))
-            .await
-    }
-
-    async fn aggregates_page(
-        &self,
-        source: &str,
-        tag: Option<&str>,
-        limit: usize,
-        cursor: Option<&str>,
-    ) -> Result<AggregatePage, StoreError> {
-        let (source, tag, cursor) = (
-            source.to_owned(),
-            tag.map(str::to_owned),
-            cursor.map(str::to_owned),
-        );
-        self.run(move |conn| {
-            let mut stmt = conn
-                .prepare_cached(&sqlite(sql::AGGREGATES_PAGE))
-                .map_err(map_err)?;
-            let rows = stmt
-                .query_map(
-                    params![source, tag, cursor, limit as i64 + 1],
-                    aggregate_row,
-                )
-                .map_err(map_err)?;
-            let mut items = Vec::new();
-            for row in rows {
-                items.push(aggregate_state(row.map_err(map_err)?)?);
-            }
-            Ok(AggregatePage::of(items, limit))
-        })
-        .await
-    }
-
-    async fn record_failure(
-        &self,
-        rules: &SourceRules,
-        aggregate: &str,
-        error: &str,
-        now_ms: i64,
-        policy: RetryPolicy,
-        jitter: f64,
-    ) -> Result<FailureReport, StoreError> {
-        let (source, aggregate, error) =
-            (rules.name.clone(), aggregate.to_owned(), error.to_owned());
-        self.upkeep(move |io| {
-            ready(upkeep::record_failure(
-                io,
-                &source,
-                &aggregate,
-                &error,
-                now_ms,
-                (policy, jitter),
-            ))
-        })
-        .await
-    }
-
-    async fn event(&self, source: &str, event_id: &str) -> Result<Option<EventRecord>, StoreError> {
-        let (source, event_id) = (source.to_owned(), event_id.to_owned());
-        self.run(move |conn| {
-            let record = conn
-                .query_row(
-                    &sqlite(&sql::EVENT_BY_ID),
-                    params![source, event_id],
-                    event_record,
-                )
-                .optional()
-                .map_err(map_err)?;
-            let Some(mut record) = record else {
-                return Ok(None);
-            };
-            let mut stmt = conn
-                .prepare_cached(&sqlite(sql::ATTEMPT_HISTORY))
-                .map_err(map_err)?;
-            let history = stmt
-                .query_map([record.row], |r| {
-                    Ok(AttemptRecord {
-                        at_ms: r.get(0)?,
-                        kind: r.get(1)?,
-                        error: r.get(2)?,
-                    })
-                })
-                .map_err(map_err)?;
-            record.history = history.collect::<Result<_, _>>().map_err(map_err)?;
-            Ok(Some(record))
-        })
-        .await
-    }
-
-    async fn events(
-        &self,
-        filter: &EventFilter,
-        limit: usize,
-        cursor: Option<i64>,
-    ) -> Result<EventPage, StoreError> {
-        let filter = filter.clone();
-        self.run(move |conn| {
-            let (mut clauses, mut values) = filter_sql(&filter);
-            if let Some(cursor) = cursor {
-                values.push(SqlValue::Integer(cursor));
-                clauses.push(format!("id < ?{}", values.len()));
-            }
-            values.push(SqlValue::Integer(limit as i64 + 1));
-            let sql = format!(
-                "SELECT {EVENT_COLUMNS} FROM events WHERE {} ORDER BY id DESC LIMIT ?{}",
-                where_of(&clauses),
-                values.len()
-            );
-            let mut stmt = conn.prepare(&sql).map_err(map_err)?;
-            let rows = stmt
-                .query_map(params_from_iter(values), event_record)
-                .map_err(map_err)?;
-            let items: Vec<EventRecord> = rows.collect::<Result<_, _>>().map_err(map_err)?;
-            Ok(EventPage::of(items, limit))
-        })
-        .await
-    }
-
-    async fn replay_event(
-        &self,
-        source: &str,
-        event_id: &str,
-        now_ms: i64,
-    ) -> Result<ReplayOutcome, StoreError> {
-        let (source, event_id) = (source.to_owned(), event_id.to_owned());
-        self.upkeep(move |io| ready(upkeep::replay_event(io, &source, &event_id, now_ms)))
-            .await
-    }
-
-    async fn create_replay_job(
-        &self,
-        filter: &EventFilter,
-        now_ms: i64,
-    ) -> Result<ReplayJob, StoreError> {
-        let filter = filter.clone();
-        self.upkeep(move |io| ready(upkeep::create_replay_job(io, &filter, now_ms)))
-            .await
-    }
-
-    async fn claim_deliveries(
-        &self,
-        destination: &str,
-        owner: &str,
-        now_ms: i64,
-        lease_until_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<DeliveryRecord>, StoreError> {
-        let (destination, owner) = (destination.to_owned(), owner.to_owned());
-        let cursors = Arc::clone(&self.claim_cursors);
-        self.upkeep_unsynced(move |io| {
-            ready(forwarding::claim(
-                io,
-                &destination,
-                &owner,
-                (now_ms, lease_until_ms),
-                limit,
-                &cursors,
-            ))
-        })
-        .await
-    }
-
-    async fn release_deliveries(
-        &self,
-        owner: &str,
-        ids: &[i64],
-        now_ms: i64,
-    ) -> Result<u64, StoreError> {
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        let (owner, ids) = (owner.to_owned(), ids.to_vec());
-        self.upkeep_unsynced(move |io| ready(forwarding::release(io, &owner, &ids, now_ms)))
-            .await
-    }
-
-    async fn record_delivery_attempt(
-        &self,
-        id: i64,
-        owner: &str,
-        verdict: &Verdict,
-        attempt: &DeliveryAttempt,
-        now_ms: i64,
-    ) -> Result<bool, StoreError> {
-        let (owner, verdict, attempt) = (owner.to_owned(), verdict.clone(), attempt.clone());
-        self.upkeep_unsynced(move |io| {
-            ready(forwarding::record_verdict(
-                io, id, &owner, &verdict, &attempt, now_ms,
-            ))
-        })
-        .await
-    }
-
-    async fn record_delivery_attempts(
-        &self,
-        owner: &str,
-        verdicts: &[PendingVerdict],
-    ) -> Result<Vec<bool>, StoreError> {
-        let (owner, verdicts) = (owner.to_owned(), verdicts.to_vec());
-        self.upkeep_unsynced(move |io| ready(forwarding::record_verdicts(io, &owner, &verdicts)))
-            .await
-    }
-
-    async fn delivery(
-        &self,
-        destination: &str,
-        id: i64,
-    ) -> Result<Option<DeliveryRecord>, StoreError> {
-        let destination = destination.to_owned();
-        self.upkeep(move |io| ready(forwarding::delivery(io, &destination, id)))
-            .await
-    }
-
-    async fn deliveries(
-        &self,
-        destination: &str,
-        filter: &DeliveryFilter,
-        limit: usize,
-        cursor: Option<i64>,
-    ) -> Result<DeliveryPage, StoreError> {
-        let (destination, filter) = (destination.to_owned(), filter.clone());
-        self.upkeep(move |io| {
-            ready(forwarding::deliveries(
-                io,
-                &destination,
-                &filter,
-                limit,
-                cursor,
-            ))
-        })
-        .await
-    }
-
-    async fn replay_delivery(
-        &self,
-        destination: &str,
-        id: i64,
-    ) -> Result<DeliveryReplay, StoreError> {
-        let destination = destination.to_owned();
-        self.upkeep(move |io| ready(forwarding::replay(io, &destination, id)))
-            .await
-    }
-
-    async fn skip_delivery(&self, destination: &str, id: i64) -> Result<DeliverySkip, StoreError> {
-        let destination = destination.to_owned();
-        self.upkeep(move |io| ready(forwarding::skip(io, &destination, id)))
-            .await
-    }
-
-    async fn create_delivery_replay_job(
-        &self,
-        destination: &str,
-        filter: &DeliveryFilter,
-        now_ms: i64,
-    ) -> Result<DeliveryReplayJob, StoreError> {
-        let (destination, filter) = (destination.to_owned(), filter.clone());
-        self.upkeep(move |io| {
-            ready(forwarding::create_replay_job(
-                io,
-                &destination,
-                &filter,
-                now_ms,
-            ))
-        })
-        .await
-    }
-
-    async fn delivery_replay_job(&self, id: i64) -> Result<Option<DeliveryReplayJob>, StoreError> {
-        self.upkeep(move |io| ready(forwarding::replay_job(io, id)))
-            .await
-    }
-
-    async fn advance_delivery_replay_jobs(
-        &self,
-        now_ms: i64,
-        queues: usize,
-    ) -> Result<u64, StoreError> {
-        self.upkeep(move |io| ready(forwarding::advance_replay_jobs(io, now_ms, queues)))
-            .await
-    }
-
-    async fn next_delivery_due(
-        &self,
-        destination: &str,
-        now_ms: i64,
-    ) -> Result<Option<i64>, StoreError> {
-        let destination = destination.to_owned();
-        self.upkeep(move |io| ready(forwarding::next_due(io, &destination, now_ms)))
-            .await
-    }
-
-    async fn destination_stats(&self, destination: &str) -> Result<DestinationStats, StoreError> {
-        let destination = destination.to_owned();
-        self.read(move |conn| ready(forwarding::stats(&SqliteIo(conn), &destination)))
-            .await
-    }
-
-    async fn status_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
-        self.read(|conn| {
-            let mut stmt = conn
-                .prepare_cached(
-                    // Kept by triggers (migration 2): no scan of the log.
-                    "SELECT source, status, n FROM event_counts WHERE n > 0",
-                )
-                .map_err(map_err)?;
-            let rows = stmt
-                .query_map([], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, i64>(2)?,
-                    ))
-                })
-                .map_err(map_err)?;
-            let mut counts = Vec::new();
-            for row in rows {
-                let (source, status, n) = row.map_err(map_err)?;
-                counts.push((source, parse_status(&status)?, n as u64));
-            }
-            Ok(counts)
-        })
-        .await
-    }
-
-    async fn undecided_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
-        let mut counts = self.status_counts().await?;
-        counts.retain(|(_, status, _)| status.is_undecided());
-        Ok(counts)
-    }
-
-    async fn last_change_id(&self) -> Result<i64, StoreError> {
-        self.run(|conn| {
-            conn.prepare_cached("SELECT COALESCE(MAX(id), 0) FROM state_changes")
-                .map_err(map_err)?
-                .query_row([], |r| r.get(0))
-                .map_err(map_err)
-        })
-        .await
-    }
-
-    async fn changes_after(
-        &self,
-        after: i64,
-        source: Option<&str>,
-        aggregate: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<StateChange>, StoreError> {
-        let (source, aggregate) = (source.map(str::to_owned), aggregate.map(str::to_owned));
-        self.run(move |conn| {
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT id, source, aggregate, kind, at, state FROM state_changes
-                     WHERE id > ?1 AND (?2 IS NULL OR source = ?2)
-                       AND (?3 IS NULL OR aggregate = ?3)
-                     ORDER BY id LIMIT ?4",
-                )
-                .map_err(map_err)?;
-            let rows = stmt
-                .query_map(params![after, source, aggregate, limit as i64], |r| {
-                    Ok(StateChange {
-                        id: r.get(0)?,
-                        source: r.get(1)?,
-                        aggregate: r.get(2)?,
-                        kind: r.get(3)?,
-                        at_ms: r.get(4)?,
-                        state: r.get(5)?,
-                    })
-                })
-                .map_err(map_err)?;
-            rows.collect::<Result<_, _>>().map_err(map_err)
-        })
-        .await
-    }
-
-    async fn replay_job(&self, id: i64) -> Result<Option<ReplayJob>, StoreError> {
-        self.run(move |conn| {
-            let row: Option<(String, String, i64, i64, i64, i64)> = conn
-                .prepare_cached(&sqlite(sql::REPLAY_JOB))
-                .map_err(map_err)?
-                .query_row([id], |r| {
-                    Ok((
-                        r.get(0)?,
-                        r.get(1)?,
-                        r.get(2)?,
-                        r.get(3)?,
-                        r.get(4)?,
-                        r.get(5)?,
-                    ))
-                })
-                .optional()
-                .map_err(map_err)?;
-            row.map(
-                |(filter, state, total, requeued, created_at_ms, updated_at_ms)| {
-                    Ok(ReplayJob {
-                        id,
-                        filter: serde_json::from_str(&filter).map_err(json_err)?,
-                        state,
-                        total,
-                        requeued,
-                        created_at_ms,
-                        updated_at_ms,
-                    })
-                },
-            )
-            .transpose()
-        })
-        .await
-    }
-
-    async fn advance_replay_jobs(&self, now_ms: i64, aggregates: usize) -> Result<u64, StoreError> {
-        self.upkeep(move |io| ready(upkeep::advance_replay_jobs(io, now_ms, aggregates)))
-            .await
-    }
-
-    async fn purge(
-        &self,
-        before_ms: i64,
-        dedup_until_ms: i64,
-        now_ms: i64,
-        batch: usize,
-    ) -> Result<PurgeReport, StoreError> {
-        self.upkeep(move |io| ready(upkeep::purge(io, before_ms, dedup_until_ms, now_ms, batch)))
-            .await
-    }
-
-    async fn upgrade_step_pending(&self, step: &str) -> Result<bool, StoreError> {
-        let step = step.to_owned();
-        self.upkeep(move |io| ready(upkeep::upgrade_step_pending(io, &step)))
-            .await
-    }
-
-    async fn finish_upgrade_step(&self, step: &str) -> Result<(), StoreError> {
-        let step = step.to_owned();
-        self.upkeep(move |io| ready(upkeep::finish_upgrade_step(io, &step)))
-            .await
-    }
-
-    async fn prune_headers(
-        &self,
-        after: i64,
-        batch: usize,
-        keep: Arc<super::HeaderFilter>,
-    ) -> Result<(Option<i64>, u64), StoreError> {
-        self.upkeep(move |io| ready(upkeep::prune_headers(io, after, batch, &*keep)))
-            .await
-    }
-}
-
-fn event_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRecord> {
-    let status: String = r.get(11)?;
-    let dead_reason: Option<String> = r.get(15)?;
-    let bad = |what: &str, raw: &str| {
-        rusqlite::Error::FromSqlConversionFailure(
-            11,
-            rusqlite::types::Type::Text,
-            format!("unknown {what} {raw:?} in store").into(),
-        )
-    };
-    Ok(EventRecord {
-        row: r.get(0)?,
-        source: r.get(1)?,
-        event_id: r.get(2)?,
-        event_type: r.get(3)?,
-        aggregate: r.get(4)?,
-        sequence: r.get(5)?,
-        idempotency_key: r.get(6)?,
-        body: r.get(7)?,
-        signature_valid: r.get(8)?,
-        signed_at: r.get(9)?,
-        received_at_ms: r.get(10)?,
-        status: EventStatus::parse(&status).ok_or_else(|| bad("status", &status))?,
-        attempts: r.get(12)?,
-        next_attempt_at_ms: r.get(13)?,
-        last_error: r.get(14)?,
-        dead_reason: match dead_reason {
-            Some(raw) => Some(DeadReason::parse(&raw).ok_or_else(|| bad("dead reason", &raw))?),
-            None => None,
-        },
-        decided_at_ms: r.get(16)?,
-        replays: r.get(17)?,
-        headers: r.get(18)?,
-        history: Vec::new(),
-    })
-}
-
-/// A filter's conditions with SQLite placeholders and values.
-fn filter_sql(filter: &EventFilter) -> (Vec<String>, Vec<SqlValue>) {
-    let (clauses, params) = filter::filter_sql(filter, |n| format!("?{n}"));
-    (clauses, params.into_iter().map(sql_value).collect())
 }
 
 /// A bound value in SQLite's terms (a list of ids as the JSON array `in_ids` reads).
@@ -1330,95 +757,26 @@ fn settle_tx(
     aggregate: &str,
     now_ms: i64,
 ) -> Result<Settled, StoreError> {
-    ready(settle::settle(&SqliteIo(tx), rules, aggregate, now_ms))
+    ready(settle::settle(&SqliteIo::of(tx), rules, aggregate, now_ms))
 }
 
-/// An aggregate-state row as read, its state still text.
-type AggregateRow = (
-    String,
-    Option<i64>,
-    Option<String>,
-    Option<String>,
-    String,
-    Option<String>,
-    Option<i64>,
-    i64,
-    Option<String>,
-);
+/// The flows' statements over one SQLite transaction. SQLite's statements never wait,
+/// so each future is ready at once and the flow completes on the thread that began it
+/// ([`ready`]); the wrapper makes that checked, since a connection is not `Sync`.
+pub struct SqliteIo<'a>(SendWrapper<&'a Connection>);
 
-fn aggregate_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AggregateRow> {
-    Ok((
-        r.get(0)?,
-        r.get(1)?,
-        r.get(2)?,
-        r.get(3)?,
-        r.get(4)?,
-        r.get(5)?,
-        r.get(6)?,
-        r.get(7)?,
-        r.get(8)?,
-    ))
-}
-
-fn aggregate_state(row: AggregateRow) -> Result<AggregateState, StoreError> {
-    let (aggregate, sequence, event_id, event_type, state, tag, watermark, updated_at_ms, gaps) =
-        row;
-    Ok(AggregateState {
-        aggregate,
-        sequence,
-        event_id,
-        event_type,
-        state: serde_json::from_str(&state).map_err(json_err)?,
-        tag,
-        watermark,
-        skipped_gaps: gaps,
-        updated_at_ms,
-    })
-}
-
-fn pending_row(r: &rusqlite::Row<'_>, was_held: bool) -> rusqlite::Result<PendingRow> {
-    Ok(PendingRow {
-        row: r.get(0)?,
-        body: r.get(1)?,
-        received_at_ms: r.get(2)?,
-        replayed: r.get(3)?,
-        event_id: r.get(4)?,
-        sequence: r.get(5)?,
-        event_type: r.get(6)?,
-        idempotency_key: r.get(7)?,
-        was_held,
-        parsed: None,
-    })
-}
-
-/// Settling's and upkeep's reads and writes over one SQLite transaction.
-struct SqliteIo<'a>(&'a Connection);
-
-impl UpkeepIo for SqliteIo<'_> {
-    const LOCK_ROWS: &'static str = "";
-    const SKIP_LOCKED: &'static str = "";
-    const LOCK_KEY: &'static str = "SELECT 1 WHERE $1 IS NOT NULL";
-    const COUNTS_BLOCKED_AGGREGATES: bool = true;
-
-    fn in_ids(column: &str, n: usize) -> String {
-        format!("{column} IN (SELECT value FROM json_each(${n}))")
+impl<'a> SqliteIo<'a> {
+    fn of(conn: &'a Connection) -> Self {
+        Self(SendWrapper::new(conn))
     }
 
-    fn try_lock(key: &str) -> String {
-        format!("({key}) IS NOT NULL")
+    fn conn(&self) -> &'a Connection {
+        *self.0
     }
 
-    fn source_aggregate_pairs(n: usize, alias: &str) -> String {
-        format!(
-            "(SELECT s.value AS source, a.value AS aggregate
-              FROM json_each(${n}) AS s JOIN json_each(${}) AS a ON a.key = s.key) AS {alias}",
-            n + 1
-        )
-    }
-
-    async fn execute(&self, statement: &str, params: &[Param]) -> Result<u64, StoreError> {
+    fn execute_now(&self, statement: &str, params: &[Param]) -> Result<u64, StoreError> {
         let values = params.iter().cloned().map(sql_value);
-        self.0
+        self.conn()
             .prepare_cached(&sqlite(statement))
             .map_err(map_err)?
             .execute(params_from_iter(values))
@@ -1426,9 +784,12 @@ impl UpkeepIo for SqliteIo<'_> {
             .map_err(map_err)
     }
 
-    async fn query(&self, statement: &str, params: &[Param]) -> Result<Vec<Vec<Cell>>, StoreError> {
+    fn query_now(&self, statement: &str, params: &[Param]) -> Result<Vec<Vec<Cell>>, StoreError> {
         let values = params.iter().cloned().map(sql_value);
-        let mut stmt = self.0.prepare_cached(&sqlite(statement)).map_err(map_err)?;
+        let mut stmt = self
+            .conn()
+            .prepare_cached(&sqlite(statement))
+            .map_err(map_err)?;
         let width = stmt.column_count();
         let rows = stmt
             .query_map(params_from_iter(values), |r| {
@@ -1455,143 +816,86 @@ impl UpkeepIo for SqliteIo<'_> {
             .map_err(map_err)?;
         rows.collect::<Result<_, _>>().map_err(map_err)
     }
-
-    async fn wake_workers(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-
-    async fn wake_senders(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
 }
 
-impl SqliteIo<'_> {
-    /// Every row a shared statement (`$n` placeholders) returns, mapped by `map`.
-    fn all<T, C: FromIterator<T>>(
-        &self,
-        statement: &str,
-        params: impl rusqlite::Params,
-        map: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-    ) -> Result<C, StoreError> {
-        let mut stmt = self.0.prepare_cached(&sqlite(statement)).map_err(map_err)?;
-        let rows = stmt.query_map(params, map).map_err(map_err)?;
-        rows.collect::<rusqlite::Result<C>>().map_err(map_err)
+impl Tx for SqliteIo<'_> {
+    const LOCK_ROWS: &'static str = "";
+    const SKIP_LOCKED: &'static str = "";
+    const LOCK_KEY: &'static str = "SELECT 1 WHERE $1 IS NOT NULL";
+    const COUNTS_BLOCKED_AGGREGATES: bool = true;
+    // Kept by triggers (migration 2): no scan of the log.
+    const STATUS_COUNTS: &'static str = "SELECT source, status, n FROM event_counts WHERE n > 0";
+    const UNDECIDED_COUNTS: &'static str = "SELECT source, status, n FROM event_counts
+         WHERE n > 0 AND status IN ('received', 'held', 'retrying')";
+
+    fn in_ids(column: &str, n: usize) -> String {
+        format!("{column} IN (SELECT value FROM json_each(${n}))")
     }
 
-    fn load(&self, source: &str, aggregate: &str) -> Result<Option<AggregateState>, StoreError> {
-        let row = self
-            .0
-            .prepare_cached(&sqlite(sql::LOAD_AGGREGATE))
-            .map_err(map_err)?
-            .query_row(params![source, aggregate], aggregate_row)
-            .optional()
-            .map_err(map_err)?;
-        row.map(aggregate_state).transpose()
-    }
-}
-
-impl SettleIo for SqliteIo<'_> {
-    async fn load_state(
-        &self,
-        source: &str,
-        aggregate: &str,
-    ) -> Result<Option<AggregateState>, StoreError> {
-        self.load(source, aggregate)
+    fn try_lock(key: &str) -> String {
+        format!("({key}) IS NOT NULL")
     }
 
-    async fn arriving_rows(
-        &self,
-        source: &str,
-        aggregate: &str,
-        now_ms: i64,
-    ) -> Result<Vec<PendingRow>, StoreError> {
-        self.all(
-            sql::ARRIVING_ROWS,
-            params![source, aggregate, now_ms],
-            |r| pending_row(r, false),
+    fn source_aggregate_pairs(n: usize, alias: &str) -> String {
+        format!(
+            "(SELECT s.value AS source, a.value AS aggregate
+              FROM json_each(${n}) AS s JOIN json_each(${}) AS a ON a.key = s.key) AS {alias}",
+            n + 1
         )
     }
 
-    async fn held_refs(&self, source: &str, aggregate: &str) -> Result<Vec<HeldRef>, StoreError> {
-        self.all(sql::HELD_REFS, params![source, aggregate], |r| {
-            Ok(HeldRef {
-                sequence: r.get(0)?,
-                row: r.get(1)?,
-                received_at_ms: r.get(2)?,
-            })
-        })
-    }
-
-    async fn held_rows(&self, held: &[HeldRef]) -> Result<Vec<PendingRow>, StoreError> {
-        let mut stmt = self
-            .0
-            .prepare_cached(&sqlite(sql::PENDING_BY_ID))
-            .map_err(map_err)?;
-        held.iter()
-            .map(|h| {
-                stmt.query_row(params![h.row], |r| pending_row(r, true))
-                    .map_err(map_err)
-            })
-            .collect()
-    }
-
-    async fn occupied(
+    fn execute(
         &self,
-        source: &str,
-        aggregate: &str,
-        from: i64,
-    ) -> Result<BTreeSet<i64>, StoreError> {
-        self.all(sql::OCCUPIED, params![source, aggregate, from], |r| {
-            r.get(0)
-        })
+        statement: &str,
+        params: &[Param],
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        std::future::ready(self.execute_now(statement, params))
     }
 
-    async fn save_state(&self, source: &str, state: &AggregateState) -> Result<(), StoreError> {
-        self.0
-            .prepare_cached(&sqlite(sql::SAVE_AGGREGATE))
-            .map_err(map_err)?
-            .execute(params![
-                source,
-                state.aggregate,
-                state.sequence,
-                state.event_id,
-                state.event_type,
-                state.state.to_string(),
-                state.tag,
-                state.watermark,
-                state.updated_at_ms,
-                state.skipped_gaps
-            ])
-            .map_err(map_err)?;
-        Ok(())
-    }
-
-    async fn add_change(
+    fn query(
         &self,
-        source: &str,
-        aggregate: &str,
-        kind: &str,
-        at_ms: i64,
-        state: &str,
-    ) -> Result<(), StoreError> {
-        self.0
-            .prepare_cached(&sqlite(sql::ADD_CHANGE))
-            .map_err(map_err)?
-            .execute(params![source, aggregate, kind, at_ms, state])
-            .map_err(map_err)?;
-        Ok(())
+        statement: &str,
+        params: &[Param],
+    ) -> impl Future<Output = Result<Vec<Vec<Cell>>, StoreError>> + Send {
+        std::future::ready(self.query_now(statement, params))
     }
 
-    async fn record_decisions(
+    fn lock_aggregates(
+        &self,
+        _aggregates: &[(&str, &str)],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        // The one writer holds every aggregate already.
+        std::future::ready(Ok(()))
+    }
+
+    fn fold_event_counts(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        // The triggers keep the counts themselves: no deltas to fold.
+        std::future::ready(Ok(()))
+    }
+
+    fn fold_delivery_counts(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        std::future::ready(Ok(()))
+    }
+
+    fn record_decisions(
         &self,
         decisions: &[(i64, Outcome)],
         now_ms: i64,
         hold_timeout_ms: i64,
-    ) -> Result<(), StoreError> {
-        for (row, outcome) in decisions {
-            record_decision(self.0, *row, outcome, now_ms, hold_timeout_ms)?;
-        }
-        Ok(())
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let conn = self.conn();
+        let recorded = decisions.iter().try_for_each(|(row, outcome)| {
+            record_decision(conn, *row, outcome, now_ms, hold_timeout_ms)
+        });
+        std::future::ready(recorded)
+    }
+
+    fn wake_workers(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        std::future::ready(Ok(()))
+    }
+
+    fn wake_senders(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        std::future::ready(Ok(()))
     }
 }
 
@@ -1637,7 +941,7 @@ fn record_decision(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::IngestLimits;
+    use crate::store::{IngestLimits, Store};
 
     #[test]
     fn a_statement_is_rewritten_by_its_text_wherever_it_lies() {
@@ -1677,7 +981,7 @@ mod tests {
     #[tokio::test]
     async fn settle_reads_seek_indexes_of_undecided_rows() {
         let (_dir, store) = migrated_store().await;
-        let conn = store.conn.lock().await;
+        let conn = store.backend.conn.lock().await;
         let (source, aggregate) = ("save-game", "p\u{1f}slot");
         let held = plan(&conn, sql::HELD_REFS, params![source, aggregate]);
         let arriving = plan(&conn, sql::ARRIVING_ROWS, params![source, aggregate, 7]);
@@ -1754,7 +1058,7 @@ mod tests {
     #[tokio::test]
     async fn a_refusal_in_a_batch_costs_the_others_nothing() {
         let (_dir, store) = migrated_store().await;
-        let mut conn = store.conn.lock().await;
+        let mut conn = store.backend.conn.lock().await;
         let (jobs, mut answers): (Vec<_>, Vec<_>) = [("a", u64::MAX), ("b", 1), ("c", u64::MAX)]
             .into_iter()
             .map(|(aggregate, max_backlog)| job(aggregate, max_backlog))
@@ -1802,7 +1106,7 @@ mod tests {
     #[tokio::test]
     async fn logging_and_deciding_an_event_build_no_temporary_btree() {
         let (_dir, store) = migrated_store().await;
-        let conn = store.conn.lock().await;
+        let conn = store.backend.conn.lock().await;
         for statement in [LOG_EVENT, BACKLOG, RECORD_DECISION] {
             let mut stmt = conn.prepare(&format!("EXPLAIN {statement}")).unwrap();
             // Unbound parameters are NULL: EXPLAIN only lists the program.

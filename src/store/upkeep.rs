@@ -1,71 +1,19 @@
 //! Recording a failed attempt, replaying (one event, or a bulk job step by step)
-//! and purging, written once for every store: each flow runs over [`UpkeepIo`],
+//! and purging, written once for every store: each flow runs over [`Tx`],
 //! which a store implements over one of its transactions, as [`super::settle`]
 //! does for settling. Statements are written once, with `$n` placeholders; where
 //! the dialects differ (row locks, a bound list of ids) the store supplies the words.
 
-use super::filter::{self, json_err, parse_status, where_of, Param};
+use super::backend::Param;
+use super::backend::{int, one_int, opt_string, string, text, Tx};
+use super::filter::{self, json_err, parse_status, where_of};
 use super::{sql, EventFilter, FailureReport, PurgeReport, ReplayJob, ReplayOutcome, StoreError};
 use crate::domain::EventStatus;
 use crate::retry::{NextStep, RetryPolicy};
 
-/// One value of a row read through [`UpkeepIo::query`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Cell {
-    /// An integer.
-    Int(i64),
-    /// A text.
-    Text(String),
-    /// Bytes (an event's body).
-    Bytes(Vec<u8>),
-    /// SQL NULL.
-    Null,
-}
-
-/// The statements the flows run, inside one store transaction.
-pub(crate) trait UpkeepIo {
-    /// Appended to a query whose rows must stay as read until commit: PostgreSQL
-    /// locks them against other nodes; SQLite's one writer already holds them.
-    const LOCK_ROWS: &'static str;
-    /// Like [`UpkeepIo::LOCK_ROWS`], skipping rows another node holds.
-    const SKIP_LOCKED: &'static str;
-    /// A condition taking the lock of the key text `key` (an SQL expression) until commit:
-    /// true when it took it, false when another node holds it (SQLite's one writer always
-    /// takes it). The lock of a key is the same on every node and version.
-    fn try_lock(key: &str) -> String;
-
-    /// A query waiting for the lock of the key text bound at `$1` until commit; answers 1.
-    const LOCK_KEY: &'static str;
-
-    /// Whether the triggers keep each destination's blocked aggregates among its delivery
-    /// counts (SQLite's one writer can); otherwise they are counted from the dead deliveries.
-    const COUNTS_BLOCKED_AGGREGATES: bool;
-
-    /// The condition "`column` is one of the ids bound at placeholder `n`" ([`Param::Ids`]).
-    fn in_ids(column: &str, n: usize) -> String;
-
-    /// A `FROM` item named `alias` with text columns `source` and `aggregate`, one row per
-    /// place of the equally long lists bound at placeholders `n` and `n + 1` ([`Param::Texts`]).
-    fn source_aggregate_pairs(n: usize, alias: &str) -> String;
-
-    /// Runs a statement; returns the rows it changed.
-    async fn execute(&self, statement: &str, params: &[Param]) -> Result<u64, StoreError>;
-
-    /// Runs a query; returns its rows.
-    async fn query(&self, statement: &str, params: &[Param]) -> Result<Vec<Vec<Cell>>, StoreError>;
-
-    /// Wakes the workers of every node once the transaction commits (SQLite's
-    /// workers share the process and need no word).
-    async fn wake_workers(&self) -> Result<(), StoreError>;
-
-    /// Wakes the senders of every other node once the transaction commits, because it
-    /// wrote delivery rows (SQLite's senders share the process and need no word).
-    async fn wake_senders(&self) -> Result<(), StoreError>;
-}
-
 /// Puts the aggregate's due events back for a retry, or makes them dead once
 /// `policy` gives up (the aggregate is held by the caller's transaction).
-pub(crate) async fn record_failure<I: UpkeepIo>(
+pub(crate) async fn record_failure<I: Tx>(
     io: &I,
     source: &str,
     aggregate: &str,
@@ -110,7 +58,7 @@ pub(crate) async fn record_failure<I: UpkeepIo>(
 }
 
 /// Replays one event if it is dead or retrying.
-pub(crate) async fn replay_event<I: UpkeepIo>(
+pub(crate) async fn replay_event<I: Tx>(
     io: &I,
     source: &str,
     event_id: &str,
@@ -138,7 +86,7 @@ pub(crate) async fn replay_event<I: UpkeepIo>(
 }
 
 /// Persists a bulk replay of the events `filter` matches (dead ones when it names no status).
-pub(crate) async fn create_replay_job<I: UpkeepIo>(
+pub(crate) async fn create_replay_job<I: Tx>(
     io: &I,
     filter: &EventFilter,
     now_ms: i64,
@@ -181,7 +129,7 @@ pub(crate) async fn create_replay_job<I: UpkeepIo>(
 
 /// Moves the oldest running bulk replay on by up to `aggregates` aggregates, each
 /// one's events requeued together (the worker feeds them back in sequence order).
-pub(crate) async fn advance_replay_jobs<I: UpkeepIo>(
+pub(crate) async fn advance_replay_jobs<I: Tx>(
     io: &I,
     now_ms: i64,
     aggregates: usize,
@@ -258,7 +206,7 @@ pub(crate) async fn advance_replay_jobs<I: UpkeepIo>(
 
 /// Deletes up to `batch` decided events received before `before_ms` (keeping their
 /// dedup keys until `dedup_until_ms`), expired dedup keys and old state changes.
-pub(crate) async fn purge<I: UpkeepIo>(
+pub(crate) async fn purge<I: Tx>(
     io: &I,
     before_ms: i64,
     dedup_until_ms: i64,
@@ -327,7 +275,7 @@ pub(crate) async fn purge<I: UpkeepIo>(
 
 /// Puts the dead or retrying events matching `condition` (over `params`) back in
 /// the queue, recording the replay in each one's history.
-async fn requeue<I: UpkeepIo>(
+async fn requeue<I: Tx>(
     io: &I,
     condition: &str,
     mut params: Vec<Param>,
@@ -357,10 +305,7 @@ async fn requeue<I: UpkeepIo>(
 }
 
 /// Whether the one-time upgrade step `step` (queued by a migration) is still to be done.
-pub(crate) async fn upgrade_step_pending<I: UpkeepIo>(
-    io: &I,
-    step: &str,
-) -> Result<bool, StoreError> {
+pub(crate) async fn upgrade_step_pending<I: Tx>(io: &I, step: &str) -> Result<bool, StoreError> {
     let rows = io
         .query(
             "SELECT 1 FROM pending_upgrade_steps WHERE step = $1",
@@ -371,7 +316,7 @@ pub(crate) async fn upgrade_step_pending<I: UpkeepIo>(
 }
 
 /// Records that the upgrade step `step` is done.
-pub(crate) async fn finish_upgrade_step<I: UpkeepIo>(io: &I, step: &str) -> Result<(), StoreError> {
+pub(crate) async fn finish_upgrade_step<I: Tx>(io: &I, step: &str) -> Result<(), StoreError> {
     io.execute(
         "DELETE FROM pending_upgrade_steps WHERE step = $1",
         &[text(step)],
@@ -383,7 +328,7 @@ pub(crate) async fn finish_upgrade_step<I: UpkeepIo>(io: &I, step: &str) -> Resu
 /// Passes the stored request headers of up to `batch` events after row `after` through
 /// `keep`, writing back those it changes; answers the last row read (none when no row
 /// was left) and how many were rewritten.
-pub(crate) async fn prune_headers<I: UpkeepIo>(
+pub(crate) async fn prune_headers<I: Tx>(
     io: &I,
     after: i64,
     batch: usize,
@@ -415,67 +360,4 @@ pub(crate) async fn prune_headers<I: UpkeepIo>(
 /// A filter's conditions with `$n` placeholders.
 fn filter_sql(filter: &EventFilter) -> (Vec<String>, Vec<Param>) {
     filter::filter_sql(filter, |n| format!("${n}"))
-}
-
-pub(crate) fn text(value: &str) -> Param {
-    Param::Text(value.to_owned())
-}
-
-fn cell(row: &[Cell], at: usize) -> Result<&Cell, StoreError> {
-    row.get(at)
-        .ok_or_else(|| StoreError::Internal(format!("a row without column {at}")))
-}
-
-pub(crate) fn int(row: &[Cell], at: usize) -> Result<i64, StoreError> {
-    match cell(row, at)? {
-        Cell::Int(value) => Ok(*value),
-        other => Err(StoreError::Internal(format!(
-            "column {at}: an integer expected, got {other:?}"
-        ))),
-    }
-}
-
-pub(crate) fn opt_string(row: &[Cell], at: usize) -> Result<Option<String>, StoreError> {
-    match cell(row, at)? {
-        Cell::Text(value) => Ok(Some(value.clone())),
-        Cell::Null => Ok(None),
-        other => Err(StoreError::Internal(format!(
-            "column {at}: a text expected, got {other:?}"
-        ))),
-    }
-}
-
-/// A bytes column that may be NULL.
-pub(crate) fn opt_bytes(row: &[Cell], at: usize) -> Result<Option<Vec<u8>>, StoreError> {
-    match cell(row, at)? {
-        Cell::Bytes(value) => Ok(Some(value.clone())),
-        Cell::Null => Ok(None),
-        other => Err(StoreError::Internal(format!(
-            "column {at}: bytes expected, got {other:?}"
-        ))),
-    }
-}
-
-/// An integer column that may be NULL.
-pub(crate) fn opt_int(row: &[Cell], at: usize) -> Result<Option<i64>, StoreError> {
-    match cell(row, at)? {
-        Cell::Int(value) => Ok(Some(*value)),
-        Cell::Null => Ok(None),
-        other => Err(StoreError::Internal(format!(
-            "column {at}: an integer expected, got {other:?}"
-        ))),
-    }
-}
-
-pub(crate) fn string(row: &[Cell], at: usize) -> Result<String, StoreError> {
-    opt_string(row, at)?
-        .ok_or_else(|| StoreError::Internal(format!("column {at}: a text expected, got NULL")))
-}
-
-/// The one integer a one-row, one-column answer holds.
-pub(crate) fn one_int(rows: &[Vec<Cell>]) -> Result<i64, StoreError> {
-    let row = rows
-        .first()
-        .ok_or_else(|| StoreError::Internal("a query answered no row".into()))?;
-    int(row, 0)
 }

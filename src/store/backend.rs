@@ -1,0 +1,241 @@
+//! The seam between the store's flows and a database: every flow (ingest's
+//! bookkeeping, settling, reads, replay and purge, forwarding's deliveries) is
+//! written once over [`Tx`], the statements of one transaction, and run by a
+//! [`Backend`], which owns the connections, commits and wakes other nodes. A
+//! backend supplies only what really differs between databases: its pool, its
+//! committer and the few dialect words below. Statements are written once, with
+//! `$n` placeholders.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+
+use super::{Admission, NewEvent, SettleAt, StoreError};
+use crate::ordering::Outcome;
+
+/// A flow's future over one transaction: boxed, so that a flow is a plain closure.
+pub type FlowFuture<'t, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 't>>;
+
+/// How far a write transaction's commit must reach before the caller goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commit {
+    /// On disk: an answered request survives power loss.
+    Durable,
+    /// Forwarding's bookkeeping (a claim, a verdict): a power cut may lose it only as a
+    /// crash during the request would (the delivery is sent again with the same
+    /// `webhook-id`, docs/contract.md, forwarding); a process crash loses nothing.
+    Relaxed,
+}
+
+/// A database the one store runs on.
+pub trait Backend: Clone + Send + Sync + 'static {
+    /// The statements of one transaction.
+    type Tx<'t>: Tx;
+
+    /// Runs `flow` in one write transaction and commits it when the flow succeeds.
+    fn write<T, F>(
+        &self,
+        commit: Commit,
+        flow: F,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send
+    where
+        T: Send + 'static,
+        F: for<'t> FnOnce(&'t Self::Tx<'t>) -> FlowFuture<'t, T> + Send + 'static;
+
+    /// Runs `flow`, which only reads, on whatever connection reads cheapest.
+    fn read<T, F>(&self, flow: F) -> impl Future<Output = Result<T, StoreError>> + Send
+    where
+        T: Send + 'static,
+        F: for<'t> FnOnce(&'t Self::Tx<'t>) -> FlowFuture<'t, T> + Send + 'static;
+
+    /// Brings the schema up to the latest migration (once, if nodes start together).
+    fn migrate(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Logs one verified delivery: the committer is the backend's (group commit).
+    fn ingest<'a>(
+        &'a self,
+        event: NewEvent<'a>,
+        settle: SettleAt<'a>,
+    ) -> impl Future<Output = Result<Admission, StoreError>> + Send + 'a;
+
+    /// Wakes `wake` whenever another node logs an event for the workers.
+    fn subscribe(&self, _wake: Arc<Notify>) {}
+
+    /// Wakes `wake` whenever another node writes deliveries for the senders.
+    fn subscribe_deliveries(&self, _wake: Arc<Notify>) {}
+}
+
+/// A bound value of a statement written once for both stores.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Param {
+    /// A text value.
+    Text(String),
+    /// An integer value.
+    Int(i64),
+    /// A text value or NULL.
+    OptText(Option<String>),
+    /// An integer value or NULL.
+    OptInt(Option<i64>),
+    /// A list of row ids, tested by the store's `in_ids` condition.
+    Ids(Vec<i64>),
+    /// A list of texts, read by the store's `source_aggregate_pairs`.
+    Texts(Vec<String>),
+}
+
+/// One value of a row read through [`Tx::query`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cell {
+    /// An integer.
+    Int(i64),
+    /// A text.
+    Text(String),
+    /// Bytes (an event's body).
+    Bytes(Vec<u8>),
+    /// SQL NULL.
+    Null,
+}
+
+/// The statements the flows run, inside one store transaction.
+pub trait Tx: Sync {
+    /// Appended to a query whose rows must stay as read until commit: PostgreSQL
+    /// locks them against other nodes; SQLite's one writer already holds them.
+    const LOCK_ROWS: &'static str;
+    /// Like [`Tx::LOCK_ROWS`], skipping rows another node holds.
+    const SKIP_LOCKED: &'static str;
+    /// A query waiting for the lock of the key text bound at `$1` until commit; answers 1.
+    const LOCK_KEY: &'static str;
+    /// Whether the triggers keep each destination's blocked aggregates among its delivery
+    /// counts (SQLite's one writer can); otherwise they are counted from the dead deliveries.
+    const COUNTS_BLOCKED_AGGREGATES: bool;
+    /// The query answering `(source, status, n)` for every status of every source.
+    const STATUS_COUNTS: &'static str;
+    /// Like [`Tx::STATUS_COUNTS`], for the undecided statuses only.
+    const UNDECIDED_COUNTS: &'static str;
+
+    /// A condition taking the lock of the key text `key` (an SQL expression) until commit:
+    /// true when it took it, false when another node holds it (SQLite's one writer always
+    /// takes it). The lock of a key is the same on every node and version.
+    fn try_lock(key: &str) -> String;
+
+    /// The condition "`column` is one of the ids bound at placeholder `n`" ([`Param::Ids`]).
+    fn in_ids(column: &str, n: usize) -> String;
+
+    /// A `FROM` item named `alias` with text columns `source` and `aggregate`, one row per
+    /// place of the equally long lists bound at placeholders `n` and `n + 1` ([`Param::Texts`]).
+    fn source_aggregate_pairs(n: usize, alias: &str) -> String;
+
+    /// Runs a statement; returns the rows it changed.
+    fn execute(
+        &self,
+        statement: &str,
+        params: &[Param],
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Runs a query; returns its rows.
+    fn query(
+        &self,
+        statement: &str,
+        params: &[Param],
+    ) -> impl Future<Output = Result<Vec<Vec<Cell>>, StoreError>> + Send;
+
+    /// Holds the given aggregates until commit against every other node settling or
+    /// logging them, taken in one order so that two transactions never deadlock
+    /// (SQLite's one writer holds everything already).
+    fn lock_aggregates(
+        &self,
+        aggregates: &[(&str, &str)],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Folds the event count deltas into their totals where the store keeps deltas
+    /// (PostgreSQL, so that writers never wait on one counter row), one node at a time.
+    fn fold_event_counts(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Like [`Tx::fold_event_counts`], for the delivery counts.
+    fn fold_delivery_counts(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Writes a settle's decisions (and a history entry per dead event), in as few
+    /// statements as the dialect allows.
+    fn record_decisions(
+        &self,
+        decisions: &[(i64, Outcome)],
+        now_ms: i64,
+        hold_timeout_ms: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Wakes the workers of every node once the transaction commits (SQLite's
+    /// workers share the process and need no word).
+    fn wake_workers(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Wakes the senders of every other node once the transaction commits, because it
+    /// wrote delivery rows (SQLite's senders share the process and need no word).
+    fn wake_senders(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// A text parameter.
+pub(crate) fn text(value: &str) -> Param {
+    Param::Text(value.to_owned())
+}
+
+fn cell(row: &[Cell], at: usize) -> Result<&Cell, StoreError> {
+    row.get(at)
+        .ok_or_else(|| StoreError::Internal(format!("a row without column {at}")))
+}
+
+/// An integer column.
+pub(crate) fn int(row: &[Cell], at: usize) -> Result<i64, StoreError> {
+    match cell(row, at)? {
+        Cell::Int(value) => Ok(*value),
+        other => Err(StoreError::Internal(format!(
+            "column {at}: an integer expected, got {other:?}"
+        ))),
+    }
+}
+
+/// A text column that may be NULL.
+pub(crate) fn opt_string(row: &[Cell], at: usize) -> Result<Option<String>, StoreError> {
+    match cell(row, at)? {
+        Cell::Text(value) => Ok(Some(value.clone())),
+        Cell::Null => Ok(None),
+        other => Err(StoreError::Internal(format!(
+            "column {at}: a text expected, got {other:?}"
+        ))),
+    }
+}
+
+/// A bytes column that may be NULL.
+pub(crate) fn opt_bytes(row: &[Cell], at: usize) -> Result<Option<Vec<u8>>, StoreError> {
+    match cell(row, at)? {
+        Cell::Bytes(value) => Ok(Some(value.clone())),
+        Cell::Null => Ok(None),
+        other => Err(StoreError::Internal(format!(
+            "column {at}: bytes expected, got {other:?}"
+        ))),
+    }
+}
+
+/// An integer column that may be NULL.
+pub(crate) fn opt_int(row: &[Cell], at: usize) -> Result<Option<i64>, StoreError> {
+    match cell(row, at)? {
+        Cell::Int(value) => Ok(Some(*value)),
+        Cell::Null => Ok(None),
+        other => Err(StoreError::Internal(format!(
+            "column {at}: an integer expected, got {other:?}"
+        ))),
+    }
+}
+
+/// A text column.
+pub(crate) fn string(row: &[Cell], at: usize) -> Result<String, StoreError> {
+    opt_string(row, at)?
+        .ok_or_else(|| StoreError::Internal(format!("column {at}: a text expected, got NULL")))
+}
+
+/// The one integer a one-row, one-column answer holds.
+pub(crate) fn one_int(rows: &[Vec<Cell>]) -> Result<i64, StoreError> {
+    let row = rows
+        .first()
+        .ok_or_else(|| StoreError::Internal("a query answered no row".into()))?;
+    int(row, 0)
+}

@@ -1,0 +1,493 @@
+//! The one [`Store`]: every operation is a flow written once ([`super::settle`],
+//! [`super::reads`], [`super::upkeep`], [`super::forwarding`]) run in a
+//! transaction of a [`Backend`]. Nothing here knows which database it runs on.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+
+use super::backend::{Backend, Commit, Tx};
+use super::forwarding::{
+    self, ClaimCursors, DeliveryFilter, DeliveryPage, DeliveryRecord, DeliveryReplay,
+    DeliveryReplayJob, DeliverySkip, DestinationStats, PendingVerdict,
+};
+use super::{reads, settle, upkeep};
+use super::{
+    Admission, AggregatePage, AggregateState, EventFilter, EventPage, EventRecord, FailureReport,
+    HeaderFilter, NewEvent, PurgeReport, ReplayJob, ReplayOutcome, SettleAt, SettleReport,
+    SourceRules, StateChange, Store, StoreError,
+};
+use crate::domain::EventStatus;
+use crate::forward::answer::{AttemptRecord as DeliveryAttempt, Verdict};
+use crate::retry::RetryPolicy;
+
+/// The store over the database `B` (SQLite or PostgreSQL).
+#[derive(Clone)]
+pub struct SqlStore<B> {
+    pub(super) backend: B,
+    /// Where each destination's claims stand among its queues.
+    claim_cursors: Arc<ClaimCursors>,
+}
+
+impl<B> SqlStore<B> {
+    /// The store over `backend`.
+    pub(super) fn over(backend: B) -> Self {
+        Self {
+            backend,
+            claim_cursors: Arc::default(),
+        }
+    }
+}
+
+impl<B: Backend> SqlStore<B> {
+    /// Runs a write flow durably.
+    async fn write<T, F>(&self, flow: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: for<'t> FnOnce(&'t B::Tx<'t>) -> super::backend::FlowFuture<'t, T> + Send + 'static,
+    {
+        self.backend.write(Commit::Durable, flow).await
+    }
+}
+
+#[async_trait]
+impl<B: Backend> Store for SqlStore<B> {
+    async fn migrate(&self) -> Result<(), StoreError> {
+        self.backend.migrate().await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.backend
+            .read(|io| Box::pin(async move { reads::ping(io).await }))
+            .await
+    }
+
+    fn subscribe(&self, wake: Arc<Notify>) {
+        self.backend.subscribe(wake);
+    }
+
+    fn subscribe_deliveries(&self, wake: Arc<Notify>) {
+        self.backend.subscribe_deliveries(wake);
+    }
+
+    async fn ingest(
+        &self,
+        event: NewEvent<'_>,
+        settle: SettleAt<'_>,
+    ) -> Result<Admission, StoreError> {
+        self.backend.ingest(event, settle).await
+    }
+
+    async fn due_aggregates(
+        &self,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        self.backend
+            .read(move |io| Box::pin(reads::due_aggregates(io, now_ms, limit)))
+            .await
+    }
+
+    async fn settle(
+        &self,
+        rules: &SourceRules,
+        aggregate: &str,
+        now_ms: i64,
+    ) -> Result<SettleReport, StoreError> {
+        let (rules, aggregate) = (rules.clone(), aggregate.to_owned());
+        self.write(move |io| {
+            Box::pin(async move {
+                io.lock_aggregates(&[(&rules.name, &aggregate)]).await?;
+                let settled = settle::settle(io, &rules, &aggregate, now_ms).await?;
+                Ok(settled.report)
+            })
+        })
+        .await
+    }
+
+    /// One transaction for all: a transaction per aggregate made every decision pay its
+    /// own commit, and most aggregates have one or two events waiting under load.
+    async fn settle_many(
+        &self,
+        work: &[(SourceRules, String)],
+        now_ms: i64,
+    ) -> Result<Vec<SettleReport>, StoreError> {
+        let work = work.to_vec();
+        self.write(move |io| {
+            Box::pin(async move {
+                let keys: Vec<(&str, &str)> = work
+                    .iter()
+                    .map(|(rules, aggregate)| (rules.name.as_str(), aggregate.as_str()))
+                    .collect();
+                io.lock_aggregates(&keys).await?;
+                // Different aggregates touch different rows: where the backend pipelines
+                // statements (PostgreSQL), their settles share the round trips.
+                let settles = work
+                    .iter()
+                    .map(|(rules, aggregate)| settle::settle(io, rules, aggregate, now_ms));
+                futures_util::future::join_all(settles)
+                    .await
+                    .into_iter()
+                    .map(|settled| settled.map(|s| s.report))
+                    .collect()
+            })
+        })
+        .await
+    }
+
+    async fn aggregate(
+        &self,
+        source: &str,
+        aggregate: &str,
+    ) -> Result<Option<AggregateState>, StoreError> {
+        let (source, aggregate) = (source.to_owned(), aggregate.to_owned());
+        self.backend
+            .read(move |io| {
+                Box::pin(async move { reads::aggregate(io, &source, &aggregate).await })
+            })
+            .await
+    }
+
+    async fn aggregates_page(
+        &self,
+        source: &str,
+        tag: Option<&str>,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<AggregatePage, StoreError> {
+        let source = source.to_owned();
+        let (tag, cursor) = (tag.map(str::to_owned), cursor.map(str::to_owned));
+        self.backend
+            .read(move |io| {
+                Box::pin(
+                    async move { reads::aggregates_page(io, &source, tag, limit, cursor).await },
+                )
+            })
+            .await
+    }
+
+    async fn record_failure(
+        &self,
+        rules: &SourceRules,
+        aggregate: &str,
+        error: &str,
+        now_ms: i64,
+        policy: RetryPolicy,
+        jitter: f64,
+    ) -> Result<FailureReport, StoreError> {
+        let source = rules.name.clone();
+        let (aggregate, error) = (aggregate.to_owned(), error.to_owned());
+        self.write(move |io| {
+            Box::pin(async move {
+                io.lock_aggregates(&[(&source, &aggregate)]).await?;
+                let retry = (policy, jitter);
+                upkeep::record_failure(io, &source, &aggregate, &error, now_ms, retry).await
+            })
+        })
+        .await
+    }
+
+    async fn event(&self, source: &str, event_id: &str) -> Result<Option<EventRecord>, StoreError> {
+        let (source, event_id) = (source.to_owned(), event_id.to_owned());
+        self.backend
+            .read(move |io| Box::pin(async move { reads::event(io, &source, &event_id).await }))
+            .await
+    }
+
+    async fn events(
+        &self,
+        filter: &EventFilter,
+        limit: usize,
+        cursor: Option<i64>,
+    ) -> Result<EventPage, StoreError> {
+        let filter = filter.clone();
+        self.backend
+            .read(move |io| {
+                Box::pin(async move { reads::events(io, &filter, limit, cursor).await })
+            })
+            .await
+    }
+
+    async fn replay_event(
+        &self,
+        source: &str,
+        event_id: &str,
+        now_ms: i64,
+    ) -> Result<ReplayOutcome, StoreError> {
+        let (source, event_id) = (source.to_owned(), event_id.to_owned());
+        self.write(move |io| {
+            Box::pin(async move { upkeep::replay_event(io, &source, &event_id, now_ms).await })
+        })
+        .await
+    }
+
+    async fn create_replay_job(
+        &self,
+        filter: &EventFilter,
+        now_ms: i64,
+    ) -> Result<ReplayJob, StoreError> {
+        let filter = filter.clone();
+        self.write(move |io| {
+            Box::pin(async move { upkeep::create_replay_job(io, &filter, now_ms).await })
+        })
+        .await
+    }
+
+    async fn status_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
+        self.backend
+            .read(|io| Box::pin(reads::status_counts(io)))
+            .await
+    }
+
+    async fn undecided_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
+        self.backend
+            .read(|io| Box::pin(reads::undecided_counts(io)))
+            .await
+    }
+
+    async fn last_change_id(&self) -> Result<i64, StoreError> {
+        self.backend
+            .read(|io| Box::pin(reads::last_change_id(io)))
+            .await
+    }
+
+    async fn changes_after(
+        &self,
+        after: i64,
+        source: Option<&str>,
+        aggregate: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<StateChange>, StoreError> {
+        let (source, aggregate) = (source.map(str::to_owned), aggregate.map(str::to_owned));
+        self.backend
+            .read(move |io| Box::pin(reads::changes_after(io, after, source, aggregate, limit)))
+            .await
+    }
+
+    async fn replay_job(&self, id: i64) -> Result<Option<ReplayJob>, StoreError> {
+        self.backend
+            .read(move |io| Box::pin(reads::replay_job(io, id)))
+            .await
+    }
+
+    async fn advance_replay_jobs(&self, now_ms: i64, aggregates: usize) -> Result<u64, StoreError> {
+        self.write(move |io| Box::pin(upkeep::advance_replay_jobs(io, now_ms, aggregates)))
+            .await
+    }
+
+    async fn claim_deliveries(
+        &self,
+        destination: &str,
+        owner: &str,
+        now_ms: i64,
+        lease_until_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<DeliveryRecord>, StoreError> {
+        let (destination, owner) = (destination.to_owned(), owner.to_owned());
+        let cursors = Arc::clone(&self.claim_cursors);
+        let lease = (now_ms, lease_until_ms);
+        self.backend
+            .write(Commit::Relaxed, move |io| {
+                Box::pin(async move {
+                    forwarding::claim(io, &destination, &owner, lease, limit, &cursors).await
+                })
+            })
+            .await
+    }
+
+    async fn release_deliveries(
+        &self,
+        owner: &str,
+        ids: &[i64],
+        now_ms: i64,
+    ) -> Result<u64, StoreError> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let (owner, ids) = (owner.to_owned(), ids.to_vec());
+        self.backend
+            .write(Commit::Relaxed, move |io| {
+                Box::pin(async move { forwarding::release(io, &owner, &ids, now_ms).await })
+            })
+            .await
+    }
+
+    async fn record_delivery_attempt(
+        &self,
+        id: i64,
+        owner: &str,
+        verdict: &Verdict,
+        attempt: &DeliveryAttempt,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let (owner, verdict, attempt) = (owner.to_owned(), verdict.clone(), attempt.clone());
+        self.backend
+            .write(Commit::Relaxed, move |io| {
+                Box::pin(async move {
+                    forwarding::record_verdict(io, id, &owner, &verdict, &attempt, now_ms).await
+                })
+            })
+            .await
+    }
+
+    async fn record_delivery_attempts(
+        &self,
+        owner: &str,
+        verdicts: &[PendingVerdict],
+    ) -> Result<Vec<bool>, StoreError> {
+        let (owner, verdicts) = (owner.to_owned(), verdicts.to_vec());
+        self.backend
+            .write(Commit::Relaxed, move |io| {
+                Box::pin(async move { forwarding::record_verdicts(io, &owner, &verdicts).await })
+            })
+            .await
+    }
+
+    async fn delivery(
+        &self,
+        destination: &str,
+        id: i64,
+    ) -> Result<Option<DeliveryRecord>, StoreError> {
+        let destination = destination.to_owned();
+        self.backend
+            .read(move |io| {
+                Box::pin(async move { forwarding::delivery(io, &destination, id).await })
+            })
+            .await
+    }
+
+    async fn deliveries(
+        &self,
+        destination: &str,
+        filter: &DeliveryFilter,
+        limit: usize,
+        cursor: Option<i64>,
+    ) -> Result<DeliveryPage, StoreError> {
+        let (destination, filter) = (destination.to_owned(), filter.clone());
+        self.backend
+            .read(move |io| {
+                Box::pin(async move {
+                    forwarding::deliveries(io, &destination, &filter, limit, cursor).await
+                })
+            })
+            .await
+    }
+
+    async fn replay_delivery(
+        &self,
+        destination: &str,
+        id: i64,
+    ) -> Result<DeliveryReplay, StoreError> {
+        let destination = destination.to_owned();
+        self.write(move |io| {
+            Box::pin(async move { forwarding::replay(io, &destination, id).await })
+        })
+        .await
+    }
+
+    async fn skip_delivery(&self, destination: &str, id: i64) -> Result<DeliverySkip, StoreError> {
+        let destination = destination.to_owned();
+        self.write(move |io| Box::pin(async move { forwarding::skip(io, &destination, id).await }))
+            .await
+    }
+
+    async fn create_delivery_replay_job(
+        &self,
+        destination: &str,
+        filter: &DeliveryFilter,
+        now_ms: i64,
+    ) -> Result<DeliveryReplayJob, StoreError> {
+        let (destination, filter) = (destination.to_owned(), filter.clone());
+        self.write(move |io| {
+            Box::pin(async move {
+                forwarding::create_replay_job(io, &destination, &filter, now_ms).await
+            })
+        })
+        .await
+    }
+
+    async fn delivery_replay_job(&self, id: i64) -> Result<Option<DeliveryReplayJob>, StoreError> {
+        self.backend
+            .read(move |io| Box::pin(forwarding::replay_job(io, id)))
+            .await
+    }
+
+    async fn advance_delivery_replay_jobs(
+        &self,
+        now_ms: i64,
+        queues: usize,
+    ) -> Result<u64, StoreError> {
+        self.write(move |io| Box::pin(forwarding::advance_replay_jobs(io, now_ms, queues)))
+            .await
+    }
+
+    async fn next_delivery_due(
+        &self,
+        destination: &str,
+        now_ms: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        let destination = destination.to_owned();
+        self.backend
+            .read(move |io| {
+                Box::pin(async move { forwarding::next_due(io, &destination, now_ms).await })
+            })
+            .await
+    }
+
+    async fn destination_stats(&self, destination: &str) -> Result<DestinationStats, StoreError> {
+        let destination = destination.to_owned();
+        self.backend
+            .read(move |io| {
+                Box::pin(async move {
+                    io.fold_delivery_counts().await?;
+                    forwarding::stats(io, &destination).await
+                })
+            })
+            .await
+    }
+
+    async fn purge(
+        &self,
+        before_ms: i64,
+        dedup_until_ms: i64,
+        now_ms: i64,
+        batch: usize,
+    ) -> Result<PurgeReport, StoreError> {
+        self.write(move |io| {
+            Box::pin(async move {
+                let report = upkeep::purge(io, before_ms, dedup_until_ms, now_ms, batch).await?;
+                // The retention task runs on every node whether anyone reads the counts or
+                // not: it keeps the deltas few.
+                io.fold_event_counts().await?;
+                Ok(report)
+            })
+        })
+        .await
+    }
+
+    async fn upgrade_step_pending(&self, step: &str) -> Result<bool, StoreError> {
+        let step = step.to_owned();
+        self.backend
+            .read(move |io| Box::pin(async move { upkeep::upgrade_step_pending(io, &step).await }))
+            .await
+    }
+
+    async fn finish_upgrade_step(&self, step: &str) -> Result<(), StoreError> {
+        let step = step.to_owned();
+        self.write(move |io| Box::pin(async move { upkeep::finish_upgrade_step(io, &step).await }))
+            .await
+    }
+
+    async fn prune_headers(
+        &self,
+        after: i64,
+        batch: usize,
+        keep: Arc<HeaderFilter>,
+    ) -> Result<(Option<i64>, u64), StoreError> {
+        self.write(move |io| {
+            Box::pin(async move { upkeep::prune_headers(io, after, batch, &*keep).await })
+        })
+        .await
+    }
+}
