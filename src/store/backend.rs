@@ -78,6 +78,8 @@ pub enum Param {
     OptText(Option<String>),
     /// An integer value or NULL.
     OptInt(Option<i64>),
+    /// Bytes (an event's body).
+    Bytes(Vec<u8>),
     /// A list of row ids, tested by the store's `in_ids` condition.
     Ids(Vec<i64>),
     /// A list of texts, read by the store's `source_aggregate_pairs`.
@@ -113,6 +115,9 @@ pub trait Tx: Sync {
     const STATUS_COUNTS: &'static str;
     /// Like [`Tx::STATUS_COUNTS`], for the undecided statuses only.
     const UNDECIDED_COUNTS: &'static str;
+    /// The query answering the undecided events of the source bound at `$1`, in the
+    /// writing transaction of a delivery just logged for it (ingest's backlog limit).
+    const BACKLOG: &'static str;
 
     /// A condition taking the lock of the key text `key` (an SQL expression) until commit:
     /// true when it took it, false when another node holds it (SQLite's one writer always
@@ -139,6 +144,14 @@ pub trait Tx: Sync {
         statement: &str,
         params: &[Param],
     ) -> impl Future<Output = Result<Vec<Vec<Cell>>, StoreError>> + Send;
+
+    /// Runs an `INSERT … ON CONFLICT DO NOTHING` of one row into a table keyed by `id`;
+    /// the new row's id, or `None` when a unique key kept it out.
+    fn insert_row(
+        &self,
+        statement: &str,
+        params: &[Param],
+    ) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send;
 
     /// Holds the given aggregates until commit against every other node settling or
     /// logging them, taken in one order so that two transactions never deadlock

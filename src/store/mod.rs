@@ -7,6 +7,7 @@ mod batch;
 mod engine;
 mod filter;
 pub mod forwarding;
+mod ingest;
 mod migrations;
 pub mod postgres;
 pub mod postgres_tls;

@@ -20,13 +20,11 @@ use super::backend::Param;
 use super::backend::{Backend, Cell, Commit, FlowFuture, Tx};
 use super::batch::BatchQueue;
 use super::engine::SqlStore;
-use super::filter::{parse_event_id, CONFLICTING_DUPLICATE, CONFLICT_DETAIL};
+use super::ingest::{self, Guard};
 use super::migrations::POSTGRES as MIGRATIONS;
-use super::settle::{self, Settled};
+use super::settle;
 use super::sql;
-use super::{
-    status_of, Admission, DedupKey, EventRow, NewEvent, Refusal, SettleAt, SourceRules, StoreError,
-};
+use super::{status_of, Admission, EventRow, NewEvent, Refusal, SettleAt, SourceRules, StoreError};
 use crate::domain::{DeadReason, EventStatus};
 use crate::ordering::Outcome;
 
@@ -58,15 +56,6 @@ trait CachedStatements: GenericClient {
     }
 
     /// `query_opt` with a cached statement.
-    async fn cached_query_opt(
-        &self,
-        sql: &str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Option<Row>, tokio_postgres::Error> {
-        let statement = self.prepare_cached(sql).await?;
-        self.query_opt(&statement, params).await
-    }
-
     /// `query_one` with a cached statement.
     async fn cached_query_one(
         &self,
@@ -131,10 +120,10 @@ struct PgJob {
 /// What became of a delivery the batch insert did not insert: a duplicate, of a logged
 /// event (maybe earlier in the same batch) or of a purged one.
 async fn not_inserted<C: GenericClient>(tx: &C, job: &PgJob) -> Result<Admission, StoreError> {
-    if let Some(admission) = purged_duplicate(tx, &job.row).await? {
+    if let Some(admission) = ingest::purged_duplicate(&PgIo(tx), &job.row).await? {
         return Ok(admission);
     }
-    find_duplicate(tx, &job.row).await
+    ingest::find_duplicate(&PgIo(tx), &job.row).await
 }
 
 /// Logs `jobs` in one transaction with one multi-row insert; with `decide`, settles there
@@ -644,86 +633,15 @@ impl Postgres {
         if self.group_commit && !matches!(settle, SettleAt::Ingest(_)) && !event.ignored {
             return self.ingest_batched(event, settle.rules()).await;
         }
-        let aggregate = event.event.aggregate.storage_key();
         let row = EventRow::of(&event);
         let mut client = self.client().await?;
-        let mut tx = client.transaction().await.map_err(pg_err)?;
-        if let Some(admission) = purged_duplicate(&tx, &row).await? {
-            return Ok(admission);
-        }
-        // Serialize with any other node logging or settling this aggregate: its highest
-        // received sequence, its waiting events and (sync) its state are read below.
-        lock_aggregate(&tx, event.source, &aggregate).await?;
-        // Sync mode too: an aggregate ready at ingest is written once, already decided;
-        // the rest is logged and settled below, where the rules may hold it.
-        if let (SettleAt::IfReady(rules) | SettleAt::Ingest(rules), false) = (settle, row.ignored) {
-            // In a savepoint: a plan or write that fails leaves the event to the path below.
-            let savepoint = tx.savepoint("decide").await.map_err(pg_err)?;
-            match log_decided(&savepoint, rules, &row).await {
-                Ok(Some(admission)) => {
-                    savepoint.commit().await.map_err(pg_err)?;
-                    tx.commit().await.map_err(pg_err)?;
-                    return Ok(admission);
-                }
-                Ok(None) | Err(_) => savepoint.rollback().await.map_err(pg_err)?,
-            }
-        }
-        let inserted =
-            insert_row(&tx, &row, row.logged_status(), row.logged_decided_at(), 0).await?;
-        let Some(inserted) = inserted else {
-            let admission = find_duplicate(&tx, &row).await?;
-            // A conflicting body was recorded in the original's history: keep it.
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let admission = ingest::log_one(&PgIo(&tx), &row, settle, Guard::Savepoints).await?;
+        // A refused delivery leaves nothing: its transaction rolls back when dropped.
+        if !matches!(admission, Admission::Refused(_)) {
             tx.commit().await.map_err(pg_err)?;
-            return Ok(admission);
-        };
-        let row_id = inserted;
-        if row.ignored {
-            tx.commit().await.map_err(pg_err)?;
-            return Ok(Admission::Logged {
-                row: row_id,
-                decided: None,
-                out_of_order: false,
-            });
         }
-        let seen = highest_received(&tx, &[&row]).await?;
-        let out_of_order = seen
-            .get(&(row.source.clone(), row.aggregate.clone()))
-            .is_some_and(|h| row.sequence < *h);
-        raise_highest_received(&tx, &[&row]).await?;
-        let decided = match settle {
-            SettleAt::Ingest(rules) => {
-                let settled = settle_tx(&tx, rules, &aggregate, event.received_at_ms).await?;
-                Some(settled.decided(row_id)?)
-            }
-            // Not ready at ingest (`log_decided` looked): the worker settles it.
-            SettleAt::IfReady(_) | SettleAt::Worker => {
-                notify(&tx, CHANNEL).await?;
-                None
-            }
-        };
-        let waiting = waiting_ahead(&tx, &[&row]).await?;
-        let waiting_here = waiting
-            .get(&(row.source.clone(), row.aggregate.clone()))
-            .copied();
-        if let Some((ahead_of, count)) = waiting_here {
-            if row.sequence > ahead_of + 1 && count as u64 > row.limits.max_held_per_aggregate {
-                return Ok(Admission::Refused(Refusal::AggregateBacklogFull));
-            }
-        }
-        // The source's counter row was updated (so locked) by this transaction's insert:
-        // whoever else logs for this source waits for the commit, so no one overshoots.
-        if row.limits.max_backlog < u64::MAX {
-            let backlog = backlogs(&tx, &[row.source.as_str()]).await?;
-            if backlog.get(&row.source).copied().unwrap_or(0) as u64 > row.limits.max_backlog {
-                return Ok(Admission::Refused(Refusal::BacklogFull));
-            }
-        }
-        tx.commit().await.map_err(pg_err)?;
-        Ok(Admission::Logged {
-            row: row_id,
-            decided,
-            out_of_order,
-        })
+        Ok(admission)
     }
 }
 
@@ -821,14 +739,42 @@ fn boxed(params: Vec<Param>) -> Vec<Box<dyn ToSql + Sync + Send>> {
         .map(|p| -> Box<dyn ToSql + Sync + Send> {
             match p {
                 Param::Text(t) => Box::new(t),
-                Param::Int(i) => Box::new(i),
+                Param::Int(i) => Box::new(AnyInt(i)),
                 Param::OptText(t) => Box::new(t),
-                Param::OptInt(i) => Box::new(i),
+                Param::OptInt(i) => Box::new(i.map(AnyInt)),
+                Param::Bytes(b) => Box::new(b),
                 Param::Ids(ids) => Box::new(ids),
                 Param::Texts(texts) => Box::new(texts),
             }
         })
         .collect()
+}
+
+/// An integer bound to whichever integer type its column has: the statements are
+/// written once, and SQLite knows one integer type.
+#[derive(Debug)]
+struct AnyInt(i64);
+
+impl ToSql for AnyInt {
+    fn to_sql(
+        &self,
+        ty: &tokio_postgres::types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        use tokio_postgres::types::Type;
+        match *ty {
+            Type::INT2 => i16::try_from(self.0)?.to_sql(ty, out),
+            Type::INT4 => i32::try_from(self.0)?.to_sql(ty, out),
+            _ => self.0.to_sql(ty, out),
+        }
+    }
+
+    fn accepts(ty: &tokio_postgres::types::Type) -> bool {
+        use tokio_postgres::types::Type;
+        matches!(*ty, Type::INT2 | Type::INT4 | Type::INT8)
+    }
+
+    tokio_postgres::types::to_sql_checked!();
 }
 
 fn refs(params: &[Box<dyn ToSql + Sync + Send>]) -> Vec<&(dyn ToSql + Sync)> {
@@ -1003,20 +949,6 @@ async fn lock_aggregates<'a, C: GenericClient>(
     Ok(())
 }
 
-async fn lock_aggregate<C: GenericClient>(
-    tx: &C,
-    source: &str,
-    aggregate: &str,
-) -> Result<(), StoreError> {
-    tx.cached_execute(
-        "SELECT pg_advisory_xact_lock($1)",
-        &[&lock_key(source, aggregate)],
-    )
-    .await
-    .map_err(pg_err)?;
-    Ok(())
-}
-
 /// Puts the dead or retrying events matching `condition` back in the queue, recording the replay.
 async fn add_history<C: GenericClient>(
     tx: &C,
@@ -1029,180 +961,6 @@ async fn add_history<C: GenericClient>(
         .await
         .map_err(pg_err)?;
     Ok(())
-}
-
-async fn purged_duplicate<C: GenericClient>(
-    tx: &C,
-    logged: &EventRow,
-) -> Result<Option<Admission>, StoreError> {
-    let found = tx
-        .cached_query_opt(
-            sql::PURGED_DUPLICATE,
-            &[
-                &logged.source,
-                &logged.event_id,
-                &logged.idempotency_key,
-                &logged.received_at,
-                &logged.body_sha256,
-            ],
-        )
-        .await
-        .map_err(pg_err)?;
-    found
-        .map(|r| {
-            let kind: String = col(&r, 0)?;
-            Ok(Admission::Duplicate {
-                key: DedupKey::of_kept(&kind),
-                original: parse_event_id(&col::<String>(&r, 1)?)?,
-                body_differs: false,
-            })
-        })
-        .transpose()
-}
-
-async fn find_duplicate<C: GenericClient>(
-    tx: &C,
-    logged: &EventRow,
-) -> Result<Admission, StoreError> {
-    let source = &logged.source;
-    let by_id = tx
-        .cached_query_opt(sql::BODY_BY_EVENT_ID, &[source, &logged.event_id])
-        .await
-        .map_err(pg_err)?;
-    if let Some(stored) = by_id {
-        let body_differs = col::<Vec<u8>>(&stored, 1)? != logged.body;
-        if body_differs {
-            // A publisher error worth a person's look: kept in the original's history, once.
-            let row: i64 = col(&stored, 0)?;
-            tx.cached_execute(
-                sql::ADD_CONFLICT_ONCE,
-                &[
-                    &row,
-                    &crate::clock::now_ms(),
-                    &CONFLICTING_DUPLICATE,
-                    &CONFLICT_DETAIL,
-                ],
-            )
-            .await
-            .map_err(pg_err)?;
-        }
-        return Ok(Admission::Duplicate {
-            key: DedupKey::EventId,
-            original: parse_event_id(&logged.event_id)?,
-            body_differs,
-        });
-    }
-    let by_key = tx
-        .cached_query_opt(
-            sql::EVENT_ID_BY_IDEMPOTENCY_KEY,
-            &[source, &logged.idempotency_key],
-        )
-        .await
-        .map_err(pg_err)?;
-    let (key, original) = match by_key {
-        Some(original) => (DedupKey::IdempotencyKey, original),
-        None => {
-            let by_body = tx
-                .cached_query_opt(sql::EVENT_ID_BY_BODY, &[source, &logged.body_sha256])
-                .await
-                .map_err(pg_err)?;
-            // The conflicting row was committed by another node and is visible now;
-            // if not (deleted meanwhile), the publisher's retry will settle it.
-            let original = by_body.ok_or_else(|| {
-                StoreError::Unavailable("duplicate key of a concurrent delivery".into())
-            })?;
-            (DedupKey::Body, original)
-        }
-    };
-    Ok(Admission::Duplicate {
-        key,
-        original: parse_event_id(&col::<String>(&original, 0)?)?,
-        body_differs: false,
-    })
-}
-
-/// Settles one aggregate inside `tx` with the one settle flow; the caller holds the
-/// aggregate's advisory lock.
-/// Writes `logged` as a new row of the log, under its aggregate's lock; its id, or
-/// `None` when a unique key makes it a duplicate.
-async fn insert_row<C: GenericClient>(
-    tx: &C,
-    logged: &EventRow,
-    status: &str,
-    decided_at: Option<i64>,
-    attempts: i32,
-) -> Result<Option<i64>, StoreError> {
-    let inserted = tx
-        .cached_query_opt(
-            "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
-                 idempotency_key, body, signature_valid, signed_at, received_at, status, headers,
-                 decided_at, attempts, body_sha256)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, TRUE, $8, $9, $10, $11, $12, $13, $14)
-             ON CONFLICT DO NOTHING
-             RETURNING id",
-            &[
-                &logged.source,
-                &logged.event_id,
-                &logged.event_type,
-                &logged.aggregate,
-                &logged.sequence,
-                &logged.idempotency_key,
-                &logged.body,
-                &logged.signed_at,
-                &logged.received_at,
-                &status,
-                &logged.headers,
-                &decided_at,
-                &attempts,
-                &logged.body_sha256,
-            ],
-        )
-        .await
-        .map_err(pg_err)?;
-    inserted.map(|row| col::<i64>(&row, 0)).transpose()
-}
-
-/// Logs `logged` already decided when its aggregate is ready at ingest (the caller holds
-/// the aggregate's lock): settled before its row is written, so that the row is written
-/// once, with its outcome. `None`: not ready, nothing written. A decided event is no
-/// backlog item: no limit refuses it.
-async fn log_decided<C: GenericClient>(
-    tx: &C,
-    rules: &SourceRules,
-    logged: &EventRow,
-) -> Result<Option<Admission>, StoreError> {
-    let Some(plan) = settle::plan_unlogged(&PgIo(tx), rules, &logged.aggregate, &[logged]).await?
-    else {
-        return Ok(None);
-    };
-    let status = status_of(plan.outcome(0)?).0;
-    let decided_at = Some(logged.received_at);
-    let Some(row) = insert_row(tx, logged, status.as_str(), decided_at, 1).await? else {
-        let admission = find_duplicate(tx, logged).await?;
-        return Ok(Some(admission));
-    };
-    let seen = highest_received(tx, &[logged]).await?;
-    let out_of_order = seen
-        .get(&(logged.source.clone(), logged.aggregate.clone()))
-        .is_some_and(|h| logged.sequence < *h);
-    raise_highest_received(tx, &[logged]).await?;
-    let decided = plan.write_logged(&PgIo(tx), rules, &[row]).await?.pop();
-    Ok(Some(Admission::Logged {
-        row,
-        decided,
-        out_of_order,
-    }))
-}
-
-/// Settles one aggregate inside `tx` with the one settle flow; the caller holds the
-/// aggregate's advisory lock.
-async fn settle_tx<C: GenericClient>(
-    tx: &C,
-    rules: &SourceRules,
-    aggregate: &str,
-    now_ms: i64,
-) -> Result<Settled, StoreError> {
-    settle::settle(&PgIo(tx), rules, aggregate, now_ms).await
 }
 
 /// Settling's and upkeep's reads and writes over one PostgreSQL transaction (or client).
@@ -1223,6 +981,12 @@ impl<C: GenericClient> Tx for PgIo<'_, C> {
     const COUNTS_BLOCKED_AGGREGATES: bool = false;
     const LOCK_KEY: &'static str =
         "SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended($1, 0))) l";
+    // The counter row the triggers keep (migration 9), locked until commit (the
+    // delivery's insert updated it already), less the committed decrements.
+    const BACKLOG: &'static str = "WITH locked AS (
+             SELECT n FROM backlog_counts WHERE source = $1 FOR UPDATE)
+         SELECT (COALESCE((SELECT n FROM locked), 0) + COALESCE(
+             (SELECT SUM(d.n) FROM backlog_decrements d WHERE d.source = $1), 0))::BIGINT";
 
     fn in_ids(column: &str, n: usize) -> String {
         format!("{column} = ANY(${n})")
@@ -1255,6 +1019,20 @@ impl<C: GenericClient> Tx for PgIo<'_, C> {
             .await
             .map_err(pg_err)?;
         rows.iter().map(cells).collect()
+    }
+
+    async fn insert_row(
+        &self,
+        statement: &str,
+        params: &[Param],
+    ) -> Result<Option<i64>, StoreError> {
+        let values = boxed(params.to_vec());
+        let inserted = self
+            .0
+            .cached_query(&format!("{statement} RETURNING id"), &refs(&values))
+            .await
+            .map_err(pg_err)?;
+        inserted.first().map(|row| col(row, 0)).transpose()
     }
 
     async fn lock_aggregates(&self, aggregates: &[(&str, &str)]) -> Result<(), StoreError> {
@@ -1317,6 +1095,7 @@ impl Tx for PgTx<'_> {
     const COUNTS_BLOCKED_AGGREGATES: bool = Words::COUNTS_BLOCKED_AGGREGATES;
     const STATUS_COUNTS: &'static str = Words::STATUS_COUNTS;
     const UNDECIDED_COUNTS: &'static str = Words::UNDECIDED_COUNTS;
+    const BACKLOG: &'static str = Words::BACKLOG;
 
     fn try_lock(key: &str) -> String {
         Words::try_lock(key)
@@ -1336,6 +1115,14 @@ impl Tx for PgTx<'_> {
 
     async fn query(&self, statement: &str, params: &[Param]) -> Result<Vec<Vec<Cell>>, StoreError> {
         on_either!(self, io => io.query(statement, params).await)
+    }
+
+    async fn insert_row(
+        &self,
+        statement: &str,
+        params: &[Param],
+    ) -> Result<Option<i64>, StoreError> {
+        on_either!(self, io => io.insert_row(statement, params).await)
     }
 
     async fn lock_aggregates(&self, aggregates: &[(&str, &str)]) -> Result<(), StoreError> {

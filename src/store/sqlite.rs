@@ -8,20 +8,17 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use rusqlite::types::{Value as SqlValue, ValueRef};
-use rusqlite::{params, params_from_iter, Connection, ErrorCode, OptionalExtension};
+use rusqlite::{params, params_from_iter, Connection, ErrorCode};
 use send_wrapper::SendWrapper;
 
 use super::backend::Param;
 use super::backend::{Backend, Cell, Commit, FlowFuture, Tx};
 use super::batch::BatchQueue;
 use super::engine::SqlStore;
-use super::filter::{parse_event_id, CONFLICTING_DUPLICATE, CONFLICT_DETAIL};
+use super::ingest::{self, Guard};
 use super::migrations::SQLITE as MIGRATIONS;
-use super::settle::{self, Settled};
 use super::sql;
-use super::{
-    status_of, Admission, DedupKey, EventRow, NewEvent, Refusal, SettleAt, SourceRules, StoreError,
-};
+use super::{status_of, Admission, EventRow, NewEvent, SettleAt, SourceRules, StoreError};
 use crate::domain::DeadReason;
 use crate::ordering::Outcome;
 
@@ -127,19 +124,6 @@ fn log_batch_each(
     Ok(answers)
 }
 
-/// Logs a delivery as a row of the event log.
-const LOG_EVENT: &str = "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
-         idempotency_key, body, signature_valid, signed_at, received_at, status,
-         headers, decided_at, attempts, body_sha256)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
-     ON CONFLICT DO NOTHING";
-
-/// A source's undecided events, from the counts by status. `+status`: the source's few
-/// rows are filtered, not looked up through a temporary b-tree of the three statuses
-/// built at every delivery.
-const BACKLOG: &str = "SELECT COALESCE(SUM(n), 0) FROM event_counts
-     WHERE source = ?1 AND (+status = 'received' OR +status = 'held' OR +status = 'retrying')";
-
 /// Records a decided event's outcome.
 const RECORD_DECISION: &str =
     "UPDATE events SET status = ?2, dead_reason = ?3, last_error = ?4, decided_at = ?5,
@@ -148,218 +132,17 @@ const RECORD_DECISION: &str =
 
 /// Logs one delivery (and settles it in sync mode) inside the caller's transaction.
 fn ingest_one(conn: &Connection, job: &IngestJob, guard: Guard) -> Result<Admission, StoreError> {
-    let logged = &job.row;
-    if let Some(admission) = purged_duplicate(conn, logged)? {
-        return Ok(admission);
-    }
-    // Sync mode too: an aggregate ready at ingest is written once, already decided; the
-    // rest is logged and settled below, where the rules may hold it.
-    if let Some((rules, _)) = &job.rules {
-        if !logged.ignored {
-            if let Some(admission) = log_decided(conn, rules, logged, guard)? {
-                return Ok(admission);
-            }
-        }
-    }
-    let inserted = log_row(
-        conn,
-        logged,
-        logged.logged_status(),
-        logged.logged_decided_at(),
-        0,
-    )?;
-    if inserted == 0 {
-        return find_duplicate(conn, logged);
-    }
-    let row = conn.last_insert_rowid();
-    if logged.ignored {
-        return Ok(Admission::Logged {
-            row,
-            decided: None,
-            out_of_order: false,
-        });
-    }
-    let out_of_order = record_received(conn, logged)?;
-    let decided = match &job.rules {
-        Some((rules, false)) => {
-            let settled = settle_tx(conn, rules, &logged.aggregate, logged.received_at)?;
-            Some(settled.decided(row)?)
-        }
-        // Not ready at ingest (`log_decided` looked): the worker settles it.
-        Some((_, true)) | None => None,
+    let settle = match &job.rules {
+        Some((rules, true)) => SettleAt::IfReady(rules),
+        Some((rules, false)) => SettleAt::Ingest(rules),
+        None => SettleAt::Worker,
     };
-    if let Some(refusal) = over_limits(conn, logged)? {
-        return Ok(Admission::Refused(refusal));
-    }
-    Ok(Admission::Logged {
-        row,
-        decided,
-        out_of_order,
-    })
-}
-
-/// Writes `logged` as a new row of the log; 0 when a unique key makes it a duplicate.
-fn log_row(
-    conn: &Connection,
-    logged: &EventRow,
-    status: &str,
-    decided_at: Option<i64>,
-    attempts: i64,
-) -> Result<usize, StoreError> {
-    conn.prepare_cached(LOG_EVENT)
-        .map_err(map_err)?
-        .execute(params![
-            logged.source,
-            logged.event_id,
-            logged.event_type,
-            logged.aggregate,
-            logged.sequence,
-            logged.idempotency_key,
-            logged.body,
-            logged.signed_at,
-            logged.received_at,
-            status,
-            logged.headers,
-            decided_at,
-            attempts,
-            logged.body_sha256
-        ])
-        .map_err(map_err)
-}
-
-/// How a batch's delivery is kept from failing the others.
-#[derive(Clone, Copy, PartialEq)]
-enum Guard {
-    /// By the batch as a whole: any refusal or failure rolls the batch back, to run
-    /// again with savepoints.
-    Batch,
-    /// Each delivery, and each settle at ingest, in a savepoint of its own.
-    Savepoints,
-}
-
-/// Logs `logged` already decided when its aggregate is ready at ingest: settled before
-/// its row is written, so that the row is written once, with its outcome, and the
-/// worker never sees it. `None`: not ready (or, under [`Guard::Savepoints`], settling
-/// failed and left nothing), to be logged undecided for the worker, its retries and
-/// backoff. A decided event is no backlog item: no limit refuses it.
-fn log_decided(
-    conn: &Connection,
-    rules: &SourceRules,
-    logged: &EventRow,
-    guard: Guard,
-) -> Result<Option<Admission>, StoreError> {
-    let io = SqliteIo::of(conn);
-    let plan = match ready(settle::plan_unlogged(
-        &io,
-        rules,
-        &logged.aggregate,
-        &[logged],
-    )) {
-        Ok(Some(plan)) => plan,
-        Ok(None) => return Ok(None),
-        Err(err) if guard == Guard::Batch => return Err(err),
-        Err(_) => return Ok(None),
-    };
-    let write = || {
-        let status = status_of(plan.outcome(0)?).0;
-        let decided_at = Some(logged.received_at);
-        if log_row(conn, logged, status.as_str(), decided_at, 1)? == 0 {
-            return find_duplicate(conn, logged);
-        }
-        let row = conn.last_insert_rowid();
-        let out_of_order = record_received(conn, logged)?;
-        let decided = ready(plan.write_logged(&io, rules, &[row]))?.pop();
-        Ok(Admission::Logged {
-            row,
-            decided,
-            out_of_order,
-        })
-    };
-    if guard == Guard::Batch {
-        return write().map(Some);
-    }
-    let step = |statement: &str| {
-        conn.prepare_cached(statement)
-            .and_then(|mut s| s.execute([]))
-            .map_err(map_err)
-    };
-    step("SAVEPOINT decide")?;
-    match write() {
-        Ok(admission) => {
-            step("RELEASE decide")?;
-            Ok(Some(admission))
-        }
-        Err(_) => {
-            step("ROLLBACK TO decide")?;
-            step("RELEASE decide")?;
-            Ok(None)
-        }
-    }
-}
-
-/// Raises the aggregate's highest received sequence; says whether `row` came in below it.
-fn record_received(conn: &Connection, row: &EventRow) -> Result<bool, StoreError> {
-    let highest: Option<i64> = conn
-        .prepare_cached(
-            "SELECT max_sequence FROM aggregate_seen WHERE source = ?1 AND aggregate = ?2",
-        )
-        .map_err(map_err)?
-        .query_row(params![row.source, row.aggregate], |r| r.get(0))
-        .optional()
-        .map_err(map_err)?;
-    if highest.is_none_or(|h| row.sequence > h) {
-        conn.prepare_cached(
-            "INSERT INTO aggregate_seen (source, aggregate, max_sequence) VALUES (?1, ?2, ?3)
-             ON CONFLICT (source, aggregate) DO UPDATE SET max_sequence = excluded.max_sequence",
-        )
-        .map_err(map_err)?
-        .execute(params![row.source, row.aggregate, row.sequence])
-        .map_err(map_err)?;
-    }
-    Ok(highest.is_some_and(|h| row.sequence < h))
-}
-
-/// Which limit, if any, the just-logged `row` takes its source or aggregate over. Read in
-/// the writing transaction: SQLite has one writer, so no concurrent delivery can overshoot.
-fn over_limits(conn: &Connection, row: &EventRow) -> Result<Option<Refusal>, StoreError> {
-    if row.may_hold && row.limits.max_held_per_aggregate < u64::MAX {
-        let waiting: i64 = conn
-            .prepare_cached(
-                "SELECT COUNT(*) FROM events e
-                 WHERE e.source = ?1 AND e.aggregate = ?2 AND e.status IN ('received', 'held')
-                   AND e.sequence > 1 + COALESCE(
-                       (SELECT watermark FROM aggregate_state s
-                        WHERE s.source = ?1 AND s.aggregate = ?2), ?3 - 1)
-                   AND ?4 > 1 + COALESCE(
-                       (SELECT watermark FROM aggregate_state s
-                        WHERE s.source = ?1 AND s.aggregate = ?2), ?3 - 1)",
-            )
-            .map_err(map_err)?
-            .query_row(
-                params![
-                    row.source,
-                    row.aggregate,
-                    row.limits.first_sequence,
-                    row.sequence
-                ],
-                |r| r.get(0),
-            )
-            .map_err(map_err)?;
-        if waiting as u64 > row.limits.max_held_per_aggregate {
-            return Ok(Some(Refusal::AggregateBacklogFull));
-        }
-    }
-    if row.limits.max_backlog < u64::MAX {
-        let backlog: i64 = conn
-            .prepare_cached(BACKLOG)
-            .map_err(map_err)?
-            .query_row(params![row.source], |r| r.get(0))
-            .map_err(map_err)?;
-        if backlog as u64 > row.limits.max_backlog {
-            return Ok(Some(Refusal::BacklogFull));
-        }
-    }
-    Ok(None)
+    ready(ingest::log_one(
+        &SqliteIo::of(conn),
+        &job.row,
+        settle,
+        guard,
+    ))
 }
 
 /// Turns off SQLite's memory statistics, before the first connection initialises the
@@ -648,6 +431,7 @@ fn sql_value(param: Param) -> SqlValue {
         Param::Int(i) => SqlValue::Integer(i),
         Param::OptText(t) => t.map_or(SqlValue::Null, SqlValue::Text),
         Param::OptInt(i) => i.map_or(SqlValue::Null, SqlValue::Integer),
+        Param::Bytes(b) => SqlValue::Blob(b),
         Param::Ids(ids) => SqlValue::Text(serde_json::Value::from(ids).to_string()),
         Param::Texts(texts) => SqlValue::Text(serde_json::Value::from(texts).to_string()),
     }
@@ -665,99 +449,6 @@ fn add_history(
         .execute(params![row, at_ms, kind, error])
         .map_err(map_err)?;
     Ok(())
-}
-
-/// A duplicate of an event already purged from the log, caught by its kept dedup key.
-fn purged_duplicate(tx: &Connection, logged: &EventRow) -> Result<Option<Admission>, StoreError> {
-    let found: Option<(String, String)> = tx
-        .prepare_cached(&sqlite(sql::PURGED_DUPLICATE))
-        .map_err(map_err)?
-        .query_row(
-            params![
-                logged.source,
-                logged.event_id,
-                logged.idempotency_key,
-                logged.received_at,
-                logged.body_sha256
-            ],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()
-        .map_err(map_err)?;
-    found
-        .map(|(kind, original)| {
-            Ok(Admission::Duplicate {
-                key: DedupKey::of_kept(&kind),
-                original: parse_event_id(&original)?,
-                body_differs: false,
-            })
-        })
-        .transpose()
-}
-
-/// What `logged`, which a unique key kept out of the log, is a duplicate of.
-fn find_duplicate(tx: &Connection, logged: &EventRow) -> Result<Admission, StoreError> {
-    let source = &logged.source;
-    let by_id: Option<(i64, Vec<u8>)> = tx
-        .prepare_cached(&sqlite(sql::BODY_BY_EVENT_ID))
-        .map_err(map_err)?
-        .query_row(params![source, logged.event_id], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .optional()
-        .map_err(map_err)?;
-    if let Some((row, stored)) = by_id {
-        let body_differs = stored != logged.body;
-        if body_differs {
-            // A publisher error worth a person's look: kept in the original's history, once.
-            tx.prepare_cached(&sqlite(sql::ADD_CONFLICT_ONCE))
-                .map_err(map_err)?
-                .execute(params![
-                    row,
-                    crate::clock::now_ms(),
-                    CONFLICTING_DUPLICATE,
-                    CONFLICT_DETAIL
-                ])
-                .map_err(map_err)?;
-        }
-        return Ok(Admission::Duplicate {
-            key: DedupKey::EventId,
-            original: parse_event_id(&logged.event_id)?,
-            body_differs,
-        });
-    }
-    let by_key: Option<String> = tx
-        .prepare_cached(&sqlite(sql::EVENT_ID_BY_IDEMPOTENCY_KEY))
-        .map_err(map_err)?
-        .query_row(params![source, logged.idempotency_key], |r| r.get(0))
-        .optional()
-        .map_err(map_err)?;
-    let (key, original) = match by_key {
-        Some(original) => (DedupKey::IdempotencyKey, original),
-        None => {
-            let original: String = tx
-                .prepare_cached(&sqlite(sql::EVENT_ID_BY_BODY))
-                .map_err(map_err)?
-                .query_row(params![source, logged.body_sha256], |r| r.get(0))
-                .map_err(map_err)?;
-            (DedupKey::Body, original)
-        }
-    };
-    Ok(Admission::Duplicate {
-        key,
-        original: parse_event_id(&original)?,
-        body_differs: false,
-    })
-}
-
-/// Settles one aggregate inside `tx`, with the one settle flow.
-fn settle_tx(
-    tx: &Connection,
-    rules: &SourceRules,
-    aggregate: &str,
-    now_ms: i64,
-) -> Result<Settled, StoreError> {
-    ready(settle::settle(&SqliteIo::of(tx), rules, aggregate, now_ms))
 }
 
 /// The flows' statements over one SQLite transaction. SQLite's statements never wait,
@@ -827,6 +518,10 @@ impl Tx for SqliteIo<'_> {
     const STATUS_COUNTS: &'static str = "SELECT source, status, n FROM event_counts WHERE n > 0";
     const UNDECIDED_COUNTS: &'static str = "SELECT source, status, n FROM event_counts
          WHERE n > 0 AND status IN ('received', 'held', 'retrying')";
+    // `+status`: the source's few rows are filtered, not looked up through a temporary
+    // b-tree of the three statuses built at every delivery.
+    const BACKLOG: &'static str = "SELECT COALESCE(SUM(n), 0) FROM event_counts
+         WHERE source = $1 AND (+status = 'received' OR +status = 'held' OR +status = 'retrying')";
 
     fn in_ids(column: &str, n: usize) -> String {
         format!("{column} IN (SELECT value FROM json_each(${n}))")
@@ -858,6 +553,16 @@ impl Tx for SqliteIo<'_> {
         params: &[Param],
     ) -> impl Future<Output = Result<Vec<Vec<Cell>>, StoreError>> + Send {
         std::future::ready(self.query_now(statement, params))
+    }
+
+    fn insert_row(
+        &self,
+        statement: &str,
+        params: &[Param],
+    ) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send {
+        // Not `RETURNING`: SQLite buffers its rows in a temporary b-tree at every insert.
+        let inserted = self.execute_now(statement, params);
+        std::future::ready(inserted.map(|n| (n > 0).then(|| self.conn().last_insert_rowid())))
     }
 
     fn lock_aggregates(
@@ -941,7 +646,7 @@ fn record_decision(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{IngestLimits, Store};
+    use crate::store::{IngestLimits, Refusal, Store};
 
     #[test]
     fn a_statement_is_rewritten_by_its_text_wherever_it_lies() {
@@ -1107,8 +812,11 @@ mod tests {
     async fn logging_and_deciding_an_event_build_no_temporary_btree() {
         let (_dir, store) = migrated_store().await;
         let conn = store.backend.conn.lock().await;
-        for statement in [LOG_EVENT, BACKLOG, RECORD_DECISION] {
-            let mut stmt = conn.prepare(&format!("EXPLAIN {statement}")).unwrap();
+        let backlog = <SqliteIo as Tx>::BACKLOG;
+        for statement in [ingest::LOG_EVENT, backlog, RECORD_DECISION] {
+            let mut stmt = conn
+                .prepare(&format!("EXPLAIN {}", sqlite(statement)))
+                .unwrap();
             // Unbound parameters are NULL: EXPLAIN only lists the program.
             let mut rows = stmt.raw_query();
             let mut opcodes = Vec::new();
