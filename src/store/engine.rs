@@ -12,7 +12,7 @@ use super::forwarding::{
     self, ClaimCursors, DeliveryFilter, DeliveryPage, DeliveryRecord, DeliveryReplay,
     DeliveryReplayJob, DeliverySkip, DestinationStats, PendingVerdict,
 };
-use super::{reads, settle, upkeep};
+use super::{bulk, reads, settle, upkeep};
 use super::{
     Admission, AggregatePage, AggregateState, EventFilter, EventPage, EventRecord, FailureReport,
     HeaderFilter, NewEvent, PurgeReport, ReplayJob, ReplayOutcome, SettleAt, SettleReport,
@@ -272,8 +272,12 @@ impl<B: Backend> Store for SqlStore<B> {
     }
 
     async fn advance_replay_jobs(&self, now_ms: i64, aggregates: usize) -> Result<u64, StoreError> {
-        self.write(move |io| Box::pin(upkeep::advance_replay_jobs(io, now_ms, aggregates)))
-            .await
+        self.write(move |io| {
+            Box::pin(bulk::advance::<upkeep::EventReplayJob, _>(
+                io, now_ms, aggregates,
+            ))
+        })
+        .await
     }
 
     async fn claim_deliveries(
@@ -418,7 +422,7 @@ impl<B: Backend> Store for SqlStore<B> {
         now_ms: i64,
         queues: usize,
     ) -> Result<u64, StoreError> {
-        self.write(move |io| Box::pin(forwarding::advance_replay_jobs(io, now_ms, queues)))
+        self.write(move |io| Box::pin(bulk::advance::<DeliveryReplayJob, _>(io, now_ms, queues)))
             .await
     }
 

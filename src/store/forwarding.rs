@@ -9,6 +9,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::backend::Param;
 use super::backend::{int, one_int, opt_bytes, opt_int, opt_string, string, text, Cell, Tx};
+use super::bulk::BulkJob;
 use super::{cut_page, SourceRules, StoreError};
 use crate::forward::answer::{AttemptRecord, Verdict};
 use crate::forward::queue::{self, DeliveryStatus, NextSend, Queued, ReplayDecision};
@@ -975,56 +976,31 @@ pub(crate) async fn replay_job<I: Tx>(
         .transpose()
 }
 
-/// Moves the oldest running bulk replay of deliveries on by up to `queues` queues,
-/// replaying each matching delivery in applied order as [`replay`] does. Returns
-/// deliveries requeued.
-pub(crate) async fn advance_replay_jobs<I: Tx>(
-    io: &I,
-    now_ms: i64,
-    queues: usize,
-) -> Result<u64, StoreError> {
-    // One node advances a job at a time; the others skip it.
-    let jobs = io
-        .query(
-            &format!(
-                "SELECT id, destination, cursor_source, cursor_aggregate FROM delivery_replay_jobs
-                 WHERE state = 'running' ORDER BY id LIMIT 1{}",
-                I::SKIP_LOCKED
-            ),
-            &[],
-        )
-        .await?;
-    let Some(job) = jobs.first() else {
-        return Ok(0);
-    };
-    let (id, destination) = (int(job, 0)?, string(job, 1)?);
-    let Some(found) = replay_job(io, id).await? else {
-        return Ok(0);
-    };
-    let (mut clauses, mut params) = filter_sql(&destination, &found.filter);
-    if let (Some(source), Some(aggregate)) = (opt_string(job, 2)?, opt_string(job, 3)?) {
-        params.extend([Param::Text(source), Param::Text(aggregate)]);
-        let n = params.len();
-        clauses.push(format!("(source, aggregate) > (${}, ${n})", n - 1));
+/// A bulk replay of a destination's deliveries: each queue's matching deliveries
+/// replayed in applied order, as [`replay`] does.
+impl BulkJob for DeliveryReplayJob {
+    const JOBS: &'static str = "delivery_replay_jobs";
+    const ROWS: &'static str = "deliveries";
+    // A replayed delivery wakes the senders itself.
+    const WAKES_WORKERS: bool = false;
+
+    async fn load<I: Tx>(io: &I, id: i64) -> Result<Option<Self>, StoreError> {
+        replay_job(io, id).await
     }
-    params.push(Param::Int(i64::try_from(queues).unwrap_or(i64::MAX)));
-    let next = io
-        .query(
-            &format!(
-                "SELECT DISTINCT source, aggregate FROM deliveries WHERE {}
-                 ORDER BY source, aggregate LIMIT ${}",
-                clauses.join(" AND "),
-                params.len()
-            ),
-            &params,
-        )
-        .await?;
-    let mut requeued = 0u64;
-    let mut cursor = None;
-    for row in &next {
-        let (source, aggregate) = (string(row, 0)?, string(row, 1)?);
-        let (mut clauses, mut params) = filter_sql(&destination, &found.filter);
-        params.extend([text(&source), text(&aggregate)]);
+
+    fn conditions(&self) -> (Vec<String>, Vec<Param>) {
+        filter_sql(&self.destination, &self.filter)
+    }
+
+    async fn requeue<I: Tx>(
+        &self,
+        io: &I,
+        source: &str,
+        aggregate: &str,
+        _now_ms: i64,
+    ) -> Result<u64, StoreError> {
+        let (mut clauses, mut params) = self.conditions();
+        params.extend([text(source), text(aggregate)]);
         let n = params.len();
         clauses.push(format!("source = ${} AND aggregate = ${n}", n - 1));
         let ids = io
@@ -1036,35 +1012,14 @@ pub(crate) async fn advance_replay_jobs<I: Tx>(
                 &params,
             )
             .await?;
+        let mut requeued = 0;
         for row in &ids {
-            if replay(io, &destination, int(row, 0)?).await? == DeliveryReplay::Requeued {
+            if replay(io, &self.destination, int(row, 0)?).await? == DeliveryReplay::Requeued {
                 requeued += 1;
             }
         }
-        cursor = Some((source, aggregate));
+        Ok(requeued)
     }
-    let state = if next.len() < queues {
-        "done"
-    } else {
-        "running"
-    };
-    let (cursor_source, cursor_aggregate) = cursor.unzip();
-    io.execute(
-        "UPDATE delivery_replay_jobs SET requeued = requeued + $2, state = $3, updated_at = $4,
-             cursor_source = COALESCE($5, cursor_source),
-             cursor_aggregate = COALESCE($6, cursor_aggregate)
-         WHERE id = $1",
-        &[
-            Param::Int(id),
-            Param::Int(i64::try_from(requeued).unwrap_or(i64::MAX)),
-            text(state),
-            Param::Int(now_ms),
-            Param::OptText(cursor_source),
-            Param::OptText(cursor_aggregate),
-        ],
-    )
-    .await?;
-    Ok(requeued)
 }
 
 /// The conditions of `filter` over `destination`'s deliveries, with `$n` placeholders.

@@ -4,6 +4,7 @@
 
 pub mod backend;
 mod batch;
+mod bulk;
 mod engine;
 mod filter;
 pub mod forwarding;

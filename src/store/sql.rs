@@ -135,13 +135,6 @@ pub(crate) const ATTEMPT_HISTORY: &str = "SELECT at, kind, error FROM
 pub(crate) const REPLAY_JOB: &str = "SELECT filter, state, total, requeued, created_at, updated_at
                  FROM replay_jobs WHERE id = $1";
 
-/// Moves a bulk replay's counters and cursor forward.
-pub(crate) const ADVANCE_REPLAY_JOB: &str =
-    "UPDATE replay_jobs SET requeued = requeued + $2, state = $3, updated_at = $4,
-                 cursor_source = COALESCE($5, cursor_source),
-                 cursor_aggregate = COALESCE($6, cursor_aggregate)
-             WHERE id = $1";
-
 /// Deletes expired dedup keys.
 pub(crate) const PURGE_DEDUP_KEYS: &str = "DELETE FROM dedup_keys WHERE expires_at <= $1";
 

@@ -5,7 +5,8 @@
 //! the dialects differ (row locks, a bound list of ids) the store supplies the words.
 
 use super::backend::Param;
-use super::backend::{int, one_int, opt_string, string, text, Tx};
+use super::backend::{int, one_int, string, text, Tx};
+use super::bulk::BulkJob;
 use super::filter::{self, json_err, parse_status, where_of};
 use super::{sql, EventFilter, FailureReport, PurgeReport, ReplayJob, ReplayOutcome, StoreError};
 use crate::domain::EventStatus;
@@ -127,81 +128,50 @@ pub(crate) async fn create_replay_job<I: Tx>(
     })
 }
 
-/// Moves the oldest running bulk replay on by up to `aggregates` aggregates, each
-/// one's events requeued together (the worker feeds them back in sequence order).
-pub(crate) async fn advance_replay_jobs<I: Tx>(
-    io: &I,
-    now_ms: i64,
-    aggregates: usize,
-) -> Result<u64, StoreError> {
-    // One node advances a job at a time; the others skip it.
-    let jobs = io
-        .query(
-            &format!(
-                "SELECT id, filter, cursor_source, cursor_aggregate FROM replay_jobs
-                 WHERE state = 'running' ORDER BY id LIMIT 1{}",
-                I::SKIP_LOCKED
-            ),
-            &[],
-        )
-        .await?;
-    let Some(job) = jobs.first() else {
-        return Ok(0);
-    };
-    let id = int(job, 0)?;
-    let filter: EventFilter = serde_json::from_str(&string(job, 1)?).map_err(json_err)?;
-    let (mut clauses, mut params) = filter_sql(&filter);
-    if let (Some(source), Some(aggregate)) = (opt_string(job, 2)?, opt_string(job, 3)?) {
-        params.extend([Param::Text(source), Param::Text(aggregate)]);
-        let n = params.len();
-        clauses.push(format!("(source, aggregate) > (${}, ${n})", n - 1));
+/// A bulk replay of events: each aggregate's matching events requeued together (the
+/// worker feeds them back in sequence order).
+pub(crate) struct EventReplayJob {
+    filter: EventFilter,
+}
+
+impl BulkJob for EventReplayJob {
+    const JOBS: &'static str = "replay_jobs";
+    const ROWS: &'static str = "events";
+    const WAKES_WORKERS: bool = true;
+
+    async fn load<I: Tx>(io: &I, id: i64) -> Result<Option<Self>, StoreError> {
+        let found = io
+            .query(
+                "SELECT filter FROM replay_jobs WHERE id = $1",
+                &[Param::Int(id)],
+            )
+            .await?;
+        found
+            .first()
+            .map(|row| {
+                let filter = serde_json::from_str(&string(row, 0)?).map_err(json_err)?;
+                Ok(Self { filter })
+            })
+            .transpose()
     }
-    params.push(Param::Int(aggregates as i64));
-    let next = io
-        .query(
-            &format!(
-                "SELECT DISTINCT source, aggregate FROM events WHERE {}
-                 ORDER BY source, aggregate LIMIT ${}",
-                where_of(&clauses),
-                params.len()
-            ),
-            &params,
-        )
-        .await?;
-    let next: Vec<(String, String)> = next
-        .iter()
-        .map(|r| Ok((string(r, 0)?, string(r, 1)?)))
-        .collect::<Result<_, StoreError>>()?;
-    let mut requeued = 0;
-    for (source, aggregate) in &next {
-        let (mut clauses, mut params) = filter_sql(&filter);
-        params.extend([Param::Text(source.clone()), Param::Text(aggregate.clone())]);
+
+    fn conditions(&self) -> (Vec<String>, Vec<Param>) {
+        filter_sql(&self.filter)
+    }
+
+    async fn requeue<I: Tx>(
+        &self,
+        io: &I,
+        source: &str,
+        aggregate: &str,
+        now_ms: i64,
+    ) -> Result<u64, StoreError> {
+        let (mut clauses, mut params) = filter_sql(&self.filter);
+        params.extend([text(source), text(aggregate)]);
         let n = params.len();
         clauses.push(format!("source = ${} AND aggregate = ${n}", n - 1));
-        requeued += requeue(io, &where_of(&clauses), params, now_ms).await?;
+        requeue(io, &where_of(&clauses), params, now_ms).await
     }
-    let (cursor_source, cursor_aggregate) = next.last().cloned().unzip();
-    let state = if next.len() < aggregates {
-        "done"
-    } else {
-        "running"
-    };
-    io.execute(
-        sql::ADVANCE_REPLAY_JOB,
-        &[
-            Param::Int(id),
-            Param::Int(requeued as i64),
-            text(state),
-            Param::Int(now_ms),
-            Param::OptText(cursor_source),
-            Param::OptText(cursor_aggregate),
-        ],
-    )
-    .await?;
-    if requeued > 0 {
-        io.wake_workers().await?;
-    }
-    Ok(requeued)
 }
 
 /// Deletes up to `batch` decided events received before `before_ms` (keeping their
