@@ -308,6 +308,13 @@ impl From<StoreError> for Answer {
     }
 }
 
+impl From<crate::kind::CorruptState> for Answer {
+    fn from(err: crate::kind::CorruptState) -> Self {
+        tracing::error!(detail = %err, "a stored state its kind cannot read");
+        Answer::Internal
+    }
+}
+
 impl IntoResponse for Answer {
     fn into_response(self) -> Response {
         let delivery = |code: StatusCode, body: DeliveryBody| (code, Json(body)).into_response();

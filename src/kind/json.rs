@@ -7,6 +7,7 @@
 use axum::http::HeaderMap;
 use serde_json::{json, Value};
 
+use super::AggregateState;
 use super::{
     aggregate_view, invalid_for_projection, Delivery, EventFields, Kind, KindPlan, ParsedBody,
     PendingRow, SettleInput,
@@ -21,7 +22,6 @@ use crate::ordering::{
     in_order_rule, settle_in_order, InOrderState, Outcome, PendingEvent, Sequenced,
 };
 use crate::projection::SkippedGaps;
-use crate::store::AggregateState;
 
 /// A configured `json` source's kind: its compiled contract.
 #[derive(Debug, Clone)]

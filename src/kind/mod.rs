@@ -20,7 +20,35 @@ use serde_json::{json, Value};
 use crate::contract::{ContractError, Event, SourceKind};
 use crate::domain::{AggregateKey, DeadReason, EventId, IdempotencyKey};
 use crate::ordering::Outcome;
-use crate::store::AggregateState;
+
+/// The stored state of one aggregate, whatever its kind: the columns every kind
+/// shares, and the kind's own state as JSON.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AggregateState {
+    /// The aggregate, in stored form.
+    pub aggregate: String,
+    /// The sequence of its current state (presence: the applied one; save: `last_sequence`).
+    pub sequence: Option<i64>,
+    /// The event applied last.
+    pub event_id: Option<String>,
+    /// That event's type.
+    pub event_type: Option<String>,
+    /// The kind's state.
+    pub state: serde_json::Value,
+    /// A short value typed filters select on (presence: the status).
+    pub tag: Option<String>,
+    /// In-order kinds: the sequence up to which every event was decided or skipped.
+    pub watermark: Option<i64>,
+    /// In-order kinds: the gaps skipped, in the kind's stored form (none from older releases).
+    pub skipped_gaps: Option<String>,
+    /// When an event was last applied, unix milliseconds (0: never).
+    pub updated_at_ms: i64,
+}
+
+/// A stored state its kind cannot read: a bug or a corrupt database.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct CorruptState(pub String);
 
 /// What every layer needs of a verified delivery, whatever its kind.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,11 +5,11 @@ use axum::http::HeaderMap;
 use serde_json::{json, Value};
 
 use super::{invalid_for_projection, last_applied, Delivery, Kind, KindPlan, SettleInput};
+use super::{AggregateState, CorruptState};
 use crate::contract::{ContractError, Event, Presence, PresenceEvent};
 use crate::domain::Sequence;
 use crate::ordering::{decide_presence, Outcome};
 use crate::projection::{presence_view, PresenceState};
-use crate::store::{AggregateState, StoreError};
 
 /// Remote-worker presence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,15 +19,15 @@ pub struct PresenceKind {
 }
 
 /// A stored presence in its typed form.
-pub fn presence_state(stored: &AggregateState) -> Result<PresenceState, StoreError> {
+pub fn presence_state(stored: &AggregateState) -> Result<PresenceState, CorruptState> {
     let raw = stored.state.get("presence").and_then(Value::as_str);
     let presence = raw
         .and_then(Presence::parse)
-        .ok_or_else(|| StoreError::Internal(format!("unknown presence {raw:?} in store")))?;
+        .ok_or_else(|| CorruptState(format!("unknown presence {raw:?} in store")))?;
     let sequence = stored
         .sequence
         .and_then(Sequence::new)
-        .ok_or_else(|| StoreError::Internal("presence without a sequence in store".into()))?;
+        .ok_or_else(|| CorruptState("presence without a sequence in store".into()))?;
     Ok(PresenceState {
         presence,
         sequence,

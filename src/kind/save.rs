@@ -9,23 +9,23 @@ use serde_json::{json, Value};
 use super::{
     invalid_for_projection, last_applied, Delivery, Kind, KindPlan, PendingRow, SettleInput,
 };
+use super::{AggregateState, CorruptState};
 use crate::contract::{ContractError, Event, SaveEvent};
 use crate::domain::{AggregateKey, Sequence};
 use crate::mask::{mask_at, masks_whole, MASK};
 use crate::ordering::{settle_save, PendingSave};
 use crate::projection::SkippedGaps;
 use crate::projection::{save_view, SaveState, SaveView};
-use crate::store::{AggregateState, StoreError};
 
 /// Game saves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SaveKind;
 
 /// A stored save slot in its typed form.
-pub fn save_state(stored: &AggregateState) -> Result<SaveState, StoreError> {
-    let bad = |what: &str| StoreError::Internal(format!("save slot with a bad {what} in store"));
+pub fn save_state(stored: &AggregateState) -> Result<SaveState, CorruptState> {
+    let bad = |what: &str| CorruptState(format!("save slot with a bad {what} in store"));
     let s = &stored.state;
-    let sequence = |key: &str| -> Result<Option<Sequence>, StoreError> {
+    let sequence = |key: &str| -> Result<Option<Sequence>, CorruptState> {
         match s.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(v) => v

@@ -6,23 +6,10 @@ use super::backend::Param;
 use super::{sql, EventFilter, StoreError};
 use crate::domain::{EventId, EventStatus};
 
-/// The columns each store's `event_record` reads, in this order.
-pub(crate) const EVENT_COLUMNS: &str = "id, source, event_id, event_type, aggregate, sequence,
-    idempotency_key, body, signature_valid, signed_at, received_at, status, attempts,
-    next_attempt_at, last_error, dead_reason, decided_at, replays, headers";
-
 /// History kind recorded on an event when its `event_id` is resent with another body.
 pub(crate) const CONFLICTING_DUPLICATE: &str = "conflicting_duplicate";
 /// The history detail of a [`CONFLICTING_DUPLICATE`].
 pub(crate) const CONFLICT_DETAIL: &str = "event_id resent with a different body (publisher error)";
-
-/// An `events` row's failed attempts since it was last replayed (or ever, if never), as
-/// an SQL expression over `events.id`: a replay gives an event a fresh attempt budget
-/// while `attempts` keeps counting every attempt.
-pub(crate) const FAILURES_SINCE_REPLAY: &str = "(SELECT COUNT(*) FROM event_attempts f
-    WHERE f.event_row = events.id AND f.kind = 'failed'
-      AND f.id > COALESCE((SELECT MAX(r.id) FROM event_attempts r
-                           WHERE r.event_row = events.id AND r.kind = 'replayed'), 0))";
 
 /// Conditions and their values; `placeholder(n)` writes the n-th (1-based) placeholder.
 pub(crate) fn filter_sql(

@@ -64,6 +64,12 @@ pub enum StoreError {
     Internal(String),
 }
 
+impl From<crate::kind::CorruptState> for StoreError {
+    fn from(err: crate::kind::CorruptState) -> Self {
+        StoreError::Internal(err.to_string())
+    }
+}
+
 /// The ordering settings of one source, as the store needs them.
 #[derive(Debug, Clone)]
 pub struct SourceRules {
@@ -356,29 +362,7 @@ pub struct DecisionLine {
     pub decision: EventStatus,
 }
 
-/// The stored state of one aggregate, whatever its kind: the columns every kind
-/// shares, and the kind's own state as JSON.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AggregateState {
-    /// The aggregate, in stored form.
-    pub aggregate: String,
-    /// The sequence of its current state (presence: the applied one; save: `last_sequence`).
-    pub sequence: Option<i64>,
-    /// The event applied last.
-    pub event_id: Option<String>,
-    /// That event's type.
-    pub event_type: Option<String>,
-    /// The kind's state.
-    pub state: serde_json::Value,
-    /// A short value typed filters select on (presence: the status).
-    pub tag: Option<String>,
-    /// In-order kinds: the sequence up to which every event was decided or skipped.
-    pub watermark: Option<i64>,
-    /// In-order kinds: the gaps skipped, in the kind's stored form (none from older releases).
-    pub skipped_gaps: Option<String>,
-    /// When an event was last applied, unix milliseconds (0: never).
-    pub updated_at_ms: i64,
-}
+pub use crate::kind::AggregateState;
 
 impl AggregatePage {
     /// The page of the `limit + 1` items read: the extra item says another page follows.

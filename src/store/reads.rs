@@ -3,7 +3,8 @@
 
 use super::backend::Param;
 use super::backend::{int, one_int, string, text, Cell, Tx};
-use super::filter::{self, parse_status, where_of, EVENT_COLUMNS};
+use super::filter::{self, parse_status, where_of};
+use super::sql::EVENT_COLUMNS;
 use super::{rows, sql};
 use super::{
     AggregatePage, AggregateState, EventFilter, EventPage, EventRecord, ReplayJob, StateChange,

@@ -137,7 +137,7 @@ pub(crate) fn held_ref(c: &mut Columns) -> Result<HeldRef, StoreError> {
     })
 }
 
-/// An event, from the columns of `filter::EVENT_COLUMNS`.
+/// An event, from the columns of `sql::EVENT_COLUMNS`.
 pub(crate) fn event_record(c: &mut Columns) -> Result<EventRecord, StoreError> {
     Ok(EventRecord {
         row: c.int()?,

@@ -177,7 +177,7 @@ pub(crate) const EVENT_ID_BY_IDEMPOTENCY_KEY: &str =
 pub(crate) static EVENT_BY_ID: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "SELECT {} FROM events WHERE source = $1 AND event_id = $2",
-        super::filter::EVENT_COLUMNS
+        EVENT_COLUMNS
     )
 });
 
@@ -187,6 +187,19 @@ pub(crate) static DUE_WITH_FAILURES: std::sync::LazyLock<String> = std::sync::La
         "SELECT id, {} FROM events
          WHERE source = $1 AND aggregate = $2
            AND (status = 'received' OR (status = 'retrying' AND next_attempt_at <= $3))",
-        super::filter::FAILURES_SINCE_REPLAY
+        FAILURES_SINCE_REPLAY
     )
 });
+
+/// The columns each store's `event_record` reads, in this order.
+pub(crate) const EVENT_COLUMNS: &str = "id, source, event_id, event_type, aggregate, sequence,
+    idempotency_key, body, signature_valid, signed_at, received_at, status, attempts,
+    next_attempt_at, last_error, dead_reason, decided_at, replays, headers";
+
+/// An `events` row's failed attempts since it was last replayed (or ever, if never), as
+/// an SQL expression over `events.id`: a replay gives an event a fresh attempt budget
+/// while `attempts` keeps counting every attempt.
+pub(crate) const FAILURES_SINCE_REPLAY: &str = "(SELECT COUNT(*) FROM event_attempts f
+    WHERE f.event_row = events.id AND f.kind = 'failed'
+      AND f.id > COALESCE((SELECT MAX(r.id) FROM event_attempts r
+                           WHERE r.event_row = events.id AND r.kind = 'replayed'), 0))";

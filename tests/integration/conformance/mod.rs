@@ -239,6 +239,7 @@ pub async fn presence_of(
     stored
         .map(|s| inhook::kind::presence::presence_state(&s))
         .transpose()
+        .map_err(StoreError::from)
 }
 
 /// A save slot's state, read through the generic aggregate method.
@@ -251,4 +252,5 @@ pub async fn save_of(
     stored
         .map(|s| inhook::kind::save::save_state(&s))
         .transpose()
+        .map_err(StoreError::from)
 }
