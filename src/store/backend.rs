@@ -44,11 +44,23 @@ pub trait Backend: Clone + Send + Sync + 'static {
         T: Send + 'static,
         F: for<'t> FnOnce(&'t Self::Tx<'t>) -> FlowFuture<'t, T> + Send + 'static;
 
-    /// Runs `flow`, which only reads, on whatever connection reads cheapest.
+    /// Runs `flow`, which only reads, on whatever connection reads cheapest (SQLite: the
+    /// writing one, whose cache holds what was just written).
     fn read<T, F>(&self, flow: F) -> impl Future<Output = Result<T, StoreError>> + Send
     where
         T: Send + 'static,
         F: for<'t> FnOnce(&'t Self::Tx<'t>) -> FlowFuture<'t, T> + Send + 'static;
+
+    /// Runs `flow`, which only reads, aside from the writers when the backend can (SQLite:
+    /// on its read-only connection, so that a slow count never holds the writer up; its
+    /// cache is cold after every commit, so the hot reads take [`Backend::read`]).
+    fn read_aside<T, F>(&self, flow: F) -> impl Future<Output = Result<T, StoreError>> + Send
+    where
+        T: Send + 'static,
+        F: for<'t> FnOnce(&'t Self::Tx<'t>) -> FlowFuture<'t, T> + Send + 'static,
+    {
+        self.read(flow)
+    }
 
     /// Brings the schema up to the latest migration (once, if nodes start together).
     fn migrate(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
@@ -193,16 +205,16 @@ pub(crate) fn text(value: &str) -> Param {
 
 fn cell(row: &[Cell], at: usize) -> Result<&Cell, StoreError> {
     row.get(at)
-        .ok_or_else(|| StoreError::Internal(format!("a row without column {at}")))
+        .ok_or_else(|| StoreError::Internal(format!("a row without column {at}").into()))
 }
 
 /// An integer column.
 pub(crate) fn int(row: &[Cell], at: usize) -> Result<i64, StoreError> {
     match cell(row, at)? {
         Cell::Int(value) => Ok(*value),
-        other => Err(StoreError::Internal(format!(
-            "column {at}: an integer expected, got {other:?}"
-        ))),
+        other => Err(StoreError::Internal(
+            (format!("column {at}: an integer expected, got {other:?}")).into(),
+        )),
     }
 }
 
@@ -211,9 +223,9 @@ pub(crate) fn opt_string(row: &[Cell], at: usize) -> Result<Option<String>, Stor
     match cell(row, at)? {
         Cell::Text(value) => Ok(Some(value.clone())),
         Cell::Null => Ok(None),
-        other => Err(StoreError::Internal(format!(
-            "column {at}: a text expected, got {other:?}"
-        ))),
+        other => Err(StoreError::Internal(
+            (format!("column {at}: a text expected, got {other:?}")).into(),
+        )),
     }
 }
 
@@ -222,9 +234,9 @@ pub(crate) fn opt_bytes(row: &[Cell], at: usize) -> Result<Option<Vec<u8>>, Stor
     match cell(row, at)? {
         Cell::Bytes(value) => Ok(Some(value.clone())),
         Cell::Null => Ok(None),
-        other => Err(StoreError::Internal(format!(
-            "column {at}: bytes expected, got {other:?}"
-        ))),
+        other => Err(StoreError::Internal(
+            (format!("column {at}: bytes expected, got {other:?}")).into(),
+        )),
     }
 }
 
@@ -233,16 +245,17 @@ pub(crate) fn opt_int(row: &[Cell], at: usize) -> Result<Option<i64>, StoreError
     match cell(row, at)? {
         Cell::Int(value) => Ok(Some(*value)),
         Cell::Null => Ok(None),
-        other => Err(StoreError::Internal(format!(
-            "column {at}: an integer expected, got {other:?}"
-        ))),
+        other => Err(StoreError::Internal(
+            (format!("column {at}: an integer expected, got {other:?}")).into(),
+        )),
     }
 }
 
 /// A text column.
 pub(crate) fn string(row: &[Cell], at: usize) -> Result<String, StoreError> {
-    opt_string(row, at)?
-        .ok_or_else(|| StoreError::Internal(format!("column {at}: a text expected, got NULL")))
+    opt_string(row, at)?.ok_or_else(|| {
+        StoreError::Internal(format!("column {at}: a text expected, got NULL").into())
+    })
 }
 
 /// The one integer a one-row, one-column answer holds.

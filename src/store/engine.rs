@@ -59,7 +59,7 @@ impl<B: Backend> Store for SqlStore<B> {
 
     async fn ping(&self) -> Result<(), StoreError> {
         self.backend
-            .read(|io| Box::pin(async move { reads::ping(io).await }))
+            .read_aside(|io| Box::pin(async move { reads::ping(io).await }))
             .await
     }
 
@@ -236,7 +236,7 @@ impl<B: Backend> Store for SqlStore<B> {
 
     async fn status_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
         self.backend
-            .read(|io| Box::pin(reads::status_counts(io)))
+            .read_aside(|io| Box::pin(reads::status_counts(io)))
             .await
     }
 
@@ -442,7 +442,7 @@ impl<B: Backend> Store for SqlStore<B> {
     async fn destination_stats(&self, destination: &str) -> Result<DestinationStats, StoreError> {
         let destination = destination.to_owned();
         self.backend
-            .read(move |io| {
+            .read_aside(move |io| {
                 Box::pin(async move {
                     io.fold_delivery_counts().await?;
                     forwarding::stats(io, &destination).await

@@ -3,7 +3,7 @@
 //! in SQLite, `$1` in PostgreSQL), and the decoding of stored values.
 
 use super::backend::Param;
-use super::{sql, EventFilter, StoreError};
+use super::{sql, EventFilter, Failure, StoreError};
 use crate::domain::{EventId, EventStatus};
 
 /// History kind recorded on an event when its `event_id` is resent with another body.
@@ -70,19 +70,23 @@ pub(crate) fn where_of(clauses: &[String]) -> String {
 
 /// A stored JSON column that no longer parses.
 pub(crate) fn json_err(err: serde_json::Error) -> StoreError {
-    StoreError::Internal(format!("corrupt JSON in store: {err}"))
+    StoreError::Internal(Failure::caused(
+        format!("corrupt JSON in store: {err}"),
+        err,
+    ))
 }
 
 /// A stored status.
 pub(crate) fn parse_status(raw: &str) -> Result<EventStatus, StoreError> {
     EventStatus::parse(raw)
-        .ok_or_else(|| StoreError::Internal(format!("unknown status {raw:?} in store")))
+        .ok_or_else(|| StoreError::Internal(format!("unknown status {raw:?} in store").into()))
 }
 
 /// A stored event id.
 pub(crate) fn parse_event_id(raw: &str) -> Result<EventId, StoreError> {
     // The widest id rule: a json source's ids are logged under it.
-    EventId::parse_located(raw).map_err(|p| StoreError::Internal(format!("stored event_id {p}")))
+    EventId::parse_located(raw)
+        .map_err(|p| StoreError::Internal(format!("stored event_id {p}").into()))
 }
 
 /// Kept request headers as a JSON object text, or NULL when there are none.

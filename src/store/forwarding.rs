@@ -614,11 +614,9 @@ async fn with_bodies<I: Tx>(
         )
         .await?;
     if rows.len() != ids.len() {
-        return Err(StoreError::Internal(format!(
-            "claimed {} deliveries, read {} back",
-            ids.len(),
-            rows.len()
-        )));
+        return Err(StoreError::Internal(
+            (format!("claimed {} deliveries, read {} back", ids.len(), rows.len())).into(),
+        ));
     }
     let width = COLUMNS.split(", ").count();
     rows.iter()
@@ -875,7 +873,7 @@ pub(crate) async fn replay<I: Tx>(
     )
     .await?;
     let decision = queue::replay(&rows, id)
-        .ok_or_else(|| StoreError::Internal(format!("delivery {id} left its queue")))?;
+        .ok_or_else(|| StoreError::Internal(format!("delivery {id} left its queue").into()))?;
     Ok(match decision {
         ReplayDecision::Requeue => {
             io.execute(
@@ -1318,10 +1316,10 @@ fn record(row: &[Cell]) -> Result<DeliveryRecord, StoreError> {
 
 fn parse_status(stored: &str) -> Result<DeliveryStatus, StoreError> {
     DeliveryStatus::parse(stored)
-        .ok_or_else(|| StoreError::Internal(format!("unknown delivery status {stored:?}")))
+        .ok_or_else(|| StoreError::Internal(format!("unknown delivery status {stored:?}").into()))
 }
 
 fn parse_order(stored: &str) -> Result<DeliveryOrder, StoreError> {
     DeliveryOrder::parse(stored)
-        .ok_or_else(|| StoreError::Internal(format!("unknown delivery order {stored:?}")))
+        .ok_or_else(|| StoreError::Internal(format!("unknown delivery order {stored:?}").into()))
 }

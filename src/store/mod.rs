@@ -20,6 +20,7 @@ pub mod sqlite;
 mod upkeep;
 
 use async_trait::async_trait;
+use std::fmt;
 
 use serde::Serialize;
 
@@ -54,19 +55,83 @@ mod schema_version_tests {
 }
 
 /// Why a store operation failed. Every variant means nothing was committed.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone)]
 pub enum StoreError {
     /// The database cannot be reached or is busy; the caller may retry later.
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(Failure),
     /// Anything else: a bug or a corrupt database.
-    #[error("store error: {0}")]
-    Internal(String),
+    Internal(Failure),
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Unavailable(failure) => write!(f, "store unavailable: {failure}"),
+            StoreError::Internal(failure) => write!(f, "store error: {failure}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        let (StoreError::Unavailable(failure) | StoreError::Internal(failure)) = self;
+        failure
+            .cause
+            .as_deref()
+            .map(|cause| cause as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// What failed, in words for the log, and the error that caused it when there is one
+/// (the words describe it too: a log line shows them without walking the causes).
+#[derive(Debug, Clone)]
+pub struct Failure {
+    detail: String,
+    cause: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+impl Failure {
+    /// A failure caused by `cause`, described as `detail`.
+    pub fn caused(
+        detail: impl Into<String>,
+        cause: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            detail: detail.into(),
+            cause: Some(std::sync::Arc::new(cause)),
+        }
+    }
+
+    /// The error that caused it, if any.
+    pub fn cause(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        self.cause.as_deref()
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.detail)
+    }
+}
+
+impl From<String> for Failure {
+    fn from(detail: String) -> Self {
+        Self {
+            detail,
+            cause: None,
+        }
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(detail: &str) -> Self {
+        detail.to_owned().into()
+    }
 }
 
 impl From<crate::kind::CorruptState> for StoreError {
     fn from(err: crate::kind::CorruptState) -> Self {
-        StoreError::Internal(err.to_string())
+        StoreError::Internal(Failure::caused(err.to_string(), err))
     }
 }
 

@@ -24,6 +24,7 @@ use super::ingest::{self, Guard};
 use super::migrations::POSTGRES as MIGRATIONS;
 use super::settle;
 use super::sql;
+use super::Failure;
 use super::{status_of, Admission, EventRow, NewEvent, Refusal, SettleAt, SourceRules, StoreError};
 use crate::domain::{DeadReason, EventStatus};
 use crate::ordering::Outcome;
@@ -133,10 +134,7 @@ async fn log_batch(
     jobs: &[PgJob],
     decide: bool,
 ) -> Result<Vec<Admission>, StoreError> {
-    let mut client = pool
-        .get()
-        .await
-        .map_err(|e| StoreError::Unavailable(format!("no PostgreSQL connection: {e}")))?;
+    let mut client = pool.get().await.map_err(no_connection)?;
     let tx = client.transaction().await.map_err(pg_err)?;
     let rows: Vec<&EventRow> = jobs.iter().map(|j| &j.row).collect();
     // The limits are decided here, in the writing transaction: first the batch's aggregates,
@@ -441,7 +439,9 @@ async fn commit_batch(pool: &Pool, batch: Vec<PgJob>) {
         }
         Err(StoreError::Unavailable(detail)) => {
             for job in batch {
-                let _ = job.reply.send(Err(StoreError::Unavailable(detail.clone())));
+                let _ = job
+                    .reply
+                    .send(Err(StoreError::Unavailable(detail.clone())));
             }
         }
         // Alone and only logged: a settle at ingest that fails must not fail the delivery.
@@ -459,7 +459,7 @@ impl PostgresStore {
     /// and `sslrootcert`); connects lazily.
     pub fn connect(url: &str, settings: PoolSettings) -> Result<Self, StoreError> {
         let (mut pg_config, tls) =
-            super::postgres_tls::configure(url).map_err(StoreError::Internal)?;
+            super::postgres_tls::configure(url).map_err(|e| StoreError::Internal(e.into()))?;
         let timeout_ms = settings.timeout.as_millis();
         // A lock held elsewhere (a migration, an operator) becomes a quick 503, not a hung request.
         pg_config.options(format!("-c lock_timeout={timeout_ms}"));
@@ -479,7 +479,9 @@ impl PostgresStore {
             .recycle_timeout(Some(settings.timeout))
             .runtime(Runtime::Tokio1)
             .build()
-            .map_err(|e| StoreError::Internal(format!("building the pool: {e}")))?;
+            .map_err(|e| {
+                StoreError::Internal(Failure::caused(format!("building the pool: {e}"), e))
+            })?;
         Ok(SqlStore::over(Postgres {
             pool,
             pg_config,
@@ -692,8 +694,11 @@ impl Backend for Postgres {
 
 /// A pool that could not hand out a connection, with the cause (a TLS check, say) spelled out.
 fn no_connection(err: deadpool_postgres::PoolError) -> StoreError {
-    let cause = super::postgres_tls::describe(&err);
-    StoreError::Unavailable(format!("no PostgreSQL connection: {cause}"))
+    let described = super::postgres_tls::describe(&err);
+    StoreError::Unavailable(Failure::caused(
+        format!("no PostgreSQL connection: {described}"),
+        err,
+    ))
 }
 
 fn pg_err(err: tokio_postgres::Error) -> StoreError {
@@ -708,10 +713,11 @@ fn pg_err(err: tokio_postgres::Error) -> StoreError {
                 || *code == SqlState::LOCK_NOT_AVAILABLE
                 || *code == SqlState::QUERY_CANCELED
         });
+    let failure = Failure::caused(err.to_string(), err);
     if transient {
-        StoreError::Unavailable(err.to_string())
+        StoreError::Unavailable(failure)
     } else {
-        StoreError::Internal(err.to_string())
+        StoreError::Internal(failure)
     }
 }
 
@@ -1181,9 +1187,9 @@ fn cells(row: &Row) -> Result<Vec<Cell>, StoreError> {
             } else if *ty == Type::BYTEA {
                 col::<Option<Vec<u8>>>(row, at)?.map(Cell::Bytes)
             } else {
-                return Err(StoreError::Internal(format!(
-                    "column {at}: unexpected type {ty}"
-                )));
+                return Err(StoreError::Internal(
+                    (format!("column {at}: unexpected type {ty}")).into(),
+                ));
             };
             Ok(cell.unwrap_or(Cell::Null))
         })

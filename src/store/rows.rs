@@ -28,14 +28,13 @@ impl Columns {
         self.at += 1;
         self.cells
             .next()
-            .ok_or_else(|| StoreError::Internal(format!("a row without column {at}")))
+            .ok_or_else(|| StoreError::Internal(format!("a row without column {at}").into()))
     }
 
     fn unexpected(&self, wanted: &str, got: &Cell) -> StoreError {
-        StoreError::Internal(format!(
-            "column {}: {wanted} expected, got {got:?}",
-            self.at - 1
-        ))
+        StoreError::Internal(
+            (format!("column {}: {wanted} expected, got {got:?}", self.at - 1)).into(),
+        )
     }
 
     /// The next column, an integer that may be NULL.
@@ -159,7 +158,7 @@ pub(crate) fn event_record(c: &mut Columns) -> Result<EventRecord, StoreError> {
             .opt_text()?
             .map(|raw| {
                 DeadReason::parse(&raw).ok_or_else(|| {
-                    StoreError::Internal(format!("unknown dead reason {raw:?} in store"))
+                    StoreError::Internal(format!("unknown dead reason {raw:?} in store").into())
                 })
             })
             .transpose()?,

@@ -18,6 +18,7 @@ use super::engine::SqlStore;
 use super::ingest::{self, Guard};
 use super::migrations::SQLITE as MIGRATIONS;
 use super::sql;
+use super::Failure;
 use super::{status_of, Admission, EventRow, NewEvent, SettleAt, SourceRules, StoreError};
 use crate::domain::DeadReason;
 use crate::ordering::Outcome;
@@ -178,10 +179,9 @@ fn create_private(path: &Path) -> Result<(), StoreError> {
     {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(StoreError::Unavailable(format!(
-            "cannot create the database file {}: {e}",
-            path.display()
-        ))),
+        Err(e) => Err(StoreError::Unavailable(
+            (format!("cannot create the database file {}: {e}", path.display())).into(),
+        )),
     }
 }
 
@@ -260,7 +260,7 @@ impl Sqlite {
             read
         })
         .await
-        .map_err(|e| StoreError::Internal(format!("store task failed: {e}")))?
+        .map_err(|e| StoreError::Internal(Failure::caused(format!("store task failed: {e}"), e)))?
     }
 
     async fn run<T, F>(&self, f: F) -> Result<T, StoreError>
@@ -275,7 +275,7 @@ impl Sqlite {
             f(&mut guard)
         })
         .await
-        .map_err(|e| StoreError::Internal(format!("store task failed: {e}")))?
+        .map_err(|e| StoreError::Internal(Failure::caused(format!("store task failed: {e}"), e)))?
     }
 }
 
@@ -319,6 +319,14 @@ impl Backend for Sqlite {
     }
 
     fn read<T, F>(&self, flow: F) -> impl Future<Output = Result<T, StoreError>> + Send
+    where
+        T: Send + 'static,
+        F: for<'t> FnOnce(&'t SqliteIo<'t>) -> FlowFuture<'t, T> + Send + 'static,
+    {
+        self.run(move |conn| ready(flow(&SqliteIo::of(conn))))
+    }
+
+    fn read_aside<T, F>(&self, flow: F) -> impl Future<Output = Result<T, StoreError>> + Send
     where
         T: Send + 'static,
         F: for<'t> FnOnce(&'t SqliteIo<'t>) -> FlowFuture<'t, T> + Send + 'static,
@@ -410,17 +418,23 @@ fn sqlite(statement: &str) -> std::sync::Arc<str> {
 }
 
 fn map_err(err: rusqlite::Error) -> StoreError {
-    match err.sqlite_error_code() {
+    let transient = matches!(
+        err.sqlite_error_code(),
         Some(
             ErrorCode::DatabaseBusy
-            | ErrorCode::DatabaseLocked
-            | ErrorCode::CannotOpen
-            | ErrorCode::DiskFull
-            | ErrorCode::SystemIoFailure
-            | ErrorCode::ReadOnly
-            | ErrorCode::OutOfMemory,
-        ) => StoreError::Unavailable(err.to_string()),
-        _ => StoreError::Internal(err.to_string()),
+                | ErrorCode::DatabaseLocked
+                | ErrorCode::CannotOpen
+                | ErrorCode::DiskFull
+                | ErrorCode::SystemIoFailure
+                | ErrorCode::ReadOnly
+                | ErrorCode::OutOfMemory,
+        )
+    );
+    let failure = Failure::caused(err.to_string(), err);
+    if transient {
+        StoreError::Unavailable(failure)
+    } else {
+        StoreError::Internal(failure)
     }
 }
 
@@ -647,6 +661,16 @@ fn record_decision(
 mod tests {
     use super::*;
     use crate::store::{IngestLimits, Refusal, Store};
+
+    #[test]
+    fn a_database_error_keeps_its_cause() {
+        use std::error::Error;
+        let err = map_err(rusqlite::Error::QueryReturnedNoRows);
+        assert!(matches!(err, StoreError::Internal(_)));
+        let cause = err.source().expect("the rusqlite error as its source");
+        assert!(cause.downcast_ref::<rusqlite::Error>().is_some());
+        assert_eq!(err.to_string(), format!("store error: {cause}"));
+    }
 
     #[test]
     fn a_statement_is_rewritten_by_its_text_wherever_it_lies() {
