@@ -439,9 +439,7 @@ async fn commit_batch(pool: &Pool, batch: Vec<PgJob>) {
         }
         Err(StoreError::Unavailable(detail)) => {
             for job in batch {
-                let _ = job
-                    .reply
-                    .send(Err(StoreError::Unavailable(detail.clone())));
+                let _ = job.reply.send(Err(StoreError::Unavailable(detail.clone())));
             }
         }
         // Alone and only logged: a settle at ingest that fails must not fail the delivery.
