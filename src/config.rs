@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::contract::json::{AggregateLocations, JsonSourceSpec};
-use crate::contract::SourceKind;
+use crate::kind::json::contract::{AggregateLocations, JsonSourceSpec};
+use crate::kind::SourceKind;
 use crate::forward::select::SourceOrdering;
 use crate::kind::Kind;
 use crate::retry::RetryPolicy;

@@ -7,13 +7,13 @@
 //!   Thin over the rest. [`log_throttle`] keeps its noisy warnings to one a period.
 //! - [`signature`]: signature schemes (the seeds', Standard Webhooks, GitHub,
 //!   Stripe, Slack, Shopify), pure functions over raw bytes.
-//! - [`contract`]: payload contracts, raw body to typed [`contract::Event`];
-//!   `contract::json` compiles a configured json source's locations.
-//! - [`kind`]: the seam every kind implements (presence, save-game, json):
-//!   parse a delivery, settle an aggregate, show its state.
-//! - [`ordering`]: the ordering rules (latest-wins, in-order with holds,
+//! - [`kind`]: one module per kind (`presence`, `save`, `json`), each holding its contract
+//!   (raw body to a typed event), its rules, its projection, its defaults, its delivery order
+//!   and its views, behind the [`kind::Kind`] trait; nothing outside names a kind.
+//! - [`contract`]: what the kinds' contracts share: the named problems of a 400 and the
+//!   field readers.
+//! - [`ordering`]: the ordering rules (latest-wins, in-order with holds and skipped gaps,
 //!   order-free) as pure functions from state and pending events to decisions.
-//! - [`projection`]: the presence and save-game state and what applying does.
 //! - [`store`]: the [`store::Store`] trait and its SQLite and PostgreSQL (over
 //!   TLS) implementations: the event log with its unique keys, and the
 //!   projections, transactionally; both share the settle plan of `store::settle`.
@@ -43,7 +43,6 @@ pub mod mask;
 pub mod metrics;
 pub mod ordering;
 pub mod outbound;
-pub mod projection;
 pub mod retry;
 pub mod signature;
 pub mod store;

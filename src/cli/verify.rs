@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::clock;
 use crate::config::{secret_env_var, Config, SourceConfig};
-use crate::contract::Event;
+use crate::kind::Delivery;
 use crate::signature::{self, Scheme, SignatureError, Verified};
 
 /// Arguments of `inhook verify`.
@@ -68,7 +68,10 @@ pub fn verify(config_path: Option<&Path>, args: VerifyArgs) -> anyhow::Result<()
         source.tolerance_s,
     ) {
         Ok(verified) => {
-            print!("{}", success_report(source, &verified, &body, at, at_label));
+            print!(
+                "{}",
+                success_report(source, &verified, &headers, &body, at, at_label)
+            );
             Ok(())
         }
         Err(err) => bail!(
@@ -82,6 +85,7 @@ pub fn verify(config_path: Option<&Path>, args: VerifyArgs) -> anyhow::Result<()
 fn success_report(
     source: &SourceConfig,
     verified: &Verified,
+    headers: &HeaderMap,
     body: &[u8],
     at: i64,
     at_label: &str,
@@ -106,11 +110,19 @@ fn success_report(
     if let Some(id) = &verified.delivery_id {
         out += &format!("delivery id: {id}\n");
     }
-    out += &match Event::parse_with_fallback(source.kind, body, verified.delivery_id.as_deref()) {
-        Ok(event) => format!(
+    out += &match source
+        .handler
+        .parse(body, headers, verified.delivery_id.as_deref())
+    {
+        Ok(Delivery::Event(event)) => format!(
             "payload: follows the {} contract (event_id {})\n",
             kind_name(source),
-            event.event_id()
+            event.event_id
+        ),
+        Ok(Delivery::Ignored { event_type, .. }) => format!(
+            "payload: follows the {} contract; its type {} is not accepted (200 ignored_unsupported)\n",
+            kind_name(source),
+            event_type.as_deref().unwrap_or("(none)")
         ),
         Err(err) => format!(
             "payload: the signature is good, but the body would be refused 400 invalid_payload: {err}\n"
@@ -173,9 +185,9 @@ fn failure_report(
 
 fn kind_name(source: &SourceConfig) -> &'static str {
     match source.kind {
-        crate::contract::SourceKind::Presence => "presence",
-        crate::contract::SourceKind::SaveGame => "save-game",
-        crate::contract::SourceKind::Json => "json",
+        crate::kind::SourceKind::Presence => "presence",
+        crate::kind::SourceKind::SaveGame => "save-game",
+        crate::kind::SourceKind::Json => "json",
     }
 }
 

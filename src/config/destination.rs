@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::{ConfigError, SourceConfig};
-use crate::contract::json::Glob;
+use crate::kind::json::contract::Glob;
 use crate::retry::RetryPolicy;
 use crate::signature::standard_webhooks::Key;
 use crate::signature::Secret;

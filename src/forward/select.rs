@@ -4,8 +4,8 @@
 //! delivery is ordered within its aggregate, which decides what a dead one blocks.
 
 use crate::config::{DestinationConfig, SourceConfig};
-use crate::contract::json::JsonOrdering;
-use crate::contract::SourceKind;
+use crate::kind::json::contract::JsonOrdering;
+use crate::kind::SourceKind;
 use crate::ordering::Outcome;
 
 use super::message::WebhookId;

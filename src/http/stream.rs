@@ -57,7 +57,7 @@ impl ChangeMask {
             kinds: config
                 .sources
                 .iter()
-                .filter(|s| s.kind == crate::contract::SourceKind::Json)
+                .filter(|s| s.kind == crate::kind::SourceKind::Json)
                 .map(|s| (s.name.clone(), Arc::clone(&s.handler)))
                 .collect(),
         }

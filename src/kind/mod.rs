@@ -17,9 +17,22 @@ use std::sync::Arc;
 use axum::http::HeaderMap;
 use serde_json::{json, Value};
 
-use crate::contract::{ContractError, Event, SourceKind};
+use crate::contract::ContractError;
 use crate::domain::{AggregateKey, DeadReason, EventId, IdempotencyKey};
 use crate::ordering::Outcome;
+
+/// What kind of projection a source feeds, and so which contract its bodies follow: the
+/// `kind` a source is configured with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum SourceKind {
+    /// Remote-worker presence (first seed).
+    Presence,
+    /// Game saves (second seed).
+    SaveGame,
+    /// Any publisher's JSON, its fields located by configuration (docs/contract.md, json sources).
+    Json,
+}
 
 /// The stored state of one aggregate, whatever its kind: the columns every kind
 /// shares, and the kind's own state as JSON.
@@ -100,33 +113,6 @@ impl fmt::Debug for ParsedBody {
 impl PartialEq for ParsedBody {
     fn eq(&self, _other: &Self) -> bool {
         true
-    }
-}
-
-impl Event {
-    /// The fields every layer needs of a built-in kind's event.
-    pub fn fields(&self) -> EventFields {
-        EventFields {
-            event_id: self.event_id().clone(),
-            idempotency_key: self.idempotency_key().cloned(),
-            aggregate: self.aggregate(),
-            sequence: self.sequence().get(),
-            event_type: self.event_type().to_owned(),
-            may_hold: matches!(
-                self,
-                Event::Save(save) if matches!(save.change, crate::contract::SaveChange::InventoryUpdated { .. })
-            ),
-            parsed: None,
-        }
-    }
-
-    /// The delivery this event makes, carrying the event itself as its parsed body.
-    pub fn into_delivery(self) -> Delivery {
-        let fields = self.fields();
-        Delivery::Event(EventFields {
-            parsed: Some(ParsedBody::new(self)),
-            ..fields
-        })
     }
 }
 
@@ -270,7 +256,7 @@ pub fn built_in(kind: SourceKind, stale_after_ms: i64) -> Arc<dyn Kind> {
         SourceKind::Presence => Arc::new(presence::PresenceKind { stale_after_ms }),
         SourceKind::SaveGame => Arc::new(save::SaveKind),
         SourceKind::Json => {
-            let unordered = crate::contract::json::JsonSourceSpec {
+            let unordered = crate::kind::json::contract::JsonSourceSpec {
                 ordering: Some("unordered".into()),
                 ..Default::default()
             };
@@ -321,4 +307,137 @@ pub(crate) fn last_applied<'a>(
         .rev()
         .find(|(_, o)| *o == Outcome::Applied)
         .and_then(|(row, _)| rows.iter().find(|r| r.row == *row))
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Parses `body` as a source of `kind` would, the delivery id a scheme carried as `fallback`.
+    fn parse(kind: SourceKind, body: &[u8], fallback: Option<&str>) -> Result<EventFields, ContractError> {
+        match built_in(kind, 0).parse(body, &HeaderMap::new(), fallback)? {
+            Delivery::Event(fields) => Ok(fields),
+            Delivery::Ignored { .. } => panic!("the built-in kinds accept every type they parse"),
+        }
+    }
+
+    const PRESENCE: &[u8] = br#"{"user_id":"u","presence":"AWAY","sequence_number":3}"#;
+
+    #[test]
+    fn a_missing_event_id_takes_the_delivery_id() {
+        let event =
+            parse(SourceKind::Presence, PRESENCE, Some("msg_1")).unwrap();
+        assert_eq!(event.event_id.as_str(), "msg_1");
+        let save = br#"{"event_type":"progress.saved","player_id":"p","save_slot":"s",
+            "sequence":1,"idempotency_key":"k","data":{}}"#;
+        let event = parse(SourceKind::SaveGame, save, Some("msg_2")).unwrap();
+        assert_eq!(event.event_id.as_str(), "msg_2");
+    }
+
+    #[test]
+    fn the_bodys_event_id_wins_over_the_delivery_id() {
+        let body =
+            br#"{"event_id":"evt_body","user_id":"u","presence":"AWAY","sequence_number":3}"#;
+        let event = parse(SourceKind::Presence, body, Some("msg_1")).unwrap();
+        assert_eq!(event.event_id.as_str(), "evt_body");
+        // A body's bad event_id is still its own problem, not replaced by the header.
+        let bad = br#"{"event_id":7,"user_id":"u","presence":"AWAY","sequence_number":3}"#;
+        let err = parse(SourceKind::Presence, bad, Some("msg_1")).unwrap_err();
+        assert_eq!(err.problems[0].field, "event_id");
+    }
+
+    #[test]
+    fn without_a_fallback_a_missing_event_id_is_still_a_400() {
+        for fallback in [None, Some(""), Some("\u{7}bell")] {
+            let err =
+                parse(SourceKind::Presence, PRESENCE, fallback).unwrap_err();
+            assert_eq!(err.problems.len(), 1, "{err}");
+            assert_eq!(err.problems[0].field, "event_id");
+        }
+        let err = parse(SourceKind::Presence, PRESENCE, None).unwrap_err();
+        assert_eq!(err.problems[0].problem, "is required");
+        let long = "x".repeat(129);
+        let err =
+            parse(SourceKind::Presence, PRESENCE, Some(&long)).unwrap_err();
+        assert!(
+            err.problems[0].problem.contains("delivery id header"),
+            "{err}"
+        );
+    }
+
+    /// Any JSON value, a few levels deep.
+    fn json_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        use serde_json::Value;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            "[ -~]{0,12}".prop_map(Value::from),
+            "\\PC{0,4}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map("[a-z_]{1,12}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// The contracts' own field names, so generated bodies come near a valid one.
+    const FIELDS: [&str; 17] = [
+        "event_id",
+        "user_id",
+        "presence",
+        "sequence_number",
+        "timestamp",
+        "idempotency_key",
+        "event_type",
+        "payload_version",
+        "occurred_at",
+        "player_id",
+        "save_slot",
+        "sequence",
+        "data",
+        "added_items",
+        "removed_items",
+        "items",
+        "qty",
+    ];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+
+        /// The fuzz target `contract` in miniature, so CI checks it without nightly:
+        /// hostile bodies never panic, problems are always named, and a fallback
+        /// event id changes nothing but a missing `event_id`.
+        #[test]
+        fn hostile_bodies_are_named_problems_never_panics(
+            fields in proptest::collection::vec((0..FIELDS.len(), json_value()), 0..10),
+            raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..48),
+            as_raw in proptest::prelude::any::<bool>(),
+        ) {
+            let body = if as_raw {
+                raw
+            } else {
+                let map: serde_json::Map<String, serde_json::Value> =
+                    fields.into_iter().map(|(i, v)| (FIELDS[i].to_owned(), v)).collect();
+                serde_json::to_vec(&map).unwrap()
+            };
+            for kind in [SourceKind::Presence, SourceKind::SaveGame] {
+                let plain = parse(kind, &body, None);
+                if let Err(err) = &plain {
+                    proptest::prop_assert!(!err.problems.is_empty());
+                }
+                let with = parse(kind, &body, Some("msg_prop"));
+                match (&plain, &with) {
+                    (Ok(a), b) => proptest::prop_assert_eq!(Some(a), b.as_ref().ok()),
+                    (Err(_), Ok(b)) => proptest::prop_assert_eq!(b.event_id.as_str(), "msg_prop"),
+                    (Err(_), Err(_)) => {}
+                }
+            }
+        }
+    }
 }

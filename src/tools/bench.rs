@@ -679,7 +679,7 @@ mod tests {
     use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
     use super::*;
-    use crate::contract::json::JsonSourceSpec;
+    use crate::kind::json::contract::JsonSourceSpec;
     use crate::kind::json::JsonKind;
     use crate::kind::{Delivery, Kind};
 

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use inhook::contract::SourceKind;
+use inhook::kind::SourceKind;
 use inhook::signature::{Scheme, Secret};
 use inhook::store::EventRecord;
 use inhook::tools::simulate::{

@@ -4,7 +4,8 @@
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use inhook::contract::{Event, SourceKind};
+use inhook::kind::save::SaveEvent;
+use inhook::kind::SourceKind;
 use inhook::domain::{AggregateKey, EventStatus};
 use inhook::store::{Admission, EventFilter, IngestLimits, NewEvent, SettleAt, SourceRules};
 use serde_json::{json, Value};
@@ -257,7 +258,7 @@ async fn report_the_cost_of_arrivals_with_many_held_events() {
         body["note"] = json!(pad);
         async move {
             let body = serde_json::to_vec(&body).unwrap();
-            let event = Event::parse(SourceKind::SaveGame, &body).unwrap();
+            let event = SaveEvent::parse(&body).unwrap();
             let now = inhook::clock::now_ms();
             let new = NewEvent {
                 source: "save-game",

@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use inhook::clock::Clock;
 use inhook::config::Config;
-use inhook::contract::{Event, SourceKind};
+use inhook::kind::save::SaveEvent;
 use inhook::domain::{AggregateKey, DeadReason, EventStatus};
 use inhook::retry::RetryPolicy;
 use inhook::store::*;
@@ -258,7 +258,7 @@ async fn log(h: &Harness, player: &str, event_id: &str) {
         "data": {"added_items": [{"item_id": "gem", "qty": 1}]}}),
     )
     .unwrap();
-    let event = Event::parse(SourceKind::SaveGame, &body).unwrap();
+    let event = SaveEvent::parse(&body).unwrap();
     let new = NewEvent {
         source: "save-game",
         event: &event.fields(),

@@ -19,7 +19,7 @@ use utoipa::IntoParams;
 use super::answer::Answer;
 use super::AppState;
 use crate::config::SourceConfig;
-use crate::contract::SourceKind;
+use crate::kind::SourceKind;
 use crate::domain::AggregateKey;
 
 /// Most items one page may hold.

@@ -7,7 +7,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::clock;
-use crate::contract::SourceKind;
+use crate::kind::SourceKind;
 use crate::domain::EventStatus;
 use crate::http::answer::{AdminFailures, Answer, ErrorBody};
 use crate::http::AppState;

@@ -5,7 +5,7 @@
 use std::collections::{HashSet, VecDeque};
 
 use super::stream::{new_event_id, Stream, StreamEvent};
-use crate::contract::SourceKind;
+use crate::kind::SourceKind;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};

@@ -16,7 +16,7 @@ use super::publisher::{Endpoint, Publisher, SendOptions, SourceSigner};
 use super::report;
 use super::stream::{generate, AggregateRef, Stream, StreamSpec};
 use crate::config::{client_admin_token, signing_secret, Config};
-use crate::contract::SourceKind;
+use crate::kind::SourceKind;
 use crate::signature::Scheme;
 
 /// Runs `inhook simulate`: generate, deliver with chaos, check, report.

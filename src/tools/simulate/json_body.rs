@@ -15,7 +15,7 @@ use serde_json::{json, Map, Value};
 use super::stream::{Aggregate, AggregateRef, Stream, StreamEvent, StreamSpec};
 use crate::clock;
 use crate::config::SourceConfig;
-use crate::contract::json::{
+use crate::kind::json::contract::{
     AggregateLocations, Glob, JsonContract, JsonOrdering, JsonSourceSpec, Location,
 };
 use crate::domain::{AggregateKey, Ident};
@@ -433,7 +433,7 @@ pub(super) mod tests {
     use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
     use super::*;
-    use crate::contract::json::JsonParsed;
+    use crate::kind::json::contract::JsonParsed;
 
     /// A target compiled from a source table's json keys, as the config file writes them.
     pub(in crate::tools::simulate) fn target(keys: &str, format: SequenceFormat) -> JsonTarget {

@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::chaos::{Delivery, Plan};
 use super::retry_policy::{backoff, is_retryable, retry_after};
 use crate::clock;
-use crate::contract::SourceKind;
+use crate::kind::SourceKind;
 use crate::signature::{self, Scheme, Secret};
 
 /// The servers' base URLs, shared so a test can point running senders at a

@@ -138,7 +138,7 @@ mod tests {
     fn delivery(copy: EventCopy, resend: bool) -> Delivery {
         Delivery {
             aggregate: 0,
-            kind: crate::contract::SourceKind::Presence,
+            kind: crate::kind::SourceKind::Presence,
             sequence: 1,
             copy,
             event_id: "evt_1".into(),

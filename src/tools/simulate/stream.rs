@@ -11,9 +11,11 @@ use serde_json::{json, Map, Value};
 
 use super::json_body::Place;
 use crate::clock;
-use crate::contract::{Presence, SaveEvent, SourceKind};
+use crate::kind::presence::Presence;
+use crate::kind::save::SaveEvent;
+use crate::kind::SourceKind;
 use crate::domain::AggregateKey;
-use crate::projection::SaveState;
+use crate::kind::save::SaveState;
 
 /// Which aggregate an event belongs to, by its ids in the payload.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -434,7 +436,7 @@ mod tests {
     use std::collections::{BTreeSet, HashSet};
 
     use super::*;
-    use crate::contract::Event;
+    use crate::kind::{built_in, Delivery};
 
     #[test]
     fn the_stream_is_a_function_of_the_seed() {
@@ -465,14 +467,18 @@ mod tests {
                     assert!(keys.insert(key.clone()), "unique idempotency_key");
                 }
                 let body = serde_json::to_vec(&event.body).unwrap();
-                let parsed = Event::parse(aggregate.key.kind(), &body).unwrap();
-                assert_eq!(parsed.event_id().as_str(), event.event_id);
-                assert_eq!(parsed.sequence().get(), event.sequence);
+                let kind = built_in(aggregate.key.kind(), 0);
+                let headers = axum::http::HeaderMap::new();
+                let Ok(Delivery::Event(parsed)) = kind.parse(&body, &headers, None) else {
+                    panic!("{} does not follow its contract", event.event_id);
+                };
+                assert_eq!(parsed.event_id.as_str(), event.event_id);
+                assert_eq!(parsed.sequence, event.sequence);
                 assert_eq!(
-                    parsed.idempotency_key().map(|k| k.as_str().to_owned()),
+                    parsed.idempotency_key.map(|k| k.as_str().to_owned()),
                     event.idempotency_key
                 );
-                types.insert(parsed.event_type().to_owned());
+                types.insert(parsed.event_type);
             }
         }
         for t in [

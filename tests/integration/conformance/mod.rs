@@ -11,10 +11,11 @@ pub mod log;
 pub mod retries;
 pub mod settle;
 
-use inhook::contract::SourceKind;
+use inhook::kind::SourceKind;
 use inhook::domain::{AggregateKey, Ident};
 use inhook::kind::{Delivery, EventFields};
-use inhook::projection::{PresenceState, SaveState};
+use inhook::kind::presence::PresenceState;
+use inhook::kind::save::SaveState;
 use inhook::store::{Admission, IngestLimits, NewEvent, SettleAt, SourceRules, Store, StoreError};
 use serde_json::{json, Value};
 

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use inhook::contract::Presence;
+use inhook::kind::presence::Presence;
 use inhook::domain::{AggregateKey, DeadReason, EventStatus, Ident};
 use inhook::ordering::Outcome;
 use inhook::store::{Admission, IngestLimits, Store};
@@ -29,7 +29,7 @@ fn sword(qty: i64) -> BTreeMap<String, i64> {
     BTreeMap::from([("sword".to_owned(), qty)])
 }
 
-async fn save_state(store: &dyn Store, slot_name: &str) -> inhook::projection::SaveState {
+async fn save_state(store: &dyn Store, slot_name: &str) -> inhook::kind::save::SaveState {
     let key = AggregateKey::SaveSlot {
         player_id: Ident::parse("player_1024").unwrap(),
         save_slot: Ident::parse(slot_name).unwrap(),
@@ -408,7 +408,7 @@ pub async fn presence_pages_order_by_user_and_filter_by_status(store: &dyn Store
 /// its state and watermark in the generic aggregate row, its header-located fields
 /// taken from the logged columns (not the body) when settled later.
 pub async fn a_json_source_settles_through_the_generic_aggregate_state(store: &dyn Store) {
-    let spec: inhook::contract::json::JsonSourceSpec = toml::from_str(
+    let spec: inhook::kind::json::contract::JsonSourceSpec = toml::from_str(
         "event_id = \"header:X-Id\"\nidempotency_key = \"header:X-Key\"\naggregate = [\"/k/a\", \"/k/b\"]\n\
          sequence = \"/n\"\nordering = \"in-order\"\nstate = \"/v\"",
     )
@@ -420,7 +420,7 @@ pub async fn a_json_source_settles_through_the_generic_aggregate_state(store: &d
         hold_timeout_ms: 30_000,
         destinations: std::sync::Arc::from([]),
         ordering: inhook::forward::select::SourceOrdering::Json(
-            inhook::contract::json::JsonOrdering::InOrder,
+            inhook::kind::json::contract::JsonOrdering::InOrder,
         ),
     };
     let log = |n: i64, at: i64| {

@@ -10,9 +10,9 @@ use serde_json::Value;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
-use super::body::parse_body;
-use super::fields::{kind_of, non_negative_integer};
-use super::{ContractError, FieldProblem};
+use crate::contract::body::parse_body;
+use crate::contract::fields::{kind_of, non_negative_integer};
+use crate::contract::{ContractError, FieldProblem};
 use crate::domain::{EventId, IdProblem, IdempotencyKey, Ident, Sequence};
 
 /// The keys of a `kind = "json"` source, as written in the configuration file.
@@ -1590,7 +1590,7 @@ mod tests {
             start.elapsed()
         };
         let save_cost = time(&|| {
-            std::hint::black_box(super::super::SaveEvent::parse(std::hint::black_box(save)))
+            std::hint::black_box(crate::kind::save::SaveEvent::parse(std::hint::black_box(save)))
                 .unwrap();
         });
         let json_cost = time(&|| {

@@ -4,9 +4,9 @@ use serde_json::{Map, Value};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
-use super::body::parse_object;
-use super::fields::{non_negative_integer, Reader};
-use super::{ContractError, FieldProblem};
+use crate::contract::body::parse_object;
+use crate::contract::fields::{non_negative_integer, Reader};
+use crate::contract::{ContractError, FieldProblem};
 use crate::domain::{EventId, IdempotencyKey, Ident, Sequence};
 
 /// An item and a quantity, as in `added_items`, `removed_items` and `items`.

@@ -1,72 +1,15 @@
-//! Projections (docs/contract.md, processing): the current state of each aggregate, and the pure
-//! effect of one event on it. The ordering rules in [`crate::ordering`]
-//! decide *whether* an event applies; this module says *what* applying does.
+//! A save slot as stored and shown (docs/api.md, read API): the pure effect of one applied
+//! save-game event. The rules in [`super::rules`] decide *whether* an event applies; this
+//! module says *what* applying does.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::contract::{ItemQty, Presence, PresenceEvent, SaveChange, SaveEvent};
+use super::contract::{ItemQty, SaveChange, SaveEvent};
 use crate::domain::{DeadReason, Sequence};
-
-/// A user's current presence.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PresenceState {
-    /// The latest presence by sequence.
-    pub presence: Presence,
-    /// The sequence of the event that set it.
-    pub sequence: Sequence,
-    /// When it was applied, unix milliseconds.
-    pub updated_at_ms: i64,
-}
-
-impl PresenceState {
-    /// The state after applying `event` at `now_ms` (the caller has checked it is newer).
-    pub fn from_event(event: &PresenceEvent, now_ms: i64) -> Self {
-        Self {
-            presence: event.presence,
-            sequence: event.sequence,
-            updated_at_ms: now_ms,
-        }
-    }
-
-    /// Whether the presence has not been updated for longer than `stale_after_ms`.
-    pub fn is_stale(&self, now_ms: i64, stale_after_ms: i64) -> bool {
-        now_ms.saturating_sub(self.updated_at_ms) > stale_after_ms
-    }
-}
-
-/// The API shape of a presence (docs/api.md, read API).
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct PresenceView {
-    /// The user.
-    pub user_id: String,
-    /// The latest presence by sequence.
-    pub status: Presence,
-    /// The sequence of the event that set it.
-    pub sequence: i64,
-    /// When it was applied (RFC 3339).
-    pub updated_at: String,
-    /// Whether it has not been updated for longer than the source's `stale_after_s`.
-    pub stale: bool,
-}
-
-/// The API shape of a presence; `stale` is judged at `now_ms`.
-pub fn presence_view(
-    user_id: &str,
-    state: &PresenceState,
-    now_ms: i64,
-    stale_after_ms: i64,
-) -> PresenceView {
-    PresenceView {
-        user_id: user_id.to_owned(),
-        status: state.presence,
-        sequence: state.sequence.get(),
-        updated_at: crate::clock::rfc3339(state.updated_at_ms),
-        stale: state.is_stale(now_ms, stale_after_ms),
-    }
-}
+use crate::ordering::SkippedGaps;
 
 /// The API shape of a save slot (docs/api.md, read API).
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
@@ -101,60 +44,6 @@ pub fn save_view(player_id: &str, save_slot: &str, state: &SaveState) -> SaveVie
     }
 }
 
-/// Most skipped gaps an aggregate remembers; past it the oldest is forgotten (and with it
-/// what is known of the sequences up to it).
-pub(crate) const MOST_SKIPPED_GAPS: usize = 32;
-
-/// The gaps a hold timeout skipped in one in-order aggregate. At or below the watermark,
-/// they tell a late event (its sequence was skipped: dead, `late_after_gap_skip`) from one
-/// decided before, whose dedup key was purged (a resend, or a captured delivery sent
-/// again: stale, never applied twice).
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-pub struct SkippedGaps {
-    /// Sequences below this are not known: skipped before the gaps were recorded (a store
-    /// of an older release), or forgotten past [`MOST_SKIPPED_GAPS`].
-    known_from: i64,
-    /// The skipped ranges, `(first, last)` inclusive, oldest first.
-    gaps: Vec<(i64, i64)>,
-}
-
-impl SkippedGaps {
-    /// The gaps of an aggregate as stored (`None`: none recorded yet, so nothing at or below
-    /// `watermark` is known); an unreadable text counts as none recorded.
-    pub fn from_stored(text: Option<&str>, watermark: i64) -> Self {
-        text.and_then(|t| serde_json::from_str(t).ok())
-            .unwrap_or(Self {
-                known_from: watermark.saturating_add(1),
-                gaps: Vec::new(),
-            })
-    }
-
-    /// The stored form.
-    pub fn to_stored(&self) -> String {
-        serde_json::to_string(self).expect("skipped gaps serialize")
-    }
-
-    /// Records that `first..=last` was skipped.
-    pub(crate) fn record(&mut self, first: i64, last: i64) {
-        if first > last {
-            return;
-        }
-        self.gaps.push((first, last));
-        if self.gaps.len() > MOST_SKIPPED_GAPS {
-            let (_, forgotten) = self.gaps.remove(0);
-            self.known_from = self.known_from.max(forgotten.saturating_add(1));
-        }
-    }
-
-    /// Whether `sequence` (at or below the watermark) was skipped; `None` when not known.
-    pub fn skipped(&self, sequence: i64) -> Option<bool> {
-        (sequence >= self.known_from).then(|| {
-            self.gaps
-                .iter()
-                .any(|&(first, last)| (first..=last).contains(&sequence))
-        })
-    }
-}
 
 /// A player's save slot: the projection plus the ordering bookkeeping it needs.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -267,16 +156,5 @@ mod tests {
         assert_eq!(next, BTreeMap::from([("flower".to_string(), 1)]));
         let err = apply_delta(&start, &[item("flower", 1)], &[item("old_stamp", 3)]).unwrap_err();
         assert_eq!(err.0, DeadReason::InsufficientQuantity);
-    }
-
-    #[test]
-    fn presence_goes_stale_after_the_window() {
-        let state = PresenceState {
-            presence: Presence::Busy,
-            sequence: Sequence::new(1).unwrap(),
-            updated_at_ms: 1_000,
-        };
-        assert!(!state.is_stale(1_000 + 900_000, 900_000));
-        assert!(state.is_stale(1_001 + 900_000, 900_000));
     }
 }

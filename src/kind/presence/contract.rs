@@ -4,9 +4,9 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::body::parse_object;
-use super::fields::Reader;
-use super::ContractError;
+use crate::contract::body::parse_object;
+use crate::contract::fields::Reader;
+use crate::contract::ContractError;
 use crate::domain::{EventId, IdempotencyKey, Ident, Sequence};
 
 /// Event type recorded in the log for presence deliveries, which carry none.

@@ -1,21 +1,60 @@
 //! The save-game kind (docs/contract.md, processing): snapshots latest-wins, deltas in order with
 //! holds and gap skips, achievements order-free; its state is the save slot.
 
+pub mod contract;
+pub mod projection;
+pub mod rules;
+
+pub use contract::{ItemQty, SaveChange, SaveEvent};
+pub use projection::{save_view, SaveState, SaveView};
+pub use rules::{settle_save, PendingSave};
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use axum::http::HeaderMap;
 use serde_json::{json, Value};
 
 use super::{
-    invalid_for_projection, last_applied, Delivery, Kind, KindPlan, PendingRow, SettleInput,
+    invalid_for_projection, last_applied, Delivery, EventFields, Kind, KindPlan, ParsedBody,
+    PendingRow, SettleInput,
 };
 use super::{AggregateState, CorruptState};
-use crate::contract::{ContractError, Event, SaveEvent};
+use crate::contract::ContractError;
 use crate::domain::{AggregateKey, Sequence};
 use crate::mask::{mask_at, masks_whole, MASK};
-use crate::ordering::{settle_save, PendingSave};
-use crate::projection::SkippedGaps;
-use crate::projection::{save_view, SaveState, SaveView};
+use crate::ordering::SkippedGaps;
+
+impl SaveEvent {
+    /// The fields every layer needs of a save-game event.
+    pub fn fields(&self) -> EventFields {
+        EventFields {
+            event_id: self.event_id.clone(),
+            idempotency_key: Some(self.idempotency_key.clone()),
+            aggregate: self.aggregate(),
+            sequence: self.sequence.get(),
+            event_type: self.event_type.as_str().to_owned(),
+            may_hold: matches!(self.change, SaveChange::InventoryUpdated { .. }),
+            parsed: None,
+        }
+    }
+
+    /// The aggregate it belongs to: the player's save slot.
+    pub fn aggregate(&self) -> AggregateKey {
+        AggregateKey::SaveSlot {
+            player_id: self.player_id.clone(),
+            save_slot: self.save_slot.clone(),
+        }
+    }
+
+    /// The delivery this event makes, carrying the event itself as its parsed body.
+    pub fn into_delivery(self) -> Delivery {
+        let fields = self.fields();
+        Delivery::Event(EventFields {
+            parsed: Some(ParsedBody::new(self)),
+            ..fields
+        })
+    }
+}
 
 /// Game saves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,8 +152,7 @@ impl Kind for SaveKind {
         _headers: &HeaderMap,
         delivery_id: Option<&str>,
     ) -> Result<Delivery, ContractError> {
-        SaveEvent::parse_with_fallback(body, delivery_id)
-            .map(|event| Event::Save(event).into_delivery())
+        SaveEvent::parse_with_fallback(body, delivery_id).map(SaveEvent::into_delivery)
     }
 
     fn in_order(&self) -> bool {
@@ -129,9 +167,9 @@ impl Kind for SaveKind {
         let mut decisions = Vec::new();
         let mut pending = Vec::with_capacity(input.rows.len());
         for row in input.rows {
-            let parsed = match row.parsed_as::<Event>() {
-                Some(Event::Save(event)) => Ok(event.clone()),
-                _ => SaveEvent::parse_with_fallback(&row.body, Some(&row.event_id)),
+            let parsed = match row.parsed_as::<SaveEvent>() {
+                Some(event) => Ok(event.clone()),
+                None => SaveEvent::parse_with_fallback(&row.body, Some(&row.event_id)),
             };
             match parsed {
                 Ok(event) => pending.push(PendingSave {

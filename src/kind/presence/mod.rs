@@ -4,18 +4,57 @@
 use axum::http::HeaderMap;
 use serde_json::{json, Value};
 
-use super::{invalid_for_projection, last_applied, Delivery, Kind, KindPlan, SettleInput};
+pub mod contract;
+pub mod projection;
+pub mod rules;
+
+pub use contract::{Presence, PresenceEvent, EVENT_TYPE};
+pub use projection::{presence_view, PresenceState, PresenceView};
+pub use rules::decide_presence;
+
+use super::{
+    invalid_for_projection, last_applied, Delivery, EventFields, Kind, KindPlan, ParsedBody,
+    SettleInput,
+};
 use super::{AggregateState, CorruptState};
-use crate::contract::{ContractError, Event, Presence, PresenceEvent};
-use crate::domain::Sequence;
-use crate::ordering::{decide_presence, Outcome};
-use crate::projection::{presence_view, PresenceState};
+use crate::contract::ContractError;
+use crate::domain::{AggregateKey, Sequence};
+use crate::ordering::Outcome;
 
 /// Remote-worker presence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PresenceKind {
     /// After how long without an update a presence is shown stale.
     pub stale_after_ms: i64,
+}
+
+impl PresenceEvent {
+    /// The fields every layer needs of a presence event.
+    pub fn fields(&self) -> EventFields {
+        EventFields {
+            event_id: self.event_id.clone(),
+            idempotency_key: self.idempotency_key.clone(),
+            aggregate: self.aggregate(),
+            sequence: self.sequence.get(),
+            event_type: EVENT_TYPE.to_owned(),
+            may_hold: false,
+            parsed: None,
+        }
+    }
+
+    /// The aggregate it belongs to: its user.
+    pub fn aggregate(&self) -> AggregateKey {
+        AggregateKey::User(self.user_id.clone())
+    }
+
+    /// The delivery this event makes, carrying the event itself as its parsed body.
+    pub fn into_delivery(self) -> Delivery {
+        let fields = self.fields();
+        Delivery::Event(EventFields {
+            parsed: Some(ParsedBody::new(self)),
+            ..fields
+        })
+    }
 }
 
 /// A stored presence in its typed form.
@@ -41,7 +80,7 @@ fn stored_of(aggregate: &str, state: &PresenceState, event_id: Option<String>) -
         aggregate: aggregate.to_owned(),
         sequence: Some(state.sequence.get()),
         event_id,
-        event_type: Some(crate::contract::presence::EVENT_TYPE.to_owned()),
+        event_type: Some(EVENT_TYPE.to_owned()),
         state: json!({"presence": state.presence.as_str()}),
         tag: Some(state.presence.as_str().to_owned()),
         watermark: None,
@@ -61,8 +100,7 @@ impl Kind for PresenceKind {
         _headers: &HeaderMap,
         delivery_id: Option<&str>,
     ) -> Result<Delivery, ContractError> {
-        PresenceEvent::parse_with_fallback(body, delivery_id)
-            .map(|event| Event::Presence(event).into_delivery())
+        PresenceEvent::parse_with_fallback(body, delivery_id).map(PresenceEvent::into_delivery)
     }
 
     fn in_order(&self) -> bool {
@@ -73,9 +111,9 @@ impl Kind for PresenceKind {
         let mut decisions = Vec::with_capacity(input.rows.len());
         let mut parsed = Vec::with_capacity(input.rows.len());
         for row in input.rows {
-            let event = match row.parsed_as::<Event>() {
-                Some(Event::Presence(event)) => Ok(event.clone()),
-                _ => PresenceEvent::parse_with_fallback(&row.body, Some(&row.event_id)),
+            let event = match row.parsed_as::<PresenceEvent>() {
+                Some(event) => Ok(event.clone()),
+                None => PresenceEvent::parse_with_fallback(&row.body, Some(&row.event_id)),
             };
             match event {
                 Ok(event) => parsed.push((row.row, event)),

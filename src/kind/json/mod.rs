@@ -1,8 +1,10 @@
 //! The `json` kind (docs/contract.md, json sources): any publisher's JSON, its fields found by the
-//! source's compiled locations ([`crate::contract::json`]). Latest-wins as
+//! source's compiled locations ([`crate::kind::json::contract`]). Latest-wins as
 //! presence (ties applied and counted), in-order with the save-game deltas'
 //! machinery, or unordered; the state is the value at `state` of the last
 //! applied event.
+
+pub mod contract;
 
 use axum::http::HeaderMap;
 use serde_json::{json, Value};
@@ -12,16 +14,13 @@ use super::{
     aggregate_view, invalid_for_projection, Delivery, EventFields, Kind, KindPlan, ParsedBody,
     PendingRow, SettleInput,
 };
-use crate::contract::json::{
-    ContractConfigError, JsonContract, JsonOrdering, JsonParsed, JsonSourceSpec,
-};
 use crate::contract::ContractError;
+use contract::{ContractConfigError, JsonContract, JsonOrdering, JsonParsed, JsonSourceSpec};
 use crate::domain::{AggregateKey, Ident};
 use crate::mask::mask_at;
 use crate::ordering::{
-    in_order_rule, settle_in_order, InOrderState, Outcome, PendingEvent, Sequenced,
+    in_order_rule, settle_in_order, InOrderState, Outcome, PendingEvent, Sequenced, SkippedGaps,
 };
-use crate::projection::SkippedGaps;
 
 /// A configured `json` source's kind: its compiled contract.
 #[derive(Debug, Clone)]
