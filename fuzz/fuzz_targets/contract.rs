@@ -2,7 +2,7 @@
 //! a fallback event id changes only the event id.
 #![no_main]
 
-use axum::http::HeaderMap;
+use http::HeaderMap;
 use inhook::kind::{built_in, Delivery, SourceKind};
 use libfuzzer_sys::fuzz_target;
 
