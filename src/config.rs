@@ -8,9 +8,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::kind::json::contract::{AggregateLocations, JsonSourceSpec};
-use crate::kind::SourceKind;
-use crate::forward::select::SourceOrdering;
 use crate::kind::Kind;
+use crate::kind::SourceKind;
 use crate::retry::RetryPolicy;
 use crate::signature::{Scheme, Secret};
 use crate::store::{IngestLimits, SourceRules};
@@ -89,7 +88,6 @@ impl SourceConfig {
             first_sequence: self.first_sequence,
             hold_timeout_ms: (self.hold_timeout_s as i64).saturating_mul(1000),
             destinations: std::sync::Arc::clone(destinations),
-            ordering: SourceOrdering::of(self),
         }
     }
 

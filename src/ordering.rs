@@ -356,7 +356,6 @@ pub fn final_at_ingest(decisions: &[(i64, Outcome)], gaps_skipped: u64, fresh: &
             .all(|row| decisions.iter().any(|(decided, _)| decided == row))
 }
 
-
 /// what is known of the sequences up to it).
 pub(crate) const MOST_SKIPPED_GAPS: usize = 32;
 

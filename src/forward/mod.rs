@@ -4,7 +4,7 @@
 //! sender asks what to send next and what an answer means.
 //!
 //! - [`select`]: which settled events produce a delivery for which destination,
-//!   and how each delivery is ordered ([`select::DeliveryOrder`]).
+//!   and how each delivery is ordered ([`crate::kind::DeliveryOrder`]).
 //! - [`message`]: a delivery's stable `webhook-id` and the signed request
 //!   (Standard Webhooks headers, `inhook-*` headers, the body byte for byte).
 //! - [`queue`]: per (destination, aggregate), which delivery may go now,

@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use super::select::DeliveryOrder;
+use crate::kind::DeliveryOrder;
 
 /// Where a delivery is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -190,7 +190,9 @@ pub fn may_skip(status: DeliveryStatus) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::forward::select::Lane;
+    use crate::kind::Lane;
+    const PROGRESS: Lane = Lane::Part("progress");
+    const INVENTORY: Lane = Lane::Part("inventory");
     use DeliveryStatus::*;
 
     const WHOLE: DeliveryOrder = DeliveryOrder::LatestWins(Lane::Aggregate);
@@ -241,8 +243,8 @@ mod tests {
             Some(ReplayDecision::Superseded { by: 2 })
         );
         let other_lane = [
-            q(1, DeliveryOrder::LatestWins(Lane::Progress), Dead),
-            q(2, DeliveryOrder::LatestWins(Lane::Inventory), Delivered),
+            q(1, DeliveryOrder::LatestWins(PROGRESS), Dead),
+            q(2, DeliveryOrder::LatestWins(INVENTORY), Delivered),
             q(3, DeliveryOrder::Unordered, Delivered),
         ];
         assert_eq!(replay(&other_lane, 1), Some(ReplayDecision::Requeue));
@@ -296,9 +298,9 @@ mod tests {
         use proptest::prelude::*;
 
         const ORDERS: [DeliveryOrder; 4] = [
-            DeliveryOrder::InOrder(Lane::Inventory),
-            DeliveryOrder::LatestWins(Lane::Inventory),
-            DeliveryOrder::LatestWins(Lane::Progress),
+            DeliveryOrder::InOrder(INVENTORY),
+            DeliveryOrder::LatestWins(INVENTORY),
+            DeliveryOrder::LatestWins(PROGRESS),
             DeliveryOrder::Unordered,
         ];
 

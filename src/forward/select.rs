@@ -1,139 +1,21 @@
 //! What is forwarded (docs/contract.md, forwarding): every event the source's rules apply, to every
 //! destination that names its source and whose `event_types` match; nothing
-//! else (duplicates, stale, held, dead and ignored events). And how each
-//! delivery is ordered within its aggregate, which decides what a dead one blocks.
+//! else (duplicates, stale, held, dead and ignored events). Each delivery carries the order
+//! its source's kind gives it ([`crate::kind::DeliveryOrder`]).
 
-use crate::config::{DestinationConfig, SourceConfig};
-use crate::kind::json::contract::JsonOrdering;
-use crate::kind::SourceKind;
+use crate::config::DestinationConfig;
+use crate::kind::{DeliveryOrder, Kind};
 use crate::ordering::Outcome;
 
 use super::message::WebhookId;
-
-/// The part of an aggregate's state an event changes: a replayed latest-wins event is
-/// superseded only by a newer delivered event of the same lane (a save slot's progress
-/// snapshot is not made old by a newer inventory change; its inventory snapshot is).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Lane {
-    /// The whole aggregate (presence, a `json` latest-wins source).
-    Aggregate,
-    /// A save slot's progress (`progress.saved`).
-    Progress,
-    /// A save slot's inventory (`inventory.snapshot`).
-    Inventory,
-}
-
-/// How a delivery is ordered within its (destination, aggregate).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DeliveryOrder {
-    /// A delta applied in sequence: dead, it blocks its aggregate until replayed or skipped.
-    InOrder(Lane),
-    /// A snapshot: dead, it is given up; replayed after a newer one of its lane was delivered, superseded.
-    LatestWins(Lane),
-    /// Order-free: dead, it is given up; a replay is always sent.
-    Unordered,
-}
-
-impl DeliveryOrder {
-    /// Every order, for parsing stored rows.
-    pub const ALL: [DeliveryOrder; 6] = [
-        DeliveryOrder::InOrder(Lane::Aggregate),
-        DeliveryOrder::InOrder(Lane::Inventory),
-        DeliveryOrder::LatestWins(Lane::Aggregate),
-        DeliveryOrder::LatestWins(Lane::Progress),
-        DeliveryOrder::LatestWins(Lane::Inventory),
-        DeliveryOrder::Unordered,
-    ];
-
-    /// The stored form.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeliveryOrder::InOrder(Lane::Aggregate) => "in-order",
-            DeliveryOrder::InOrder(Lane::Inventory) => "in-order:inventory",
-            // No kind applies progress in order; stored as such should one ever do.
-            DeliveryOrder::InOrder(Lane::Progress) => "in-order:progress",
-            DeliveryOrder::LatestWins(Lane::Aggregate) => "latest-wins",
-            DeliveryOrder::LatestWins(Lane::Progress) => "latest-wins:progress",
-            DeliveryOrder::LatestWins(Lane::Inventory) => "latest-wins:inventory",
-            DeliveryOrder::Unordered => "unordered",
-        }
-    }
-
-    /// Reads the stored form back.
-    pub fn parse(stored: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|o| o.as_str() == stored)
-    }
-
-    /// Whether a dead delivery of this order blocks the later ones of its aggregate.
-    pub fn blocks_when_dead(self) -> bool {
-        matches!(self, DeliveryOrder::InOrder(_))
-    }
-
-    /// The part of the aggregate it changes; none for an order-free event.
-    pub fn lane(self) -> Option<Lane> {
-        match self {
-            DeliveryOrder::InOrder(lane) | DeliveryOrder::LatestWins(lane) => Some(lane),
-            DeliveryOrder::Unordered => None,
-        }
-    }
-}
-
-/// How a source orders its events, as far as forwarding needs to know.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SourceOrdering {
-    /// Presence: latest-wins per user.
-    Presence,
-    /// Save-game: each event type has its own rule.
-    SaveGame,
-    /// A `json` source: one ordering for every event.
-    Json(JsonOrdering),
-}
-
-impl SourceOrdering {
-    /// The ordering of a configured source (a `json` source without a known ordering is unordered,
-    /// as [`crate::kind::built_in`] makes it).
-    pub fn of(source: &SourceConfig) -> Self {
-        match source.kind {
-            SourceKind::Presence => SourceOrdering::Presence,
-            SourceKind::SaveGame => SourceOrdering::SaveGame,
-            SourceKind::Json => SourceOrdering::Json(
-                source
-                    .json
-                    .as_ref()
-                    .and_then(|spec| spec.ordering.as_deref())
-                    .and_then(|raw| JsonOrdering::ALL.into_iter().find(|o| o.as_str() == raw))
-                    .unwrap_or(JsonOrdering::Unordered),
-            ),
-        }
-    }
-
-    /// How an event of `event_type` from this source is ordered when forwarded.
-    pub fn delivery_order(self, event_type: &str) -> DeliveryOrder {
-        match self {
-            SourceOrdering::Presence => DeliveryOrder::LatestWins(Lane::Aggregate),
-            SourceOrdering::Json(JsonOrdering::LatestWins) => {
-                DeliveryOrder::LatestWins(Lane::Aggregate)
-            }
-            SourceOrdering::Json(JsonOrdering::InOrder) => DeliveryOrder::InOrder(Lane::Aggregate),
-            SourceOrdering::Json(JsonOrdering::Unordered) => DeliveryOrder::Unordered,
-            SourceOrdering::SaveGame => match event_type {
-                "inventory.updated" => DeliveryOrder::InOrder(Lane::Inventory),
-                "progress.saved" => DeliveryOrder::LatestWins(Lane::Progress),
-                "inventory.snapshot" => DeliveryOrder::LatestWins(Lane::Inventory),
-                // achievement.unlocked is order-free.
-                _ => DeliveryOrder::Unordered,
-            },
-        }
-    }
-}
 
 /// A settled event, as the store knows it in the decision's transaction.
 #[derive(Debug, Clone, Copy)]
 pub struct SettledEvent<'a> {
     /// The source's name.
     pub source: &'a str,
-    /// How the source orders its events.
-    pub ordering: SourceOrdering,
+    /// The source's kind, which says how each of its events is ordered.
+    pub kind: &'a dyn Kind,
     /// The logged event_id.
     pub event_id: &'a str,
     /// The logged event type (empty when the kind locates none).
@@ -164,7 +46,7 @@ pub fn deliveries_for(
     if *event.outcome != Outcome::Applied {
         return Vec::new();
     }
-    let order = event.ordering.delivery_order(event.event_type);
+    let order = event.kind.delivery_order(event.event_type);
     destinations
         .iter()
         .filter(|d| d.wants(event.source, event.event_type))
@@ -182,17 +64,7 @@ mod tests {
     use crate::config::Config;
     use crate::domain::DeadReason;
 
-    #[test]
-    fn the_orders_that_block_are_those_the_stores_triggers_name() {
-        // SQLite's triggers (migration 14) count a queue blocked by `ordering LIKE 'in-order%'`.
-        for order in DeliveryOrder::ALL {
-            assert_eq!(
-                order.blocks_when_dead(),
-                order.as_str().starts_with("in-order"),
-                "{order:?}"
-            );
-        }
-    }
+    use crate::kind::Lane;
     use std::collections::HashMap;
 
     const CONFIG: &str = r#"
@@ -214,6 +86,15 @@ mod tests {
         sequence = "/created"
         event_type = "/type"
         ordering = "latest-wins"
+        [[sources]]
+        name = "ledger"
+        kind = "json"
+        signature = "hmac-hex"
+        secrets = ["l"]
+        event_id = "/id"
+        aggregate = "/account"
+        sequence = "/seq"
+        ordering = "in-order"
         [[destinations]]
         name = "billing"
         url = "https://billing.example/hooks"
@@ -238,11 +119,14 @@ mod tests {
     #[test]
     fn only_applied_events_of_named_sources_and_matching_types_are_forwarded() {
         let config = config();
-        let stripe = SourceOrdering::of(config.source("stripe").unwrap());
-        assert_eq!(stripe, SourceOrdering::Json(JsonOrdering::LatestWins));
+        let stripe = config.source("stripe").unwrap().handler.as_ref();
+        assert_eq!(
+            stripe.delivery_order("invoice.paid"),
+            DeliveryOrder::LatestWins(Lane::Aggregate)
+        );
         let event = |source, event_type, outcome| SettledEvent {
             source,
-            ordering: stripe,
+            kind: stripe,
             event_id: "evt_1",
             event_type,
             outcome,
@@ -293,38 +177,36 @@ mod tests {
     #[test]
     fn each_event_is_ordered_as_its_source_rules_order_it() {
         let config = config();
-        let save = SourceOrdering::of(config.source("save-game").unwrap());
+        let order = |source: &str, event_type: &str| {
+            config
+                .source(source)
+                .unwrap()
+                .handler
+                .delivery_order(event_type)
+        };
         assert_eq!(
-            save.delivery_order("inventory.updated"),
-            DeliveryOrder::InOrder(Lane::Inventory)
+            order("save-game", "inventory.updated"),
+            DeliveryOrder::InOrder(Lane::Part("inventory"))
         );
         assert_eq!(
-            save.delivery_order("progress.saved"),
-            DeliveryOrder::LatestWins(Lane::Progress)
+            order("save-game", "progress.saved"),
+            DeliveryOrder::LatestWins(Lane::Part("progress"))
         );
         assert_eq!(
-            save.delivery_order("inventory.snapshot"),
-            DeliveryOrder::LatestWins(Lane::Inventory)
+            order("save-game", "inventory.snapshot"),
+            DeliveryOrder::LatestWins(Lane::Part("inventory"))
         );
         assert_eq!(
-            save.delivery_order("achievement.unlocked"),
+            order("save-game", "achievement.unlocked"),
             DeliveryOrder::Unordered
         );
-        let presence = SourceOrdering::of(config.source("presence").unwrap());
         assert_eq!(
-            presence.delivery_order("x"),
+            order("presence", "x"),
             DeliveryOrder::LatestWins(Lane::Aggregate)
         );
         assert_eq!(
-            SourceOrdering::Json(JsonOrdering::InOrder).delivery_order("x"),
+            order("ledger", "x"),
             DeliveryOrder::InOrder(Lane::Aggregate)
         );
-        assert!(DeliveryOrder::InOrder(Lane::Aggregate).blocks_when_dead());
-        assert_eq!(DeliveryOrder::Unordered.lane(), None);
-        assert!(!DeliveryOrder::Unordered.blocks_when_dead());
-        for order in DeliveryOrder::ALL {
-            assert_eq!(DeliveryOrder::parse(order.as_str()), Some(order));
-        }
-        assert_eq!(DeliveryOrder::parse("sideways"), None);
     }
 }

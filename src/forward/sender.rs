@@ -841,7 +841,7 @@ mod tests {
             sequence: 1,
             event_type: String::new(),
             webhook_id: format!("msg_{id}"),
-            order: crate::forward::select::DeliveryOrder::Unordered,
+            order: crate::kind::DeliveryOrder::Unordered,
             status: crate::forward::queue::DeliveryStatus::InFlight,
             attempts: 1,
             next_attempt_at_ms: None,

@@ -5,9 +5,16 @@
 //! Presence, save-game and `json` are its three implementations; the store, the
 //! worker, ingress and the read API only ever talk to the trait.
 
+mod delivery_order;
 pub mod json;
 pub mod presence;
 pub mod save;
+
+pub use delivery_order::{DeliveryOrder, Lane};
+
+/// Every kind's lanes, the named parts of an aggregate forwarding orders apart (only a save
+/// slot has any).
+const LANES: &[&str] = save::LANES;
 
 use std::any::Any;
 use std::collections::BTreeSet;
@@ -23,7 +30,9 @@ use crate::ordering::Outcome;
 
 /// What kind of projection a source feeds, and so which contract its bodies follow: the
 /// `kind` a source is configured with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, utoipa::ToSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum SourceKind {
     /// Remote-worker presence (first seed).
@@ -228,6 +237,9 @@ pub trait Kind: Send + Sync + fmt::Debug + 'static {
     /// and decided sequences as [`crate::store::settle`] asks.
     fn in_order(&self) -> bool;
 
+    /// How an event of `event_type` is ordered when forwarded.
+    fn delivery_order(&self, event_type: &str) -> DeliveryOrder;
+
     /// Decides the pending rows and produces the new state. Pure.
     fn settle(&self, input: &SettleInput<'_>) -> KindPlan;
 
@@ -313,7 +325,11 @@ mod tests {
     use super::*;
 
     /// Parses `body` as a source of `kind` would, the delivery id a scheme carried as `fallback`.
-    fn parse(kind: SourceKind, body: &[u8], fallback: Option<&str>) -> Result<EventFields, ContractError> {
+    fn parse(
+        kind: SourceKind,
+        body: &[u8],
+        fallback: Option<&str>,
+    ) -> Result<EventFields, ContractError> {
         match built_in(kind, 0).parse(body, &HeaderMap::new(), fallback)? {
             Delivery::Event(fields) => Ok(fields),
             Delivery::Ignored { .. } => panic!("the built-in kinds accept every type they parse"),
@@ -324,8 +340,7 @@ mod tests {
 
     #[test]
     fn a_missing_event_id_takes_the_delivery_id() {
-        let event =
-            parse(SourceKind::Presence, PRESENCE, Some("msg_1")).unwrap();
+        let event = parse(SourceKind::Presence, PRESENCE, Some("msg_1")).unwrap();
         assert_eq!(event.event_id.as_str(), "msg_1");
         let save = br#"{"event_type":"progress.saved","player_id":"p","save_slot":"s",
             "sequence":1,"idempotency_key":"k","data":{}}"#;
@@ -348,16 +363,14 @@ mod tests {
     #[test]
     fn without_a_fallback_a_missing_event_id_is_still_a_400() {
         for fallback in [None, Some(""), Some("\u{7}bell")] {
-            let err =
-                parse(SourceKind::Presence, PRESENCE, fallback).unwrap_err();
+            let err = parse(SourceKind::Presence, PRESENCE, fallback).unwrap_err();
             assert_eq!(err.problems.len(), 1, "{err}");
             assert_eq!(err.problems[0].field, "event_id");
         }
         let err = parse(SourceKind::Presence, PRESENCE, None).unwrap_err();
         assert_eq!(err.problems[0].problem, "is required");
         let long = "x".repeat(129);
-        let err =
-            parse(SourceKind::Presence, PRESENCE, Some(&long)).unwrap_err();
+        let err = parse(SourceKind::Presence, PRESENCE, Some(&long)).unwrap_err();
         assert!(
             err.problems[0].problem.contains("delivery id header"),
             "{err}"

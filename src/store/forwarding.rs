@@ -13,7 +13,8 @@ use super::bulk::BulkJob;
 use super::{cut_page, SourceRules, StoreError};
 use crate::forward::answer::{AttemptRecord, Verdict};
 use crate::forward::queue::{self, DeliveryStatus, NextSend, Queued, ReplayDecision};
-use crate::forward::select::{deliveries_for, DeliveryOrder, SettledEvent};
+use crate::forward::select::{deliveries_for, SettledEvent};
+use crate::kind::DeliveryOrder;
 use crate::kind::PendingRow;
 use crate::ordering::Outcome;
 
@@ -177,10 +178,9 @@ const ACTIVE: &str = "('pending', 'in_flight', 'retrying', 'dead')";
 
 /// The stored orders that block their aggregate when dead, as an SQL list.
 fn blocking_orders() -> String {
-    let quoted: Vec<String> = DeliveryOrder::ALL
-        .iter()
+    let quoted: Vec<String> = DeliveryOrder::all()
         .filter(|o| o.blocks_when_dead())
-        .map(|o| format!("'{}'", o.as_str()))
+        .map(|o| format!("'{}'", o.to_stored()))
         .collect();
     format!("({})", quoted.join(", "))
 }
@@ -206,7 +206,7 @@ pub(crate) async fn write_deliveries<I: Tx>(
         };
         let settled = SettledEvent {
             source: &rules.name,
-            ordering: rules.ordering,
+            kind: rules.kind.as_ref(),
             event_id: &event.event_id,
             event_type: &event.event_type,
             outcome,
@@ -225,7 +225,7 @@ pub(crate) async fn write_deliveries<I: Tx>(
                     Param::Int(event.sequence),
                     text(&event.event_type),
                     text(delivery.webhook_id.as_str()),
-                    text(delivery.order.as_str()),
+                    text(&delivery.order.to_stored()),
                     Param::Int(now_ms),
                 ],
             )

@@ -148,8 +148,6 @@ pub struct SourceRules {
     pub hold_timeout_ms: i64,
     /// The configured destinations: settling writes a delivery for each that wants an applied event.
     pub destinations: std::sync::Arc<[crate::config::DestinationConfig]>,
-    /// How the source orders its events, as forwarding needs it.
-    pub ordering: crate::forward::select::SourceOrdering,
 }
 
 /// A verified, parsed delivery about to be logged.

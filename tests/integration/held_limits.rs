@@ -4,9 +4,9 @@
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
+use inhook::domain::{AggregateKey, EventStatus};
 use inhook::kind::save::SaveEvent;
 use inhook::kind::SourceKind;
-use inhook::domain::{AggregateKey, EventStatus};
 use inhook::store::{Admission, EventFilter, IngestLimits, NewEvent, SettleAt, SourceRules};
 use serde_json::{json, Value};
 
@@ -248,7 +248,6 @@ async fn report_the_cost_of_arrivals_with_many_held_events() {
         first_sequence: 1,
         hold_timeout_ms: 3_600_000,
         destinations: std::sync::Arc::from([]),
-        ordering: inhook::forward::select::SourceOrdering::SaveGame,
     };
     let pad = "x".repeat(20_000);
     let arrive = |player: String, seq: i64| {

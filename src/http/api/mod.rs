@@ -19,8 +19,8 @@ use utoipa::IntoParams;
 use super::answer::Answer;
 use super::AppState;
 use crate::config::SourceConfig;
-use crate::kind::SourceKind;
 use crate::domain::AggregateKey;
+use crate::kind::SourceKind;
 
 /// Most items one page may hold.
 const MAX_PAGE: usize = 500;

@@ -7,10 +7,10 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::clock;
-use crate::kind::SourceKind;
 use crate::domain::EventStatus;
 use crate::http::answer::{AdminFailures, Answer, ErrorBody};
 use crate::http::AppState;
+use crate::kind::SourceKind;
 
 /// Prometheus text; the backlog gauges are read from the store at each scrape.
 #[utoipa::path(get, path = "/metrics", tag = "observability", security((), ("admin_token" = [])),

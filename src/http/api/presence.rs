@@ -10,12 +10,12 @@ use super::extract::{Path, Query};
 use super::{page_size, source_of_kind, status_filter, SourceQuery};
 use crate::clock;
 use crate::config::SourceConfig;
-use crate::kind::presence::Presence;
-use crate::kind::SourceKind;
 use crate::http::answer::{AdminFailures, Answer, ErrorBody};
 use crate::http::AppState;
 use crate::kind::presence::presence_state;
+use crate::kind::presence::Presence;
 use crate::kind::presence::{presence_view, PresenceState, PresenceView};
+use crate::kind::SourceKind;
 
 /// `?status=&limit=&cursor=&source=` of the presence listing.
 #[derive(Debug, Deserialize, IntoParams)]

@@ -9,12 +9,12 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{Path, Query};
 use super::{masked_state, page_size, source_of_kind, SourceQuery};
-use crate::kind::SourceKind;
 use crate::domain::{AggregateKey, Ident};
 use crate::http::answer::{AdminFailures, Answer, ErrorBody};
 use crate::http::AppState;
 use crate::kind::save::save_state;
 use crate::kind::save::{save_view, SaveView};
+use crate::kind::SourceKind;
 
 /// A page of save slots.
 #[derive(Debug, Serialize, ToSchema)]

@@ -1590,8 +1590,10 @@ mod tests {
             start.elapsed()
         };
         let save_cost = time(&|| {
-            std::hint::black_box(crate::kind::save::SaveEvent::parse(std::hint::black_box(save)))
-                .unwrap();
+            std::hint::black_box(crate::kind::save::SaveEvent::parse(std::hint::black_box(
+                save,
+            )))
+            .unwrap();
         });
         let json_cost = time(&|| {
             std::hint::black_box(c.parse_bytes(std::hint::black_box(json_body), &h, None)).unwrap();

@@ -11,16 +11,16 @@ use serde_json::{json, Value};
 
 use super::AggregateState;
 use super::{
-    aggregate_view, invalid_for_projection, Delivery, EventFields, Kind, KindPlan, ParsedBody,
-    PendingRow, SettleInput,
+    aggregate_view, invalid_for_projection, Delivery, DeliveryOrder, EventFields, Kind, KindPlan,
+    Lane, ParsedBody, PendingRow, SettleInput,
 };
 use crate::contract::ContractError;
-use contract::{ContractConfigError, JsonContract, JsonOrdering, JsonParsed, JsonSourceSpec};
 use crate::domain::{AggregateKey, Ident};
 use crate::mask::mask_at;
 use crate::ordering::{
     in_order_rule, settle_in_order, InOrderState, Outcome, PendingEvent, Sequenced, SkippedGaps,
 };
+use contract::{ContractConfigError, JsonContract, JsonOrdering, JsonParsed, JsonSourceSpec};
 
 /// A configured `json` source's kind: its compiled contract.
 #[derive(Debug, Clone)]
@@ -343,6 +343,14 @@ impl Kind for JsonKind {
 
     fn in_order(&self) -> bool {
         self.ordering() == JsonOrdering::InOrder
+    }
+
+    fn delivery_order(&self, _event_type: &str) -> DeliveryOrder {
+        match self.ordering() {
+            JsonOrdering::LatestWins => DeliveryOrder::LatestWins(Lane::Aggregate),
+            JsonOrdering::InOrder => DeliveryOrder::InOrder(Lane::Aggregate),
+            JsonOrdering::Unordered => DeliveryOrder::Unordered,
+        }
     }
 
     fn settle(&self, input: &SettleInput<'_>) -> KindPlan {

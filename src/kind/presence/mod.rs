@@ -13,8 +13,8 @@ pub use projection::{presence_view, PresenceState, PresenceView};
 pub use rules::decide_presence;
 
 use super::{
-    invalid_for_projection, last_applied, Delivery, EventFields, Kind, KindPlan, ParsedBody,
-    SettleInput,
+    invalid_for_projection, last_applied, Delivery, DeliveryOrder, EventFields, Kind, KindPlan,
+    Lane, ParsedBody, SettleInput,
 };
 use super::{AggregateState, CorruptState};
 use crate::contract::ContractError;
@@ -105,6 +105,10 @@ impl Kind for PresenceKind {
 
     fn in_order(&self) -> bool {
         false
+    }
+
+    fn delivery_order(&self, _event_type: &str) -> DeliveryOrder {
+        DeliveryOrder::LatestWins(Lane::Aggregate)
     }
 
     fn settle(&self, input: &SettleInput<'_>) -> KindPlan {

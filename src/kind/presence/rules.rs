@@ -57,5 +57,4 @@ mod tests {
             prop_assert_eq!(state.map(|s| (s.presence, s.sequence)), Some((last.presence, last.sequence)));
         }
     }
-
 }

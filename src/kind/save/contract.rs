@@ -18,6 +18,15 @@ pub struct ItemQty {
     pub qty: i64,
 }
 
+/// `progress.saved`: the slot's progress, latest-wins.
+pub const PROGRESS_SAVED: &str = "progress.saved";
+/// `inventory.updated`: an inventory delta, in order.
+pub const INVENTORY_UPDATED: &str = "inventory.updated";
+/// `inventory.snapshot`: the whole inventory, latest-wins.
+pub const INVENTORY_SNAPSHOT: &str = "inventory.snapshot";
+/// `achievement.unlocked`: an achievement, order-free.
+pub const ACHIEVEMENT_UNLOCKED: &str = "achievement.unlocked";
+
 /// What a save-game event does, by `event_type`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SaveChange {
@@ -143,8 +152,8 @@ fn change_of(
 ) -> Option<SaveChange> {
     let mut d = Reader::nested(data, path, problems);
     match event_type {
-        "progress.saved" => Some(SaveChange::ProgressSaved(data.clone())),
-        "inventory.updated" => {
+        PROGRESS_SAVED => Some(SaveChange::ProgressSaved(data.clone())),
+        INVENTORY_UPDATED => {
             let added = items(&mut d, "added_items", false);
             let removed = items(&mut d, "removed_items", false);
             Some(SaveChange::InventoryUpdated {
@@ -152,8 +161,8 @@ fn change_of(
                 removed: removed?,
             })
         }
-        "inventory.snapshot" => items(&mut d, "items", true).map(SaveChange::InventorySnapshot),
-        "achievement.unlocked" => d
+        INVENTORY_SNAPSHOT => items(&mut d, "items", true).map(SaveChange::InventorySnapshot),
+        ACHIEVEMENT_UNLOCKED => d
             .id("achievement_id", true, Ident::parse)
             .map(SaveChange::AchievementUnlocked),
         _ => Some(SaveChange::Unsupported),

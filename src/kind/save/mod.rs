@@ -15,8 +15,8 @@ use axum::http::HeaderMap;
 use serde_json::{json, Value};
 
 use super::{
-    invalid_for_projection, last_applied, Delivery, EventFields, Kind, KindPlan, ParsedBody,
-    PendingRow, SettleInput,
+    invalid_for_projection, last_applied, Delivery, DeliveryOrder, EventFields, Kind, KindPlan,
+    Lane, ParsedBody, PendingRow, SettleInput,
 };
 use super::{AggregateState, CorruptState};
 use crate::contract::ContractError;
@@ -55,6 +55,13 @@ impl SaveEvent {
         })
     }
 }
+
+/// The lane of a slot's progress (`progress.saved`).
+pub const PROGRESS_LANE: &str = "progress";
+/// The lane of a slot's inventory (`inventory.snapshot` and `inventory.updated`).
+pub const INVENTORY_LANE: &str = "inventory";
+/// The parts of a slot that forwarding orders apart.
+pub const LANES: &[&str] = &[PROGRESS_LANE, INVENTORY_LANE];
 
 /// Game saves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,6 +164,16 @@ impl Kind for SaveKind {
 
     fn in_order(&self) -> bool {
         true
+    }
+
+    fn delivery_order(&self, event_type: &str) -> DeliveryOrder {
+        match event_type {
+            contract::INVENTORY_UPDATED => DeliveryOrder::InOrder(Lane::Part(INVENTORY_LANE)),
+            contract::PROGRESS_SAVED => DeliveryOrder::LatestWins(Lane::Part(PROGRESS_LANE)),
+            contract::INVENTORY_SNAPSHOT => DeliveryOrder::LatestWins(Lane::Part(INVENTORY_LANE)),
+            // achievement.unlocked is order-free.
+            _ => DeliveryOrder::Unordered,
+        }
     }
 
     fn settle(&self, input: &SettleInput<'_>) -> KindPlan {

@@ -44,7 +44,6 @@ pub fn save_view(player_id: &str, save_slot: &str, state: &SaveState) -> SaveVie
     }
 }
 
-
 /// A player's save slot: the projection plus the ordering bookkeeping it needs.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SaveState {

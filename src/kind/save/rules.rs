@@ -89,9 +89,11 @@ fn decide_save(state: &SaveState, pending: &PendingSave) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ordering::{final_at_ingest, held_in_reach, held_left_out, ready_at_ingest, HeldRef};
-    use crate::kind::save::ItemQty;
     use crate::domain::{EventId, IdempotencyKey, Ident};
+    use crate::kind::save::ItemQty;
+    use crate::ordering::{
+        final_at_ingest, held_in_reach, held_left_out, ready_at_ingest, HeldRef,
+    };
     use proptest::prelude::*;
     use serde_json::{json, Map};
 

@@ -10,13 +10,13 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::stream::{new_event_id, Aggregate, AggregateRef, Stream, StreamEvent};
 use crate::kind::json::contract::{JsonContract, JsonEvent, JsonOrdering, JsonParsed};
+use crate::kind::presence::decide_presence;
+use crate::kind::presence::PresenceState;
 use crate::kind::presence::{Presence, PresenceEvent};
 use crate::kind::save::SaveEvent;
-use crate::kind::SourceKind;
-use crate::kind::presence::decide_presence;
-use crate::ordering::Outcome;
-use crate::kind::presence::PresenceState;
 use crate::kind::save::SaveState;
+use crate::kind::SourceKind;
+use crate::ordering::Outcome;
 
 /// The state an aggregate must reach: what applying its stream once, in order, gives.
 #[derive(Debug, Clone, PartialEq)]

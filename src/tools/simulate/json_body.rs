@@ -15,10 +15,10 @@ use serde_json::{json, Map, Value};
 use super::stream::{Aggregate, AggregateRef, Stream, StreamEvent, StreamSpec};
 use crate::clock;
 use crate::config::SourceConfig;
+use crate::domain::{AggregateKey, Ident};
 use crate::kind::json::contract::{
     AggregateLocations, Glob, JsonContract, JsonOrdering, JsonSourceSpec, Location,
 };
-use crate::domain::{AggregateKey, Ident};
 
 /// Where a generated value goes in the request.
 #[derive(Debug, Clone, PartialEq, Eq)]

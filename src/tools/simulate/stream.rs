@@ -11,11 +11,11 @@ use serde_json::{json, Map, Value};
 
 use super::json_body::Place;
 use crate::clock;
+use crate::domain::AggregateKey;
 use crate::kind::presence::Presence;
 use crate::kind::save::SaveEvent;
-use crate::kind::SourceKind;
-use crate::domain::AggregateKey;
 use crate::kind::save::SaveState;
+use crate::kind::SourceKind;
 
 /// Which aggregate an event belongs to, by its ids in the payload.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -9,7 +9,7 @@ use inhook::config::Config;
 use inhook::forward::answer::{AttemptRecord, AttemptResult, Verdict};
 use inhook::forward::message::WebhookId;
 use inhook::forward::queue::DeliveryStatus;
-use inhook::forward::select::{DeliveryOrder, Lane};
+use inhook::kind::{DeliveryOrder, Lane};
 use inhook::store::{
     DeliveryFilter, DeliveryRecord, DeliveryReplay, DeliverySkip, PendingVerdict, SourceRules,
     Store,
@@ -184,12 +184,18 @@ pub async fn applied_events_write_deliveries_with_the_decision(store: &dyn Store
     }
     assert_eq!(app[0].order, DeliveryOrder::LatestWins(Lane::Aggregate));
     assert_eq!(app[0].aggregate, "u1");
-    assert_eq!(app[1].order, DeliveryOrder::InOrder(Lane::Inventory));
+    assert_eq!(
+        app[1].order,
+        DeliveryOrder::InOrder(Lane::Part("inventory"))
+    );
     assert_eq!(
         (app[1].aggregate.clone(), app[1].sequence),
         (slot("slot_a"), 1)
     );
-    assert_eq!(app[2].order, DeliveryOrder::LatestWins(Lane::Progress));
+    assert_eq!(
+        app[2].order,
+        DeliveryOrder::LatestWins(Lane::Part("progress"))
+    );
     assert_eq!(app[2].created_at_ms, T0 + 5);
 
     let audit = all(store, "audit").await;

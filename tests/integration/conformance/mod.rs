@@ -11,11 +11,11 @@ pub mod log;
 pub mod retries;
 pub mod settle;
 
-use inhook::kind::SourceKind;
 use inhook::domain::{AggregateKey, Ident};
-use inhook::kind::{Delivery, EventFields};
 use inhook::kind::presence::PresenceState;
 use inhook::kind::save::SaveState;
+use inhook::kind::SourceKind;
+use inhook::kind::{Delivery, EventFields};
 use inhook::store::{Admission, IngestLimits, NewEvent, SettleAt, SourceRules, Store, StoreError};
 use serde_json::{json, Value};
 
@@ -35,7 +35,6 @@ pub fn presence_rules() -> SourceRules {
         first_sequence: 1,
         hold_timeout_ms: 30_000,
         destinations: std::sync::Arc::from([]),
-        ordering: inhook::forward::select::SourceOrdering::Presence,
     }
 }
 
@@ -47,7 +46,6 @@ pub fn save_rules() -> SourceRules {
         first_sequence: 1,
         hold_timeout_ms: 30_000,
         destinations: std::sync::Arc::from([]),
-        ordering: inhook::forward::select::SourceOrdering::SaveGame,
     }
 }
 

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use inhook::kind::presence::Presence;
 use inhook::domain::{AggregateKey, DeadReason, EventStatus, Ident};
+use inhook::kind::presence::Presence;
 use inhook::ordering::Outcome;
 use inhook::store::{Admission, IngestLimits, Store};
 use serde_json::json;
@@ -419,9 +419,6 @@ pub async fn a_json_source_settles_through_the_generic_aggregate_state(store: &d
         first_sequence: 1,
         hold_timeout_ms: 30_000,
         destinations: std::sync::Arc::from([]),
-        ordering: inhook::forward::select::SourceOrdering::Json(
-            inhook::kind::json::contract::JsonOrdering::InOrder,
-        ),
     };
     let log = |n: i64, at: i64| {
         let rules = rules.clone();
