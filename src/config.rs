@@ -19,15 +19,7 @@ mod reload;
 pub use destination::{destination_secret_env_var, DestinationConfig};
 pub use reload::{check_reload, LiveSecrets, ReloadPlan};
 
-/// Whether a source answers after applying (sync) or after logging (async).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// Log and apply in one transaction; answer with the outcome.
-    Sync,
-    /// Log, answer 202; workers apply.
-    Async,
-}
+pub use crate::domain::Mode;
 
 /// Where the event log lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -622,19 +614,13 @@ impl Config {
                     s.name
                 )));
             }
-            let (default_mode, default_scheme) = match s.kind {
-                SourceKind::Presence => (Mode::Sync, Scheme::HmacHex),
-                SourceKind::SaveGame => (Mode::Async, Scheme::HmacTimestamped),
-                SourceKind::Json => {
-                    let scheme = s.signature.ok_or_else(|| {
-                        ConfigError(format!(
-                            "source {:?}: signature is required for kind = \"json\"",
-                            s.name
-                        ))
-                    })?;
-                    (Mode::Async, scheme)
-                }
-            };
+            let scheme = s.signature.or(s.kind.default_scheme()).ok_or_else(|| {
+                ConfigError(format!(
+                    "source {:?}: signature is required for kind = \"{}\"",
+                    s.name,
+                    s.kind.as_str()
+                ))
+            })?;
             let first_sequence = s.first_sequence.unwrap_or(1);
             if first_sequence < 0 {
                 return Err(ConfigError(format!(
@@ -642,7 +628,6 @@ impl Config {
                     s.name
                 )));
             }
-            let scheme = s.signature.unwrap_or(default_scheme);
             let stale_after_s = s.stale_after_s.unwrap_or(15 * 60);
             let (handler, json) = source_kind(&s.name, s.kind, json_keys, scheme, stale_after_s)?;
             let secrets: Vec<Secret> = secrets.into_iter().map(Secret::new).collect();
@@ -670,7 +655,7 @@ impl Config {
                 kind: s.kind,
                 handler,
                 json,
-                mode: s.mode.unwrap_or(default_mode),
+                mode: s.mode.unwrap_or(s.kind.default_mode()),
                 decide_at_ingest: s.decide_at_ingest.unwrap_or(false),
                 scheme,
                 secrets,

@@ -183,22 +183,11 @@ impl fmt::Display for Sequence {
     }
 }
 
-/// The unit of ordering: one user's presence, or one player's save slot.
+/// The unit of ordering: the ids a kind keys its aggregates by, in order (a user; a player
+/// and a save slot; a `json` source's located values). Every kind's keys store and show the
+/// same way.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum AggregateKey {
-    /// A presence aggregate, keyed by user.
-    User(Ident),
-    /// A save-game aggregate, keyed by player and slot.
-    SaveSlot {
-        /// The player.
-        player_id: Ident,
-        /// The player's save slot.
-        save_slot: Ident,
-    },
-    /// A `json` source's aggregate: its configured locations' values in order, or the
-    /// event id of an unordered source without `aggregate`.
-    Located(Vec<Ident>),
-}
+pub struct AggregateKey(Vec<Ident>);
 
 /// Most parts an aggregate key may have (a `json` source's `aggregate` list).
 pub const MAX_KEY_PARTS: usize = 16;
@@ -260,36 +249,19 @@ fn decode_part(text: &str) -> Result<String, AggregateKeyProblem> {
 }
 
 impl AggregateKey {
-    /// The ids that make up the key, in order.
-    pub fn parts(&self) -> Vec<&Ident> {
-        match self {
-            AggregateKey::User(user) => vec![user],
-            AggregateKey::SaveSlot {
-                player_id,
-                save_slot,
-            } => vec![player_id, save_slot],
-            AggregateKey::Located(parts) => parts.iter().collect(),
-        }
+    /// The key of one id.
+    pub fn one(part: Ident) -> Self {
+        Self(vec![part])
     }
 
-    /// The key of parts read by the contracts: one part a user, two a save slot when
-    /// they follow the built-in id rule, anything else a `json` source's key. Every
-    /// form stores and shows the same way, so the variant never changes a match.
+    /// The key of `parts`, in order (a kind reads at most [`MAX_KEY_PARTS`]).
     pub fn of_parts(parts: Vec<Ident>) -> Self {
-        let strict = parts.iter().all(|p| check_id(p.as_str()).is_ok());
-        let mut iter = parts.into_iter();
-        match (strict, iter.len()) {
-            (true, 1) => AggregateKey::User(iter.next().expect("one part")),
-            (true, 2) => {
-                let player_id = iter.next().expect("two parts");
-                let save_slot = iter.next().expect("two parts");
-                AggregateKey::SaveSlot {
-                    player_id,
-                    save_slot,
-                }
-            }
-            _ => AggregateKey::Located(iter.collect()),
-        }
+        Self(parts)
+    }
+
+    /// The ids that make up the key, in order.
+    pub fn parts(&self) -> &[Ident] {
+        &self.0
     }
 
     /// Parses the text form of docs/contract.md (json sources) (API filters, cursors, routes, CLI
@@ -309,14 +281,10 @@ impl AggregateKey {
 
     /// The key as stored in the event log's `aggregate` column.
     pub fn storage_key(&self) -> String {
-        // Built once per delivery: one allocation for the built-in kinds.
-        match self {
-            AggregateKey::User(user) => user.as_str().to_owned(),
-            AggregateKey::SaveSlot {
-                player_id,
-                save_slot,
-            } => format!("{player_id}{KEY_SEPARATOR}{save_slot}"),
-            AggregateKey::Located(parts) => {
+        // Built once per delivery: one allocation, none wasted on the common one-part key.
+        match self.0.as_slice() {
+            [one] => one.as_str().to_owned(),
+            parts => {
                 let mut stored = String::new();
                 for (at, part) in parts.iter().enumerate() {
                     if at > 0 {
@@ -355,7 +323,7 @@ impl AggregateKey {
 /// The text form of docs/contract.md (json sources): the parts, percent-encoded, joined by `/`.
 impl fmt::Display for AggregateKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (at, part) in self.parts().into_iter().enumerate() {
+        for (at, part) in self.0.iter().enumerate() {
             if at > 0 {
                 write!(f, "{TEXT_SEPARATOR}")?;
             }
@@ -363,6 +331,16 @@ impl fmt::Display for AggregateKey {
         }
         Ok(())
     }
+}
+
+/// Whether a source answers after applying (sync) or after logging (async).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Log and apply in one transaction; answer with the outcome.
+    Sync,
+    /// Log, answer 202; workers apply.
+    Async,
 }
 
 /// Where an event is in its life (docs/contract.md, processing).
@@ -520,11 +498,11 @@ mod tests {
 
     #[test]
     fn aggregate_keys_round_trip_through_storage() {
-        let slot = AggregateKey::SaveSlot {
-            player_id: Ident::parse("p/1").unwrap(),
-            save_slot: Ident::parse("slot:a").unwrap(),
-        };
-        let user = AggregateKey::User(Ident::parse("usr_1").unwrap());
+        let slot = AggregateKey::of_parts(vec![
+            Ident::parse("p/1").unwrap(),
+            Ident::parse("slot:a").unwrap(),
+        ]);
+        let user = AggregateKey::one(Ident::parse("usr_1").unwrap());
         for key in [slot, user] {
             assert_eq!(
                 AggregateKey::from_storage_key(&key.storage_key()),
@@ -539,14 +517,14 @@ mod tests {
 
     #[test]
     fn an_id_holding_a_slash_never_splits() {
-        let user = AggregateKey::User(Ident::parse("team/alice").unwrap());
+        let user = AggregateKey::one(Ident::parse("team/alice").unwrap());
         assert_eq!(user.to_string(), "team%2Falice");
         assert_eq!(key("team%2Falice"), Ok(user.clone()));
         assert_eq!(key("team%2falice"), Ok(user));
-        let slot = AggregateKey::SaveSlot {
-            player_id: Ident::parse("p/1%").unwrap(),
-            save_slot: Ident::parse("slot_a").unwrap(),
-        };
+        let slot = AggregateKey::of_parts(vec![
+            Ident::parse("p/1%").unwrap(),
+            Ident::parse("slot_a").unwrap(),
+        ]);
         assert_eq!(slot.to_string(), "p%2F1%25/slot_a");
         assert_eq!(key("p%2F1%25/slot_a"), Ok(slot));
         assert_eq!(
@@ -569,9 +547,9 @@ mod tests {
             AggregateKey::from_storage_key(&key.storage_key()),
             Some(key)
         );
-        // One or two parts under the built-in rule are the built-in keys, byte for byte.
+        // A located part under the built-in rule is the built-in kinds' key, byte for byte.
         let user = AggregateKey::of_parts(vec![Ident::parse_located("u").unwrap()]);
-        assert_eq!(user, AggregateKey::User(Ident::parse("u").unwrap()));
+        assert_eq!(user, AggregateKey::one(Ident::parse("u").unwrap()));
     }
 
     #[test]
@@ -595,11 +573,8 @@ mod tests {
         let id = prop_oneof!["[ -~]{1,40}", "[/%25Ffa]{1,6}"]
             .prop_map(|raw| Ident::parse(&raw).unwrap());
         prop_oneof![
-            id.clone().prop_map(AggregateKey::User),
-            (id.clone(), id).prop_map(|(player_id, save_slot)| AggregateKey::SaveSlot {
-                player_id,
-                save_slot
-            }),
+            id.clone().prop_map(AggregateKey::one),
+            (id.clone(), id).prop_map(|(player, slot)| AggregateKey::of_parts(vec![player, slot])),
         ]
     }
 

@@ -116,12 +116,12 @@ fn success_report(
     {
         Ok(Delivery::Event(event)) => format!(
             "payload: follows the {} contract (event_id {})\n",
-            kind_name(source),
+            source.kind.as_str(),
             event.event_id
         ),
         Ok(Delivery::Ignored { event_type, .. }) => format!(
             "payload: follows the {} contract; its type {} is not accepted (200 ignored_unsupported)\n",
-            kind_name(source),
+            source.kind.as_str(),
             event_type.as_deref().unwrap_or("(none)")
         ),
         Err(err) => format!(
@@ -181,14 +181,6 @@ fn failure_report(
         }
     }
     out.trim_end().to_owned()
-}
-
-fn kind_name(source: &SourceConfig) -> &'static str {
-    match source.kind {
-        crate::kind::SourceKind::Presence => "presence",
-        crate::kind::SourceKind::SaveGame => "save-game",
-        crate::kind::SourceKind::Json => "json",
-    }
 }
 
 fn read_body(path: &Path) -> anyhow::Result<Vec<u8>> {

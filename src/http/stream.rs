@@ -23,8 +23,8 @@ use tokio::sync::{broadcast, watch, OwnedSemaphorePermit, Semaphore};
 use utoipa::IntoParams;
 
 use super::answer::{Answer, ErrorBody};
+use super::api::aggregate_filter;
 use super::api::extract::Query;
-use super::api::{aggregate_filter, masked_state};
 use super::AppState;
 use crate::domain::AggregateKey;
 use crate::store::{StateChange, Store, StoreError};
@@ -41,8 +41,8 @@ const GAP_GRACE: Duration = Duration::from_secs(2);
 /// Changes read from the store at once.
 const BATCH: usize = 256;
 
-/// What masks a change as shown: the configured fields, and the kind of each source
-/// whose changes carry the generic item (a json state sits at its source's `state`).
+/// What masks a change as shown: the configured fields, and the kind of each source, which
+/// knows where in its changes the body's values are.
 #[derive(Clone)]
 pub struct ChangeMask {
     fields: Vec<String>,
@@ -57,7 +57,6 @@ impl ChangeMask {
             kinds: config
                 .sources
                 .iter()
-                .filter(|s| s.kind == crate::kind::SourceKind::Json)
                 .map(|s| (s.name.clone(), Arc::clone(&s.handler)))
                 .collect(),
         }
@@ -79,16 +78,16 @@ pub struct FeedChange {
 impl FeedChange {
     fn of(change: StateChange, mask: &ChangeMask) -> Self {
         let mut state = serde_json::from_str(&change.state).unwrap_or(serde_json::Value::Null);
-        let kind = mask.kinds.get(&change.source);
-        if let (Some(kind), Some(located)) = (kind, state.get_mut("state")) {
-            // A json change carries the generic item: its state is masked as its kind
-            // shows it (counted from the source's `state` location in the body).
-            kind.mask(located, &mask.fields);
+        match mask.kinds.get(&change.source) {
+            Some(kind) => kind.mask_stream_state(&mut state, &mask.fields),
+            // Every source that writes changes is configured (a reload keeps them all); were
+            // one not, nothing would say what to mask, so nothing is shown.
+            None => state = serde_json::Value::Null,
         }
         let data = json!({
             "source": change.source,
             "aggregate": AggregateKey::text_of_stored(&change.aggregate),
-            "state": masked_state(state, &mask.fields),
+            "state": state,
         });
         Self {
             id: change.id,

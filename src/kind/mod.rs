@@ -25,8 +25,9 @@ use axum::http::HeaderMap;
 use serde_json::{json, Value};
 
 use crate::contract::ContractError;
-use crate::domain::{AggregateKey, DeadReason, EventId, IdempotencyKey};
+use crate::domain::{AggregateKey, DeadReason, EventId, IdempotencyKey, Mode};
 use crate::ordering::Outcome;
+use crate::signature::Scheme;
 
 /// What kind of projection a source feeds, and so which contract its bodies follow: the
 /// `kind` a source is configured with.
@@ -41,6 +42,36 @@ pub enum SourceKind {
     SaveGame,
     /// Any publisher's JSON, its fields located by configuration (docs/contract.md, json sources).
     Json,
+}
+
+impl SourceKind {
+    /// Its name in a config file's `kind`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::Presence => "presence",
+            SourceKind::SaveGame => "save-game",
+            SourceKind::Json => "json",
+        }
+    }
+
+    /// How a source of this kind answers when its `mode` is not set.
+    pub fn default_mode(self) -> Mode {
+        match self {
+            SourceKind::Presence => presence::DEFAULT_MODE,
+            SourceKind::SaveGame => save::DEFAULT_MODE,
+            SourceKind::Json => json::DEFAULT_MODE,
+        }
+    }
+
+    /// How a source of this kind is signed when its `signature` is not set; `None`: the
+    /// source must name its scheme.
+    pub fn default_scheme(self) -> Option<Scheme> {
+        match self {
+            SourceKind::Presence => Some(presence::DEFAULT_SCHEME),
+            SourceKind::SaveGame => Some(save::DEFAULT_SCHEME),
+            SourceKind::Json => None,
+        }
+    }
 }
 
 /// The stored state of one aggregate, whatever its kind: the columns every kind
@@ -248,6 +279,11 @@ pub trait Kind: Send + Sync + fmt::Debug + 'static {
 
     /// Masks, in a [`Kind::view`], what came from the body.
     fn mask(&self, view: &mut Value, fields: &[String]);
+
+    /// Masks, in a [`Kind::stream_state`], what came from the body.
+    fn mask_stream_state(&self, state: &mut Value, fields: &[String]) {
+        self.mask(state, fields);
+    }
 
     /// The state a change carries on `/v1/stream`: the kind's view.
     fn stream_state(&self, source: &str, stored: &AggregateState, now_ms: i64) -> Value {

@@ -291,10 +291,10 @@ async fn report_the_cost_of_arrivals_with_many_held_events() {
             cpu_seconds() - cpu,
             wall.elapsed().as_secs_f64()
         );
-        let key = AggregateKey::SaveSlot {
-            player_id: inhook::domain::Ident::parse(&player).unwrap(),
-            save_slot: inhook::domain::Ident::parse("a").unwrap(),
-        };
+        let key = AggregateKey::of_parts(vec![
+            inhook::domain::Ident::parse(&player).unwrap(),
+            inhook::domain::Ident::parse("a").unwrap(),
+        ]);
         let stored = crate::conformance::save_of(&*store, "save-game", &key).await;
         assert!(stored.unwrap().is_none());
     }

@@ -8,7 +8,7 @@ use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{Path, Query};
-use super::{masked_state, page_size, source_of_kind, SourceQuery};
+use super::{page_size, source_of_kind, SourceQuery};
 use crate::domain::{AggregateKey, Ident};
 use crate::http::answer::{AdminFailures, Answer, ErrorBody};
 use crate::http::AppState;
@@ -19,7 +19,7 @@ use crate::kind::SourceKind;
 /// A page of save slots.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct SavePage {
-    /// The slots, by player and slot (each built by [`masked_state`]).
+    /// The slots, by player and slot (each masked by its kind).
     #[schema(value_type = Vec<SaveView>)]
     items: Vec<serde_json::Value>,
     /// Pass as `cursor` for the next page; null on the last.
@@ -45,17 +45,15 @@ pub(crate) async fn save_one(
     let (Ok(player), Ok(slot)) = (Ident::parse(&player_id), Ident::parse(&save_slot)) else {
         return Err(Answer::NotFound("unknown_save"));
     };
-    let key = AggregateKey::SaveSlot {
-        player_id: player,
-        save_slot: slot,
-    };
+    let key = AggregateKey::of_parts(vec![player, slot]);
     let save = state
         .store
         .aggregate(&source.name, &key.storage_key())
         .await?
         .ok_or(Answer::NotFound("unknown_save"))?;
-    let view = json!(save_view(&player_id, &save_slot, &save_state(&save)?));
-    Ok(Json(masked_state(view, &state.config.mask_fields)).into_response())
+    let mut view = json!(save_view(&player_id, &save_slot, &save_state(&save)?));
+    source.handler.mask(&mut view, &state.config.mask_fields);
+    Ok(Json(view).into_response())
 }
 
 /// `?source=&limit=&cursor=` of the save slot listing.
@@ -94,7 +92,11 @@ pub(crate) async fn saves_list(
     let items: Vec<_> = page
         .items
         .iter()
-        .map(|save| masked_state(source.handler.view(save, now_ms), &state.config.mask_fields))
+        .map(|save| {
+            let mut view = source.handler.view(save, now_ms);
+            source.handler.mask(&mut view, &state.config.mask_fields);
+            view
+        })
         .collect();
     let next_cursor = page.next_cursor.map(|c| AggregateKey::text_of_stored(&c));
     Ok(Json(SavePage { items, next_cursor }).into_response())

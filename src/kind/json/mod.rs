@@ -15,12 +15,16 @@ use super::{
     Lane, ParsedBody, PendingRow, SettleInput,
 };
 use crate::contract::ContractError;
-use crate::domain::{AggregateKey, Ident};
+use crate::domain::{AggregateKey, Ident, Mode};
 use crate::mask::mask_at;
 use crate::ordering::{
     in_order_rule, settle_in_order, InOrderState, Outcome, PendingEvent, Sequenced, SkippedGaps,
 };
 use contract::{ContractConfigError, JsonContract, JsonOrdering, JsonParsed, JsonSourceSpec};
+
+/// A `json` source answers once logged (202) and applies in the workers; it has no default
+/// signature scheme: each publisher signs its own way, so the source must name it.
+pub const DEFAULT_MODE: Mode = Mode::Async;
 
 /// A configured `json` source's kind: its compiled contract.
 #[derive(Debug, Clone)]
@@ -373,6 +377,13 @@ impl Kind for JsonKind {
             .map(String::as_str)
             .collect();
         mask_at(view, fields, &location);
+    }
+
+    fn mask_stream_state(&self, item: &mut Value, fields: &[String]) {
+        // The stream carries the generic item: the kind's view sits at its `state`.
+        if let Some(state) = item.get_mut("state") {
+            self.mask(state, fields);
+        }
     }
 
     fn stream_state(&self, source: &str, stored: &AggregateState, now_ms: i64) -> Value {

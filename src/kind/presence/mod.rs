@@ -18,8 +18,15 @@ use super::{
 };
 use super::{AggregateState, CorruptState};
 use crate::contract::ContractError;
-use crate::domain::{AggregateKey, Sequence};
+use crate::domain::{AggregateKey, Mode, Sequence};
 use crate::ordering::Outcome;
+use crate::signature::Scheme;
+
+/// A presence source answers with the outcome: the publisher learns at once whether its
+/// change applied.
+pub const DEFAULT_MODE: Mode = Mode::Sync;
+/// The first seed's signature: HMAC-SHA256 of the body, in hex.
+pub const DEFAULT_SCHEME: Scheme = Scheme::HmacHex;
 
 /// Remote-worker presence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +51,7 @@ impl PresenceEvent {
 
     /// The aggregate it belongs to: its user.
     pub fn aggregate(&self) -> AggregateKey {
-        AggregateKey::User(self.user_id.clone())
+        AggregateKey::one(self.user_id.clone())
     }
 
     /// The delivery this event makes, carrying the event itself as its parsed body.

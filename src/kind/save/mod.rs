@@ -20,9 +20,10 @@ use super::{
 };
 use super::{AggregateState, CorruptState};
 use crate::contract::ContractError;
-use crate::domain::{AggregateKey, Sequence};
+use crate::domain::{AggregateKey, Mode, Sequence};
 use crate::mask::{mask_at, masks_whole, MASK};
 use crate::ordering::SkippedGaps;
+use crate::signature::Scheme;
 
 impl SaveEvent {
     /// The fields every layer needs of a save-game event.
@@ -40,10 +41,7 @@ impl SaveEvent {
 
     /// The aggregate it belongs to: the player's save slot.
     pub fn aggregate(&self) -> AggregateKey {
-        AggregateKey::SaveSlot {
-            player_id: self.player_id.clone(),
-            save_slot: self.save_slot.clone(),
-        }
+        AggregateKey::of_parts(vec![self.player_id.clone(), self.save_slot.clone()])
     }
 
     /// The delivery this event makes, carrying the event itself as its parsed body.
@@ -55,6 +53,12 @@ impl SaveEvent {
         })
     }
 }
+
+/// A save-game source answers once logged (202) and applies in the workers: a delta may wait
+/// for a gap.
+pub const DEFAULT_MODE: Mode = Mode::Async;
+/// The second seed's signature: HMAC-SHA256 over the timestamp and the body.
+pub const DEFAULT_SCHEME: Scheme = Scheme::HmacTimestamped;
 
 /// The lane of a slot's progress (`progress.saved`).
 pub const PROGRESS_LANE: &str = "progress";
@@ -250,11 +254,9 @@ impl Kind for SaveKind {
 
 /// A stored save slot in its API shape; `None` when the stored state is not a save slot's.
 fn typed_view(stored: &AggregateState) -> Option<SaveView> {
-    let (player, slot) = match AggregateKey::from_storage_key(&stored.aggregate) {
-        Some(AggregateKey::SaveSlot {
-            player_id,
-            save_slot,
-        }) => (player_id.to_string(), save_slot.to_string()),
+    let key = AggregateKey::from_storage_key(&stored.aggregate);
+    let (player, slot) = match key.as_ref().map(AggregateKey::parts) {
+        Some([player_id, save_slot]) => (player_id.to_string(), save_slot.to_string()),
         _ => (stored.aggregate.clone(), String::new()),
     };
     save_state(stored)
@@ -318,5 +320,35 @@ mod tests {
             ..stored
         };
         assert_eq!(SaveKind.stream_text("save-game", &broken, 0), "null");
+    }
+
+    fn fields(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn a_state_view_masks_progress_as_the_body_s_data() {
+        let mask = |mut view: Value, fields: &[String]| {
+            SaveKind.mask(&mut view, fields);
+            view
+        };
+        let save = json!({"player_id": "p", "save_slot": "s", "email": "view field, not payload",
+                          "progress": {"Email": "a", "card": {"number": "1"}, "level": 2}});
+        let masked = mask(save.clone(), &fields(&["email", "data.card.number"]));
+        assert_eq!(
+            masked["progress"],
+            json!({"Email": "***", "card": {"number": "***"}, "level": 2})
+        );
+        assert_eq!(masked["email"], save["email"], "only the payload is masked");
+
+        // `data` itself masked: progress stays an object, every value hidden.
+        let masked = mask(save, &fields(&["DATA"]));
+        assert_eq!(
+            masked["progress"],
+            json!({"Email": "***", "card": "***", "level": "***"})
+        );
+
+        let presence = json!({"user_id": "u", "status": "ONLINE", "progress": null});
+        assert_eq!(mask(presence.clone(), &fields(&["data"])), presence);
     }
 }

@@ -102,10 +102,10 @@ pub async fn racing_keys_decided_at_ingest_apply_only_the_logged_event(store: &d
             .settle(&rules, &slot(slot_name), T0 + 10)
             .await
             .expect("settle");
-        let key = AggregateKey::SaveSlot {
-            player_id: Ident::parse("player_1024").unwrap(),
-            save_slot: Ident::parse(slot_name).unwrap(),
-        };
+        let key = AggregateKey::of_parts(vec![
+            Ident::parse("player_1024").unwrap(),
+            Ident::parse(slot_name).unwrap(),
+        ]);
         let state = save_of(store, SAVES, &key).await.unwrap();
         let granted = state.and_then(|s| s.inventory.get("sword").copied());
         match admission {

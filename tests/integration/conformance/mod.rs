@@ -94,10 +94,10 @@ pub fn delta(event_id: &str, slot: &str, seq: i64, qty: i64) -> Value {
 
 /// The stored aggregate key of `player_1024`'s slot `slot`.
 pub fn slot(slot: &str) -> String {
-    AggregateKey::SaveSlot {
-        player_id: Ident::parse("player_1024").expect("player id"),
-        save_slot: Ident::parse(slot).expect("slot id"),
-    }
+    AggregateKey::of_parts(vec![
+        Ident::parse("player_1024").expect("player id"),
+        Ident::parse(slot).expect("slot id"),
+    ])
     .storage_key()
 }
 

@@ -30,10 +30,10 @@ fn sword(qty: i64) -> BTreeMap<String, i64> {
 }
 
 async fn save_state(store: &dyn Store, slot_name: &str) -> inhook::kind::save::SaveState {
-    let key = AggregateKey::SaveSlot {
-        player_id: Ident::parse("player_1024").unwrap(),
-        save_slot: Ident::parse(slot_name).unwrap(),
-    };
+    let key = AggregateKey::of_parts(vec![
+        Ident::parse("player_1024").unwrap(),
+        Ident::parse(slot_name).unwrap(),
+    ]);
     super::save_of(store, SAVES, &key)
         .await
         .unwrap()
@@ -134,10 +134,10 @@ pub async fn async_events_are_due_until_settled(store: &dyn Store) {
         ]
     );
     assert_eq!(store.due_aggregates(T0, 1).await.unwrap().len(), 1);
-    let key = AggregateKey::SaveSlot {
-        player_id: Ident::parse("player_1024").unwrap(),
-        save_slot: Ident::parse("slot_a").unwrap(),
-    };
+    let key = AggregateKey::of_parts(vec![
+        Ident::parse("player_1024").unwrap(),
+        Ident::parse("slot_a").unwrap(),
+    ]);
     assert_eq!(super::save_of(store, SAVES, &key).await.unwrap(), None);
 
     let report = store
