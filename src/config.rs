@@ -35,12 +35,8 @@ pub enum Database {
 pub struct SourceConfig {
     /// The name in `/webhooks/{name}`.
     pub name: String,
-    /// Which contract and projection.
-    pub kind: SourceKind,
-    /// The kind's implementation: contract, rules and views (a `json` source's compiled locations).
-    pub handler: std::sync::Arc<dyn Kind>,
-    /// A `json` source's location keys as configured (a reload may not change them).
-    pub json: Option<JsonSourceSpec>,
+    /// Its kind: contract, rules, projection and views (a `json` source's compiled locations).
+    pub kind: std::sync::Arc<dyn Kind>,
     /// Sync or async processing.
     pub mode: Mode,
     /// Async only: decide an event in the transaction that logs it when its aggregate is
@@ -76,7 +72,7 @@ impl SourceConfig {
     pub fn rules(&self, destinations: &std::sync::Arc<[DestinationConfig]>) -> SourceRules {
         SourceRules {
             name: self.name.clone(),
-            kind: std::sync::Arc::clone(&self.handler),
+            kind: std::sync::Arc::clone(&self.kind),
             first_sequence: self.first_sequence,
             hold_timeout_ms: (self.hold_timeout_s as i64).saturating_mul(1000),
             destinations: std::sync::Arc::clone(destinations),
@@ -196,7 +192,9 @@ impl Config {
             warnings.extend(crate::store::postgres_tls::start_warning(url));
         }
         for source in &self.sources {
-            let Some(spec) = &source.json else { continue };
+            let Some(spec) = source.kind.locations() else {
+                continue;
+            };
             let aggregate = spec.aggregate.iter().flat_map(|a| a.as_slice());
             for (key, raw) in spec
                 .sequence
@@ -410,24 +408,21 @@ fn source_kind(
     (spec, given): (JsonSourceSpec, Vec<&'static str>),
     scheme: Scheme,
     stale_after_s: u64,
-) -> Result<(std::sync::Arc<dyn Kind>, Option<JsonSourceSpec>), ConfigError> {
+) -> Result<std::sync::Arc<dyn Kind>, ConfigError> {
     if kind != SourceKind::Json {
         if let Some(key) = given.first() {
             return Err(ConfigError(format!(
                 "source {name:?}: {key} is only for kind = \"json\""
             )));
         }
-        let stale_after_ms = (stale_after_s as i64).saturating_mul(1000);
-        return Ok((crate::kind::built_in(kind, stale_after_ms), None));
-    }
-    if spec.event_id.is_none() && scheme.delivery_id_header().is_none() {
+    } else if spec.event_id.is_none() && scheme.delivery_id_header().is_none() {
         return Err(ConfigError(format!(
             "source {name:?}: event_id is required: signature = \"{scheme}\" carries no delivery id"
         )));
     }
-    let kind = crate::kind::json::JsonKind::new(&spec)
-        .map_err(|err| ConfigError(format!("source {name:?}: {err}")))?;
-    Ok((std::sync::Arc::new(kind), Some(spec)))
+    let stale_after_ms = (stale_after_s as i64).saturating_mul(1000);
+    kind.configure(&spec, stale_after_ms)
+        .map_err(|err| ConfigError(format!("source {name:?}: {err}")))
 }
 
 /// The environment variable that holds a source's secrets.
@@ -629,7 +624,7 @@ impl Config {
                 )));
             }
             let stale_after_s = s.stale_after_s.unwrap_or(15 * 60);
-            let (handler, json) = source_kind(&s.name, s.kind, json_keys, scheme, stale_after_s)?;
+            let kind = source_kind(&s.name, s.kind, json_keys, scheme, stale_after_s)?;
             let secrets: Vec<Secret> = secrets.into_iter().map(Secret::new).collect();
             // A secret in the wrong form would turn every delivery into a 401: fail now instead.
             for (i, secret) in secrets.iter().enumerate() {
@@ -652,9 +647,7 @@ impl Config {
             sources.push(SourceConfig {
                 keep_headers: source_keeps,
                 name: s.name,
-                kind: s.kind,
-                handler,
-                json,
+                kind,
                 mode: s.mode.unwrap_or(s.kind.default_mode()),
                 decide_at_ingest: s.decide_at_ingest.unwrap_or(false),
                 scheme,
@@ -1011,8 +1004,11 @@ mod tests {
         let ok = source("signature = \"standard-webhooks\"\nordering = \"unordered\"");
         let config = Config::from_parts(Some(&ok), &env(&[])).unwrap();
         let j = config.source("j").unwrap();
-        assert_eq!((j.kind, j.mode), (SourceKind::Json, Mode::Async));
-        assert_eq!(j.handler.label(), "json");
+        assert_eq!(
+            (j.kind.source_kind(), j.mode),
+            (SourceKind::Json, Mode::Async)
+        );
+        assert_eq!(j.kind.label(), "json");
         for (keys, named) in [
             ("ordering = \"unordered\"", "signature is required"),
             (

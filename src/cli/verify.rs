@@ -111,17 +111,17 @@ fn success_report(
         out += &format!("delivery id: {id}\n");
     }
     out += &match source
-        .handler
+        .kind
         .parse(body, headers, verified.delivery_id.as_deref())
     {
         Ok(Delivery::Event(event)) => format!(
             "payload: follows the {} contract (event_id {})\n",
-            source.kind.as_str(),
+            source.kind.source_kind().as_str(),
             event.event_id
         ),
         Ok(Delivery::Ignored { event_type, .. }) => format!(
             "payload: follows the {} contract; its type {} is not accepted (200 ignored_unsupported)\n",
-            source.kind.as_str(),
+            source.kind.source_kind().as_str(),
             event_type.as_deref().unwrap_or("(none)")
         ),
         Err(err) => format!(

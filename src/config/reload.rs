@@ -136,13 +136,15 @@ pub fn check_reload(running: &Config, fresh: &Config) -> Result<ReloadPlan, Conf
             ));
             continue;
         };
-        if next.kind != source.kind {
+        if next.kind.source_kind() != source.kind.source_kind() {
             problems.push(format!(
                 "source {:?}: kind changed from {:?} to {:?}",
-                source.name, source.kind, next.kind
+                source.name,
+                source.kind.source_kind(),
+                next.kind.source_kind()
             ));
         }
-        if next.json != source.json {
+        if next.kind.locations() != source.kind.locations() {
             // A json source's locations decide its aggregate keys and sequences: a change
             // would split logged aggregates from new ones. Nothing about them is trivially safe.
             problems.push(format!(

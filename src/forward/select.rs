@@ -119,7 +119,7 @@ mod tests {
     #[test]
     fn only_applied_events_of_named_sources_and_matching_types_are_forwarded() {
         let config = config();
-        let stripe = config.source("stripe").unwrap().handler.as_ref();
+        let stripe = config.source("stripe").unwrap().kind.as_ref();
         assert_eq!(
             stripe.delivery_order("invoice.paid"),
             DeliveryOrder::LatestWins(Lane::Aggregate)
@@ -181,7 +181,7 @@ mod tests {
             config
                 .source(source)
                 .unwrap()
-                .handler
+                .kind
                 .delivery_order(event_type)
         };
         assert_eq!(

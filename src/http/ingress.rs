@@ -142,7 +142,7 @@ async fn check_and_log(
     };
     // The body is parsed once, here: the kind reads every field the layers below need.
     let parsed = source
-        .handler
+        .kind
         .parse(&body, headers, verified.delivery_id.as_deref());
     let (event, ignored) = match parsed {
         Ok(Delivery::Event(event)) => (event, false),

@@ -57,7 +57,7 @@ impl ChangeMask {
             kinds: config
                 .sources
                 .iter()
-                .map(|s| (s.name.clone(), Arc::clone(&s.handler)))
+                .map(|s| (s.name.clone(), Arc::clone(&s.kind)))
                 .collect(),
         }
     }

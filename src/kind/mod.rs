@@ -28,6 +28,7 @@ use crate::contract::ContractError;
 use crate::domain::{AggregateKey, DeadReason, EventId, IdempotencyKey, Mode};
 use crate::ordering::Outcome;
 use crate::signature::Scheme;
+use json::contract::JsonSourceSpec;
 
 /// What kind of projection a source feeds, and so which contract its bodies follow: the
 /// `kind` a source is configured with.
@@ -51,6 +52,19 @@ impl SourceKind {
             SourceKind::Presence => "presence",
             SourceKind::SaveGame => "save-game",
             SourceKind::Json => "json",
+        }
+    }
+
+    /// The kind of a source configured as this: a `json` source compiled from `spec`'s
+    /// locations, or a built-in kind, which reads none, with its settings.
+    pub fn configure(
+        self,
+        spec: &JsonSourceSpec,
+        stale_after_ms: i64,
+    ) -> Result<Arc<dyn Kind>, json::contract::ContractConfigError> {
+        match self {
+            SourceKind::Json => Ok(Arc::new(json::JsonKind::new(spec)?)),
+            built_in_kind => Ok(built_in(built_in_kind, stale_after_ms)),
         }
     }
 
@@ -252,6 +266,15 @@ pub struct KindPlan {
 
 /// One kind of source: its contract, its rules and its views.
 pub trait Kind: Send + Sync + fmt::Debug + 'static {
+    /// The `kind` a source of it is configured with.
+    fn source_kind(&self) -> SourceKind;
+
+    /// Where a configured kind finds its fields (a `json` source's location keys); none for
+    /// a built-in kind, whose contract is fixed. A reload may not change them.
+    fn locations(&self) -> Option<&JsonSourceSpec> {
+        None
+    }
+
     /// The kind's label in the change stream (`presence`, `save`, `json`).
     fn label(&self) -> &'static str;
 

@@ -94,7 +94,7 @@ pub(crate) async fn aggregate_one(
         .ok_or(Answer::NotFound("unknown_aggregate"))?;
     let view = aggregate_view(
         &source.name,
-        source.handler.as_ref(),
+        source.kind.as_ref(),
         &stored,
         crate::clock::now_ms(),
         &state.config.mask_fields,
@@ -132,7 +132,7 @@ pub(crate) async fn aggregates_list(
         .map(|stored| {
             aggregate_view(
                 &source.name,
-                source.handler.as_ref(),
+                source.kind.as_ref(),
                 stored,
                 now_ms,
                 &state.config.mask_fields,

@@ -86,7 +86,11 @@ fn source_of_kind<'a>(
     kind: SourceKind,
     name: Option<&str>,
 ) -> Result<&'a SourceConfig, Answer> {
-    let mut sources = state.config.sources.iter().filter(|s| s.kind == kind);
+    let mut sources = state
+        .config
+        .sources
+        .iter()
+        .filter(|s| s.kind.source_kind() == kind);
     match name {
         Some(name) => sources
             .find(|s| s.name == name)

@@ -134,7 +134,7 @@ pub(crate) async fn overview(State(state): State<AppState>) -> Result<Response, 
             let count = |wanted: &[EventStatus]| count_of(&counts, &source.name, wanted);
             SourceOverview {
                 source: source.name.clone(),
-                kind: source.kind,
+                kind: source.kind.source_kind(),
                 mode: if source.mode == crate::config::Mode::Sync {
                     "sync"
                 } else {

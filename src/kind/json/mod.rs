@@ -9,11 +9,11 @@ pub mod contract;
 use axum::http::HeaderMap;
 use serde_json::{json, Value};
 
-use super::AggregateState;
 use super::{
     aggregate_view, invalid_for_projection, Delivery, DeliveryOrder, EventFields, Kind, KindPlan,
     Lane, ParsedBody, PendingRow, SettleInput,
 };
+use super::{AggregateState, SourceKind};
 use crate::contract::ContractError;
 use crate::domain::{AggregateKey, Ident, Mode};
 use crate::mask::mask_at;
@@ -289,6 +289,14 @@ impl JsonKind {
 }
 
 impl Kind for JsonKind {
+    fn source_kind(&self) -> SourceKind {
+        SourceKind::Json
+    }
+
+    fn locations(&self) -> Option<&JsonSourceSpec> {
+        Some(&self.spec)
+    }
+
     fn label(&self) -> &'static str {
         "json"
     }

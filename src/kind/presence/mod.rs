@@ -16,7 +16,7 @@ use super::{
     invalid_for_projection, last_applied, Delivery, DeliveryOrder, EventFields, Kind, KindPlan,
     Lane, ParsedBody, SettleInput,
 };
-use super::{AggregateState, CorruptState};
+use super::{AggregateState, CorruptState, SourceKind};
 use crate::contract::ContractError;
 use crate::domain::{AggregateKey, Mode, Sequence};
 use crate::ordering::Outcome;
@@ -97,6 +97,10 @@ fn stored_of(aggregate: &str, state: &PresenceState, event_id: Option<String>) -
 }
 
 impl Kind for PresenceKind {
+    fn source_kind(&self) -> SourceKind {
+        SourceKind::Presence
+    }
+
     fn label(&self) -> &'static str {
         "presence"
     }

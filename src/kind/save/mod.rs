@@ -18,7 +18,7 @@ use super::{
     invalid_for_projection, last_applied, Delivery, DeliveryOrder, EventFields, Kind, KindPlan,
     Lane, ParsedBody, PendingRow, SettleInput,
 };
-use super::{AggregateState, CorruptState};
+use super::{AggregateState, CorruptState, SourceKind};
 use crate::contract::ContractError;
 use crate::domain::{AggregateKey, Mode, Sequence};
 use crate::mask::{mask_at, masks_whole, MASK};
@@ -153,6 +153,10 @@ pub fn mask_view(view: &mut Value, mask_fields: &[String]) {
 }
 
 impl Kind for SaveKind {
+    fn source_kind(&self) -> SourceKind {
+        SourceKind::SaveGame
+    }
+
     fn label(&self) -> &'static str {
         "save"
     }

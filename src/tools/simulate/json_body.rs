@@ -139,7 +139,7 @@ impl JsonTarget {
         format: SequenceFormat,
         unsupported_share: f64,
     ) -> anyhow::Result<Self> {
-        let Some(spec) = &source.json else {
+        let Some(spec) = source.kind.locations() else {
             bail!(
                 "source {} is not kind = \"json\": --source takes a json source (the built-in \
                  kinds are simulated without it)",
