@@ -343,6 +343,38 @@ pub enum Mode {
     Async,
 }
 
+/// Which unique key made a delivery a duplicate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DedupKey {
+    /// The same `event_id` was already logged.
+    EventId,
+    /// Another event with the same `idempotency_key` was already logged.
+    IdempotencyKey,
+    /// Another event with the same raw body was logged by a source whose scheme signs
+    /// neither a delivery id nor a timestamp.
+    Body,
+}
+
+impl DedupKey {
+    /// The key of a kept dedup row's `kind` column (`event_id`, `idempotency_key`, `body`).
+    pub fn of_kept(kind: &str) -> Self {
+        match kind {
+            "event_id" => DedupKey::EventId,
+            "body" => DedupKey::Body,
+            _ => DedupKey::IdempotencyKey,
+        }
+    }
+
+    /// The label used in answers and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DedupKey::EventId => "event_id",
+            DedupKey::IdempotencyKey => "idempotency_key",
+            DedupKey::Body => "body",
+        }
+    }
+}
+
 /// Where an event is in its life (docs/contract.md, processing).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, utoipa::ToSchema,

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::store::{DedupKey, SettleReport};
+use crate::domain::{DeadReason, DedupKey};
 
 /// Label used for deliveries to a source that is not configured.
 pub const UNKNOWN_SOURCE: &str = "_unknown";
@@ -100,39 +100,46 @@ pub fn out_of_order(source: &str) {
     counter!("inhook_out_of_order_total", "source" => source.to_owned()).increment(1);
 }
 
-/// Outcomes of one settle step (ingest in sync mode, or a worker step).
-pub fn settled(source: &str, report: &SettleReport) {
-    let attempts = |outcome: &'static str, n: u64| {
-        if n > 0 {
-            counter!("inhook_attempts_total", "source" => source.to_owned(), "outcome" => outcome)
-                .increment(n);
-        }
-    };
-    attempts("applied", report.applied);
-    attempts("stale", report.stale);
-    attempts("unsupported", report.unsupported);
-    attempts("dead", report.dead.len() as u64);
-    for reason in &report.dead {
-        counter!("inhook_dead_events_total", "source" => source.to_owned(),
-                 "reason" => reason.as_str())
+/// Events of one settle step (ingest in sync mode, or a worker step) that ended as
+/// `outcome` (`applied`, `stale`, `unsupported`, `dead`).
+pub fn attempts(source: &str, outcome: &'static str, n: u64) {
+    if n > 0 {
+        counter!("inhook_attempts_total", "source" => source.to_owned(), "outcome" => outcome)
+            .increment(n);
+    }
+}
+
+/// An event that went dead, by reason.
+pub fn dead_event(source: &str, reason: DeadReason) {
+    counter!("inhook_dead_events_total", "source" => source.to_owned(), "reason" => reason.as_str())
         .increment(1);
+}
+
+/// Events older than the state they would have changed.
+pub fn stale_events(source: &str, n: u64) {
+    if n > 0 {
+        counter!("inhook_stale_events_total", "source" => source.to_owned()).increment(n);
     }
-    if report.stale > 0 {
-        counter!("inhook_stale_events_total", "source" => source.to_owned())
-            .increment(report.stale);
+}
+
+/// Events applied on a sequence equal to the current one (latest-wins `json`).
+pub fn sequence_ties(source: &str, n: u64) {
+    if n > 0 {
+        counter!("inhook_sequence_ties_total", "source" => source.to_owned()).increment(n);
     }
-    if report.ties > 0 {
-        counter!("inhook_sequence_ties_total", "source" => source.to_owned())
-            .increment(report.ties);
+}
+
+/// Missing sequences a hold timeout skipped.
+pub fn gaps_skipped(source: &str, n: u64) {
+    if n > 0 {
+        counter!("inhook_gaps_skipped_total", "source" => source.to_owned()).increment(n);
     }
-    if report.gaps_skipped > 0 {
-        counter!("inhook_gaps_skipped_total", "source" => source.to_owned())
-            .increment(report.gaps_skipped);
-    }
-    for lag_ms in &report.lags_ms {
-        histogram!("inhook_processing_lag_seconds", "source" => source.to_owned())
-            .record(*lag_ms as f64 / 1000.0);
-    }
+}
+
+/// Milliseconds from an event's receipt to its decision.
+pub fn processing_lag(source: &str, lag_ms: i64) {
+    histogram!("inhook_processing_lag_seconds", "source" => source.to_owned())
+        .record(lag_ms as f64 / 1000.0);
 }
 
 /// A failed worker step and the events it retried or gave up on.

@@ -10,7 +10,7 @@
 //! - order-free: applies once, whenever it arrives.
 
 //!
-//! Each kind (`crate::kind`) maps its events onto these rules.
+//! Each kind maps its events onto these rules.
 
 use std::collections::BTreeSet;
 

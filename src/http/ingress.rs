@@ -290,7 +290,7 @@ async fn check_and_log(
                 unsupported: 1,
                 ..Default::default()
             };
-            metrics::settled(&source.name, &report);
+            report.count(&source.name);
             Answer::Unsupported {
                 event_id: Some(event.event_id.clone()),
             }
@@ -325,7 +325,7 @@ async fn check_and_log(
             if decided.report.deliveries > 0 {
                 state.forward_wake.notify_one();
             }
-            metrics::settled(&source.name, &decided.report);
+            decided.report.count(&source.name);
             sync_answer(&event, decided)
         }
         Err(StoreError::Unavailable(detail)) => {

@@ -6,11 +6,13 @@
 //! worker, ingress and the read API only ever talk to the trait.
 
 mod delivery_order;
+mod held_reach;
 pub mod json;
 pub mod presence;
 pub mod save;
 
 pub use delivery_order::{DeliveryOrder, Lane};
+pub use held_reach::HeldReach;
 
 /// Every kind's lanes, the named parts of an aggregate forwarding orders apart (only a save
 /// slot has any).
@@ -288,7 +290,7 @@ pub trait Kind: Send + Sync + fmt::Debug + 'static {
     ) -> Result<Delivery, ContractError>;
 
     /// Whether events may wait for lower sequences: the store then loads held events
-    /// and decided sequences as [`crate::store::settle`] asks.
+    /// and decided sequences for it to settle from.
     fn in_order(&self) -> bool;
 
     /// How an event of `event_type` is ordered when forwarded.

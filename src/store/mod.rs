@@ -307,38 +307,6 @@ impl<'a> SettleAt<'a> {
     }
 }
 
-/// Which unique key made a delivery a duplicate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DedupKey {
-    /// The same `event_id` was already logged.
-    EventId,
-    /// Another event with the same `idempotency_key` was already logged.
-    IdempotencyKey,
-    /// Another event with the same raw body was logged by a source whose scheme signs
-    /// neither a delivery id nor a timestamp.
-    Body,
-}
-
-impl DedupKey {
-    /// The key of a kept dedup row's `kind` column (`event_id`, `idempotency_key`, `body`).
-    pub(crate) fn of_kept(kind: &str) -> Self {
-        match kind {
-            "event_id" => DedupKey::EventId,
-            "body" => DedupKey::Body,
-            _ => DedupKey::IdempotencyKey,
-        }
-    }
-
-    /// The label used in answers and metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DedupKey::EventId => "event_id",
-            DedupKey::IdempotencyKey => "idempotency_key",
-            DedupKey::Body => "body",
-        }
-    }
-}
-
 /// What logging a delivery did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admission {
@@ -384,6 +352,25 @@ pub struct Decided {
     pub current_sequence: Option<i64>,
 }
 
+impl SettleReport {
+    /// Counts the step's outcomes in the metrics of `source`.
+    pub fn count(&self, source: &str) {
+        crate::metrics::attempts(source, "applied", self.applied);
+        crate::metrics::attempts(source, "stale", self.stale);
+        crate::metrics::attempts(source, "unsupported", self.unsupported);
+        crate::metrics::attempts(source, "dead", self.dead.len() as u64);
+        for reason in &self.dead {
+            crate::metrics::dead_event(source, *reason);
+        }
+        crate::metrics::stale_events(source, self.stale);
+        crate::metrics::sequence_ties(source, self.ties);
+        crate::metrics::gaps_skipped(source, self.gaps_skipped);
+        for lag_ms in &self.lags_ms {
+            crate::metrics::processing_lag(source, *lag_ms);
+        }
+    }
+}
+
 /// What settling one aggregate did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SettleReport {
@@ -425,6 +412,7 @@ pub struct DecisionLine {
     pub decision: EventStatus,
 }
 
+pub use crate::domain::DedupKey;
 pub use crate::kind::AggregateState;
 
 impl AggregatePage {

@@ -409,8 +409,8 @@ mod tests {
 
     use super::*;
     use crate::domain::DeadReason;
+    use crate::kind::HeldReach;
     use crate::ordering::HeldRef;
-    use crate::store::settle::HeldReach;
 
     const HOLD: i64 = 30_000;
 
