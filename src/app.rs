@@ -45,7 +45,7 @@ pub async fn prune_stored_headers(store: &dyn Store, config: &Config) -> Result<
     let top_level = config.keep_headers.clone();
     let keep: Arc<crate::store::HeaderFilter> = Arc::new(move |source: &str, stored: &str| {
         let extra = by_source.get(source).unwrap_or(&top_level);
-        crate::http::kept_headers::pruned(stored, extra)
+        crate::kept_headers::pruned(stored, extra)
     });
     let (mut after, mut rewritten) = (0, 0);
     while let (Some(last), changed) = store

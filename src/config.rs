@@ -783,7 +783,7 @@ fn header_names(setting: &str, names: Vec<String>) -> Result<Vec<String>, Config
         .into_iter()
         .map(|name| {
             let name = name.trim().to_ascii_lowercase();
-            match crate::http::kept_headers::refusal(&name) {
+            match crate::kept_headers::refusal(&name) {
                 Some(problem) => Err(ConfigError(format!("{setting}: {name:?} {problem}"))),
                 None => Ok(name),
             }

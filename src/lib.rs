@@ -19,7 +19,8 @@
 //!   projections, transactionally; both share the settle plan of `store::settle`.
 //! - [`forward`]: forwarding to `[[destinations]]` (docs/contract.md, forwarding): what is sent, in
 //!   which order, signed how, and what an answer means; pure rules under the sender.
-//! - [`mask`]: `mask_fields` applied to anything inhook shows.
+//! - [`mask`]: `mask_fields` applied to anything inhook shows; [`kept_headers`]: which request
+//!   headers are kept with an event and shown.
 //! - [`outbound`]: the one TLS setup of every outbound HTTP client (forwarder and CLI).
 //! - [`worker`]: applies async events by settling due aggregates.
 //! - [`config`], [`app`], [`cli`]: configuration, wiring, and the command line, one module per
@@ -37,6 +38,7 @@ pub mod contract;
 pub mod domain;
 pub mod forward;
 pub mod http;
+pub mod kept_headers;
 pub mod kind;
 pub mod log_throttle;
 pub mod mask;

@@ -194,7 +194,7 @@ async fn check_and_log(
                 .store
                 .ingest(
                     NewEvent {
-                        headers: &super::kept_headers::keep(headers, &source.keep_headers),
+                        headers: &crate::kept_headers::keep(headers, &source.keep_headers),
                         source: &source.name,
                         event: &event,
                         body: &body,

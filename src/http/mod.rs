@@ -7,7 +7,6 @@ mod api;
 mod auth;
 mod dashboard;
 mod ingress;
-pub mod kept_headers;
 pub mod server;
 mod stream;
 

@@ -135,7 +135,7 @@ fn event_detail(
     mask_fields: &[String],
     keep_headers: &[String],
 ) -> EventDetail {
-    let mut headers = crate::http::kept_headers::shown(record.headers.as_deref(), keep_headers);
+    let mut headers = crate::kept_headers::shown(record.headers.as_deref(), keep_headers);
     mask(&mut headers, mask_fields);
     let mut body = serde_json::from_slice(&record.body).unwrap_or_else(|_| {
         serde_json::Value::String(String::from_utf8_lossy(&record.body).into())
