@@ -1,5 +1,6 @@
-//! Payload contracts (docs/contract.md, ingress): the raw body of a verified delivery becomes a
-//! typed event, or a list of problems that name each bad field. No I/O.
+//! What every kind's payload contract shares (docs/contract.md, ingress): a body that breaks
+//! one is a list of problems naming each bad field, and the field readers that find them.
+//! Each kind's own contract is in its module (`crate::kind::<kind>::contract`). No I/O.
 
 pub mod body;
 pub(crate) mod fields;

@@ -1,9 +1,13 @@
 //! The kind seam (docs/contract.md, json sources): a kind is one module behind the [`Kind`] trait.
 //! It parses a verified delivery into the fields every layer needs, settles an
 //! aggregate's pending events against its stored state (pure: the store loads
-//! and writes, [`crate::ordering`] holds the rules), and shows a stored state.
-//! Presence, save-game and `json` are its three implementations; the store, the
-//! worker, ingress and the read API only ever talk to the trait.
+//! and writes, [`crate::ordering`] holds the shared rules), says how each event is
+//! ordered when forwarded, and shows and masks a stored state.
+//!
+//! Presence (`presence/`), save-game (`save/`) and `json` (`json/`) are its three
+//! implementations, each holding its contract, rules, projection and defaults; the store,
+//! the worker, forwarding, ingress and the read API only ever talk to the trait.
+//! A fourth kind is a module here and a variant of [`SourceKind`], the configured name.
 
 mod delivery_order;
 mod held_reach;
