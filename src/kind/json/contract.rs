@@ -1552,7 +1552,7 @@ mod tests {
         }
     }
 
-    /// The issue wants json ingest within 10 % of save-game's; this prints the
+    /// json ingest should cost about what save-game's does (docs/benchmarks.md); this prints the
     /// ratio on similar bodies (run with `--ignored --nocapture`, in release for
     /// numbers that mean anything). No assertion: timings vary by machine.
     #[test]
