@@ -11,9 +11,9 @@ use tokio::sync::{watch, Notify};
 
 use crate::clock::Clock;
 use crate::config::{Config, Database};
-use crate::forward::sender::{Circuits, Sender};
 use crate::http::server::{effective_max_connections, open_files_limit, serve, ConnectionLimits};
 use crate::http::{router, AppState};
+use crate::sender::{Circuits, Sender};
 use crate::store::{PoolSettings, PostgresStore, SqliteStore, Store, StoreError};
 use crate::worker::Worker;
 

@@ -11,13 +11,11 @@
 //!   what blocks, and what a replay or a skip does.
 //! - [`answer`]: an attempt's result as delivered, retry at, or dead.
 //! - [`circuit`]: the per-destination circuit breaker.
-//! - [`sender`]: the I/O around these rules: one task per destination claims, POSTs and records.
 //!
-//! A destination's configuration is [`crate::config::DestinationConfig`].
+//! The I/O around these rules is [`crate::sender`]. A destination's configuration is [`crate::config::DestinationConfig`].
 
 pub mod answer;
 pub mod circuit;
 pub mod message;
 pub mod queue;
 pub mod select;
-pub mod sender;

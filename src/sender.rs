@@ -1,7 +1,7 @@
 //! The sender (docs/contract.md, forwarding): one task per destination claims the deliveries the
 //! store's queue rules let go (one per aggregate at a time, in applied order), POSTs each
 //! event's body byte for byte, signed, and records the verdict. The rules live in the
-//! pure modules beside this one; this is the thin I/O layer around them.
+//! pure modules of [`crate::forward`]; this is the thin I/O layer around them.
 //!
 //! A claim leases a delivery to this node for longer than a request may take, so a
 //! node that dies mid-request leaves it to be claimed again (same `webhook-id`).
@@ -15,12 +15,12 @@ use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
-use super::answer::{judge, AttemptRecord, AttemptResult, Verdict};
-use super::circuit::{Circuit, CircuitPolicy, CircuitState};
-use super::message::{request_headers, ForwardedEvent, WebhookId};
 use crate::clock::Clock;
 use crate::config::DestinationConfig;
 use crate::domain::AggregateKey;
+use crate::forward::answer::{judge, AttemptRecord, AttemptResult, Verdict};
+use crate::forward::circuit::{Circuit, CircuitPolicy, CircuitState};
+use crate::forward::message::{request_headers, ForwardedEvent, WebhookId};
 use crate::outbound::describe_error;
 use crate::store::{DeliveryRecord, PendingVerdict, Store};
 use crate::worker::{next_replay_look, pause};
