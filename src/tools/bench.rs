@@ -21,6 +21,7 @@ use serde_json::json;
 use crate::clock;
 use crate::config::{client_admin_token, signing_secret, Config};
 use crate::signature::{self, Scheme, Secret};
+use crate::tools::bench_api::{ms_of, percentile, walk_pages, Api};
 
 /// Arguments of `inhook bench`.
 #[derive(Debug, clap::Args)]
@@ -116,11 +117,11 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
         .http1_only()
         .timeout(Duration::from_secs(30))
         .build()?;
-    let api = Api {
-        base: args.url.trim_end_matches('/').to_owned(),
-        token: client_admin_token(args.admin_token.as_deref(), config.as_ref()),
-        client: client.clone(),
-    };
+    let api = Api::new(
+        client.clone(),
+        &args.url,
+        client_admin_token(args.admin_token.as_deref(), config.as_ref()),
+    );
     let generator = Arc::new(Generator {
         shape: args.shape,
         run_id: args.run_id.clone(),
@@ -164,7 +165,7 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
     let accepted = Arc::new(AtomicU64::new(0));
     let max_backlog = Arc::new(AtomicU64::new(0));
     let before = match args.sample_ms {
-        Some(_) => api.progress().await?,
+        Some(_) => progress(&api).await?,
         None => Progress::default(),
     };
     let forward_samples = Arc::new(Mutex::new(Vec::new()));
@@ -265,7 +266,7 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
     while tasks.join_next().await.is_some() {}
     let elapsed = started.elapsed();
     let at_last_answer = match args.sample_ms {
-        Some(_) => Some(api.progress().await?),
+        Some(_) => Some(progress(&api).await?),
         None => None,
     };
     let ended_ms = clock::now_ms();
@@ -403,48 +404,6 @@ fn report_rss(pid: u32, samples: &[(u64, u64)], per_minute: bool) {
 
 /// Reads the event log through the API and prints, over every decided event, the time
 /// from receipt to decision (percentiles, and the share within 2 s).
-/// An API time (RFC 3339) as unix milliseconds.
-pub(crate) fn ms_of(value: &serde_json::Value) -> Option<i64> {
-    use time::format_description::well_known::Rfc3339;
-    value
-        .as_str()
-        .and_then(|s| time::OffsetDateTime::parse(s, &Rfc3339).ok())
-        .map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64)
-}
-
-/// The value at fraction `p` of `sorted` (nearest rank); the default when it is empty.
-pub(crate) fn percentile<T: Copy + Default>(sorted: &[T], p: f64) -> T {
-    if sorted.is_empty() {
-        return T::default();
-    }
-    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[i]
-}
-
-/// Calls `each` on every item of the paged listing at `path` (its query already started),
-/// following `next_cursor` to the end.
-pub(crate) async fn walk_pages(
-    api: &Api,
-    path: &str,
-    mut each: impl FnMut(&serde_json::Value),
-) -> anyhow::Result<()> {
-    let mut cursor: Option<i64> = None;
-    loop {
-        let mut page_path = path.to_owned();
-        if let Some(c) = cursor {
-            page_path.push_str(&format!("&cursor={c}"));
-        }
-        let page = api.get(&page_path).await?;
-        for item in page["items"].as_array().into_iter().flatten() {
-            each(item);
-        }
-        match page["next_cursor"].as_i64() {
-            Some(next) => cursor = Some(next),
-            None => return Ok(()),
-        }
-    }
-}
-
 async fn apply_lag(api: &Api) -> anyhow::Result<()> {
     let mut lags = Vec::new();
     walk_pages(api, "/v1/events?limit=500", |event| {
@@ -537,14 +496,6 @@ impl Generator {
     }
 }
 
-/// The server's read API, with the admin token when there is one.
-#[derive(Clone)]
-pub(crate) struct Api {
-    client: reqwest::Client,
-    base: String,
-    token: Option<String>,
-}
-
 /// Events decided so far and the backlog, summed over every source of `/v1/overview`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Progress {
@@ -571,32 +522,16 @@ impl Progress {
     }
 }
 
-impl Api {
-    /// GETs `path` (with its query) and parses the JSON answer; a refusal is an error.
-    pub(crate) async fn get(&self, path: &str) -> anyhow::Result<serde_json::Value> {
-        let mut request = self.client.get(format!("{}{path}", self.base));
-        if let Some(token) = &self.token {
-            request = request.bearer_auth(token);
-        }
-        let response = request.send().await?;
-        let code = response.status();
-        anyhow::ensure!(
-            code.is_success(),
-            "{path} answered {code}: pass --admin-token or set INHOOK_ADMIN_TOKEN"
-        );
-        Ok(response.json().await?)
-    }
-
-    async fn progress(&self) -> anyhow::Result<Progress> {
-        Ok(Progress::of(&self.get("/v1/overview").await?))
-    }
+/// The progress `/v1/overview` shows now.
+async fn progress(api: &Api) -> anyhow::Result<Progress> {
+    Ok(Progress::of(&api.get("/v1/overview").await?))
 }
 
 /// Polls `/v1/overview` until no source has a backlog; returns how long that took.
 async fn wait_applied(api: &Api) -> anyhow::Result<Duration> {
     let started = Instant::now();
     loop {
-        if api.progress().await?.backlog == 0 {
+        if progress(api).await?.backlog == 0 {
             return Ok(started.elapsed());
         }
         anyhow::ensure!(
@@ -623,7 +558,7 @@ async fn sample_progress(
     loop {
         ticks.tick().await;
         let accepted = accepted.load(Ordering::Relaxed);
-        let Ok(now) = api.progress().await else {
+        let Ok(now) = progress(&api).await else {
             continue;
         };
         max_backlog.fetch_max(now.backlog, Ordering::Relaxed);

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::tools::bench::{ms_of, percentile, walk_pages, Api};
+use crate::tools::bench_api::{ms_of, percentile, walk_pages, Api};
 
 /// How often the backlog is sampled while the run lasts.
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);

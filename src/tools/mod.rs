@@ -3,5 +3,6 @@
 //! HTTP like any publisher; nothing in the core depends on them.
 
 pub mod bench;
+mod bench_api;
 mod bench_forward;
 pub mod simulate;
