@@ -12,87 +12,14 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Map, Value};
 
+use super::place::{place_of, Place};
 use super::stream::{Aggregate, AggregateRef, Stream, StreamEvent, StreamSpec};
 use crate::clock;
 use crate::config::SourceConfig;
 use crate::domain::{AggregateKey, Ident};
 use crate::kind::json::contract::{
-    AggregateLocations, Glob, JsonContract, JsonOrdering, JsonSourceSpec, Location,
+    AggregateLocations, Glob, JsonContract, JsonOrdering, JsonSourceSpec,
 };
-
-/// Where a generated value goes in the request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Place {
-    /// At a JSON Pointer into the body, given as its reference tokens.
-    Body(Vec<String>),
-    /// In a request header.
-    Header(String),
-    /// The scheme's delivery id (an event id the source does not locate).
-    DeliveryId,
-}
-
-impl Place {
-    fn of(location: &Location) -> Self {
-        match location {
-            Location::Pointer { tokens, .. } => Place::Body(tokens.clone()),
-            Location::Header { name, .. } => Place::Header(name.as_str().to_owned()),
-        }
-    }
-
-    /// Writes `value` here: into the body, creating (or replacing with) objects on the
-    /// way, or as a header's text. A delivery id is the signer's to send.
-    pub(super) fn write(
-        &self,
-        body: &mut Map<String, Value>,
-        headers: &mut Vec<(String, String)>,
-        value: Value,
-    ) {
-        match self {
-            Place::Body(tokens) => write_pointer(body, tokens, value),
-            Place::Header(name) => {
-                let text = match value {
-                    Value::String(text) => text,
-                    other => other.to_string(),
-                };
-                headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
-                headers.push((name.clone(), text));
-            }
-            Place::DeliveryId => {}
-        }
-    }
-}
-
-/// The place of a configured location (already checked when the config loaded).
-fn place_of(raw: &str) -> anyhow::Result<Place> {
-    Location::parse(raw)
-        .map(|location| Place::of(&location))
-        .map_err(anyhow::Error::msg)
-}
-
-/// Sets the value at `tokens`, making every step an object. The empty pointer (the
-/// whole body) keeps an object body by merging an object value into it.
-fn write_pointer(body: &mut Map<String, Value>, tokens: &[String], value: Value) {
-    let Some((last, path)) = tokens.split_last() else {
-        if let Value::Object(fields) = value {
-            body.extend(fields);
-        }
-        return;
-    };
-    let mut at = body;
-    for token in path {
-        let step = at
-            .entry(token.clone())
-            .or_insert_with(|| Value::Object(Map::new()));
-        if !step.is_object() {
-            *step = Value::Object(Map::new());
-        }
-        at = match step {
-            Value::Object(map) => map,
-            _ => unreachable!("made an object above"),
-        };
-    }
-    at.insert(last.clone(), value);
-}
 
 /// How the sequences of a latest-wins source are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -27,6 +27,7 @@ mod command;
 mod convergence;
 mod expected;
 mod json_body;
+mod place;
 mod publisher;
 mod report;
 mod retry_policy;
@@ -37,7 +38,8 @@ pub use chaos::{plan, ChaosSpec, Delivery, EventCopy, Plan};
 pub(crate) use command::run;
 pub use convergence::Mismatch;
 pub use expected::{expected_json_states, expected_states, Expected};
-pub use json_body::{generate_json, JsonTarget, Place, SequenceFormat};
+pub use json_body::{generate_json, JsonTarget, SequenceFormat};
+pub use place::Place;
 pub use publisher::{
     DeliveryReport, Endpoint, Publisher, Receipt, SendOptions, SourceSigner, Tally,
 };

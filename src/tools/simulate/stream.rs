@@ -9,7 +9,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Map, Value};
 
-use super::json_body::Place;
+use super::place::Place;
 use crate::clock;
 use crate::domain::AggregateKey;
 use crate::kind::presence::Presence;
