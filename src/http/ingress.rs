@@ -67,7 +67,7 @@ pub(super) async fn receive(
         sequence = tracing::field::Empty,
         decision = tracing::field::Empty,
     );
-    let response = admit(&state, config, peer.ip(), &headers, body)
+    let response = answer(&state, config, peer.ip(), &headers, body)
         .instrument(span)
         .await
         .into_response();
@@ -79,7 +79,8 @@ pub(super) async fn receive(
     response
 }
 
-async fn admit(
+/// Answers one delivery of a configured source; a refusal is logged, one line per interval.
+async fn answer(
     state: &AppState,
     source: &SourceConfig,
     peer: std::net::IpAddr,
@@ -95,6 +96,9 @@ async fn admit(
     answer
 }
 
+/// The checks of docs/contract.md (ingress, order of checks) in their order, in three stages:
+/// the body read within its bounds (steps 2–4), its signature verified and its contract
+/// parsed (5–6), then the delivery admitted: rate, backlog, store, answer (7–9).
 async fn check_and_log(
     state: &AppState,
     source: &SourceConfig,
@@ -102,6 +106,35 @@ async fn check_and_log(
     headers: &HeaderMap,
     body: Body,
 ) -> Answer {
+    let read = match read_body(state, source, peer, headers, body).await {
+        Ok(read) => read,
+        Err(refused) => return refused,
+    };
+    let delivery = match verify_and_parse(state, source, headers, read).await {
+        Ok(delivery) => delivery,
+        Err(refused) => return refused,
+    };
+    admit(state, source, headers, delivery).await
+}
+
+/// A body read whole within `max_body_bytes`, `body_read_timeout_s` and the buffer budget,
+/// declared `application/json` (docs/contract.md, ingress, steps 2–4).
+struct ReadBody {
+    body: axum::body::Bytes,
+    /// Kept until the delivery is answered: it bounds the bodies in flight, not only those
+    /// being read.
+    hold: super::BodyHold,
+}
+
+/// Steps 2–4: the declared length, the body as it streams (time, size, buffer budget), then
+/// the content type.
+async fn read_body(
+    state: &AppState,
+    source: &SourceConfig,
+    peer: std::net::IpAddr,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<ReadBody, Answer> {
     let limit = state.config.max_body_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -109,46 +142,84 @@ async fn check_and_log(
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > limit as u64) {
         discard(body, declared.unwrap_or(0)).await;
-        return Answer::PayloadTooLarge { limit };
+        return Err(Answer::PayloadTooLarge { limit });
     }
     // The budget is taken as bytes arrive, not from the declared length: a client that
     // declares a large body and trickles it holds only what it has sent (docs/configuration.md).
     let deadline = std::time::Duration::from_secs(state.config.body_read_timeout_s);
-    // The hold is kept until the delivery is answered: it bounds the bodies in flight, not only those being read.
-    let (body, _buffering) = match tokio::time::timeout(
-        deadline,
-        read_within_budget(state, peer, body, limit),
-    )
-    .await
-    {
+    let read = tokio::time::timeout(deadline, read_within_budget(state, peer, body, limit)).await;
+    let (body, hold) = match read {
         Ok(Ok(read)) => read,
-        Ok(Err(BodyRead::TooLarge)) => return Answer::PayloadTooLarge { limit },
-        Ok(Err(BodyRead::Broken | BodyRead::TooSlow)) => return Answer::RequestTimeout,
+        Ok(Err(BodyRead::TooLarge)) => return Err(Answer::PayloadTooLarge { limit }),
+        Ok(Err(BodyRead::Broken | BodyRead::TooSlow)) => return Err(Answer::RequestTimeout),
         Ok(Err(BodyRead::BudgetFull)) => {
             if let Some(suppressed) = BUSY_LOG.admit() {
                 warn!(source = %source.name, suppressed, "max_buffered_body_bytes in use: delivery refused");
             }
-            return Answer::BodyBudgetFull;
+            return Err(Answer::BodyBudgetFull);
         }
-        Err(_) => return Answer::RequestTimeout,
+        Err(_) => return Err(Answer::RequestTimeout),
     };
     if !is_json(headers) {
-        return Answer::UnsupportedMediaType;
+        return Err(Answer::UnsupportedMediaType);
     }
+    Ok(ReadBody { body, hold })
+}
+
+/// A delivery whose signature verified and whose body follows the source's contract
+/// (docs/contract.md, ingress, steps 5–6): what admitting it needs.
+struct VerifiedDelivery {
+    /// The fields the kind read from the body, parsed once.
+    event: EventFields,
+    /// An event type outside the source's `event_types`: logged, never applied.
+    ignored: bool,
+    body: axum::body::Bytes,
+    received_at_ms: i64,
+    /// The signed timestamp, for timestamped schemes.
+    signed_at: Option<i64>,
+    /// The body's share of the buffer budget, kept until the delivery is answered.
+    hold: super::BodyHold,
+}
+
+/// Steps 5–6: the signature, then the contract; the event's fields go on the span.
+async fn verify_and_parse(
+    state: &AppState,
+    source: &SourceConfig,
+    headers: &HeaderMap,
+    read: ReadBody,
+) -> Result<VerifiedDelivery, Answer> {
     let received_at_ms = state.clock.now_ms();
-    let verified = match verify_signature(state, source, headers, &body, received_at_ms).await {
-        Ok(verified) => verified,
-        Err(answer) => return answer,
-    };
+    let verified = verify_signature(state, source, headers, &read.body, received_at_ms).await?;
+    let delivery_id = verified.delivery_id.as_deref();
+    let (event, ignored) = parse_event(source, headers, &read.body, delivery_id)?;
+    let span = tracing::Span::current();
+    span.record("event_id", event.event_id.as_str());
+    span.record("aggregate", tracing::field::display(&event.aggregate));
+    span.record("sequence", event.sequence);
+    Ok(VerifiedDelivery {
+        event,
+        ignored,
+        body: read.body,
+        received_at_ms,
+        signed_at: verified.signed_at,
+        hold: read.hold,
+    })
+}
+
+/// The event a verified body carries and whether its type is ignored; the answer when
+/// there is none to log.
+fn parse_event(
+    source: &SourceConfig,
+    headers: &HeaderMap,
+    body: &[u8],
+    delivery_id: Option<&str>,
+) -> Result<(EventFields, bool), Answer> {
     // The body is parsed once, here: the kind reads every field the layers below need.
-    let parsed = source
-        .kind
-        .parse(&body, headers, verified.delivery_id.as_deref());
-    let (event, ignored) = match parsed {
-        Ok(Delivery::Event(event)) => (event, false),
+    match source.kind.parse(body, headers, delivery_id) {
+        Ok(Delivery::Event(event)) => Ok((event, false)),
         Ok(Delivery::Ignored {
             event: Some(event), ..
-        }) => (event, true),
+        }) => Ok((event, true)),
         Ok(Delivery::Ignored {
             event: None,
             event_type,
@@ -156,89 +227,27 @@ async fn check_and_log(
             info!(source = %source.name, event_type = event_type.as_deref(),
                   decision = "ignored_unsupported",
                   "event type outside the source's event_types, without a readable event_id: not logged");
-            return Answer::Unsupported { event_id: None };
+            Err(Answer::Unsupported { event_id: None })
         }
         Err(err) => {
             warn!(source = %source.name, problems = %err, "invalid payload");
             metrics::invalid_payload(&source.name);
-            return Answer::InvalidPayload(err.problems);
+            Err(Answer::InvalidPayload(err.problems))
         }
-    };
-    let span = tracing::Span::current();
-    span.record("event_id", event.event_id.as_str());
-    span.record("aggregate", tracing::field::display(&event.aggregate));
-    span.record("sequence", event.sequence);
-    let logged = match take_rate_token(state, source) {
-        Ok(charged) => {
-            // A cheap early refusal from the figure refreshed every second; the store
-            // decides the limit itself, in the transaction that would log the delivery.
-            let backlog = state
-                .backlog
-                .lock()
-                .map(|b| b.get(&source.name).copied().unwrap_or(0))
-                .unwrap_or(0);
-            if backlog >= source.max_backlog && !ignored {
-                warn!(source = %source.name, backlog, "backlog over max_backlog: delivery refused");
-                refund_rate_token(state, source, charged);
-                return Answer::BacklogFull;
-            }
-            let rules = (!ignored).then(|| source.rules(&state.config.destinations));
-            let settle = match (&rules, source.mode) {
-                (None, _) => SettleAt::Worker,
-                (Some(rules), Mode::Sync) => SettleAt::Ingest(rules),
-                // Async still answers 202; the event is decided at once when its aggregate is ready.
-                (Some(rules), Mode::Async) if source.decide_at_ingest => SettleAt::IfReady(rules),
-                (Some(_), Mode::Async) => SettleAt::Worker,
-            };
-            let logged = state
-                .store
-                .ingest(
-                    NewEvent {
-                        headers: &crate::kept_headers::keep(headers, &source.keep_headers),
-                        source: &source.name,
-                        event: &event,
-                        body: &body,
-                        received_at_ms,
-                        signed_at: verified.signed_at,
-                        limits: source.limits(),
-                        ignored,
-                        dedup_by_body: source.scheme.dedups_by_body(),
-                    },
-                    settle,
-                )
-                .await;
-            // Only a newly logged event spends the publisher's budget: replays of a
-            // captured delivery must not starve its genuine ones. A conflicting duplicate
-            // (an id resent with another body) is no replay: it spends its token.
-            let spent = matches!(
-                logged,
-                Ok(Admission::Logged { .. }
-                    | Admission::Duplicate {
-                        body_differs: true,
-                        ..
-                    })
-            );
-            if !spent {
-                refund_rate_token(state, source, charged);
-            }
-            logged
-        }
-        // Out of tokens: a replay of a logged delivery is still answered as the duplicate
-        // it is (2xx, so its sender stops), without storing anything; an id resent with
-        // another body is not, it waits like any delivery.
-        Err(wait) => match logged_copy(state, source, &event, &body).await {
-            Some(
-                duplicate @ Admission::Duplicate {
-                    body_differs: false,
-                    ..
-                },
-            ) => Ok(duplicate),
-            _ => {
-                return Answer::RateLimited {
-                    retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64,
-                }
-            }
-        },
+    }
+}
+
+/// Steps 7–9: the rate limit, the backlog, the store's transaction, then the answer, its
+/// metrics and its decision line. The body's budget is held until the answer is made.
+async fn admit(
+    state: &AppState,
+    source: &SourceConfig,
+    headers: &HeaderMap,
+    delivery: VerifiedDelivery,
+) -> Answer {
+    let logged = match log_within_limits(state, source, headers, &delivery).await {
+        Ok(logged) => logged,
+        Err(refused) => return refused,
     };
     if let Ok(Admission::Logged {
         out_of_order: true, ..
@@ -246,35 +255,127 @@ async fn check_and_log(
     {
         metrics::out_of_order(&source.name);
     }
-    let answer = match logged {
+    let answer = answer_logged(state, source, &delivery, logged);
+    tracing::Span::current().record("decision", answer.decision());
+    log_decision(source, &delivery.event, &answer);
+    // The body's bytes go back to the budget only now that the delivery is answered.
+    let VerifiedDelivery { hold, .. } = delivery;
+    drop(hold);
+    answer
+}
+
+/// What the store made of the delivery; `Err` is the answer of one refused before the
+/// store was asked: out of rate tokens (and no replay), or over the backlog.
+async fn log_within_limits(
+    state: &AppState,
+    source: &SourceConfig,
+    headers: &HeaderMap,
+    delivery: &VerifiedDelivery,
+) -> Result<Result<Admission, StoreError>, Answer> {
+    let charged = match take_rate_token(state, source) {
+        Ok(charged) => charged,
+        Err(wait) => {
+            return replay_when_rate_limited(state, source, delivery, wait)
+                .await
+                .map(Ok)
+        }
+    };
+    // A cheap early refusal from the figure refreshed every second; the store
+    // decides the limit itself, in the transaction that would log the delivery.
+    let backlog = state
+        .backlog
+        .lock()
+        .map(|b| b.get(&source.name).copied().unwrap_or(0))
+        .unwrap_or(0);
+    if backlog >= source.max_backlog && !delivery.ignored {
+        warn!(source = %source.name, backlog, "backlog over max_backlog: delivery refused");
+        refund_rate_token(state, source, charged);
+        return Err(Answer::BacklogFull);
+    }
+    let logged = ingest(state, source, headers, delivery).await;
+    // Only a newly logged event spends the publisher's budget: replays of a
+    // captured delivery must not starve its genuine ones. A conflicting duplicate
+    // (an id resent with another body) is no replay: it spends its token.
+    let spent = matches!(
+        logged,
+        Ok(Admission::Logged { .. }
+            | Admission::Duplicate {
+                body_differs: true,
+                ..
+            })
+    );
+    if !spent {
+        refund_rate_token(state, source, charged);
+    }
+    Ok(logged)
+}
+
+/// Out of tokens: a replay of a logged delivery is still answered as the duplicate it is
+/// (2xx, so its sender stops), without storing anything; an id resent with another body
+/// is not, it waits like any delivery.
+async fn replay_when_rate_limited(
+    state: &AppState,
+    source: &SourceConfig,
+    delivery: &VerifiedDelivery,
+    wait: std::time::Duration,
+) -> Result<Admission, Answer> {
+    match logged_copy(state, source, &delivery.event, &delivery.body).await {
+        Some(
+            duplicate @ Admission::Duplicate {
+                body_differs: false,
+                ..
+            },
+        ) => Ok(duplicate),
+        _ => Err(Answer::RateLimited {
+            retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64,
+        }),
+    }
+}
+
+/// Logs the delivery in one transaction, deciding it there in sync mode (and in async
+/// mode with `decide_at_ingest`, when its aggregate is ready).
+async fn ingest(
+    state: &AppState,
+    source: &SourceConfig,
+    headers: &HeaderMap,
+    delivery: &VerifiedDelivery,
+) -> Result<Admission, StoreError> {
+    let rules = (!delivery.ignored).then(|| source.rules(&state.config.destinations));
+    let settle = match (&rules, source.mode) {
+        (None, _) => SettleAt::Worker,
+        (Some(rules), Mode::Sync) => SettleAt::Ingest(rules),
+        // Async still answers 202; the event is decided at once when its aggregate is ready.
+        (Some(rules), Mode::Async) if source.decide_at_ingest => SettleAt::IfReady(rules),
+        (Some(_), Mode::Async) => SettleAt::Worker,
+    };
+    let new = NewEvent {
+        headers: &crate::kept_headers::keep(headers, &source.keep_headers),
+        source: &source.name,
+        event: &delivery.event,
+        body: &delivery.body,
+        received_at_ms: delivery.received_at_ms,
+        signed_at: delivery.signed_at,
+        limits: source.limits(),
+        ignored: delivery.ignored,
+        dedup_by_body: source.scheme.dedups_by_body(),
+    };
+    state.store.ingest(new, settle).await
+}
+
+/// The answer to what the store made of the delivery, with its metrics and log lines.
+fn answer_logged(
+    state: &AppState,
+    source: &SourceConfig,
+    delivery: &VerifiedDelivery,
+    logged: Result<Admission, StoreError>,
+) -> Answer {
+    let event = &delivery.event;
+    match logged {
         Ok(Admission::Duplicate {
             key,
             original,
             body_differs,
-        }) => {
-            if body_differs {
-                // Counted each time; logged one line per interval, the original's history
-                // holds it once.
-                if let Some(suppressed) = CONFLICT_LOG.admit() {
-                    warn!(source = %source.name, event_id = %event.event_id, suppressed,
-                          "publisher error: event_id resent with a different body");
-                }
-                metrics::conflicting_duplicate(&source.name);
-                if let Ok(mut seen) = state.conflicting_duplicates.lock() {
-                    *seen.entry(source.name.clone()).or_default() += 1;
-                }
-            }
-            metrics::duplicate(&source.name, key);
-            if let Ok(mut seen) = state.duplicates.lock() {
-                *seen.entry(source.name.clone()).or_default() += 1;
-            }
-            tracing::debug!(source = %source.name, event_id = %event.event_id,
-                            original = %original, key = key.as_str(), "duplicate of a logged event");
-            Answer::Duplicate {
-                event_id: event.event_id.clone(),
-                key,
-            }
-        }
+        }) => answer_duplicate(state, source, event, key, &original, body_differs),
         Ok(Admission::Refused(Refusal::BacklogFull)) => {
             warn!(source = %source.name, "backlog over max_backlog: delivery refused");
             Answer::BacklogFull
@@ -284,7 +385,61 @@ async fn check_and_log(
                   "aggregate over max_held_per_aggregate: delivery refused");
             Answer::AggregateBacklogFull
         }
-        Ok(Admission::Logged { decided: None, .. }) if ignored => {
+        Ok(Admission::Logged { decided, .. }) => answer_new(state, source, delivery, decided),
+        Err(StoreError::Unavailable(detail)) => {
+            warn!(source = %source.name, %detail, "store unavailable; delivery not stored");
+            Answer::StoreUnavailable
+        }
+        Err(StoreError::Internal(detail)) => {
+            tracing::error!(source = %source.name, %detail, "store failed; delivery not stored");
+            Answer::Internal
+        }
+    }
+}
+
+/// A delivery of a logged event: counted, and a conflicting one (another body) warned of.
+fn answer_duplicate(
+    state: &AppState,
+    source: &SourceConfig,
+    event: &EventFields,
+    key: crate::store::DedupKey,
+    original: &crate::domain::EventId,
+    body_differs: bool,
+) -> Answer {
+    if body_differs {
+        // Counted each time; logged one line per interval, the original's history
+        // holds it once.
+        if let Some(suppressed) = CONFLICT_LOG.admit() {
+            warn!(source = %source.name, event_id = %event.event_id, suppressed,
+                  "publisher error: event_id resent with a different body");
+        }
+        metrics::conflicting_duplicate(&source.name);
+        if let Ok(mut seen) = state.conflicting_duplicates.lock() {
+            *seen.entry(source.name.clone()).or_default() += 1;
+        }
+    }
+    metrics::duplicate(&source.name, key);
+    if let Ok(mut seen) = state.duplicates.lock() {
+        *seen.entry(source.name.clone()).or_default() += 1;
+    }
+    tracing::debug!(source = %source.name, event_id = %event.event_id,
+                    original = %original, key = key.as_str(), "duplicate of a logged event");
+    Answer::Duplicate {
+        event_id: event.event_id.clone(),
+        key,
+    }
+}
+
+/// A newly logged event: left to the worker, or decided in the ingest transaction.
+fn answer_new(
+    state: &AppState,
+    source: &SourceConfig,
+    delivery: &VerifiedDelivery,
+    decided: Option<Decided>,
+) -> Answer {
+    let event = &delivery.event;
+    match decided {
+        None if delivery.ignored => {
             // Counted as the built-in kinds count their unknown types.
             let report = crate::store::SettleReport {
                 unsupported: 1,
@@ -295,16 +450,13 @@ async fn check_and_log(
                 event_id: Some(event.event_id.clone()),
             }
         }
-        Ok(Admission::Logged { decided: None, .. }) => {
+        None => {
             state.wake.notify_one();
             Answer::Accepted {
                 event_id: event.event_id.clone(),
             }
         }
-        Ok(Admission::Logged {
-            decided: Some(decided),
-            ..
-        }) if source.mode == Mode::Async => {
+        Some(decided) if source.mode == Mode::Async => {
             // Decided in the ingest transaction: reported as the worker reports its decisions.
             crate::worker::report_settled(
                 &source.name,
@@ -318,26 +470,18 @@ async fn check_and_log(
                 event_id: event.event_id.clone(),
             }
         }
-        Ok(Admission::Logged {
-            decided: Some(decided),
-            ..
-        }) => {
+        Some(decided) => {
             if decided.report.deliveries > 0 {
                 state.forward_wake.notify_one();
             }
             decided.report.count(&source.name);
-            sync_answer(&event, decided)
+            sync_answer(event, decided)
         }
-        Err(StoreError::Unavailable(detail)) => {
-            warn!(source = %source.name, %detail, "store unavailable; delivery not stored");
-            Answer::StoreUnavailable
-        }
-        Err(StoreError::Internal(detail)) => {
-            tracing::error!(source = %source.name, %detail, "store failed; delivery not stored");
-            Answer::Internal
-        }
-    };
-    tracing::Span::current().record("decision", answer.decision());
+    }
+}
+
+/// The delivery's decision line; an accepted one gets a debug line only.
+fn log_decision(source: &SourceConfig, event: &EventFields, answer: &Answer) {
     if let Answer::Accepted { .. } = answer {
         // Not a decision (docs/contract.md, processing): the worker's line is the event's one
         // decision line.
@@ -353,7 +497,6 @@ async fn check_and_log(
             "decision"
         );
     }
-    answer
 }
 
 /// Longest a costly signature check waits for a free core before its delivery gets a 503.
