@@ -105,8 +105,7 @@ impl Application {
         let store = open_store(&config).await?;
         let secrets = crate::config::LiveSecrets::of(&config);
         let mut senders =
-            Sender::for_destinations(&config.destinations, &store, Clock::System, &secrets)
-                .map_err(anyhow::Error::msg)?;
+            Sender::for_destinations(&config.destinations, &store, Clock::System, &secrets)?;
         for sender in &mut senders {
             sender.poll = Duration::from_millis(config.forward_poll_ms);
         }

@@ -58,13 +58,24 @@ fn trusted(native: Vec<CertificateDer<'static>>) -> (RootCertStore, RootSource) 
     (roots, RootSource::System)
 }
 
+/// Why an outbound HTTP client could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientSetupError {
+    /// The private CA's PEM file cannot be used; the error names the setting that gave it.
+    #[error(transparent)]
+    CaFile(#[from] crate::store::postgres_tls::PemRootsError),
+    /// rustls refused the protocol versions of its own provider.
+    #[error("TLS setup")]
+    Tls(#[source] rustls::Error),
+}
+
 /// A reqwest builder on inhook's TLS stack: rustls (ring), the system's roots plus the
 /// certificates of `ca_file` (errors name it as `named_by`, the setting that gave it); no
 /// redirects followed (a 3xx is the answer) and no proxy from the environment.
 pub fn client_builder(
     ca_file: Option<&Path>,
-    named_by: &str,
-) -> Result<reqwest::ClientBuilder, String> {
+    named_by: &'static str,
+) -> Result<reqwest::ClientBuilder, ClientSetupError> {
     let mut roots = system_roots().0.clone();
     if let Some(path) = ca_file {
         roots
@@ -75,7 +86,7 @@ pub fn client_builder(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
-    .map_err(|e| format!("TLS setup: {e}"))?
+    .map_err(ClientSetupError::Tls)?
     .with_root_certificates(roots)
     .with_no_client_auth();
     Ok(reqwest::Client::builder()
@@ -221,7 +232,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ca.pem");
         std::fs::write(&path, "nothing").unwrap();
-        let err = client_builder(Some(&path), "--tls-ca-file").unwrap_err();
+        let err = client_builder(Some(&path), "--tls-ca-file")
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("--tls-ca-file "), "{err}");
         assert!(client_builder(None, "--tls-ca-file").is_ok());
     }

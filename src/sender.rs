@@ -36,13 +36,52 @@ const VERDICT_BATCH: usize = 256;
 /// Pause after a store failure before trying again.
 const STORE_BACKOFF: Duration = Duration::from_secs(1);
 
+/// Why the HTTP client of forwarded requests could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpClientError {
+    /// The outbound TLS setup failed (`tls_ca_file`, named in the error).
+    #[error(transparent)]
+    Setup(#[from] crate::outbound::ClientSetupError),
+    /// reqwest refused the builder.
+    #[error("HTTP client")]
+    Build(#[source] reqwest::Error),
+}
+
+/// Why the senders of the configured destinations could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[error("destination {destination:?}")]
+pub struct SendersError {
+    /// The destination whose client failed.
+    pub destination: String,
+    /// Why it failed (boxed: a rare error need not widen every `Result`).
+    #[source]
+    pub source: Box<HttpClientError>,
+}
+
+/// Why a delivery's request could not be built: a bug, reported rather than sent unsigned.
+#[derive(Debug, thiserror::Error)]
+enum RequestError {
+    /// The destination's secret cannot sign.
+    #[error(transparent)]
+    Sign(#[from] crate::signature::SignError),
+    /// A header value reqwest refuses; the value (a signature, say) is not shown.
+    #[error("header {name} is invalid")]
+    Header {
+        name: &'static str,
+        #[source]
+        source: reqwest::header::InvalidHeaderValue,
+    },
+}
+
 /// Builds the HTTP client forwarded requests go through: inhook's outbound TLS (the
 /// system's roots plus `tls_ca_file`), no redirects followed (a 3xx is not a delivery)
 /// and no proxy from the environment.
-pub fn http_client(tls_ca_file: Option<&std::path::Path>) -> Result<reqwest::Client, String> {
+pub fn http_client(
+    tls_ca_file: Option<&std::path::Path>,
+) -> Result<reqwest::Client, HttpClientError> {
     crate::outbound::client_builder(tls_ca_file, "tls_ca_file")?
         .build()
-        .map_err(|e| format!("HTTP client: {}", describe_error(&e)))
+        .map_err(HttpClientError::Build)
 }
 
 /// A name for this process in delivery leases: unique per start, so that a restarted
@@ -258,7 +297,7 @@ impl Sender {
         store: &Arc<dyn Store>,
         clock: Clock,
         secrets: &crate::config::LiveSecrets,
-    ) -> Result<Vec<Sender>, String> {
+    ) -> Result<Vec<Sender>, SendersError> {
         let node_id: Arc<str> = node_id().into();
         let mut clients: Vec<(Option<std::path::PathBuf>, reqwest::Client)> = Vec::new();
         let mut senders = Vec::with_capacity(destinations.len());
@@ -267,8 +306,10 @@ impl Sender {
             let client = match clients.iter().find(|(c, _)| *c == ca) {
                 Some((_, client)) => client.clone(),
                 None => {
-                    let client = http_client(ca.as_deref())
-                        .map_err(|e| format!("destination {:?}: {e}", destination.name))?;
+                    let client = http_client(ca.as_deref()).map_err(|source| SendersError {
+                        destination: destination.name.clone(),
+                        source: Box::new(source),
+                    })?;
                     clients.push((ca, client.clone()));
                     client
                 }
@@ -655,7 +696,7 @@ impl Sender {
             return dead("the destination has no secret in force".to_owned());
         };
         let headers = match request_headers(&forwarded, &secret, attempt, at_ms / 1000)
-            .map_err(|e| e.to_string())
+            .map_err(RequestError::from)
             .and_then(|h| header_map(&h))
         {
             Ok(headers) => headers,
@@ -790,11 +831,11 @@ const MIN_REQUEST: Duration = Duration::from_millis(100);
 
 /// The headers as reqwest takes them; `request_headers` percent-encodes every value, so
 /// a failure here is a bug, reported rather than sent unsigned.
-fn header_map(headers: &[(&'static str, String)]) -> Result<HeaderMap, String> {
+fn header_map(headers: &[(&'static str, String)]) -> Result<HeaderMap, RequestError> {
     let mut map = HeaderMap::with_capacity(headers.len());
     for (name, value) in headers {
         let value =
-            HeaderValue::from_str(value).map_err(|_| format!("header {name} is invalid"))?;
+            HeaderValue::from_str(value).map_err(|source| RequestError::Header { name, source })?;
         map.insert(HeaderName::from_static(name), value);
     }
     Ok(map)
@@ -904,7 +945,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ca.pem");
         std::fs::write(&path, "nothing").unwrap();
-        let err = http_client(Some(&path)).unwrap_err();
+        let err = http_client(Some(&path)).unwrap_err().to_string();
         assert!(err.starts_with("tls_ca_file "), "{err}");
         assert!(http_client(None).is_ok());
     }

@@ -9,6 +9,8 @@ use crate::domain::AggregateKey;
 use crate::forward::queue::DeliveryStatus;
 use crate::store::DeliveryFilter;
 
+use super::UnknownValue;
+
 /// Arguments of `inhook deliveries`.
 #[derive(Debug, clap::Args)]
 pub struct DeliveriesArgs {
@@ -26,17 +28,14 @@ pub struct DeliveriesArgs {
     pub limit: usize,
 }
 
-fn parse_delivery_status(raw: &str) -> Result<DeliveryStatus, String> {
+fn parse_delivery_status(raw: &str) -> Result<DeliveryStatus, UnknownValue> {
     DeliveryStatus::ALL
         .iter()
         .copied()
         .find(|s| s.as_str() == raw)
         .ok_or_else(|| {
-            let names: Vec<_> = DeliveryStatus::ALL.iter().map(|s| s.as_str()).collect();
-            format!(
-                "unknown status {raw:?}: expected one of {}",
-                names.join(", ")
-            )
+            let names = DeliveryStatus::ALL.iter().map(|s| s.as_str());
+            UnknownValue::new("status", raw, names)
         })
 }
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::config::Config;
-use crate::domain::{AggregateKey, EventStatus};
+use crate::domain::{AggregateKey, AggregateKeyProblem, EventStatus};
 
 mod deliveries;
 mod events;
@@ -58,20 +58,50 @@ pub enum Command {
     Listen(listen::ListenArgs),
 }
 
+/// A command-line value that is none of those its option takes. clap prints only the
+/// words, after the value given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {given:?}: expected one of {expected}")]
+pub(crate) struct UnknownValue {
+    /// What the option names (`status`).
+    what: &'static str,
+    /// The value given.
+    given: String,
+    /// The values it may take, comma-separated.
+    expected: String,
+}
+
+impl UnknownValue {
+    /// `given` is no `what`: one of `expected` was.
+    pub(crate) fn new<'a>(
+        what: &'static str,
+        given: &str,
+        expected: impl IntoIterator<Item = &'a str>,
+    ) -> Self {
+        Self {
+            what,
+            given: given.to_owned(),
+            expected: expected.into_iter().collect::<Vec<_>>().join(", "),
+        }
+    }
+}
+
+/// An `--aggregate` that is not an aggregate key in text form; the problem is the reason
+/// itself, not an error under it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("aggregate {0}")]
+pub(crate) struct BadAggregate(AggregateKeyProblem);
+
 /// A `--status` value, refused with the statuses it may be.
-fn parse_status(raw: &str) -> Result<EventStatus, String> {
-    EventStatus::parse(raw).ok_or_else(|| {
-        format!(
-            "unknown status {raw:?}: expected one of {}",
-            EventStatus::ALL.map(EventStatus::as_str).join(", ")
-        )
-    })
+fn parse_status(raw: &str) -> Result<EventStatus, UnknownValue> {
+    EventStatus::parse(raw)
+        .ok_or_else(|| UnknownValue::new("status", raw, EventStatus::ALL.map(EventStatus::as_str)))
 }
 
 /// An `--aggregate` in text form (docs/contract.md, json sources), refused with the reason when
 /// malformed.
-pub(crate) fn parse_aggregate(raw: &str) -> Result<AggregateKey, String> {
-    AggregateKey::parse_text(raw).map_err(|problem| format!("aggregate {problem}"))
+pub(crate) fn parse_aggregate(raw: &str) -> Result<AggregateKey, BadAggregate> {
+    AggregateKey::parse_text(raw).map_err(BadAggregate)
 }
 
 /// Runs a parsed command line.

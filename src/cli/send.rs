@@ -42,8 +42,35 @@ pub struct SendArgs {
     pub file: PathBuf,
 }
 
-fn parse_scheme(raw: &str) -> Result<Scheme, String> {
+fn parse_scheme(raw: &str) -> Result<Scheme, signature::UnknownScheme> {
     raw.parse()
+}
+
+/// Why a `--header` cannot be added to the request. clap prints the words after the value
+/// given; none holds a header's value, which may be a credential.
+#[derive(Debug, thiserror::Error)]
+pub enum HeaderArgError {
+    /// No `:` between a name and a value.
+    #[error("the header is not `Name: value`")]
+    NotNameValue,
+    /// The part before the `:` is not a header name.
+    #[error("{name:?} is not a header name")]
+    BadName {
+        /// The part before the `:`, trimmed.
+        name: String,
+        /// The http crate's reason.
+        #[source]
+        source: reqwest::header::InvalidHeaderName,
+    },
+    /// The part after the `:` is not a header value.
+    #[error("the value of {name} is not a valid header value")]
+    BadValue {
+        /// The header's name.
+        name: reqwest::header::HeaderName,
+        /// The http crate's reason.
+        #[source]
+        source: reqwest::header::InvalidHeaderValue,
+    },
 }
 
 /// A request header `inhook send` adds.
@@ -55,14 +82,21 @@ pub struct ExtraHeader {
     pub value: reqwest::header::HeaderValue,
 }
 
-fn parse_header(raw: &str) -> Result<ExtraHeader, String> {
-    let (name, value) = raw
-        .split_once(':')
-        .ok_or_else(|| format!("{raw:?} is not `Name: value`"))?;
-    let name = reqwest::header::HeaderName::from_bytes(name.trim().as_bytes())
-        .map_err(|_| format!("{:?} is not a header name", name.trim()))?;
-    let value = reqwest::header::HeaderValue::from_str(value.trim())
-        .map_err(|_| format!("the value of {name} is not a valid header value"))?;
+fn parse_header(raw: &str) -> Result<ExtraHeader, HeaderArgError> {
+    let (name, value) = raw.split_once(':').ok_or(HeaderArgError::NotNameValue)?;
+    let name =
+        reqwest::header::HeaderName::from_bytes(name.trim().as_bytes()).map_err(|source| {
+            HeaderArgError::BadName {
+                name: name.trim().to_owned(),
+                source,
+            }
+        })?;
+    let value = reqwest::header::HeaderValue::from_str(value.trim()).map_err(|source| {
+        HeaderArgError::BadValue {
+            name: name.clone(),
+            source,
+        }
+    })?;
     Ok(ExtraHeader { name, value })
 }
 
@@ -116,8 +150,7 @@ pub async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Resul
         args.url.trim_end_matches('/'),
         args.source
     );
-    let client = crate::outbound::client_builder(args.tls_ca_file.as_deref(), "--tls-ca-file")
-        .map_err(anyhow::Error::msg)?
+    let client = crate::outbound::client_builder(args.tls_ca_file.as_deref(), "--tls-ca-file")?
         .build()
         .context("building the HTTP client")?;
     let mut request = client.post(&url).header("content-type", "application/json");

@@ -194,10 +194,44 @@ fn read_body(path: &Path) -> anyhow::Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("reading {}", path.display()))
 }
 
+/// A line of a headers file that is not a request header; no variant holds a header's
+/// value (a signature, say).
+#[derive(Debug, thiserror::Error)]
+pub enum HeadersFileError {
+    /// No `:` between a name and a value.
+    #[error("line {line}: expected `Name: value`")]
+    NotNameValue {
+        /// The line's number, from 1.
+        line: usize,
+    },
+    /// The part before the `:` is not a header name.
+    #[error("line {line}: {name:?} is not a header name")]
+    BadName {
+        /// The line's number, from 1.
+        line: usize,
+        /// The part before the `:`, trimmed.
+        name: String,
+        /// The http crate's reason.
+        #[source]
+        source: axum::http::header::InvalidHeaderName,
+    },
+    /// The part after the `:` is not header text.
+    #[error("line {line}: the value of {name} is not valid header text")]
+    BadValue {
+        /// The line's number, from 1.
+        line: usize,
+        /// The header's name.
+        name: HeaderName,
+        /// The http crate's reason.
+        #[source]
+        source: axum::http::header::InvalidHeaderValue,
+    },
+}
+
 /// Parses a headers file: one `Name: value` per line. Blank lines, `#`
 /// comments and an HTTP request line (as `curl -v` or a proxy log shows
 /// one) are skipped, so a saved request can be pasted as it is.
-pub fn parse_headers_file(text: &str) -> Result<HeaderMap, String> {
+pub fn parse_headers_file(text: &str) -> Result<HeaderMap, HeadersFileError> {
     let mut headers = HeaderMap::new();
     for (i, line) in text.lines().enumerate() {
         let n = i + 1;
@@ -206,12 +240,21 @@ pub fn parse_headers_file(text: &str) -> Result<HeaderMap, String> {
             continue;
         }
         let Some((name, value)) = line.split_once(':') else {
-            return Err(format!("line {n}: expected `Name: value`"));
+            return Err(HeadersFileError::NotNameValue { line: n });
         };
-        let name = HeaderName::from_bytes(name.trim().as_bytes())
-            .map_err(|_| format!("line {n}: {:?} is not a header name", name.trim()))?;
-        let value = HeaderValue::from_str(value.trim())
-            .map_err(|_| format!("line {n}: the value of {name} is not valid header text"))?;
+        let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|source| {
+            HeadersFileError::BadName {
+                line: n,
+                name: name.trim().to_owned(),
+                source,
+            }
+        })?;
+        let value =
+            HeaderValue::from_str(value.trim()).map_err(|source| HeadersFileError::BadValue {
+                line: n,
+                name: name.clone(),
+                source,
+            })?;
         headers.append(name, value);
     }
     Ok(headers)
@@ -236,11 +279,14 @@ mod tests {
         assert_eq!(headers["content-type"], "application/json");
         assert_eq!(headers.get_all("webhook-signature").iter().count(), 2);
         assert_eq!(
-            parse_headers_file("X-Signature abc").unwrap_err(),
+            parse_headers_file("X-Signature abc")
+                .unwrap_err()
+                .to_string(),
             "line 1: expected `Name: value`"
         );
         assert!(parse_headers_file("\nBad Name: x")
             .unwrap_err()
+            .to_string()
             .starts_with("line 2:"));
     }
 }

@@ -167,15 +167,20 @@ impl Scheme {
     }
 }
 
-impl std::str::FromStr for Scheme {
-    type Err = String;
+/// A scheme name that is none of [`Scheme::ALL`]'s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown scheme {name:?}: expected one of {}", Scheme::ALL.map(Scheme::name).join(", "))]
+pub struct UnknownScheme {
+    /// The name given.
+    pub name: String,
+}
 
-    fn from_str(raw: &str) -> Result<Self, String> {
-        Self::from_name(raw).ok_or_else(|| {
-            format!(
-                "unknown scheme {raw:?}: expected one of {}",
-                Self::ALL.map(Scheme::name).join(", ")
-            )
+impl std::str::FromStr for Scheme {
+    type Err = UnknownScheme;
+
+    fn from_str(raw: &str) -> Result<Self, UnknownScheme> {
+        Self::from_name(raw).ok_or_else(|| UnknownScheme {
+            name: raw.to_owned(),
         })
     }
 }

@@ -456,8 +456,10 @@ impl PostgresStore {
     /// Builds the pool for `url` (`postgres://user@host:port/db`, with libpq's `sslmode`
     /// and `sslrootcert`); connects lazily.
     pub fn connect(url: &str, settings: PoolSettings) -> Result<Self, StoreError> {
-        let (mut pg_config, tls) =
-            super::postgres_tls::configure(url).map_err(|e| StoreError::Internal(e.into()))?;
+        // Words only: the error reaches the operator through anyhow's `{:#}`, which would
+        // print a cause held beside words that already describe it twice.
+        let (mut pg_config, tls) = super::postgres_tls::configure(url)
+            .map_err(|e| StoreError::Internal(super::postgres_tls::describe(&e).into()))?;
         let timeout_ms = settings.timeout.as_millis();
         // A lock held elsewhere (a migration, an operator) becomes a quick 503, not a hung request.
         pg_config.options(format!("-c lock_timeout={timeout_ms}"));

@@ -7,6 +7,7 @@
 use std::error::Error as StdError;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::str::Utf8Error;
 use std::sync::Arc;
 
 use percent_encoding::percent_decode_str;
@@ -18,6 +19,94 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore};
 use tokio_postgres::config::SslMode as WireMode;
 use tokio_postgres_rustls::MakeRustlsConnect;
+
+/// Why the database URL's TLS settings cannot be used (docs/configuration.md, PostgreSQL
+/// TLS). No variant holds the URL, whose password must never reach an error.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsConfigError {
+    /// `sslmode` is not one of libpq's modes (or is `allow`, which is not supported).
+    #[error(
+        "database URL: sslmode {0:?} is not one of disable, prefer, require, verify-ca, verify-full"
+    )]
+    UnknownMode(String),
+    /// A TLS parameter's percent-encoded value does not decode to UTF-8.
+    #[error("database URL: {key} is not valid UTF-8")]
+    NotUtf8 {
+        /// The parameter (`sslmode` or `sslrootcert`), never its value.
+        key: String,
+        /// What decoding found.
+        #[source]
+        source: Utf8Error,
+    },
+    /// `sslrootcert=system` without `sslmode=verify-full`, which libpq refuses too.
+    #[error("database URL: sslrootcert=system needs sslmode=verify-full, not {}", mode_name(*.0))]
+    SystemRootsNeedVerifyFull(SslMode),
+    /// tokio-postgres refused the rest of the URL.
+    #[error("invalid PostgreSQL URL")]
+    InvalidUrl(#[source] tokio_postgres::Error),
+    /// The root certificates could not be read.
+    #[error(transparent)]
+    Roots(#[from] PemRootsError),
+    /// The certificate verifier could not be built on the roots.
+    #[error("{trusted_by}")]
+    Verifier {
+        /// Where the roots came from: `sslrootcert` and its path, or the bundled roots.
+        trusted_by: String,
+        /// rustls's reason.
+        #[source]
+        source: rustls::client::VerifierBuilderError,
+    },
+    /// rustls refused the protocol versions of its own provider.
+    #[error("TLS setup")]
+    Tls(#[source] rustls::Error),
+}
+
+/// Why a PEM file of trusted certificates cannot be used; says the setting that named it
+/// (`sslrootcert`, `tls_ca_file`, `--tls-ca-file`) and its path.
+#[derive(Debug, thiserror::Error)]
+pub enum PemRootsError {
+    /// The file could not be read.
+    #[error("{what} {}", path.display())]
+    Unreadable {
+        /// The setting that named the file.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why it could not be read.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A PEM section could not be decoded.
+    #[error("{what} {}: not PEM", path.display())]
+    NotPem {
+        /// The setting that named the file.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What the PEM reader found.
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    /// A certificate that cannot be a trusted root.
+    #[error("{what} {}: unusable certificate", path.display())]
+    Unusable {
+        /// The setting that named the file.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// rustls's reason.
+        #[source]
+        source: rustls::Error,
+    },
+    /// The file holds no certificate.
+    #[error("{what} {}: no certificate in it", path.display())]
+    Empty {
+        /// The setting that named the file.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+    },
+}
 
 /// How much TLS a connection insists on and what it checks, as libpq's `sslmode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,17 +124,14 @@ pub enum SslMode {
 }
 
 impl SslMode {
-    fn parse(value: &str) -> Result<Self, String> {
+    fn parse(value: &str) -> Result<Self, TlsConfigError> {
         match value {
             "disable" => Ok(Self::Disable),
             "prefer" => Ok(Self::Prefer),
             "require" => Ok(Self::Require),
             "verify-ca" => Ok(Self::VerifyCa),
             "verify-full" => Ok(Self::VerifyFull),
-            other => Err(format!(
-                "database URL: sslmode {other:?} is not one of disable, prefer, require, \
-                 verify-ca, verify-full"
-            )),
+            other => Err(TlsConfigError::UnknownMode(other.to_owned())),
         }
     }
 }
@@ -61,7 +147,7 @@ pub struct TlsParams {
 
 /// Splits `url` into the URL tokio-postgres understands (without `sslmode` and
 /// `sslrootcert`, every other parameter kept) and the TLS parameters.
-pub fn split_url(url: &str) -> Result<(String, TlsParams), String> {
+pub fn split_url(url: &str) -> Result<(String, TlsParams), TlsConfigError> {
     let mut params = TlsParams {
         mode: SslMode::Prefer,
         rootcert: None,
@@ -76,7 +162,10 @@ pub fn split_url(url: &str) -> Result<(String, TlsParams), String> {
             percent_decode_str(value)
                 .decode_utf8()
                 .map(|v| v.into_owned())
-                .map_err(|_| format!("database URL: {key} is not valid UTF-8"))
+                .map_err(|source| TlsConfigError::NotUtf8 {
+                    key: key.to_owned(),
+                    source,
+                })
         };
         match key {
             "sslmode" => params.mode = SslMode::parse(&decoded()?)?,
@@ -86,10 +175,7 @@ pub fn split_url(url: &str) -> Result<(String, TlsParams), String> {
     }
     if params.rootcert.as_deref() == Some("system") && params.mode != SslMode::VerifyFull {
         // As libpq: trusting every public CA is safe only when the host name is checked too.
-        return Err(format!(
-            "database URL: sslrootcert=system needs sslmode=verify-full, not {}",
-            mode_name(params.mode)
-        ));
+        return Err(TlsConfigError::SystemRootsNeedVerifyFull(params.mode));
     }
     let url = if kept.is_empty() {
         base.to_owned()
@@ -169,7 +255,7 @@ impl Roots {
         }
     }
 
-    fn load(&self) -> Result<RootCertStore, String> {
+    fn load(&self) -> Result<RootCertStore, PemRootsError> {
         let path = match self {
             Self::Bundled => {
                 return Ok(RootCertStore {
@@ -184,28 +270,39 @@ impl Roots {
 
 /// The certificates of the PEM file at `path` as trusted roots; errors start with
 /// `what` (the key that named the file) and the path.
-pub(crate) fn pem_roots(path: &std::path::Path, what: &str) -> Result<RootCertStore, String> {
-    let shown = path.display();
-    let pem = std::fs::read(path).map_err(|e| format!("{what} {shown}: {e}"))?;
+pub(crate) fn pem_roots(path: &Path, what: &'static str) -> Result<RootCertStore, PemRootsError> {
+    let path_buf = || path.to_path_buf();
+    let pem = std::fs::read(path).map_err(|source| PemRootsError::Unreadable {
+        what,
+        path: path_buf(),
+        source,
+    })?;
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(&pem) {
-        let cert = cert.map_err(|e| format!("{what} {shown}: not PEM: {e}"))?;
-        roots
-            .add(cert)
-            .map_err(|e| format!("{what} {shown}: unusable certificate: {e}"))?;
+        let cert = cert.map_err(|source| PemRootsError::NotPem {
+            what,
+            path: path_buf(),
+            source,
+        })?;
+        roots.add(cert).map_err(|source| PemRootsError::Unusable {
+            what,
+            path: path_buf(),
+            source,
+        })?;
     }
     if roots.is_empty() {
-        return Err(format!("{what} {shown}: no certificate in it"));
+        return Err(PemRootsError::Empty {
+            what,
+            path: path_buf(),
+        });
     }
     Ok(roots)
 }
 
 /// Parses `url` into tokio-postgres's config and the TLS connector for its connections.
-pub fn configure(url: &str) -> Result<(tokio_postgres::Config, MakeRustlsConnect), String> {
+pub fn configure(url: &str) -> Result<(tokio_postgres::Config, MakeRustlsConnect), TlsConfigError> {
     let (url, params) = split_url(url)?;
-    let mut config: tokio_postgres::Config = url
-        .parse()
-        .map_err(|e: tokio_postgres::Error| format!("invalid PostgreSQL URL: {}", describe(&e)))?;
+    let mut config: tokio_postgres::Config = url.parse().map_err(TlsConfigError::InvalidUrl)?;
     config.ssl_mode(match params.mode {
         SslMode::Disable => WireMode::Disable,
         SslMode::Prefer => WireMode::Prefer,
@@ -216,7 +313,7 @@ pub fn configure(url: &str) -> Result<(tokio_postgres::Config, MakeRustlsConnect
     Ok((config, connector))
 }
 
-fn connector(mode: SslMode, roots: Option<Roots>) -> Result<MakeRustlsConnect, String> {
+fn connector(mode: SslMode, roots: Option<Roots>) -> Result<MakeRustlsConnect, TlsConfigError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let verifier = match (mode, roots) {
         (SslMode::Disable, _) | (_, None) => Verifier::anything(Arc::clone(&provider)),
@@ -226,7 +323,10 @@ fn connector(mode: SslMode, roots: Option<Roots>) -> Result<MakeRustlsConnect, S
                 Arc::clone(&provider)
             })
             .build()
-            .map_err(|e| format!("{trusted_by}: {e}"))?;
+            .map_err(|source| TlsConfigError::Verifier {
+                trusted_by: trusted_by.clone(),
+                source,
+            })?;
             Verifier {
                 provider: Arc::clone(&provider),
                 chain: Some(webpki),
@@ -237,7 +337,7 @@ fn connector(mode: SslMode, roots: Option<Roots>) -> Result<MakeRustlsConnect, S
     };
     let config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS setup: {e}"))?
+        .map_err(TlsConfigError::Tls)?
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(verifier))
         .with_no_client_auth();
@@ -378,7 +478,7 @@ pub fn describe(err: &(dyn StdError + 'static)) -> String {
 mod tests {
     use super::*;
 
-    fn split(url: &str) -> Result<(String, TlsParams), String> {
+    fn split(url: &str) -> Result<(String, TlsParams), TlsConfigError> {
         split_url(url)
     }
 
@@ -443,27 +543,32 @@ mod tests {
 
     #[test]
     fn an_unknown_sslmode_is_named_and_the_password_is_not() {
-        let err = split("postgres://u:hunter2@h/db?sslmode=bogus").unwrap_err();
+        let err = describe(&split("postgres://u:hunter2@h/db?sslmode=bogus").unwrap_err());
         assert!(err.contains("sslmode \"bogus\""), "{err}");
         assert!(!err.contains("hunter2"), "{err}");
-        let err = configure("postgres://u:hunter2@h/db?sslmode=allow")
-            .err()
-            .unwrap();
+        let err = describe(
+            &configure("postgres://u:hunter2@h/db?sslmode=allow")
+                .err()
+                .unwrap(),
+        );
         assert!(err.contains("sslmode \"allow\""), "{err}");
     }
 
     #[test]
     fn another_bad_parameter_is_named() {
-        let err = configure("postgres://u:hunter2@h/db?sslcert=/client.pem")
-            .err()
-            .unwrap();
+        let err = describe(
+            &configure("postgres://u:hunter2@h/db?sslcert=/client.pem")
+                .err()
+                .unwrap(),
+        );
         assert!(err.contains("sslcert"), "{err}");
         assert!(!err.contains("hunter2"), "{err}");
     }
 
     #[test]
     fn system_roots_need_verify_full() {
-        let err = split("postgres://h/db?sslmode=require&sslrootcert=system").unwrap_err();
+        let err =
+            describe(&split("postgres://h/db?sslmode=require&sslrootcert=system").unwrap_err());
         assert!(err.contains("verify-full"), "{err}");
         let (_, params) = split("postgres://h/db?sslmode=verify-full&sslrootcert=system").unwrap();
         assert_eq!(params.rootcert.as_deref(), Some("system"));
@@ -499,19 +604,23 @@ mod tests {
 
     #[test]
     fn an_unreadable_or_empty_root_file_is_a_clear_error() {
-        let err = configure("postgres://h/db?sslmode=require&sslrootcert=/no/such/ca.pem")
-            .err()
-            .unwrap();
+        let err = describe(
+            &configure("postgres://h/db?sslmode=require&sslrootcert=/no/such/ca.pem")
+                .err()
+                .unwrap(),
+        );
         assert!(err.starts_with("sslrootcert /no/such/ca.pem: "), "{err}");
         let dir = tempfile::tempdir().unwrap();
         let empty = dir.path().join("empty.pem");
         std::fs::write(&empty, "not a certificate\n").unwrap();
-        let err = configure(&format!(
-            "postgres://h/db?sslmode=verify-ca&sslrootcert={}",
-            empty.display()
-        ))
-        .err()
-        .unwrap();
+        let err = describe(
+            &configure(&format!(
+                "postgres://h/db?sslmode=verify-ca&sslrootcert={}",
+                empty.display()
+            ))
+            .err()
+            .unwrap(),
+        );
         assert!(err.contains("no certificate in it"), "{err}");
     }
 

@@ -111,8 +111,7 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
         (Some(seconds), _) => (usize::MAX, Some(Duration::from_secs(seconds))),
         _ => (args.events, None),
     };
-    let client = crate::outbound::client_builder(args.tls_ca_file.as_deref(), "--tls-ca-file")
-        .map_err(anyhow::Error::msg)?
+    let client = crate::outbound::client_builder(args.tls_ca_file.as_deref(), "--tls-ca-file")?
         .pool_max_idle_per_host(args.connections)
         .http1_only()
         .timeout(Duration::from_secs(30))

@@ -225,8 +225,7 @@ impl Publisher {
         options: SendOptions,
     ) -> anyhow::Result<Self> {
         let client =
-            crate::outbound::client_builder(options.tls_ca_file.as_deref(), "--tls-ca-file")
-                .map_err(anyhow::Error::msg)?
+            crate::outbound::client_builder(options.tls_ca_file.as_deref(), "--tls-ca-file")?
                 .pool_max_idle_per_host(options.concurrency.max(1) * 2)
                 .timeout(options.request_timeout)
                 .connect_timeout(Duration::from_secs(2))
