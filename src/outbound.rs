@@ -6,9 +6,10 @@
 //! the builder it gets; what a CLI command prints of an answer is bounded and escaped.
 
 use std::error::Error as StdError;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use rustls::RootCertStore;
 
@@ -63,7 +64,7 @@ fn trusted(native: Vec<CertificateDer<'static>>) -> (RootCertStore, RootSource) 
 pub enum ClientSetupError {
     /// The private CA's PEM file cannot be used; the error names the setting that gave it.
     #[error(transparent)]
-    CaFile(#[from] crate::store::postgres_tls::PemRootsError),
+    CaFile(#[from] PemRootsError),
     /// rustls refused the protocol versions of its own provider.
     #[error("TLS setup")]
     Tls(#[source] rustls::Error),
@@ -78,9 +79,7 @@ pub fn client_builder(
 ) -> Result<reqwest::ClientBuilder, ClientSetupError> {
     let mut roots = system_roots().0.clone();
     if let Some(path) = ca_file {
-        roots
-            .roots
-            .extend(crate::store::postgres_tls::pem_roots(path, named_by)?.roots);
+        roots.roots.extend(pem_roots(path, named_by)?.roots);
     }
     let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
@@ -198,6 +197,84 @@ pub fn cli_failure(url: &str, err: &(dyn StdError + 'static)) -> String {
         ),
         None => format!("{url}: {}", describe_error(err)),
     }
+}
+
+/// Why a PEM file of trusted certificates cannot be used; says the setting that named it
+/// (`sslrootcert`, `tls_ca_file`, `--tls-ca-file`) and its path.
+#[derive(Debug, thiserror::Error)]
+pub enum PemRootsError {
+    /// The file could not be read.
+    #[error("{what} {}", path.display())]
+    Unreadable {
+        /// The setting that named the file.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why it could not be read.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A PEM section could not be decoded.
+    #[error("{what} {}: not PEM", path.display())]
+    NotPem {
+        /// The setting that named the file.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What the PEM reader found.
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    /// A certificate that cannot be a trusted root.
+    #[error("{what} {}: unusable certificate", path.display())]
+    Unusable {
+        /// The setting that named the file.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// rustls's reason.
+        #[source]
+        source: rustls::Error,
+    },
+    /// The file holds no certificate.
+    #[error("{what} {}: no certificate in it", path.display())]
+    Empty {
+        /// The setting that named the file.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+    },
+}
+
+/// The certificates of the PEM file at `path` as trusted roots; errors start with
+/// `what` (the key that named the file) and the path.
+pub fn pem_roots(path: &Path, what: &'static str) -> Result<RootCertStore, PemRootsError> {
+    let path_buf = || path.to_path_buf();
+    let pem = std::fs::read(path).map_err(|source| PemRootsError::Unreadable {
+        what,
+        path: path_buf(),
+        source,
+    })?;
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|source| PemRootsError::NotPem {
+            what,
+            path: path_buf(),
+            source,
+        })?;
+        roots.add(cert).map_err(|source| PemRootsError::Unusable {
+            what,
+            path: path_buf(),
+            source,
+        })?;
+    }
+    if roots.is_empty() {
+        return Err(PemRootsError::Empty {
+            what,
+            path: path_buf(),
+        });
+    }
+    Ok(roots)
 }
 
 #[cfg(test)]

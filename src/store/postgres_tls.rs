@@ -14,11 +14,12 @@ use percent_encoding::percent_decode_str;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore};
 use tokio_postgres::config::SslMode as WireMode;
 use tokio_postgres_rustls::MakeRustlsConnect;
+
+use crate::outbound::{pem_roots, PemRootsError};
 
 /// Why the database URL's TLS settings cannot be used (docs/configuration.md, PostgreSQL
 /// TLS). No variant holds the URL, whose password must never reach an error.
@@ -59,53 +60,6 @@ pub enum TlsConfigError {
     /// rustls refused the protocol versions of its own provider.
     #[error("TLS setup")]
     Tls(#[source] rustls::Error),
-}
-
-/// Why a PEM file of trusted certificates cannot be used; says the setting that named it
-/// (`sslrootcert`, `tls_ca_file`, `--tls-ca-file`) and its path.
-#[derive(Debug, thiserror::Error)]
-pub enum PemRootsError {
-    /// The file could not be read.
-    #[error("{what} {}", path.display())]
-    Unreadable {
-        /// The setting that named the file.
-        what: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// Why it could not be read.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A PEM section could not be decoded.
-    #[error("{what} {}: not PEM", path.display())]
-    NotPem {
-        /// The setting that named the file.
-        what: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// What the PEM reader found.
-        #[source]
-        source: rustls::pki_types::pem::Error,
-    },
-    /// A certificate that cannot be a trusted root.
-    #[error("{what} {}: unusable certificate", path.display())]
-    Unusable {
-        /// The setting that named the file.
-        what: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// rustls's reason.
-        #[source]
-        source: rustls::Error,
-    },
-    /// The file holds no certificate.
-    #[error("{what} {}: no certificate in it", path.display())]
-    Empty {
-        /// The setting that named the file.
-        what: &'static str,
-        /// The file.
-        path: PathBuf,
-    },
 }
 
 /// How much TLS a connection insists on and what it checks, as libpq's `sslmode`.
@@ -266,37 +220,6 @@ impl Roots {
         };
         pem_roots(path, "sslrootcert")
     }
-}
-
-/// The certificates of the PEM file at `path` as trusted roots; errors start with
-/// `what` (the key that named the file) and the path.
-pub(crate) fn pem_roots(path: &Path, what: &'static str) -> Result<RootCertStore, PemRootsError> {
-    let path_buf = || path.to_path_buf();
-    let pem = std::fs::read(path).map_err(|source| PemRootsError::Unreadable {
-        what,
-        path: path_buf(),
-        source,
-    })?;
-    let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(&pem) {
-        let cert = cert.map_err(|source| PemRootsError::NotPem {
-            what,
-            path: path_buf(),
-            source,
-        })?;
-        roots.add(cert).map_err(|source| PemRootsError::Unusable {
-            what,
-            path: path_buf(),
-            source,
-        })?;
-    }
-    if roots.is_empty() {
-        return Err(PemRootsError::Empty {
-            what,
-            path: path_buf(),
-        });
-    }
-    Ok(roots)
 }
 
 /// Parses `url` into tokio-postgres's config and the TLS connector for its connections.
