@@ -12,8 +12,19 @@ use crate::kind::Kind;
 use crate::kind::SourceKind;
 use crate::retry::RetryPolicy;
 use crate::signature::{Scheme, Secret};
-use crate::store::{IngestLimits, SourceRules};
 
+/// The keys among `"key" => field.path` whose field differs between `$a` and `$b`, in the
+/// order given: what a reload names as needing a restart.
+macro_rules! changed_keys {
+    ($a:expr, $b:expr, [$($key:literal => $($field:ident).+),* $(,)?]) => {
+        [$(($key, $a.$($field).+ != $b.$($field).+)),*]
+            .into_iter()
+            .filter_map(|(key, changed)| changed.then_some(key))
+            .collect::<Vec<&'static str>>()
+    };
+}
+
+pub mod defaults;
 mod destination;
 mod reload;
 pub use destination::{destination_secret_env_var, DestinationConfig};
@@ -65,28 +76,6 @@ pub struct SourceConfig {
     /// Request headers kept with its events beyond the built-in allowlist (lower case;
     /// the top-level `keep_headers` and the source's own).
     pub keep_headers: Vec<String>,
-}
-
-impl SourceConfig {
-    /// The ordering and forwarding settings the store needs (`destinations`: every configured one).
-    pub fn rules(&self, destinations: &std::sync::Arc<[DestinationConfig]>) -> SourceRules {
-        SourceRules {
-            name: self.name.clone(),
-            kind: std::sync::Arc::clone(&self.kind),
-            first_sequence: self.first_sequence,
-            hold_timeout_ms: (self.hold_timeout_s as i64).saturating_mul(1000),
-            destinations: std::sync::Arc::clone(destinations),
-        }
-    }
-
-    /// The limits the store admits this source's deliveries under.
-    pub fn limits(&self) -> IngestLimits {
-        IngestLimits {
-            max_backlog: self.max_backlog,
-            max_held_per_aggregate: self.max_held_per_aggregate,
-            first_sequence: self.first_sequence,
-        }
-    }
 }
 
 /// The validated configuration of one inhook process.
@@ -184,13 +173,11 @@ impl Config {
         Some(token)
     }
 
-    /// What `inhook serve` warns of at start: settings that work but leave a door open.
-    /// Never holds a secret.
+    /// What `inhook serve` warns of at start about the sources: settings that work but leave
+    /// a door open. The store adds its own (the database URL's TLS) in the caller, config
+    /// being the lower layer. Never holds a secret.
     pub fn start_warnings(&self) -> Vec<String> {
         let mut warnings = Vec::new();
-        if let Database::Postgres(url) = &self.database {
-            warnings.extend(crate::store::postgres_tls::start_warning(url));
-        }
         for source in &self.sources {
             let Some(spec) = source.kind.locations() else {
                 continue;
@@ -286,6 +273,16 @@ struct FileConfig {
     otlp_endpoint: Option<String>,
 }
 
+impl FileConfig {
+    /// The file's keys as written; none without a file.
+    fn parse(text: Option<&str>) -> Result<Self, ConfigError> {
+        match text {
+            Some(text) => toml::from_str(text).map_err(|e| ConfigError(toml_problem(text, &e))),
+            None => Ok(Self::default()),
+        }
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileSource {
@@ -371,34 +368,9 @@ impl FileSource {
     }
 }
 
-/// Default cap on the in-order events of one aggregate waiting ahead of a gap.
-pub const DEFAULT_MAX_HELD_PER_AGGREGATE: u64 = 1000;
-
-/// Default body limit: 256 KiB.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 256 * 1024;
-/// Default body read timeout: webhook bodies are small, so a body still arriving after this is held by a slow or hostile client.
-pub const DEFAULT_BODY_READ_TIMEOUT_S: u64 = 10;
-
-/// The slowest a body may arrive, past its grace: 4 KiB/s sends the default largest body
-/// (256 KiB) within a minute, while a trickle of a byte a second is cut after seconds.
-pub const DEFAULT_MIN_BODY_BYTES_PER_S: u64 = 4096;
-
 /// Seconds a body may take before [`Config::min_body_bytes_per_s`] applies (a client's
 /// first packets, a TLS proxy's buffering).
 pub const BODY_RATE_GRACE_S: u64 = 2;
-/// Default cap on open connections.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
-/// Default cap on open connections from one IP address: room for a benchmark's or a
-/// proxy's 64 keep-alive connections while they reconnect.
-pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 128;
-/// Default budget of request bodies read at once: 256 bodies of the default limit.
-pub const DEFAULT_MAX_BUFFERED_BODY_BYTES: usize = 64 * 1024 * 1024;
-
-/// Default cap on open change streams per node.
-pub const DEFAULT_MAX_STREAMS: usize = 64;
-
-/// Default number of changes held for a slow stream.
-pub const DEFAULT_STREAM_BUFFER: usize = 1024;
 
 /// The kind of a configured source: a built-in one, or a `json` source's compiled
 /// locations. An inconsistent `json` source does not start, and the error names the key.
@@ -513,267 +485,398 @@ impl Config {
         env: &HashMap<String, String>,
         secret_rule: Secrets,
     ) -> Result<Self, ConfigError> {
-        let file: FileConfig = match text {
-            Some(text) => toml::from_str(text).map_err(|e| ConfigError(toml_problem(text, &e)))?,
-            None => FileConfig::default(),
-        };
-        let listen_raw = env
-            .get("INHOOK_LISTEN")
-            .cloned()
-            .or(file.listen)
-            .unwrap_or_else(|| "127.0.0.1:8080".into());
-        let listen = listen_raw.parse().map_err(|_| {
-            ConfigError(format!(
-                "listen: {listen_raw:?} is not an address like 127.0.0.1:8080"
-            ))
-        })?;
-        let database_raw = env
-            .get("INHOOK_DATABASE")
-            .cloned()
-            .or(file.database)
-            .unwrap_or_else(|| "sqlite://inhook.db".into());
-        let database = parse_database(&database_raw)?;
-        let admin_token = match (env.get("INHOOK_ADMIN_TOKEN"), file.admin_token) {
-            (Some(token), _) => Some(admin_token(token, "INHOOK_ADMIN_TOKEN")?),
-            (None, Some(token)) => Some(admin_token(&token, "admin_token")?),
-            (None, None) => None,
-        };
-        let admin_open_to_loopback =
-            match env.get("INHOOK_ADMIN_OPEN_TO_LOOPBACK").map(String::as_str) {
-                Some("true" | "1") => true,
-                Some("false" | "0" | "") => false,
-                Some(_) => {
-                    return Err(ConfigError(
-                        "INHOOK_ADMIN_OPEN_TO_LOOPBACK: must be true or false".into(),
-                    ))
-                }
-                None => file.admin_open_to_loopback.unwrap_or(false),
-            };
-        let log_json = match env
-            .get("INHOOK_LOG_FORMAT")
-            .cloned()
-            .or(file.log_format)
-            .as_deref()
-        {
-            None | Some("text") => false,
-            Some("json") => true,
-            Some(other) => {
-                return Err(ConfigError(format!(
-                    "log_format: {other:?} is neither \"text\" nor \"json\""
-                )))
-            }
-        };
-        let file_sources = file.sources.unwrap_or_else(|| {
-            vec![
-                FileSource::default_for("presence", SourceKind::Presence),
-                FileSource::default_for("save-game", SourceKind::SaveGame),
-            ]
-        });
-        let keep_headers = header_names("keep_headers", file.keep_headers.unwrap_or_default())?;
-        let mut sources: Vec<SourceConfig> = Vec::with_capacity(file_sources.len());
-        for s in file_sources {
-            let json_keys = s.json_spec();
-            if s.name.is_empty()
-                || !s
-                    .name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-            {
-                return Err(ConfigError(format!(
-                    "source name {:?} must be non-empty letters, digits, '-' or '_'",
-                    s.name
-                )));
-            }
-            if sources.iter().any(|o| o.name == s.name) {
-                return Err(ConfigError(format!(
-                    "source {:?} is configured twice",
-                    s.name
-                )));
-            }
-            let var = secret_env_var(&s.name);
-            let secrets_from_environment = env.contains_key(&var);
-            let secrets: Vec<String> = match env.get(&var) {
-                Some(list) => list
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_owned)
-                    .collect(),
-                None => s.secrets,
-            };
-            if secret_rule == Secrets::Required
-                && (secrets.is_empty() || secrets.iter().any(String::is_empty))
-            {
-                return Err(ConfigError(format!(
-                    "source {:?} has no secret: set {var} (several comma-separated) or `secrets` in the config file",
-                    s.name
-                )));
-            }
-            let scheme = s.signature.or(s.kind.default_scheme()).ok_or_else(|| {
-                ConfigError(format!(
-                    "source {:?}: signature is required for kind = \"{}\"",
-                    s.name,
-                    s.kind.as_str()
-                ))
-            })?;
-            let first_sequence = s.first_sequence.unwrap_or(1);
-            if first_sequence < 0 {
-                return Err(ConfigError(format!(
-                    "source {:?}: first_sequence must not be negative",
-                    s.name
-                )));
-            }
-            let stale_after_s = s.stale_after_s.unwrap_or(15 * 60);
-            let kind = source_kind(&s.name, s.kind, json_keys, scheme, stale_after_s)?;
-            let secrets: Vec<Secret> = secrets.into_iter().map(Secret::new).collect();
-            // A secret in the wrong form would turn every delivery into a 401: fail now instead.
-            for (i, secret) in secrets.iter().enumerate() {
-                if let Err(problem) = scheme.check_secret(secret) {
-                    return Err(ConfigError(format!(
-                        "source {:?}: secret #{i} {problem} (signature = \"{scheme}\")",
-                        s.name
-                    )));
-                }
-            }
-            let mut source_keeps = keep_headers.clone();
-            for name in header_names(
-                &format!("source {:?}: keep_headers", s.name),
-                s.keep_headers.unwrap_or_default(),
-            )? {
-                if !source_keeps.contains(&name) {
-                    source_keeps.push(name);
-                }
-            }
-            sources.push(SourceConfig {
-                keep_headers: source_keeps,
-                name: s.name,
-                kind,
-                mode: s.mode.unwrap_or(s.kind.default_mode()),
-                decide_at_ingest: s.decide_at_ingest.unwrap_or(false),
-                scheme,
-                secrets,
-                secrets_from_environment,
-                tolerance_s: s.tolerance_s.unwrap_or(300),
-                first_sequence,
-                hold_timeout_s: s.hold_timeout_s.unwrap_or(30),
-                stale_after_s,
-                max_backlog: s.max_backlog.unwrap_or(1_000_000),
-                max_held_per_aggregate: s
-                    .max_held_per_aggregate
-                    .unwrap_or(DEFAULT_MAX_HELD_PER_AGGREGATE),
-                rate_limit_per_s: s.rate_limit_per_s.filter(|r| *r > 0),
-            });
-        }
-        let defaults = RetryPolicy::default();
-        let retry = RetryPolicy {
-            base_ms: file
-                .retry_base_s
-                .map_or(defaults.base_ms, |s| s as i64 * 1000),
-            max_delay_ms: file
-                .retry_max_delay_s
-                .map_or(defaults.max_delay_ms, |s| s as i64 * 1000),
-            max_attempts: file.max_attempts.unwrap_or(defaults.max_attempts).max(1),
-        };
+        let mut file = FileConfig::parse(text)?;
+        let server = server(&file, env)?;
+        let keep_headers =
+            header_names("keep_headers", file.keep_headers.take().unwrap_or_default())?;
+        let sources = sources(file.sources.take(), env, &keep_headers, secret_rule)?;
+        let retry = retry(&file);
         let destinations = destination::destinations(
-            file.destinations.unwrap_or_default(),
+            file.destinations.take().unwrap_or_default(),
             env,
             &sources,
             retry,
             secret_rule == Secrets::Required,
         )?
         .into();
-        let max_body_bytes = file.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
-        let max_buffered_body_bytes = file
-            .max_buffered_body_bytes
-            .unwrap_or(DEFAULT_MAX_BUFFERED_BODY_BYTES.max(max_body_bytes));
-        if max_buffered_body_bytes < max_body_bytes {
-            return Err(ConfigError(format!(
-                "max_buffered_body_bytes ({max_buffered_body_bytes}) must be at least max_body_bytes ({max_body_bytes}): \
-                 otherwise no body of the largest size could ever be read"
-            )));
-        }
-        // One peer may fill an eighth of the budget: eight hosts, not one, to block every body.
-        let max_buffered_body_bytes_per_peer = file
-            .max_buffered_body_bytes_per_peer
-            .unwrap_or((max_buffered_body_bytes / 8).max(max_body_bytes))
-            .min(max_buffered_body_bytes);
-        if max_buffered_body_bytes_per_peer < max_body_bytes {
-            return Err(ConfigError(format!(
-                "max_buffered_body_bytes_per_peer ({max_buffered_body_bytes_per_peer}) must be at \
-                 least max_body_bytes ({max_body_bytes}): otherwise no body of the largest size \
-                 could ever be read"
-            )));
-        }
-        let max_connections = file.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
-        let max_connections_per_peer = file
-            .max_connections_per_peer
-            .unwrap_or(DEFAULT_MAX_CONNECTIONS_PER_PEER);
-        if max_connections == 0 || max_connections_per_peer == 0 {
-            return Err(ConfigError(
-                "max_connections and max_connections_per_peer must be at least 1".into(),
-            ));
-        }
-        const DAY_S: u64 = 24 * 60 * 60;
-        let max_streams = file.max_streams.unwrap_or(DEFAULT_MAX_STREAMS);
-        if max_streams == 0 {
-            return Err(ConfigError(
-                "max_streams: must be at least 1 (open change streams per node)".into(),
-            ));
-        }
-        let stream_buffer = file.stream_buffer.unwrap_or(DEFAULT_STREAM_BUFFER);
-        if stream_buffer == 0 {
-            return Err(ConfigError(
-                "stream_buffer: must be at least 1 (changes held for a slow stream)".into(),
-            ));
-        }
+        let bodies = bodies(&file)?;
+        let (max_connections, max_connections_per_peer) = connections(&file)?;
+        let (max_streams, stream_buffer) = streams(&file)?;
+        let processing = processing(file);
         Ok(Self {
-            max_connections,
-            max_connections_per_peer,
-            max_buffered_body_bytes,
-            max_buffered_body_bytes_per_peer,
-            min_body_bytes_per_s: file
-                .min_body_bytes_per_s
-                .unwrap_or(DEFAULT_MIN_BODY_BYTES_PER_S),
-            workers: file.workers.unwrap_or(4).max(1),
-            retry,
-            retention_s: file.retention_s.unwrap_or(30 * DAY_S),
-            dedup_window_s: file.dedup_window_s.unwrap_or(30 * DAY_S),
-            purge_interval_s: file.purge_interval_s.unwrap_or(60 * 60),
-            shutdown_timeout_s: file.shutdown_timeout_s.unwrap_or(10),
-            header_read_timeout_s: file.header_read_timeout_s.unwrap_or(10).max(1),
-            body_read_timeout_s: file
-                .body_read_timeout_s
-                .unwrap_or(DEFAULT_BODY_READ_TIMEOUT_S)
-                .max(1),
-            // hyper's floor for its read buffer is 8 KiB.
-            max_header_bytes: file.max_header_bytes.unwrap_or(16 * 1024).max(8 * 1024),
-            mask_fields: file.mask_fields.unwrap_or_default(),
-            keep_headers,
-            max_streams,
-            stream_buffer,
-            pool_size: file.pool_size.unwrap_or(16),
-            metrics_public: file.metrics_public.unwrap_or(false),
-            group_commit: file.group_commit.unwrap_or(true),
-            bench_ceiling: file.bench_ceiling.unwrap_or(false),
-            forward_poll_ms: file.forward_poll_ms.unwrap_or(1_000).max(1),
-            otlp_endpoint: env
-                .get("INHOOK_OTLP_ENDPOINT")
-                .cloned()
-                .or(file.otlp_endpoint)
-                .filter(|e| !e.is_empty()),
-            listen,
-            database,
-            admin_token,
+            listen: server.listen,
+            database: server.database,
+            admin_token: server.admin_token,
             admin_token_generated: false,
-            admin_open_to_loopback,
-            max_body_bytes,
-            busy_timeout_ms: file.busy_timeout_ms.unwrap_or(5_000),
-            log_json,
+            admin_open_to_loopback: server.admin_open_to_loopback,
+            log_json: server.log_json,
+            otlp_endpoint: server.otlp_endpoint,
             sources,
             destinations,
+            retry,
+            max_body_bytes: bodies.max_body_bytes,
+            max_buffered_body_bytes: bodies.max_buffered_body_bytes,
+            max_buffered_body_bytes_per_peer: bodies.max_buffered_body_bytes_per_peer,
+            min_body_bytes_per_s: bodies.min_body_bytes_per_s,
+            body_read_timeout_s: bodies.body_read_timeout_s,
+            header_read_timeout_s: bodies.header_read_timeout_s,
+            max_header_bytes: bodies.max_header_bytes,
+            max_connections,
+            max_connections_per_peer,
+            max_streams,
+            stream_buffer,
+            keep_headers,
+            mask_fields: processing.mask_fields,
+            workers: processing.workers,
+            busy_timeout_ms: processing.busy_timeout_ms,
+            pool_size: processing.pool_size,
+            group_commit: processing.group_commit,
+            retention_s: processing.retention_s,
+            dedup_window_s: processing.dedup_window_s,
+            purge_interval_s: processing.purge_interval_s,
+            shutdown_timeout_s: processing.shutdown_timeout_s,
+            forward_poll_ms: processing.forward_poll_ms,
+            metrics_public: processing.metrics_public,
+            bench_ceiling: processing.bench_ceiling,
             loaded_from: None,
         })
     }
+}
+
+/// The server section: where inhook listens and stores, its admin access and its logs.
+struct Server {
+    listen: SocketAddr,
+    database: Database,
+    admin_token: Option<Secret>,
+    admin_open_to_loopback: bool,
+    log_json: bool,
+    otlp_endpoint: Option<String>,
+}
+
+/// Reads the server section; the environment wins over the file.
+fn server(file: &FileConfig, env: &HashMap<String, String>) -> Result<Server, ConfigError> {
+    let from = |var: &str, key: &Option<String>| env.get(var).cloned().or_else(|| key.clone());
+    let listen_raw = from("INHOOK_LISTEN", &file.listen).unwrap_or_else(|| defaults::LISTEN.into());
+    let listen = listen_raw.parse().map_err(|_| {
+        ConfigError(format!(
+            "listen: {listen_raw:?} is not an address like 127.0.0.1:8080"
+        ))
+    })?;
+    let database =
+        from("INHOOK_DATABASE", &file.database).unwrap_or_else(|| defaults::DATABASE.into());
+    let admin_token = match (env.get("INHOOK_ADMIN_TOKEN"), &file.admin_token) {
+        (Some(token), _) => Some(admin_token(token, "INHOOK_ADMIN_TOKEN")?),
+        (None, Some(token)) => Some(admin_token(token, "admin_token")?),
+        (None, None) => None,
+    };
+    let admin_open_to_loopback = match env.get("INHOOK_ADMIN_OPEN_TO_LOOPBACK").map(String::as_str)
+    {
+        Some("true" | "1") => true,
+        Some("false" | "0" | "") => false,
+        Some(_) => {
+            return Err(ConfigError(
+                "INHOOK_ADMIN_OPEN_TO_LOOPBACK: must be true or false".into(),
+            ))
+        }
+        None => file
+            .admin_open_to_loopback
+            .unwrap_or(defaults::ADMIN_OPEN_TO_LOOPBACK),
+    };
+    let log_json = match from("INHOOK_LOG_FORMAT", &file.log_format).as_deref() {
+        None => defaults::LOG_JSON,
+        Some("text") => false,
+        Some("json") => true,
+        Some(other) => {
+            return Err(ConfigError(format!(
+                "log_format: {other:?} is neither \"text\" nor \"json\""
+            )))
+        }
+    };
+    Ok(Server {
+        listen,
+        database: parse_database(&database)?,
+        admin_token,
+        admin_open_to_loopback,
+        log_json,
+        otlp_endpoint: from("INHOOK_OTLP_ENDPOINT", &file.otlp_endpoint).filter(|e| !e.is_empty()),
+    })
+}
+
+/// Builds every source of the file (the zero-config ones when it has none), in file order.
+fn sources(
+    file: Option<Vec<FileSource>>,
+    env: &HashMap<String, String>,
+    keep_headers: &[String],
+    secret_rule: Secrets,
+) -> Result<Vec<SourceConfig>, ConfigError> {
+    let file = file.unwrap_or_else(|| {
+        defaults::ZERO_CONFIG_SOURCES
+            .iter()
+            .map(|(name, kind)| FileSource::default_for(name, *kind))
+            .collect()
+    });
+    let mut sources: Vec<SourceConfig> = Vec::with_capacity(file.len());
+    for s in file {
+        check_name("source", &s.name)?;
+        if sources.iter().any(|o| o.name == s.name) {
+            return Err(ConfigError(format!(
+                "source {:?} is configured twice",
+                s.name
+            )));
+        }
+        sources.push(source(s, env, keep_headers, secret_rule)?);
+    }
+    Ok(sources)
+}
+
+/// Refuses a source's or a destination's name that is empty or holds anything but
+/// letters, digits, '-' or '_' (it is a URL segment and part of an environment variable).
+fn check_name(what: &str, name: &str) -> Result<(), ConfigError> {
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(ConfigError(format!(
+            "{what} name {name:?} must be non-empty letters, digits, '-' or '_'"
+        )));
+    }
+    Ok(())
+}
+
+/// Builds one source from its `[[sources]]` table; `keep_headers` is the top-level list.
+fn source(
+    s: FileSource,
+    env: &HashMap<String, String>,
+    keep_headers: &[String],
+    secret_rule: Secrets,
+) -> Result<SourceConfig, ConfigError> {
+    let json_keys = s.json_spec();
+    let (secrets, secrets_from_environment) = source_secrets(&s, env, secret_rule)?;
+    let scheme = s.signature.or(s.kind.default_scheme()).ok_or_else(|| {
+        ConfigError(format!(
+            "source {:?}: signature is required for kind = \"{}\"",
+            s.name,
+            s.kind.as_str()
+        ))
+    })?;
+    let first_sequence = s.first_sequence.unwrap_or(defaults::FIRST_SEQUENCE);
+    if first_sequence < 0 {
+        return Err(ConfigError(format!(
+            "source {:?}: first_sequence must not be negative",
+            s.name
+        )));
+    }
+    let stale_after_s = s.stale_after_s.unwrap_or(defaults::STALE_AFTER_S);
+    let kind = source_kind(&s.name, s.kind, json_keys, scheme, stale_after_s)?;
+    let secrets: Vec<Secret> = secrets.into_iter().map(Secret::new).collect();
+    // A secret in the wrong form would turn every delivery into a 401: fail now instead.
+    for (i, secret) in secrets.iter().enumerate() {
+        if let Err(problem) = scheme.check_secret(secret) {
+            return Err(ConfigError(format!(
+                "source {:?}: secret #{i} {problem} (signature = \"{scheme}\")",
+                s.name
+            )));
+        }
+    }
+    let mut source_keeps = keep_headers.to_vec();
+    for name in header_names(
+        &format!("source {:?}: keep_headers", s.name),
+        s.keep_headers.unwrap_or_default(),
+    )? {
+        if !source_keeps.contains(&name) {
+            source_keeps.push(name);
+        }
+    }
+    Ok(SourceConfig {
+        keep_headers: source_keeps,
+        name: s.name,
+        kind,
+        mode: s.mode.unwrap_or(s.kind.default_mode()),
+        decide_at_ingest: s.decide_at_ingest.unwrap_or(defaults::DECIDE_AT_INGEST),
+        scheme,
+        secrets,
+        secrets_from_environment,
+        tolerance_s: s.tolerance_s.unwrap_or(defaults::TOLERANCE_S),
+        first_sequence,
+        hold_timeout_s: s.hold_timeout_s.unwrap_or(defaults::HOLD_TIMEOUT_S),
+        stale_after_s,
+        max_backlog: s.max_backlog.unwrap_or(defaults::MAX_BACKLOG),
+        max_held_per_aggregate: s
+            .max_held_per_aggregate
+            .unwrap_or(defaults::MAX_HELD_PER_AGGREGATE),
+        rate_limit_per_s: s.rate_limit_per_s.filter(|r| *r > 0),
+    })
+}
+
+/// A source's secrets as written (`INHOOK_<SOURCE>_SECRET`, several comma-separated, else
+/// the file's), and whether they came from the environment. None is an error when required.
+fn source_secrets(
+    s: &FileSource,
+    env: &HashMap<String, String>,
+    secret_rule: Secrets,
+) -> Result<(Vec<String>, bool), ConfigError> {
+    let var = secret_env_var(&s.name);
+    let secrets: Vec<String> = match env.get(&var) {
+        Some(list) => list
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        None => s.secrets.clone(),
+    };
+    if secret_rule == Secrets::Required
+        && (secrets.is_empty() || secrets.iter().any(String::is_empty))
+    {
+        return Err(ConfigError(format!(
+            "source {:?} has no secret: set {var} (several comma-separated) or `secrets` in the config file",
+            s.name
+        )));
+    }
+    Ok((secrets, env.contains_key(&var)))
+}
+
+/// The top-level retry policy: also every destination's unless it sets its own keys.
+fn retry(file: &FileConfig) -> RetryPolicy {
+    let ms = |s: u64| (s as i64).saturating_mul(1000);
+    RetryPolicy {
+        base_ms: ms(file.retry_base_s.unwrap_or(defaults::RETRY_BASE_S)),
+        max_delay_ms: ms(file
+            .retry_max_delay_s
+            .unwrap_or(defaults::RETRY_MAX_DELAY_S)),
+        max_attempts: file.max_attempts.unwrap_or(defaults::MAX_ATTEMPTS).max(1),
+    }
+}
+
+/// The limits on request heads and bodies: sizes, read times and the shared buffer budget.
+struct Bodies {
+    max_body_bytes: usize,
+    max_buffered_body_bytes: usize,
+    max_buffered_body_bytes_per_peer: usize,
+    min_body_bytes_per_s: u64,
+    body_read_timeout_s: u64,
+    header_read_timeout_s: u64,
+    max_header_bytes: usize,
+}
+
+/// Reads the body limits: a budget that could not hold one largest body is an error.
+fn bodies(file: &FileConfig) -> Result<Bodies, ConfigError> {
+    let max_body_bytes = file.max_body_bytes.unwrap_or(defaults::MAX_BODY_BYTES);
+    let max_buffered_body_bytes = file
+        .max_buffered_body_bytes
+        .unwrap_or(defaults::MAX_BUFFERED_BODY_BYTES.max(max_body_bytes));
+    if max_buffered_body_bytes < max_body_bytes {
+        return Err(ConfigError(format!(
+            "max_buffered_body_bytes ({max_buffered_body_bytes}) must be at least max_body_bytes ({max_body_bytes}): \
+             otherwise no body of the largest size could ever be read"
+        )));
+    }
+    let max_buffered_body_bytes_per_peer = file
+        .max_buffered_body_bytes_per_peer
+        .unwrap_or(
+            (max_buffered_body_bytes / defaults::BUFFERED_BODY_BYTES_PEERS).max(max_body_bytes),
+        )
+        .min(max_buffered_body_bytes);
+    if max_buffered_body_bytes_per_peer < max_body_bytes {
+        return Err(ConfigError(format!(
+            "max_buffered_body_bytes_per_peer ({max_buffered_body_bytes_per_peer}) must be at \
+             least max_body_bytes ({max_body_bytes}): otherwise no body of the largest size \
+             could ever be read"
+        )));
+    }
+    Ok(Bodies {
+        max_body_bytes,
+        max_buffered_body_bytes,
+        max_buffered_body_bytes_per_peer,
+        min_body_bytes_per_s: file
+            .min_body_bytes_per_s
+            .unwrap_or(defaults::MIN_BODY_BYTES_PER_S),
+        body_read_timeout_s: file
+            .body_read_timeout_s
+            .unwrap_or(defaults::BODY_READ_TIMEOUT_S)
+            .max(1),
+        header_read_timeout_s: file
+            .header_read_timeout_s
+            .unwrap_or(defaults::HEADER_READ_TIMEOUT_S)
+            .max(1),
+        max_header_bytes: file
+            .max_header_bytes
+            .unwrap_or(defaults::MAX_HEADER_BYTES)
+            .max(defaults::MIN_HEADER_BYTES),
+    })
+}
+
+/// The processing section: workers, the store, retention, shutdown, forwarding's poll,
+/// the optional endpoints and masking.
+struct Processing {
+    workers: usize,
+    busy_timeout_ms: u64,
+    pool_size: usize,
+    group_commit: bool,
+    retention_s: u64,
+    dedup_window_s: u64,
+    purge_interval_s: u64,
+    shutdown_timeout_s: u64,
+    forward_poll_ms: u64,
+    metrics_public: bool,
+    bench_ceiling: bool,
+    mask_fields: Vec<String>,
+}
+
+/// Reads the processing section; nothing in it can be refused (0 workers and a 0 ms poll
+/// are taken as 1).
+fn processing(file: FileConfig) -> Processing {
+    Processing {
+        workers: file.workers.unwrap_or(defaults::WORKERS).max(1),
+        busy_timeout_ms: file.busy_timeout_ms.unwrap_or(defaults::BUSY_TIMEOUT_MS),
+        pool_size: file.pool_size.unwrap_or(defaults::POOL_SIZE),
+        group_commit: file.group_commit.unwrap_or(defaults::GROUP_COMMIT),
+        retention_s: file.retention_s.unwrap_or(defaults::RETENTION_S),
+        dedup_window_s: file.dedup_window_s.unwrap_or(defaults::DEDUP_WINDOW_S),
+        purge_interval_s: file.purge_interval_s.unwrap_or(defaults::PURGE_INTERVAL_S),
+        shutdown_timeout_s: file
+            .shutdown_timeout_s
+            .unwrap_or(defaults::SHUTDOWN_TIMEOUT_S),
+        forward_poll_ms: file
+            .forward_poll_ms
+            .unwrap_or(defaults::FORWARD_POLL_MS)
+            .max(1),
+        metrics_public: file.metrics_public.unwrap_or(defaults::METRICS_PUBLIC),
+        bench_ceiling: file.bench_ceiling.unwrap_or(defaults::BENCH_CEILING),
+        mask_fields: file.mask_fields.unwrap_or_default(),
+    }
+}
+
+/// Reads `max_connections` and `max_connections_per_peer`, each at least 1.
+fn connections(file: &FileConfig) -> Result<(usize, usize), ConfigError> {
+    let max_connections = file.max_connections.unwrap_or(defaults::MAX_CONNECTIONS);
+    let per_peer = file
+        .max_connections_per_peer
+        .unwrap_or(defaults::MAX_CONNECTIONS_PER_PEER);
+    if max_connections == 0 || per_peer == 0 {
+        return Err(ConfigError(
+            "max_connections and max_connections_per_peer must be at least 1".into(),
+        ));
+    }
+    Ok((max_connections, per_peer))
+}
+
+/// Reads `max_streams` and `stream_buffer`, each at least 1.
+fn streams(file: &FileConfig) -> Result<(usize, usize), ConfigError> {
+    let max_streams = file.max_streams.unwrap_or(defaults::MAX_STREAMS);
+    if max_streams == 0 {
+        return Err(ConfigError(
+            "max_streams: must be at least 1 (open change streams per node)".into(),
+        ));
+    }
+    let stream_buffer = file.stream_buffer.unwrap_or(defaults::STREAM_BUFFER);
+    if stream_buffer == 0 {
+        return Err(ConfigError(
+            "stream_buffer: must be at least 1 (changes held for a slow stream)".into(),
+        ));
+    }
+    Ok((max_streams, stream_buffer))
 }
 
 /// Header names of a `keep_headers` list in lower case, refusing any that is not a
@@ -932,42 +1035,6 @@ mod tests {
     }
 
     #[test]
-    fn start_warnings_name_stripped_tls_and_unsigned_header_locations() {
-        let text = r#"
-            database = "postgres://inhook@db.example:5432/inhook"
-            [[sources]]
-            name = "hooks"
-            kind = "json"
-            signature = "github"
-            secrets = ["s"]
-            ordering = "latest-wins"
-            aggregate = ["/repo", "header:X-Tenant"]
-            sequence = "header:X-Seq"
-            [[sources]]
-            name = "signed"
-            kind = "json"
-            signature = "standard-webhooks"
-            secrets = ["whsec_c2VjcmV0"]
-            ordering = "in-order"
-            aggregate = "/k"
-            sequence = "header:Webhook-Timestamp"
-        "#;
-        let warnings = Config::from_parts(Some(text), &env(&[]))
-            .unwrap()
-            .start_warnings();
-        assert_eq!(warnings.len(), 3, "{warnings:#?}");
-        assert!(warnings[0].contains("sslmode=prefer"), "{warnings:#?}");
-        assert!(warnings[1].contains("\"hooks\": sequence comes from the header X-Seq"));
-        assert!(warnings[2].contains("\"hooks\": aggregate comes from the header X-Tenant"));
-        let secrets = env(&[
-            ("INHOOK_PRESENCE_SECRET", "a"),
-            ("INHOOK_SAVE_GAME_SECRET", "b"),
-        ]);
-        let quiet = Config::from_parts(None, &secrets).unwrap().start_warnings();
-        assert!(quiet.is_empty(), "{quiet:?}");
-    }
-
-    #[test]
     fn a_signing_secret_comes_from_the_flag_before_the_config_and_its_absence_says_where_to_put_it()
     {
         // A name no test's environment sets, so INHOOK_<SOURCE>_SECRET is absent.
@@ -1047,14 +1114,14 @@ mod tests {
             ("INHOOK_SAVE_GAME_SECRET", "b"),
         ]);
         let config = Config::from_parts(None, &secrets).unwrap();
-        assert_eq!(config.max_connections, DEFAULT_MAX_CONNECTIONS);
+        assert_eq!(config.max_connections, defaults::MAX_CONNECTIONS);
         assert_eq!(
             config.max_connections_per_peer,
-            DEFAULT_MAX_CONNECTIONS_PER_PEER
+            defaults::MAX_CONNECTIONS_PER_PEER
         );
         assert_eq!(
             config.max_buffered_body_bytes,
-            DEFAULT_MAX_BUFFERED_BODY_BYTES
+            defaults::MAX_BUFFERED_BODY_BYTES
         );
         let big_bodies = Config::from_parts(Some("max_body_bytes = 100000000"), &secrets).unwrap();
         assert_eq!(big_bodies.max_buffered_body_bytes, 100_000_000);
@@ -1209,7 +1276,7 @@ mod tests {
         let secrets = env(&[("INHOOK_P_SECRET", "s")]);
         let source = "[[sources]]\nname = \"p\"\nkind = \"presence\"\n";
         let config = Config::from_parts(Some(source), &secrets).unwrap();
-        assert_eq!(config.max_streams, DEFAULT_MAX_STREAMS);
+        assert_eq!(config.max_streams, defaults::MAX_STREAMS);
         let config = Config::from_parts(Some(&format!("max_streams = 2\n{source}")), &secrets);
         assert_eq!(config.unwrap().max_streams, 2);
         let err = Config::from_parts(Some(&format!("max_streams = 0\n{source}")), &secrets)

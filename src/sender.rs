@@ -28,7 +28,7 @@ use crate::worker::{next_replay_look, pause};
 /// How long an idle destination waits before looking for due deliveries unasked, unless
 /// configured (`forward_poll_ms`): only a safety net, since commits writing deliveries,
 /// finished requests and retries falling due wake it.
-pub const DEFAULT_POLL: Duration = Duration::from_secs(1);
+pub const DEFAULT_POLL: Duration = Duration::from_millis(crate::config::defaults::FORWARD_POLL_MS);
 /// Queues a bulk replay of deliveries requeues per round.
 const REPLAY_STEP: usize = 64;
 /// Verdicts written in one transaction at most.

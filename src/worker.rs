@@ -59,7 +59,7 @@ impl Worker {
             self.config
                 .sources
                 .iter()
-                .map(|s| s.rules(&self.config.destinations))
+                .map(|s| SourceRules::for_source(s, &self.config.destinations))
                 .collect(),
         );
         let permits = Arc::new(Semaphore::new(self.config.workers.max(1)));

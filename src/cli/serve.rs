@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::Context;
 
 use crate::app::{open_store, shutdown_signal, Application};
-use crate::config::Config;
+use crate::config::{Config, Database};
 
 /// Runs `inhook migrate`: the schema and the pending upgrade steps, to the end.
 pub async fn migrate(config_path: Option<&Path>) -> anyhow::Result<()> {
@@ -36,7 +36,7 @@ pub async fn serve(mut config: Config) -> anyhow::Result<()> {
              (no proxy headers, loopback Host); a proxy on this host opens it to everyone it serves"
         );
     }
-    for warning in config.start_warnings() {
+    for warning in start_warnings(&config) {
         tracing::warn!("{warning}");
     }
     let sources: Vec<_> = config.sources.iter().map(|s| s.name.clone()).collect();
@@ -79,4 +79,64 @@ fn reload_secrets_on_sighup(secrets: crate::config::LiveSecrets, running: Arc<Co
     }
     #[cfg(not(unix))]
     let _ = (secrets, running);
+}
+
+/// What `inhook serve` warns of at start: the config's own warnings, after the store's
+/// (a PostgreSQL URL whose TLS can be stripped, docs/configuration.md, PostgreSQL over TLS).
+/// Never holds a secret.
+fn start_warnings(config: &Config) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if let Database::Postgres(url) = &config.database {
+        warnings.extend(crate::store::postgres_tls::start_warning(url));
+    }
+    warnings.extend(config.start_warnings());
+    warnings
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn start_warnings_name_stripped_tls_and_unsigned_header_locations() {
+        let text = r#"
+            database = "postgres://inhook@db.example:5432/inhook"
+            [[sources]]
+            name = "hooks"
+            kind = "json"
+            signature = "github"
+            secrets = ["s"]
+            ordering = "latest-wins"
+            aggregate = ["/repo", "header:X-Tenant"]
+            sequence = "header:X-Seq"
+            [[sources]]
+            name = "signed"
+            kind = "json"
+            signature = "standard-webhooks"
+            secrets = ["whsec_c2VjcmV0"]
+            ordering = "in-order"
+            aggregate = "/k"
+            sequence = "header:Webhook-Timestamp"
+        "#;
+        let warnings = start_warnings(&Config::from_parts(Some(text), &env(&[])).unwrap());
+        assert_eq!(warnings.len(), 3, "{warnings:#?}");
+        assert!(warnings[0].contains("sslmode=prefer"), "{warnings:#?}");
+        assert!(warnings[1].contains("\"hooks\": sequence comes from the header X-Seq"));
+        assert!(warnings[2].contains("\"hooks\": aggregate comes from the header X-Tenant"));
+        let secrets = env(&[
+            ("INHOOK_PRESENCE_SECRET", "a"),
+            ("INHOOK_SAVE_GAME_SECRET", "b"),
+        ]);
+        let quiet = start_warnings(&Config::from_parts(None, &secrets).unwrap());
+        assert!(quiet.is_empty(), "{quiet:?}");
+    }
 }

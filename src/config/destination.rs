@@ -6,18 +6,11 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::{ConfigError, SourceConfig};
+use super::{defaults, ConfigError, SourceConfig};
 use crate::kind::json::contract::Glob;
 use crate::retry::RetryPolicy;
 use crate::signature::standard_webhooks::Key;
 use crate::signature::Secret;
-
-/// Seconds a forwarded request may take when `timeout_s` is unset.
-pub const DEFAULT_TIMEOUT_S: u64 = 10;
-/// Seconds a claim outlasts `timeout_s` when `lease_margin_s` is unset.
-pub const DEFAULT_LEASE_MARGIN_S: u64 = 30;
-/// Requests on the wire at once when `concurrency` is unset.
-pub const DEFAULT_CONCURRENCY: usize = 32;
 
 /// One configured destination, validated. Its Debug output shows the URL without
 /// credentials and never the secret.
@@ -107,34 +100,19 @@ impl DestinationConfig {
 
     /// The keys whose value differs from `other`'s, the secret aside (a reload may only rotate it).
     pub fn changed_keys(&self, other: &DestinationConfig) -> Vec<&'static str> {
-        [
-            ("url", self.url != other.url),
-            ("sources", self.sources != other.sources),
-            ("event_types", self.event_types != other.event_types),
-            ("timeout_s", self.timeout_s != other.timeout_s),
-            (
-                "lease_margin_s",
-                self.lease_margin_s != other.lease_margin_s,
-            ),
-            (
-                "max_attempts",
-                self.retry.max_attempts != other.retry.max_attempts,
-            ),
-            ("retry_base_s", self.retry.base_ms != other.retry.base_ms),
-            (
-                "retry_max_delay_s",
-                self.retry.max_delay_ms != other.retry.max_delay_ms,
-            ),
-            ("concurrency", self.concurrency != other.concurrency),
-            (
-                "rate_limit_per_s",
-                self.rate_limit_per_s != other.rate_limit_per_s,
-            ),
-            ("tls_ca_file", self.tls_ca_file != other.tls_ca_file),
-        ]
-        .into_iter()
-        .filter_map(|(key, changed)| changed.then_some(key))
-        .collect()
+        changed_keys!(self, other, [
+            "url" => url,
+            "sources" => sources,
+            "event_types" => event_types,
+            "timeout_s" => timeout_s,
+            "lease_margin_s" => lease_margin_s,
+            "max_attempts" => retry.max_attempts,
+            "retry_base_s" => retry.base_ms,
+            "retry_max_delay_s" => retry.max_delay_ms,
+            "concurrency" => concurrency,
+            "rate_limit_per_s" => rate_limit_per_s,
+            "tls_ca_file" => tls_ca_file,
+        ])
     }
 }
 
@@ -165,212 +143,281 @@ pub fn destination_secret_env_var(destination: &str) -> String {
     )
 }
 
-/// Validates the file's destinations against the configured `sources`; `defaults` is the
+/// Validates the file's destinations against the configured `sources`; `retry` is the
 /// top-level retry policy. `secrets_required` is false for commands that only open the store.
 pub(super) fn destinations(
     file: Vec<FileDestination>,
     env: &HashMap<String, String>,
     sources: &[SourceConfig],
-    defaults: RetryPolicy,
+    retry: RetryPolicy,
     secrets_required: bool,
 ) -> Result<Vec<DestinationConfig>, ConfigError> {
     let mut out: Vec<DestinationConfig> = Vec::with_capacity(file.len());
     for d in file {
-        if d.name.is_empty()
-            || !d
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
-            return Err(ConfigError(format!(
-                "destination name {:?} must be non-empty letters, digits, '-' or '_'",
-                d.name
-            )));
-        }
+        super::check_name("destination", &d.name)?;
         if out.iter().any(|o| o.name == d.name) {
             return Err(ConfigError(format!(
                 "destination {:?} is configured twice",
                 d.name
             )));
         }
-        let name = d.name;
-        let problem =
-            |key: &str, text: String| ConfigError(format!("destination {name:?}: {key} {text}"));
-        let url = d
-            .url
-            .ok_or_else(|| problem("url", "is required (the application's endpoint)".into()))?;
-        let https = check_url(&url).map_err(|text| problem("url", text))?;
-        let sources_named = d.sources.unwrap_or_default();
-        if sources_named.is_empty() {
-            return Err(problem(
-                "sources",
-                "is required: the sources whose applied events are forwarded, e.g. [\"stripe\"]"
-                    .into(),
-            ));
-        }
-        for source in &sources_named {
-            if !sources.iter().any(|s| &s.name == source) {
-                return Err(problem(
-                    "sources",
-                    format!("names {source:?}, which is not a configured source"),
-                ));
-            }
-        }
-        let event_types = d.event_types;
-        if event_types.as_ref().is_some_and(|t| t.is_empty()) {
-            return Err(problem(
-                "event_types",
-                "is empty: it would forward nothing; remove it to forward every type".into(),
-            ));
-        }
-        let event_type_globs = event_types
-            .as_ref()
-            .map(|patterns| patterns.iter().map(|p| Glob::new(p)).collect());
-        let var = destination_secret_env_var(&name);
-        // One variable must not feed two secrets: `dest-app` the source and `app` the
-        // destination, or `my-app` and `my_app`, would share theirs.
-        if let Some(source) = sources
-            .iter()
-            .find(|s| super::secret_env_var(&s.name) == var)
-        {
-            return Err(problem(
-                "name",
-                format!("shares {var} with source {:?}: rename one", source.name),
-            ));
-        }
-        if let Some(other) = out
-            .iter()
-            .find(|o| destination_secret_env_var(&o.name) == var)
-        {
-            return Err(problem(
-                "name",
-                format!("shares {var} with destination {:?}: rename one", other.name),
-            ));
-        }
-        let secret_from_environment = env.contains_key(&var);
-        let raw_secret = env
-            .get(&var)
-            .cloned()
-            .or(d.secret)
-            .map(|s| s.trim().to_owned())
-            .unwrap_or_default();
-        let secret = Secret::new(raw_secret);
-        if secret.expose().is_empty() {
-            if secrets_required {
-                return Err(problem(
-                    "secret",
-                    format!(
-                        "is required: set {var} or `secret` (whsec_<base64>) in the config file"
-                    ),
-                ));
-            }
-        } else {
-            check_secret(&secret).map_err(|text| problem("secret", text.into()))?;
-        }
-        let timeout_s = d.timeout_s.unwrap_or(DEFAULT_TIMEOUT_S);
-        if timeout_s == 0 {
-            return Err(problem("timeout_s", "must be at least 1".into()));
-        }
-        let lease_margin_s = d.lease_margin_s.unwrap_or(DEFAULT_LEASE_MARGIN_S);
-        if lease_margin_s == 0 {
-            return Err(problem(
-                "lease_margin_s",
-                "must be at least 1 (time to read the event and record the answer)".into(),
-            ));
-        }
-        let max_attempts = d.max_attempts.unwrap_or(defaults.max_attempts);
-        if max_attempts == 0 {
-            return Err(problem(
-                "max_attempts",
-                "must be at least 1 (the first request counts)".into(),
-            ));
-        }
-        let concurrency = d.concurrency.unwrap_or(DEFAULT_CONCURRENCY);
-        if concurrency == 0 {
-            return Err(problem(
-                "concurrency",
-                "must be at least 1 (requests on the wire at once)".into(),
-            ));
-        }
-        let retry = RetryPolicy {
-            base_ms: d
-                .retry_base_s
-                .map_or(defaults.base_ms, |s| (s as i64).saturating_mul(1000)),
-            max_delay_ms: d
-                .retry_max_delay_s
-                .map_or(defaults.max_delay_ms, |s| (s as i64).saturating_mul(1000)),
-            max_attempts,
-        };
-        if let Some(path) = &d.tls_ca_file {
-            if !https {
-                return Err(problem("tls_ca_file", "is only for https:// urls".into()));
-            }
-            check_ca_file(path).map_err(|text| problem("tls_ca_file", text))?;
-        }
-        out.push(DestinationConfig {
-            name,
-            url,
-            sources: sources_named,
-            event_types,
-            event_type_globs,
-            secret,
-            secret_from_environment,
-            timeout_s,
-            lease_margin_s,
-            retry,
-            concurrency,
-            rate_limit_per_s: d.rate_limit_per_s.filter(|r| *r > 0),
-            tls_ca_file: d.tls_ca_file,
-        });
+        let destination = destination(d, env, sources, &out, retry, secrets_required)?;
+        out.push(destination);
     }
     Ok(out)
 }
 
-/// Checks a destination URL; true for `https://`. The explanation never repeats the URL,
-/// which may carry credentials.
-fn check_url(raw: &str) -> Result<bool, String> {
-    let url = reqwest::Url::parse(raw)
-        .map_err(|e| format!("is not a URL ({e}); expected https://host/path"))?;
+/// Validates one destination; `before` are the destinations validated ahead of it.
+fn destination(
+    mut d: FileDestination,
+    env: &HashMap<String, String>,
+    sources: &[SourceConfig],
+    before: &[DestinationConfig],
+    retry: RetryPolicy,
+    secrets_required: bool,
+) -> Result<DestinationConfig, ConfigError> {
+    let name = std::mem::take(&mut d.name);
+    let url = d
+        .url
+        .take()
+        .ok_or_else(|| refused(&name, "url", "is required (the application's endpoint)"))?;
+    let https = check_url(&url).map_err(|why| refused(&name, "url", why))?;
+    let sources_named = forwarded_sources(&name, d.sources.take(), sources)?;
+    let (event_types, event_type_globs) = event_types(&name, d.event_types.take())?;
+    let (secret, secret_from_environment) = destination_secret(
+        &name,
+        d.secret.take(),
+        env,
+        sources,
+        before,
+        secrets_required,
+    )?;
+    let sending = sending(&name, &d, retry)?;
+    if let Some(path) = &d.tls_ca_file {
+        if !https {
+            return Err(refused(&name, "tls_ca_file", "is only for https:// urls"));
+        }
+        check_ca_file(path).map_err(|why| refused(&name, "tls_ca_file", why))?;
+    }
+    Ok(DestinationConfig {
+        name,
+        url,
+        sources: sources_named,
+        event_types,
+        event_type_globs,
+        secret,
+        secret_from_environment,
+        timeout_s: sending.timeout_s,
+        lease_margin_s: sending.lease_margin_s,
+        retry: sending.retry,
+        concurrency: sending.concurrency,
+        rate_limit_per_s: d.rate_limit_per_s.filter(|r| *r > 0),
+        tls_ca_file: d.tls_ca_file,
+    })
+}
+
+/// A destination's `event_types` and their compiled globs: unset is every type, empty is refused.
+fn event_types(
+    name: &str,
+    event_types: Option<Vec<String>>,
+) -> Result<(Option<Vec<String>>, Option<Vec<Glob>>), ConfigError> {
+    if event_types.as_ref().is_some_and(|t| t.is_empty()) {
+        return Err(refused(
+            name,
+            "event_types",
+            "is empty: it would forward nothing; remove it to forward every type",
+        ));
+    }
+    let globs = event_types
+        .as_ref()
+        .map(|patterns| patterns.iter().map(|p| Glob::new(p)).collect());
+    Ok((event_types, globs))
+}
+
+/// How a destination sends: its request timeout, lease margin, concurrency and backoff.
+struct Sending {
+    timeout_s: u64,
+    lease_margin_s: u64,
+    concurrency: usize,
+    retry: RetryPolicy,
+}
+
+/// Reads a destination's sending keys, each at least 1; `retry` is the top-level policy,
+/// which the destination's own keys override one by one.
+fn sending(name: &str, d: &FileDestination, retry: RetryPolicy) -> Result<Sending, ConfigError> {
+    let at_least_1 = |key: &str, value: u64, why: &str| match value {
+        0 => Err(refused(name, key, format!("must be at least 1{why}"))),
+        _ => Ok(value),
+    };
+    let timeout_s = d.timeout_s.unwrap_or(defaults::DESTINATION_TIMEOUT_S);
+    at_least_1("timeout_s", timeout_s, "")?;
+    let lease_margin_s = d
+        .lease_margin_s
+        .unwrap_or(defaults::DESTINATION_LEASE_MARGIN_S);
+    let why = " (time to read the event and record the answer)";
+    at_least_1("lease_margin_s", lease_margin_s, why)?;
+    let max_attempts = d.max_attempts.unwrap_or(retry.max_attempts);
+    let why = " (the first request counts)";
+    at_least_1("max_attempts", max_attempts.into(), why)?;
+    let concurrency = d.concurrency.unwrap_or(defaults::DESTINATION_CONCURRENCY);
+    let why = " (requests on the wire at once)";
+    at_least_1("concurrency", concurrency as u64, why)?;
+    let ms = |s: u64| (s as i64).saturating_mul(1000);
+    Ok(Sending {
+        timeout_s,
+        lease_margin_s,
+        concurrency,
+        retry: RetryPolicy {
+            base_ms: d.retry_base_s.map_or(retry.base_ms, ms),
+            max_delay_ms: d.retry_max_delay_s.map_or(retry.max_delay_ms, ms),
+            max_attempts,
+        },
+    })
+}
+
+/// The refusal of `destination`'s `key`, `why` being the words after the key.
+fn refused(destination: &str, key: &str, why: impl std::fmt::Display) -> ConfigError {
+    ConfigError(format!("destination {destination:?}: {key} {why}"))
+}
+
+/// The destination's `sources`: required, each a configured source.
+fn forwarded_sources(
+    name: &str,
+    named: Option<Vec<String>>,
+    sources: &[SourceConfig],
+) -> Result<Vec<String>, ConfigError> {
+    let named = named.unwrap_or_default();
+    if named.is_empty() {
+        return Err(refused(
+            name,
+            "sources",
+            "is required: the sources whose applied events are forwarded, e.g. [\"stripe\"]",
+        ));
+    }
+    if let Some(unknown) = named
+        .iter()
+        .find(|n| !sources.iter().any(|s| &s.name == *n))
+    {
+        return Err(refused(
+            name,
+            "sources",
+            format!("names {unknown:?}, which is not a configured source"),
+        ));
+    }
+    Ok(named)
+}
+
+/// The destination's secret (`INHOOK_DEST_<NAME>_SECRET`, else the file's), and whether it
+/// came from the environment. Empty is an error when required; a malformed one always is.
+fn destination_secret(
+    name: &str,
+    file_secret: Option<String>,
+    env: &HashMap<String, String>,
+    sources: &[SourceConfig],
+    before: &[DestinationConfig],
+    secrets_required: bool,
+) -> Result<(Secret, bool), ConfigError> {
+    let var = destination_secret_env_var(name);
+    // One variable must not feed two secrets: `dest-app` the source and `app` the
+    // destination, or `my-app` and `my_app`, would share theirs.
+    if let Some(source) = sources
+        .iter()
+        .find(|s| super::secret_env_var(&s.name) == var)
+    {
+        let why = format!("shares {var} with source {:?}: rename one", source.name);
+        return Err(refused(name, "name", why));
+    }
+    if let Some(other) = before
+        .iter()
+        .find(|o| destination_secret_env_var(&o.name) == var)
+    {
+        let why = format!("shares {var} with destination {:?}: rename one", other.name);
+        return Err(refused(name, "name", why));
+    }
+    let raw = env.get(&var).cloned().or(file_secret);
+    let secret = Secret::new(raw.as_deref().map(str::trim).unwrap_or_default());
+    if !secret.expose().is_empty() {
+        check_secret(&secret).map_err(|why| refused(name, "secret", why))?;
+    } else if secrets_required {
+        let why = format!("is required: set {var} or `secret` (whsec_<base64>) in the config file");
+        return Err(refused(name, "secret", why));
+    }
+    Ok((secret, env.contains_key(&var)))
+}
+
+/// Why a destination's `url`, `secret` or `tls_ca_file` is refused: the words after the
+/// key. None repeats the URL or the secret, either of which may carry credentials.
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    /// The URL does not parse (the parser's reason, which never quotes the input).
+    #[error("is not a URL ({0}); expected https://host/path")]
+    NotAUrl(String),
+    /// Neither `http` nor `https`.
+    #[error("has scheme {0:?}: only http:// and https:// are forwarded to")]
+    Scheme(String),
+    /// No host to send to.
+    #[error("has no host")]
+    NoHost,
+    /// A fragment, which a request never carries.
+    #[error("has a #fragment, which is never sent")]
+    Fragment,
+    /// The secret is no Standard Webhooks key (the reason never quotes it).
+    #[error("{0}")]
+    Key(&'static str),
+    /// A Standard Webhooks key, but not one that signs with HMAC.
+    #[error(
+        "must be a whsec_ secret: forwarded requests are signed with Standard Webhooks v1 (HMAC)"
+    )]
+    NotHmac,
+    /// The CA file cannot be read.
+    #[error("{}: cannot be read ({source})", path.display())]
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The CA file holds no PEM certificate.
+    #[error("{}: holds no PEM certificate (-----BEGIN CERTIFICATE-----)", path.display())]
+    NoCertificate { path: PathBuf },
+}
+
+/// Checks a destination URL; true for `https://`.
+fn check_url(raw: &str) -> Result<bool, Refusal> {
+    let url = reqwest::Url::parse(raw).map_err(|e| Refusal::NotAUrl(e.to_string()))?;
     let https = match url.scheme() {
         "https" => true,
         "http" => false,
-        other => {
-            return Err(format!(
-                "has scheme {other:?}: only http:// and https:// are forwarded to"
-            ))
-        }
+        other => return Err(Refusal::Scheme(other.to_owned())),
     };
     if url.host_str().is_none_or(str::is_empty) {
-        return Err("has no host".into());
+        return Err(Refusal::NoHost);
     }
     if url.fragment().is_some() {
-        return Err("has a #fragment, which is never sent".into());
+        return Err(Refusal::Fragment);
     }
     Ok(https)
 }
 
 /// Checks that a secret can sign Standard Webhooks `v1`: an HMAC key (`whsec_<base64>`).
-fn check_secret(secret: &Secret) -> Result<(), &'static str> {
-    match Key::parse(secret)? {
+fn check_secret(secret: &Secret) -> Result<(), Refusal> {
+    match Key::parse(secret).map_err(Refusal::Key)? {
         Key::Hmac(_) => Ok(()),
-        Key::Public(_) | Key::Private(_) => Err(
-            "must be a whsec_ secret: forwarded requests are signed with Standard Webhooks v1 (HMAC)",
-        ),
+        Key::Public(_) | Key::Private(_) => Err(Refusal::NotHmac),
     }
 }
 
 /// Checks that a CA file can be read and holds a PEM certificate.
-fn check_ca_file(path: &std::path::Path) -> Result<(), String> {
-    let text =
-        std::fs::read(path).map_err(|e| format!("{}: cannot be read ({e})", path.display()))?;
+fn check_ca_file(path: &std::path::Path) -> Result<(), Refusal> {
+    let text = std::fs::read(path).map_err(|source| Refusal::Unreadable {
+        path: path.to_owned(),
+        source,
+    })?;
     if !text
         .windows(b"-----BEGIN CERTIFICATE-----".len())
         .any(|w| w == b"-----BEGIN CERTIFICATE-----")
     {
-        return Err(format!(
-            "{}: holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
-            path.display()
-        ));
+        return Err(Refusal::NoCertificate {
+            path: path.to_owned(),
+        });
     }
     Ok(())
 }
@@ -496,9 +543,9 @@ mod tests {
         assert_eq!(
             (app.timeout_s, app.lease_margin_s, app.concurrency),
             (
-                DEFAULT_TIMEOUT_S,
-                DEFAULT_LEASE_MARGIN_S,
-                DEFAULT_CONCURRENCY
+                defaults::DESTINATION_TIMEOUT_S,
+                defaults::DESTINATION_LEASE_MARGIN_S,
+                defaults::DESTINATION_CONCURRENCY
             )
         );
         assert_eq!(

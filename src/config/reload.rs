@@ -127,6 +127,37 @@ pub fn check_reload(running: &Config, fresh: &Config) -> Result<ReloadPlan, Conf
     if !changed.is_empty() {
         problems.push(format!("{} changed", changed.join(", ")));
     }
+    let from_environment = source_problems(running, fresh, &mut problems);
+    let destinations_from_environment = destination_problems(running, fresh, &mut problems);
+    if !problems.is_empty() {
+        return Err(ConfigError(format!(
+            "{}; that needs a restart, nothing was changed",
+            problems.join("; ")
+        )));
+    }
+    Ok(ReloadPlan {
+        sources: running.sources.len(),
+        from_environment,
+        not_served_until_restart: fresh
+            .sources
+            .iter()
+            .filter(|s| running.source(&s.name).is_none())
+            .map(|s| s.name.clone())
+            .collect(),
+        destinations: running.destinations.len(),
+        destinations_from_environment,
+        destinations_not_served_until_restart: fresh
+            .destinations
+            .iter()
+            .filter(|d| running.destination(&d.name).is_none())
+            .map(|d| d.name.clone())
+            .collect(),
+    })
+}
+
+/// Adds to `problems` what stops `fresh` from replacing the secrets of `running`'s
+/// sources; answers those whose secrets come from the environment.
+fn source_problems(running: &Config, fresh: &Config, problems: &mut Vec<String>) -> Vec<String> {
     let mut from_environment = Vec::new();
     for source in &running.sources {
         let Some(next) = fresh.source(&source.name) else {
@@ -170,7 +201,17 @@ pub fn check_reload(running: &Config, fresh: &Config) -> Result<ReloadPlan, Conf
             from_environment.push(source.name.clone());
         }
     }
-    let mut destinations_from_environment = Vec::new();
+    from_environment
+}
+
+/// Adds to `problems` what stops `fresh` from replacing the secrets of `running`'s
+/// destinations; answers those whose secret comes from the environment.
+fn destination_problems(
+    running: &Config,
+    fresh: &Config,
+    problems: &mut Vec<String>,
+) -> Vec<String> {
+    let mut from_environment = Vec::new();
     for destination in running.destinations.iter() {
         let Some(next) = fresh.destination(&destination.name) else {
             problems.push(format!(
@@ -188,33 +229,10 @@ pub fn check_reload(running: &Config, fresh: &Config) -> Result<ReloadPlan, Conf
             ));
         }
         if next.secret_from_environment {
-            destinations_from_environment.push(destination.name.clone());
+            from_environment.push(destination.name.clone());
         }
     }
-    if !problems.is_empty() {
-        return Err(ConfigError(format!(
-            "{}; that needs a restart, nothing was changed",
-            problems.join("; ")
-        )));
-    }
-    Ok(ReloadPlan {
-        sources: running.sources.len(),
-        from_environment,
-        not_served_until_restart: fresh
-            .sources
-            .iter()
-            .filter(|s| running.source(&s.name).is_none())
-            .map(|s| s.name.clone())
-            .collect(),
-        destinations: running.destinations.len(),
-        destinations_from_environment,
-        destinations_not_served_until_restart: fresh
-            .destinations
-            .iter()
-            .filter(|d| running.destination(&d.name).is_none())
-            .map(|d| d.name.clone())
-            .collect(),
-    })
+    from_environment
 }
 
 impl Config {
@@ -227,98 +245,46 @@ impl Config {
                 .filter(|_| !c.admin_token_generated)
                 .map(|t| t.expose().to_vec())
         };
-        [
-            ("listen", self.listen != other.listen),
-            ("database", self.database != other.database),
-            ("admin_token", token(self) != token(other)),
-            (
-                "admin_open_to_loopback",
-                self.admin_open_to_loopback != other.admin_open_to_loopback,
-            ),
-            (
-                "max_body_bytes",
-                self.max_body_bytes != other.max_body_bytes,
-            ),
-            (
-                "busy_timeout_ms",
-                self.busy_timeout_ms != other.busy_timeout_ms,
-            ),
-            ("log_format", self.log_json != other.log_json),
-            ("workers", self.workers != other.workers),
-            (
-                "max_attempts",
-                self.retry.max_attempts != other.retry.max_attempts,
-            ),
-            ("retry_base_s", self.retry.base_ms != other.retry.base_ms),
-            (
-                "retry_max_delay_s",
-                self.retry.max_delay_ms != other.retry.max_delay_ms,
-            ),
-            ("retention_s", self.retention_s != other.retention_s),
-            (
-                "dedup_window_s",
-                self.dedup_window_s != other.dedup_window_s,
-            ),
-            (
-                "purge_interval_s",
-                self.purge_interval_s != other.purge_interval_s,
-            ),
-            (
-                "shutdown_timeout_s",
-                self.shutdown_timeout_s != other.shutdown_timeout_s,
-            ),
-            (
-                "header_read_timeout_s",
-                self.header_read_timeout_s != other.header_read_timeout_s,
-            ),
-            (
-                "body_read_timeout_s",
-                self.body_read_timeout_s != other.body_read_timeout_s,
-            ),
-            (
-                "max_header_bytes",
-                self.max_header_bytes != other.max_header_bytes,
-            ),
-            (
-                "max_connections",
-                self.max_connections != other.max_connections,
-            ),
-            (
-                "max_connections_per_peer",
-                self.max_connections_per_peer != other.max_connections_per_peer,
-            ),
-            (
-                "max_buffered_body_bytes",
-                self.max_buffered_body_bytes != other.max_buffered_body_bytes,
-            ),
-            (
-                "max_buffered_body_bytes_per_peer",
-                self.max_buffered_body_bytes_per_peer != other.max_buffered_body_bytes_per_peer,
-            ),
-            (
-                "min_body_bytes_per_s",
-                self.min_body_bytes_per_s != other.min_body_bytes_per_s,
-            ),
-            ("mask_fields", self.mask_fields != other.mask_fields),
-            ("keep_headers", self.keep_headers != other.keep_headers),
-            ("max_streams", self.max_streams != other.max_streams),
-            ("stream_buffer", self.stream_buffer != other.stream_buffer),
-            ("pool_size", self.pool_size != other.pool_size),
-            (
-                "metrics_public",
-                self.metrics_public != other.metrics_public,
-            ),
-            ("group_commit", self.group_commit != other.group_commit),
-            ("bench_ceiling", self.bench_ceiling != other.bench_ceiling),
-            (
-                "forward_poll_ms",
-                self.forward_poll_ms != other.forward_poll_ms,
-            ),
-            ("otlp_endpoint", self.otlp_endpoint != other.otlp_endpoint),
-        ]
-        .into_iter()
-        .filter_map(|(key, changed)| changed.then_some(key))
-        .collect()
+        let keys = changed_keys!(self, other, [
+            "listen" => listen,
+            "database" => database,
+            "admin_open_to_loopback" => admin_open_to_loopback,
+            "max_body_bytes" => max_body_bytes,
+            "busy_timeout_ms" => busy_timeout_ms,
+            "log_format" => log_json,
+            "workers" => workers,
+            "max_attempts" => retry.max_attempts,
+            "retry_base_s" => retry.base_ms,
+            "retry_max_delay_s" => retry.max_delay_ms,
+            "retention_s" => retention_s,
+            "dedup_window_s" => dedup_window_s,
+            "purge_interval_s" => purge_interval_s,
+            "shutdown_timeout_s" => shutdown_timeout_s,
+            "header_read_timeout_s" => header_read_timeout_s,
+            "body_read_timeout_s" => body_read_timeout_s,
+            "max_header_bytes" => max_header_bytes,
+            "max_connections" => max_connections,
+            "max_connections_per_peer" => max_connections_per_peer,
+            "max_buffered_body_bytes" => max_buffered_body_bytes,
+            "max_buffered_body_bytes_per_peer" => max_buffered_body_bytes_per_peer,
+            "min_body_bytes_per_s" => min_body_bytes_per_s,
+            "mask_fields" => mask_fields,
+            "keep_headers" => keep_headers,
+            "max_streams" => max_streams,
+            "stream_buffer" => stream_buffer,
+            "pool_size" => pool_size,
+            "metrics_public" => metrics_public,
+            "group_commit" => group_commit,
+            "bench_ceiling" => bench_ceiling,
+            "forward_poll_ms" => forward_poll_ms,
+            "otlp_endpoint" => otlp_endpoint,
+        ]);
+        let token_changed = token(self) != token(other);
+        token_changed
+            .then_some("admin_token")
+            .into_iter()
+            .chain(keys)
+            .collect()
     }
 }
 
@@ -326,36 +292,18 @@ impl SourceConfig {
     /// The keys whose value differs from `other`'s, beyond those [`check_reload`] names on
     /// its own (kind, signature, json locations) and the secrets a reload rotates.
     fn changed_keys(&self, other: &SourceConfig) -> Vec<&'static str> {
-        [
-            ("mode", self.mode != other.mode),
-            (
-                "decide_at_ingest",
-                self.decide_at_ingest != other.decide_at_ingest,
-            ),
-            ("tolerance_s", self.tolerance_s != other.tolerance_s),
-            (
-                "first_sequence",
-                self.first_sequence != other.first_sequence,
-            ),
-            (
-                "hold_timeout_s",
-                self.hold_timeout_s != other.hold_timeout_s,
-            ),
-            ("stale_after_s", self.stale_after_s != other.stale_after_s),
-            ("max_backlog", self.max_backlog != other.max_backlog),
-            (
-                "max_held_per_aggregate",
-                self.max_held_per_aggregate != other.max_held_per_aggregate,
-            ),
-            (
-                "rate_limit_per_s",
-                self.rate_limit_per_s != other.rate_limit_per_s,
-            ),
-            ("keep_headers", self.keep_headers != other.keep_headers),
-        ]
-        .into_iter()
-        .filter_map(|(key, changed)| changed.then_some(key))
-        .collect()
+        changed_keys!(self, other, [
+            "mode" => mode,
+            "decide_at_ingest" => decide_at_ingest,
+            "tolerance_s" => tolerance_s,
+            "first_sequence" => first_sequence,
+            "hold_timeout_s" => hold_timeout_s,
+            "stale_after_s" => stale_after_s,
+            "max_backlog" => max_backlog,
+            "max_held_per_aggregate" => max_held_per_aggregate,
+            "rate_limit_per_s" => rate_limit_per_s,
+            "keep_headers" => keep_headers,
+        ])
     }
 }
 

@@ -340,7 +340,8 @@ async fn ingest(
     headers: &HeaderMap,
     delivery: &VerifiedDelivery,
 ) -> Result<Admission, StoreError> {
-    let rules = (!delivery.ignored).then(|| source.rules(&state.config.destinations));
+    let rules = (!delivery.ignored)
+        .then(|| crate::store::SourceRules::for_source(source, &state.config.destinations));
     let settle = match (&rules, source.mode) {
         (None, _) => SettleAt::Worker,
         (Some(rules), Mode::Sync) => SettleAt::Ingest(rules),
@@ -355,7 +356,7 @@ async fn ingest(
         body: &delivery.body,
         received_at_ms: delivery.received_at_ms,
         signed_at: delivery.signed_at,
-        limits: source.limits(),
+        limits: crate::store::IngestLimits::for_source(source),
         ignored: delivery.ignored,
         dedup_by_body: source.scheme.dedups_by_body(),
     };

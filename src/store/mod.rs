@@ -150,6 +150,23 @@ pub struct SourceRules {
     pub destinations: std::sync::Arc<[crate::config::DestinationConfig]>,
 }
 
+impl SourceRules {
+    /// The ordering and forwarding settings of a configured source (`destinations`: every
+    /// configured one).
+    pub fn for_source(
+        source: &crate::config::SourceConfig,
+        destinations: &std::sync::Arc<[crate::config::DestinationConfig]>,
+    ) -> Self {
+        Self {
+            name: source.name.clone(),
+            kind: std::sync::Arc::clone(&source.kind),
+            first_sequence: source.first_sequence,
+            hold_timeout_ms: (source.hold_timeout_s as i64).saturating_mul(1000),
+            destinations: std::sync::Arc::clone(destinations),
+        }
+    }
+}
+
 /// A verified, parsed delivery about to be logged.
 #[derive(Debug, Clone)]
 pub struct NewEvent<'a> {
@@ -190,6 +207,15 @@ pub struct IngestLimits {
 }
 
 impl IngestLimits {
+    /// The limits a configured source's deliveries are admitted under.
+    pub fn for_source(source: &crate::config::SourceConfig) -> Self {
+        Self {
+            max_backlog: source.max_backlog,
+            max_held_per_aggregate: source.max_held_per_aggregate,
+            first_sequence: source.first_sequence,
+        }
+    }
+
     /// No limit at all.
     pub const NONE: Self = Self {
         max_backlog: u64::MAX,

@@ -371,10 +371,10 @@ async fn a_failed_settle_writes_no_delivery() {
         &std::collections::HashMap::new(),
     )
     .expect("config");
-    let rules = config
-        .source("saves")
-        .expect("source")
-        .rules(&config.destinations);
+    let rules = inhook::store::SourceRules::for_source(
+        config.source("saves").expect("source"),
+        &config.destinations,
+    );
     server
         .run_sql(
             "CREATE TRIGGER deliveries_refuse BEFORE INSERT ON deliveries
@@ -462,7 +462,10 @@ async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
     let mut destinations = config.destinations.to_vec();
     destinations[0].retry.base_ms = 20;
     let destinations: Arc<[_]> = destinations.into();
-    let rules = config.source("saves").expect("source").rules(&destinations);
+    let rules = inhook::store::SourceRules::for_source(
+        config.source("saves").expect("source"),
+        &destinations,
+    );
     let senders = senders_of(&destinations, &store, &config);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let running = tokio::spawn(Sender::run_all(

@@ -55,10 +55,7 @@ fn config() -> Config {
 /// The rules of `source` with the checks' destinations.
 fn rules(source: &str) -> SourceRules {
     let config = config();
-    config
-        .source(source)
-        .expect("source")
-        .rules(&config.destinations)
+    SourceRules::for_source(config.source(source).expect("source"), &config.destinations)
 }
 
 /// Every delivery of `destination`, oldest first, read page by page.
