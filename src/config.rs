@@ -1272,6 +1272,17 @@ mod tests {
     }
 
     #[test]
+    fn the_default_retry_policy_is_the_documented_one() {
+        let secrets = env(&[
+            ("INHOOK_PRESENCE_SECRET", "a"),
+            ("INHOOK_SAVE_GAME_SECRET", "b"),
+        ]);
+        let config = Config::from_parts(None, &secrets).unwrap();
+        // RetryPolicy::default (below config) states the same values: the two must agree.
+        assert_eq!(config.retry, RetryPolicy::default());
+    }
+
+    #[test]
     fn stream_limits_default_and_must_allow_one() {
         let secrets = env(&[("INHOOK_P_SECRET", "s")]);
         let source = "[[sources]]\nname = \"p\"\nkind = \"presence\"\n";

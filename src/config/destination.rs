@@ -183,7 +183,8 @@ fn destination(
         .ok_or_else(|| refused(&name, "url", "is required (the application's endpoint)"))?;
     let https = check_url(&url).map_err(|why| refused(&name, "url", why))?;
     let sources_named = forwarded_sources(&name, d.sources.take(), sources)?;
-    let (event_types, event_type_globs) = event_types(&name, d.event_types.take())?;
+    let event_types = d.event_types.take();
+    let event_type_globs = event_type_globs(&name, event_types.as_deref())?;
     let (secret, secret_from_environment) = destination_secret(
         &name,
         d.secret.take(),
@@ -216,22 +217,19 @@ fn destination(
     })
 }
 
-/// A destination's `event_types` and their compiled globs: unset is every type, empty is refused.
-fn event_types(
+/// A destination's `event_types` compiled: unset is every type, an empty list is refused.
+fn event_type_globs(
     name: &str,
-    event_types: Option<Vec<String>>,
-) -> Result<(Option<Vec<String>>, Option<Vec<Glob>>), ConfigError> {
-    if event_types.as_ref().is_some_and(|t| t.is_empty()) {
+    event_types: Option<&[String]>,
+) -> Result<Option<Vec<Glob>>, ConfigError> {
+    if event_types.is_some_and(<[String]>::is_empty) {
         return Err(refused(
             name,
             "event_types",
             "is empty: it would forward nothing; remove it to forward every type",
         ));
     }
-    let globs = event_types
-        .as_ref()
-        .map(|patterns| patterns.iter().map(|p| Glob::new(p)).collect());
-    Ok((event_types, globs))
+    Ok(event_types.map(|patterns| patterns.iter().map(|p| Glob::new(p)).collect()))
 }
 
 /// How a destination sends: its request timeout, lease margin, concurrency and backoff.
