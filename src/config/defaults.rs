@@ -12,9 +12,9 @@ const DAY_S: u64 = 24 * HOUR_S;
 
 /// `listen`: loopback only, so a first run exposes nothing to the network.
 pub const LISTEN: &str = "127.0.0.1:8080";
-/// `database`: an embedded SQLite file in the working directory, so zero-config needs no server.
+/// `database`: a SQLite file in the working directory, so zero-config needs no server.
 pub const DATABASE: &str = "sqlite://inhook.db";
-/// `admin_open_to_loopback`: off, so no admin API answers without a token unless the user opts in.
+/// `admin_open_to_loopback`: off, so no admin API answers without a token unless opted in.
 pub const ADMIN_OPEN_TO_LOOPBACK: bool = false;
 /// `log_format = "json"`: off (text), which reads best on a terminal.
 pub const LOG_JSON: bool = false;
@@ -28,37 +28,33 @@ pub const ZERO_CONFIG_SOURCES: [(&str, SourceKind); 2] = [
 ];
 /// `decide_at_ingest`: off, so an async delivery's answer waits for nothing but the log.
 pub const DECIDE_AT_INGEST: bool = false;
-/// `tolerance_s`: five minutes between a signed timestamp and receipt, as most publishers allow.
+/// `tolerance_s`: five minutes between a signed timestamp and receipt, as publishers allow.
 pub const TOLERANCE_S: u64 = 5 * MINUTE_S;
 /// `first_sequence`: sequences count from 1, as the seed publishers number them.
 pub const FIRST_SEQUENCE: i64 = 1;
-/// `hold_timeout_s`: long enough for a publisher's quick retry to fill a gap, short enough
-/// that a lost event does not stall its aggregate for long.
+/// `hold_timeout_s`: time for a publisher's retry to fill a gap, without a long stall.
 pub const HOLD_TIMEOUT_S: u64 = 30;
 /// `stale_after_s`: fifteen minutes without an update, several missed heartbeats.
 pub const STALE_AFTER_S: u64 = 15 * MINUTE_S;
-/// `max_backlog`: a million undecided events, far above a healthy backlog and well below a full disk.
+/// `max_backlog`: a million undecided events, far above a healthy backlog, below a full disk.
 pub const MAX_BACKLOG: u64 = 1_000_000;
-/// `max_held_per_aggregate`: one aggregate's events waiting ahead of a gap, so that one
-/// publisher's lost event cannot grow the held set without bound.
+/// `max_held_per_aggregate`: bounds what one lost event can hold back in its aggregate.
 pub const MAX_HELD_PER_AGGREGATE: u64 = 1000;
 
 // Retry: the top-level backoff, also every destination's unless it sets its own.
 
 /// `retry_base_s`: the first retry after a second, quick enough for a passing fault.
 pub const RETRY_BASE_S: u64 = 1;
-/// `retry_max_delay_s`: five minutes at most between attempts, so a recovered dependency
-/// is noticed soon.
+/// `retry_max_delay_s`: at most five minutes between attempts, so a recovery is seen soon.
 pub const RETRY_MAX_DELAY_S: u64 = 5 * MINUTE_S;
 /// `max_attempts`: eight attempts, the first included, span about two minutes of backoff.
 pub const MAX_ATTEMPTS: u32 = 8;
 
 // Destinations: each `[[destinations]]` table's keys.
 
-/// A destination's `timeout_s`: ten seconds, ample for an application that only queues the event.
+/// A destination's `timeout_s`: ample for an application that only queues the event.
 pub const DESTINATION_TIMEOUT_S: u64 = 10;
-/// A destination's `lease_margin_s`: thirty seconds to read the event and record the answer
-/// beyond the request itself, before another node may resend it.
+/// A destination's `lease_margin_s`: time to read the event and record the answer.
 pub const DESTINATION_LEASE_MARGIN_S: u64 = 30;
 /// A destination's `concurrency`: 32 requests on the wire, enough to keep one endpoint busy.
 pub const DESTINATION_CONCURRENCY: usize = 32;
@@ -67,14 +63,11 @@ pub const DESTINATION_CONCURRENCY: usize = 32;
 
 /// `max_body_bytes`: 256 KiB, well above a webhook's body and small enough to buffer many.
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
-/// `body_read_timeout_s`: webhook bodies are small, so a body still arriving after this is
-/// held by a slow or hostile client.
+/// `body_read_timeout_s`: webhook bodies are small; one still arriving is slow or hostile.
 pub const BODY_READ_TIMEOUT_S: u64 = 10;
-/// `header_read_timeout_s`: a request head arrives at once; an idle keep-alive connection
-/// is closed after as long.
+/// `header_read_timeout_s`: a request head arrives at once; also the keep-alive idle time.
 pub const HEADER_READ_TIMEOUT_S: u64 = 10;
-/// `min_body_bytes_per_s`: 4 KiB/s sends the largest default body (256 KiB) within a minute,
-/// while a trickle of a byte a second is cut after seconds.
+/// `min_body_bytes_per_s`: the default largest body within a minute; a trickle is cut.
 pub const MIN_BODY_BYTES_PER_S: u64 = 4096;
 /// `max_header_bytes`: 16 KiB, twice hyper's floor, room for long signature headers.
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
@@ -82,14 +75,11 @@ pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 pub const MIN_HEADER_BYTES: usize = 8 * 1024;
 /// `max_connections`: 1024 open at once, which fits the common open-files limit.
 pub const MAX_CONNECTIONS: usize = 1024;
-/// `max_connections_per_peer`: room for a benchmark's or a proxy's 64 keep-alive
-/// connections while they reconnect.
+/// `max_connections_per_peer`: a proxy's or a benchmark's 64 connections while they reconnect.
 pub const MAX_CONNECTIONS_PER_PEER: usize = 128;
-/// `max_buffered_body_bytes`: 64 MiB, 256 bodies of the default limit (raised to
-/// `max_body_bytes` when that is larger).
+/// `max_buffered_body_bytes`: 64 MiB, 256 bodies of the default `max_body_bytes`.
 pub const MAX_BUFFERED_BODY_BYTES: usize = 64 * 1024 * 1024;
-/// `max_buffered_body_bytes_per_peer` is `max_buffered_body_bytes` divided by this (at
-/// least `max_body_bytes`): eight hosts, not one, to block every body.
+/// `max_buffered_body_bytes_per_peer` is the budget over this: eight hosts to block every body.
 pub const BUFFERED_BODY_BYTES_PEERS: usize = 8;
 /// `max_streams`: 64 change streams per node, plenty of dashboards and consumers.
 pub const MAX_STREAMS: usize = 64;
@@ -100,10 +90,9 @@ pub const STREAM_BUFFER: usize = 1024;
 
 /// `workers`: four aggregates processed in parallel, a small machine's cores.
 pub const WORKERS: usize = 4;
-/// `busy_timeout_ms`: five seconds waiting for a lock before answering 503, longer than
-/// any healthy transaction.
+/// `busy_timeout_ms`: five seconds waiting for a lock, longer than any healthy transaction.
 pub const BUSY_TIMEOUT_MS: u64 = 5_000;
-/// `pool_size`: 16 PostgreSQL connections per node, well within a default `max_connections`.
+/// `pool_size`: 16 PostgreSQL connections per node, well within the server's default 100.
 pub const POOL_SIZE: usize = 16;
 /// `group_commit`: on, one fsync for many concurrent deliveries.
 pub const GROUP_COMMIT: bool = true;
@@ -113,10 +102,9 @@ pub const RETENTION_S: u64 = 30 * DAY_S;
 pub const DEDUP_WINDOW_S: u64 = 30 * DAY_S;
 /// `purge_interval_s`: hourly, so the log never grows far past `retention_s`.
 pub const PURGE_INTERVAL_S: u64 = HOUR_S;
-/// `shutdown_timeout_s`: ten seconds for in-flight requests and steps, within the usual
-/// grace a supervisor gives before killing.
+/// `shutdown_timeout_s`: within the grace a supervisor usually gives before killing.
 pub const SHUTDOWN_TIMEOUT_S: u64 = 10;
-/// `forward_poll_ms`: a second, a safety net only: commits and retries falling due wake a sender.
+/// `forward_poll_ms`: a second; a safety net only, as commits and due retries wake a sender.
 pub const FORWARD_POLL_MS: u64 = 1_000;
 /// `metrics_public`: off, so `/metrics` needs the admin token.
 pub const METRICS_PUBLIC: bool = false;
