@@ -679,17 +679,8 @@ fn source(
             )));
         }
     }
-    let mut source_keeps = keep_headers.to_vec();
-    for name in header_names(
-        &format!("source {:?}: keep_headers", s.name),
-        s.keep_headers.unwrap_or_default(),
-    )? {
-        if !source_keeps.contains(&name) {
-            source_keeps.push(name);
-        }
-    }
     Ok(SourceConfig {
-        keep_headers: source_keeps,
+        keep_headers: source_keep_headers(&s.name, keep_headers, s.keep_headers)?,
         name: s.name,
         kind,
         mode: s.mode.unwrap_or(s.kind.default_mode()),
@@ -707,6 +698,22 @@ fn source(
             .unwrap_or(defaults::MAX_HELD_PER_AGGREGATE),
         rate_limit_per_s: s.rate_limit_per_s.filter(|r| *r > 0),
     })
+}
+
+/// The headers a source keeps: the top-level list, then the source's own not already in it.
+fn source_keep_headers(
+    name: &str,
+    top_level: &[String],
+    own: Option<Vec<String>>,
+) -> Result<Vec<String>, ConfigError> {
+    let mut kept = top_level.to_vec();
+    let setting = format!("source {name:?}: keep_headers");
+    for header in header_names(&setting, own.unwrap_or_default())? {
+        if !kept.contains(&header) {
+            kept.push(header);
+        }
+    }
+    Ok(kept)
 }
 
 /// A source's secrets as written (`INHOOK_<SOURCE>_SECRET`, several comma-separated, else
