@@ -11,6 +11,10 @@
 set -euo pipefail
 BIN=$1 SMALL=${2:-1000} LARGE=${3:-4000}
 export INHOOK_SAVE_GAME_SECRET=bench-secret INHOOK_PRESENCE_SECRET=bench-presence
+# One token for the server and for `bench --wait-applied`, which reads /v1/overview: without
+# it the server makes its own and the wait is refused, so the run would end before the
+# workers applied every event and the count would depend on timing.
+export INHOOK_ADMIN_TOKEN=callgrind-admin-token-0123456789abcdef
 
 # run EVENTS: prints the run's total instructions; the run's directory goes to stderr.
 run() {
@@ -34,7 +38,8 @@ signature = "hmac-timestamped"
     done
     [ -n "$url" ] || { cat "$dir/err" >&2; return 1; }
     "$BIN" bench --url "$url" --path /webhooks/save-game --events "$1" --connections 8 \
-        --rate 0 --run-id "cg$RANDOM" --source save-game --shape save-game --wait-applied > "$dir/bench"
+        --rate 0 --run-id "cg$RANDOM" --source save-game --shape save-game --wait-applied \
+        > "$dir/bench" 2> "$dir/bench.err" || { cat "$dir/bench.err" >&2; return 1; }
     kill "$pid"
     wait "$pid" || true
     grep -q "\"202\": $1}" "$dir/bench" || { cat "$dir/bench" >&2; return 1; }
