@@ -1205,3 +1205,36 @@ async fn record_decisions(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use tokio_postgres::types::Type;
+
+    use super::*;
+    use crate::store::backend::text;
+
+    /// Bound by reference, each variant is checked as the owned value it used to be bound
+    /// as: an integer binds to any integer column (in range), a NULL keeps its type.
+    #[test]
+    fn a_param_accepts_the_types_its_value_binds_as() {
+        let mut out = bytes::BytesMut::new();
+        let mut binds = |param: Param<'_>, ty: Type| param.to_sql_checked(&ty, &mut out).is_ok();
+        for ty in [Type::INT2, Type::INT4, Type::INT8] {
+            assert!(binds(Param::Int(7), ty.clone()), "{ty}");
+            assert!(binds(Param::OptInt(None), ty.clone()), "{ty}");
+            assert!(!binds(text("7"), ty.clone()), "{ty}");
+            assert!(!binds(Param::OptText(None), ty), "a NULL text");
+        }
+        assert!(!binds(Param::Int(1 << 20), Type::INT2), "out of range");
+        assert!(!binds(Param::Int(7), Type::TEXT));
+        assert!(binds(text("a"), Type::TEXT));
+        assert!(binds(Param::opt_text(Some("a")), Type::VARCHAR));
+        assert!(binds(Param::Bytes(Cow::Borrowed(b"x")), Type::BYTEA));
+        assert!(!binds(Param::Bytes(Cow::Borrowed(b"x")), Type::TEXT));
+        assert!(binds(Param::Ids(vec![1, 2]), Type::INT8_ARRAY));
+        assert!(!binds(Param::Ids(vec![1, 2]), Type::TEXT_ARRAY));
+        assert!(binds(Param::Texts(vec!["a".into()]), Type::TEXT_ARRAY));
+    }
+}
