@@ -6,6 +6,7 @@
 //! committer and the few dialect words below. Statements are written once, with
 //! `$n` placeholders.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -79,23 +80,42 @@ pub trait Backend: Clone + Send + Sync + 'static {
     fn subscribe_deliveries(&self, _wake: Arc<Notify>) {}
 }
 
-/// A bound value of a statement written once for both stores.
+/// A bound value of a statement written once for both stores. Texts and bytes may
+/// borrow what the caller holds (the delivery being logged): each backend binds a
+/// `Param` by reference, so a statement copies none of its values.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Param {
+pub enum Param<'a> {
     /// A text value.
-    Text(String),
+    Text(Cow<'a, str>),
     /// An integer value.
     Int(i64),
     /// A text value or NULL.
-    OptText(Option<String>),
+    OptText(Option<Cow<'a, str>>),
     /// An integer value or NULL.
     OptInt(Option<i64>),
     /// Bytes (an event's body).
-    Bytes(Vec<u8>),
+    Bytes(Cow<'a, [u8]>),
     /// A list of row ids, tested by the store's `in_ids` condition.
     Ids(Vec<i64>),
     /// A list of texts, read by the store's `source_aggregate_pairs`.
     Texts(Vec<String>),
+}
+
+impl<'a> Param<'a> {
+    /// A text value owned by the parameter.
+    pub fn owned(value: String) -> Self {
+        Param::Text(Cow::Owned(value))
+    }
+
+    /// A text value or NULL, owned by the parameter.
+    pub fn opt_owned(value: Option<String>) -> Self {
+        Param::OptText(value.map(Cow::Owned))
+    }
+
+    /// A text value or NULL, borrowed from the caller.
+    pub fn opt_text(value: Option<&'a str>) -> Self {
+        Param::OptText(value.map(Cow::Borrowed))
+    }
 }
 
 /// One value of a row read through [`Tx::query`].
@@ -147,14 +167,14 @@ pub trait Tx: Sync {
     fn execute(
         &self,
         statement: &str,
-        params: &[Param],
+        params: &[Param<'_>],
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
     /// Runs a query; returns its rows.
     fn query(
         &self,
         statement: &str,
-        params: &[Param],
+        params: &[Param<'_>],
     ) -> impl Future<Output = Result<Vec<Vec<Cell>>, StoreError>> + Send;
 
     /// Runs an `INSERT … ON CONFLICT DO NOTHING` of one row into a table keyed by `id`;
@@ -162,7 +182,7 @@ pub trait Tx: Sync {
     fn insert_row(
         &self,
         statement: &str,
-        params: &[Param],
+        params: &[Param<'_>],
     ) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send;
 
     /// Holds the given aggregates until commit against every other node settling or
@@ -198,9 +218,9 @@ pub trait Tx: Sync {
     fn wake_senders(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
-/// A text parameter.
-pub(crate) fn text(value: &str) -> Param {
-    Param::Text(value.to_owned())
+/// A text parameter, borrowed from the caller.
+pub(crate) fn text(value: &str) -> Param<'_> {
+    Param::Text(Cow::Borrowed(value))
 }
 
 fn cell(row: &[Cell], at: usize) -> Result<&Cell, StoreError> {

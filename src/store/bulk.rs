@@ -29,7 +29,7 @@ pub(crate) trait BulkJob: Sized + Send + Sync {
 
     /// The conditions on [`BulkJob::ROWS`] the job's filter makes, with `$n` placeholders
     /// numbered from 1, and their values.
-    fn conditions(&self) -> (Vec<String>, Vec<Param>);
+    fn conditions(&self) -> (Vec<String>, Vec<Param<'_>>);
 
     /// Replays the matching rows of one aggregate; returns how many were requeued.
     fn requeue<I: Tx>(
@@ -70,7 +70,7 @@ pub(crate) async fn advance<J: BulkJob, I: Tx>(
     };
     let (mut clauses, mut params) = job.conditions();
     if let (Some(source), Some(aggregate)) = cursor {
-        params.extend([Param::Text(source), Param::Text(aggregate)]);
+        params.extend([Param::owned(source), Param::owned(aggregate)]);
         let n = params.len();
         clauses.push(format!("(source, aggregate) > (${}, ${n})", n - 1));
     }
@@ -113,8 +113,8 @@ pub(crate) async fn advance<J: BulkJob, I: Tx>(
             Param::Int(i64::try_from(requeued).unwrap_or(i64::MAX)),
             text(state),
             Param::Int(now_ms),
-            Param::OptText(cursor_source),
-            Param::OptText(cursor_aggregate),
+            Param::opt_owned(cursor_source),
+            Param::opt_owned(cursor_aggregate),
         ],
     )
     .await?;

@@ -2,7 +2,7 @@
 //! conditions of an [`EventFilter`] (only the placeholder syntax differs: `?1`
 //! in SQLite, `$1` in PostgreSQL), and the decoding of stored values.
 
-use super::backend::Param;
+use super::backend::{text, Param};
 use super::{sql, EventFilter, Failure, StoreError};
 use crate::domain::{EventId, EventStatus};
 
@@ -12,21 +12,21 @@ pub(crate) const CONFLICTING_DUPLICATE: &str = "conflicting_duplicate";
 pub(crate) const CONFLICT_DETAIL: &str = "event_id resent with a different body (publisher error)";
 
 /// Conditions and their values; `placeholder(n)` writes the n-th (1-based) placeholder.
-pub(crate) fn filter_sql(
-    filter: &EventFilter,
+pub(crate) fn filter_sql<'f>(
+    filter: &'f EventFilter,
     placeholder: fn(usize) -> String,
-) -> (Vec<String>, Vec<Param>) {
+) -> (Vec<String>, Vec<Param<'f>>) {
     let mut clauses = Vec::new();
     let mut values = Vec::new();
-    let mut push = |column: &str, op: &str, value: Param| {
+    let mut push = |column: &str, op: &str, value: Param<'f>| {
         values.push(value);
         clauses.push(format!("{column} {op} {}", placeholder(values.len())));
     };
     if let Some(source) = &filter.source {
-        push("source", "=", Param::Text(source.clone()));
+        push("source", "=", text(source));
     }
     if let Some(aggregate) = &filter.aggregate {
-        push("aggregate", "=", Param::Text(aggregate.clone()));
+        push("aggregate", "=", text(aggregate));
     }
     if let Some(from) = filter.received_from_ms {
         push("received_at", ">=", Param::Int(from));

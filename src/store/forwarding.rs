@@ -217,7 +217,7 @@ pub(crate) async fn write_deliveries<I: Tx>(
                      sequence, event_type, webhook_id, ordering, status, attempts, created_at)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending', 0, $10)",
                 &[
-                    Param::Text(delivery.destination),
+                    Param::owned(delivery.destination),
                     text(&rules.name),
                     Param::Int(*row),
                     text(&event.event_id),
@@ -438,8 +438,8 @@ async fn lock_queues<I: Tx>(
             &[
                 Param::Texts(sources),
                 Param::Texts(aggregates),
-                Param::Text(queue_key_prefix(destination)),
-                Param::Text(KEY_SEPARATOR.to_string()),
+                Param::owned(queue_key_prefix(destination)),
+                Param::owned(KEY_SEPARATOR.to_string()),
             ],
         )
         .await?;
@@ -499,7 +499,7 @@ async fn claim_locked<I: Tx>(
                     &mut params,
                     vec![
                         ("BIGINT", Param::Int(*id)),
-                        ("TEXT", Param::Text(format!("superseded by {by}"))),
+                        ("TEXT", Param::owned(format!("superseded by {by}"))),
                     ],
                 )
             })
@@ -651,7 +651,7 @@ pub(crate) async fn record_verdicts<I: Tx>(
                     ("BIGINT", Param::Int(v.id)),
                     ("TEXT", text(v.verdict.status().as_str())),
                     ("BIGINT", Param::OptInt(next_attempt_at)),
-                    ("TEXT", Param::OptText(error)),
+                    ("TEXT", Param::opt_owned(error)),
                     ("BIGINT", Param::OptInt(delivered_at)),
                 ],
             ));
@@ -725,7 +725,7 @@ fn chunk_len(n: usize) -> usize {
 
 /// One `VALUES` row of `columns`, each cast to its type (the first row names the
 /// columns' types for both stores), its parameters appended to `params`.
-fn row_of(params: &mut Vec<Param>, columns: Vec<(&str, Param)>) -> String {
+fn row_of<'a>(params: &mut Vec<Param<'a>>, columns: Vec<(&str, Param<'a>)>) -> String {
     let cells: Vec<String> = columns
         .into_iter()
         .map(|(ty, param)| {
@@ -767,7 +767,7 @@ pub(crate) async fn record_verdict<I: Tx>(
                 text(owner),
                 text(verdict.status().as_str()),
                 Param::OptInt(next_attempt_at),
-                Param::OptText(error),
+                Param::opt_owned(error),
                 Param::OptInt(delivered_at),
             ],
         )
@@ -923,7 +923,7 @@ pub(crate) async fn create_replay_job<I: Tx>(
             &[
                 text(destination),
                 text(filter.status.unwrap_or(DeliveryStatus::Dead).as_str()),
-                Param::OptText(filter.aggregate.clone()),
+                Param::opt_text(filter.aggregate.as_deref()),
                 Param::Int(total),
                 Param::Int(now_ms),
             ],
@@ -986,7 +986,7 @@ impl BulkJob for DeliveryReplayJob {
         replay_job(io, id).await
     }
 
-    fn conditions(&self) -> (Vec<String>, Vec<Param>) {
+    fn conditions(&self) -> (Vec<String>, Vec<Param<'_>>) {
         filter_sql(&self.destination, &self.filter)
     }
 
@@ -1021,7 +1021,10 @@ impl BulkJob for DeliveryReplayJob {
 }
 
 /// The conditions of `filter` over `destination`'s deliveries, with `$n` placeholders.
-fn filter_sql(destination: &str, filter: &DeliveryFilter) -> (Vec<String>, Vec<Param>) {
+fn filter_sql<'a>(
+    destination: &'a str,
+    filter: &'a DeliveryFilter,
+) -> (Vec<String>, Vec<Param<'a>>) {
     let mut params = vec![text(destination)];
     let mut clauses = vec!["destination = $1".to_owned()];
     if let Some(status) = filter.status {

@@ -6,7 +6,9 @@
 //! delivery on PostgreSQL) and rolls back a [`Admission::Refused`] delivery's writes;
 //! PostgreSQL's multi-row batch insert (`postgres.rs`) reuses the duplicate lookups.
 
-use super::backend::{int, one_int, opt_bytes, opt_string, string, Param, Tx};
+use std::borrow::Cow;
+
+use super::backend::{int, one_int, opt_bytes, opt_string, string, text, Param, Tx};
 use super::filter::{parse_event_id, CONFLICTING_DUPLICATE, CONFLICT_DETAIL};
 use super::settle;
 use super::{
@@ -175,30 +177,27 @@ async fn insert<I: Tx>(
     attempts: i64,
 ) -> Result<Option<i64>, StoreError> {
     let params = [
-        Param::Text(logged.source.clone()),
-        Param::Text(logged.event_id.clone()),
-        Param::Text(logged.event_type.clone()),
-        Param::Text(logged.aggregate.clone()),
+        text(&logged.source),
+        text(&logged.event_id),
+        text(&logged.event_type),
+        text(&logged.aggregate),
         Param::Int(logged.sequence),
-        Param::OptText(logged.idempotency_key.clone()),
-        Param::Bytes(logged.body.clone()),
+        Param::opt_text(logged.idempotency_key.as_deref()),
+        Param::Bytes(Cow::Borrowed(&logged.body)),
         Param::OptInt(logged.signed_at),
         Param::Int(logged.received_at),
-        Param::Text(status.to_owned()),
-        Param::OptText(logged.headers.clone()),
+        text(status),
+        Param::opt_text(logged.headers.as_deref()),
         Param::OptInt(decided_at),
         Param::Int(attempts),
-        Param::OptText(logged.body_sha256.clone()),
+        Param::opt_text(logged.body_sha256.as_deref()),
     ];
     io.insert_row(LOG_EVENT, &params).await
 }
 
 /// Raises the aggregate's highest received sequence; says whether `logged` came in below it.
 async fn record_received<I: Tx>(io: &I, logged: &EventRow) -> Result<bool, StoreError> {
-    let aggregate = [
-        Param::Text(logged.source.clone()),
-        Param::Text(logged.aggregate.clone()),
-    ];
+    let aggregate = [text(&logged.source), text(&logged.aggregate)];
     let found = io.query(HIGHEST_RECEIVED, &aggregate).await?;
     let highest = found.first().map(|row| int(row, 0)).transpose()?;
     if highest.is_none_or(|h| logged.sequence > h) {
@@ -222,8 +221,8 @@ async fn over_limits<I: Tx>(io: &I, logged: &EventRow) -> Result<Option<Refusal>
             .query(
                 WAITING_BEHIND_GAP,
                 &[
-                    Param::Text(logged.source.clone()),
-                    Param::Text(logged.aggregate.clone()),
+                    text(&logged.source),
+                    text(&logged.aggregate),
                     Param::Int(limits.first_sequence),
                     Param::Int(logged.sequence),
                 ],
@@ -234,9 +233,7 @@ async fn over_limits<I: Tx>(io: &I, logged: &EventRow) -> Result<Option<Refusal>
         }
     }
     if limits.max_backlog < u64::MAX {
-        let found = io
-            .query(I::BACKLOG, &[Param::Text(logged.source.clone())])
-            .await?;
+        let found = io.query(I::BACKLOG, &[text(&logged.source)]).await?;
         if one_int(&found)? as u64 > limits.max_backlog {
             return Ok(Some(Refusal::BacklogFull));
         }
@@ -253,11 +250,11 @@ pub(crate) async fn purged_duplicate<I: Tx>(
         .query(
             sql::PURGED_DUPLICATE,
             &[
-                Param::Text(logged.source.clone()),
-                Param::Text(logged.event_id.clone()),
-                Param::OptText(logged.idempotency_key.clone()),
+                text(&logged.source),
+                text(&logged.event_id),
+                Param::opt_text(logged.idempotency_key.as_deref()),
                 Param::Int(logged.received_at),
-                Param::OptText(logged.body_sha256.clone()),
+                Param::opt_text(logged.body_sha256.as_deref()),
             ],
         )
         .await?;
@@ -278,11 +275,11 @@ pub(crate) async fn find_duplicate<I: Tx>(
     io: &I,
     logged: &EventRow,
 ) -> Result<Admission, StoreError> {
-    let source = Param::Text(logged.source.clone());
+    let source = text(&logged.source);
     let by_id = io
         .query(
             sql::BODY_BY_EVENT_ID,
-            &[source.clone(), Param::Text(logged.event_id.clone())],
+            &[source.clone(), text(&logged.event_id)],
         )
         .await?;
     if let Some(stored) = by_id.first() {
@@ -294,8 +291,8 @@ pub(crate) async fn find_duplicate<I: Tx>(
                 &[
                     Param::Int(int(stored, 0)?),
                     Param::Int(crate::clock::now_ms()),
-                    Param::Text(CONFLICTING_DUPLICATE.to_owned()),
-                    Param::Text(CONFLICT_DETAIL.to_owned()),
+                    text(CONFLICTING_DUPLICATE),
+                    text(CONFLICT_DETAIL),
                 ],
             )
             .await?;
@@ -311,7 +308,7 @@ pub(crate) async fn find_duplicate<I: Tx>(
             sql::EVENT_ID_BY_IDEMPOTENCY_KEY,
             &[
                 source.clone(),
-                Param::OptText(logged.idempotency_key.clone()),
+                Param::opt_text(logged.idempotency_key.as_deref()),
             ],
         )
         .await?;
@@ -321,7 +318,7 @@ pub(crate) async fn find_duplicate<I: Tx>(
             let by_body = io
                 .query(
                     sql::EVENT_ID_BY_BODY,
-                    &[source, Param::OptText(logged.body_sha256.clone())],
+                    &[source, Param::opt_text(logged.body_sha256.as_deref())],
                 )
                 .await?;
             (DedupKey::Body, by_body)

@@ -44,41 +44,61 @@ const FOLD_DELIVERIES_LOCK: i64 = 0x696e_686f_6f64;
 
 /// Statements through the connection's statement cache: each SQL text is parsed and
 /// planned once per connection, and every later run is one round trip instead of two.
+/// Object-safe, unlike `GenericClient`, so that one [`PgIo`] runs the flows over a
+/// transaction and over a bare connection alike.
 #[async_trait]
-trait CachedStatements: GenericClient {
+trait CachedStatements: Sync {
     /// `query` with a cached statement.
     async fn cached_query(
         &self,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Vec<Row>, tokio_postgres::Error> {
-        let statement = self.prepare_cached(sql).await?;
-        self.query(&statement, params).await
-    }
+    ) -> Result<Vec<Row>, tokio_postgres::Error>;
 
-    /// `query_opt` with a cached statement.
     /// `query_one` with a cached statement.
     async fn cached_query_one(
         &self,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Row, tokio_postgres::Error> {
-        let statement = self.prepare_cached(sql).await?;
-        self.query_one(&statement, params).await
-    }
+    ) -> Result<Row, tokio_postgres::Error>;
 
     /// `execute` with a cached statement.
     async fn cached_execute(
         &self,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
-    ) -> Result<u64, tokio_postgres::Error> {
-        let statement = self.prepare_cached(sql).await?;
-        self.execute(&statement, params).await
-    }
+    ) -> Result<u64, tokio_postgres::Error>;
 }
 
-impl<C: GenericClient> CachedStatements for C {}
+#[async_trait]
+impl<C: GenericClient> CachedStatements for C {
+    async fn cached_query(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        let statement = self.prepare_cached(sql).await?;
+        GenericClient::query(self, &statement, params).await
+    }
+
+    async fn cached_query_one(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Row, tokio_postgres::Error> {
+        let statement = self.prepare_cached(sql).await?;
+        GenericClient::query_one(self, &statement, params).await
+    }
+
+    async fn cached_execute(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, tokio_postgres::Error> {
+        let statement = self.prepare_cached(sql).await?;
+        GenericClient::execute(self, &statement, params).await
+    }
+}
 
 /// Sizing and timeouts of the connection pool.
 #[derive(Debug, Clone, Copy)]
@@ -120,7 +140,7 @@ struct PgJob {
 
 /// What became of a delivery the batch insert did not insert: a duplicate, of a logged
 /// event (maybe earlier in the same batch) or of a purged one.
-async fn not_inserted<C: GenericClient>(tx: &C, job: &PgJob) -> Result<Admission, StoreError> {
+async fn not_inserted(tx: &dyn CachedStatements, job: &PgJob) -> Result<Admission, StoreError> {
     if let Some(admission) = ingest::purged_duplicate(&PgIo(tx), &job.row).await? {
         return Ok(admission);
     }
@@ -336,8 +356,8 @@ struct ReadyGroup<'a> {
 /// Plans, in the batch's transaction (which holds their aggregates' locks), the
 /// aggregates of `jobs` ready at ingest: each aggregate once, over all its deliveries
 /// of the batch; different aggregates concurrently, their statements pipelined.
-async fn plan_ready<'a, C: GenericClient>(
-    tx: &C,
+async fn plan_ready<'a>(
+    tx: &dyn CachedStatements,
     jobs: &'a [PgJob],
 ) -> Result<Vec<ReadyGroup<'a>>, StoreError> {
     let mut groups: Vec<(&SourceRules, &str, Vec<usize>)> = Vec::new();
@@ -404,8 +424,8 @@ fn logged_whole<'a>(
 
 /// Writes the plans of `ready`, whose rows were logged decided as `logged_ids` (by place
 /// in the batch), concurrently; fills in `admissions`' outcomes; returns how many.
-async fn write_ready<C: GenericClient>(
-    tx: &C,
+async fn write_ready(
+    tx: &dyn CachedStatements,
     ready: Vec<ReadyGroup<'_>>,
     logged_ids: &[i64],
     admissions: &mut [Admission],
@@ -648,16 +668,16 @@ impl Postgres {
 }
 
 impl Backend for Postgres {
-    type Tx<'t> = PgTx<'t>;
+    type Tx<'t> = PgIo<'t>;
 
     async fn write<T, F>(&self, _commit: Commit, flow: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: for<'t> FnOnce(&'t PgTx<'t>) -> FlowFuture<'t, T> + Send + 'static,
+        F: for<'t> FnOnce(&'t PgIo<'t>) -> FlowFuture<'t, T> + Send + 'static,
     {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
-        let done = flow(&PgTx::Transaction(PgIo(&tx))).await?;
+        let done = flow(&PgIo(&tx)).await?;
         tx.commit().await.map_err(pg_err)?;
         Ok(done)
     }
@@ -665,10 +685,10 @@ impl Backend for Postgres {
     async fn read<T, F>(&self, flow: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: for<'t> FnOnce(&'t PgTx<'t>) -> FlowFuture<'t, T> + Send + 'static,
+        F: for<'t> FnOnce(&'t PgIo<'t>) -> FlowFuture<'t, T> + Send + 'static,
     {
         let client = self.client().await?;
-        flow(&PgTx::Connection(PgIo(&client))).await
+        flow(&PgIo(&client)).await
     }
 
     fn migrate(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
@@ -739,21 +759,45 @@ fn lock_key(source: &str, aggregate: &str) -> i64 {
     i64::from_be_bytes(digest[..8].try_into().expect("8 bytes"))
 }
 
-fn boxed(params: Vec<Param>) -> Vec<Box<dyn ToSql + Sync + Send>> {
-    params
-        .into_iter()
-        .map(|p| -> Box<dyn ToSql + Sync + Send> {
-            match p {
-                Param::Text(t) => Box::new(t),
-                Param::Int(i) => Box::new(AnyInt(i)),
-                Param::OptText(t) => Box::new(t),
-                Param::OptInt(i) => Box::new(i.map(AnyInt)),
-                Param::Bytes(b) => Box::new(b),
-                Param::Ids(ids) => Box::new(ids),
-                Param::Texts(texts) => Box::new(texts),
-            }
-        })
-        .collect()
+/// A bound value in PostgreSQL's terms, bound by reference. `accepts` cannot know the
+/// variant, so the type check is made per value in `to_sql_checked`, by the type each
+/// variant binds as (an integer as [`AnyInt`], of whatever integer type its column has).
+impl ToSql for Param<'_> {
+    fn to_sql(
+        &self,
+        ty: &tokio_postgres::types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self {
+            Param::Text(t) => <&str as ToSql>::to_sql(&&**t, ty, out),
+            Param::Int(i) => AnyInt(*i).to_sql(ty, out),
+            Param::OptText(t) => t.as_deref().to_sql(ty, out),
+            Param::OptInt(i) => i.map(AnyInt).to_sql(ty, out),
+            Param::Bytes(b) => <&[u8] as ToSql>::to_sql(&&**b, ty, out),
+            Param::Ids(ids) => ids.to_sql(ty, out),
+            Param::Texts(texts) => texts.to_sql(ty, out),
+        }
+    }
+
+    fn accepts(_ty: &tokio_postgres::types::Type) -> bool {
+        true
+    }
+
+    fn to_sql_checked(
+        &self,
+        ty: &tokio_postgres::types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self {
+            Param::Text(t) => <&str as ToSql>::to_sql_checked(&&**t, ty, out),
+            Param::Int(i) => AnyInt(*i).to_sql_checked(ty, out),
+            Param::OptText(t) => t.as_deref().to_sql_checked(ty, out),
+            Param::OptInt(i) => i.map(AnyInt).to_sql_checked(ty, out),
+            Param::Bytes(b) => <&[u8] as ToSql>::to_sql_checked(&&**b, ty, out),
+            Param::Ids(ids) => ids.to_sql_checked(ty, out),
+            Param::Texts(texts) => texts.to_sql_checked(ty, out),
+        }
+    }
 }
 
 /// An integer bound to whichever integer type its column has: the statements are
@@ -783,19 +827,17 @@ impl ToSql for AnyInt {
     tokio_postgres::types::to_sql_checked!();
 }
 
-fn refs(params: &[Box<dyn ToSql + Sync + Send>]) -> Vec<&(dyn ToSql + Sync)> {
-    params
-        .iter()
-        .map(|p| p.as_ref() as &(dyn ToSql + Sync))
-        .collect()
+/// The parameters as `tokio_postgres` takes them: references, nothing copied.
+fn refs<'p>(params: &'p [Param<'_>]) -> Vec<&'p (dyn ToSql + Sync)> {
+    params.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
 }
 
 /// An aggregate's identity in the maps below.
 type AggregateId = (String, String);
 
 /// The highest sequence received so far for each of the rows' aggregates.
-async fn highest_received<C: GenericClient>(
-    tx: &C,
+async fn highest_received(
+    tx: &dyn CachedStatements,
     rows: &[&EventRow],
 ) -> Result<HashMap<AggregateId, i64>, StoreError> {
     let sources: Vec<&str> = rows.iter().map(|r| r.source.as_str()).collect();
@@ -816,8 +858,8 @@ async fn highest_received<C: GenericClient>(
 }
 
 /// Raises each aggregate's highest received sequence to the rows' sequences.
-async fn raise_highest_received<C: GenericClient>(
-    tx: &C,
+async fn raise_highest_received(
+    tx: &dyn CachedStatements,
     rows: &[&EventRow],
 ) -> Result<(), StoreError> {
     if rows.is_empty() {
@@ -842,8 +884,8 @@ async fn raise_highest_received<C: GenericClient>(
 
 /// For the aggregates of the rows that may be held: the sequence events wait behind
 /// (`last_sequence`) and how many in-order events wait ahead of the gap after it.
-async fn waiting_ahead<C: GenericClient>(
-    tx: &C,
+async fn waiting_ahead(
+    tx: &dyn CachedStatements,
     rows: &[&EventRow],
 ) -> Result<HashMap<AggregateId, (i64, i64)>, StoreError> {
     let rows: Vec<&&EventRow> = rows
@@ -881,7 +923,7 @@ async fn waiting_ahead<C: GenericClient>(
 /// Folds the committed count deltas into `event_counts`, unless another transaction is
 /// folding now (then its fold serves): one folder at a time, so the counts rows are never
 /// a lock two writers wait on, and ingest never touches them.
-async fn fold_counts<C: GenericClient>(tx: &C) -> Result<(), StoreError> {
+async fn fold_counts(tx: &dyn CachedStatements) -> Result<(), StoreError> {
     tx.cached_execute(
         "WITH folder AS (SELECT pg_try_advisory_xact_lock($1) AS mine),
               gone AS (DELETE FROM event_count_deltas WHERE (SELECT mine FROM folder)
@@ -898,7 +940,7 @@ async fn fold_counts<C: GenericClient>(tx: &C) -> Result<(), StoreError> {
 
 /// Folds the delivery count deltas into `delivery_counts`, as [`fold_counts`] does for
 /// events: one node at a time, the others read counts plus deltas meanwhile.
-async fn fold_delivery_counts<C: GenericClient>(tx: &C) -> Result<(), StoreError> {
+async fn fold_delivery_counts(tx: &dyn CachedStatements) -> Result<(), StoreError> {
     tx.cached_execute(
         "WITH folder AS (SELECT pg_try_advisory_xact_lock($1) AS mine),
               gone AS (DELETE FROM delivery_count_deltas WHERE (SELECT mine FROM folder)
@@ -916,8 +958,8 @@ async fn fold_delivery_counts<C: GenericClient>(tx: &C) -> Result<(), StoreError
 
 /// Undecided events per source, from the counter rows the triggers keep, locked (in source
 /// order) until the transaction ends, less the committed decrements (migration 9).
-async fn backlogs<C: GenericClient>(
-    tx: &C,
+async fn backlogs(
+    tx: &dyn CachedStatements,
     sources: &[&str],
 ) -> Result<HashMap<String, i64>, StoreError> {
     let found = tx
@@ -937,8 +979,8 @@ async fn backlogs<C: GenericClient>(
 
 /// Takes the advisory locks of several aggregates in key order, as every transaction that
 /// holds more than one takes them (before any counter row), so that two never deadlock.
-async fn lock_aggregates<'a, C: GenericClient>(
-    tx: &C,
+async fn lock_aggregates<'a>(
+    tx: &dyn CachedStatements,
     aggregates: impl Iterator<Item = (&'a str, &'a str)>,
 ) -> Result<(), StoreError> {
     let mut keys: Vec<i64> = aggregates
@@ -956,8 +998,8 @@ async fn lock_aggregates<'a, C: GenericClient>(
 }
 
 /// Puts the dead or retrying events matching `condition` back in the queue, recording the replay.
-async fn add_history<C: GenericClient>(
-    tx: &C,
+async fn add_history(
+    tx: &dyn CachedStatements,
     row: i64,
     at_ms: i64,
     kind: &str,
@@ -969,10 +1011,11 @@ async fn add_history<C: GenericClient>(
     Ok(())
 }
 
-/// Settling's and upkeep's reads and writes over one PostgreSQL transaction (or client).
-pub struct PgIo<'a, C>(&'a C);
+/// The flows' statements over a PostgreSQL transaction, or, for reads, over a bare
+/// connection (each statement its own snapshot, and no round trips to begin and commit).
+pub struct PgIo<'a>(&'a dyn CachedStatements);
 
-impl<C: GenericClient> Tx for PgIo<'_, C> {
+impl Tx for PgIo<'_> {
     const LOCK_ROWS: &'static str = " FOR UPDATE";
     // Kept by triggers (migration 7): the folded counts plus the deltas since.
     const STATUS_COUNTS: &'static str = "SELECT source, status, SUM(n)::BIGINT FROM (
@@ -1009,19 +1052,21 @@ impl<C: GenericClient> Tx for PgIo<'_, C> {
         )
     }
 
-    async fn execute(&self, statement: &str, params: &[Param]) -> Result<u64, StoreError> {
-        let values = boxed(params.to_vec());
+    async fn execute(&self, statement: &str, params: &[Param<'_>]) -> Result<u64, StoreError> {
         self.0
-            .cached_execute(statement, &refs(&values))
+            .cached_execute(statement, &refs(params))
             .await
             .map_err(pg_err)
     }
 
-    async fn query(&self, statement: &str, params: &[Param]) -> Result<Vec<Vec<Cell>>, StoreError> {
-        let values = boxed(params.to_vec());
+    async fn query(
+        &self,
+        statement: &str,
+        params: &[Param<'_>],
+    ) -> Result<Vec<Vec<Cell>>, StoreError> {
         let rows = self
             .0
-            .cached_query(statement, &refs(&values))
+            .cached_query(statement, &refs(params))
             .await
             .map_err(pg_err)?;
         rows.iter().map(cells).collect()
@@ -1030,12 +1075,11 @@ impl<C: GenericClient> Tx for PgIo<'_, C> {
     async fn insert_row(
         &self,
         statement: &str,
-        params: &[Param],
+        params: &[Param<'_>],
     ) -> Result<Option<i64>, StoreError> {
-        let values = boxed(params.to_vec());
         let inserted = self
             .0
-            .cached_query(&format!("{statement} RETURNING id"), &refs(&values))
+            .cached_query(&format!("{statement} RETURNING id"), &refs(params))
             .await
             .map_err(pg_err)?;
         inserted.first().map(|row| col(row, 0)).transpose()
@@ -1072,97 +1116,8 @@ impl<C: GenericClient> Tx for PgIo<'_, C> {
     }
 }
 
-/// The flows' statements over a PostgreSQL transaction, or, for reads, over a bare
-/// connection (each statement its own snapshot, and no round trips to begin and commit).
-pub enum PgTx<'t> {
-    /// A connection outside any transaction.
-    Connection(PgIo<'t, deadpool_postgres::Client>),
-    /// A transaction.
-    Transaction(PgIo<'t, deadpool_postgres::Transaction<'t>>),
-}
-
-/// Runs `$body` with `$io` bound to whichever [`PgIo`] the [`PgTx`] holds.
-macro_rules! on_either {
-    ($tx:expr, $io:ident => $body:expr) => {
-        match $tx {
-            PgTx::Connection($io) => $body,
-            PgTx::Transaction($io) => $body,
-        }
-    };
-}
-
-/// The dialect words, the same whether or not in a transaction.
-type Words = PgIo<'static, deadpool_postgres::Client>;
-
-impl Tx for PgTx<'_> {
-    const LOCK_ROWS: &'static str = Words::LOCK_ROWS;
-    const SKIP_LOCKED: &'static str = Words::SKIP_LOCKED;
-    const LOCK_KEY: &'static str = Words::LOCK_KEY;
-    const COUNTS_BLOCKED_AGGREGATES: bool = Words::COUNTS_BLOCKED_AGGREGATES;
-    const STATUS_COUNTS: &'static str = Words::STATUS_COUNTS;
-    const UNDECIDED_COUNTS: &'static str = Words::UNDECIDED_COUNTS;
-    const BACKLOG: &'static str = Words::BACKLOG;
-
-    fn try_lock(key: &str) -> String {
-        Words::try_lock(key)
-    }
-
-    fn in_ids(column: &str, n: usize) -> String {
-        Words::in_ids(column, n)
-    }
-
-    fn source_aggregate_pairs(n: usize, alias: &str) -> String {
-        Words::source_aggregate_pairs(n, alias)
-    }
-
-    async fn execute(&self, statement: &str, params: &[Param]) -> Result<u64, StoreError> {
-        on_either!(self, io => io.execute(statement, params).await)
-    }
-
-    async fn query(&self, statement: &str, params: &[Param]) -> Result<Vec<Vec<Cell>>, StoreError> {
-        on_either!(self, io => io.query(statement, params).await)
-    }
-
-    async fn insert_row(
-        &self,
-        statement: &str,
-        params: &[Param],
-    ) -> Result<Option<i64>, StoreError> {
-        on_either!(self, io => io.insert_row(statement, params).await)
-    }
-
-    async fn lock_aggregates(&self, aggregates: &[(&str, &str)]) -> Result<(), StoreError> {
-        on_either!(self, io => io.lock_aggregates(aggregates).await)
-    }
-
-    async fn fold_event_counts(&self) -> Result<(), StoreError> {
-        on_either!(self, io => io.fold_event_counts().await)
-    }
-
-    async fn fold_delivery_counts(&self) -> Result<(), StoreError> {
-        on_either!(self, io => io.fold_delivery_counts().await)
-    }
-
-    async fn record_decisions(
-        &self,
-        decisions: &[(i64, Outcome)],
-        now_ms: i64,
-        hold_timeout_ms: i64,
-    ) -> Result<(), StoreError> {
-        on_either!(self, io => io.record_decisions(decisions, now_ms, hold_timeout_ms).await)
-    }
-
-    async fn wake_workers(&self) -> Result<(), StoreError> {
-        on_either!(self, io => io.wake_workers().await)
-    }
-
-    async fn wake_senders(&self) -> Result<(), StoreError> {
-        on_either!(self, io => io.wake_senders().await)
-    }
-}
-
 /// Notifies `channel` when the transaction of `client` commits.
-async fn notify<C: GenericClient>(client: &C, channel: &str) -> Result<(), StoreError> {
+async fn notify(client: &dyn CachedStatements, channel: &str) -> Result<(), StoreError> {
     client
         .cached_execute("SELECT pg_notify($1, '')", &[&channel])
         .await
@@ -1198,8 +1153,8 @@ fn cells(row: &Row) -> Result<Vec<Cell>, StoreError> {
 
 /// Writes a settle's decisions: one statement for the held events and one for the
 /// decided ones, whatever their number (plus a history entry per dead event).
-async fn record_decisions<C: GenericClient>(
-    tx: &C,
+async fn record_decisions(
+    tx: &dyn CachedStatements,
     decisions: &[(i64, Outcome)],
     now_ms: i64,
     hold_timeout_ms: i64,
@@ -1251,4 +1206,37 @@ async fn record_decisions<C: GenericClient>(
         .map_err(pg_err)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use tokio_postgres::types::Type;
+
+    use super::*;
+    use crate::store::backend::text;
+
+    /// Bound by reference, each variant is checked as the owned value it used to be bound
+    /// as: an integer binds to any integer column (in range), a NULL keeps its type.
+    #[test]
+    fn a_param_accepts_the_types_its_value_binds_as() {
+        let mut out = bytes::BytesMut::new();
+        let mut binds = |param: Param<'_>, ty: Type| param.to_sql_checked(&ty, &mut out).is_ok();
+        for ty in [Type::INT2, Type::INT4, Type::INT8] {
+            assert!(binds(Param::Int(7), ty.clone()), "{ty}");
+            assert!(binds(Param::OptInt(None), ty.clone()), "{ty}");
+            assert!(!binds(text("7"), ty.clone()), "{ty}");
+            assert!(!binds(Param::OptText(None), ty), "a NULL text");
+        }
+        assert!(!binds(Param::Int(1 << 20), Type::INT2), "out of range");
+        assert!(!binds(Param::Int(7), Type::TEXT));
+        assert!(binds(text("a"), Type::TEXT));
+        assert!(binds(Param::opt_text(Some("a")), Type::VARCHAR));
+        assert!(binds(Param::Bytes(Cow::Borrowed(b"x")), Type::BYTEA));
+        assert!(!binds(Param::Bytes(Cow::Borrowed(b"x")), Type::TEXT));
+        assert!(binds(Param::Ids(vec![1, 2]), Type::INT8_ARRAY));
+        assert!(!binds(Param::Ids(vec![1, 2]), Type::TEXT_ARRAY));
+        assert!(binds(Param::Texts(vec!["a".into()]), Type::TEXT_ARRAY));
+    }
 }

@@ -36,8 +36,8 @@ pub(crate) async fn aggregates_page<I: Tx>(
 ) -> Result<AggregatePage, StoreError> {
     let params = [
         text(source),
-        Param::OptText(tag),
-        Param::OptText(cursor),
+        Param::opt_owned(tag),
+        Param::opt_owned(cursor),
         Param::Int(limit as i64 + 1),
     ];
     let found = io.query(sql::AGGREGATES_PAGE, &params).await?;
@@ -148,8 +148,8 @@ pub(crate) async fn changes_after<I: Tx>(
 ) -> Result<Vec<StateChange>, StoreError> {
     let params = [
         Param::Int(after),
-        Param::OptText(source),
-        Param::OptText(aggregate),
+        Param::opt_owned(source),
+        Param::opt_owned(aggregate),
         Param::Int(limit as i64),
     ];
     let found = io

@@ -79,13 +79,13 @@ async fn save_state<I: Tx>(io: &I, source: &str, state: &AggregateState) -> Resu
         text(source),
         text(&state.aggregate),
         Param::OptInt(state.sequence),
-        Param::OptText(state.event_id.clone()),
-        Param::OptText(state.event_type.clone()),
-        Param::Text(state.state.to_string()),
-        Param::OptText(state.tag.clone()),
+        Param::opt_text(state.event_id.as_deref()),
+        Param::opt_text(state.event_type.as_deref()),
+        Param::owned(state.state.to_string()),
+        Param::opt_text(state.tag.as_deref()),
         Param::OptInt(state.watermark),
         Param::Int(state.updated_at_ms),
-        Param::OptText(state.skipped_gaps.clone()),
+        Param::opt_text(state.skipped_gaps.as_deref()),
     ];
     io.execute(sql::SAVE_AGGREGATE, &params).await?;
     Ok(())
@@ -295,7 +295,7 @@ async fn write_planned<I: Tx>(
             text(aggregate),
             text(kind.label()),
             Param::Int(now_ms),
-            Param::Text(shown),
+            Param::owned(shown),
         ];
         io.execute(sql::ADD_CHANGE, &change).await?;
     }

@@ -38,7 +38,7 @@ pub(crate) async fn record_failure<I: Tx>(
                 Param::Int(id),
                 Param::Int(now_ms),
                 text("failed"),
-                Param::OptText(Some(error.to_owned())),
+                Param::opt_text(Some(error)),
             ],
         )
         .await?;
@@ -110,7 +110,7 @@ pub(crate) async fn create_replay_job<I: Tx>(
             "INSERT INTO replay_jobs (filter, state, total, created_at, updated_at)
              VALUES ($1, 'running', $2, $3, $3) RETURNING id",
             &[
-                Param::Text(filter_json),
+                Param::owned(filter_json),
                 Param::Int(total),
                 Param::Int(now_ms),
             ],
@@ -155,7 +155,7 @@ impl BulkJob for EventReplayJob {
             .transpose()
     }
 
-    fn conditions(&self) -> (Vec<String>, Vec<Param>) {
+    fn conditions(&self) -> (Vec<String>, Vec<Param<'_>>) {
         filter_sql(&self.filter)
     }
 
@@ -248,7 +248,7 @@ pub(crate) async fn purge<I: Tx>(
 async fn requeue<I: Tx>(
     io: &I,
     condition: &str,
-    mut params: Vec<Param>,
+    mut params: Vec<Param<'_>>,
     now_ms: i64,
 ) -> Result<u64, StoreError> {
     let replayable = format!("({condition}) AND status IN ('dead', 'retrying')");
@@ -317,7 +317,7 @@ pub(crate) async fn prune_headers<I: Tx>(
         if let Some(kept) = keep(&source, &stored) {
             io.execute(
                 "UPDATE events SET headers = $1 WHERE id = $2",
-                &[Param::Text(kept), Param::Int(id)],
+                &[Param::owned(kept), Param::Int(id)],
             )
             .await?;
             rewritten += 1;
@@ -328,6 +328,6 @@ pub(crate) async fn prune_headers<I: Tx>(
 }
 
 /// A filter's conditions with `$n` placeholders.
-fn filter_sql(filter: &EventFilter) -> (Vec<String>, Vec<Param>) {
+fn filter_sql(filter: &EventFilter) -> (Vec<String>, Vec<Param<'_>>) {
     filter::filter_sql(filter, |n| format!("${n}"))
 }
