@@ -13,6 +13,7 @@ use crate::clock::Clock;
 use crate::config::{Config, Database};
 use crate::http::server::{effective_max_connections, open_files_limit, serve, ConnectionLimits};
 use crate::http::{router, AppState};
+use crate::replays::BulkReplays;
 use crate::sender::{Circuits, Sender};
 use crate::store::{PoolSettings, PostgresStore, SqliteStore, Store, StoreError};
 use crate::worker::Worker;
@@ -197,6 +198,16 @@ impl Application {
                 tracing::warn!(error = %err, "stored request headers not pruned; tried again at the next start");
             }
         });
+        background.spawn(
+            BulkReplays {
+                store: Arc::clone(&self.state.store),
+                worker_wake: Arc::clone(&self.state.wake),
+                forward_wake: Arc::clone(&self.state.forward_wake),
+                forwarding: !self.senders.is_empty(),
+                clock: self.state.clock,
+            }
+            .run(stop_rx.clone()),
+        );
         if !self.senders.is_empty() {
             // This node's committers ring it themselves; the store rings it for the others'.
             let forward_wake = Arc::clone(&self.state.forward_wake);

@@ -23,7 +23,8 @@
 //!   headers are kept with an event and shown.
 //! - [`outbound`]: the one TLS setup of every outbound HTTP client (forwarder and CLI).
 //! - [`worker`]: applies async events by settling due aggregates; [`sender`]: forwards applied
-//!   events, one task per destination that claims, POSTs and records.
+//!   events, one task per destination that claims, POSTs and records; [`replays`]: one task
+//!   that steps every bulk replay, of events and of deliveries.
 //! - [`config`], [`app`], [`cli`]: configuration, wiring, and the command line, one module per
 //!   command.
 //! - `tools` (the cargo feature `tools`, on by default): the load generator of `inhook bench`
@@ -46,6 +47,7 @@ pub mod mask;
 pub mod metrics;
 pub mod ordering;
 pub mod outbound;
+pub mod replays;
 pub mod retry;
 pub mod sender;
 pub mod signature;

@@ -23,14 +23,12 @@ use crate::forward::circuit::{Circuit, CircuitPolicy, CircuitState};
 use crate::forward::message::{request_headers, ForwardedEvent, WebhookId};
 use crate::outbound::describe_error;
 use crate::store::{DeliveryRecord, PendingVerdict, Store};
-use crate::worker::{next_replay_look, pause};
+use crate::worker::pause;
 
 /// How long an idle destination waits before looking for due deliveries unasked, unless
 /// configured (`forward_poll_ms`): only a safety net, since commits writing deliveries,
 /// finished requests and retries falling due wake it.
 pub const DEFAULT_POLL: Duration = Duration::from_millis(crate::config::defaults::FORWARD_POLL_MS);
-/// Queues a bulk replay of deliveries requeues per round.
-const REPLAY_STEP: usize = 64;
 /// Verdicts written in one transaction at most.
 const VERDICT_BATCH: usize = 256;
 /// Pause after a store failure before trying again.
@@ -383,25 +381,9 @@ impl Sender {
         let (verdicts, finished) = mpsc::unbounded_channel();
         let recorder = tokio::spawn(self.clone().record_all(finished));
         let mut store_ok = true;
-        let mut replays_due_ms = i64::MIN;
         while !*shutdown.borrow() {
             while requests.try_join_next().is_some() {}
             let now_ms = self.clock.now_ms();
-            if now_ms >= replays_due_ms {
-                let advanced = self
-                    .store
-                    .advance_delivery_replay_jobs(now_ms, REPLAY_STEP)
-                    .await;
-                match &advanced {
-                    // The job may be another destination's: wake every sender.
-                    Ok(n) if *n > 0 => self.bell.notify_one(),
-                    Ok(_) => {}
-                    Err(err) => {
-                        warn!(destination = %name, error = %err, "cannot advance delivery replays")
-                    }
-                }
-                replays_due_ms = next_replay_look(now_ms, advanced.ok());
-            }
             let state = circuit.lock().expect("circuit").state();
             let unsendable = ready.take_unsendable(state, now_ms);
             if !unsendable.is_empty() {

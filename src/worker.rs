@@ -27,11 +27,6 @@ const POLL_INTERVAL: Duration = Duration::from_millis(250);
 const AGGREGATES_PER_STEP: usize = 32;
 /// Aggregates fetched per round.
 const BATCH: usize = 256;
-/// Aggregates a bulk replay requeues per round.
-const REPLAY_STEP: usize = 64;
-/// How often, with no replay job running, the worker and the senders look for one
-/// (milliseconds): on SQLite every look is a turn on the one connection ingest shares.
-const REPLAY_CHECK_MS: i64 = 1_000;
 /// Pause after a store failure before trying again.
 const STORE_BACKOFF: Duration = Duration::from_secs(1);
 /// Events deleted per retention transaction, so that ingress never waits long.
@@ -66,17 +61,9 @@ impl Worker {
         let in_flight: Arc<Mutex<HashSet<(String, String)>>> = Arc::default();
         let mut tasks = JoinSet::new();
         let mut store_ok = true;
-        let mut replays_due_ms = i64::MIN;
         while !*shutdown.borrow() {
             while tasks.try_join_next().is_some() {}
             let now_ms = self.clock.now_ms();
-            if now_ms >= replays_due_ms {
-                let advanced = self.store.advance_replay_jobs(now_ms, REPLAY_STEP).await;
-                if let Err(err) = &advanced {
-                    warn!(error = %err, "cannot advance replay jobs");
-                }
-                replays_due_ms = next_replay_look(now_ms, advanced.ok());
-            }
             let due = match self.store.due_aggregates(now_ms, BATCH).await {
                 Ok(due) => {
                     if !store_ok {
@@ -285,15 +272,6 @@ fn release(in_flight: &Mutex<HashSet<(String, String)>>, chunk: &[(SourceRules, 
     }
 }
 
-/// When to look for replay work again after a look at `now_ms` that requeued `requeued`
-/// (`None`: the look failed): at once while a job has work, else [`REPLAY_CHECK_MS`] later.
-pub(crate) fn next_replay_look(now_ms: i64, requeued: Option<u64>) -> i64 {
-    match requeued {
-        Some(n) if n > 0 => now_ms,
-        _ => now_ms.saturating_add(REPLAY_CHECK_MS),
-    }
-}
-
 /// Sleeps for `period`, or less when woken or told to stop.
 pub(crate) async fn pause(
     shutdown: &mut watch::Receiver<bool>,
@@ -310,17 +288,5 @@ pub(crate) async fn pause(
         _ = tokio::time::sleep(period) => {}
         _ = woken => {}
         _ = shutdown.changed() => {}
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{next_replay_look, REPLAY_CHECK_MS};
-
-    #[test]
-    fn replay_work_is_looked_at_again_at_once_only_while_a_job_requeues() {
-        assert_eq!(next_replay_look(5_000, Some(3)), 5_000);
-        assert_eq!(next_replay_look(5_000, Some(0)), 5_000 + REPLAY_CHECK_MS);
-        assert_eq!(next_replay_look(5_000, None), 5_000 + REPLAY_CHECK_MS);
     }
 }
