@@ -615,16 +615,23 @@ async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
             .all(|d| d.status == DeliveryStatus::Delivered));
     }
 
-    // The application fixed, a bulk replay of the dead one (advanced by the sender's loop)
-    // sends it, and the aggregate it blocked follows in order.
+    // The application fixed, a bulk replay of the dead one (stepped by the node's replay
+    // task, which wakes the senders) sends it, and the aggregate it blocked follows in order.
     shared.lock().unwrap().cured = true;
     let senders = senders_of(&destinations, &store, &config);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let running = tokio::spawn(Sender::run_all(
-        senders,
-        Arc::new(tokio::sync::Notify::new()),
-        stop_rx,
-    ));
+    let forward_wake = Arc::new(tokio::sync::Notify::new());
+    let replays = tokio::spawn(
+        inhook::replays::BulkReplays {
+            store: Arc::clone(&store),
+            worker_wake: Arc::new(tokio::sync::Notify::new()),
+            forward_wake: Arc::clone(&forward_wake),
+            forwarding: true,
+            clock: inhook::clock::Clock::System,
+        }
+        .run(stop_rx.clone()),
+    );
+    let running = tokio::spawn(Sender::run_all(senders, forward_wake, stop_rx));
     let dead_only = DeliveryFilter {
         status: Some(DeliveryStatus::Dead),
         aggregate: Some(poison.clone()),
@@ -653,6 +660,7 @@ async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
     };
     let _ = stop_tx.send(true);
     running.await.unwrap();
+    replays.await.unwrap();
     let order: Vec<&str> = accepted.iter().map(|(id, _)| id.as_str()).collect();
     assert_eq!(
         order,
