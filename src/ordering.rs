@@ -216,7 +216,7 @@ pub fn settle_in_order<S: InOrderState>(
 /// A held event as the held-event selection sees it: no body, nothing parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct HeldRef {
-    /// Its sequence (first, so that refs sort as [`settle_save`] orders events).
+    /// Its sequence (first, so that refs sort as [`settle_in_order`] orders events).
     pub sequence: i64,
     /// The event log row.
     pub row: i64,

@@ -1,5 +1,5 @@
 //! Forwarding's store flows (docs/contract.md, forwarding), written once for every store over
-//! [`UpkeepIo`]: delivery rows written with the decision, claims under a lease,
+//! the backend's `Tx`: delivery rows written with the decision, claims under a lease,
 //! verdicts, listings, replay and skip. What may be sent, and what a replay does,
 //! is decided by the pure rules of [`crate::forward::queue`]; these flows load a
 //! queue (one destination, source and aggregate, rows in applied order) and write

@@ -477,7 +477,7 @@ pub struct EventFilter {
     /// Only this status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<EventStatus>,
-    /// Only this aggregate, in its stored form ([`AggregateKey::storage_key`]).
+    /// Only this aggregate, in its stored form ([`AggregateKey::storage_key`](crate::domain::AggregateKey::storage_key)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aggregate: Option<String>,
     /// Only events received at or after this time, unix milliseconds.
