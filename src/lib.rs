@@ -23,7 +23,8 @@
 //!   headers are kept with an event and shown.
 //! - [`outbound`]: the one TLS setup of every outbound HTTP client (forwarder and CLI).
 //! - [`worker`]: applies async events by settling due aggregates; [`sender`]: forwards applied
-//!   events, one task per destination that claims, POSTs and records; [`replays`]: one task
+//!   events, one task per destination that claims, sends through its [`sink`] (one module per
+//!   destination type, HTTP today) and records; [`replays`]: one task
 //!   that steps every bulk replay, of events and of deliveries.
 //! - [`config`], [`app`], [`cli`]: configuration, wiring, and the command line, one module per
 //!   command.
@@ -51,6 +52,7 @@ pub mod replays;
 pub mod retry;
 pub mod sender;
 pub mod signature;
+pub mod sink;
 pub mod store;
 pub mod telemetry;
 #[cfg(feature = "tools")]

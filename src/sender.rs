@@ -10,7 +10,6 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{debug, warn};
@@ -18,10 +17,11 @@ use tracing::{debug, warn};
 use crate::clock::Clock;
 use crate::config::DestinationConfig;
 use crate::domain::AggregateKey;
-use crate::forward::answer::{judge, AttemptRecord, AttemptResult, Verdict};
+use crate::forward::answer::{judge, AttemptRecord, Verdict};
 use crate::forward::circuit::{Circuit, CircuitPolicy, CircuitState};
 use crate::forward::message::{request_headers, ForwardedEvent, WebhookId};
-use crate::outbound::describe_error;
+use crate::sink::http::{http_client, HttpClientError, HttpSink};
+use crate::sink::{Outgoing, Sink};
 use crate::store::{DeliveryRecord, PendingVerdict, Store};
 use crate::worker::pause;
 
@@ -34,17 +34,6 @@ const VERDICT_BATCH: usize = 256;
 /// Pause after a store failure before trying again.
 const STORE_BACKOFF: Duration = Duration::from_secs(1);
 
-/// Why the HTTP client of forwarded requests could not be built.
-#[derive(Debug, thiserror::Error)]
-pub enum HttpClientError {
-    /// The outbound TLS setup failed (`tls_ca_file`, named in the error).
-    #[error(transparent)]
-    Setup(#[from] crate::outbound::ClientSetupError),
-    /// reqwest refused the builder.
-    #[error("HTTP client")]
-    Build(#[source] reqwest::Error),
-}
-
 /// Why the senders of the configured destinations could not be set up.
 #[derive(Debug, thiserror::Error)]
 #[error("destination {destination:?}")]
@@ -54,32 +43,6 @@ pub struct SendersError {
     /// Why it failed (boxed: a rare error need not widen every `Result`).
     #[source]
     pub source: Box<HttpClientError>,
-}
-
-/// Why a delivery's request could not be built: a bug, reported rather than sent unsigned.
-#[derive(Debug, thiserror::Error)]
-enum RequestError {
-    /// The destination's secret cannot sign.
-    #[error(transparent)]
-    Sign(#[from] crate::signature::SignError),
-    /// A header value reqwest refuses; the value (a signature, say) is not shown.
-    #[error("header {name} is invalid")]
-    Header {
-        name: &'static str,
-        #[source]
-        source: reqwest::header::InvalidHeaderValue,
-    },
-}
-
-/// Builds the HTTP client forwarded requests go through: inhook's outbound TLS (the
-/// system's roots plus `tls_ca_file`), no redirects followed (a 3xx is not a delivery)
-/// and no proxy from the environment.
-pub fn http_client(
-    tls_ca_file: Option<&std::path::Path>,
-) -> Result<reqwest::Client, HttpClientError> {
-    crate::outbound::client_builder(tls_ca_file, "tls_ca_file")?
-        .build()
-        .map_err(HttpClientError::Build)
 }
 
 /// A name for this process in delivery leases: unique per start, so that a restarted
@@ -134,8 +97,8 @@ pub struct Sender {
     pub destination: Arc<DestinationConfig>,
     /// The store holding its deliveries.
     pub store: Arc<dyn Store>,
-    /// The HTTP client (shared by destinations that trust the same roots).
-    pub client: reqwest::Client,
+    /// Where its deliveries go: the destination's transport.
+    pub sink: Arc<dyn Sink>,
     /// This node's name in leases.
     pub node_id: Arc<str>,
     /// Where "now" comes from.
@@ -315,7 +278,11 @@ impl Sender {
             senders.push(Sender {
                 destination: Arc::new(destination.clone()),
                 store: Arc::clone(store),
-                client,
+                sink: Arc::new(HttpSink {
+                    client,
+                    url: destination.url.clone(),
+                    timeout_s: destination.timeout_s,
+                }),
                 node_id: Arc::clone(&node_id),
                 clock,
                 wake: Arc::new(Notify::new()),
@@ -677,10 +644,7 @@ impl Sender {
         let Some(secret) = self.secrets.destination(&destination.name) else {
             return dead("the destination has no secret in force".to_owned());
         };
-        let headers = match request_headers(&forwarded, &secret, attempt, at_ms / 1000)
-            .map_err(RequestError::from)
-            .and_then(|h| header_map(&h))
-        {
+        let headers = match request_headers(&forwarded, &secret, attempt, at_ms / 1000) {
             Ok(headers) => headers,
             Err(problem) => return dead(format!("cannot build the request: {problem}")),
         };
@@ -695,7 +659,10 @@ impl Sender {
             return None;
         };
         let started = Instant::now();
-        let result = self.post(headers, body, limit).await;
+        let result = match self.sink.send(Outgoing { headers, body }, limit).await {
+            Ok(result) => result,
+            Err(problem) => return dead(format!("cannot build the request: {problem}")),
+        };
         let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
         let done_ms = self.clock.now_ms();
         let verdict = judge(
@@ -720,31 +687,6 @@ impl Sender {
         }
         let record = AttemptRecord::new(attempt, at_ms, duration_ms, &result);
         Some((verdict, record, result.outcome_label(), done_ms))
-    }
-
-    /// POSTs `body` with `headers`, within `limit` (`timeout_s` unless the lease ends sooner).
-    async fn post(&self, headers: HeaderMap, body: Vec<u8>, limit: Duration) -> AttemptResult {
-        let timeout_s = self.destination.timeout_s;
-        let sent = self
-            .client
-            .post(&self.destination.url)
-            .headers(headers)
-            .body(body)
-            .timeout(limit)
-            .send()
-            .await;
-        match sent {
-            Ok(response) => AttemptResult::Answered {
-                status: response.status().as_u16(),
-                retry_after: response
-                    .headers()
-                    .get(RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned),
-            },
-            Err(err) if err.is_timeout() => AttemptResult::TimedOut { after_s: timeout_s },
-            Err(err) => AttemptResult::ConnectionFailed(describe_error(&err.without_url())),
-        }
     }
 
     /// Records the attempts and verdicts of `batch` in one transaction, and counts them.
@@ -810,18 +752,6 @@ fn request_limit(timeout_s: u64, leased_ms: i64) -> Option<Duration> {
 
 /// The shortest request worth starting: less would time out before any answer could come.
 const MIN_REQUEST: Duration = Duration::from_millis(100);
-
-/// The headers as reqwest takes them; `request_headers` percent-encodes every value, so
-/// a failure here is a bug, reported rather than sent unsigned.
-fn header_map(headers: &[(&'static str, String)]) -> Result<HeaderMap, RequestError> {
-    let mut map = HeaderMap::with_capacity(headers.len());
-    for (name, value) in headers {
-        let value =
-            HeaderValue::from_str(value).map_err(|source| RequestError::Header { name, source })?;
-        map.insert(HeaderName::from_static(name), value);
-    }
-    Ok(map)
-}
 
 #[cfg(test)]
 mod tests {
@@ -920,15 +850,5 @@ mod tests {
         stop.send(true).unwrap();
         assert_eq!(ready.take(&circuit, &running, 7_000).map(|d| d.id), None);
         assert_eq!(ready.take_all().len(), 1);
-    }
-
-    #[test]
-    fn a_ca_file_that_is_not_pem_is_refused_by_name() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ca.pem");
-        std::fs::write(&path, "nothing").unwrap();
-        let err = http_client(Some(&path)).unwrap_err().to_string();
-        assert!(err.starts_with("tls_ca_file "), "{err}");
-        assert!(http_client(None).is_ok());
     }
 }

@@ -833,7 +833,7 @@ async fn an_https_destination_is_verified_against_tls_ca_file() {
     let port = ca.https_front(([127, 0, 0, 1], app).into());
 
     let url = format!("https://localhost:{port}/hooks");
-    let trusted = inhook::sender::http_client(Some(&ca_file)).unwrap();
+    let trusted = inhook::sink::http::http_client(Some(&ca_file)).unwrap();
     let answer = trusted
         .post(&url)
         .body("{}")
@@ -841,7 +841,7 @@ async fn an_https_destination_is_verified_against_tls_ca_file() {
         .await
         .expect("verified");
     assert_eq!(answer.status().as_u16(), 204);
-    let system = inhook::sender::http_client(None).unwrap();
+    let system = inhook::sink::http::http_client(None).unwrap();
     let refused = system.post(&url).body("{}").send().await.unwrap_err();
     assert!(refused.is_connect(), "{refused:?}");
     let problem = inhook::outbound::certificate_problem(&refused).expect("a certificate refusal");
