@@ -1082,7 +1082,7 @@ mod tests {
             (j.kind.source_kind(), j.mode),
             (SourceKind::Json, Mode::Async)
         );
-        assert_eq!(j.kind.label(), "json");
+        assert_eq!(j.kind.source_kind().label(), "json");
         for (keys, named) in [
             ("ordering = \"unordered\"", "signature is required"),
             (

@@ -52,6 +52,15 @@ pub enum SourceKind {
 }
 
 impl SourceKind {
+    /// Its label in the change stream (the SSE `event`): `presence`, `save` or `json`.
+    pub fn label(self) -> &'static str {
+        match self {
+            SourceKind::Presence => "presence",
+            SourceKind::SaveGame => "save",
+            SourceKind::Json => "json",
+        }
+    }
+
     /// Its name in a config file's `kind`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -68,10 +77,11 @@ impl SourceKind {
         spec: &JsonSourceSpec,
         stale_after_ms: i64,
     ) -> Result<Arc<dyn Kind>, json::contract::ContractConfigError> {
-        match self {
-            SourceKind::Json => Ok(Arc::new(json::JsonKind::new(spec)?)),
-            built_in_kind => Ok(built_in(built_in_kind, stale_after_ms)),
-        }
+        Ok(match self {
+            SourceKind::Presence => Arc::new(presence::PresenceKind { stale_after_ms }),
+            SourceKind::SaveGame => Arc::new(save::SaveKind),
+            SourceKind::Json => Arc::new(json::JsonKind::new(spec)?),
+        })
     }
 
     /// How a source of this kind answers when its `mode` is not set.
@@ -281,9 +291,6 @@ pub trait Kind: Send + Sync + fmt::Debug + 'static {
         None
     }
 
-    /// The kind's label in the change stream (`presence`, `save`, `json`).
-    fn label(&self) -> &'static str;
-
     /// Parses a verified delivery, reading the body once: `delivery_id` is the
     /// signature scheme's, if it carries one.
     fn parse(
@@ -329,19 +336,12 @@ pub trait Kind: Send + Sync + fmt::Debug + 'static {
 /// The kind of a source of `kind` with default settings (a `json` source's is
 /// unordered, keyed by event id; configured ones come from [`json::JsonKind::new`]).
 pub fn built_in(kind: SourceKind, stale_after_ms: i64) -> Arc<dyn Kind> {
-    match kind {
-        SourceKind::Presence => Arc::new(presence::PresenceKind { stale_after_ms }),
-        SourceKind::SaveGame => Arc::new(save::SaveKind),
-        SourceKind::Json => {
-            let unordered = crate::kind::json::contract::JsonSourceSpec {
-                ordering: Some("unordered".into()),
-                ..Default::default()
-            };
-            Arc::new(
-                json::JsonKind::new(&unordered).expect("an unordered source needs no other key"),
-            )
-        }
-    }
+    let unordered = JsonSourceSpec {
+        ordering: Some("unordered".into()),
+        ..Default::default()
+    };
+    kind.configure(&unordered, stale_after_ms)
+        .expect("an unordered source needs no other key")
 }
 
 /// The generic API item of a stored aggregate (docs/contract.md, json sources), the kind's view

@@ -293,7 +293,7 @@ async fn write_planned<I: Tx>(
         let change = [
             text(&rules.name),
             text(aggregate),
-            text(kind.label()),
+            text(kind.source_kind().label()),
             Param::Int(now_ms),
             Param::owned(shown),
         ];

@@ -42,11 +42,6 @@ impl JsonKind {
         })
     }
 
-    /// The keys it was compiled from (a reload may not change them).
-    pub fn spec(&self) -> &JsonSourceSpec {
-        &self.spec
-    }
-
     /// The source's ordering.
     pub fn ordering(&self) -> JsonOrdering {
         self.contract.ordering()
@@ -295,10 +290,6 @@ impl Kind for JsonKind {
 
     fn locations(&self) -> Option<&JsonSourceSpec> {
         Some(&self.spec)
-    }
-
-    fn label(&self) -> &'static str {
-        "json"
     }
 
     fn parse(

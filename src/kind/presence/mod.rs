@@ -101,10 +101,6 @@ impl Kind for PresenceKind {
         SourceKind::Presence
     }
 
-    fn label(&self) -> &'static str {
-        "presence"
-    }
-
     fn parse(
         &self,
         body: &[u8],

@@ -157,10 +157,6 @@ impl Kind for SaveKind {
         SourceKind::SaveGame
     }
 
-    fn label(&self) -> &'static str {
-        "save"
-    }
-
     fn parse(
         &self,
         body: &[u8],
