@@ -27,8 +27,11 @@ macro_rules! changed_keys {
 pub mod defaults;
 mod destination;
 mod reload;
-pub use destination::{destination_secret_env_var, DestinationConfig};
+pub mod target;
+pub mod template;
+pub use destination::{destination_secret_env_var, destination_url_env_var, DestinationConfig};
 pub use reload::{check_reload, LiveSecrets, ReloadPlan};
+pub use target::Target;
 
 pub use crate::domain::Mode;
 

@@ -15,13 +15,14 @@ use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
 use crate::clock::Clock;
+use crate::config::template::Placed;
 use crate::config::DestinationConfig;
+use crate::config::Target;
 use crate::domain::AggregateKey;
 use crate::forward::answer::{judge, AttemptRecord, Verdict};
 use crate::forward::circuit::{Circuit, CircuitPolicy, CircuitState};
 use crate::forward::message::{request_headers, ForwardedEvent, WebhookId};
-use crate::sink::http::{http_client, HttpClientError, HttpSink};
-use crate::sink::{Outgoing, Sink};
+use crate::sink::{Outgoing, Sink, SinkError, Sinks, Unready};
 use crate::store::{DeliveryRecord, PendingVerdict, Store};
 use crate::worker::pause;
 
@@ -38,11 +39,21 @@ const STORE_BACKOFF: Duration = Duration::from_secs(1);
 #[derive(Debug, thiserror::Error)]
 #[error("destination {destination:?}")]
 pub struct SendersError {
-    /// The destination whose client failed.
+    /// The destination whose sink failed.
     pub destination: String,
     /// Why it failed (boxed: a rare error need not widen every `Result`).
     #[source]
-    pub source: Box<HttpClientError>,
+    pub source: Box<SinkError>,
+}
+
+/// A destination whose broker refused its configuration when the node started.
+#[derive(Debug, thiserror::Error)]
+#[error("destination {destination:?}: {refusal}")]
+pub struct SinkRefused {
+    /// The destination.
+    pub destination: String,
+    /// The key at fault and why.
+    pub refusal: Unready,
 }
 
 /// A name for this process in delivery leases: unique per start, so that a restarted
@@ -252,7 +263,7 @@ impl Circuits {
 }
 
 impl Sender {
-    /// The sender of each destination of `destinations`, one client per distinct `tls_ca_file`.
+    /// The sender of each destination of `destinations`, through its type's sink.
     pub fn for_destinations(
         destinations: &[DestinationConfig],
         store: &Arc<dyn Store>,
@@ -260,29 +271,19 @@ impl Sender {
         secrets: &crate::config::LiveSecrets,
     ) -> Result<Vec<Sender>, SendersError> {
         let node_id: Arc<str> = node_id().into();
-        let mut clients: Vec<(Option<std::path::PathBuf>, reqwest::Client)> = Vec::new();
+        let mut sinks = Sinks::default();
         let mut senders = Vec::with_capacity(destinations.len());
         for destination in destinations {
-            let ca = destination.tls_ca_file.clone();
-            let client = match clients.iter().find(|(c, _)| *c == ca) {
-                Some((_, client)) => client.clone(),
-                None => {
-                    let client = http_client(ca.as_deref()).map_err(|source| SendersError {
-                        destination: destination.name.clone(),
-                        source: Box::new(source),
-                    })?;
-                    clients.push((ca, client.clone()));
-                    client
-                }
-            };
+            let sink = sinks
+                .for_destination(destination)
+                .map_err(|source| SendersError {
+                    destination: destination.name.clone(),
+                    source: Box::new(source),
+                })?;
             senders.push(Sender {
                 destination: Arc::new(destination.clone()),
                 store: Arc::clone(store),
-                sink: Arc::new(HttpSink {
-                    client,
-                    url: destination.url.clone(),
-                    timeout_s: destination.timeout_s,
-                }),
+                sink,
                 node_id: Arc::clone(&node_id),
                 clock,
                 wake: Arc::new(Notify::new()),
@@ -293,6 +294,33 @@ impl Sender {
             });
         }
         Ok(senders)
+    }
+
+    /// Prepares every sender's sink at once (a broker's stream or exchange), each within its
+    /// destination's `timeout_s`. A broker that refuses the configuration stops the start; one
+    /// that cannot be reached is logged, and its deliveries retry until it can.
+    pub async fn prepare_all(senders: &[Sender]) -> Result<(), SinkRefused> {
+        let prepared = futures_util::future::join_all(senders.iter().map(|sender| async move {
+            let limit = Duration::from_secs(sender.destination.timeout_s);
+            (sender, sender.sink.prepare(limit).await)
+        }))
+        .await;
+        for (sender, prepared) in prepared {
+            match prepared {
+                Ok(()) => {}
+                Err(Unready::Unreachable(why)) => {
+                    warn!(destination = %sender.destination.name, problem = %why,
+                          "the destination cannot be reached yet; its deliveries retry until it can");
+                }
+                Err(refusal) => {
+                    return Err(SinkRefused {
+                        destination: sender.destination.name.clone(),
+                        refusal,
+                    })
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Runs every sender of `senders` until `shutdown` turns true, waking each on `store_wake`
@@ -641,10 +669,16 @@ impl Sender {
             sequence: delivery.sequence,
             body: &body,
         };
-        let Some(secret) = self.secrets.destination(&destination.name) else {
+        // A broker's messages are signed only when its destination has a secret; an HTTP
+        // request always is (its secret is required when the config is read).
+        let secret = self
+            .secrets
+            .destination(&destination.name)
+            .filter(|secret| destination.target == Target::Http || !secret.expose().is_empty());
+        if secret.is_none() && destination.target == Target::Http {
             return dead("the destination has no secret in force".to_owned());
-        };
-        let headers = match request_headers(&forwarded, &secret, attempt, at_ms / 1000) {
+        }
+        let headers = match request_headers(&forwarded, secret.as_ref(), attempt, at_ms / 1000) {
             Ok(headers) => headers,
             Err(problem) => return dead(format!("cannot build the request: {problem}")),
         };
@@ -659,7 +693,16 @@ impl Sender {
             return None;
         };
         let started = Instant::now();
-        let result = match self.sink.send(Outgoing { headers, body }, limit).await {
+        let message = Outgoing {
+            headers,
+            body,
+            placed: Placed {
+                source: &delivery.source,
+                aggregate: &aggregate,
+                event_type: &delivery.event_type,
+            },
+        };
+        let result = match self.sink.send(message, limit).await {
             Ok(result) => result,
             Err(problem) => return dead(format!("cannot build the request: {problem}")),
         };

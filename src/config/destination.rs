@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use super::target::{FileTarget, Target};
 use super::{defaults, ConfigError, SourceConfig};
 use crate::kind::json::contract::Glob;
 use crate::retry::RetryPolicy;
@@ -18,15 +19,21 @@ use crate::signature::Secret;
 pub struct DestinationConfig {
     /// The name in `/v1/destinations/{name}` and in metrics.
     pub name: String,
-    /// Where requests are POSTed: an `http://` or `https://` URL.
+    /// Where messages go: an `http(s)://` endpoint or a broker (`nats://`, `tls://`,
+    /// `amqp(s)://`, `redis(s)://`), from `INHOOK_DEST_<NAME>_URL` when set.
     pub url: String,
+    /// Whether `url` came from `INHOOK_DEST_<NAME>_URL`.
+    pub url_from_environment: bool,
+    /// The destination's type and the keys of that type.
+    pub target: Target,
     /// The sources whose applied events go there.
     pub sources: Vec<String>,
     /// Only events whose type matches one of these patterns; every type when unset.
     pub event_types: Option<Vec<String>>,
     /// `event_types` compiled.
     pub event_type_globs: Option<Vec<Glob>>,
-    /// The Standard Webhooks `whsec_` secret requests are signed with.
+    /// The Standard Webhooks `whsec_` secret messages are signed with; empty (a sink's
+    /// messages unsigned) only for a broker type.
     pub secret: Secret,
     /// Whether `secret` came from `INHOOK_DEST_<NAME>_SECRET`: edits to the file's then change nothing.
     pub secret_from_environment: bool,
@@ -41,7 +48,7 @@ pub struct DestinationConfig {
     pub concurrency: usize,
     /// Requests per second at most; none when unset.
     pub rate_limit_per_s: Option<u32>,
-    /// A PEM file of the CA certificates `https://` requests verify against instead of the system's roots.
+    /// A PEM file of the CA certificates a TLS connection verifies against instead of the system's roots.
     pub tls_ca_file: Option<PathBuf>,
 }
 
@@ -50,6 +57,8 @@ impl std::fmt::Debug for DestinationConfig {
         f.debug_struct("DestinationConfig")
             .field("name", &self.name)
             .field("url", &self.url_for_display())
+            .field("url_from_environment", &self.url_from_environment)
+            .field("target", &self.target)
             .field("sources", &self.sources)
             .field("event_types", &self.event_types)
             .field("secret", &self.secret)
@@ -100,7 +109,7 @@ impl DestinationConfig {
 
     /// The keys whose value differs from `other`'s, the secret aside (a reload may only rotate it).
     pub fn changed_keys(&self, other: &DestinationConfig) -> Vec<&'static str> {
-        changed_keys!(self, other, [
+        let mut changed = changed_keys!(self, other, [
             "url" => url,
             "sources" => sources,
             "event_types" => event_types,
@@ -112,7 +121,9 @@ impl DestinationConfig {
             "concurrency" => concurrency,
             "rate_limit_per_s" => rate_limit_per_s,
             "tls_ca_file" => tls_ca_file,
-        ])
+        ]);
+        changed.extend(self.target.changed_keys(&other.target));
+        changed
     }
 }
 
@@ -133,6 +144,40 @@ pub(super) struct FileDestination {
     retry_base_s: Option<u64>,
     retry_max_delay_s: Option<u64>,
     tls_ca_file: Option<PathBuf>,
+    #[serde(rename = "type")]
+    type_name: Option<String>,
+    subject: Option<String>,
+    stream: Option<String>,
+    create_stream: Option<bool>,
+    exchange: Option<String>,
+    routing_key: Option<String>,
+    declare: Option<bool>,
+    max_len: Option<u64>,
+}
+
+impl FileDestination {
+    /// The type keys, taken out to be checked on their own.
+    fn take_target(&mut self) -> FileTarget {
+        FileTarget {
+            type_name: self.type_name.take(),
+            subject: self.subject.take(),
+            stream: self.stream.take(),
+            create_stream: self.create_stream.take(),
+            exchange: self.exchange.take(),
+            routing_key: self.routing_key.take(),
+            declare: self.declare.take(),
+            max_len: self.max_len.take(),
+        }
+    }
+}
+
+/// The environment variable that holds a destination's URL (with its credentials), which
+/// overrides the file's `url`.
+pub fn destination_url_env_var(destination: &str) -> String {
+    format!(
+        "INHOOK_DEST_{}_URL",
+        destination.to_uppercase().replace('-', "_")
+    )
 }
 
 /// The environment variable that holds a destination's secret.
@@ -177,11 +222,17 @@ fn destination(
     secrets_required: bool,
 ) -> Result<DestinationConfig, ConfigError> {
     let name = std::mem::take(&mut d.name);
-    let url = d
-        .url
-        .take()
-        .ok_or_else(|| refused(&name, "url", "is required (the application's endpoint)"))?;
-    let https = check_url(&url).map_err(|why| refused(&name, "url", why))?;
+    let target = d
+        .take_target()
+        .check()
+        .map_err(|refusal| refused(&name, refusal.key, refusal.why))?;
+    let url_var = destination_url_env_var(&name);
+    let url_from_environment = env.contains_key(&url_var);
+    let url = env.get(&url_var).cloned().or(d.url.take()).ok_or_else(|| {
+        let why = format!("is required (where messages go), in the file or {url_var}");
+        refused(&name, "url", why)
+    })?;
+    let tls = check_url(&url, &target).map_err(|why| refused(&name, "url", why))?;
     let sources_named = forwarded_sources(&name, d.sources.take(), sources)?;
     let event_types = d.event_types.take();
     let event_type_globs = event_type_globs(&name, event_types.as_deref())?;
@@ -191,18 +242,22 @@ fn destination(
         env,
         sources,
         before,
-        secrets_required,
+        secrets_required && target == Target::Http,
     )?;
     let sending = sending(&name, &d, retry)?;
     if let Some(path) = &d.tls_ca_file {
-        if !https {
-            return Err(refused(&name, "tls_ca_file", "is only for https:// urls"));
+        if !tls {
+            let [_, scheme] = target.schemes();
+            let why = format!("is only for {scheme}:// urls");
+            return Err(refused(&name, "tls_ca_file", why));
         }
         check_ca_file(path).map_err(|why| refused(&name, "tls_ca_file", why))?;
     }
     Ok(DestinationConfig {
         name,
         url,
+        url_from_environment,
+        target,
         sources: sources_named,
         event_types,
         event_type_globs,
@@ -350,9 +405,16 @@ enum Refusal {
     /// The URL does not parse (the parser's reason, which never quotes the input).
     #[error("is not a URL ({0}); expected https://host/path")]
     NotAUrl(String),
-    /// Neither `http` nor `https`.
-    #[error("has scheme {0:?}: only http:// and https:// are forwarded to")]
-    Scheme(String),
+    /// Not a scheme of the destination's type.
+    #[error(
+        "has scheme {given:?}: a destination of type {type_name:?} takes {plain}:// or {tls}://"
+    )]
+    Scheme {
+        given: String,
+        type_name: &'static str,
+        plain: &'static str,
+        tls: &'static str,
+    },
     /// No host to send to.
     #[error("has no host")]
     NoHost,
@@ -378,13 +440,21 @@ enum Refusal {
     NoCertificate { path: PathBuf },
 }
 
-/// Checks a destination URL; true for `https://`.
-fn check_url(raw: &str) -> Result<bool, Refusal> {
+/// Checks a destination URL against its type's schemes; true for the TLS one.
+fn check_url(raw: &str, target: &Target) -> Result<bool, Refusal> {
     let url = reqwest::Url::parse(raw).map_err(|e| Refusal::NotAUrl(e.to_string()))?;
-    let https = match url.scheme() {
-        "https" => true,
-        "http" => false,
-        other => return Err(Refusal::Scheme(other.to_owned())),
+    let [plain, tls] = target.schemes();
+    let tls = match url.scheme() {
+        scheme if scheme == tls => true,
+        scheme if scheme == plain => false,
+        other => {
+            return Err(Refusal::Scheme {
+                given: other.to_owned(),
+                type_name: target.type_name(),
+                plain,
+                tls,
+            })
+        }
     };
     if url.host_str().is_none_or(str::is_empty) {
         return Err(Refusal::NoHost);
@@ -392,7 +462,7 @@ fn check_url(raw: &str) -> Result<bool, Refusal> {
     if url.fragment().is_some() {
         return Err(Refusal::Fragment);
     }
-    Ok(https)
+    Ok(tls)
 }
 
 /// Checks that a secret can sign Standard Webhooks `v1`: an HMAC key (`whsec_<base64>`).

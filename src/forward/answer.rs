@@ -1,5 +1,5 @@
-//! What an attempt's result means (docs/contract.md, forwarding): a 2xx is delivered; anything
-//! else, a timeout or a connection error is retried with the destination's backoff and jitter
+//! What an attempt's result means (docs/contract.md, forwarding): a 2xx (or a broker's
+//! confirm) is delivered; anything else, a timeout or a connection error is retried with the destination's backoff and jitter
 //! ([`RetryPolicy`], shared with event processing), a `Retry-After` on 429 or 503
 //! honoured up to `retry_max_delay_s`; after `max_attempts` requests in all the
 //! delivery is dead with its last status or error.
@@ -11,51 +11,127 @@ use crate::retry::{NextStep, RetryPolicy};
 
 use super::queue::DeliveryStatus;
 
-/// How one request ended.
+/// How one attempt ended, whatever the destination's type: each sink (docs/contract.md,
+/// sinks) says it in these words, and the rules below judge it without knowing the type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AttemptResult {
-    /// The application answered.
-    Answered {
-        /// The HTTP status.
-        status: u16,
-        /// The `Retry-After` header, as sent.
-        retry_after: Option<String>,
+    /// The destination took the message durably: an HTTP 2xx, a JetStream PubAck, a
+    /// publisher confirm, an `XADD` reply.
+    Delivered {
+        /// The HTTP status, for an HTTP destination.
+        status: Option<u16>,
     },
+    /// The destination answered without taking the message.
+    Declined(Decline),
     /// No answer within `timeout_s`.
     TimedOut {
         /// The timeout, in seconds.
         after_s: u64,
     },
-    /// No connection, or it broke (the sender's description, without the URL).
+    /// No connection, or it broke (the sink's description, without the URL).
     ConnectionFailed(String),
 }
 
+/// An answer that did not take the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decline {
+    /// What the answer says of the destination.
+    pub kind: DeclineKind,
+    /// The answer as a person reads it: `HTTP 500`, `no queue bound for the routing key`.
+    pub reason: String,
+    /// The HTTP status, for an HTTP destination.
+    pub status: Option<u16>,
+    /// The pause the destination asked for (an HTTP `Retry-After` on 429 or 503, as sent).
+    pub retry_after: Option<String>,
+}
+
+/// What a declining answer says of the destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeclineKind {
+    /// Up, but asking to slow down (HTTP 429): opens the circuit.
+    Throttled,
+    /// Down or failing (HTTP 5xx, a broker's negative acknowledgement): opens the circuit.
+    ServerError,
+    /// Up, and refusing this message (HTTP 4xx, a RabbitMQ message no queue is bound for):
+    /// the message retries or dies on its own, the circuit stays closed.
+    Refused,
+}
+
 impl AttemptResult {
+    /// How an HTTP request ended that was answered with `status` and `retry_after`.
+    pub fn http(status: u16, retry_after: Option<&str>) -> Self {
+        if (200..300).contains(&status) {
+            return AttemptResult::Delivered {
+                status: Some(status),
+            };
+        }
+        let kind = match status {
+            429 => DeclineKind::Throttled,
+            500.. => DeclineKind::ServerError,
+            _ => DeclineKind::Refused,
+        };
+        AttemptResult::Declined(Decline {
+            kind,
+            reason: format!("HTTP {status}"),
+            status: Some(status),
+            retry_after: matches!(status, 429 | 503)
+                .then_some(retry_after)
+                .flatten()
+                .map(str::to_owned),
+        })
+    }
+
+    /// A broker's answer that it did not take the message, for `reason`.
+    pub fn declined(kind: DeclineKind, reason: impl Into<String>) -> Self {
+        AttemptResult::Declined(Decline {
+            kind,
+            reason: reason.into(),
+            status: None,
+            retry_after: None,
+        })
+    }
+
     /// The outcome label of `inhook_forward_attempts_total{outcome}`.
     pub fn outcome_label(&self) -> &'static str {
         match self {
-            AttemptResult::Answered { status, .. } if (200..300).contains(status) => "delivered",
-            AttemptResult::Answered { status: 429, .. } => "throttled",
-            AttemptResult::Answered { status, .. } if *status >= 500 => "server_error",
-            AttemptResult::Answered { .. } => "refused",
+            AttemptResult::Delivered { .. } => "delivered",
+            AttemptResult::Declined(decline) => match decline.kind {
+                DeclineKind::Throttled => "throttled",
+                DeclineKind::ServerError => "server_error",
+                DeclineKind::Refused => "refused",
+            },
             AttemptResult::TimedOut { .. } => "timeout",
             AttemptResult::ConnectionFailed(_) => "connection_error",
         }
     }
 
     /// Whether the failure says the destination is down or overloaded (a connection
-    /// error, a timeout, a 5xx or a 429): only those open the circuit.
+    /// error, a timeout, a 5xx or a 429, a broker's nack): only those open the circuit.
     pub fn counts_against_circuit(&self) -> bool {
         match self {
-            AttemptResult::Answered { status, .. } => *status == 429 || *status >= 500,
+            AttemptResult::Delivered { .. } => false,
+            AttemptResult::Declined(decline) => decline.kind != DeclineKind::Refused,
             AttemptResult::TimedOut { .. } | AttemptResult::ConnectionFailed(_) => true,
+        }
+    }
+
+    /// The HTTP status of the answer, for an HTTP destination.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            AttemptResult::Delivered { status } => *status,
+            AttemptResult::Declined(decline) => decline.status,
+            AttemptResult::TimedOut { .. } | AttemptResult::ConnectionFailed(_) => None,
         }
     }
 
     /// The attempt as a person reads it in the attempt history and `last_error`.
     pub fn describe(&self) -> String {
         match self {
-            AttemptResult::Answered { status, .. } => format!("HTTP {status}"),
+            AttemptResult::Delivered {
+                status: Some(status),
+            } => format!("HTTP {status}"),
+            AttemptResult::Delivered { status: None } => "delivered".to_owned(),
+            AttemptResult::Declined(decline) => decline.reason.clone(),
             AttemptResult::TimedOut { after_s } => format!("no answer within {after_s} s"),
             AttemptResult::ConnectionFailed(problem) => format!("connection failed: {problem}"),
         }
@@ -114,10 +190,7 @@ impl AttemptRecord {
             attempt,
             at_ms,
             duration_ms,
-            status: match result {
-                AttemptResult::Answered { status, .. } => Some(*status),
-                _ => None,
-            },
+            status: result.status(),
             result: result.describe(),
         }
     }
@@ -148,10 +221,8 @@ pub fn judge(
     now_ms: i64,
     jitter: f64,
 ) -> Verdict {
-    if let AttemptResult::Answered { status, .. } = result {
-        if (200..300).contains(status) {
-            return Verdict::Delivered;
-        }
+    if let AttemptResult::Delivered { .. } = result {
+        return Verdict::Delivered;
     }
     let error = result.describe();
     let backoff = match policy.after_failure(attempt, jitter) {
@@ -159,10 +230,10 @@ pub fn judge(
         NextStep::RetryIn(ms) => ms,
     };
     let asked = match result {
-        AttemptResult::Answered {
-            status: 429 | 503,
+        AttemptResult::Declined(Decline {
             retry_after: Some(raw),
-        } => retry_after_ms(raw, now_ms),
+            ..
+        }) => retry_after_ms(raw, now_ms),
         _ => None,
     };
     // The application's own pause replaces the backoff (shorter or longer), capped so that
@@ -185,10 +256,7 @@ mod tests {
     };
 
     fn answered(status: u16, retry_after: Option<&str>) -> AttemptResult {
-        AttemptResult::Answered {
-            status,
-            retry_after: retry_after.map(str::to_owned),
-        }
+        AttemptResult::http(status, retry_after)
     }
 
     #[test]
@@ -313,6 +381,37 @@ mod tests {
         assert_eq!(
             AttemptResult::TimedOut { after_s: 1 }.outcome_label(),
             "timeout"
+        );
+    }
+
+    #[test]
+    fn a_brokers_answer_is_judged_like_an_http_one_of_its_kind() {
+        let confirmed = AttemptResult::Delivered { status: None };
+        assert_eq!(judge(&confirmed, 1, &POLICY, 0, 0.0), Verdict::Delivered);
+        assert_eq!(confirmed.describe(), "delivered");
+        let nack = AttemptResult::declined(DeclineKind::ServerError, "the broker nacked it");
+        assert!(nack.counts_against_circuit());
+        assert_eq!(nack.outcome_label(), "server_error");
+        assert_eq!(
+            judge(&nack, 1, &POLICY, 0, 0.0),
+            Verdict::RetryAt {
+                at_ms: 1_000,
+                error: "the broker nacked it".into()
+            }
+        );
+        let unroutable = AttemptResult::declined(DeclineKind::Refused, "no queue is bound");
+        assert!(!unroutable.counts_against_circuit(), "the broker is up");
+        assert_eq!(unroutable.outcome_label(), "refused");
+        let record = AttemptRecord::new(3, 0, 4, &unroutable);
+        assert_eq!(
+            (record.status, record.result.as_str()),
+            (None, "no queue is bound")
+        );
+        assert_eq!(
+            judge(&unroutable, 3, &POLICY, 0, 0.0),
+            Verdict::Dead {
+                error: "no queue is bound".into()
+            }
         );
     }
 }

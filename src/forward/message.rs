@@ -77,21 +77,29 @@ const AGGREGATE_ESCAPED: &AsciiSet = &CONTROLS.add(b' ');
 
 /// The headers of one attempt at `attempt_at` (unix seconds; `webhook-timestamp` is the
 /// time of this attempt so that a replay days later verifies), `attempt` counting from 1.
-/// Values outside visible ASCII (non-ASCII ids or keys) are percent-encoded.
+/// Signed when `secret` is given (always for HTTP; a sink's secret is optional), else
+/// only `webhook-id` of the Standard Webhooks headers. Values outside visible ASCII
+/// (non-ASCII ids or keys) are percent-encoded.
 pub fn request_headers(
     event: &ForwardedEvent<'_>,
-    secret: &Secret,
+    secret: Option<&Secret>,
     attempt: u32,
     attempt_at: i64,
 ) -> Result<Vec<(&'static str, String)>, SignError> {
     let mut headers = vec![("content-type", "application/json".to_owned())];
-    headers.extend(try_sign(
-        Scheme::StandardWebhooks,
-        event.body,
-        secret,
-        attempt_at,
-        Some(event.webhook_id.as_str()),
-    )?);
+    match secret {
+        Some(secret) => headers.extend(try_sign(
+            Scheme::StandardWebhooks,
+            event.body,
+            secret,
+            attempt_at,
+            Some(event.webhook_id.as_str()),
+        )?),
+        None => headers.push((
+            standard_webhooks::ID_HEADER,
+            event.webhook_id.as_str().to_owned(),
+        )),
+    }
     headers.push(("inhook-source", event.source.to_owned()));
     headers.push((
         "inhook-event-id",
@@ -109,9 +117,12 @@ pub fn request_headers(
     ));
     headers.push(("inhook-sequence", event.sequence.to_string()));
     headers.push(("inhook-attempt", attempt.to_string()));
-    debug_assert!(headers
-        .iter()
-        .any(|(name, _)| *name == standard_webhooks::SIGNATURE_HEADER));
+    debug_assert!(
+        secret.is_none()
+            || headers
+                .iter()
+                .any(|(name, _)| *name == standard_webhooks::SIGNATURE_HEADER)
+    );
     Ok(headers)
 }
 
@@ -169,7 +180,7 @@ mod tests {
         let body = br#"{"event_type":"inventory.updated", "odd spacing" : 1}"#;
         let secret = Secret::new(SECRET);
         let now = 1_700_000_000;
-        let headers = request_headers(&event(&id, body), &secret, 3, now).unwrap();
+        let headers = request_headers(&event(&id, body), Some(&secret), 3, now).unwrap();
         let map = header_map(&headers);
         assert_eq!(map["webhook-id"], id.as_str());
         assert_eq!(map["webhook-timestamp"], now.to_string().as_str());
@@ -214,9 +225,11 @@ mod tests {
     fn a_retry_days_later_signs_its_own_time_and_keeps_its_id() {
         let id = WebhookId::of("s", "e");
         let secret = Secret::new(SECRET);
-        let first = header_map(&request_headers(&event(&id, b"{}"), &secret, 1, 1_000).unwrap());
+        let first =
+            header_map(&request_headers(&event(&id, b"{}"), Some(&secret), 1, 1_000).unwrap());
         let later_at = 1_000 + 3 * 24 * 3600;
-        let later = header_map(&request_headers(&event(&id, b"{}"), &secret, 9, later_at).unwrap());
+        let later =
+            header_map(&request_headers(&event(&id, b"{}"), Some(&secret), 9, later_at).unwrap());
         assert_eq!(first["webhook-id"], later["webhook-id"]);
         assert_ne!(first["webhook-signature"], later["webhook-signature"]);
         assert!(verify(
@@ -232,14 +245,36 @@ mod tests {
             event_type: "",
             ..event(&id, b"{}")
         };
-        let headers = request_headers(&untyped, &Secret::new(SECRET), 1, 1_000).unwrap();
+        let headers = request_headers(&untyped, Some(&Secret::new(SECRET)), 1, 1_000).unwrap();
         assert!(!headers.iter().any(|(name, _)| *name == "inhook-event-type"));
     }
 
     #[test]
     fn a_key_that_cannot_sign_v1_is_an_error_never_an_unsigned_request() {
         let id = WebhookId::of("s", "e");
-        let err = request_headers(&event(&id, b"{}"), &Secret::new("whpk_!!"), 1, 1).unwrap_err();
+        let err =
+            request_headers(&event(&id, b"{}"), Some(&Secret::new("whpk_!!")), 1, 1).unwrap_err();
         assert!(!err.to_string().contains("!!"), "{err}");
+    }
+
+    #[test]
+    fn a_sink_without_a_secret_sends_the_id_and_metadata_unsigned() {
+        let id = WebhookId::of("s", "e");
+        let headers = request_headers(&event(&id, b"{}"), None, 2, 1_000).unwrap();
+        let names: Vec<&str> = headers.iter().map(|(name, _)| *name).collect();
+        assert_eq!(
+            names,
+            [
+                "content-type",
+                "webhook-id",
+                "inhook-source",
+                "inhook-event-id",
+                "inhook-event-type",
+                "inhook-aggregate",
+                "inhook-sequence",
+                "inhook-attempt"
+            ]
+        );
+        assert_eq!(headers[1].1, id.as_str());
     }
 }

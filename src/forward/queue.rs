@@ -306,18 +306,12 @@ mod tests {
 
         fn answer(code: u8) -> AttemptResult {
             match code % 7 {
-                0..=2 => AttemptResult::Answered {
-                    status: 200 + u16::from(code % 3),
-                    retry_after: None,
-                },
-                3 => AttemptResult::Answered {
-                    status: 500,
-                    retry_after: None,
-                },
-                4 => AttemptResult::Answered {
-                    status: if code.is_multiple_of(2) { 429 } else { 503 },
-                    retry_after: Some((code % 5).to_string()),
-                },
+                0..=2 => AttemptResult::http(200 + u16::from(code % 3), None),
+                3 => AttemptResult::http(500, None),
+                4 => AttemptResult::http(
+                    if code.is_multiple_of(2) { 429 } else { 503 },
+                    Some(&(code % 5).to_string()),
+                ),
                 5 => AttemptResult::TimedOut { after_s: 1 },
                 _ => AttemptResult::ConnectionFailed("connection refused".into()),
             }

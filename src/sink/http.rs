@@ -45,7 +45,11 @@ pub struct HttpSink {
 
 #[async_trait::async_trait]
 impl Sink for HttpSink {
-    async fn send(&self, message: Outgoing, limit: Duration) -> Result<AttemptResult, Unsendable> {
+    async fn send(
+        &self,
+        message: Outgoing<'_>,
+        limit: Duration,
+    ) -> Result<AttemptResult, Unsendable> {
         let headers = header_map(&message.headers)?;
         let sent = self
             .client
@@ -56,14 +60,13 @@ impl Sink for HttpSink {
             .send()
             .await;
         Ok(match sent {
-            Ok(response) => AttemptResult::Answered {
-                status: response.status().as_u16(),
-                retry_after: response
+            Ok(response) => AttemptResult::http(
+                response.status().as_u16(),
+                response
                     .headers()
                     .get(RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned),
-            },
+                    .and_then(|v| v.to_str().ok()),
+            ),
             Err(err) if err.is_timeout() => AttemptResult::TimedOut {
                 after_s: self.timeout_s,
             },

@@ -1,34 +1,123 @@
-//! Where forwarded events go (docs/contract.md, forwarding): one module per destination type,
+//! Where forwarded events go (docs/contract.md, sinks): one module per destination type,
 //! each behind [`Sink`]. The sender's loop (claims under a lease, the circuit, verdicts)
 //! and the store do not know the type; a sink only sends one message and says how the
 //! attempt ended.
 
 pub mod http;
 
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::config::template::Placed;
+use crate::config::{DestinationConfig, Target};
 use crate::forward::answer::AttemptResult;
 
-/// One forwarded event as a sink sends it: its signed headers (Standard Webhooks and
-/// `inhook-*`) and its body, byte for byte.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outgoing {
+/// One forwarded event as a sink sends it: its headers (Standard Webhooks and `inhook-*`),
+/// its body byte for byte, and the values its name templates are filled with.
+#[derive(Debug, Clone)]
+pub struct Outgoing<'a> {
     /// The headers, names lower case, values already encoded for the wire.
     pub headers: Vec<(&'static str, String)>,
     /// The event's raw body.
     pub body: Vec<u8>,
+    /// The source, aggregate and event type a subject, routing key or stream is named by.
+    pub placed: Placed<'a>,
 }
 
-/// A message that cannot be sent at all: a bug, reported (and the delivery given up)
-/// rather than sent unsigned or altered. Never holds a header's value.
+/// A message that cannot be sent at all: a bug, or a name its broker cannot take,
+/// reported (and the delivery given up) rather than sent unsigned, altered or elsewhere.
+/// Never holds a header's value.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct Unsendable(pub String);
+
+/// Why a sink is not ready to send, found when the node starts.
+#[derive(Debug, thiserror::Error)]
+pub enum Unready {
+    /// The broker said the configuration cannot work (a stream or exchange that does not
+    /// exist and may not be created): the node refuses to start, naming the key.
+    #[error("{key} {why}")]
+    Refused {
+        /// The destination's key at fault.
+        key: &'static str,
+        /// The words after the key.
+        why: String,
+    },
+    /// The broker could not be reached: the node starts, and deliveries retry as for any
+    /// failed attempt until it can.
+    #[error("{0}")]
+    Unreachable(String),
+}
 
 /// One destination's transport.
 #[async_trait::async_trait]
 pub trait Sink: Send + Sync + std::fmt::Debug {
     /// Sends `message`, ending within `limit`; how the attempt ended, or why the message
     /// cannot be sent at all.
-    async fn send(&self, message: Outgoing, limit: Duration) -> Result<AttemptResult, Unsendable>;
+    async fn send(
+        &self,
+        message: Outgoing<'_>,
+        limit: Duration,
+    ) -> Result<AttemptResult, Unsendable>;
+
+    /// Connects and checks what the destination's keys name (a stream, an exchange),
+    /// creating it where the configuration allows, within `limit`.
+    async fn prepare(&self, _limit: Duration) -> Result<(), Unready> {
+        Ok(())
+    }
+}
+
+/// Why a destination's sink could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// The HTTP client (its TLS setup) could not be built.
+    #[error(transparent)]
+    Http(#[from] http::HttpClientError),
+    /// A type this build cannot send to yet.
+    #[error("type {0:?} cannot be sent to by this build")]
+    NotBuilt(&'static str),
+}
+
+/// Builds the sinks of destinations, sharing what they can (one HTTP client per `tls_ca_file`).
+#[derive(Debug, Default)]
+pub struct Sinks {
+    http_clients: Vec<(Option<PathBuf>, reqwest::Client)>,
+}
+
+impl Sinks {
+    /// The sink of `destination`, by its type.
+    pub fn for_destination(
+        &mut self,
+        destination: &DestinationConfig,
+    ) -> Result<Arc<dyn Sink>, SinkError> {
+        Ok(match &destination.target {
+            Target::Http => Arc::new(http::HttpSink {
+                client: self.http_client(destination.tls_ca_file.as_ref())?,
+                url: destination.url.clone(),
+                timeout_s: destination.timeout_s,
+            }),
+            Target::Nats(_) => return Err(SinkError::NotBuilt("nats")),
+            Target::Rabbitmq(_) => return Err(SinkError::NotBuilt("rabbitmq")),
+            Target::Redis(_) => return Err(SinkError::NotBuilt("redis")),
+        })
+    }
+
+    /// The HTTP client of `tls_ca_file`, built at its first use.
+    fn http_client(
+        &mut self,
+        tls_ca_file: Option<&PathBuf>,
+    ) -> Result<reqwest::Client, http::HttpClientError> {
+        if let Some((_, client)) = self
+            .http_clients
+            .iter()
+            .find(|(ca, _)| ca.as_ref() == tls_ca_file)
+        {
+            return Ok(client.clone());
+        }
+        let client = http::http_client(tls_ca_file.map(PathBuf::as_path))?;
+        self.http_clients
+            .push((tls_ca_file.cloned(), client.clone()));
+        Ok(client)
+    }
 }

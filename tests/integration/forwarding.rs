@@ -107,7 +107,7 @@ fn forwarded_requests_verify_with_the_official_standard_webhooks_library() {
         };
         let attempt = i as u32 + 1;
         requests.push((
-            request_headers(&event, &Secret::new(secret), attempt, now).unwrap(),
+            request_headers(&event, Some(&Secret::new(secret)), attempt, now).unwrap(),
             *body,
         ));
     }

@@ -18,6 +18,7 @@ use inhook::signature::{self, Scheme, Secret};
 use inhook::store::{EventFilter, EventRecord, Store};
 use serde_json::Value;
 
+pub mod tcp_proxy;
 pub mod tls;
 
 /// The presence source's secret in every test server.

@@ -23,7 +23,10 @@ use crate::store::{DeliveryFilter, DeliveryRecord};
 pub(crate) struct DestinationView {
     /// The destination's name.
     name: String,
-    /// Where requests go, any `user:password@` shown as `***@`.
+    /// The destination's type: `http`, `nats`, `rabbitmq` or `redis`.
+    #[serde(rename = "type")]
+    type_name: &'static str,
+    /// Where messages go, any `user:password@` shown as `***@` and query values as `***`.
     url: String,
     /// This node's circuit breaker: `closed`, `open` or `probing`.
     circuit: &'static str,
@@ -182,6 +185,7 @@ pub(crate) async fn destinations_list(State(state): State<AppState>) -> Result<R
         };
         items.push(DestinationView {
             name: destination.name.clone(),
+            type_name: destination.target.type_name(),
             url: destination.url_for_display(),
             circuit,
             circuit_open_until,

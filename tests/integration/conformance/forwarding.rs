@@ -98,14 +98,8 @@ async fn answer(
     now: i64,
 ) -> bool {
     let result = match &verdict {
-        Verdict::Delivered => AttemptResult::Answered {
-            status: 200,
-            retry_after: None,
-        },
-        _ => AttemptResult::Answered {
-            status: 500,
-            retry_after: None,
-        },
+        Verdict::Delivered => AttemptResult::http(200, None),
+        _ => AttemptResult::http(500, None),
     };
     let attempt = AttemptRecord::new(delivery.attempts as u32, now, 12, &result);
     store
@@ -443,15 +437,7 @@ pub async fn a_batch_of_verdicts_records_only_the_lease_holders(store: &dyn Stor
     let pending = |d: &DeliveryRecord, verdict: Verdict, status: u16, at: i64| PendingVerdict {
         id: d.id,
         verdict,
-        attempt: AttemptRecord::new(
-            d.attempts as u32,
-            at,
-            7,
-            &AttemptResult::Answered {
-                status,
-                retry_after: None,
-            },
-        ),
+        attempt: AttemptRecord::new(d.attempts as u32, at, 7, &AttemptResult::http(status, None)),
         at_ms: at,
     };
     let late = T0 + LEASE_MS + 10;
