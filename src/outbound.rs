@@ -70,24 +70,33 @@ pub enum ClientSetupError {
     Tls(#[source] rustls::Error),
 }
 
-/// A reqwest builder on inhook's TLS stack: rustls (ring), the system's roots plus the
-/// certificates of `ca_file` (errors name it as `named_by`, the setting that gave it); no
-/// redirects followed (a 3xx is the answer) and no proxy from the environment.
-pub fn client_builder(
+/// inhook's outbound TLS: rustls (ring), the system's roots plus the certificates of
+/// `ca_file` (errors name it as `named_by`, the setting that gave it). Every outbound
+/// connection (HTTP, and each broker sink) is made with it.
+pub fn tls_client_config(
     ca_file: Option<&Path>,
     named_by: &'static str,
-) -> Result<reqwest::ClientBuilder, ClientSetupError> {
+) -> Result<rustls::ClientConfig, ClientSetupError> {
     let mut roots = system_roots().0.clone();
     if let Some(path) = ca_file {
         roots.roots.extend(pem_roots(path, named_by)?.roots);
     }
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+    Ok(rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
     .map_err(ClientSetupError::Tls)?
     .with_root_certificates(roots)
-    .with_no_client_auth();
+    .with_no_client_auth())
+}
+
+/// A reqwest builder on inhook's TLS stack ([`tls_client_config`]); no redirects followed
+/// (a 3xx is the answer) and no proxy from the environment.
+pub fn client_builder(
+    ca_file: Option<&Path>,
+    named_by: &'static str,
+) -> Result<reqwest::ClientBuilder, ClientSetupError> {
+    let tls = tls_client_config(ca_file, named_by)?;
     Ok(reqwest::Client::builder()
         .use_preconfigured_tls(tls)
         .redirect(reqwest::redirect::Policy::none())
