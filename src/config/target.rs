@@ -137,7 +137,11 @@ impl FileTarget {
             ("subject", self.subject.is_some(), "nats"),
             ("stream", self.stream.is_some(), "nats or redis"),
             ("create_stream", self.create_stream.is_some(), "nats"),
-            ("duplicate_window_s", self.duplicate_window_s.is_some(), "nats"),
+            (
+                "duplicate_window_s",
+                self.duplicate_window_s.is_some(),
+                "nats",
+            ),
             ("exchange", self.exchange.is_some(), "rabbitmq"),
             ("routing_key", self.routing_key.is_some(), "rabbitmq"),
             ("declare", self.declare.is_some(), "rabbitmq"),
