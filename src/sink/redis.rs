@@ -12,8 +12,8 @@ use rustls::pki_types::ServerName;
 use tokio::sync::Mutex;
 
 use super::{Outgoing, Sink, Unready, Unsendable};
-use crate::config::template::Template;
 use crate::config::target::RedisTarget;
+use crate::config::template::Template;
 use crate::config::DestinationConfig;
 use crate::forward::answer::{AttemptResult, DeclineKind};
 use crate::outbound::describe_error;
@@ -236,7 +236,9 @@ impl Sink for RedisSink {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(failure)) => {
                 self.connection.lock().await.1 = None;
-                Err(Unready::Unreachable(failure.judge(self.stream.as_str()).describe()))
+                Err(Unready::Unreachable(
+                    failure.judge(self.stream.as_str()).describe(),
+                ))
             }
             Err(_) => {
                 self.connection.lock().await.1 = None;
@@ -289,10 +291,20 @@ fn from_the_server(err: &RedisError) -> bool {
     )
 }
 
-/// An error as the attempt history shows it. The client's errors never hold the URL (the
-/// sink connects by host and port itself), nor the password.
+/// An error as the attempt history shows it: the server's code and words, or the I/O
+/// error (the client's own text, `desc- Kind`, is for its developers). The client's errors
+/// never hold the URL (the sink connects by host and port itself), nor the password.
 fn describe(err: &RedisError) -> String {
-    describe_error(err)
+    if err.is_io_error() {
+        return describe_error(err);
+    }
+    match (err.code(), err.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        (None, Some(detail)) => format!("{}: {detail}", err.category()),
+        (Some(code), None) => code.to_owned(),
+        #[allow(deprecated)] // the only accessor of the client's description
+        (None, None) => std::error::Error::description(err).to_owned(),
+    }
 }
 
 /// What is wrong with a URL, without the URL (the client's error text does not hold it).
@@ -325,6 +337,14 @@ mod tests {
             AttemptResult::declined(
                 DeclineKind::Refused,
                 "the Redis key \"webhooks:stripe\" holds another type than a stream (WRONGTYPE)"
+            )
+        );
+        let err = server_error("ERR max_len out of range");
+        assert_eq!(
+            Failure::Command(err).judge("s"),
+            AttemptResult::declined(
+                DeclineKind::ServerError,
+                "Redis answered: ERR max_len out of range"
             )
         );
         assert!(!result.counts_against_circuit());
@@ -364,21 +384,36 @@ mod tests {
         ));
         // An AUTH refused while connecting: no message can be sent until it is fixed.
         let auth = server_error("WRONGPASS invalid username-password pair");
-        assert!(matches!(
+        assert_eq!(
             Failure::Connect(auth).judge("s"),
-            AttemptResult::ConnectionFailed(_)
-        ));
+            AttemptResult::ConnectionFailed("WRONGPASS invalid username-password pair".to_owned())
+        );
+        let setup: RedisError = (
+            ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        )
+            .into();
+        assert_eq!(
+            Failure::Connect(setup).judge("s"),
+            AttemptResult::ConnectionFailed("Password authentication failed".to_owned())
+        );
     }
 
-    fn destination(url: &str, stream: &str, max_len: Option<u64>) -> (DestinationConfig, RedisTarget) {
+    fn destination(
+        url: &str,
+        stream: &str,
+        max_len: Option<u64>,
+    ) -> (DestinationConfig, RedisTarget) {
         let text = format!(
             "[[sources]]\nname = \"p\"\nkind = \"presence\"\nsecrets = [\"s\"]\n\
              [[destinations]]\nname = \"r\"\ntype = \"redis\"\nurl = \"{url}\"\n\
              sources = [\"p\"]\nstream = \"{stream}\"\n{}",
-            max_len.map(|n| format!("max_len = {n}\n")).unwrap_or_default()
+            max_len
+                .map(|n| format!("max_len = {n}\n"))
+                .unwrap_or_default()
         );
-        let config = crate::config::Config::from_parts(Some(&text), &Default::default())
-            .expect("config");
+        let config =
+            crate::config::Config::from_parts(Some(&text), &Default::default()).expect("config");
         let destination = config.destinations[0].clone();
         let crate::config::Target::Redis(target) = destination.target.clone() else {
             panic!("not redis")

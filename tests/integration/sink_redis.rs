@@ -287,7 +287,12 @@ impl Audit {
     fn assert_clean(&self, duplicates_allowed: bool, at_least: usize) {
         assert_eq!(self.lost, 0, "deliveries with no entry: {}", self.line());
         assert_eq!(self.unexpected, 0, "entries of no delivery");
-        assert_eq!(self.order_violations, 0, "out of applied order: {}", self.line());
+        assert_eq!(
+            self.order_violations,
+            0,
+            "out of applied order: {}",
+            self.line()
+        );
         assert_eq!(self.body_mismatches, 0, "a body not byte for byte");
         assert_eq!(self.field_mismatches, 0, "an entry's fields differ");
         assert_eq!(self.bad_signatures, 0, "a signature that does not verify");
@@ -316,7 +321,10 @@ fn audit_fields(entry: &Entry, delivery: &DeliveryRecord, signed: bool) -> bool 
         && entry.text("inhook-source") == delivery.source
         && entry.text("inhook-sequence") == delivery.sequence.to_string()
         && entry.text("inhook-aggregate") == AggregateKey::text_of_stored(&delivery.aggregate)
-        && entry.text("inhook-attempt").parse::<u32>().is_ok_and(|n| n >= 1)
+        && entry
+            .text("inhook-attempt")
+            .parse::<u32>()
+            .is_ok_and(|n| n >= 1)
         && entry.text("content-type") == "application/json"
 }
 
@@ -359,7 +367,11 @@ async fn drain(
         .converge(Arc::new(expected_states(stream)), Duration::from_secs(40))
         .await
         .expect("read API");
-    assert!(mismatches.is_empty(), "{} aggregates differ", mismatches.len());
+    assert!(
+        mismatches.is_empty(),
+        "{} aggregates differ",
+        mismatches.len()
+    );
     let deadline = Instant::now() + Duration::from_secs(40);
     loop {
         let deliveries = deliveries(server, name).await;
@@ -371,8 +383,7 @@ async fn drain(
             .iter()
             .map(|e| e.text("webhook-id"))
             .collect();
-        if delivered == deliveries.len() && deliveries.iter().all(|d| ids.contains(&d.webhook_id))
-        {
+        if delivered == deliveries.len() && deliveries.iter().all(|d| ids.contains(&d.webhook_id)) {
             return;
         }
         assert!(
@@ -406,8 +417,7 @@ async fn sink_redis_chaotic_streams_arrive_once_in_applied_order() {
     let url = format!("redis://{REDIS}/0");
     let extra = format!("secret = \"{DEST_SECRET}\"\nmax_len = 100000\ntimeout_s = 3");
     let extra = extra.replace("timeout_s = 3", "");
-    let server =
-        TestServer::spawn_with_sources(&destination("stream", &url, &keys, &extra)).await;
+    let server = TestServer::spawn_with_sources(&destination("stream", &url, &keys, &extra)).await;
     let (stream, plan) = chaos_stream_of(0x0027_4ed1, 600, 40);
     let publisher = chaos_publisher(Endpoint::new(&server.url), 8, 400);
     let started = Instant::now();
@@ -436,8 +446,7 @@ async fn sink_redis_outage_opens_the_circuit_and_loses_nothing() {
     let upstream: SocketAddr = REDIS.parse().unwrap();
     let proxy = TcpProxy::start(upstream).await;
     let url = format!("redis://{}/0", proxy.addr());
-    let server =
-        TestServer::spawn_with_sources(&destination("cache", &url, &keys, "")).await;
+    let server = TestServer::spawn_with_sources(&destination("cache", &url, &keys, "")).await;
     let (stream, plan) = chaos_stream_of(0x0027_0a7e, 500, 30);
     let publisher = chaos_publisher(Endpoint::new(&server.url), 6, 100);
     let started = Instant::now();
@@ -452,9 +461,11 @@ async fn sink_redis_outage_opens_the_circuit_and_loses_nothing() {
     let cut_at = Instant::now();
     let open = server
         .wait_for("/v1/destinations", |r| {
-            r.body["items"]
-                .as_array()
-                .is_some_and(|items| items.iter().any(|d| d["name"] == "cache" && d["circuit"] == "open"))
+            r.body["items"].as_array().is_some_and(|items| {
+                items
+                    .iter()
+                    .any(|d| d["name"] == "cache" && d["circuit"] == "open")
+            })
         })
         .await;
     let item = open.body["items"]
@@ -478,9 +489,11 @@ async fn sink_redis_outage_opens_the_circuit_and_loses_nothing() {
     drain(&publisher, &stream, &server, "cache", &keys).await;
     server
         .wait_for("/v1/destinations", |r| {
-            r.body["items"]
-                .as_array()
-                .is_some_and(|items| items.iter().any(|d| d["name"] == "cache" && d["circuit"] == "closed"))
+            r.body["items"].as_array().is_some_and(|items| {
+                items
+                    .iter()
+                    .any(|d| d["name"] == "cache" && d["circuit"] == "closed")
+            })
         })
         .await;
     let audit = Audit::of(&server, "cache", &all_entries(&keys), false).await;
@@ -504,8 +517,7 @@ async fn sink_redis_outage_opens_the_circuit_and_loses_nothing() {
 async fn sink_redis_sigkills_lose_nothing_and_keep_order() {
     let keys = Keys::new();
     let url = format!("redis://{REDIS}/0");
-    let mut server =
-        TestServer::spawn_with_sources(&destination("stream", &url, &keys, "")).await;
+    let mut server = TestServer::spawn_with_sources(&destination("stream", &url, &keys, "")).await;
     let (stream, plan) = chaos_stream_of(0x0027_c4a5, 900, 40);
     let endpoint = Endpoint::new(&server.url);
     let publisher = chaos_publisher(endpoint.clone(), 8, 200);
@@ -520,7 +532,10 @@ async fn sink_redis_sigkills_lose_nothing_and_keep_order() {
         kills += 1;
     }
     let report = sending.await.expect("publisher task");
-    assert!(kills >= 2, "the stream ended after {kills} kills: send slower");
+    assert!(
+        kills >= 2,
+        "the stream ended after {kills} kills: send slower"
+    );
     assert!(report.failures.is_empty(), "{:?}", report.failures.first());
     drain(&publisher, &stream, &server, "stream", &keys).await;
     let audit = Audit::of(&server, "stream", &all_entries(&keys), false).await;
@@ -556,7 +571,10 @@ async fn sink_redis_three_nodes_one_killed_lose_nothing_and_keep_order() {
     let sending = publish(&publisher, &plan);
     let pause = 800 + rand::random::<u64>() % 1_000;
     tokio::time::sleep(Duration::from_millis(pause)).await;
-    assert!(!sending.is_finished(), "the stream ended before the kill: send slower");
+    assert!(
+        !sending.is_finished(),
+        "the stream ended before the kill: send slower"
+    );
     endpoint.remove(&second.url);
     tokio::task::block_in_place(|| second.kill9());
     let report = sending.await.expect("publisher task");
@@ -669,15 +687,16 @@ async fn sink_redis_url_credentials_never_show() {
     let good_url = format!("redis://{user}:{password}@{REDIS}/0");
     let wrong_url = format!("redis://{user}:{wrong}@{REDIS}/0");
     let tables = destination("with-login", "redis://127.0.0.1:6379/0", &keys, "")
-        + &destination("wrong-login", &wrong_url, &keys, "")
-            .replace(&keys.template(), &format!("{}:wrong:{{source}}", keys.prefix));
+        + &destination("wrong-login", &wrong_url, &keys, "").replace(
+            &keys.template(),
+            &format!("{}:wrong:{{source}}", keys.prefix),
+        );
     let env_var = inhook::config::destination_url_env_var("with-login");
     let server =
-        TestServer::spawn_with_sources_env(&tables, &[(env_var.as_str(), good_url.as_str())])
-            .await;
+        TestServer::spawn_with_sources_env(&tables, &[(env_var.as_str(), good_url.as_str())]).await;
     for n in 0..5 {
-        let body = serde_json::json!({"user_id": format!("u{n}"), "status": "online",
-            "seq": 1, "event_id": format!("e{n}")});
+        let body = serde_json::json!({"event_id": format!("e{n}"), "user_id": format!("u{n}"),
+            "presence": "ONLINE", "sequence_number": 1});
         let reply = server.post_presence(&body).await;
         assert!(reply.code < 300, "{reply:?}");
     }
@@ -697,14 +716,15 @@ async fn sink_redis_url_credentials_never_show() {
     let listed = server.get_text("/v1/destinations").await;
     let (_, ok_out) = server.cli(&["deliveries", "--destination", "with-login"]);
     let (_, wrong_out) = server.cli(&["deliveries", "--destination", "wrong-login"]);
-    let one = deliveries(&server, "wrong-login").await[0].id.to_string();
-    let (_, detail) = server.cli(&["deliveries", "--destination", "wrong-login", "--id", &one]);
+    let detail = server
+        .get_text("/v1/destinations/wrong-login/deliveries")
+        .await;
     let log = std::fs::read_to_string(server.dir().join("server.log")).unwrap_or_default();
     for (what, text) in [
         ("GET /v1/destinations", &listed),
         ("inhook deliveries", &ok_out),
         ("inhook deliveries (wrong login)", &wrong_out),
-        ("inhook deliveries --id", &detail),
+        ("GET /v1/destinations/wrong-login/deliveries", &detail),
         ("the server's log", &log),
     ] {
         assert!(
@@ -713,5 +733,63 @@ async fn sink_redis_url_credentials_never_show() {
         );
     }
     assert!(listed.contains("\"type\":\"redis\""), "{listed}");
-    assert!(wrong_out.contains("wrong-login") || !wrong_out.is_empty(), "{wrong_out}");
+    println!("inhook deliveries (wrong login):\n{wrong_out}\n{detail}");
+    for text in [&wrong_out, &detail] {
+        assert!(
+            text.contains("connection failed: Password authentication failed"),
+            "{text}"
+        );
+    }
+}
+
+/// TLS (`rediss://`): Redis behind a TLS front whose certificate a private CA issued is
+/// reached with the destination's `tls_ca_file`, on inhook's own TLS stack; without the
+/// CA file the certificate is refused, and the attempt says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sink_redis_tls_with_a_private_ca() {
+    let keys = Keys::new();
+    let ca = crate::support::tls::TestCa::new();
+    let port = ca.https_front(REDIS.parse().unwrap());
+    let url = format!("rediss://localhost:{port}/0");
+    let trusted = destination(
+        "trusted",
+        &url,
+        &keys,
+        &format!("tls_ca_file = \"{}\"", ca.file().display()),
+    );
+    let untrusted = destination("untrusted", &url, &keys, "").replace(
+        &keys.template(),
+        &format!("{}:untrusted:{{source}}", keys.prefix),
+    );
+    let server = TestServer::spawn_with_sources(&(trusted + &untrusted)).await;
+    for n in 0..3 {
+        let body = serde_json::json!({"event_id": format!("t{n}"), "user_id": format!("u{n}"),
+            "presence": "ONLINE", "sequence_number": 1});
+        let reply = server.post_presence(&body).await;
+        assert!(reply.code < 300, "{reply:?}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ok = deliveries(&server, "trusted").await;
+        let refused = deliveries(&server, "untrusted").await;
+        let delivered = ok.len() == 3 && ok.iter().all(|d| d.status == DeliveryStatus::Delivered);
+        if delivered && refused.len() == 3 && refused.iter().all(|d| d.attempts >= 1) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not forwarded: {ok:?} {refused:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stored = entries(&keys.stream("presence"));
+    assert_eq!(stored.len(), 3);
+    assert!(stored
+        .iter()
+        .all(|e| e.field("webhook-signature").is_none()));
+    let (_, out) = server.cli(&["deliveries", "--destination", "untrusted"]);
+    assert!(
+        out.contains("connection failed: invalid peer certificate"),
+        "{out}"
+    );
 }
