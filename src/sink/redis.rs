@@ -70,11 +70,16 @@ impl RedisSink {
         destination: &DestinationConfig,
         target: &RedisTarget,
     ) -> Result<Self, RedisSinkError> {
-        let (tls_wanted, plain_url) = match destination.url.strip_prefix("rediss://") {
-            // The client's own TLS would bring its own roots; inhook's TLS stack is used
-            // instead, so the client reads the URL as a plain one.
-            Some(rest) => (true, format!("redis://{rest}")),
-            None => (false, destination.url.clone()),
+        let url = &destination.url;
+        let tls_wanted = url
+            .get(..9)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"));
+        // The client's own TLS would bring its own roots; inhook's TLS stack is used
+        // instead, so the client reads the URL as a plain one.
+        let plain_url = if tls_wanted {
+            format!("redis://{}", &url[9..])
+        } else {
+            url.clone()
         };
         let info = plain_url
             .as_str()

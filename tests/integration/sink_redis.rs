@@ -415,9 +415,11 @@ async fn listed(server: &TestServer, name: &str) -> Value {
 async fn sink_redis_chaotic_streams_arrive_once_in_applied_order() {
     let keys = Keys::new();
     let url = format!("redis://{REDIS}/0");
-    let extra = format!("secret = \"{DEST_SECRET}\"\nmax_len = 100000\ntimeout_s = 3");
-    let extra = extra.replace("timeout_s = 3", "");
-    let server = TestServer::spawn_with_sources(&destination("stream", &url, &keys, &extra)).await;
+    let extra = format!("secret = \"{DEST_SECRET}\"\nmax_len = 100000");
+    // "Once each": an ample timeout, so that a slow machine's late reply is no resend.
+    let table =
+        destination("stream", &url, &keys, &extra).replace("timeout_s = 1", "timeout_s = 5");
+    let server = TestServer::spawn_with_sources(&table).await;
     let (stream, plan) = chaos_stream_of(0x0027_4ed1, 600, 40);
     let publisher = chaos_publisher(Endpoint::new(&server.url), 8, 400);
     let started = Instant::now();
