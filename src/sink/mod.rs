@@ -4,6 +4,7 @@
 //! attempt ended.
 
 pub mod http;
+pub mod redis;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -92,6 +93,9 @@ pub enum SinkError {
     /// The HTTP client (its TLS setup) could not be built.
     #[error(transparent)]
     Http(#[from] http::HttpClientError),
+    /// A Redis destination's URL or TLS setup cannot be used.
+    #[error(transparent)]
+    Redis(#[from] redis::RedisSinkError),
     /// A type this build cannot send to yet.
     #[error("type {0:?} cannot be sent to by this build")]
     NotBuilt(&'static str),
@@ -117,7 +121,7 @@ impl Sinks {
             }),
             Target::Nats(_) => return Err(SinkError::NotBuilt("nats")),
             Target::Rabbitmq(_) => return Err(SinkError::NotBuilt("rabbitmq")),
-            Target::Redis(_) => return Err(SinkError::NotBuilt("redis")),
+            Target::Redis(target) => Arc::new(redis::RedisSink::new(destination, target)?),
         })
     }
 
