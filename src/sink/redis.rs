@@ -334,7 +334,7 @@ mod tests {
     }
 
     #[test]
-    fn wrongtype_refuses_the_message_and_names_the_key() {
+    fn wrongtype_declines_like_a_server_error_and_names_the_key() {
         let err = server_error("WRONGTYPE Operation against a key holding the wrong kind of value");
         let result = Failure::Command(err).judge("webhooks:stripe");
         assert_eq!(
@@ -352,7 +352,10 @@ mod tests {
                 "Redis answered: ERR max_len out of range"
             )
         );
-        assert!(!result.counts_against_circuit());
+        assert!(
+            result.counts_against_circuit(),
+            "Redis errors count toward the circuit"
+        );
     }
 
     #[test]
