@@ -4,6 +4,7 @@
 //! attempt ended.
 
 pub mod http;
+pub mod nats;
 pub mod redis;
 
 use std::path::PathBuf;
@@ -119,7 +120,7 @@ impl Sinks {
                 url: destination.url.clone(),
                 timeout_s: destination.timeout_s,
             }),
-            Target::Nats(_) => return Err(SinkError::NotBuilt("nats")),
+            Target::Nats(target) => Arc::new(nats::NatsSink::new(destination, target)),
             Target::Rabbitmq(_) => return Err(SinkError::NotBuilt("rabbitmq")),
             Target::Redis(target) => Arc::new(redis::RedisSink::new(destination, target)?),
         })

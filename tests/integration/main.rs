@@ -35,6 +35,7 @@ mod revocation;
 mod save_game;
 mod signatures;
 mod simulate;
+mod sink_nats;
 mod sink_redis;
 mod slow_clients;
 mod store_conformance;

@@ -1,0 +1,572 @@
+//! Issue #27, NATS destinations (docs/contract.md, sinks): the real server binary publishes
+//! the seed sources' chaotic streams to the machine's NATS JetStream, through outages, kills
+//! and several nodes, and the test reads the stream back: every applied event once (the
+//! `Nats-Msg-Id` dropping a resend), per aggregate in applied order, body byte for byte,
+//! the metadata as headers. Each test has its own stream and subject prefix.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, stream};
+use inhook::forward::queue::DeliveryStatus;
+use inhook::store::{DeliveryFilter, DeliveryRecord};
+use inhook::tools::simulate::{expected_states, Endpoint, Plan, Publisher, Stream};
+
+use crate::crash::{chaos_publisher, chaos_stream_of};
+use crate::support::tcp_proxy::TcpProxy;
+use crate::support::{Backend, TestServer};
+
+/// The machine's NATS server.
+const NATS: &str = "127.0.0.1:4222";
+
+/// The headers every message carries (docs/contract.md, sinks).
+const HEADERS: [&str; 8] = [
+    "webhook-id",
+    "inhook-source",
+    "inhook-event-id",
+    "inhook-event-type",
+    "inhook-aggregate",
+    "inhook-sequence",
+    "inhook-attempt",
+    "content-type",
+];
+
+/// One test's stream on the machine's NATS: its own name and subject prefix.
+struct TestStream {
+    jetstream: jetstream::Context,
+    name: String,
+    prefix: String,
+}
+
+/// A message read back from the stream.
+#[derive(Debug)]
+struct Received {
+    subject: String,
+    body: Vec<u8>,
+    headers: HashMap<String, String>,
+}
+
+impl TestStream {
+    /// A fresh name and prefix (the stream itself not made).
+    async fn fresh() -> Self {
+        let client = async_nats::connect(NATS).await.expect("the machine's NATS");
+        let suffix = format!("{:016x}", rand::random::<u64>());
+        TestStream {
+            jetstream: jetstream::new(client),
+            name: format!("INHOOK_TEST_{suffix}"),
+            prefix: format!("inhooktest{suffix}"),
+        }
+    }
+
+    /// Creates the stream on `subjects`.
+    async fn create(&self, subjects: &[String]) {
+        self.jetstream
+            .create_stream(stream::Config {
+                name: self.name.clone(),
+                subjects: subjects.to_vec(),
+                ..Default::default()
+            })
+            .await
+            .expect("create stream");
+    }
+
+    /// The `[[destinations]]` table of the seed sources to this stream at `url`.
+    fn destination(&self, name: &str, url: &str, extra: &str) -> String {
+        format!(
+            r#"
+[[destinations]]
+name = "{name}"
+type = "nats"
+url = "{url}"
+subject = "{prefix}.{{source}}.{{aggregate}}"
+stream = "{stream}"
+sources = ["presence", "save-game"]
+timeout_s = 1
+lease_margin_s = 1
+max_attempts = 100
+retry_base_s = 1
+retry_max_delay_s = 1
+{extra}
+"#,
+            prefix = self.prefix,
+            stream = self.name,
+        )
+    }
+
+    /// Every message of the stream, in stream order.
+    async fn messages(&self) -> Vec<Received> {
+        let mut stream = self.jetstream.get_stream(&self.name).await.expect("stream");
+        let state = stream.info().await.expect("stream info").state.clone();
+        let mut out = Vec::new();
+        if state.messages == 0 {
+            return out;
+        }
+        for sequence in state.first_sequence..=state.last_sequence {
+            let message = stream.get_raw_message(sequence).await.expect("message");
+            let headers = message
+                .headers
+                .iter()
+                .map(|(name, values)| {
+                    (
+                        name.to_string(),
+                        values.first().map(|v| v.as_str().to_owned()).unwrap_or_default(),
+                    )
+                })
+                .collect();
+            out.push(Received {
+                subject: message.subject.to_string(),
+                body: message.payload.to_vec(),
+                headers,
+            });
+        }
+        out
+    }
+
+    /// Deletes the stream.
+    async fn delete(&self) {
+        let _ = self.jetstream.delete_stream(&self.name).await;
+    }
+}
+
+/// Every delivery to `destination`, oldest (first applied) first.
+async fn deliveries(server: &TestServer, destination: &str) -> Vec<DeliveryRecord> {
+    let mut items = server
+        .store()
+        .await
+        .deliveries(destination, &DeliveryFilter::default(), 1_000_000, None)
+        .await
+        .expect("deliveries")
+        .items;
+    items.reverse();
+    items
+}
+
+/// Sends `plan` through `publisher` in the background.
+fn publish(
+    publisher: &Publisher,
+    plan: &Arc<Plan>,
+) -> tokio::task::JoinHandle<inhook::tools::simulate::DeliveryReport> {
+    let (publisher, plan) = (publisher.clone(), Arc::clone(plan));
+    tokio::spawn(async move { publisher.deliver(plan).await })
+}
+
+/// Waits until the stream converged in the read API and every delivery to `destination`
+/// is delivered.
+async fn drain(publisher: &Publisher, stream: &Stream, server: &TestServer, destination: &str) {
+    let mismatches = publisher
+        .converge(Arc::new(expected_states(stream)), Duration::from_secs(40))
+        .await
+        .expect("read API");
+    assert!(mismatches.is_empty(), "{} aggregates differ", mismatches.len());
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let deliveries = deliveries(server, destination).await;
+        let delivered = deliveries
+            .iter()
+            .filter(|d| d.status == DeliveryStatus::Delivered)
+            .count();
+        if delivered == deliveries.len() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not forwarded in time: {delivered} of {} delivered",
+            deliveries.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// What the stream holds, against the store's deliveries and event log.
+#[derive(Debug, Default)]
+struct Audit {
+    applied: usize,
+    messages: usize,
+    /// Messages beyond the first of their `webhook-id`.
+    duplicates: usize,
+    /// Deliveries not delivered, or with no message.
+    lost: usize,
+    /// Messages of no delivery.
+    unexpected: usize,
+    /// First messages of an aggregate after a message of it applied later.
+    order_violations: usize,
+    body_mismatches: usize,
+    header_problems: Vec<String>,
+}
+
+impl Audit {
+    async fn of(server: &TestServer, destination: &str, test: &TestStream) -> Self {
+        let deliveries = deliveries(server, destination).await;
+        let logged = server.logged().await;
+        let bodies: HashMap<(&str, &str), &[u8]> = logged
+            .iter()
+            .map(|e| ((e.source.as_str(), e.event_id.as_str()), e.body.as_slice()))
+            .collect();
+        let by_webhook_id: HashMap<&str, (usize, &DeliveryRecord)> = deliveries
+            .iter()
+            .enumerate()
+            .map(|(at, d)| (d.webhook_id.as_str(), (at, d)))
+            .collect();
+        let messages = test.messages().await;
+        let mut audit = Audit {
+            applied: deliveries.len(),
+            messages: messages.len(),
+            ..Audit::default()
+        };
+        let mut seen: HashSet<&str> = HashSet::new();
+        let mut latest: HashMap<&str, usize> = HashMap::new();
+        for message in &messages {
+            let id = message.headers.get("webhook-id").map(String::as_str);
+            let Some((at, delivery)) = id.and_then(|id| by_webhook_id.get(id)) else {
+                audit.unexpected += 1;
+                continue;
+            };
+            if !seen.insert(delivery.webhook_id.as_str()) {
+                audit.duplicates += 1;
+                continue;
+            }
+            let key = (delivery.source.as_str(), delivery.event_id.as_str());
+            if bodies.get(&key) != Some(&message.body.as_slice()) {
+                audit.body_mismatches += 1;
+            }
+            let before = latest.entry(delivery.aggregate.as_str()).or_insert(*at);
+            if *at < *before {
+                audit.order_violations += 1;
+            }
+            *before = (*before).max(*at);
+            for name in HEADERS {
+                if message.headers.get(name).is_none_or(String::is_empty) {
+                    audit.header_problems.push(format!("{name} missing"));
+                }
+            }
+            let expect = [
+                ("inhook-event-id", delivery.event_id.as_str()),
+                ("inhook-source", delivery.source.as_str()),
+                ("Nats-Msg-Id", delivery.webhook_id.as_str()),
+            ];
+            for (name, value) in expect {
+                if message.headers.get(name).map(String::as_str) != Some(value) {
+                    audit.header_problems.push(format!("{name} of {}", delivery.event_id));
+                }
+            }
+            let subject = format!("{}.{}.", test.prefix, delivery.source);
+            if !message.subject.starts_with(&subject) {
+                audit
+                    .header_problems
+                    .push(format!("subject {} of {}", message.subject, delivery.event_id));
+            }
+        }
+        audit.lost = deliveries
+            .iter()
+            .filter(|d| {
+                d.status != DeliveryStatus::Delivered || !seen.contains(d.webhook_id.as_str())
+            })
+            .count();
+        audit
+    }
+
+    /// Every applied event once, in order, byte for byte, with its headers.
+    fn assert_clean(&self, min_applied: usize) {
+        assert_eq!(self.lost, 0, "applied events not in the stream: {self:?}");
+        assert_eq!(self.unexpected, 0, "messages of no delivery");
+        assert_eq!(self.duplicates, 0, "a webhook-id stored twice");
+        assert_eq!(self.order_violations, 0, "out of applied order");
+        assert_eq!(self.body_mismatches, 0, "a body not byte for byte");
+        assert!(
+            self.header_problems.is_empty(),
+            "{:?}",
+            &self.header_problems[..self.header_problems.len().min(5)]
+        );
+        assert!(self.applied >= min_applied, "too few events: {self:?}");
+    }
+}
+
+/// An admin `POST` (the test servers have no admin token).
+async fn admin_post(server: &TestServer, path: &str) -> (u16, serde_json::Value) {
+    let answer = reqwest::Client::new()
+        .post(format!("{}{path}", server.url))
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .unwrap();
+    let code = answer.status().as_u16();
+    (code, answer.json().await.unwrap_or_default())
+}
+
+/// Reordered, duplicated in-order (inventory deltas) and latest-wins (progress, presence)
+/// events over many aggregates: each once in the stream, in applied order, with its
+/// headers; the stream created by inhook; a replayed delivered delivery stored once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sink_nats_publishes_each_event_once_in_order() {
+    let test = TestStream::fresh().await;
+    let url = format!("nats://{NATS}");
+    let server = TestServer::spawn_with_sources(&test.destination(
+        "bus",
+        &url,
+        "create_stream = true\nconcurrency = 16",
+    ))
+    .await;
+    let started = Instant::now();
+    let (stream, plan) = chaos_stream_of(0x0027_0001, 600, 40);
+    let publisher = chaos_publisher(Endpoint::new(&server.url), 8, 2_000);
+    let report = publish(&publisher, &plan).await.expect("publisher");
+    assert!(report.failures.is_empty(), "{:?}", report.failures.first());
+    drain(&publisher, &stream, &server, "bus").await;
+    let audit = Audit::of(&server, "bus", &test).await;
+    println!(
+        "nats sink: {} events applied, {} messages, in {:.1}s",
+        audit.applied,
+        audit.messages,
+        started.elapsed().as_secs_f64()
+    );
+    audit.assert_clean(200);
+
+    // The last delivery (the latest of its aggregate) replayed: published again with its
+    // Nats-Msg-Id, dropped by the server as a duplicate, delivered all the same.
+    let last = deliveries(&server, "bus").await.pop().expect("a delivery");
+    let (code, body) = admin_post(
+        &server,
+        &format!("/v1/destinations/bus/deliveries/{}/replay", last.id),
+    )
+    .await;
+    assert_eq!(code, 202, "{body}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = server
+            .get(&format!("/v1/destinations/bus/deliveries/{}", last.id))
+            .await;
+        if now.body["status"] == "delivered" && now.body["attempts"].as_i64() > Some(last.attempts)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the replay never went: {}", now.body);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let messages = test.messages().await;
+    let copies = messages
+        .iter()
+        .filter(|m| m.headers.get("webhook-id") == Some(&last.webhook_id))
+        .count();
+    assert_eq!(copies, 1, "the replay was stored again");
+    assert_eq!(messages.len(), audit.messages);
+    test.delete().await;
+}
+
+/// NATS unreachable for a while (a proxy cut, then restored): the circuit opens, nothing is
+/// lost or reordered, and it closes again once the server is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sink_nats_outage_opens_the_circuit_and_loses_nothing() {
+    let test = TestStream::fresh().await;
+    test.create(&[format!("{}.>", test.prefix)]).await;
+    let proxy = TcpProxy::start(NATS.parse::<SocketAddr>().unwrap()).await;
+    let url = format!("nats://{}", proxy.addr());
+    let server = TestServer::spawn_with_sources(&test.destination("bus", &url, "")).await;
+    let (stream, plan) = chaos_stream_of(0x0027_0002, 400, 20);
+    let publisher = chaos_publisher(Endpoint::new(&server.url), 4, 100);
+    let started = Instant::now();
+    let sending = publish(&publisher, &plan);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    proxy.cut();
+    let open = server
+        .wait_for("/v1/destinations", |r| r.body["items"][0]["circuit"] == "open")
+        .await;
+    let bus = &open.body["items"][0];
+    assert_eq!(bus["type"], "nats", "{bus}");
+    assert_eq!(bus["dead"], 0, "{bus}");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    proxy.restore();
+    let report = sending.await.expect("publisher");
+    assert!(report.failures.is_empty(), "{:?}", report.failures.first());
+    drain(&publisher, &stream, &server, "bus").await;
+    let closed = server
+        .wait_for("/v1/destinations", |r| {
+            r.body["items"][0]["circuit"] == "closed"
+        })
+        .await;
+    assert_eq!(closed.body["items"][0]["backlog"], 0);
+    let audit = Audit::of(&server, "bus", &test).await;
+    println!(
+        "nats outage: {} events applied, {} messages, in {:.1}s",
+        audit.applied,
+        audit.messages,
+        started.elapsed().as_secs_f64()
+    );
+    audit.assert_clean(100);
+    test.delete().await;
+}
+
+/// SIGKILLed mid-run and restarted, three times: nothing lost, order kept, and no message
+/// twice (a resend after the kill carries the same `Nats-Msg-Id`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sink_nats_through_sigkills_loses_nothing_and_keeps_order() {
+    let test = TestStream::fresh().await;
+    test.create(&[format!("{}.>", test.prefix)]).await;
+    let url = format!("nats://{NATS}");
+    let mut server = TestServer::spawn_with_sources(&test.destination("bus", &url, "")).await;
+    let (stream, plan) = chaos_stream_of(0x0027_0003, 800, 30);
+    let endpoint = Endpoint::new(&server.url);
+    let publisher = chaos_publisher(endpoint.clone(), 8, 200);
+    let started = Instant::now();
+    let sending = publish(&publisher, &plan);
+    let mut kills = 0;
+    while kills < 3 && !sending.is_finished() {
+        let pause = 500 + rand::random::<u64>() % 700;
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        tokio::task::block_in_place(|| server.restart());
+        endpoint.set(&server.url);
+        kills += 1;
+    }
+    assert!(kills >= 2, "the stream ended after {kills} kills");
+    let report = sending.await.expect("publisher");
+    assert!(report.failures.is_empty(), "{:?}", report.failures.first());
+    drain(&publisher, &stream, &server, "bus").await;
+    let audit = Audit::of(&server, "bus", &test).await;
+    println!(
+        "nats sigkill ({}): {kills} kills, {} events applied, {} messages, in {:.1}s",
+        Backend::fresh_kind(),
+        audit.applied,
+        audit.messages,
+        started.elapsed().as_secs_f64()
+    );
+    audit.assert_clean(300);
+    test.delete().await;
+}
+
+/// Three nodes on one PostgreSQL database publishing to one stream, one of them killed:
+/// nothing lost, order kept per aggregate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sink_nats_from_three_nodes_one_killed_keeps_order() {
+    if Backend::fresh_kind() != "postgres" {
+        eprintln!("several nodes share one database only on PostgreSQL: set INHOOK_TEST_DATABASE");
+        return;
+    }
+    let test = TestStream::fresh().await;
+    test.create(&[format!("{}.>", test.prefix)]).await;
+    let url = format!("nats://{NATS}");
+    let sources = test.destination("bus", &url, "");
+    let first = TestServer::spawn_with_sources(&sources).await;
+    let mut second = TestServer::join_with_sources(&first, &sources).await;
+    let third = TestServer::join_with_sources(&first, &sources).await;
+    let (stream, plan) = chaos_stream_of(0x0027_0004, 800, 30);
+    let endpoint = Endpoint::many(&[&first.url, &second.url, &third.url]);
+    let publisher = chaos_publisher(endpoint.clone(), 12, 300);
+    let started = Instant::now();
+    let sending = publish(&publisher, &plan);
+    tokio::time::sleep(Duration::from_millis(1_000 + rand::random::<u64>() % 1_000)).await;
+    assert!(!sending.is_finished(), "the stream ended before the kill");
+    tokio::task::block_in_place(|| second.kill9());
+    endpoint.remove(&second.url);
+    let report = sending.await.expect("publisher");
+    assert!(report.failures.is_empty(), "{:?}", report.failures.first());
+    drain(&publisher, &stream, &first, "bus").await;
+    let audit = Audit::of(&first, "bus", &test).await;
+    println!(
+        "nats three nodes: {} events applied, {} messages, in {:.1}s",
+        audit.applied,
+        audit.messages,
+        started.elapsed().as_secs_f64()
+    );
+    audit.assert_clean(300);
+    drop(third);
+    test.delete().await;
+}
+
+/// Runs `inhook serve` on `server`'s config, expecting it to refuse to start; its stderr.
+fn refused_start(server: &TestServer) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_inhook"))
+        .arg("serve")
+        .arg("--config")
+        .arg(server.config_path())
+        .env_remove("INHOOK_PRESENCE_SECRET")
+        .env_remove("INHOOK_SAVE_GAME_SECRET")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run inhook");
+    assert!(
+        !output.status.success(),
+        "started: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A stream that does not exist (and may not be created), or whose subjects do not take
+/// the destination's: the node refuses to start, naming the destination and the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sink_nats_refuses_to_start_on_a_missing_stream_or_foreign_subject() {
+    let test = TestStream::fresh().await;
+    let url = format!("nats://{NATS}");
+    let missing = TestServer::unstarted("", "", &test.destination("bus", &url, "")).await;
+    let said = refused_start(&missing);
+    assert!(said.contains("destination \"bus\""), "{said}");
+    assert!(said.contains(&format!("stream \"{}\" does not exist", test.name)), "{said}");
+    assert!(said.contains("create_stream"), "{said}");
+
+    test.create(&[format!("{}.presence.>", test.prefix)]).await;
+    let foreign = TestServer::unstarted("", "", &test.destination("bus", &url, "")).await;
+    let said = refused_start(&foreign);
+    assert!(said.contains("destination \"bus\""), "{said}");
+    assert!(said.contains("subject "), "{said}");
+    test.delete().await;
+}
+
+/// The URL's credentials (a user and password, or a token) appear nowhere: not in
+/// `GET /v1/destinations`, the server's log, nor `inhook deliveries`; they are still used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sink_nats_never_shows_the_urls_credentials() {
+    let test = TestStream::fresh().await;
+    test.create(&[format!("{}.>", test.prefix)]).await;
+    let closed_port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let mut sources = test.destination(
+        "bus",
+        &format!("nats://natsuser-x7:pw-9f2kq@{NATS}"),
+        "",
+    );
+    sources.push_str(&test.destination(
+        "down",
+        &format!("nats://tok-3vq8z@127.0.0.1:{closed_port}"),
+        "",
+    ));
+    let mut server = TestServer::unstarted("", "", &sources).await;
+    server.start();
+    let (stream, plan) = chaos_stream_of(0x0027_0006, 60, 6);
+    let publisher = chaos_publisher(Endpoint::new(&server.url), 4, 2_000);
+    let report = publish(&publisher, &plan).await.expect("publisher");
+    assert!(report.failures.is_empty());
+    drain(&publisher, &stream, &server, "bus").await;
+    server
+        .wait_for("/v1/destinations", |r| {
+            r.body["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|d| d["name"] == "down" && d["last_error"].is_string())
+        })
+        .await;
+    let listed = server.get("/v1/destinations").await.body.to_string();
+    let (ok, cli) = server.cli(&["deliveries", "--destination", "down"]);
+    assert!(ok, "{cli}");
+    let (ok, cli_bus) = server.cli(&["deliveries", "--destination", "bus"]);
+    assert!(ok, "{cli_bus}");
+    assert!(server.terminate());
+    let log = std::fs::read_to_string(server.dir().join("server.log")).unwrap_or_default();
+    assert!(listed.contains("nats://***@"), "{listed}");
+    for secret in ["natsuser-x7", "pw-9f2kq", "tok-3vq8z"] {
+        for (what, text) in [
+            ("GET /v1/destinations", &listed),
+            ("the log", &log),
+            ("inhook deliveries", &cli),
+            ("inhook deliveries", &cli_bus),
+        ] {
+            assert!(!text.contains(secret), "{what} shows {secret}: {text}");
+        }
+    }
+    Audit::of(&server, "bus", &test).await.assert_clean(20);
+    test.delete().await;
+}
