@@ -8,17 +8,15 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use async_nats::jetstream::context::{
-    CreateStreamErrorKind, GetStreamErrorKind, PublishErrorKind,
-};
+use async_nats::jetstream::context::{CreateStreamErrorKind, GetStreamErrorKind, PublishErrorKind};
 use async_nats::jetstream::stream::{Config as StreamConfig, StorageType};
 use async_nats::jetstream::{self, ErrorCode};
 use async_nats::{ConnectErrorKind, ConnectOptions, HeaderMap};
 use tokio::sync::Mutex;
 
 use super::{Outgoing, Sink, Unready, Unsendable};
-use crate::config::template::{Piece, Template};
 use crate::config::target::NatsTarget;
+use crate::config::template::{Piece, Template};
 use crate::config::DestinationConfig;
 use crate::forward::answer::{AttemptResult, DeclineKind};
 
@@ -108,8 +106,7 @@ impl NatsSink {
     async fn connection(&self, limit: Duration) -> Result<Connection, Failure> {
         let mut slot = self.connection.lock().await;
         if let Some(connection) = slot.as_ref() {
-            if connection.client.connection_state() != async_nats::connection::State::Disconnected
-            {
+            if connection.client.connection_state() != async_nats::connection::State::Disconnected {
                 return Ok(connection.clone());
             }
             // The client would reconnect by itself and hold our messages meanwhile; a fresh
@@ -212,7 +209,9 @@ impl NatsSink {
                 }
             }
             Err(err) => match err.kind() {
-                GetStreamErrorKind::JetStream(js) if js.error_code() == ErrorCode::STREAM_NOT_FOUND => {
+                GetStreamErrorKind::JetStream(js)
+                    if js.error_code() == ErrorCode::STREAM_NOT_FOUND =>
+                {
                     if self.target.create_stream {
                         self.create_stream(&connection, &pattern).await
                     } else {
@@ -336,7 +335,10 @@ impl Failure {
             // A setup the node can never connect with stops the start, naming the key.
             Failure::Setup(why) if why.starts_with("tls_ca_file") => Unready::Refused {
                 key: "tls_ca_file",
-                why: why.trim_start_matches("tls_ca_file").trim_start().to_owned(),
+                why: why
+                    .trim_start_matches("tls_ca_file")
+                    .trim_start()
+                    .to_owned(),
             },
             Failure::Setup(why) => Unready::Refused { key: "url", why },
             Failure::Connect(why) => Unready::Unreachable(why),
@@ -359,7 +361,11 @@ fn endpoint(url: &str) -> Result<Endpoint, String> {
     let tls = match parsed.scheme() {
         "nats" => false,
         "tls" => true,
-        other => return Err(format!("url has scheme {other:?}: expected nats:// or tls://")),
+        other => {
+            return Err(format!(
+                "url has scheme {other:?}: expected nats:// or tls://"
+            ))
+        }
     };
     let host = parsed
         .host_str()
@@ -572,10 +578,7 @@ mod tests {
         let user = endpoint("tls://al%40x:p%3Ass@nats.example").unwrap();
         assert_eq!(user.server, "tls://nats.example:4222");
         assert!(user.tls);
-        assert_eq!(
-            user.auth,
-            Auth::UserPassword("al@x".into(), "p:ss".into())
-        );
+        assert_eq!(user.auth, Auth::UserPassword("al@x".into(), "p:ss".into()));
         assert_eq!(format!("{:?}", user.auth), "UserPassword(***)");
         let token = endpoint("nats://s3cret@[::1]:4333").unwrap();
         assert_eq!(token.server, "nats://[::1]:4333");
@@ -593,7 +596,12 @@ mod tests {
         assert_eq!(stream_subject(&pattern("a.b.c")), "a.b.c");
         assert_eq!(stream_subject(&pattern("{source}.x.{aggregate}")), "*.x.*");
         assert_eq!(stream_subject(&pattern("a.pre-{source}.z")), "a.>");
-        for text in ["webhooks.{source}.{aggregate}", "a.b.c", "{source}.x", "a.x{source}.z"] {
+        for text in [
+            "webhooks.{source}.{aggregate}",
+            "a.b.c",
+            "{source}.x",
+            "a.x{source}.z",
+        ] {
             let p = pattern(text);
             assert!(covers(&stream_subject(&p), &p), "{text}");
         }

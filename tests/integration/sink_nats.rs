@@ -112,7 +112,10 @@ retry_max_delay_s = 1
                 .map(|(name, values)| {
                     (
                         name.to_string(),
-                        values.first().map(|v| v.as_str().to_owned()).unwrap_or_default(),
+                        values
+                            .first()
+                            .map(|v| v.as_str().to_owned())
+                            .unwrap_or_default(),
                     )
                 })
                 .collect();
@@ -160,7 +163,11 @@ async fn drain(publisher: &Publisher, stream: &Stream, server: &TestServer, dest
         .converge(Arc::new(expected_states(stream)), Duration::from_secs(40))
         .await
         .expect("read API");
-    assert!(mismatches.is_empty(), "{} aggregates differ", mismatches.len());
+    assert!(
+        mismatches.is_empty(),
+        "{} aggregates differ",
+        mismatches.len()
+    );
     let deadline = Instant::now() + Duration::from_secs(40);
     loop {
         let deliveries = deliveries(server, destination).await;
@@ -249,14 +256,17 @@ impl Audit {
             ];
             for (name, value) in expect {
                 if message.headers.get(name).map(String::as_str) != Some(value) {
-                    audit.header_problems.push(format!("{name} of {}", delivery.event_id));
+                    audit
+                        .header_problems
+                        .push(format!("{name} of {}", delivery.event_id));
                 }
             }
             let subject = format!("{}.{}.", test.prefix, delivery.source);
             if !message.subject.starts_with(&subject) {
-                audit
-                    .header_problems
-                    .push(format!("subject {} of {}", message.subject, delivery.event_id));
+                audit.header_problems.push(format!(
+                    "subject {} of {}",
+                    message.subject, delivery.event_id
+                ));
             }
         }
         audit.lost = deliveries
@@ -284,26 +294,15 @@ impl Audit {
     }
 }
 
-/// An admin `POST` (the test servers have no admin token).
-async fn admin_post(server: &TestServer, path: &str) -> (u16, serde_json::Value) {
-    let answer = reqwest::Client::new()
-        .post(format!("{}{path}", server.url))
-        .json(&serde_json::json!({}))
-        .send()
-        .await
-        .unwrap();
-    let code = answer.status().as_u16();
-    (code, answer.json().await.unwrap_or_default())
-}
-
 /// Reordered, duplicated in-order (inventory deltas) and latest-wins (progress, presence)
 /// events over many aggregates: each once in the stream, in applied order, with its
-/// headers; the stream created by inhook; a replayed delivered delivery stored once.
+/// headers; the stream created by inhook; a delivery sent again (a crash after its PubAck)
+/// stored once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_nats_publishes_each_event_once_in_order() {
     let test = TestStream::fresh().await;
     let url = format!("nats://{NATS}");
-    let server = TestServer::spawn_with_sources(&test.destination(
+    let mut server = TestServer::spawn_with_sources(&test.destination(
         "bus",
         &url,
         "create_stream = true\nconcurrency = 16",
@@ -324,15 +323,18 @@ async fn sink_nats_publishes_each_event_once_in_order() {
     );
     audit.assert_clean(200);
 
-    // The last delivery (the latest of its aggregate) replayed: published again with its
-    // Nats-Msg-Id, dropped by the server as a duplicate, delivered all the same.
+    // The node dies after the PubAck of the last delivery, before it recorded it (its row
+    // set back to pending while the node is down): sent again with its Nats-Msg-Id, the
+    // server drops it as a duplicate, and it is delivered all the same.
     let last = deliveries(&server, "bus").await.pop().expect("a delivery");
-    let (code, body) = admin_post(
-        &server,
-        &format!("/v1/destinations/bus/deliveries/{}/replay", last.id),
-    )
-    .await;
-    assert_eq!(code, 202, "{body}");
+    tokio::task::block_in_place(|| server.kill9());
+    let undo = format!(
+        "UPDATE deliveries SET status = 'pending', next_attempt_at = 0, delivered_at = NULL \
+         WHERE id = {};",
+        last.id
+    );
+    server.run_sql(&undo, &undo).await;
+    tokio::task::block_in_place(|| server.start());
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let now = server
@@ -342,7 +344,7 @@ async fn sink_nats_publishes_each_event_once_in_order() {
         {
             break;
         }
-        assert!(Instant::now() < deadline, "the replay never went: {}", now.body);
+        assert!(Instant::now() < deadline, "never sent again: {}", now.body);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let messages = test.messages().await;
@@ -371,7 +373,9 @@ async fn sink_nats_outage_opens_the_circuit_and_loses_nothing() {
     tokio::time::sleep(Duration::from_millis(800)).await;
     proxy.cut();
     let open = server
-        .wait_for("/v1/destinations", |r| r.body["items"][0]["circuit"] == "open")
+        .wait_for("/v1/destinations", |r| {
+            r.body["items"][0]["circuit"] == "open"
+        })
         .await;
     let bus = &open.body["items"][0];
     assert_eq!(bus["type"], "nats", "{bus}");
@@ -502,7 +506,10 @@ async fn sink_nats_refuses_to_start_on_a_missing_stream_or_foreign_subject() {
     let missing = TestServer::unstarted("", "", &test.destination("bus", &url, "")).await;
     let said = refused_start(&missing);
     assert!(said.contains("destination \"bus\""), "{said}");
-    assert!(said.contains(&format!("stream \"{}\" does not exist", test.name)), "{said}");
+    assert!(
+        said.contains(&format!("stream \"{}\" does not exist", test.name)),
+        "{said}"
+    );
     assert!(said.contains("create_stream"), "{said}");
 
     test.create(&[format!("{}.presence.>", test.prefix)]).await;
@@ -523,11 +530,7 @@ async fn sink_nats_never_shows_the_urls_credentials() {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         probe.local_addr().unwrap().port()
     };
-    let mut sources = test.destination(
-        "bus",
-        &format!("nats://natsuser-x7:pw-9f2kq@{NATS}"),
-        "",
-    );
+    let mut sources = test.destination("bus", &format!("nats://natsuser-x7:pw-9f2kq@{NATS}"), "");
     sources.push_str(&test.destination(
         "down",
         &format!("nats://tok-3vq8z@127.0.0.1:{closed_port}"),
