@@ -134,6 +134,26 @@ retry_max_delay_s = 1
     }
 }
 
+impl Drop for TestStream {
+    /// Deletes the stream of a test that failed before it could (on its own thread: the
+    /// test's runtime may be gone or blocked).
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async {
+                if let Ok(client) = async_nats::connect(NATS).await {
+                    let _ = jetstream::new(client).delete_stream(&name).await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
 /// Every delivery to `destination`, oldest (first applied) first.
 async fn deliveries(server: &TestServer, destination: &str) -> Vec<DeliveryRecord> {
     let mut items = server
@@ -380,6 +400,12 @@ async fn sink_nats_outage_opens_the_circuit_and_loses_nothing() {
     let bus = &open.body["items"][0];
     assert_eq!(bus["type"], "nats", "{bus}");
     assert_eq!(bus["dead"], 0, "{bus}");
+    let error = bus["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with("connection failed: NATS") || error.starts_with("no answer within"),
+        "{bus}"
+    );
+    assert!(!error.contains(&proxy.addr().port().to_string()), "{bus}");
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     proxy.restore();
     let report = sending.await.expect("publisher");
