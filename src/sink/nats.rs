@@ -132,7 +132,10 @@ impl NatsSink {
         let client = options
             .connect(endpoint.server.as_str())
             .await
-            .map_err(|err| Failure::Connect(describe_connect(err.kind())))?;
+            .map_err(|err| {
+                let cause = std::error::Error::source(&err).map(crate::outbound::describe_error);
+                Failure::Connect(describe_connect(err.kind(), cause, &self.url))
+            })?;
         let mut jetstream = jetstream::new(client.clone());
         jetstream.set_timeout(limit);
         let connection = Connection {
@@ -180,7 +183,18 @@ impl NatsSink {
         };
         match acked {
             Ok(_ack) => AttemptResult::Delivered { status: None },
-            Err(err) => publish_failure(err.kind(), &err.to_string(), &subject, self.timeout_s),
+            Err(err) => {
+                if err.kind() == PublishErrorKind::StreamNotFound && self.target.create_stream {
+                    // The server was down when the node started, or the stream was deleted
+                    // since: created now, this attempt still fails and the retry lands.
+                    let pattern = subject_pattern(&self.target.subject);
+                    if let Err(unready) = self.create_stream(&connection, &pattern).await {
+                        tracing::warn!(stream = %self.target.stream, problem = %unready,
+                                       "the NATS stream could not be created");
+                    }
+                }
+                publish_failure(err.kind(), &err.to_string(), &subject, self.timeout_s)
+            }
         }
     }
 
@@ -389,20 +403,35 @@ fn endpoint(url: &str) -> Result<Endpoint, String> {
     })
 }
 
-/// A connection failure as a person reads it: the kind only, never the URL (the server
-/// address async-nats got holds no credentials, but its errors are not shown either).
-fn describe_connect(kind: ConnectErrorKind) -> String {
+/// A connection failure as a person reads it: its kind, and its cause (an I/O or TLS
+/// error) unless that holds any part of the URL's credentials; never the URL.
+fn describe_connect(kind: ConnectErrorKind, cause: Option<String>, url: &str) -> String {
     let what = match kind {
         ConnectErrorKind::ServerParse => "the URL could not be read",
         ConnectErrorKind::Dns => "the host name could not be resolved",
         ConnectErrorKind::Authentication => "authentication failed",
         ConnectErrorKind::AuthorizationViolation => "the server refused the credentials",
         ConnectErrorKind::TimedOut => "connecting timed out",
-        ConnectErrorKind::Tls => "the TLS handshake failed",
+        ConnectErrorKind::Tls => "the TLS setup failed",
         ConnectErrorKind::Io => "the server could not be reached",
         ConnectErrorKind::MaxReconnects => "the server could not be reached again",
     };
-    format!("NATS: {what}")
+    let secrets: Vec<String> = match endpoint(url).map(|e| e.auth) {
+        Ok(Auth::Token(token)) => vec![token],
+        Ok(Auth::UserPassword(user, password)) => vec![user, password],
+        _ => vec![],
+    };
+    match cause {
+        Some(cause)
+            if !cause.contains(url)
+                && !secrets
+                    .iter()
+                    .any(|s| !s.is_empty() && cause.contains(s.as_str())) =>
+        {
+            format!("NATS: {what}: {cause}")
+        }
+        _ => format!("NATS: {what}"),
+    }
 }
 
 /// How a failed publish ends the attempt. `detail` is the client's error (it holds no URL).
@@ -584,8 +613,17 @@ mod tests {
         assert_eq!(token.server, "nats://[::1]:4333");
         assert_eq!(token.auth, Auth::Token("s3cret".into()));
         assert!(endpoint("http://host").unwrap_err().contains("scheme"));
-        let shown = describe_connect(ConnectErrorKind::Io);
-        assert!(!shown.contains("pw"), "{shown}");
+        let url = "nats://natsuser:pw-x@h";
+        let refused = Some("Connection refused (os error 111)".to_owned());
+        assert_eq!(
+            describe_connect(ConnectErrorKind::Io, refused, url),
+            "NATS: the server could not be reached: Connection refused (os error 111)"
+        );
+        let telling = Some("no user natsuser with password pw-x".to_owned());
+        assert_eq!(
+            describe_connect(ConnectErrorKind::AuthorizationViolation, telling, url),
+            "NATS: the server refused the credentials"
+        );
     }
 
     #[test]

@@ -599,3 +599,150 @@ async fn sink_nats_never_shows_the_urls_credentials() {
     Audit::of(&server, "bus", &test).await.assert_clean(20);
     test.delete().await;
 }
+
+/// A NATS server behind TLS as a `tls://` URL sees it: the server's `INFO` line in plain
+/// text (saying TLS is required), then a TLS handshake with a certificate for `localhost`
+/// issued by a private CA, then the NATS protocol inside TLS. Answers the port and the
+/// CA's PEM file.
+fn nats_tls_front(dir: &std::path::Path) -> (u16, std::path::PathBuf) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    let (ca_params, ca_key, ca_cert) = crate::support::tls::self_signed_ca("inhook nats CA");
+    let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .signed_by(&leaf_key, &issuer)
+        .unwrap();
+    let ca_file = dir.join("nats-ca.pem");
+    std::fs::write(&ca_file, ca_cert.pem()).unwrap();
+    let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![leaf.der().clone()],
+        rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
+    )
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            loop {
+                let Ok((mut client, _)) = listener.accept().await else {
+                    return;
+                };
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(upstream) = tokio::net::TcpStream::connect(NATS).await else {
+                        return;
+                    };
+                    let mut upstream = BufReader::new(upstream);
+                    let mut info = String::new();
+                    if upstream.read_line(&mut info).await.is_err() {
+                        return;
+                    }
+                    let Some(json) = info.trim_end().strip_prefix("INFO ") else {
+                        return;
+                    };
+                    let mut json: serde_json::Value = serde_json::from_str(json).unwrap();
+                    json["tls_required"] = serde_json::Value::Bool(true);
+                    let line = format!("INFO {json}\r\n");
+                    if client.write_all(line.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    // A client that refuses the certificate ends here.
+                    let Ok(mut tls) = acceptor.accept(client).await else {
+                        return;
+                    };
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut upstream).await;
+                });
+            }
+        });
+    });
+    (port, ca_file)
+}
+
+/// `tls://` with `tls_ca_file`: published over TLS verified against the private CA; the
+/// same server without the CA file fails the handshake, and says so without the URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sink_nats_over_tls_verifies_against_tls_ca_file() {
+    let test = TestStream::fresh().await;
+    test.create(&[format!("{}.>", test.prefix)]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (port, ca_file) = nats_tls_front(dir.path());
+    let url = format!("tls://localhost:{port}");
+    let mut sources = test.destination(
+        "bus",
+        &url,
+        &format!("tls_ca_file = {:?}", ca_file.display().to_string()),
+    );
+    sources.push_str(&test.destination("untrusted", &url, ""));
+    let server = TestServer::spawn_with_sources(&sources).await;
+    let (stream, plan) = chaos_stream_of(0x0027_0007, 80, 8);
+    let publisher = chaos_publisher(Endpoint::new(&server.url), 4, 2_000);
+    let report = publish(&publisher, &plan).await.expect("publisher");
+    assert!(report.failures.is_empty(), "{:?}", report.failures.first());
+    drain(&publisher, &stream, &server, "bus").await;
+    Audit::of(&server, "bus", &test).await.assert_clean(20);
+    let listed = server
+        .wait_for("/v1/destinations", |r| {
+            r.body["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|d| d["name"] == "untrusted" && d["last_error"].is_string())
+        })
+        .await;
+    let untrusted = listed.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "untrusted")
+        .unwrap()
+        .clone();
+    let error = untrusted["last_error"].as_str().unwrap();
+    assert!(
+        error.starts_with("connection failed: NATS: ") && error.contains("certificate"),
+        "{untrusted}"
+    );
+    assert!(!error.contains(&port.to_string()), "{untrusted}");
+}
+
+/// NATS unreachable when the node starts (`create_stream = true`): the node starts all the
+/// same, and once the server is back the stream is created and every event lands in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sink_nats_creates_its_stream_once_the_server_is_back() {
+    let test = TestStream::fresh().await;
+    let proxy = TcpProxy::start(NATS.parse::<SocketAddr>().unwrap()).await;
+    proxy.cut();
+    let url = format!("nats://{}", proxy.addr());
+    let server =
+        TestServer::spawn_with_sources(&test.destination("bus", &url, "create_stream = true"))
+            .await;
+    let (stream, plan) = chaos_stream_of(0x0027_0008, 80, 8);
+    let publisher = chaos_publisher(Endpoint::new(&server.url), 4, 2_000);
+    let report = publish(&publisher, &plan).await.expect("publisher");
+    assert!(report.failures.is_empty(), "{:?}", report.failures.first());
+    server
+        .wait_for("/v1/destinations", |r| {
+            r.body["items"][0]["last_error"]
+                .as_str()
+                .is_some_and(|e| e.starts_with("connection failed"))
+        })
+        .await;
+    proxy.restore();
+    drain(&publisher, &stream, &server, "bus").await;
+    Audit::of(&server, "bus", &test).await.assert_clean(20);
+    test.delete().await;
+}
