@@ -127,7 +127,10 @@ impl NatsSink {
         .connection_timeout(limit)
         .tls_client_config(tls)
         .require_tls(endpoint.tls)
-        // A dropped client's task stops trying soon; the next send connects afresh.
+        // A dropped client's task tries once more, then stops; the next send connects
+        // afresh. A message that task still held and sends late carries its Nats-Msg-Id:
+        // the server drops it as a duplicate of its resend, which the sender makes before
+        // any later event of the aggregate, so it cannot land out of order.
         .max_reconnects(Some(1));
         let client = options
             .connect(endpoint.server.as_str())
