@@ -94,6 +94,9 @@ pub enum SinkError {
     /// The HTTP client (its TLS setup) could not be built.
     #[error(transparent)]
     Http(#[from] http::HttpClientError),
+    /// A NATS destination's URL or TLS setup cannot be used.
+    #[error(transparent)]
+    Nats(#[from] nats::NatsSinkError),
     /// A Redis destination's URL or TLS setup cannot be used.
     #[error(transparent)]
     Redis(#[from] redis::RedisSinkError),
@@ -120,7 +123,7 @@ impl Sinks {
                 url: destination.url.clone(),
                 timeout_s: destination.timeout_s,
             }),
-            Target::Nats(target) => Arc::new(nats::NatsSink::new(destination, target)),
+            Target::Nats(target) => Arc::new(nats::NatsSink::new(destination, target)?),
             Target::Rabbitmq(_) => return Err(SinkError::NotBuilt("rabbitmq")),
             Target::Redis(target) => Arc::new(redis::RedisSink::new(destination, target)?),
         })

@@ -4,7 +4,6 @@
 //! server. The attempt is delivered on the stream's PubAck (a duplicate's too), the broker
 //! having stored the message.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -23,6 +22,17 @@ use crate::forward::answer::{AttemptResult, DeclineKind};
 /// The port of a `nats://` or `tls://` URL that names none.
 const DEFAULT_PORT: u16 = 4222;
 
+/// Why a NATS destination's sink could not be built; never shows the URL.
+#[derive(Debug, thiserror::Error)]
+pub enum NatsSinkError {
+    /// The URL is not a `nats://` or `tls://` URL naming a host.
+    #[error("{0}")]
+    Url(String),
+    /// The outbound TLS setup failed (`tls_ca_file`, named in the error).
+    #[error(transparent)]
+    Tls(#[from] crate::outbound::ClientSetupError),
+}
+
 /// A destination of `type = "nats"`. Connects on first use and again after a failure; the
 /// one connection is shared by every concurrent send (NATS multiplexes them).
 pub struct NatsSink {
@@ -30,9 +40,12 @@ pub struct NatsSink {
     url: String,
     /// The URL as logs and errors may show it.
     shown: String,
+    /// Where to connect, and as whom.
+    endpoint: Endpoint,
+    /// inhook's outbound TLS (the system's roots plus `tls_ca_file`).
+    tls: rustls::ClientConfig,
     target: NatsTarget,
     timeout_s: u64,
-    tls_ca_file: Option<PathBuf>,
     connection: Mutex<Option<Connection>>,
     /// Numbers connections, so that a failed send drops only the connection it used, not
     /// a newer one another send already made.
@@ -88,22 +101,32 @@ impl std::fmt::Debug for Auth {
 }
 
 impl NatsSink {
-    /// The sink of `destination`, whose target is `target`; does no I/O.
-    pub fn new(destination: &DestinationConfig, target: &NatsTarget) -> Self {
-        NatsSink {
+    /// The sink of `destination`, whose target is `target`: reads `tls_ca_file`, as the
+    /// HTTP client does, so that a bad one stops the start; connects at first use.
+    pub fn new(
+        destination: &DestinationConfig,
+        target: &NatsTarget,
+    ) -> Result<Self, NatsSinkError> {
+        let endpoint = endpoint(&destination.url).map_err(NatsSinkError::Url)?;
+        let tls = crate::outbound::tls_client_config(
+            destination.tls_ca_file.as_deref(),
+            "tls_ca_file",
+        )?;
+        Ok(NatsSink {
             url: destination.url.clone(),
             shown: destination.url_for_display(),
+            endpoint,
+            tls,
             target: target.clone(),
             timeout_s: destination.timeout_s,
-            tls_ca_file: destination.tls_ca_file.clone(),
             connection: Mutex::new(None),
             made: AtomicU64::new(0),
-        }
+        })
     }
 
     /// The shared connection, made now if there is none (the lock held meanwhile, so that
     /// concurrent sends make one, not one each).
-    async fn connection(&self, limit: Duration) -> Result<Connection, Failure> {
+    async fn connection(&self, limit: Duration) -> Result<Connection, String> {
         let mut slot = self.connection.lock().await;
         if let Some(connection) = slot.as_ref() {
             if connection.client.connection_state() != async_nats::connection::State::Disconnected {
@@ -113,10 +136,7 @@ impl NatsSink {
             // connection instead says at once whether the server can be reached.
             *slot = None;
         }
-        let endpoint = endpoint(&self.url).map_err(Failure::Setup)?;
-        let tls = crate::outbound::tls_client_config(self.tls_ca_file.as_deref(), "tls_ca_file")
-            .map_err(|err| Failure::Setup(err.to_string()))?;
-        let options = match endpoint.auth {
+        let options = match self.endpoint.auth.clone() {
             Auth::None => ConnectOptions::new(),
             Auth::Token(token) => ConnectOptions::with_token(token),
             Auth::UserPassword(user, password) => {
@@ -125,19 +145,19 @@ impl NatsSink {
         }
         .name("inhook")
         .connection_timeout(limit)
-        .tls_client_config(tls)
-        .require_tls(endpoint.tls)
+        .tls_client_config(self.tls.clone())
+        .require_tls(self.endpoint.tls)
         // A dropped client's task tries once more, then stops; the next send connects
         // afresh. A message that task still held and sends late carries its Nats-Msg-Id:
         // the server drops it as a duplicate of its resend, which the sender makes before
         // any later event of the aggregate, so it cannot land out of order.
         .max_reconnects(Some(1));
         let client = options
-            .connect(endpoint.server.as_str())
+            .connect(self.endpoint.server.as_str())
             .await
             .map_err(|err| {
                 let cause = std::error::Error::source(&err).map(crate::outbound::describe_error);
-                Failure::Connect(describe_connect(err.kind(), cause, &self.url))
+                describe_connect(err.kind(), cause, &self.url)
             })?;
         let mut jetstream = jetstream::new(client.clone());
         jetstream.set_timeout(limit);
@@ -170,7 +190,7 @@ impl NatsSink {
     ) -> AttemptResult {
         let connection = match self.connection(limit).await {
             Ok(connection) => connection,
-            Err(failure) => return AttemptResult::ConnectionFailed(failure.describe()),
+            Err(failure) => return AttemptResult::ConnectionFailed(failure),
         };
         used.store(connection.number, Ordering::Relaxed);
         let message = jetstream::message::PublishMessage::build()
@@ -206,7 +226,7 @@ impl NatsSink {
         let connection = self
             .connection(limit)
             .await
-            .map_err(|failure| failure.unready())?;
+            .map_err(Unready::Unreachable)?;
         let name = &self.target.stream;
         let pattern = subject_pattern(&self.target.subject);
         match connection.jetstream.get_stream(name).await {
@@ -215,7 +235,7 @@ impl NatsSink {
                 if subjects.iter().any(|filter| covers(filter, &pattern)) {
                     Ok(())
                 } else {
-                    Err(Unready::Refused {
+                    Err(Unready::Missing {
                         key: "subject",
                         why: format!(
                             "{:?} is not within the subjects {subjects:?} of stream {name:?}: \
@@ -232,7 +252,7 @@ impl NatsSink {
                     if self.target.create_stream {
                         self.create_stream(&connection, &pattern).await
                     } else {
-                        Err(Unready::Refused {
+                        Err(Unready::Missing {
                             key: "stream",
                             why: format!(
                                 "{name:?} does not exist on the NATS server: create it, or set \
@@ -267,6 +287,7 @@ impl NatsSink {
             name: name.clone(),
             subjects: vec![stream_subject(pattern)],
             storage: StorageType::File,
+            duplicate_window: Duration::from_secs(self.target.duplicate_window_s),
             ..Default::default()
         };
         match connection.jetstream.create_stream(config).await {
@@ -278,7 +299,7 @@ impl NatsSink {
                 {
                     Ok(())
                 }
-                CreateStreamErrorKind::JetStream(js) => Err(Unready::Refused {
+                CreateStreamErrorKind::JetStream(js) => Err(Unready::Missing {
                     key: "stream",
                     why: format!("{name:?} could not be created: {js}"),
                 }),
@@ -302,7 +323,7 @@ impl Sink for NatsSink {
             .target
             .subject
             .render(&message.placed)
-            .map_err(|err| Unsendable(format!("subject: {err}")))?;
+            .map_err(Unsendable::InvalidName)?;
         let headers = header_map(&message.headers)?;
         let used = AtomicU64::new(0);
         let result = tokio::time::timeout(
@@ -328,38 +349,6 @@ impl Sink for NatsSink {
                     self.shown, self.timeout_s
                 )))
             })
-    }
-}
-
-/// Why no connection could be had.
-#[derive(Debug)]
-enum Failure {
-    /// The URL or TLS setup is wrong (the words name the key).
-    Setup(String),
-    /// The server could not be reached or refused us.
-    Connect(String),
-}
-
-impl Failure {
-    fn describe(&self) -> String {
-        match self {
-            Failure::Setup(why) | Failure::Connect(why) => why.clone(),
-        }
-    }
-
-    fn unready(self) -> Unready {
-        match self {
-            // A setup the node can never connect with stops the start, naming the key.
-            Failure::Setup(why) if why.starts_with("tls_ca_file") => Unready::Refused {
-                key: "tls_ca_file",
-                why: why
-                    .trim_start_matches("tls_ca_file")
-                    .trim_start()
-                    .to_owned(),
-            },
-            Failure::Setup(why) => Unready::Refused { key: "url", why },
-            Failure::Connect(why) => Unready::Unreachable(why),
-        }
     }
 }
 
@@ -474,14 +463,14 @@ fn header_map(headers: &[(&'static str, String)]) -> Result<HeaderMap, Unsendabl
     let mut id = None;
     for (name, value) in headers {
         if value.contains(['\r', '\n']) {
-            return Err(Unsendable(format!("header {name} is invalid")));
+            return Err(Unsendable::Header(name));
         }
         if *name == "webhook-id" {
             id = Some(value.as_str());
         }
         map.insert(*name, value.as_str());
     }
-    let id = id.ok_or_else(|| Unsendable("the message has no webhook-id".to_owned()))?;
+    let id = id.ok_or(Unsendable::Header("webhook-id"))?;
     map.insert(async_nats::header::NATS_MESSAGE_ID, id);
     Ok(map)
 }
@@ -570,7 +559,10 @@ mod tests {
             ("webhook-signature", "v1,secret\r\nvalue".to_owned()),
         ];
         let err = header_map(&headers).unwrap_err().to_string();
-        assert_eq!(err, "header webhook-signature is invalid");
+        assert_eq!(
+            err,
+            "cannot build the request: header webhook-signature is invalid"
+        );
         assert!(header_map(&[("content-type", "x".to_owned())]).is_err());
     }
 
