@@ -108,10 +108,8 @@ impl NatsSink {
         target: &NatsTarget,
     ) -> Result<Self, NatsSinkError> {
         let endpoint = endpoint(&destination.url).map_err(NatsSinkError::Url)?;
-        let tls = crate::outbound::tls_client_config(
-            destination.tls_ca_file.as_deref(),
-            "tls_ca_file",
-        )?;
+        let tls =
+            crate::outbound::tls_client_config(destination.tls_ca_file.as_deref(), "tls_ca_file")?;
         Ok(NatsSink {
             url: destination.url.clone(),
             shown: destination.url_for_display(),
@@ -223,10 +221,7 @@ impl NatsSink {
 
     /// Checks (or creates) the stream and that its subjects take the destination's.
     async fn check_stream(&self, limit: Duration) -> Result<(), Unready> {
-        let connection = self
-            .connection(limit)
-            .await
-            .map_err(Unready::Unreachable)?;
+        let connection = self.connection(limit).await.map_err(Unready::Unreachable)?;
         let name = &self.target.stream;
         let pattern = subject_pattern(&self.target.subject);
         match connection.jetstream.get_stream(name).await {

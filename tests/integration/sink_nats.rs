@@ -6,7 +6,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -342,6 +341,17 @@ async fn sink_nats_publishes_each_event_once_in_order() {
         started.elapsed().as_secs_f64()
     );
     audit.assert_clean(200);
+    let created = test
+        .jetstream
+        .get_stream(&test.name)
+        .await
+        .expect("the stream inhook created")
+        .cached_info()
+        .config
+        .clone();
+    assert_eq!(created.subjects, [format!("{}.>", test.prefix)]);
+    assert_eq!(created.duplicate_window, Duration::from_secs(600));
+    assert_eq!(created.storage, stream::StorageType::File);
 
     // The node dies after the PubAck of the last delivery, before it recorded it (its row
     // set back to pending while the node is down): sent again with its Nats-Msg-Id, the
@@ -504,46 +514,57 @@ async fn sink_nats_from_three_nodes_one_killed_keeps_order() {
     test.delete().await;
 }
 
-/// Runs `inhook serve` on `server`'s config, expecting it to refuse to start; its stderr.
-fn refused_start(server: &TestServer) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_inhook"))
-        .arg("serve")
-        .arg("--config")
-        .arg(server.config_path())
-        .env_remove("INHOOK_PRESENCE_SECRET")
-        .env_remove("INHOOK_SAVE_GAME_SECRET")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run inhook");
-    assert!(
-        !output.status.success(),
-        "started: {}",
-        String::from_utf8_lossy(&output.stdout)
-    );
-    String::from_utf8_lossy(&output.stderr).into_owned()
+/// Waits until `server`'s log holds every one of `words`; the log.
+async fn wait_logged(server: &TestServer, words: &[&str]) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = std::fs::read_to_string(server.dir().join("server.log")).unwrap_or_default();
+        if words.iter().all(|w| log.contains(w)) {
+            return log;
+        }
+        assert!(Instant::now() < deadline, "never logged {words:?}: {log}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// A stream that does not exist (and may not be created), or whose subjects do not take
-/// the destination's: the node refuses to start, naming the destination and the key.
+/// the destination's: the node starts all the same and logs it, naming the key; the
+/// deliveries fail and retry like a 5xx until the stream exists, then all land in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sink_nats_refuses_to_start_on_a_missing_stream_or_foreign_subject() {
+async fn sink_nats_missing_stream_is_logged_and_retried_until_it_exists() {
     let test = TestStream::fresh().await;
     let url = format!("nats://{NATS}");
-    let missing = TestServer::unstarted("", "", &test.destination("bus", &url, "")).await;
-    let said = refused_start(&missing);
-    assert!(said.contains("destination \"bus\""), "{said}");
-    assert!(
-        said.contains(&format!("stream \"{}\" does not exist", test.name)),
-        "{said}"
-    );
-    assert!(said.contains("create_stream"), "{said}");
-
-    test.create(&[format!("{}.presence.>", test.prefix)]).await;
-    let foreign = TestServer::unstarted("", "", &test.destination("bus", &url, "")).await;
-    let said = refused_start(&foreign);
-    assert!(said.contains("destination \"bus\""), "{said}");
-    assert!(said.contains("subject "), "{said}");
+    let server = TestServer::spawn_with_sources(&test.destination("bus", &url, "")).await;
+    let stream_word = format!("stream \"{}\" does not exist", test.name);
+    wait_logged(&server, &["bus", &stream_word, "create_stream"]).await;
+    let (stream, plan) = chaos_stream_of(0x0027_0005, 80, 8);
+    let publisher = chaos_publisher(Endpoint::new(&server.url), 4, 2_000);
+    let report = publish(&publisher, &plan).await.expect("publisher");
+    assert!(report.failures.is_empty(), "{:?}", report.failures.first());
+    let failing = server
+        .wait_for("/v1/destinations", |r| {
+            r.body["items"][0]["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("no JetStream stream takes subject"))
+        })
+        .await;
+    assert_eq!(failing.body["items"][0]["dead"], 0, "{}", failing.body);
+    test.create(&[format!("{}.>", test.prefix)]).await;
+    drain(&publisher, &stream, &server, "bus").await;
+    Audit::of(&server, "bus", &test).await.assert_clean(20);
     test.delete().await;
+
+    let narrow = TestStream::fresh().await;
+    narrow
+        .create(&[format!("{}.presence.>", narrow.prefix)])
+        .await;
+    let server = TestServer::spawn_with_sources(&narrow.destination("bus", &url, "")).await;
+    wait_logged(
+        &server,
+        &["subject ", "is not within the subjects", &narrow.name],
+    )
+    .await;
+    narrow.delete().await;
 }
 
 /// The URL's credentials (a user and password, or a token) appear nowhere: not in
