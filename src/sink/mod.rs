@@ -4,6 +4,7 @@
 //! attempt ended.
 
 pub mod http;
+pub mod rabbitmq;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -98,7 +99,7 @@ impl Sinks {
                 timeout_s: destination.timeout_s,
             }),
             Target::Nats(_) => return Err(SinkError::NotBuilt("nats")),
-            Target::Rabbitmq(_) => return Err(SinkError::NotBuilt("rabbitmq")),
+            Target::Rabbitmq(target) => Arc::new(rabbitmq::RabbitmqSink::new(destination, target)),
             Target::Redis(_) => return Err(SinkError::NotBuilt("redis")),
         })
     }
