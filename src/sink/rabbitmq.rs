@@ -335,9 +335,11 @@ impl Sink for RabbitmqSink {
             Ok(result) => result,
             Err(_) => {
                 // The confirm may still come; a later attempt must not wait behind this one's
-                // connection, which may be the reason it is slow.
-                let stale = self.link.lock().await.take();
-                drop(stale);
+                // connection, which may be the reason it is slow. Another send holding the
+                // lock is connecting anew already, and this one must end now.
+                if let Ok(mut slot) = self.link.try_lock() {
+                    slot.take();
+                }
                 Ok(AttemptResult::TimedOut {
                     after_s: self.timeout_s,
                 })

@@ -35,6 +35,7 @@ mod revocation;
 mod save_game;
 mod signatures;
 mod simulate;
+mod sink_rabbitmq;
 mod slow_clients;
 mod store_conformance;
 mod stream;
