@@ -20,8 +20,8 @@ use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProper
 use tokio::sync::Mutex;
 
 use super::{Outgoing, Sink, Unready, Unsendable};
-use crate::config::template::Template;
 use crate::config::target::RabbitmqTarget;
+use crate::config::template::Template;
 use crate::config::DestinationConfig;
 use crate::forward::answer::{AttemptResult, DeclineKind};
 use crate::outbound::describe_error;
@@ -184,7 +184,7 @@ impl RabbitmqSink {
     /// An error as words, with the URL's password (should a library ever put it there)
     /// masked.
     fn describe(&self, err: &lapin::Error) -> String {
-        scrub(describe_error(err), &self.url)
+        scrub(broker_words(err), &self.url)
     }
 
     /// Publishes one message and waits for its confirm.
@@ -307,7 +307,7 @@ impl RabbitmqSink {
                         why: format!(
                             "{:?} was refused by the broker: {}",
                             self.exchange,
-                            scrub(amqp.to_string(), &self.url)
+                            scrub(amqp.get_message().to_string(), &self.url)
                         ),
                     })
                 }
@@ -383,8 +383,19 @@ fn properties(headers: &[(&'static str, String)]) -> BasicProperties {
 /// connection failing.
 fn failure(err: &lapin::Error, description: String) -> AttemptResult {
     match err.kind() {
-        ErrorKind::ProtocolError(_) => AttemptResult::declined(DeclineKind::ServerError, description),
+        ErrorKind::ProtocolError(_) => {
+            AttemptResult::declined(DeclineKind::ServerError, description)
+        }
         _ => AttemptResult::ConnectionFailed(description),
+    }
+}
+
+/// An error as words: the broker's own reply text for an AMQP error (`NOT_FOUND - no
+/// exchange ...`, `ACCESS_REFUSED - Login was refused ...`), else the error and its causes.
+fn broker_words(err: &lapin::Error) -> String {
+    match err.kind() {
+        ErrorKind::ProtocolError(amqp) => format!("the broker answered {}", amqp.get_message()),
+        _ => describe_error(err),
     }
 }
 
@@ -444,7 +455,11 @@ mod tests {
             "application/json"
         );
         for (name, value) in &headers {
-            assert_eq!(header(&props, name).as_deref(), Some(value.as_str()), "{name}");
+            assert_eq!(
+                header(&props, name).as_deref(),
+                Some(value.as_str()),
+                "{name}"
+            );
         }
         assert_eq!(props.headers().as_ref().unwrap().inner().len(), 4);
     }
@@ -461,6 +476,10 @@ mod tests {
             "NOT_FOUND - no exchange 'x'".into(),
         ))
         .into();
+        assert_eq!(
+            broker_words(&amqp),
+            "the broker answered NOT_FOUND - no exchange 'x'"
+        );
         match failure(&amqp, "protocol error".into()) {
             AttemptResult::Declined(decline) => assert_eq!(decline.kind, DeclineKind::ServerError),
             other => panic!("{other:?}"),

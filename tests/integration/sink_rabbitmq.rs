@@ -345,12 +345,7 @@ impl Audit {
         let logged = server.logged().await;
         let bodies: HashMap<(&str, &str), &[u8]> = logged
             .iter()
-            .map(|e| {
-                (
-                    (e.source.as_str(), e.event_id.as_str()),
-                    e.body.as_slice(),
-                )
-            })
+            .map(|e| ((e.source.as_str(), e.event_id.as_str()), e.body.as_slice()))
             .collect();
         // Per webhook-id: the delivery and its place in its aggregate's applied order.
         let mut place: HashMap<&str, (&DeliveryRecord, usize)> = HashMap::new();
@@ -408,9 +403,18 @@ impl Audit {
         assert_eq!(self.lost, 0, "applied events never read: {self:?}");
         assert_eq!(self.order_violations, 0, "out of applied order: {self:?}");
         assert_eq!(self.unexpected, 0, "messages of no delivery: {self:?}");
-        assert_eq!(self.body_mismatches, 0, "a body not byte for byte: {self:?}");
-        assert_eq!(self.header_mismatches, 0, "metadata not the delivery's: {self:?}");
-        assert_eq!(self.bad_signatures, 0, "a signature that does not verify: {self:?}");
+        assert_eq!(
+            self.body_mismatches, 0,
+            "a body not byte for byte: {self:?}"
+        );
+        assert_eq!(
+            self.header_mismatches, 0,
+            "metadata not the delivery's: {self:?}"
+        );
+        assert_eq!(
+            self.bad_signatures, 0,
+            "a signature that does not verify: {self:?}"
+        );
     }
 }
 
@@ -432,7 +436,10 @@ fn headers_match(message: &Received, delivery: &DeliveryRecord) -> bool {
         && message.header("inhook-event-id") == delivery.event_id
         && message.header("inhook-event-type") == delivery.event_type
         && message.header("inhook-sequence") == delivery.sequence.to_string()
-        && message.header("inhook-attempt").parse::<u32>().is_ok_and(|n| n >= 1)
+        && message
+            .header("inhook-attempt")
+            .parse::<u32>()
+            .is_ok_and(|n| n >= 1)
         && message.content_type.as_deref() == Some(message.header("content-type"))
         && message.delivery_mode == Some(2)
         && message.routing_key.starts_with(&routing_key_prefix)
@@ -538,7 +545,10 @@ async fn sink_rabbitmq_forwards_a_chaotic_stream_once_each_in_order() {
         started.elapsed().as_secs_f64()
     );
     audit.assert_clean();
-    assert!(audit.applied > 200, "too few events to test much: {audit:?}");
+    assert!(
+        audit.applied > 200,
+        "too few events to test much: {audit:?}"
+    );
     assert_eq!(audit.duplicates, 0, "a message read twice: {audit:?}");
     assert!(
         received.iter().all(|m| m.header("inhook-attempt") == "1"),
@@ -627,7 +637,10 @@ async fn sink_rabbitmq_sigkills_lose_nothing_and_keep_order() {
         kills += 1;
     }
     let report = sending.await.expect("publisher task");
-    assert!(kills >= 2, "the stream ended after {kills} kills: send slower");
+    assert!(
+        kills >= 2,
+        "the stream ended after {kills} kills: send slower"
+    );
     assert!(report.failures.is_empty(), "{:?}", report.failures.first());
     drain(
         &publisher,
@@ -743,6 +756,7 @@ async fn sink_rabbitmq_refuses_to_start_on_a_missing_or_mismatched_exchange() {
     .await;
     let (started, output) = serve_outcome(&missing).await;
     assert!(!started, "started on a missing exchange: {output}");
+    println!("missing exchange: {}", output.trim());
     assert!(output.contains("exchange"), "{output}");
     assert!(output.contains(&broker.exchange), "{output}");
     assert!(output.contains("declare = true"), "{output}");
@@ -773,6 +787,7 @@ async fn sink_rabbitmq_refuses_to_start_on_a_missing_or_mismatched_exchange() {
     .await;
     let (started, output) = serve_outcome(&mismatched).await;
     assert!(!started, "started on a mismatched exchange: {output}");
+    println!("mismatched exchange: {}", output.trim());
     assert!(output.contains("exchange"), "{output}");
     broker.clean_up().await;
 }
@@ -792,7 +807,8 @@ async fn sink_rabbitmq_credentials_never_show() {
         "",
     );
     let env_var = inhook::config::destination_url_env_var("orders-amqp");
-    let server = TestServer::spawn_with_sources_env(&config, &[(env_var.as_str(), url.as_str())]).await;
+    let server =
+        TestServer::spawn_with_sources_env(&config, &[(env_var.as_str(), url.as_str())]).await;
     let save = json!({"event_id": "evt_cred_1", "event_type": "progress.saved",
         "player_id": "cred", "save_slot": "s", "sequence": 1,
         "idempotency_key": "evt_cred_1", "data": {}});
@@ -807,6 +823,7 @@ async fn sink_rabbitmq_credentials_never_show() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let shown = item.to_string();
+    println!("a refused login: {shown}");
     assert!(!shown.contains(&password), "{shown}");
     assert_eq!(item["type"], "rabbitmq", "{shown}");
     assert!(item["url"].as_str().unwrap().contains("***@"), "{shown}");
@@ -816,7 +833,9 @@ async fn sink_rabbitmq_credentials_never_show() {
     assert!(!listing.contains(&password), "{listing}");
     let log = std::fs::read_to_string(server.dir().join("server.log")).unwrap_or_default();
     assert!(!log.contains(&password), "the password in the log");
-    let all = server.get_text("/v1/destinations/orders-amqp/deliveries").await;
+    let all = server
+        .get_text("/v1/destinations/orders-amqp/deliveries")
+        .await;
     assert!(!all.contains(&password), "{all}");
     assert!(broker.received().is_empty());
     drop(server);
@@ -869,7 +888,10 @@ async fn sink_rabbitmq_unroutable_messages_die_and_a_replay_delivers_them_in_ord
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let item = listed(&server, "amqp").await;
-    assert_eq!(item["circuit"], "closed", "a refusal opens no circuit: {item}");
+    assert_eq!(
+        item["circuit"], "closed",
+        "a refusal opens no circuit: {item}"
+    );
 
     broker.bind().await;
     let (code, job) = admin_post(&server, "/v1/destinations/amqp/replay", json!({})).await;
@@ -880,7 +902,10 @@ async fn sink_rabbitmq_unroutable_messages_die_and_a_replay_delivers_them_in_ord
         if all.iter().all(|d| d.status == DeliveryStatus::Delivered) {
             break;
         }
-        assert!(Instant::now() < deadline, "not all delivered after the replay");
+        assert!(
+            Instant::now() < deadline,
+            "not all delivered after the replay"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let audit = Audit::of(&server, "amqp", &broker.received()).await;
@@ -890,6 +915,51 @@ async fn sink_rabbitmq_unroutable_messages_die_and_a_replay_delivers_them_in_ord
     );
     audit.assert_clean();
     assert_eq!(audit.duplicates, 0, "{audit:?}");
+    drop(server);
+    broker.clean_up().await;
+}
+
+/// `amqps://` through a TLS front signed by a CA of the test's own: with `tls_ca_file` naming
+/// it the messages arrive; without, the certificate is refused and the attempts fail as
+/// connection failures (retried), naming the certificate problem.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sink_rabbitmq_amqps_trusts_the_tls_ca_file() {
+    let broker = Broker::bound().await;
+    let ca = crate::support::tls::TestCa::new();
+    let port = ca.https_front(BROKER.parse().unwrap());
+    let url = format!("amqps://guest:guest@localhost:{port}/%2f");
+    let trusted = destination(
+        "amqps",
+        &url,
+        &broker.exchange,
+        &format!("tls_ca_file = {:?}", ca.file().display().to_string()),
+    );
+    let untrusted = destination("untrusted", &url, &broker.exchange, "");
+    let server = TestServer::spawn_with_sources(&format!("{trusted}\n{untrusted}")).await;
+    let save = json!({"event_id": "evt_tls_1", "event_type": "progress.saved",
+        "player_id": "tls", "save_slot": "s", "sequence": 1,
+        "idempotency_key": "evt_tls_1", "data": {}});
+    assert_eq!(server.post_save(&save).await.code, 202);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let failed = loop {
+        let read = broker.received();
+        let failed = listed(&server, "untrusted").await;
+        if !read.is_empty() && failed["last_error"].is_string() {
+            break failed;
+        }
+        assert!(Instant::now() < deadline, "{read:?} {failed}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    println!("untrusted certificate: {failed}");
+    let read = broker.received();
+    assert_eq!(
+        read.len(),
+        1,
+        "only the trusting destination delivered: {read:?}"
+    );
+    assert_eq!(read[0].header("inhook-event-id"), "evt_tls_1");
+    let error = failed["last_error"].as_str().unwrap();
+    assert!(error.to_lowercase().contains("certificate"), "{error}");
     drop(server);
     broker.clean_up().await;
 }
