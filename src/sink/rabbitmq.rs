@@ -60,13 +60,13 @@ impl std::fmt::Debug for RabbitmqSink {
 
 /// One connection and its confirm channel; the connection is closed when the last is dropped.
 struct Link {
-    _connection: Connection,
+    connection: Connection,
     channel: Channel,
 }
 
 impl Link {
     fn is_open(&self) -> bool {
-        self._connection.status().connected() && self.channel.status().connected()
+        self.connection.status().connected() && self.channel.status().connected()
     }
 }
 
@@ -119,7 +119,7 @@ impl RabbitmqSink {
             .await
             .map_err(|err| ConnectError::Failed(self.describe(&err)))?;
         let link = Arc::new(Link {
-            _connection: connection,
+            connection,
             channel,
         });
         *slot = Some(Arc::clone(&link));
@@ -266,7 +266,7 @@ impl RabbitmqSink {
             },
             ConnectError::Failed(why) => Unready::Unreachable(why),
         })?;
-        let channel = match link._connection.create_channel().await {
+        let channel = match link.connection.create_channel().await {
             Ok(channel) => channel,
             Err(err) => {
                 self.drop_link(&link).await;
