@@ -7,6 +7,12 @@
 #       forwarding keep up (the backlog stays bounded)? applied → delivered p50/p99;
 #   (b) a destination that answers after 50 ms, concurrency = 32: throughput against
 #       32 / 0.05 s = 640 req/s (the target is 80 %, 512 req/s).
+#   (nats), (rabbitmq), (redis): line (a)'s flat-out ingest with the destination a broker
+#       sink on this machine's NATS JetStream, RabbitMQ or Redis (SPEC §12, issue #27):
+#       delivered means the broker's confirm (PubAck, publisher confirm, XADD reply), so
+#       applied → delivered is receipt → broker-confirmed. Names carry the run's id and are
+#       deleted afterwards; RabbitMQ needs a queue bound to the exchange (python3 + pika,
+#       installed if missing) or every message would come back unroutable.
 # Each line prints ingest req/s, the destination's backlog every second, the drain time
 # after the last answer, deliveries per second during ingest and overall, applied →
 # delivered percentiles (the delivery rows' own timestamps), and the application's
@@ -20,7 +26,7 @@ EVENTS=${1:-20000}
 AGGREGATES=${2:-1000}
 CONNECTIONS=${3:-32}
 SHAPE=${SHAPE:-save-game}
-LINES=${LINES:-0 a b}
+LINES=${LINES:-0 a b nats rabbitmq redis}
 . scripts/lib.sh
 SOURCE=save-game
 [ "$SHAPE" = stripe ] && SOURCE=stripe
@@ -40,20 +46,78 @@ start_listener() {
     return 1
 }
 
-line() { # $1 = label, $2 = the application's delay in ms, or "none" for no destination
-    local dir destination="" forward=() out
+# sink_destination TYPE RUN: the [[destinations]] table of a broker sink named by RUN.
+sink_destination() {
+    case $1 in
+        nats) printf '%s\n' "type = \"nats\"" "url = \"nats://127.0.0.1:4222\"" \
+            "subject = \"bench$2.{source}.{aggregate}\"" "stream = \"BENCH$2\"" "create_stream = true" ;;
+        rabbitmq) printf '%s\n' "type = \"rabbitmq\"" "url = \"amqp://guest:guest@127.0.0.1:5672/%2f\"" \
+            "exchange = \"bench$2\"" "declare = true" "routing_key = \"{source}.{aggregate}\"" ;;
+        redis) printf '%s\n' "type = \"redis\"" "url = \"redis://127.0.0.1:6379/0\"" \
+            "stream = \"bench$2:{source}\"" ;;
+    esac
+}
+
+# amqp RUN declare|delete: declares the run's exchange and a queue bound to all of it, or
+# deletes both (python3 with pika).
+amqp() {
+    python3 -c 'import pika' 2>/dev/null || pip install -q pika >&2
+    python3 - "$1" "$2" <<'PY'
+import sys, pika
+run, action = sys.argv[1], sys.argv[2]
+channel = pika.BlockingConnection(pika.URLParameters("amqp://guest:guest@127.0.0.1:5672/%2f")).channel()
+if action == "declare":
+    channel.exchange_declare(f"bench{run}", "topic", durable=True)
+    channel.queue_declare(f"bench{run}", durable=True)
+    channel.queue_bind(f"bench{run}", f"bench{run}", "#")
+else:
+    channel.queue_delete(f"bench{run}")
+    channel.exchange_delete(f"bench{run}")
+PY
+}
+
+# nats_delete_stream NAME: deletes a JetStream stream over the plain protocol (no CLI needed).
+nats_delete_stream() {
+    exec 3<>/dev/tcp/127.0.0.1/4222
+    printf 'CONNECT {"verbose":false}\r\nPUB $JS.API.STREAM.DELETE.%s 0\r\n\r\nPING\r\n' "$1" >&3
+    timeout 2 grep -q PONG <&3 || true
+    exec 3<&-
+}
+
+# sink_cleanup TYPE RUN: removes what the run put in the broker.
+sink_cleanup() {
+    case $1 in
+        nats) nats_delete_stream "BENCH$2" ;;
+        rabbitmq) amqp "$2" delete ;;
+        redis) redis-cli -n 0 --scan --pattern "bench$2:*" | xargs -r redis-cli -n 0 DEL > /dev/null ;;
+    esac
+}
+
+line() { # $1 = label, $2 = the application's delay in ms, "none" for no destination, or a sink type
+    local dir destination="" forward=() out run=$RANDOM
     dir=$(mktemp -d)
-    if [ "$2" != none ]; then
-        start_listener "$dir" "$2"
-        destination="
+    case $2 in
+        none) ;;
+        nats|rabbitmq|redis)
+            [ "$2" = rabbitmq ] && amqp "$run" declare
+            destination="
+[[destinations]]
+name = \"app\"
+sources = [\"$SOURCE\"]
+concurrency = 32
+$(sink_destination "$2" "$run")"
+            forward=(--forward app) ;;
+        *)
+            start_listener "$dir" "$2"
+            destination="
 [[destinations]]
 name = \"app\"
 url = \"$LURL/hooks\"
 sources = [\"$SOURCE\"]
 secret = \"$DEST_SECRET\"
 concurrency = 32"
-        forward=(--forward app)
-    fi
+            forward=(--forward app) ;;
+    esac
     start_server "$dir" "$(bench_database "$dir")" "$BENCH_SOURCES
 $destination"
     out=$("$BIN" bench --url "$URL" --events "$EVENTS" --aggregates "$AGGREGATES" \
@@ -62,11 +126,14 @@ $destination"
     stop_server
     echo "== $1 =="
     echo "$out"
-    if [ "$2" != none ]; then
-        kill -INT "$LPID"
-        wait "$LPID" 2>/dev/null || true
-        echo "application: $(sed -n 's/^received //p' "$dir/listen.out")"
-    fi
+    case $2 in
+        none) ;;
+        nats|rabbitmq|redis) sink_cleanup "$2" "$run" ;;
+        *)
+            kill -INT "$LPID"
+            wait "$LPID" 2>/dev/null || true
+            echo "application: $(sed -n 's/^received //p' "$dir/listen.out")" ;;
+    esac
     rm -rf "$dir"
 }
 
@@ -75,5 +142,6 @@ for l in $LINES; do
         0) line "0: ingest alone, no destination ($SHAPE, $AGGREGATES aggregates)" none ;;
         a) line "a: ingest with a destination answering at once" 0 ;;
         b) line "b: a destination answering after 50 ms, concurrency 32 (target 512 of 640 req/s)" 50 ;;
+        nats|rabbitmq|redis) line "$l: ingest with a $l sink (delivered = the broker's confirm)" "$l" ;;
     esac
 done

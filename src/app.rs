@@ -110,7 +110,7 @@ impl Application {
         for sender in &mut senders {
             sender.poll = Duration::from_millis(config.forward_poll_ms);
         }
-        Sender::prepare_all(&senders).await?;
+        Sender::prepare_all(&senders).await;
         let circuits = Circuits::of(&senders);
         let wake = Arc::new(Notify::new());
         store.subscribe(Arc::clone(&wake));

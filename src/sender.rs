@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
-use tracing::{debug, warn};
+use tracing::{debug, error, warn};
 
 use crate::clock::Clock;
 use crate::config::template::Placed;
@@ -44,16 +44,6 @@ pub struct SendersError {
     /// Why it failed (boxed: a rare error need not widen every `Result`).
     #[source]
     pub source: Box<SinkError>,
-}
-
-/// A destination whose broker refused its configuration when the node started.
-#[derive(Debug, thiserror::Error)]
-#[error("destination {destination:?}: {refusal}")]
-pub struct SinkRefused {
-    /// The destination.
-    pub destination: String,
-    /// The key at fault and why.
-    pub refusal: Unready,
 }
 
 /// A name for this process in delivery leases: unique per start, so that a restarted
@@ -297,30 +287,29 @@ impl Sender {
     }
 
     /// Prepares every sender's sink at once (a broker's stream or exchange), each within its
-    /// destination's `timeout_s`. A broker that refuses the configuration stops the start; one
-    /// that cannot be reached is logged, and its deliveries retry until it can.
-    pub async fn prepare_all(senders: &[Sender]) -> Result<(), SinkRefused> {
+    /// destination's `timeout_s`. Nothing stops the start (docs/contract.md, sinks): a broker
+    /// that cannot be reached, or lacks what a key names, is logged, and its deliveries
+    /// retry until it can take them.
+    pub async fn prepare_all(senders: &[Sender]) {
         let prepared = futures_util::future::join_all(senders.iter().map(|sender| async move {
             let limit = Duration::from_secs(sender.destination.timeout_s);
             (sender, sender.sink.prepare(limit).await)
         }))
         .await;
         for (sender, prepared) in prepared {
+            let name = &sender.destination.name;
             match prepared {
                 Ok(()) => {}
-                Err(Unready::Unreachable(why)) => {
-                    warn!(destination = %sender.destination.name, problem = %why,
+                Err(Unready::Unreachable(problem)) => {
+                    warn!(destination = %name, %problem,
                           "the destination cannot be reached yet; its deliveries retry until it can");
                 }
-                Err(refusal) => {
-                    return Err(SinkRefused {
-                        destination: sender.destination.name.clone(),
-                        refusal,
-                    })
+                Err(missing @ Unready::Missing { .. }) => {
+                    error!(destination = %name, problem = %missing,
+                           "the destination cannot take messages; its deliveries retry until it can");
                 }
             }
         }
-        Ok(())
     }
 
     /// Runs every sender of `senders` until `shutdown` turns true, waking each on `store_wake`
@@ -704,7 +693,11 @@ impl Sender {
         };
         let result = match self.sink.send(message, limit).await {
             Ok(result) => result,
-            Err(problem) => return dead(format!("cannot build the request: {problem}")),
+            Err(problem) => {
+                warn!(destination = %destination.name, delivery = delivery.id, %problem,
+                      "the message cannot be sent; the delivery is dead");
+                return dead(problem.reason().to_owned());
+            }
         };
         let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
         let done_ms = self.clock.now_ms();

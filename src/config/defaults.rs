@@ -58,6 +58,9 @@ pub const DESTINATION_TIMEOUT_S: u64 = 10;
 pub const DESTINATION_LEASE_MARGIN_S: u64 = 30;
 /// A destination's `concurrency`: 32 requests on the wire, enough to keep one endpoint busy.
 pub const DESTINATION_CONCURRENCY: usize = 32;
+/// The duplicate window of a NATS stream inhook creates (`create_stream`), in seconds: a
+/// resend with the same `Nats-Msg-Id` inside it is dropped by the server.
+pub const NATS_DUPLICATE_WINDOW_S: u64 = 600;
 
 // Limits: bodies, connections, streams.
 

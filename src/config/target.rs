@@ -1,6 +1,7 @@
 //! A destination's `type` and the keys of that type (docs/configuration.md, sinks): where its
 //! messages go, checked when the config is read. A new type is one variant here and its sink.
 
+use super::defaults;
 use super::template::{NameSyntax, Template, TemplateError};
 
 /// Where a destination's messages go, by type.
@@ -23,8 +24,11 @@ pub struct NatsTarget {
     pub subject: Template,
     /// The JetStream stream that must hold the subjects.
     pub stream: String,
-    /// Whether inhook creates the stream when it does not exist (else it is refused at start).
+    /// Whether inhook creates the stream when it does not exist (else each attempt fails
+    /// and retries until someone creates it).
     pub create_stream: bool,
+    /// The duplicate window of a stream inhook creates, in seconds.
+    pub duplicate_window_s: u64,
 }
 
 /// The keys of a `type = "rabbitmq"` destination.
@@ -34,7 +38,8 @@ pub struct RabbitmqTarget {
     pub exchange: String,
     /// Each message's routing key.
     pub routing_key: Template,
-    /// Whether inhook declares the exchange (a durable topic exchange) when it does not exist.
+    /// Whether inhook declares the exchange (a durable topic exchange) when it does not
+    /// exist (else each attempt fails and retries until someone declares it).
     pub declare: bool,
 }
 
@@ -76,6 +81,7 @@ impl Target {
                 "subject" => subject,
                 "stream" => stream,
                 "create_stream" => create_stream,
+                "duplicate_window_s" => duplicate_window_s,
             ]),
             (Target::Rabbitmq(a), Target::Rabbitmq(b)) => changed_keys!(a, b, [
                 "exchange" => exchange,
@@ -100,6 +106,7 @@ pub(super) struct FileTarget {
     pub(super) subject: Option<String>,
     pub(super) stream: Option<String>,
     pub(super) create_stream: Option<bool>,
+    pub(super) duplicate_window_s: Option<u64>,
     pub(super) exchange: Option<String>,
     pub(super) routing_key: Option<String>,
     pub(super) declare: Option<bool>,
@@ -126,10 +133,15 @@ impl FileTarget {
     /// Checks the type and its keys; a key of another type is refused, naming the type it is for.
     pub(super) fn check(self) -> Result<Target, TargetRefusal> {
         let type_name = self.type_name.as_deref().unwrap_or("http");
-        let given: [(&'static str, bool, &'static str); 7] = [
+        let given: [(&'static str, bool, &'static str); 8] = [
             ("subject", self.subject.is_some(), "nats"),
             ("stream", self.stream.is_some(), "nats or redis"),
             ("create_stream", self.create_stream.is_some(), "nats"),
+            (
+                "duplicate_window_s",
+                self.duplicate_window_s.is_some(),
+                "nats",
+            ),
             ("exchange", self.exchange.is_some(), "rabbitmq"),
             ("routing_key", self.routing_key.is_some(), "rabbitmq"),
             ("declare", self.declare.is_some(), "rabbitmq"),
@@ -169,10 +181,18 @@ impl FileTarget {
             "the JetStream stream, e.g. \"WEBHOOKS\"",
         )?;
         check_stream_name(&stream).map_err(|why| refusal("stream", why))?;
+        let duplicate_window_s = self
+            .duplicate_window_s
+            .unwrap_or(defaults::NATS_DUPLICATE_WINDOW_S);
+        if duplicate_window_s == 0 {
+            let why = "must be at least 1: the window in which a resend is dropped";
+            return Err(refusal("duplicate_window_s", why));
+        }
         Ok(Target::Nats(NatsTarget {
             subject,
             stream,
             create_stream: self.create_stream.unwrap_or(false),
+            duplicate_window_s,
         }))
     }
 

@@ -34,9 +34,16 @@ impl NameSyntax {
 pub const MAX_ROUTING_KEY: usize = 255;
 
 /// Bytes a value may not bring into a subject or routing key as they are: `.` would add
-/// a token, `*` and `>` are wildcards, space and controls end the name, and non-ASCII is
-/// written as its UTF-8 bytes (docs/configuration.md, sinks).
-const VALUE_ESCAPED: &AsciiSet = &CONTROLS.add(b' ').add(b'.').add(b'*').add(b'>');
+/// a token, `*`, `>` and `#` are wildcards, space and controls end the name, `%` so that
+/// the value decodes back, and non-ASCII is written as its UTF-8 bytes
+/// (docs/configuration.md, sinks).
+const VALUE_ESCAPED: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'%')
+    .add(b'.')
+    .add(b'*')
+    .add(b'>')
+    .add(b'#');
 
 /// What an empty value (an event without a type) is written as, so that no token is empty.
 pub const EMPTY_VALUE: &str = "_";
@@ -264,7 +271,7 @@ mod tests {
 
     const VALUES: Placed<'static> = Placed {
         source: "stripe",
-        aggregate: "cus 1.a*b>c/é",
+        aggregate: "cus 1.a*b>c/é#%",
         event_type: "order.created",
     };
 
@@ -274,7 +281,7 @@ mod tests {
             Template::parse("webhooks.{source}.{aggregate}", NameSyntax::NatsSubject).unwrap();
         assert_eq!(
             subject.render(&VALUES).unwrap(),
-            "webhooks.stripe.cus%201%2Ea%2Ab%3Ec/%C3%A9"
+            "webhooks.stripe.cus%201%2Ea%2Ab%3Ec/%C3%A9%23%25"
         );
         let key = Template::parse("{source}.{event_type}", NameSyntax::AmqpRoutingKey).unwrap();
         assert_eq!(key.render(&VALUES).unwrap(), "stripe.order%2Ecreated");
@@ -282,7 +289,7 @@ mod tests {
             Template::parse("webhooks:{source}:{aggregate}", NameSyntax::RedisKey).unwrap();
         assert_eq!(
             stream.render(&VALUES).unwrap(),
-            "webhooks:stripe:cus 1.a*b>c/é"
+            "webhooks:stripe:cus 1.a*b>c/é#%"
         );
         assert!(!stream.is_fixed());
         assert!(Template::parse("webhooks", NameSyntax::RedisKey)

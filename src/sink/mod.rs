@@ -5,12 +5,13 @@
 
 pub mod http;
 pub mod rabbitmq;
+pub mod redis;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::template::Placed;
+use crate::config::template::{Placed, RenderError};
 use crate::config::{DestinationConfig, Target};
 use crate::forward::answer::AttemptResult;
 
@@ -27,26 +28,44 @@ pub struct Outgoing<'a> {
 }
 
 /// A message that cannot be sent at all: a bug, or a name its broker cannot take,
-/// reported (and the delivery given up) rather than sent unsigned, altered or elsewhere.
-/// Never holds a header's value.
+/// reported (and the delivery given up, not retried) rather than sent unsigned, altered
+/// or elsewhere. Never holds a header's value.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct Unsendable(pub String);
+pub enum Unsendable {
+    /// A header value the transport cannot carry (a bug: values are encoded).
+    #[error("cannot build the request: header {0} is invalid")]
+    Header(&'static str),
+    /// A value made the subject, routing key or stream name one the broker refuses.
+    #[error("invalid_destination_name: {0}")]
+    InvalidName(#[from] RenderError),
+}
 
-/// Why a sink is not ready to send, found when the node starts.
+impl Unsendable {
+    /// The dead delivery's `last_error` (docs/contract.md, sinks): the reason alone, the
+    /// details going to the log.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Unsendable::Header(_) => "cannot build the request: a header is invalid",
+            Unsendable::InvalidName(_) => "invalid_destination_name",
+        }
+    }
+}
+
+/// Why a sink is not ready to send, found when the node starts. Neither stops the start
+/// (docs/contract.md, sinks): deliveries retry until the broker can take them, and the log
+/// says why they cannot yet.
 #[derive(Debug, thiserror::Error)]
 pub enum Unready {
-    /// The broker said the configuration cannot work (a stream or exchange that does not
-    /// exist and may not be created): the node refuses to start, naming the key.
+    /// The broker lacks what a key names (a stream or exchange that does not exist and
+    /// may not be created): each attempt fails until someone creates it.
     #[error("{key} {why}")]
-    Refused {
+    Missing {
         /// The destination's key at fault.
         key: &'static str,
         /// The words after the key.
         why: String,
     },
-    /// The broker could not be reached: the node starts, and deliveries retry as for any
-    /// failed attempt until it can.
+    /// The broker could not be reached (never the URL or its credentials).
     #[error("{0}")]
     Unreachable(String),
 }
@@ -63,7 +82,7 @@ pub trait Sink: Send + Sync + std::fmt::Debug {
     ) -> Result<AttemptResult, Unsendable>;
 
     /// Connects and checks what the destination's keys name (a stream, an exchange),
-    /// creating it where the configuration allows, within `limit`.
+    /// creating it where the configuration allows (`create_stream`, `declare`), within `limit`.
     async fn prepare(&self, _limit: Duration) -> Result<(), Unready> {
         Ok(())
     }
@@ -75,6 +94,9 @@ pub enum SinkError {
     /// The HTTP client (its TLS setup) could not be built.
     #[error(transparent)]
     Http(#[from] http::HttpClientError),
+    /// A Redis destination's URL or TLS setup cannot be used.
+    #[error(transparent)]
+    Redis(#[from] redis::RedisSinkError),
     /// A type this build cannot send to yet.
     #[error("type {0:?} cannot be sent to by this build")]
     NotBuilt(&'static str),
@@ -100,7 +122,7 @@ impl Sinks {
             }),
             Target::Nats(_) => return Err(SinkError::NotBuilt("nats")),
             Target::Rabbitmq(target) => Arc::new(rabbitmq::RabbitmqSink::new(destination, target)),
-            Target::Redis(_) => return Err(SinkError::NotBuilt("redis")),
+            Target::Redis(target) => Arc::new(redis::RedisSink::new(destination, target)?),
         })
     }
 

@@ -260,7 +260,7 @@ impl RabbitmqSink {
     /// closes the channel it is asked on).
     async fn check_exchange(&self) -> Result<(), Unready> {
         let link = self.link().await.map_err(|err| match err {
-            ConnectError::CaFile(why) => Unready::Refused {
+            ConnectError::CaFile(why) => Unready::Missing {
                 key: "tls_ca_file",
                 why,
             },
@@ -293,7 +293,7 @@ impl RabbitmqSink {
             }
             Err(err) => match err.kind() {
                 ErrorKind::ProtocolError(amqp) if !self.declare && is_not_found(amqp) => {
-                    Err(Unready::Refused {
+                    Err(Unready::Missing {
                         key: "exchange",
                         why: format!(
                             "{:?} does not exist on the broker (declare = true creates it)",
@@ -302,7 +302,7 @@ impl RabbitmqSink {
                     })
                 }
                 ErrorKind::ProtocolError(amqp) if !is_connection_error(amqp) => {
-                    Err(Unready::Refused {
+                    Err(Unready::Missing {
                         key: "exchange",
                         why: format!(
                             "{:?} was refused by the broker: {}",
@@ -330,7 +330,7 @@ impl Sink for RabbitmqSink {
         let routing_key = self
             .routing_key
             .render(&message.placed)
-            .map_err(|err| Unsendable(format!("routing_key {err}")))?;
+            .map_err(Unsendable::InvalidName)?;
         match tokio::time::timeout(limit, self.publish(&routing_key, &message)).await {
             Ok(result) => result,
             Err(_) => {

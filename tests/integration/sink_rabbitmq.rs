@@ -715,80 +715,117 @@ async fn sink_rabbitmq_three_nodes_one_killed_lose_nothing_and_keep_order() {
     broker.clean_up().await;
 }
 
-/// Runs `inhook serve` on `server`'s config (not started) and answers whether it started,
-/// with what it printed; a node that refuses to start exits, one that started is killed.
-async fn serve_outcome(server: &TestServer) -> (bool, String) {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_inhook"))
-        .arg("serve")
-        .arg("--config")
-        .arg(server.config_path())
-        .env_remove("INHOOK_PRESENCE_SECRET")
-        .env_remove("INHOOK_SAVE_GAME_SECRET")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn inhook");
-    match tokio::time::timeout(Duration::from_secs(15), child.wait()).await {
-        Ok(status) => {
-            let output = child.wait_with_output().await.expect("output");
-            let text = String::from_utf8_lossy(&output.stdout).into_owned()
-                + &String::from_utf8_lossy(&output.stderr);
-            (status.expect("wait").success(), text)
+/// The server's log once it holds `needle` (the log is written as the server goes), up to 10 s.
+async fn log_with(server: &TestServer, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = std::fs::read_to_string(server.dir().join("server.log")).unwrap_or_default();
+        if log.contains(needle) {
+            return log;
         }
-        Err(_) => {
-            child.kill().await.expect("kill");
-            (true, String::new())
-        }
+        assert!(Instant::now() < deadline, "{needle:?} never logged: {log}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
-/// A missing exchange without `declare = true` stops the start naming the key; so does an
-/// existing exchange of another type when `declare = true` (the broker refuses the declare).
+/// A missing exchange without `declare = true` does not stop the start: it is logged naming
+/// the key, and the deliveries fail (the broker's reason in `last_error`) and retry until
+/// someone declares it; then they arrive. An exchange of another type with `declare = true`
+/// is logged the same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sink_rabbitmq_refuses_to_start_on_a_missing_or_mismatched_exchange() {
+async fn sink_rabbitmq_a_missing_exchange_is_logged_at_start_and_retried_until_it_exists() {
     let broker = Broker::new(false).await;
-    let missing = TestServer::unstarted(
+    let server = TestServer::spawn_with_sources(&destination(
+        "amqp",
+        &amqp_url(BROKER),
+        &broker.exchange,
         "",
-        "",
-        &destination("amqp", &amqp_url(BROKER), &broker.exchange, ""),
-    )
+    ))
     .await;
-    let (started, output) = serve_outcome(&missing).await;
-    assert!(!started, "started on a missing exchange: {output}");
-    println!("missing exchange: {}", output.trim());
-    assert!(output.contains("exchange"), "{output}");
-    assert!(output.contains(&broker.exchange), "{output}");
-    assert!(output.contains("declare = true"), "{output}");
-    assert!(!output.contains("guest:guest"), "{output}");
+    let log = log_with(&server, "declare = true creates it").await;
+    let line = log
+        .lines()
+        .find(|l| l.contains("declare = true creates it"))
+        .unwrap();
+    println!("missing exchange: {line}");
+    assert!(line.contains("exchange"), "{line}");
+    assert!(line.contains(&broker.exchange), "{line}");
+    assert!(!log.contains("guest:guest"), "{log}");
     assert!(!broker.exchange_exists().await, "nothing was declared");
 
-    // The same name as a direct exchange: a declare of a topic one is refused.
+    let save = json!({"event_id": "evt_missing_1", "event_type": "progress.saved",
+        "player_id": "missing", "save_slot": "s", "sequence": 1,
+        "idempotency_key": "evt_missing_1", "data": {}});
+    assert_eq!(server.post_save(&save).await.code, 202);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let failed = loop {
+        let item = listed(&server, "amqp").await;
+        if item["last_error"].is_string() {
+            break item;
+        }
+        assert!(Instant::now() < deadline, "no failed attempt: {item}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    println!("publishing to a missing exchange: {failed}");
+    let error = failed["last_error"].as_str().unwrap();
+    assert!(error.contains("NOT_FOUND"), "{error}");
+    assert!(error.contains(&broker.exchange), "{error}");
+
+    // Declared and bound: the retry delivers it.
     broker
         .channel
         .exchange_declare(
             broker.exchange.as_str().into(),
+            ExchangeKind::Topic,
+            ExchangeDeclareOptions {
+                durable: true,
+                ..ExchangeDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("declare the exchange");
+    broker.bind().await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while broker.received().is_empty() {
+        assert!(Instant::now() < deadline, "never delivered once declared");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        broker.received()[0].header("inhook-event-id"),
+        "evt_missing_1"
+    );
+    drop(server);
+
+    // An exchange of another type: `declare = true` is refused by the broker, and logged.
+    let direct = Broker::new(false).await;
+    direct
+        .channel
+        .exchange_declare(
+            direct.exchange.as_str().into(),
             ExchangeKind::Direct,
             ExchangeDeclareOptions::default(),
             FieldTable::default(),
         )
         .await
         .expect("declare a direct exchange");
-    let mismatched = TestServer::unstarted(
-        "",
-        "",
-        &destination(
-            "amqp",
-            &amqp_url(BROKER),
-            &broker.exchange,
-            "declare = true",
-        ),
-    )
+    let mismatched = TestServer::spawn_with_sources(&destination(
+        "amqp",
+        &amqp_url(BROKER),
+        &direct.exchange,
+        "declare = true",
+    ))
     .await;
-    let (started, output) = serve_outcome(&mismatched).await;
-    assert!(!started, "started on a mismatched exchange: {output}");
-    println!("mismatched exchange: {}", output.trim());
-    assert!(output.contains("exchange"), "{output}");
+    let log = log_with(&mismatched, "was refused by the broker").await;
+    let line = log
+        .lines()
+        .find(|l| l.contains("was refused by the broker"))
+        .unwrap();
+    println!("mismatched exchange: {line}");
+    assert!(line.contains("exchange"), "{line}");
+    assert!(line.contains(&direct.exchange), "{line}");
+    drop(mismatched);
+    direct.clean_up().await;
     broker.clean_up().await;
 }
 

@@ -109,7 +109,13 @@ async fn a_cut_proxy_closes_and_refuses_connections_until_restored() {
     let _ = open.write_all(b"more").await;
     let read = open.read_to_end(&mut rest).await;
     assert!(read.is_err() || rest.is_empty(), "the open link is closed");
-    assert!(round_trip(proxy.addr()).await.is_none(), "new links refused");
+    assert!(
+        round_trip(proxy.addr()).await.is_none(),
+        "new links refused"
+    );
     proxy.restore();
-    assert_eq!(round_trip(proxy.addr()).await.expect("restored").1, *b"ping");
+    assert_eq!(
+        round_trip(proxy.addr()).await.expect("restored").1,
+        *b"ping"
+    );
 }
