@@ -185,7 +185,7 @@ impl Sink for RedisSink {
         let stream = self
             .stream
             .render(&message.placed)
-            .map_err(|err| Unsendable(err.to_string()))?;
+            .map_err(Unsendable::InvalidName)?;
         let cmd = self.xadd(&stream, &message);
         let mut number = None;
         let attempt = async {
@@ -221,7 +221,7 @@ impl Sink for RedisSink {
                 return Ok(None);
             }
             // A fixed name can be checked now: a key of another type would refuse every
-            // XADD with WRONGTYPE, so the start is refused instead.
+            // XADD with WRONGTYPE, which the log says at once.
             let key = self.stream.as_str();
             let kind: String = ::redis::cmd("TYPE")
                 .arg(key)
@@ -231,7 +231,7 @@ impl Sink for RedisSink {
             Ok::<_, Failure>(Some(kind))
         };
         match tokio::time::timeout(limit, checked).await {
-            Ok(Ok(Some(kind))) if kind != "stream" && kind != "none" => Err(Unready::Refused {
+            Ok(Ok(Some(kind))) if kind != "stream" && kind != "none" => Err(Unready::Missing {
                 key: "stream",
                 why: format!(
                     "{:?} names a Redis key that holds a {kind}, not a stream",
@@ -266,14 +266,14 @@ enum Failure {
 }
 
 impl Failure {
-    /// The attempt's result: a server's answer declines (WRONGTYPE refuses this message,
-    /// anything else says the server is failing); a broken or missing connection is a
-    /// connection failure. `stream` is the key the message was for.
+    /// The attempt's result: a server's error answer declines like a 5xx (docs/contract.md,
+    /// sinks: Redis errors count toward the circuit), WRONGTYPE naming the key; a broken or
+    /// missing connection is a connection failure. `stream` is the key the message was for.
     fn judge(&self, stream: &str) -> AttemptResult {
         match self {
             Failure::Connect(err) => AttemptResult::ConnectionFailed(describe(err)),
             Failure::Command(err) if err.code() == Some("WRONGTYPE") => AttemptResult::declined(
-                DeclineKind::Refused,
+                DeclineKind::ServerError,
                 format!("the Redis key {stream:?} holds another type than a stream (WRONGTYPE)"),
             ),
             Failure::Command(err) if from_the_server(err) => AttemptResult::declined(
@@ -334,13 +334,13 @@ mod tests {
     }
 
     #[test]
-    fn wrongtype_refuses_the_message_and_names_the_key() {
+    fn wrongtype_declines_like_a_server_error_and_names_the_key() {
         let err = server_error("WRONGTYPE Operation against a key holding the wrong kind of value");
         let result = Failure::Command(err).judge("webhooks:stripe");
         assert_eq!(
             result,
             AttemptResult::declined(
-                DeclineKind::Refused,
+                DeclineKind::ServerError,
                 "the Redis key \"webhooks:stripe\" holds another type than a stream (WRONGTYPE)"
             )
         );
@@ -352,7 +352,10 @@ mod tests {
                 "Redis answered: ERR max_len out of range"
             )
         );
-        assert!(!result.counts_against_circuit());
+        assert!(
+            result.counts_against_circuit(),
+            "Redis errors count toward the circuit"
+        );
     }
 
     #[test]

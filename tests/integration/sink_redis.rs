@@ -9,7 +9,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -594,39 +593,11 @@ async fn sink_redis_three_nodes_one_killed_lose_nothing_and_keep_order() {
     drop(third);
 }
 
-/// Runs `inhook serve` on `server`'s config (not started) expecting it to refuse to start:
-/// answers its output. Killed (and the test failed) if it is still running after 15 s.
-fn refused_start(server: &TestServer, env: &[(&str, &str)]) -> String {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_inhook"))
-        .arg("serve")
-        .arg("--config")
-        .arg(server.config_path())
-        .env_remove("INHOOK_PRESENCE_SECRET")
-        .env_remove("INHOOK_SAVE_GAME_SECRET")
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn inhook");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            child.kill().expect("kill");
-            child.wait().expect("reap");
-            panic!("the server started");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let output = child.wait_with_output().expect("output");
-    assert!(!output.status.success(), "the server exited successfully");
-    String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
-}
-
-/// Issue #27's refusal at start: a fixed `stream` naming a Redis key of another type can
-/// take no `XADD`, so the node refuses to start, naming the destination and the key.
-/// Redis itself unreachable at start only warns: the node starts and deliveries retry.
+/// A fixed stream name whose key holds another type, and a Redis that cannot be reached:
+/// the server starts either way (docs/contract.md, sinks), the log names the key, and the
+/// WRONGTYPE delivery retries with the reason and counts toward the circuit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sink_redis_a_stream_key_of_another_type_refuses_the_start() {
+async fn sink_redis_a_stream_key_of_another_type_is_logged_and_retried() {
     let keys = Keys::new();
     let taken = keys.stream("taken");
     let _: () = redis::cmd("SET")
@@ -643,15 +614,38 @@ url = "redis://{REDIS}/0"
 stream = "{taken}"
 sources = ["presence"]
 timeout_s = 2
+retry_base_s = 1
+retry_max_delay_s = 1
 "#
     );
-    let server = TestServer::unstarted("", "", &table).await;
-    let out = tokio::task::block_in_place(|| refused_start(&server, &[]));
+    let mut server = TestServer::spawn_with_sources(&table).await;
+    let reply = server
+        .post_presence(&serde_json::json!({
+            "event_id": "evt_taken_1", "user_id": "usr_1", "presence": "ONLINE",
+            "sequence_number": 1
+        }))
+        .await;
+    assert_eq!(reply.code, 200, "{:?}", reply.body);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let delivery = deliveries(&server, "fixed").await.pop();
+        let last_error = delivery.as_ref().and_then(|d| d.last_error.clone());
+        if let (Some(d), Some(error)) = (&delivery, &last_error) {
+            assert_eq!(d.status, DeliveryStatus::Retrying, "{d:?}");
+            assert!(
+                error.contains("(WRONGTYPE)") && error.contains(&taken),
+                "{error}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "no failed attempt: {delivery:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::task::block_in_place(|| server.kill9());
+    let log = std::fs::read_to_string(server.dir().join("server.log")).unwrap_or_default();
     assert!(
-        out.contains("destination \"fixed\": stream ")
-            && out.contains(&taken)
-            && out.contains("holds a string, not a stream"),
-        "{out}"
+        log.contains("cannot take messages") && log.contains("holds a string, not a stream"),
+        "{log}"
     );
 
     // Unreachable (a closed port): the start goes on with a warning.
