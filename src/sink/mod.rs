@@ -5,6 +5,7 @@
 
 pub mod http;
 pub mod nats;
+pub mod rabbitmq;
 pub mod redis;
 
 use std::path::PathBuf;
@@ -100,9 +101,6 @@ pub enum SinkError {
     /// A Redis destination's URL or TLS setup cannot be used.
     #[error(transparent)]
     Redis(#[from] redis::RedisSinkError),
-    /// A type this build cannot send to yet.
-    #[error("type {0:?} cannot be sent to by this build")]
-    NotBuilt(&'static str),
 }
 
 /// Builds the sinks of destinations, sharing what they can (one HTTP client per `tls_ca_file`).
@@ -124,7 +122,7 @@ impl Sinks {
                 timeout_s: destination.timeout_s,
             }),
             Target::Nats(target) => Arc::new(nats::NatsSink::new(destination, target)?),
-            Target::Rabbitmq(_) => return Err(SinkError::NotBuilt("rabbitmq")),
+            Target::Rabbitmq(target) => Arc::new(rabbitmq::RabbitmqSink::new(destination, target)),
             Target::Redis(target) => Arc::new(redis::RedisSink::new(destination, target)?),
         })
     }

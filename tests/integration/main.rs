@@ -36,6 +36,7 @@ mod save_game;
 mod signatures;
 mod simulate;
 mod sink_nats;
+mod sink_rabbitmq;
 mod sink_redis;
 mod slow_clients;
 mod store_conformance;
