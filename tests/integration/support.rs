@@ -774,6 +774,25 @@ pub fn vectors_available() -> bool {
     })
 }
 
+/// Whether the broker `name` listens at `addr` (the sink suites need NATS, RabbitMQ and
+/// Redis). Without it a test prints `SKIPPED` and passes, unless `INHOOK_TEST_BROKERS` is
+/// `required` (CI), where a missing broker fails the test.
+pub fn broker_available(name: &str, addr: &str) -> bool {
+    let reachable = addr
+        .parse()
+        .ok()
+        .and_then(|addr| std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok())
+        .is_some();
+    if reachable {
+        return true;
+    }
+    if std::env::var("INHOOK_TEST_BROKERS").as_deref() == Ok("required") {
+        panic!("{name} is not listening at {addr} (INHOOK_TEST_BROKERS=required)");
+    }
+    eprintln!("SKIPPED: {name} is not listening at {addr}; start it to run the sink tests");
+    false
+}
+
 fn sign_script() -> String {
     format!("{}/tests/vectors/sign.py", env!("CARGO_MANIFEST_DIR"))
 }
