@@ -13,6 +13,7 @@
 #       applied → delivered is receipt → broker-confirmed. Names carry the run's id and are
 #       deleted afterwards; RabbitMQ needs a queue bound to the exchange (python3 + pika,
 #       installed if missing) or every message would come back unroutable.
+#       SINK_CONCURRENCY=N sets the sinks' `concurrency` (default 32, as line a's).
 # Each line prints ingest req/s, the destination's backlog every second, the drain time
 # after the last answer, deliveries per second during ingest and overall, applied →
 # delivered percentiles (the delivery rows' own timestamps), and the application's
@@ -104,7 +105,7 @@ line() { # $1 = label, $2 = the application's delay in ms, "none" for no destina
 [[destinations]]
 name = \"app\"
 sources = [\"$SOURCE\"]
-concurrency = 32
+concurrency = ${SINK_CONCURRENCY:-32}
 $(sink_destination "$2" "$run")"
             forward=(--forward app) ;;
         *)
