@@ -13,8 +13,8 @@ use inhook::tools::simulate::Endpoint;
 
 use crate::forward_crash::deliveries_to;
 use crate::sinks::{
-    closed_port, drain, kill_while_sending, sent, wait_logged, Audit, Broker, Chaos, Duplicates,
-    Message, ThreeNodes,
+    closed_port, destination_table, drain, kill_while_sending, sent, wait_logged, Audit, Broker,
+    Chaos, Duplicates, Message, ThreeNodes,
 };
 use crate::support::tcp_proxy::TcpProxy;
 use crate::support::tls::TestCa;
@@ -66,25 +66,11 @@ impl TestStream {
 
     /// The `[[destinations]]` table of the seed sources to this stream at `url`.
     fn destination(&self, name: &str, url: &str, extra: &str) -> String {
-        format!(
-            r#"
-[[destinations]]
-name = "{name}"
-type = "nats"
-url = "{url}"
-subject = "{prefix}.{{source}}.{{aggregate}}"
-stream = "{stream}"
-sources = ["presence", "save-game"]
-timeout_s = 1
-lease_margin_s = 1
-max_attempts = 100
-retry_base_s = 1
-retry_max_delay_s = 1
-{extra}
-"#,
-            prefix = self.prefix,
-            stream = self.name,
-        )
+        let specific = format!(
+            "subject = \"{}.{{source}}.{{aggregate}}\"\nstream = \"{}\"",
+            self.prefix, self.name
+        );
+        destination_table(name, "nats", url, &specific, (1, 100), extra)
     }
 
     /// Deletes the stream.
@@ -178,12 +164,7 @@ async fn sink_nats_publishes_each_event_once_in_order() {
     chaos.send_all().await;
     drain(&chaos, &server, "bus", &test, WITHIN).await;
     let audit = Audit::read(&server, "bus", &test, false).await;
-    println!(
-        "nats sink: {} events applied, {} messages, in {:.1}s",
-        audit.applied,
-        audit.messages,
-        chaos.elapsed_s()
-    );
+    println!("nats sink: {}, in {:.1}s", audit.line(), chaos.elapsed_s());
     audit.assert_clean(Duplicates::None, 200);
     let created = test
         .jetstream
@@ -272,9 +253,8 @@ async fn sink_nats_outage_opens_the_circuit_and_loses_nothing() {
     assert_eq!(closed.body["items"][0]["backlog"], 0);
     let audit = Audit::read(&server, "bus", &test, false).await;
     println!(
-        "nats outage: {} events applied, {} messages, in {:.1}s",
-        audit.applied,
-        audit.messages,
+        "nats outage: {}, in {:.1}s",
+        audit.line(),
         chaos.elapsed_s()
     );
     // A resend after the cut carries its Nats-Msg-Id: the server drops it.
@@ -295,13 +275,9 @@ async fn sink_nats_through_sigkills_loses_nothing_and_keeps_order() {
     sent(sending).await;
     drain(&chaos, &server, "bus", &test, WITHIN).await;
     let audit = Audit::read(&server, "bus", &test, false).await;
-    println!(
-        "nats sigkill ({}): {kills} kills, {} events applied, {} messages, in {:.1}s",
-        Backend::fresh_kind(),
-        audit.applied,
-        audit.messages,
-        chaos.elapsed_s()
-    );
+    let backend = Backend::fresh_kind();
+    let (line, took) = (audit.line(), chaos.elapsed_s());
+    println!("nats sigkill ({backend}): {kills} kills, {line}, in {took:.1}s");
     audit.assert_clean(Duplicates::None, 300);
     test.delete().await;
 }
@@ -321,9 +297,8 @@ async fn sink_nats_from_three_nodes_one_killed_keeps_order() {
     drain(&chaos, &nodes.first, "bus", &test, WITHIN).await;
     let audit = Audit::read(&nodes.first, "bus", &test, false).await;
     println!(
-        "nats three nodes: {} events applied, {} messages, in {:.1}s",
-        audit.applied,
-        audit.messages,
+        "nats three nodes: {}, in {:.1}s",
+        audit.line(),
         chaos.elapsed_s()
     );
     audit.assert_clean(Duplicates::None, 300);

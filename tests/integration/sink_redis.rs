@@ -17,8 +17,8 @@ use inhook::tools::simulate::Endpoint;
 use crate::application::DEST_SECRET;
 use crate::forward_crash::deliveries_to;
 use crate::sinks::{
-    closed_port, drain, kill_while_sending, listed, sent, Audit, Broker, Chaos, Duplicates,
-    Message, ThreeNodes,
+    closed_port, destination_table, drain, kill_while_sending, listed, sent, Audit, Broker, Chaos,
+    Duplicates, Message, ThreeNodes,
 };
 use crate::support::tcp_proxy::TcpProxy;
 use crate::support::tls::TestCa;
@@ -127,33 +127,8 @@ fn entries(stream: &str) -> Vec<Message> {
 
 /// A Redis destination named `name` with the test's streams; `extra` adds keys.
 fn destination(name: &str, url: &str, keys: &Keys, extra: &str) -> String {
-    format!(
-        r#"
-[[destinations]]
-name = "{name}"
-type = "redis"
-url = "{url}"
-stream = "{stream}"
-sources = ["presence", "save-game"]
-timeout_s = 1
-lease_margin_s = 1
-max_attempts = 100
-retry_base_s = 1
-retry_max_delay_s = 1
-concurrency = 16
-{extra}
-"#,
-        stream = keys.template(),
-    )
-}
-
-/// The audit's counts in one line.
-fn line(audit: &Audit) -> String {
-    format!(
-        "{} deliveries applied, {} entries, {} duplicates (same webhook-id), {} lost, \
-         {} order violations",
-        audit.applied, audit.messages, audit.duplicates, audit.lost, audit.order_violations
-    )
+    let specific = format!("stream = \"{}\"\nconcurrency = 16", keys.template());
+    destination_table(name, "redis", url, &specific, (1, 100), extra)
 }
 
 /// Issue #27's first case: reordered, duplicated in-order (save-game inventory deltas)
@@ -175,7 +150,7 @@ async fn sink_redis_chaotic_streams_arrive_once_in_applied_order() {
     println!(
         "redis sink, chaotic streams: {} events sent; {}; all in the streams after {:.1}s",
         chaos.stream.event_count(),
-        line(&audit),
+        audit.line(),
         chaos.elapsed_s()
     );
     audit.assert_clean(Duplicates::None, 300);
@@ -229,7 +204,7 @@ async fn sink_redis_outage_opens_the_circuit_and_loses_nothing() {
          streams after {:.1}s",
         chaos.stream.event_count(),
         opened_after.as_secs_f64(),
-        line(&audit),
+        audit.line(),
         chaos.elapsed_s()
     );
     // An XADD whose reply the cut lost is added again: a consumer dedupes it.
@@ -256,7 +231,7 @@ async fn sink_redis_sigkills_lose_nothing_and_keep_order() {
          after {:.1}s",
         Backend::fresh_kind(),
         chaos.stream.event_count(),
-        line(&audit),
+        audit.line(),
         chaos.elapsed_s()
     );
     audit.assert_clean(Duplicates::Allowed, 400);
@@ -280,7 +255,7 @@ async fn sink_redis_three_nodes_one_killed_lose_nothing_and_keep_order() {
         "redis sink, 3 nodes (postgres), 1 killed: {} events sent; {}; all in the streams \
          after {:.1}s",
         chaos.stream.event_count(),
-        line(&audit),
+        audit.line(),
         chaos.elapsed_s()
     );
     audit.assert_clean(Duplicates::Allowed, 400);

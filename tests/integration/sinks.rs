@@ -204,6 +204,15 @@ impl Audit {
         audit
     }
 
+    /// The counts in one line, for the tests' timing lines.
+    pub fn line(&self) -> String {
+        format!(
+            "{} deliveries applied, {} messages, {} duplicates (same webhook-id), {} lost, \
+             {} order violations",
+            self.applied, self.messages, self.duplicates, self.lost, self.order_violations
+        )
+    }
+
     /// Keeps `problem` if fewer than five are kept.
     fn note(&mut self, problem: String) {
         if self.problems.len() < 5 {
@@ -458,6 +467,35 @@ impl ThreeNodes {
         };
         (nodes, chaos)
     }
+}
+
+/// A `[[destinations]]` table `name` of `kind` at `url` for both seed sources, with the
+/// short lease and backoff the chaotic runs need (`timeout_s`, `max_attempts` as given);
+/// `specific` holds the broker's own keys (subject, stream, exchange…), `extra` any more.
+pub(crate) fn destination_table(
+    name: &str,
+    kind: &str,
+    url: &str,
+    specific: &str,
+    (timeout_s, max_attempts): (u64, u32),
+    extra: &str,
+) -> String {
+    format!(
+        r#"
+[[destinations]]
+name = "{name}"
+type = "{kind}"
+url = "{url}"
+{specific}
+sources = ["presence", "save-game"]
+timeout_s = {timeout_s}
+lease_margin_s = 1
+max_attempts = {max_attempts}
+retry_base_s = 1
+retry_max_delay_s = 1
+{extra}
+"#
+    )
 }
 
 /// The destination `name` as `GET /v1/destinations` lists it.
