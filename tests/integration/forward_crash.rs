@@ -51,10 +51,15 @@ retry_max_delay_s = 1
 
 /// Every delivery to the application, oldest (first applied) first.
 async fn deliveries(server: &TestServer) -> Vec<DeliveryRecord> {
+    deliveries_to(server, "app").await
+}
+
+/// Every delivery to `destination`, oldest (first applied) first.
+pub(crate) async fn deliveries_to(server: &TestServer, destination: &str) -> Vec<DeliveryRecord> {
     let mut items = server
         .store()
         .await
-        .deliveries("app", &DeliveryFilter::default(), 1_000_000, None)
+        .deliveries(destination, &DeliveryFilter::default(), 1_000_000, None)
         .await
         .expect("deliveries")
         .items;
@@ -291,15 +296,7 @@ async fn drain(
     server: &TestServer,
     seen: &Arc<Mutex<Seen>>,
 ) {
-    let mismatches = publisher
-        .converge(Arc::new(expected_states(stream)), Duration::from_secs(40))
-        .await
-        .expect("read API");
-    assert!(
-        mismatches.is_empty(),
-        "{} aggregates differ",
-        mismatches.len()
-    );
+    converged(publisher, stream, Duration::from_secs(40)).await;
     let deadline = Instant::now() + Duration::from_secs(40);
     loop {
         let deliveries = deliveries(server).await;
@@ -323,8 +320,22 @@ async fn drain(
     }
 }
 
+/// Waits until every aggregate of `stream` reads back through the API as the publisher
+/// expects it, up to `within`.
+pub(crate) async fn converged(publisher: &Publisher, stream: &Stream, within: Duration) {
+    let mismatches = publisher
+        .converge(Arc::new(expected_states(stream)), within)
+        .await
+        .expect("read API");
+    assert!(
+        mismatches.is_empty(),
+        "{} aggregates differ",
+        mismatches.len()
+    );
+}
+
 /// Sends `plan` through `publisher` in the background.
-fn publish(
+pub(crate) fn publish(
     publisher: &Publisher,
     plan: &Arc<Plan>,
 ) -> tokio::task::JoinHandle<inhook::tools::simulate::DeliveryReport> {

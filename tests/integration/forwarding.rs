@@ -934,8 +934,12 @@ max_attempts = 1
     )
 }
 
-/// Posts an empty JSON body to the admin route `path`.
-async fn admin_post(server: &crate::support::TestServer, path: &str, body: Value) -> (u16, Value) {
+/// Posts `body` as JSON to the admin route `path`; its status and JSON answer.
+pub(crate) async fn admin_post(
+    server: &crate::support::TestServer,
+    path: &str,
+    body: Value,
+) -> (u16, Value) {
     let answer = reqwest::Client::new()
         .post(format!("{}{path}", server.url))
         .json(&body)

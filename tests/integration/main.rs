@@ -38,6 +38,7 @@ mod simulate;
 mod sink_nats;
 mod sink_rabbitmq;
 mod sink_redis;
+mod sinks;
 mod slow_clients;
 mod store_conformance;
 mod stream;

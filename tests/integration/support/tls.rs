@@ -64,6 +64,26 @@ impl TestCa {
     /// bytes on to the plain HTTP server at `upstream`; answers the port. The front runs
     /// on a thread of its own, so a test may block on a CLI run meanwhile.
     pub fn https_front(&self, upstream: SocketAddr) -> u16 {
+        self.front(move |tcp, acceptor| async move {
+            // A client that refuses the certificate ends here.
+            let Ok(mut tls) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let Ok(mut plain) = tokio::net::TcpStream::connect(upstream).await else {
+                return;
+            };
+            let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+        })
+    }
+
+    /// Listens on a free loopback port and hands each connection, with the acceptor of the
+    /// CA's `localhost` certificate, to `serve` (a protocol may speak before its TLS
+    /// handshake); answers the port. On a thread of its own, as [`TestCa::https_front`].
+    pub fn front<F, Fut>(&self, serve: F) -> u16
+    where
+        F: Fn(tokio::net::TcpStream, tokio_rustls::TlsAcceptor) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
         let acceptor = self.acceptor.clone();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -79,17 +99,7 @@ impl TestCa {
                     let Ok((tcp, _)) = listener.accept().await else {
                         return;
                     };
-                    let acceptor = acceptor.clone();
-                    tokio::spawn(async move {
-                        // A client that refuses the certificate ends here.
-                        let Ok(mut tls) = acceptor.accept(tcp).await else {
-                            return;
-                        };
-                        let Ok(mut plain) = tokio::net::TcpStream::connect(upstream).await else {
-                            return;
-                        };
-                        let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
-                    });
+                    tokio::spawn(serve(tcp, acceptor.clone()));
                 }
             });
         });
