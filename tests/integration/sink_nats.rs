@@ -152,6 +152,9 @@ impl Drop for TestStream {
 /// stored once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_nats_publishes_each_event_once_in_order() {
+    if !crate::support::broker_available("NATS", NATS) {
+        return;
+    }
     let test = TestStream::fresh().await;
     let url = format!("nats://{NATS}");
     let mut server = TestServer::spawn_with_sources(&test.destination(
@@ -219,6 +222,9 @@ async fn sink_nats_publishes_each_event_once_in_order() {
 /// lost or reordered, and it closes again once the server is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_nats_outage_opens_the_circuit_and_loses_nothing() {
+    if !crate::support::broker_available("NATS", NATS) {
+        return;
+    }
     let test = TestStream::created().await;
     let proxy = TcpProxy::start(NATS.parse::<SocketAddr>().unwrap()).await;
     let url = format!("nats://{}", proxy.addr());
@@ -266,6 +272,9 @@ async fn sink_nats_outage_opens_the_circuit_and_loses_nothing() {
 /// twice (a resend after the kill carries the same `Nats-Msg-Id`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_nats_through_sigkills_loses_nothing_and_keeps_order() {
+    if !crate::support::broker_available("NATS", NATS) {
+        return;
+    }
     let test = TestStream::created().await;
     let url = format!("nats://{NATS}");
     let mut server = TestServer::spawn_with_sources(&test.destination("bus", &url, "")).await;
@@ -286,6 +295,9 @@ async fn sink_nats_through_sigkills_loses_nothing_and_keeps_order() {
 /// nothing lost, order kept per aggregate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_nats_from_three_nodes_one_killed_keeps_order() {
+    if !crate::support::broker_available("NATS", NATS) {
+        return;
+    }
     if Backend::fresh_kind() != "postgres" {
         eprintln!("several nodes share one database only on PostgreSQL: set INHOOK_TEST_DATABASE");
         return;
@@ -311,6 +323,9 @@ async fn sink_nats_from_three_nodes_one_killed_keeps_order() {
 /// deliveries fail and retry like a 5xx until the stream exists, then all land in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_nats_missing_stream_is_logged_and_retried_until_it_exists() {
+    if !crate::support::broker_available("NATS", NATS) {
+        return;
+    }
     let test = TestStream::fresh().await;
     let url = format!("nats://{NATS}");
     let server = TestServer::spawn_with_sources(&test.destination("bus", &url, "")).await;
@@ -350,6 +365,9 @@ async fn sink_nats_missing_stream_is_logged_and_retried_until_it_exists() {
 /// `GET /v1/destinations`, the server's log, nor `inhook deliveries`; they are still used.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_nats_never_shows_the_urls_credentials() {
+    if !crate::support::broker_available("NATS", NATS) {
+        return;
+    }
     let test = TestStream::created().await;
     let mut sources = test.destination("bus", &format!("nats://natsuser-x7:pw-9f2kq@{NATS}"), "");
     sources.push_str(&test.destination(
@@ -431,6 +449,9 @@ fn nats_tls_front(ca: &TestCa) -> u16 {
 /// same server without the CA file fails the handshake, and says so without the URL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_nats_over_tls_verifies_against_tls_ca_file() {
+    if !crate::support::broker_available("NATS", NATS) {
+        return;
+    }
     let test = TestStream::created().await;
     let ca = TestCa::new();
     let port = nats_tls_front(&ca);
@@ -464,6 +485,9 @@ async fn sink_nats_over_tls_verifies_against_tls_ca_file() {
 /// same, and once the server is back the stream is created and every event lands in it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_nats_creates_its_stream_once_the_server_is_back() {
+    if !crate::support::broker_available("NATS", NATS) {
+        return;
+    }
     let test = TestStream::fresh().await;
     let proxy = TcpProxy::start(NATS.parse::<SocketAddr>().unwrap()).await;
     proxy.cut();

@@ -274,6 +274,9 @@ fn line_with<'a>(log: &'a str, needle: &str, what: &str) -> &'a str {
 /// declared by inhook (`declare = true`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_rabbitmq_forwards_a_chaotic_stream_once_each_in_order() {
+    if !crate::support::broker_available("RabbitMQ", BROKER) {
+        return;
+    }
     let broker = Broker::new(false).await;
     let server = TestServer::spawn_with_sources(&destination(
         "amqp",
@@ -313,6 +316,9 @@ async fn sink_rabbitmq_forwards_a_chaotic_stream_once_each_in_order() {
 /// the cut lost may come twice, with one `webhook-id`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_rabbitmq_outage_opens_the_circuit_and_loses_nothing() {
+    if !crate::support::broker_available("RabbitMQ", BROKER) {
+        return;
+    }
     let broker = Broker::bound().await;
     let proxy = TcpProxy::start(BROKER.parse().unwrap()).await;
     let server = TestServer::spawn_with_sources(&destination(
@@ -355,6 +361,9 @@ async fn sink_rabbitmq_outage_opens_the_circuit_and_loses_nothing() {
 /// consumer would, every aggregate's messages come in applied order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_rabbitmq_sigkills_lose_nothing_and_keep_order() {
+    if !crate::support::broker_available("RabbitMQ", BROKER) {
+        return;
+    }
     let broker = Broker::bound().await;
     let mut server = TestServer::spawn_with_sources(&destination(
         "amqp",
@@ -381,6 +390,9 @@ async fn sink_rabbitmq_sigkills_lose_nothing_and_keep_order() {
 /// leased deliveries; nothing lost, per aggregate in applied order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_rabbitmq_three_nodes_one_killed_lose_nothing_and_keep_order() {
+    if !crate::support::broker_available("RabbitMQ", BROKER) {
+        return;
+    }
     if Backend::fresh_kind() != "postgres" {
         eprintln!("several nodes share one database only on PostgreSQL: set INHOOK_TEST_DATABASE");
         return;
@@ -413,6 +425,9 @@ async fn sink_rabbitmq_three_nodes_one_killed_lose_nothing_and_keep_order() {
 /// is logged the same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_rabbitmq_a_missing_exchange_is_logged_at_start_and_retried_until_it_exists() {
+    if !crate::support::broker_available("RabbitMQ", BROKER) {
+        return;
+    }
     let broker = Broker::new(false).await;
     let server = TestServer::spawn_with_sources(&destination(
         "amqp",
@@ -485,6 +500,9 @@ async fn sink_rabbitmq_a_missing_exchange_is_logged_at_start_and_retried_until_i
 /// is retried like a connection failure.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_rabbitmq_credentials_never_show() {
+    if !crate::support::broker_available("RabbitMQ", BROKER) {
+        return;
+    }
     let broker = Broker::bound().await;
     let password = format!("pw-{:016x}", rand::random::<u64>());
     let url = format!("amqp://guest:{password}@{BROKER}/%2f");
@@ -527,6 +545,9 @@ async fn sink_rabbitmq_credentials_never_show() {
 /// bound, a bulk replay delivers them, per aggregate in applied order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_rabbitmq_unroutable_messages_die_and_a_replay_delivers_them_in_order() {
+    if !crate::support::broker_available("RabbitMQ", BROKER) {
+        return;
+    }
     let broker = Broker::new(true).await;
     let config = destination("amqp", &amqp_url(BROKER), &broker.exchange, "")
         .replace("max_attempts = 50", "max_attempts = 2");
@@ -597,6 +618,9 @@ async fn sink_rabbitmq_unroutable_messages_die_and_a_replay_delivers_them_in_ord
 /// connection failures (retried), naming the certificate problem.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_rabbitmq_amqps_trusts_the_tls_ca_file() {
+    if !crate::support::broker_available("RabbitMQ", BROKER) {
+        return;
+    }
     let broker = Broker::bound().await;
     let ca = TestCa::new();
     let port = ca.https_front(BROKER.parse().unwrap());

@@ -136,6 +136,9 @@ fn destination(name: &str, url: &str, keys: &Keys, extra: &str) -> String {
 /// entry, per aggregate in applied order, byte for byte, with every header as a field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_redis_chaotic_streams_arrive_once_in_applied_order() {
+    if !crate::support::broker_available("Redis", REDIS) {
+        return;
+    }
     let keys = Keys::new();
     let url = format!("redis://{REDIS}/0");
     let extra = format!("secret = \"{DEST_SECRET}\"\nmax_len = 100000");
@@ -164,6 +167,9 @@ async fn sink_redis_chaotic_streams_arrive_once_in_applied_order() {
 /// is lost or out of order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_redis_outage_opens_the_circuit_and_loses_nothing() {
+    if !crate::support::broker_available("Redis", REDIS) {
+        return;
+    }
     let keys = Keys::new();
     let upstream: SocketAddr = REDIS.parse().unwrap();
     let proxy = TcpProxy::start(upstream).await;
@@ -217,6 +223,9 @@ async fn sink_redis_outage_opens_the_circuit_and_loses_nothing() {
 /// aggregate's entries follow the applied order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_redis_sigkills_lose_nothing_and_keep_order() {
+    if !crate::support::broker_available("Redis", REDIS) {
+        return;
+    }
     let keys = Keys::new();
     let url = format!("redis://{REDIS}/0");
     let mut server = TestServer::spawn_with_sources(&destination("stream", &url, &keys, "")).await;
@@ -241,6 +250,9 @@ async fn sink_redis_sigkills_lose_nothing_and_keep_order() {
 /// take over its leased deliveries; nothing lost, each aggregate in applied order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_redis_three_nodes_one_killed_lose_nothing_and_keep_order() {
+    if !crate::support::broker_available("Redis", REDIS) {
+        return;
+    }
     if Backend::fresh_kind() != "postgres" {
         eprintln!("several nodes share one database only on PostgreSQL: set INHOOK_TEST_DATABASE");
         return;
@@ -267,6 +279,9 @@ async fn sink_redis_three_nodes_one_killed_lose_nothing_and_keep_order() {
 /// WRONGTYPE delivery retries with the reason and counts toward the circuit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_redis_a_stream_key_of_another_type_is_logged_and_retried() {
+    if !crate::support::broker_available("Redis", REDIS) {
+        return;
+    }
     let keys = Keys::new();
     let taken = keys.stream("taken");
     let _: () = redis::cmd("SET")
@@ -332,6 +347,9 @@ retry_max_delay_s = 1
 /// password shows in `GET /v1/destinations`, the server's log, or `inhook deliveries`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_redis_url_credentials_never_show() {
+    if !crate::support::broker_available("Redis", REDIS) {
+        return;
+    }
     let mut keys = Keys::new();
     let suffix = &keys.prefix["inhook-test-".len()..];
     let user = format!("inhook-test-{suffix}");
@@ -410,6 +428,9 @@ async fn sink_redis_url_credentials_never_show() {
 /// CA file the certificate is refused, and the attempt says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_redis_tls_with_a_private_ca() {
+    if !crate::support::broker_available("Redis", REDIS) {
+        return;
+    }
     let keys = Keys::new();
     let ca = TestCa::new();
     let port = ca.https_front(REDIS.parse().unwrap());
