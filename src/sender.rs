@@ -17,7 +17,6 @@ use tracing::{debug, error, warn};
 use crate::clock::Clock;
 use crate::config::template::Placed;
 use crate::config::DestinationConfig;
-use crate::config::Target;
 use crate::domain::AggregateKey;
 use crate::forward::answer::{judge, AttemptRecord, Verdict};
 use crate::forward::circuit::{Circuit, CircuitPolicy, CircuitState};
@@ -658,13 +657,13 @@ impl Sender {
             sequence: delivery.sequence,
             body: &body,
         };
-        // A broker's messages are signed only when its destination has a secret; an HTTP
-        // request always is (its secret is required when the config is read).
+        // A sink's messages are signed when its destination has a secret; a type that
+        // requires one never goes unsigned.
         let secret = self
             .secrets
             .destination(&destination.name)
-            .filter(|secret| destination.target == Target::Http || !secret.expose().is_empty());
-        if secret.is_none() && destination.target == Target::Http {
+            .filter(|secret| !secret.expose().is_empty());
+        if secret.is_none() && destination.target.requires_secret() {
             return dead("the destination has no secret in force".to_owned());
         }
         let headers = match request_headers(&forwarded, secret.as_ref(), attempt, at_ms / 1000) {

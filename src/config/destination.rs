@@ -244,7 +244,7 @@ fn destination(
         env,
         sources,
         before,
-        secrets_required && target == Target::Http,
+        secrets_required && target.requires_secret(),
     )?;
     let sending = sending(&name, &d, retry)?;
     if let Some(path) = &d.tls_ca_file {
@@ -625,6 +625,51 @@ mod tests {
         assert!(app.wants("save-game", "anything"));
         let none = Config::from_parts(Some(SOURCES), &env(&[])).unwrap();
         assert!(none.destinations.is_empty());
+    }
+
+    #[test]
+    fn a_broker_destination_takes_its_type_keys_its_url_from_the_environment_and_no_secret() {
+        let text = with_destination(
+            "type = \"nats\"\nsources = [\"stripe\"]\nsubject = \"w.{source}.{aggregate}\"\n\
+             stream = \"W\"\ncreate_stream = true",
+        );
+        let var = destination_url_env_var("app");
+        assert_eq!(var, "INHOOK_DEST_APP_URL");
+        let url = "nats://inhook:pa55@nats.internal:4222";
+        let config = Config::from_parts(Some(&text), &env(&[(&var, url)])).unwrap();
+        let app = config.destination("app").unwrap();
+        assert_eq!((app.url.as_str(), app.url_from_environment), (url, true));
+        assert_eq!(app.url_for_display(), "nats://***@nats.internal:4222");
+        assert!(!format!("{config:?}").contains("pa55"));
+        assert_eq!(app.target.type_name(), "nats");
+        assert!(
+            app.secret.expose().is_empty(),
+            "a sink's secret is optional"
+        );
+        let err = Config::from_parts(Some(&text), &env(&[])).unwrap_err();
+        assert!(
+            err.to_string().contains("url is required") && err.to_string().contains(&var),
+            "{err}"
+        );
+        let wrong_scheme = with_destination(
+            "type = \"redis\"\nurl = \"https://a.example/\"\nsources = [\"stripe\"]\nstream = \"s\"",
+        );
+        let err = Config::from_parts(Some(&wrong_scheme), &env(&[])).unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "url has scheme \"https\": a destination of type \"redis\" takes redis:// or rediss://"
+            ),
+            "{err}"
+        );
+        let foreign = with_destination(&format!(
+            "url = \"https://a.example/\"\nsources = [\"stripe\"]\nsecret = \"{SECRET}\"\nexchange = \"x\""
+        ));
+        let err = Config::from_parts(Some(&foreign), &env(&[])).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("destination \"app\": exchange is only for type = \"rabbitmq\""),
+            "{err}"
+        );
     }
 
     #[test]

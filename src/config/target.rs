@@ -63,6 +63,12 @@ impl Target {
         }
     }
 
+    /// Whether every message must be signed: an HTTP endpoint is on the open internet and
+    /// verifies what it receives; a broker's consumers read from a queue of their own.
+    pub fn requires_secret(&self) -> bool {
+        matches!(self, Target::Http)
+    }
+
     /// The URL schemes of this type: plain, then TLS.
     pub fn schemes(&self) -> [&'static str; 2] {
         match self {
