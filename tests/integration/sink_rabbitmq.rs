@@ -660,3 +660,67 @@ async fn sink_rabbitmq_amqps_trusts_the_tls_ca_file() {
     drop(server);
     broker.clean_up().await;
 }
+
+/// A routing key that one event's aggregate makes longer than AMQP's 255 bytes cannot be
+/// sent: that delivery is dead at once with `invalid_destination_name` (not retried, the
+/// log naming the key's length), and the other aggregates' messages go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sink_rabbitmq_a_routing_key_one_event_makes_too_long_is_a_dead_delivery() {
+    if !crate::support::broker_available("RabbitMQ", BROKER) {
+        return;
+    }
+    let broker = Broker::bound().await;
+    let server = TestServer::spawn_with_sources(&destination(
+        "amqp",
+        &amqp_url(BROKER),
+        &broker.exchange,
+        "",
+    ))
+    .await;
+    // 128 bytes, the longest id; each `.` and `*` written %2E or %2A in a routing key:
+    // 384 bytes.
+    let long_user = "*.".repeat(64);
+    for (event_id, user) in [("evt_long", long_user.as_str()), ("evt_ok", "usr_ok")] {
+        let body = json!({"event_id": event_id, "user_id": user, "presence": "ONLINE",
+                          "sequence_number": 1});
+        let reply = server.post_presence(&body).await;
+        assert_eq!(reply.code, 200, "{:?}", reply.body);
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let (long, ok) = loop {
+        let all = deliveries_to(&server, "amqp").await;
+        let of = |id: &str| all.iter().find(|d| d.event_id == id).cloned();
+        if let (Some(long), Some(ok)) = (of("evt_long"), of("evt_ok")) {
+            if long.status == DeliveryStatus::Dead && ok.status == DeliveryStatus::Delivered {
+                break (long, ok);
+            }
+        }
+        assert!(Instant::now() < deadline, "not settled: {all:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(long.last_error.as_deref(), Some("invalid_destination_name"));
+    assert_eq!(long.attempts, 1, "not retried");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !broker
+        .received()
+        .iter()
+        .any(|m| m.header("inhook-event-id") == ok.event_id)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the other aggregate's message never came"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(broker
+        .received()
+        .iter()
+        .all(|m| m.header("inhook-event-id") != "evt_long"));
+    wait_logged(
+        &server,
+        &["invalid_destination_name", "bytes long, over 255"],
+    )
+    .await;
+    drop(server);
+    broker.clean_up().await;
+}
