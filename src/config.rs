@@ -988,16 +988,19 @@ fn parse_database(raw: &str) -> Result<Database, ConfigError> {
     ))
 }
 
+/// An environment of `pairs`, as the config's tests read it.
+#[cfg(test)]
+pub(crate) fn test_env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use test_env as env;
 
     #[test]
     fn a_top_level_key_after_the_first_table_says_where_it_belongs() {

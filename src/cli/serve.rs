@@ -95,16 +95,10 @@ fn start_warnings(config: &Config) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
 
     use super::*;
 
-    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::config::test_env as env;
 
     #[test]
     fn start_warnings_name_stripped_tls_and_unsigned_header_locations() {

@@ -22,8 +22,6 @@ pub struct DestinationConfig {
     /// Where messages go: an `http(s)://` endpoint or a broker (`nats://`, `tls://`,
     /// `amqp(s)://`, `redis(s)://`), from `INHOOK_DEST_<NAME>_URL` when set.
     pub url: String,
-    /// Whether `url` came from `INHOOK_DEST_<NAME>_URL`.
-    pub url_from_environment: bool,
     /// The destination's type and the keys of that type.
     pub target: Target,
     /// The sources whose applied events go there.
@@ -57,7 +55,6 @@ impl std::fmt::Debug for DestinationConfig {
         f.debug_struct("DestinationConfig")
             .field("name", &self.name)
             .field("url", &self.url_for_display())
-            .field("url_from_environment", &self.url_from_environment)
             .field("target", &self.target)
             .field("sources", &self.sources)
             .field("event_types", &self.event_types)
@@ -229,7 +226,6 @@ fn destination(
         .check()
         .map_err(|refusal| refused(&name, refusal.key, refusal.why))?;
     let url_var = destination_url_env_var(&name);
-    let url_from_environment = env.contains_key(&url_var);
     let url = env.get(&url_var).cloned().or(d.url.take()).ok_or_else(|| {
         let why = format!("is required (where messages go), in the file or {url_var}");
         refused(&name, "url", why)
@@ -258,7 +254,6 @@ fn destination(
     Ok(DestinationConfig {
         name,
         url,
-        url_from_environment,
         target,
         sources: sources_named,
         event_types,
@@ -517,12 +512,7 @@ mod tests {
 
     const SECRET: &str = "whsec_c2VjcmV0LXNpZ25pbmcta2V5";
 
-    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::config::test_env as env;
 
     fn with_destination(keys: &str) -> String {
         format!("{SOURCES}\n[[destinations]]\nname = \"app\"\n{keys}\n")
@@ -638,7 +628,7 @@ mod tests {
         let url = "nats://inhook:pa55@nats.internal:4222";
         let config = Config::from_parts(Some(&text), &env(&[(&var, url)])).unwrap();
         let app = config.destination("app").unwrap();
-        assert_eq!((app.url.as_str(), app.url_from_environment), (url, true));
+        assert_eq!(app.url, url);
         assert_eq!(app.url_for_display(), "nats://***@nats.internal:4222");
         assert!(!format!("{config:?}").contains("pa55"));
         assert_eq!(app.target.type_name(), "nats");

@@ -233,6 +233,18 @@ impl PendingRow {
     pub fn parsed_as<T: Any>(&self) -> Option<&T> {
         self.parsed.as_ref().and_then(ParsedBody::get)
     }
+
+    /// The kind's parse carried from ingress, else `parse` of the stored body and event id
+    /// (a row read back from the store, after a restart or a replay).
+    pub fn parsed_or<T: Any + Clone, E>(
+        &self,
+        parse: impl FnOnce(&[u8], &str) -> Result<T, E>,
+    ) -> Result<T, E> {
+        match self.parsed_as::<T>() {
+            Some(parsed) => Ok(parsed.clone()),
+            None => parse(&self.body, &self.event_id),
+        }
+    }
 }
 
 /// Everything a kind decides one aggregate from.

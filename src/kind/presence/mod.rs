@@ -122,10 +122,8 @@ impl Kind for PresenceKind {
         let mut decisions = Vec::with_capacity(input.rows.len());
         let mut parsed = Vec::with_capacity(input.rows.len());
         for row in input.rows {
-            let event = match row.parsed_as::<PresenceEvent>() {
-                Some(event) => Ok(event.clone()),
-                None => PresenceEvent::parse_with_fallback(&row.body, Some(&row.event_id)),
-            };
+            let event =
+                row.parsed_or(|body, id| PresenceEvent::parse_with_fallback(body, Some(id)));
             match event {
                 Ok(event) => parsed.push((row.row, event)),
                 Err(err) => decisions.push((row.row, invalid_for_projection(err))),

@@ -188,10 +188,7 @@ impl Kind for SaveKind {
         let mut decisions = Vec::new();
         let mut pending = Vec::with_capacity(input.rows.len());
         for row in input.rows {
-            let parsed = match row.parsed_as::<SaveEvent>() {
-                Some(event) => Ok(event.clone()),
-                None => SaveEvent::parse_with_fallback(&row.body, Some(&row.event_id)),
-            };
+            let parsed = row.parsed_or(|body, id| SaveEvent::parse_with_fallback(body, Some(id)));
             match parsed {
                 Ok(event) => pending.push(PendingSave {
                     row: row.row,
