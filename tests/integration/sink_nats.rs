@@ -13,12 +13,12 @@ use inhook::tools::simulate::Endpoint;
 
 use crate::forward_crash::deliveries_to;
 use crate::sinks::{
-    closed_port, destination_table, drain, kill_while_sending, sent, wait_logged, Audit, Broker,
-    Chaos, Duplicates, Message, ThreeNodes,
+    closed_port, destination_table, drain, sent, wait_logged, Audit, Broker, Chaos, Crashes,
+    Duplicates, Message,
 };
 use crate::support::tcp_proxy::TcpProxy;
 use crate::support::tls::TestCa;
-use crate::support::{Backend, TestServer};
+use crate::support::TestServer;
 
 /// The machine's NATS server.
 const NATS: &str = "127.0.0.1:4222";
@@ -268,6 +268,21 @@ async fn sink_nats_outage_opens_the_circuit_and_loses_nothing() {
     test.delete().await;
 }
 
+/// The crash scenarios on `test`'s stream through the destination `bus` of `config`:
+/// unsigned, no message twice, at least 300.
+fn crashes<'a>(test: &'a TestStream, config: &'a str) -> Crashes<'a, TestStream> {
+    Crashes {
+        label: "nats",
+        broker: test,
+        config,
+        destination: "bus",
+        signed: false,
+        within: WITHIN,
+        duplicates: Duplicates::None,
+        at_least: 300,
+    }
+}
+
 /// SIGKILLed mid-run and restarted, three times: nothing lost, order kept, and no message
 /// twice (a resend after the kill carries the same `Nats-Msg-Id`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -276,18 +291,11 @@ async fn sink_nats_through_sigkills_loses_nothing_and_keeps_order() {
         return;
     }
     let test = TestStream::created().await;
-    let url = format!("nats://{NATS}");
-    let mut server = TestServer::spawn_with_sources(&test.destination("bus", &url, "")).await;
-    let chaos = Chaos::new(Endpoint::new(&server.url), (0x0027_0003, 800, 30), 8, 200);
-    let sending = chaos.send();
-    let kills = kill_while_sending(&mut server, &chaos, &sending).await;
-    sent(sending).await;
-    drain(&chaos, &server, "bus", &test, WITHIN).await;
-    let audit = Audit::read(&server, "bus", &test, false).await;
-    let backend = Backend::fresh_kind();
-    let (line, took) = (audit.line(), chaos.elapsed_s());
-    println!("nats sigkill ({backend}): {kills} kills, {line}, in {took:.1}s");
-    audit.assert_clean(Duplicates::None, 300);
+    let config = test.destination("bus", &format!("nats://{NATS}"), "");
+    // A resend after a kill carries its Nats-Msg-Id: the server drops it.
+    crashes(&test, &config)
+        .through_sigkills((0x0027_0003, 800, 30))
+        .await;
     test.delete().await;
 }
 
@@ -298,23 +306,11 @@ async fn sink_nats_from_three_nodes_one_killed_keeps_order() {
     if !crate::support::broker_available("NATS", NATS) {
         return;
     }
-    if Backend::fresh_kind() != "postgres" {
-        eprintln!("several nodes share one database only on PostgreSQL: set INHOOK_TEST_DATABASE");
-        return;
-    }
     let test = TestStream::created().await;
-    let url = format!("nats://{NATS}");
-    let sources = test.destination("bus", &url, "");
-    let (nodes, chaos) = ThreeNodes::one_killed(&sources, (0x0027_0004, 800, 30), 300, 1_000).await;
-    drain(&chaos, &nodes.first, "bus", &test, WITHIN).await;
-    let audit = Audit::read(&nodes.first, "bus", &test, false).await;
-    println!(
-        "nats three nodes: {}, in {:.1}s",
-        audit.line(),
-        chaos.elapsed_s()
-    );
-    audit.assert_clean(Duplicates::None, 300);
-    drop(nodes);
+    let config = test.destination("bus", &format!("nats://{NATS}"), "");
+    crashes(&test, &config)
+        .three_nodes_one_killed((0x0027_0004, 800, 30), 300, 1_000)
+        .await;
     test.delete().await;
 }
 

@@ -26,12 +26,12 @@ use crate::application::DEST_SECRET;
 use crate::forward_crash::deliveries_to;
 use crate::forwarding::admin_post;
 use crate::sinks::{
-    destination_table, drain, kill_while_sending, listed, sent, wait_listed, wait_logged, Audit,
-    Chaos, Duplicates, Message, ThreeNodes,
+    destination_table, drain, listed, sent, wait_listed, wait_logged, Audit, Chaos, Crashes,
+    Duplicates, Message,
 };
 use crate::support::tcp_proxy::TcpProxy;
 use crate::support::tls::TestCa;
-use crate::support::{Backend, TestServer};
+use crate::support::TestServer;
 
 /// The machine's RabbitMQ.
 const BROKER: &str = "127.0.0.1:5672";
@@ -356,6 +356,21 @@ async fn sink_rabbitmq_outage_opens_the_circuit_and_loses_nothing() {
     broker.clean_up().await;
 }
 
+/// The crash scenarios on `broker` through the destination `amqp` of `config`: signed,
+/// resends allowed (RabbitMQ keeps a second copy; consumers dedupe by `webhook-id`).
+fn crashes<'a>(broker: &'a Broker, config: &'a str, within: Duration) -> Crashes<'a, Broker> {
+    Crashes {
+        label: "rabbitmq",
+        broker,
+        config,
+        destination: "amqp",
+        signed: true,
+        within,
+        duplicates: Duplicates::Allowed,
+        at_least: 0,
+    }
+}
+
 /// SIGKILLs of the single node mid-run: after each restart the deliveries it had on the wire
 /// go again with their `webhook-id`; nothing is lost and, deduped by `webhook-id` as a
 /// consumer would, every aggregate's messages come in applied order.
@@ -365,24 +380,10 @@ async fn sink_rabbitmq_sigkills_lose_nothing_and_keep_order() {
         return;
     }
     let broker = Broker::bound().await;
-    let mut server = TestServer::spawn_with_sources(&destination(
-        "amqp",
-        &amqp_url(BROKER),
-        &broker.exchange,
-        "",
-    ))
-    .await;
-    let chaos = Chaos::new(Endpoint::new(&server.url), (0x0027_a003, 900, 40), 8, 200);
-    let sending = chaos.send();
-    let kills = kill_while_sending(&mut server, &chaos, &sending).await;
-    sent(sending).await;
-    drain(&chaos, &server, "amqp", &broker, Duration::from_secs(20)).await;
-    let audit = broker.audit(&server, "amqp").await;
-    let backend = Backend::fresh_kind();
-    let (line, took) = (audit.line(), chaos.elapsed_s());
-    println!("rabbitmq sigkills ({backend}): {kills} kills, {line}, in {took:.1}s");
-    audit.assert_clean(Duplicates::Allowed, 0);
-    drop(server);
+    let config = destination("amqp", &amqp_url(BROKER), &broker.exchange, "");
+    crashes(&broker, &config, Duration::from_secs(20))
+        .through_sigkills((0x0027_a003, 900, 40))
+        .await;
     broker.clean_up().await;
 }
 
@@ -393,29 +394,11 @@ async fn sink_rabbitmq_three_nodes_one_killed_lose_nothing_and_keep_order() {
     if !crate::support::broker_available("RabbitMQ", BROKER) {
         return;
     }
-    if Backend::fresh_kind() != "postgres" {
-        eprintln!("several nodes share one database only on PostgreSQL: set INHOOK_TEST_DATABASE");
-        return;
-    }
     let broker = Broker::bound().await;
     let config = destination("amqp", &amqp_url(BROKER), &broker.exchange, "");
-    let (nodes, chaos) = ThreeNodes::one_killed(&config, (0x0027_a004, 900, 40), 250, 1_000).await;
-    drain(
-        &chaos,
-        &nodes.first,
-        "amqp",
-        &broker,
-        Duration::from_secs(25),
-    )
-    .await;
-    let audit = broker.audit(&nodes.first, "amqp").await;
-    println!(
-        "rabbitmq three nodes (postgres), one killed: {}, in {:.1}s",
-        audit.line(),
-        chaos.elapsed_s()
-    );
-    audit.assert_clean(Duplicates::Allowed, 0);
-    drop(nodes);
+    crashes(&broker, &config, Duration::from_secs(25))
+        .three_nodes_one_killed((0x0027_a004, 900, 40), 250, 1_000)
+        .await;
     broker.clean_up().await;
 }
 

@@ -17,12 +17,12 @@ use inhook::tools::simulate::Endpoint;
 use crate::application::DEST_SECRET;
 use crate::forward_crash::deliveries_to;
 use crate::sinks::{
-    closed_port, destination_table, drain, kill_while_sending, listed, sent, Audit, Broker, Chaos,
-    Duplicates, Message, ThreeNodes,
+    closed_port, destination_table, drain, listed, sent, Audit, Broker, Chaos, Crashes, Duplicates,
+    Message,
 };
 use crate::support::tcp_proxy::TcpProxy;
 use crate::support::tls::TestCa;
-use crate::support::{Backend, TestServer};
+use crate::support::TestServer;
 
 /// The machine's Redis.
 const REDIS: &str = "127.0.0.1:6379";
@@ -217,6 +217,21 @@ async fn sink_redis_outage_opens_the_circuit_and_loses_nothing() {
     audit.assert_clean(Duplicates::Allowed, 250);
 }
 
+/// The crash scenarios on `keys` through the destination `stream` of `config`: unsigned,
+/// resends allowed (an `XADD` resent after a kill adds the entry again), at least 400.
+fn crashes<'a>(keys: &'a Keys, config: &'a str) -> Crashes<'a, Keys> {
+    Crashes {
+        label: "redis",
+        broker: keys,
+        config,
+        destination: "stream",
+        signed: false,
+        within: WITHIN,
+        duplicates: Duplicates::Allowed,
+        at_least: 400,
+    }
+}
+
 /// Issue #27's SIGKILL mid-run: the node is killed and restarted on its store several
 /// times; an `XADD` whose reply died with the node is added again (a duplicate the
 /// consumer drops by `webhook-id`), and after that dedupe nothing is lost and each
@@ -227,23 +242,10 @@ async fn sink_redis_sigkills_lose_nothing_and_keep_order() {
         return;
     }
     let keys = Keys::new();
-    let url = format!("redis://{REDIS}/0");
-    let mut server = TestServer::spawn_with_sources(&destination("stream", &url, &keys, "")).await;
-    let chaos = Chaos::new(Endpoint::new(&server.url), (0x0027_c4a5, 900, 40), 8, 200);
-    let sending = chaos.send();
-    let kills = kill_while_sending(&mut server, &chaos, &sending).await;
-    sent(sending).await;
-    drain(&chaos, &server, "stream", &keys, WITHIN).await;
-    let audit = Audit::read(&server, "stream", &keys, false).await;
-    println!(
-        "redis sink through {kills} SIGKILLs ({}): {} events sent; {}; all in the streams \
-         after {:.1}s",
-        Backend::fresh_kind(),
-        chaos.stream.event_count(),
-        audit.line(),
-        chaos.elapsed_s()
-    );
-    audit.assert_clean(Duplicates::Allowed, 400);
+    let config = destination("stream", &format!("redis://{REDIS}/0"), &keys, "");
+    crashes(&keys, &config)
+        .through_sigkills((0x0027_c4a5, 900, 40))
+        .await;
 }
 
 /// Issue #27's three nodes on one PostgreSQL database, one SIGKILLed mid-run: the others
@@ -253,25 +255,11 @@ async fn sink_redis_three_nodes_one_killed_lose_nothing_and_keep_order() {
     if !crate::support::broker_available("Redis", REDIS) {
         return;
     }
-    if Backend::fresh_kind() != "postgres" {
-        eprintln!("several nodes share one database only on PostgreSQL: set INHOOK_TEST_DATABASE");
-        return;
-    }
     let keys = Keys::new();
-    let url = format!("redis://{REDIS}/0");
-    let config = destination("stream", &url, &keys, "");
-    let (nodes, chaos) = ThreeNodes::one_killed(&config, (0x0027_30de, 900, 40), 300, 800).await;
-    drain(&chaos, &nodes.first, "stream", &keys, WITHIN).await;
-    let audit = Audit::read(&nodes.first, "stream", &keys, false).await;
-    println!(
-        "redis sink, 3 nodes (postgres), 1 killed: {} events sent; {}; all in the streams \
-         after {:.1}s",
-        chaos.stream.event_count(),
-        audit.line(),
-        chaos.elapsed_s()
-    );
-    audit.assert_clean(Duplicates::Allowed, 400);
-    drop(nodes);
+    let config = destination("stream", &format!("redis://{REDIS}/0"), &keys, "");
+    crashes(&keys, &config)
+        .three_nodes_one_killed((0x0027_30de, 900, 40), 300, 800)
+        .await;
 }
 
 /// A fixed stream name whose key holds another type, and a Redis that cannot be reached:

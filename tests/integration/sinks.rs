@@ -469,6 +469,82 @@ impl ThreeNodes {
     }
 }
 
+/// One broker's run of the crash scenarios: what is read back, the destination, and what
+/// the audit allows. Each sink suite fills one in; the scenarios are written once here.
+pub(crate) struct Crashes<'a, B> {
+    /// The broker's name in the printed summary.
+    pub label: &'a str,
+    /// The test's stream, queue or keys, read back.
+    pub broker: &'a B,
+    /// The `[[destinations]]` table.
+    pub config: &'a str,
+    /// The destination's name.
+    pub destination: &'a str,
+    /// Whether the destination signs with [`DEST_SECRET`].
+    pub signed: bool,
+    /// How long the broker may take to hold every delivery after the publisher is done.
+    pub within: Duration,
+    /// Whether a resend may be stored twice.
+    pub duplicates: Duplicates,
+    /// The fewest messages the broker must hold.
+    pub at_least: usize,
+}
+
+impl<B: Broker> Crashes<'_, B> {
+    /// The single node SIGKILLed mid-run and restarted, three times, while `plan` (seed,
+    /// events, aggregates) is sent: nothing lost, per aggregate in applied order.
+    pub async fn through_sigkills(&self, plan: (u64, usize, usize)) {
+        let mut server = TestServer::spawn_with_sources(self.config).await;
+        let chaos = Chaos::new(Endpoint::new(&server.url), plan, 8, 200);
+        let sending = chaos.send();
+        let kills = kill_while_sending(&mut server, &chaos, &sending).await;
+        sent(sending).await;
+        drain(&chaos, &server, self.destination, self.broker, self.within).await;
+        let audit = Audit::read(&server, self.destination, self.broker, self.signed).await;
+        let (line, took) = (audit.line(), chaos.elapsed_s());
+        let backend = crate::support::Backend::fresh_kind();
+        println!(
+            "{} sigkills ({backend}): {kills} kills, {line}, in {took:.1}s",
+            self.label
+        );
+        audit.assert_clean(self.duplicates, self.at_least);
+    }
+
+    /// Three nodes on one PostgreSQL database, the second SIGKILLed mid-run (see
+    /// [`ThreeNodes::one_killed`] for `rate` and `pause_ms`): the others take over its
+    /// leased deliveries; nothing lost, per aggregate in applied order. Skipped, saying so,
+    /// on SQLite.
+    pub async fn three_nodes_one_killed(
+        &self,
+        plan: (u64, usize, usize),
+        rate: u64,
+        pause_ms: u64,
+    ) {
+        if crate::support::Backend::fresh_kind() != "postgres" {
+            eprintln!(
+                "several nodes share one database only on PostgreSQL: set INHOOK_TEST_DATABASE"
+            );
+            return;
+        }
+        let (nodes, chaos) = ThreeNodes::one_killed(self.config, plan, rate, pause_ms).await;
+        drain(
+            &chaos,
+            &nodes.first,
+            self.destination,
+            self.broker,
+            self.within,
+        )
+        .await;
+        let audit = Audit::read(&nodes.first, self.destination, self.broker, self.signed).await;
+        let (line, took) = (audit.line(), chaos.elapsed_s());
+        println!(
+            "{} three nodes (postgres), one killed: {line}, in {took:.1}s",
+            self.label
+        );
+        audit.assert_clean(self.duplicates, self.at_least);
+    }
+}
+
 /// A `[[destinations]]` table `name` of `kind` at `url` for both seed sources, with the
 /// short lease and backoff the chaotic runs need (`timeout_s`, `max_attempts` as given);
 /// `specific` holds the broker's own keys (subject, stream, exchange…), `extra` any more.
