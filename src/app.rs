@@ -22,6 +22,7 @@ use crate::worker::Worker;
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     let store = connect_store(config)?;
     store.migrate().await.context("migrating the schema")?;
+    store.unlock().await.context("unlocking the store's keys")?;
     Ok(store)
 }
 
@@ -67,6 +68,7 @@ pub fn connect_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
         Database::Sqlite(path) => {
             let store = SqliteStore::open(path, Duration::from_millis(config.busy_timeout_ms))
                 .with_context(|| format!("opening SQLite database {}", path.display()))?;
+            let store = store.with_encryption(config.encryption.clone());
             Arc::new(if config.group_commit {
                 store
             } else {
@@ -80,7 +82,8 @@ pub fn connect_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
                     max_size: config.pool_size,
                     timeout: Duration::from_millis(config.busy_timeout_ms),
                 },
-            )?;
+            )?
+            .with_encryption(config.encryption.clone());
             Arc::new(if config.group_commit {
                 store
             } else {

@@ -158,6 +158,9 @@ pub struct Config {
     pub otlp_endpoint: Option<String>,
     /// The file this config was read from, read again on a reload.
     pub loaded_from: Option<PathBuf>,
+    /// The master keys of encryption at rest (`[encryption] keys` or
+    /// `INHOOK_ENCRYPTION_KEYS`, docs/encryption.md); none: rows are stored in plaintext.
+    pub encryption: Option<std::sync::Arc<crate::encryption::MasterKeys>>,
 }
 
 impl Config {
@@ -274,6 +277,34 @@ struct FileConfig {
     bench_ceiling: Option<bool>,
     forward_poll_ms: Option<u64>,
     otlp_endpoint: Option<String>,
+    encryption: Option<FileEncryption>,
+}
+
+/// The `[encryption]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileEncryption {
+    keys: Vec<String>,
+}
+
+/// The master keys: `INHOOK_ENCRYPTION_KEYS` (comma-separated) wins over `[encryption] keys`.
+fn encryption(
+    file: &FileConfig,
+    env: &HashMap<String, String>,
+) -> Result<Option<std::sync::Arc<crate::encryption::MasterKeys>>, ConfigError> {
+    let entries: Vec<String> = match (env.get("INHOOK_ENCRYPTION_KEYS"), &file.encryption) {
+        (Some(listed), _) => listed
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        (None, Some(table)) => table.keys.clone(),
+        (None, None) => return Ok(None),
+    };
+    crate::encryption::MasterKeys::parse(&entries)
+        .map(|keys| Some(std::sync::Arc::new(keys)))
+        .map_err(|e| ConfigError(e.to_string()))
 }
 
 impl FileConfig {
@@ -490,6 +521,7 @@ impl Config {
     ) -> Result<Self, ConfigError> {
         let mut file = FileConfig::parse(text)?;
         let server = server(&file, env)?;
+        let encryption = encryption(&file, env)?;
         let keep_headers =
             header_names("keep_headers", file.keep_headers.take().unwrap_or_default())?;
         let sources = sources(file.sources.take(), env, &keep_headers, secret_rule)?;
@@ -513,6 +545,7 @@ impl Config {
             admin_token_generated: false,
             admin_open_to_loopback: server.admin_open_to_loopback,
             log_json: server.log_json,
+            encryption,
             otlp_endpoint: server.otlp_endpoint,
             sources,
             destinations,

@@ -395,11 +395,14 @@ pub enum EventStatus {
     Retrying,
     /// Will not be applied without a person's replay.
     Dead,
+    /// Its aggregate was forgotten on request: no body, headers or state are left, its
+    /// dedup keys stay (docs/encryption.md, erasure). Terminal.
+    Erased,
 }
 
 impl EventStatus {
     /// Every status, for parsing and listings.
-    pub const ALL: [EventStatus; 7] = [
+    pub const ALL: [EventStatus; 8] = [
         EventStatus::Received,
         EventStatus::Processed,
         EventStatus::IgnoredStale,
@@ -407,6 +410,7 @@ impl EventStatus {
         EventStatus::Held,
         EventStatus::Retrying,
         EventStatus::Dead,
+        EventStatus::Erased,
     ];
 
     /// The statuses of an event that still waits for a decision (its backlog).
@@ -431,6 +435,7 @@ impl EventStatus {
             EventStatus::Held => "held",
             EventStatus::Retrying => "retrying",
             EventStatus::Dead => "dead",
+            EventStatus::Erased => "erased",
         }
     }
 

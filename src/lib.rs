@@ -31,6 +31,8 @@
 //! - `tools` (the cargo feature `tools`, on by default): the load generator of `inhook bench`
 //!   and the chaos publisher of `inhook simulate`, which checks the above end to end; the
 //!   core does not depend on them.
+//! - [`encryption`]: encryption at rest (docs/encryption.md): master keys, per-aggregate data
+//!   keys, sealing bound to a row; pure, the store holds the keys.
 //! - [`domain`]: ids, sequences, statuses shared by all of the above.
 
 pub mod app;
@@ -39,6 +41,7 @@ pub mod clock;
 pub mod config;
 pub mod contract;
 pub mod domain;
+pub mod encryption;
 pub mod forward;
 pub mod http;
 pub mod kept_headers;

@@ -11,6 +11,7 @@ use crate::domain::{AggregateKey, AggregateKeyProblem, EventStatus};
 mod deliveries;
 mod events;
 mod keygen;
+mod keys;
 mod listen;
 mod replay;
 mod send;
@@ -52,6 +53,11 @@ pub enum Command {
     Verify(verify::VerifyArgs),
     /// Print a new random secret in a scheme's format.
     Keygen(keygen::KeygenArgs),
+    /// Rewrap every data key under the first encryption key (`--encrypt-existing`: also
+    /// seal the rows written before encryption was on); resumable, safe while serving.
+    Rekey(keys::RekeyArgs),
+    /// Erase one aggregate on request: its bodies, headers and state, for good.
+    Forget(keys::ForgetArgs),
     /// List a destination's deliveries.
     Deliveries(deliveries::DeliveriesArgs),
     /// A local endpoint for development: verifies forwarded requests and prints them.
@@ -110,6 +116,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve => serve::serve(Config::load(cli.config.as_deref())?).await,
         Command::Events(args) => events::events(cli.config, args).await,
         Command::Replay(args) => replay::replay(cli.config, args).await,
+        Command::Rekey(args) => keys::rekey(cli.config, args).await,
+        Command::Forget(args) => keys::forget(cli.config, args).await,
         Command::Migrate => serve::migrate(cli.config.as_deref()).await,
         Command::Send(args) => send::send(cli.config, args).await,
         #[cfg(feature = "tools")]

@@ -90,6 +90,8 @@ pub enum Answer {
     TooManyStreams,
     /// 500: a bug; details are in the log, not in the answer.
     Internal,
+    /// 500: a stored value that does not decrypt (docs/encryption.md); that row alone.
+    Undecryptable,
     /// 401 on the admin API, saying why (never echoing the token).
     Unauthorized(&'static str),
     /// 429 on the admin API: this peer sent too many wrong tokens in a row and must wait.
@@ -143,6 +145,7 @@ impl Answer {
             Answer::RateLimited { .. } => "rate_limited",
             Answer::TooManyStreams => "too_many_streams",
             Answer::Internal => "internal_error",
+            Answer::Undecryptable => "undecryptable",
             Answer::Unauthorized(_) => "unauthorized",
             Answer::TooManyWrongTokens { .. } => "too_many_wrong_tokens",
             Answer::Forbidden { error, .. } => error,
@@ -300,6 +303,10 @@ impl From<StoreError> for Answer {
     fn from(err: StoreError) -> Self {
         match err {
             StoreError::Unavailable(_) => Answer::StoreUnavailable,
+            err if crate::store::vault::is_undecryptable(&err) => {
+                tracing::error!(detail = %err, "a stored value does not decrypt");
+                Answer::Undecryptable
+            }
             StoreError::Internal(detail) => {
                 tracing::error!(%detail, "store failed on a read");
                 Answer::Internal
@@ -436,6 +443,10 @@ impl IntoResponse for Answer {
             Answer::Internal => error(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 ErrorBody::new(ErrorStatus::Error, "internal"),
+            ),
+            Answer::Undecryptable => error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ErrorBody::new(ErrorStatus::Error, "undecryptable"),
             ),
             Answer::TooManyWrongTokens { retry_after_s } => retry_after(
                 StatusCode::TOO_MANY_REQUESTS,

@@ -201,7 +201,7 @@ impl TokenBucket {
 #[openapi(
     info(title = "inhook", description = "A webhook receiver that is correct under retries, duplicates and reordering."),
     modifiers(&AdminTokenScheme),
-    paths(api::aggregates::aggregate_one),
+    paths(api::aggregates::aggregate_one, api::aggregates::aggregate_forget),
     tags(
         (name = "ingress", description = "Signed deliveries from publishers"),
         (name = "state", description = "The projections: every source's aggregates, and the typed presence and save slot views"),
@@ -244,7 +244,8 @@ fn documented_routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::Op
         // (in [`ApiDoc`]) since OpenAPI has no multi-segment parameter.
         .route(
             "/v1/sources/{source}/aggregates/{*key}",
-            axum::routing::get(api::aggregates::aggregate_one),
+            axum::routing::get(api::aggregates::aggregate_one)
+                .delete(api::aggregates::aggregate_forget),
         )
         .routes(routes!(api::overview::overview))
         .routes(routes!(stream::stream))

@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
-use super::{Admission, NewEvent, SettleAt, StoreError};
+use super::vault::Vault;
+use super::{Admission, EventRow, SettleAt, StoreError};
 use crate::ordering::Outcome;
 
 /// A flow's future over one transaction: boxed, so that a flow is a plain closure.
@@ -34,6 +35,12 @@ pub enum Commit {
 pub trait Backend: Clone + Send + Sync + 'static {
     /// The statements of one transaction.
     type Tx<'t>: Tx;
+
+    /// The store's keys, which every transaction carries.
+    fn vault(&self) -> &Arc<Vault>;
+
+    /// The backend with `vault` as its keys (set before the store is used).
+    fn with_vault(self, vault: Arc<Vault>) -> Self;
 
     /// Runs `flow` in one write transaction and commits it when the flow succeeds.
     fn write<T, F>(
@@ -69,9 +76,16 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// Logs one verified delivery: the committer is the backend's (group commit).
     fn ingest<'a>(
         &'a self,
-        event: NewEvent<'a>,
+        row: EventRow,
         settle: SettleAt<'a>,
     ) -> impl Future<Output = Result<Admission, StoreError>> + Send + 'a;
+
+    /// Leaves nothing deleted or overwritten in the database's files: SQLite checkpoints
+    /// its write-ahead log into the database (and with `vacuum`, rewrites the database);
+    /// PostgreSQL leaves old row versions to VACUUM.
+    fn compact(&self, _vacuum: bool) -> impl Future<Output = Result<(), StoreError>> + Send {
+        std::future::ready(Ok(()))
+    }
 
     /// Wakes `wake` whenever another node logs an event for the workers.
     fn subscribe(&self, _wake: Arc<Notify>) {}
@@ -143,6 +157,12 @@ pub trait Tx: Sync {
     /// Whether the triggers keep each destination's blocked aggregates among its delivery
     /// counts (SQLite's one writer can); otherwise they are counted from the dead deliveries.
     const COUNTS_BLOCKED_AGGREGATES: bool;
+    /// A query that makes what the transaction deletes or overwrites unreadable in the
+    /// database's files (SQLite: `secure_delete`; PostgreSQL: nothing to do, its old row
+    /// versions go at the next VACUUM), for an erasure.
+    const SCRUB_ON: &'static str;
+    /// The query that turns [`Tx::SCRUB_ON`] off again.
+    const SCRUB_OFF: &'static str;
     /// The query answering `(source, status, n)` for every status of every source.
     const STATUS_COUNTS: &'static str;
     /// Like [`Tx::STATUS_COUNTS`], for the undecided statuses only.
@@ -216,6 +236,9 @@ pub trait Tx: Sync {
     /// Wakes the senders of every other node once the transaction commits, because it
     /// wrote delivery rows (SQLite's senders share the process and need no word).
     fn wake_senders(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The store's keys: what the flow seals its writes and opens its reads with.
+    fn vault(&self) -> &Vault;
 }
 
 /// A text parameter, borrowed from the caller.

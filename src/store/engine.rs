@@ -8,15 +8,17 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 
 use super::backend::{Backend, Commit, Tx};
+use super::erasure::{self, ForgetReport, KeyStep};
 use super::forwarding::{
     self, ClaimCursors, DeliveryFilter, DeliveryPage, DeliveryRecord, DeliveryReplay,
     DeliveryReplayJob, DeliverySkip, DestinationStats, PendingVerdict,
 };
+use super::vault::{is_stale_key, Vault};
 use super::{bulk, reads, settle, upkeep};
 use super::{
-    Admission, AggregatePage, AggregateState, EventFilter, EventPage, EventRecord, FailureReport,
-    HeaderFilter, NewEvent, PurgeReport, ReplayJob, ReplayOutcome, SettleAt, SettleReport,
-    SourceRules, StateChange, Store, StoreError,
+    Admission, AggregatePage, AggregateState, EventFilter, EventPage, EventRecord, EventRow,
+    FailureReport, HeaderFilter, NewEvent, PurgeReport, ReplayJob, ReplayOutcome, SettleAt,
+    SettleReport, SourceRules, StateChange, Store, StoreError,
 };
 use crate::domain::EventStatus;
 use crate::forward::answer::{AttemptRecord as DeliveryAttempt, Verdict};
@@ -41,6 +43,44 @@ impl<B> SqlStore<B> {
 }
 
 impl<B: Backend> SqlStore<B> {
+    /// The store encrypting what it writes under `masters` (docs/encryption.md); what it
+    /// stored before stays readable.
+    pub fn with_encryption(mut self, masters: Option<Arc<crate::encryption::MasterKeys>>) -> Self {
+        self.backend = self.backend.with_vault(Arc::new(Vault::new(masters)));
+        self
+    }
+
+    /// `row` sealed under its aggregate's data key: the cached one (`cached`), else the
+    /// stored one, else a new one written with the row.
+    async fn sealed(&self, mut row: EventRow, cached: bool) -> Result<EventRow, StoreError> {
+        let vault = self.backend.vault();
+        let Some(masters) = vault.masters() else {
+            return Ok(row);
+        };
+        if let Some(key) = cached
+            .then(|| vault.cached_for(&row.source, &row.aggregate))
+            .flatten()
+        {
+            row.seal(&key, None);
+            return Ok(row);
+        }
+        let (source, aggregate) = (row.source.clone(), row.aggregate.clone());
+        let stored = self
+            .backend
+            .read(move |io| {
+                Box::pin(async move { io.vault().stored_key(io, &source, &aggregate).await })
+            })
+            .await?;
+        match stored {
+            Some(key) => row.seal(&key, None),
+            None => {
+                let (key, new) = vault.new_key(masters, &row.source, &row.aggregate);
+                row.seal(&key, Some(new));
+            }
+        }
+        Ok(row)
+    }
+
     /// Runs a write flow durably.
     async fn write<T, F>(&self, flow: F) -> Result<T, StoreError>
     where
@@ -76,7 +116,22 @@ impl<B: Backend> Store for SqlStore<B> {
         event: NewEvent<'_>,
         settle: SettleAt<'_>,
     ) -> Result<Admission, StoreError> {
-        self.backend.ingest(event, settle).await
+        let vault = self.backend.vault();
+        let row = EventRow::of(&event, vault);
+        if !vault.encrypting() {
+            return self.backend.ingest(row, settle).await;
+        }
+        // A key cached here may have been erased by another node since: the row's guard
+        // then refuses it, and the delivery is sealed again under the aggregate's key now.
+        let sealed = self.sealed(row.clone(), true).await?;
+        match self.backend.ingest(sealed, settle).await {
+            Err(err) if is_stale_key(&err) => {
+                vault.forget_cached(&row.source, &row.aggregate);
+                let sealed = self.sealed(row, false).await?;
+                self.backend.ingest(sealed, settle).await
+            }
+            done => done,
+        }
     }
 
     async fn due_aggregates(
@@ -493,5 +548,57 @@ impl<B: Backend> Store for SqlStore<B> {
             Box::pin(async move { upkeep::prune_headers(io, after, batch, &*keep).await })
         })
         .await
+    }
+
+    async fn unlock(&self) -> Result<(), StoreError> {
+        self.write(|io| Box::pin(async move { io.vault().unlock(io).await }))
+            .await
+    }
+
+    fn encrypting(&self) -> bool {
+        self.backend.vault().encrypting()
+    }
+
+    async fn forget(
+        &self,
+        source: &str,
+        aggregate: &str,
+        now_ms: i64,
+    ) -> Result<ForgetReport, StoreError> {
+        let (source, aggregate) = (source.to_owned(), aggregate.to_owned());
+        let (s, a) = (source.clone(), aggregate.clone());
+        let report = self
+            .write(move |io| Box::pin(async move { erasure::forget(io, &s, &a, now_ms).await }))
+            .await?;
+        self.backend.vault().forget_cached(&source, &aggregate);
+        // The erased rows' old pages leave the write-ahead log now, not at some checkpoint.
+        self.backend.compact(false).await?;
+        Ok(report)
+    }
+
+    async fn rekey_step(&self, after: i64, batch: usize) -> Result<KeyStep, StoreError> {
+        self.write(move |io| Box::pin(async move { erasure::rekey_step(io, after, batch).await }))
+            .await
+    }
+
+    async fn rekey_left(&self) -> Result<u64, StoreError> {
+        self.backend
+            .read(|io| Box::pin(async move { erasure::rekey_left(io).await }))
+            .await
+    }
+
+    async fn encrypt_step(&self, after: i64, batch: usize) -> Result<KeyStep, StoreError> {
+        self.write(move |io| Box::pin(async move { erasure::encrypt_step(io, after, batch).await }))
+            .await
+    }
+
+    async fn plaintext_left(&self) -> Result<u64, StoreError> {
+        self.backend
+            .read(|io| Box::pin(async move { erasure::plaintext_left(io).await }))
+            .await
+    }
+
+    async fn compact(&self) -> Result<(), StoreError> {
+        self.backend.compact(true).await
     }
 }

@@ -47,7 +47,7 @@ pub(crate) fn filter_sql<'f>(
 pub(crate) fn status_condition(status: EventStatus) -> String {
     let index = if status.is_undecided() {
         Some(sql::undecided!())
-    } else if status != EventStatus::Processed {
+    } else if !matches!(status, EventStatus::Processed | EventStatus::Erased) {
         Some(sql::rare_decided!())
     } else {
         None

@@ -11,6 +11,7 @@ use super::backend::Param;
 use super::backend::{int, one_int, opt_bytes, opt_int, opt_string, string, text, Cell, Tx};
 use super::bulk::BulkJob;
 use super::{cut_page, SourceRules, StoreError};
+use crate::encryption::{Binding, Column};
 use crate::forward::answer::{AttemptRecord, Verdict};
 use crate::forward::queue::{self, DeliveryStatus, NextSend, Queued, ReplayDecision};
 use crate::forward::select::{deliveries_for, SettledEvent};
@@ -619,11 +620,16 @@ async fn with_bodies<I: Tx>(
         ));
     }
     let width = COLUMNS.split(", ").count();
+    let keys = io.vault().keys_for(io, &rows).await?;
     rows.iter()
         .map(|row| {
             let mut found = record(row)?;
-            found.body = opt_bytes(row, width)?;
-            found.event_headers = opt_string(row, width + 1)?;
+            let at = |column| Binding::event(column, &found.event_id);
+            // A body that does not open is sent as none: the delivery is dead, named so.
+            found.body = opt_bytes(row, width)?.and_then(|b| keys.open(b, at(Column::Body)).ok());
+            found.event_headers = keys
+                .open_opt_text(opt_string(row, width + 1)?, at(Column::Headers))
+                .unwrap_or_default();
             Ok(found)
         })
         .collect()
@@ -1155,7 +1161,7 @@ const BLOCKED_AGGREGATES: &str = "blocked_aggregates";
 const KEY_SEPARATOR: char = '\u{1f}';
 
 /// The key of a queue's lock, the same on every node and version.
-fn queue_key(destination: &str, source: &str, aggregate: &str) -> String {
+pub(crate) fn queue_key(destination: &str, source: &str, aggregate: &str) -> String {
     format!(
         "{}{source}{KEY_SEPARATOR}{aggregate}",
         queue_key_prefix(destination)

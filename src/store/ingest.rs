@@ -11,16 +11,18 @@ use std::borrow::Cow;
 use super::backend::{int, one_int, opt_bytes, opt_string, string, text, Param, Tx};
 use super::filter::{parse_event_id, CONFLICTING_DUPLICATE, CONFLICT_DETAIL};
 use super::settle;
+use super::vault;
 use super::{
     sql, status_of, Admission, DedupKey, EventRow, Refusal, SettleAt, SourceRules, StoreError,
 };
+use crate::encryption::{Binding, Column};
 
 /// Logs a delivery as a row of the event log; no row when a unique key makes it a duplicate.
 pub(crate) const LOG_EVENT: &str =
     "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
          idempotency_key, body, signature_valid, signed_at, received_at, status,
-         headers, decided_at, attempts, body_sha256)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, TRUE, $8, $9, $10, $11, $12, $13, $14)
+         headers, decided_at, attempts, body_sha256, data_key)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, TRUE, $8, $9, $10, $11, $12, $13, $14, $15)
      ON CONFLICT DO NOTHING";
 
 /// The aggregate's highest received sequence.
@@ -69,6 +71,7 @@ pub(crate) async fn log_one<I: Tx>(
     // received sequence, its waiting events and (sync) its state are read below.
     io.lock_aggregates(&[(&logged.source, &logged.aggregate)])
         .await?;
+    prepare_key(io, logged).await?;
     // Sync mode too: an aggregate ready at ingest is written once, already decided; the
     // rest is logged and settled below, where the rules may hold it.
     if let (Some(rules), false) = (settle.rules(), logged.ignored) {
@@ -115,6 +118,23 @@ pub(crate) async fn log_one<I: Tx>(
         decided,
         out_of_order,
     })
+}
+
+/// Writes the new data key `logged` was sealed under, or checks that the cached one it
+/// was sealed under is still stored: a key erased by another node since makes the
+/// delivery fail with [`vault::StaleKey`], to be sealed again (docs/encryption.md).
+pub(crate) async fn prepare_key<I: Tx>(io: &I, logged: &EventRow) -> Result<(), StoreError> {
+    let Some(sealed) = &logged.sealed else {
+        return Ok(());
+    };
+    if let Some(new) = &sealed.new_key {
+        io.execute(
+            vault::ADD_DATA_KEY,
+            &new.params(&logged.source, &logged.aggregate),
+        )
+        .await?;
+    }
+    vault::check_key(io, logged).await
 }
 
 /// Logs `logged` already decided when its aggregate is ready at ingest: settled before
@@ -183,14 +203,15 @@ async fn insert<I: Tx>(
         text(&logged.aggregate),
         Param::Int(logged.sequence),
         Param::opt_text(logged.idempotency_key.as_deref()),
-        Param::Bytes(Cow::Borrowed(&logged.body)),
+        Param::Bytes(Cow::Borrowed(logged.stored_body())),
         Param::OptInt(logged.signed_at),
         Param::Int(logged.received_at),
         text(status),
-        Param::opt_text(logged.headers.as_deref()),
+        Param::opt_text(logged.stored_headers()),
         Param::OptInt(decided_at),
         Param::Int(attempts),
         Param::opt_text(logged.body_sha256.as_deref()),
+        Param::OptInt(logged.data_key()),
     ];
     io.insert_row(LOG_EVENT, &params).await
 }
@@ -283,7 +304,15 @@ pub(crate) async fn find_duplicate<I: Tx>(
         )
         .await?;
     if let Some(stored) = by_id.first() {
-        let body_differs = opt_bytes(stored, 1)?.as_deref() != Some(&logged.body[..]);
+        let keys = io.vault().keys_for(io, &by_id).await?;
+        let stored_body = opt_bytes(stored, 1)?.unwrap_or_default();
+        // An erased original has no body left, and one that does not open cannot be
+        // compared: neither is recorded as a conflict.
+        let body_differs =
+            match keys.open(stored_body, Binding::event(Column::Body, &logged.event_id)) {
+                Ok(body) => !body.is_empty() && body != logged.body,
+                Err(_) => false,
+            };
         if body_differs {
             // A publisher error worth a person's look: kept in the original's history, once.
             io.execute(

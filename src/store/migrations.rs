@@ -349,6 +349,7 @@ CREATE INDEX events_by_source_status ON events (source, status, id)
         // the one connection ingest needs.
         SQLITE_DELIVERY_COUNTS,
     ),
+    (15, SQLITE_ENCRYPTION),
 ];
 
 /// `(version, SQL)` in order, for PostgreSQL; the same schema as [`SQLITE`].
@@ -780,6 +781,7 @@ $fn$;
         // counted from the `deliveries_dead` index: PostgreSQL's readers wait for no writer.
         POSTGRES_DELIVERY_COUNTS,
     ),
+    (15, POSTGRES_ENCRYPTION),
 ];
 
 /// A raw body equal to a logged one of the source is a duplicate when its scheme signs
@@ -924,4 +926,49 @@ CREATE TRIGGER delivery_counts_update AFTER UPDATE ON deliveries
     FOR EACH STATEMENT EXECUTE FUNCTION delivery_counts_apply();
 CREATE TRIGGER delivery_counts_delete AFTER DELETE ON deliveries
     REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION delivery_counts_apply();
+"#;
+
+/// Encryption at rest (docs/encryption.md), SQLite's version 15: each aggregate's data
+/// key wrapped by a master key, apart from the rows it seals (a forget deletes it); the
+/// store's own keys (the body hasher's); the data key an event's columns are sealed
+/// under (NULL: written before encryption was on, or erased).
+const SQLITE_ENCRYPTION: &str = "
+CREATE TABLE data_keys (
+    id         INTEGER PRIMARY KEY,
+    source     TEXT    NOT NULL,
+    aggregate  TEXT    NOT NULL,
+    master_key TEXT    NOT NULL,
+    wrapped    BLOB    NOT NULL,
+    created_at INTEGER NOT NULL,
+    UNIQUE (source, aggregate)
+);
+CREATE INDEX data_keys_master ON data_keys (master_key);
+CREATE TABLE store_keys (
+    name       TEXT    PRIMARY KEY,
+    master_key TEXT    NOT NULL,
+    wrapped    BLOB    NOT NULL,
+    created_at INTEGER NOT NULL
+);
+ALTER TABLE events ADD COLUMN data_key INTEGER;
+";
+
+/// PostgreSQL's version 15, as SQLite's.
+const POSTGRES_ENCRYPTION: &str = r#"
+CREATE TABLE data_keys (
+    id         BIGINT PRIMARY KEY,
+    source     TEXT COLLATE "C" NOT NULL,
+    aggregate  TEXT COLLATE "C" NOT NULL,
+    master_key TEXT COLLATE "C" NOT NULL,
+    wrapped    BYTEA  NOT NULL,
+    created_at BIGINT NOT NULL,
+    UNIQUE (source, aggregate)
+);
+CREATE INDEX data_keys_master ON data_keys (master_key);
+CREATE TABLE store_keys (
+    name       TEXT PRIMARY KEY,
+    master_key TEXT COLLATE "C" NOT NULL,
+    wrapped    BYTEA  NOT NULL,
+    created_at BIGINT NOT NULL
+);
+ALTER TABLE events ADD COLUMN data_key BIGINT;
 "#;

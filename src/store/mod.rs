@@ -6,6 +6,7 @@ pub mod backend;
 mod batch;
 mod bulk;
 mod engine;
+pub mod erasure;
 mod filter;
 pub mod forwarding;
 mod ingest;
@@ -18,6 +19,7 @@ pub(crate) mod settle;
 mod sql;
 pub mod sqlite;
 mod upkeep;
+pub mod vault;
 
 use async_trait::async_trait;
 use std::fmt;
@@ -227,7 +229,7 @@ impl IngestLimits {
 /// A delivery as one row of the event log, owned so that it can wait in a
 /// group-commit queue until a writer takes its batch.
 #[derive(Debug, Clone)]
-pub(crate) struct EventRow {
+pub struct EventRow {
     pub(crate) source: String,
     pub(crate) event_id: String,
     pub(crate) event_type: String,
@@ -248,11 +250,64 @@ pub(crate) struct EventRow {
     pub(crate) ignored: bool,
     /// The kind's parse of the body, for settling at ingest.
     pub(crate) parsed: Option<crate::kind::ParsedBody>,
+    /// What the row stores instead of its body and headers when encryption is on.
+    pub(crate) sealed: Option<SealedRow>,
+}
+
+/// A row's body and headers sealed under its aggregate's data key (docs/encryption.md).
+#[derive(Debug, Clone)]
+pub(crate) struct SealedRow {
+    /// The data key's id.
+    pub data_key: i64,
+    /// The sealed body.
+    pub body: Vec<u8>,
+    /// The sealed kept headers.
+    pub headers: Option<String>,
+    /// The data key itself, when the aggregate had none: written before the row.
+    pub new_key: Option<vault::NewDataKey>,
 }
 
 impl EventRow {
-    /// The row `event` is logged as.
-    pub(crate) fn of(event: &NewEvent<'_>) -> Self {
+    /// Seals the row's body and headers under `key` (`new`: the key is to be written first).
+    pub(crate) fn seal(
+        &mut self,
+        key: &crate::encryption::DataKey,
+        new: Option<vault::NewDataKey>,
+    ) {
+        use crate::encryption::{Binding, Column};
+        let body = key.seal(&self.body, Binding::event(Column::Body, &self.event_id));
+        let headers = self
+            .headers
+            .as_deref()
+            .map(|h| key.seal_text(h, Binding::event(Column::Headers, &self.event_id)));
+        self.sealed = Some(SealedRow {
+            data_key: key.id(),
+            body,
+            headers,
+            new_key: new,
+        });
+    }
+
+    /// The body as stored: sealed when encryption is on.
+    pub(crate) fn stored_body(&self) -> &[u8] {
+        self.sealed.as_ref().map_or(&self.body, |s| &s.body)
+    }
+
+    /// The kept headers as stored.
+    pub(crate) fn stored_headers(&self) -> Option<&str> {
+        match &self.sealed {
+            Some(sealed) => sealed.headers.as_deref(),
+            None => self.headers.as_deref(),
+        }
+    }
+
+    /// The data key its columns are sealed under.
+    pub(crate) fn data_key(&self) -> Option<i64> {
+        self.sealed.as_ref().map(|s| s.data_key)
+    }
+
+    /// The row `event` is logged as (unsealed; its body hash keyed when `vault` encrypts).
+    pub(crate) fn of(event: &NewEvent<'_>, vault: &vault::Vault) -> Self {
         Self {
             source: event.source.to_owned(),
             event_id: event.event.event_id.as_str().to_owned(),
@@ -266,16 +321,14 @@ impl EventRow {
                 .map(|k| k.as_str().to_owned()),
             body: event.body.to_vec(),
             headers: filter::headers_json(event.headers),
-            body_sha256: event.dedup_by_body.then(|| {
-                use sha2::Digest;
-                hex::encode(sha2::Sha256::digest(event.body))
-            }),
+            body_sha256: event.dedup_by_body.then(|| vault.body_hash(event.body)),
             received_at: event.received_at_ms,
             signed_at: event.signed_at,
             limits: event.limits,
             may_hold: event.event.may_hold,
             ignored: event.ignored,
             parsed: event.event.parsed.clone(),
+            sealed: None,
         }
     }
 
@@ -542,6 +595,9 @@ pub struct EventRecord {
     pub headers: Option<String>,
     /// Failures and replays, oldest first (filled by [`Store::event`] only).
     pub history: Vec<AttemptRecord>,
+    /// Whether a sealed column did not open (tampered with, or moved from another row):
+    /// its body, headers and error are left empty (docs/encryption.md).
+    pub undecryptable: bool,
 }
 
 impl EventPage {
@@ -904,6 +960,39 @@ pub trait Store: Send + Sync + 'static {
         batch: usize,
         keep: std::sync::Arc<HeaderFilter>,
     ) -> Result<(Option<i64>, u64), StoreError>;
+
+    /// Checks that every master key the store's data is wrapped under is configured, and
+    /// loads the keyed body hasher: once at start (docs/encryption.md).
+    async fn unlock(&self) -> Result<(), StoreError>;
+
+    /// Whether the store encrypts what it writes.
+    fn encrypting(&self) -> bool;
+
+    /// Forgets one aggregate (docs/encryption.md, erasure): its events `erased`, its state
+    /// and change rows deleted, its undelivered forwards skipped, its data key destroyed.
+    async fn forget(
+        &self,
+        source: &str,
+        aggregate: &str,
+        now_ms: i64,
+    ) -> Result<erasure::ForgetReport, StoreError>;
+
+    /// Rewraps up to `batch` data keys after key id `after` under the first master key.
+    async fn rekey_step(&self, after: i64, batch: usize) -> Result<erasure::KeyStep, StoreError>;
+
+    /// How many data keys are not wrapped under the first master key.
+    async fn rekey_left(&self) -> Result<u64, StoreError>;
+
+    /// Seals the plaintext rows of the aggregates of up to `batch` events after row
+    /// `after` (then of the states and change rows left), one transaction per step.
+    async fn encrypt_step(&self, after: i64, batch: usize) -> Result<erasure::KeyStep, StoreError>;
+
+    /// How many events are stored in plaintext.
+    async fn plaintext_left(&self) -> Result<u64, StoreError>;
+
+    /// Rewrites the database's files so that nothing deleted or overwritten is left in
+    /// them (SQLite: VACUUM and a WAL checkpoint; PostgreSQL: nothing, VACUUM is the DBA's).
+    async fn compact(&self) -> Result<(), StoreError>;
 }
 
 /// What an event's stored request headers (JSON text) become, given its source; `None`

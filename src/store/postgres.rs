@@ -24,8 +24,9 @@ use super::ingest::{self, Guard};
 use super::migrations::POSTGRES as MIGRATIONS;
 use super::settle;
 use super::sql;
+use super::vault::Vault;
 use super::Failure;
-use super::{status_of, Admission, EventRow, NewEvent, Refusal, SettleAt, SourceRules, StoreError};
+use super::{status_of, Admission, EventRow, Refusal, SettleAt, SourceRules, StoreError};
 use crate::domain::{DeadReason, EventStatus};
 use crate::ordering::Outcome;
 
@@ -123,6 +124,8 @@ pub struct Postgres {
     group_commit: bool,
     queue: Arc<BatchQueue<PgJob>>,
     writers: Arc<tokio::sync::Semaphore>,
+    /// The store's keys (docs/encryption.md).
+    vault: Arc<Vault>,
 }
 
 /// Most deliveries committed in one transaction.
@@ -140,17 +143,25 @@ struct PgJob {
 
 /// What became of a delivery the batch insert did not insert: a duplicate, of a logged
 /// event (maybe earlier in the same batch) or of a purged one.
-async fn not_inserted(tx: &dyn CachedStatements, job: &PgJob) -> Result<Admission, StoreError> {
-    if let Some(admission) = ingest::purged_duplicate(&PgIo(tx), &job.row).await? {
+async fn not_inserted(
+    tx: &dyn CachedStatements,
+    vault: &Vault,
+    job: &PgJob,
+) -> Result<Admission, StoreError> {
+    let io = PgIo::of(tx, vault);
+    if let Some(admission) = ingest::purged_duplicate(&io, &job.row).await? {
         return Ok(admission);
     }
-    ingest::find_duplicate(&PgIo(tx), &job.row).await
+    // Kept out by its guard, not by a unique key: sealed under an erased data key.
+    super::vault::check_key(&io, &job.row).await?;
+    ingest::find_duplicate(&io, &job.row).await
 }
 
 /// Logs `jobs` in one transaction with one multi-row insert; with `decide`, settles there
 /// the aggregates ready at ingest; wakes the workers when anything is left to them.
 async fn log_batch(
     pool: &Pool,
+    vault: &Vault,
     jobs: &[PgJob],
     decide: bool,
 ) -> Result<Vec<Admission>, StoreError> {
@@ -186,7 +197,7 @@ async fn log_batch(
     let mut waiting = waiting_ahead(&tx, &rows).await?;
     // Settled before the insert, so that a row ready at ingest is written once, decided.
     let ready = if decide {
-        plan_ready(&tx, jobs).await?
+        plan_ready(&tx, vault, jobs).await?
     } else {
         Vec::new()
     };
@@ -209,10 +220,12 @@ async fn log_batch(
     let aggregates = text(|r| &r.aggregate);
     let sequences: Vec<i64> = rows.iter().map(|r| r.sequence).collect();
     let keys: Vec<Option<&str>> = rows.iter().map(|r| r.idempotency_key.as_deref()).collect();
-    let bodies: Vec<&[u8]> = rows.iter().map(|r| r.body.as_slice()).collect();
+    let bodies: Vec<&[u8]> = rows.iter().map(|r| r.stored_body()).collect();
     let signed_at: Vec<Option<i64>> = rows.iter().map(|r| r.signed_at).collect();
     let received_at: Vec<i64> = rows.iter().map(|r| r.received_at).collect();
-    let headers: Vec<Option<&str>> = rows.iter().map(|r| r.headers.as_deref()).collect();
+    let headers: Vec<Option<&str>> = rows.iter().map(|r| r.stored_headers()).collect();
+    let data_keys: Vec<Option<i64>> = rows.iter().map(|r| r.data_key()).collect();
+    write_new_keys(&tx, &rows).await?;
     let body_sha256: Vec<Option<&str>> = rows.iter().map(|r| r.body_sha256.as_deref()).collect();
     // In batch order, so that of two deliveries with one key the first is the one logged;
     // a key of a purged event (dedup_keys) is left to `not_inserted`. Batch order is safe
@@ -223,17 +236,21 @@ async fn log_batch(
         .cached_query(
             "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
                  idempotency_key, body, signature_valid, signed_at, received_at, status, headers,
-                 decided_at, attempts, body_sha256)
+                 decided_at, attempts, body_sha256, data_key)
              SELECT b.source, b.event_id, b.event_type, b.aggregate, b.sequence,
                     b.idempotency_key, b.body, TRUE, b.signed_at, b.received_at, b.status, b.headers,
-                    b.decided_at, b.attempts, b.body_sha256
+                    b.decided_at, b.attempts, b.body_sha256, b.data_key
              FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[], $6::text[],
                          $7::bytea[], $8::int8[], $9::int8[], $10::text[], $11::text[],
-                         $12::int8[], $13::int8[], $14::text[]) WITH ORDINALITY
+                         $12::int8[], $13::int8[], $14::text[], $15::int8[]) WITH ORDINALITY
                   AS b(source, event_id, event_type, aggregate, sequence, idempotency_key, body,
                        signed_at, received_at, headers, status, decided_at, attempts, body_sha256,
-                       ord)
-             WHERE NOT EXISTS (
+                       data_key, ord)
+             -- A row sealed under a data key erased since it was cached is kept out
+             -- (docs/encryption.md): `not_inserted` tells it from a duplicate.
+             WHERE (b.data_key IS NULL
+                    OR EXISTS (SELECT 1 FROM data_keys k WHERE k.id = b.data_key))
+               AND NOT EXISTS (
                  SELECT 1 FROM dedup_keys d
                  WHERE d.source = b.source AND d.expires_at > b.received_at
                    AND ((d.kind = 'event_id' AND d.key = b.event_id)
@@ -257,6 +274,7 @@ async fn log_batch(
                 &decided_at,
                 &attempts,
                 &body_sha256,
+                &data_keys,
             ],
         )
         .await
@@ -291,7 +309,7 @@ async fn log_batch(
     for (at, job) in jobs.iter().enumerate() {
         // `remove`: of two deliveries with one event_id, only the first gets the row.
         let Some(row) = rows.remove(&(job.row.source.clone(), job.row.event_id.clone())) else {
-            admissions.push(not_inserted(&tx, job).await?);
+            admissions.push(not_inserted(&tx, vault, job).await?);
             continue;
         };
         logged_ids[at] = row;
@@ -336,13 +354,26 @@ async fn log_batch(
             .map_err(pg_err)?;
     }
     raise_highest_received(&tx, &accepted).await?;
-    let decided = write_ready(&tx, ready, &logged_ids, &mut admissions).await?;
+    let decided = write_ready(&tx, vault, ready, &logged_ids, &mut admissions).await?;
     // A decided event needs no worker; its deliveries notify the senders themselves.
     if decided < accepted.len() {
         notify(&tx, CHANNEL).await?;
     }
     tx.commit().await.map_err(pg_err)?;
     Ok(admissions)
+}
+
+/// Writes the data keys made for aggregates that had none, before the rows they seal.
+async fn write_new_keys(tx: &dyn CachedStatements, rows: &[&EventRow]) -> Result<(), StoreError> {
+    for row in rows {
+        if let Some(new) = row.sealed.as_ref().and_then(|s| s.new_key.as_ref()) {
+            let params = new.params(&row.source, &row.aggregate);
+            tx.cached_execute(super::vault::ADD_DATA_KEY, &refs(&params))
+                .await
+                .map_err(pg_err)?;
+        }
+    }
+    Ok(())
 }
 
 /// One aggregate's deliveries of a batch, settled together before they are logged.
@@ -358,6 +389,7 @@ struct ReadyGroup<'a> {
 /// of the batch; different aggregates concurrently, their statements pipelined.
 async fn plan_ready<'a>(
     tx: &dyn CachedStatements,
+    vault: &Vault,
     jobs: &'a [PgJob],
 ) -> Result<Vec<ReadyGroup<'a>>, StoreError> {
     let mut groups: Vec<(&SourceRules, &str, Vec<usize>)> = Vec::new();
@@ -375,7 +407,7 @@ async fn plan_ready<'a>(
     }
     let plans = groups.iter().map(|(rules, aggregate, members)| async move {
         let rows: Vec<&EventRow> = members.iter().map(|at| &jobs[*at].row).collect();
-        settle::plan_unlogged(&PgIo(tx), rules, aggregate, &rows).await
+        settle::plan_unlogged(&PgIo::of(tx, vault), rules, aggregate, &rows).await
     });
     let plans = futures_util::future::join_all(plans).await;
     let mut ready = Vec::new();
@@ -426,13 +458,17 @@ fn logged_whole<'a>(
 /// in the batch), concurrently; fills in `admissions`' outcomes; returns how many.
 async fn write_ready(
     tx: &dyn CachedStatements,
+    vault: &Vault,
     ready: Vec<ReadyGroup<'_>>,
     logged_ids: &[i64],
     admissions: &mut [Admission],
 ) -> Result<usize, StoreError> {
     let writes = ready.into_iter().map(|group| async move {
         let ids: Vec<i64> = group.members.iter().map(|at| logged_ids[*at]).collect();
-        let each = group.plan.write_logged(&PgIo(tx), group.rules, &ids).await;
+        let each = group
+            .plan
+            .write_logged(&PgIo::of(tx, vault), group.rules, &ids)
+            .await;
         (group.members, each)
     });
     let mut count = 0;
@@ -450,8 +486,8 @@ async fn write_ready(
 /// Commits a batch and answers each delivery. If a statement fails, the transaction is
 /// gone for all, so each delivery is retried in a transaction of its own: one bad
 /// delivery never fails the others.
-async fn commit_batch(pool: &Pool, batch: Vec<PgJob>) {
-    match log_batch(pool, &batch, true).await {
+async fn commit_batch(pool: &Pool, vault: &Vault, batch: Vec<PgJob>) {
+    match log_batch(pool, vault, &batch, true).await {
         Ok(admissions) => {
             for (job, admission) in batch.into_iter().zip(admissions) {
                 let _ = job.reply.send(Ok(admission));
@@ -465,7 +501,7 @@ async fn commit_batch(pool: &Pool, batch: Vec<PgJob>) {
         // Alone and only logged: a settle at ingest that fails must not fail the delivery.
         Err(_) => {
             for job in batch {
-                let result = log_batch(pool, std::slice::from_ref(&job), false).await;
+                let result = log_batch(pool, vault, std::slice::from_ref(&job), false).await;
                 let _ = job.reply.send(result.map(|mut one| one.remove(0)));
             }
         }
@@ -509,6 +545,7 @@ impl PostgresStore {
             group_commit: true,
             queue: Arc::default(),
             writers: Arc::new(tokio::sync::Semaphore::new(BATCH_WRITERS)),
+            vault: Arc::default(),
         }))
     }
 
@@ -524,12 +561,12 @@ impl Postgres {
     /// Queues an async delivery for the next batch and waits for its commit.
     async fn ingest_batched(
         &self,
-        event: NewEvent<'_>,
+        row: EventRow,
         rules: Option<&SourceRules>,
     ) -> Result<Admission, StoreError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let job = PgJob {
-            row: EventRow::of(&event),
+            row,
             rules: rules.cloned(),
             reply,
         };
@@ -556,7 +593,7 @@ impl Postgres {
                 this.start_committer();
             }
             if !batch.is_empty() {
-                commit_batch(&this.pool, batch).await;
+                commit_batch(&this.pool, &this.vault, batch).await;
             }
         });
     }
@@ -648,17 +685,17 @@ impl Postgres {
     /// Logs one delivery: batched, or in a transaction of its own.
     async fn ingest_now(
         &self,
-        event: NewEvent<'_>,
+        row: EventRow,
         settle: SettleAt<'_>,
     ) -> Result<Admission, StoreError> {
         // An ignored type takes the single path: it is logged decided, outside every limit.
-        if self.group_commit && !matches!(settle, SettleAt::Ingest(_)) && !event.ignored {
-            return self.ingest_batched(event, settle.rules()).await;
+        if self.group_commit && !matches!(settle, SettleAt::Ingest(_)) && !row.ignored {
+            return self.ingest_batched(row, settle.rules()).await;
         }
-        let row = EventRow::of(&event);
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
-        let admission = ingest::log_one(&PgIo(&tx), &row, settle, Guard::Savepoints).await?;
+        let admission =
+            ingest::log_one(&PgIo::of(&tx, &self.vault), &row, settle, Guard::Savepoints).await?;
         // A refused delivery leaves nothing: its transaction rolls back when dropped.
         if !matches!(admission, Admission::Refused(_)) {
             tx.commit().await.map_err(pg_err)?;
@@ -670,6 +707,15 @@ impl Postgres {
 impl Backend for Postgres {
     type Tx<'t> = PgIo<'t>;
 
+    fn vault(&self) -> &Arc<Vault> {
+        &self.vault
+    }
+
+    fn with_vault(mut self, vault: Arc<Vault>) -> Self {
+        self.vault = vault;
+        self
+    }
+
     async fn write<T, F>(&self, _commit: Commit, flow: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
@@ -677,7 +723,7 @@ impl Backend for Postgres {
     {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
-        let done = flow(&PgIo(&tx)).await?;
+        let done = flow(&PgIo::of(&tx, &self.vault)).await?;
         tx.commit().await.map_err(pg_err)?;
         Ok(done)
     }
@@ -688,7 +734,7 @@ impl Backend for Postgres {
         F: for<'t> FnOnce(&'t PgIo<'t>) -> FlowFuture<'t, T> + Send + 'static,
     {
         let client = self.client().await?;
-        flow(&PgIo(&client)).await
+        flow(&PgIo::of(&client, &self.vault)).await
     }
 
     fn migrate(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
@@ -697,10 +743,10 @@ impl Backend for Postgres {
 
     fn ingest<'a>(
         &'a self,
-        event: NewEvent<'a>,
+        row: EventRow,
         settle: SettleAt<'a>,
     ) -> impl Future<Output = Result<Admission, StoreError>> + Send + 'a {
-        self.ingest_now(event, settle)
+        self.ingest_now(row, settle)
     }
 
     fn subscribe(&self, wake: Arc<Notify>) {
@@ -1013,10 +1059,21 @@ async fn add_history(
 
 /// The flows' statements over a PostgreSQL transaction, or, for reads, over a bare
 /// connection (each statement its own snapshot, and no round trips to begin and commit).
-pub struct PgIo<'a>(&'a dyn CachedStatements);
+pub struct PgIo<'a> {
+    tx: &'a dyn CachedStatements,
+    vault: &'a Vault,
+}
+
+impl<'a> PgIo<'a> {
+    fn of(tx: &'a dyn CachedStatements, vault: &'a Vault) -> Self {
+        Self { tx, vault }
+    }
+}
 
 impl Tx for PgIo<'_> {
     const LOCK_ROWS: &'static str = " FOR UPDATE";
+    const SCRUB_ON: &'static str = "SELECT 1";
+    const SCRUB_OFF: &'static str = "SELECT 1";
     // Kept by triggers (migration 7): the folded counts plus the deltas since.
     const STATUS_COUNTS: &'static str = "SELECT source, status, SUM(n)::BIGINT FROM (
              SELECT source, status, n FROM event_counts
@@ -1053,7 +1110,7 @@ impl Tx for PgIo<'_> {
     }
 
     async fn execute(&self, statement: &str, params: &[Param<'_>]) -> Result<u64, StoreError> {
-        self.0
+        self.tx
             .cached_execute(statement, &refs(params))
             .await
             .map_err(pg_err)
@@ -1065,7 +1122,7 @@ impl Tx for PgIo<'_> {
         params: &[Param<'_>],
     ) -> Result<Vec<Vec<Cell>>, StoreError> {
         let rows = self
-            .0
+            .tx
             .cached_query(statement, &refs(params))
             .await
             .map_err(pg_err)?;
@@ -1078,7 +1135,7 @@ impl Tx for PgIo<'_> {
         params: &[Param<'_>],
     ) -> Result<Option<i64>, StoreError> {
         let inserted = self
-            .0
+            .tx
             .cached_query(&format!("{statement} RETURNING id"), &refs(params))
             .await
             .map_err(pg_err)?;
@@ -1086,15 +1143,15 @@ impl Tx for PgIo<'_> {
     }
 
     async fn lock_aggregates(&self, aggregates: &[(&str, &str)]) -> Result<(), StoreError> {
-        lock_aggregates(self.0, aggregates.iter().copied()).await
+        lock_aggregates(self.tx, aggregates.iter().copied()).await
     }
 
     async fn fold_event_counts(&self) -> Result<(), StoreError> {
-        fold_counts(self.0).await
+        fold_counts(self.tx).await
     }
 
     async fn fold_delivery_counts(&self) -> Result<(), StoreError> {
-        fold_delivery_counts(self.0).await
+        fold_delivery_counts(self.tx).await
     }
 
     async fn record_decisions(
@@ -1103,16 +1160,20 @@ impl Tx for PgIo<'_> {
         now_ms: i64,
         hold_timeout_ms: i64,
     ) -> Result<(), StoreError> {
-        record_decisions(self.0, decisions, now_ms, hold_timeout_ms).await
+        record_decisions(self.tx, decisions, now_ms, hold_timeout_ms).await
     }
 
     async fn wake_workers(&self) -> Result<(), StoreError> {
-        notify(self.0, CHANNEL).await
+        notify(self.tx, CHANNEL).await
     }
 
     async fn wake_senders(&self) -> Result<(), StoreError> {
         // Several in one transaction fold into one notification at the commit.
-        notify(self.0, DELIVERIES_CHANNEL).await
+        notify(self.tx, DELIVERIES_CHANNEL).await
+    }
+
+    fn vault(&self) -> &Vault {
+        self.vault
     }
 }
 

@@ -41,8 +41,9 @@ pub(crate) async fn aggregates_page<I: Tx>(
         Param::Int(limit as i64 + 1),
     ];
     let found = io.query(sql::AGGREGATES_PAGE, &params).await?;
+    let keys = io.vault().keys_for(io, &found).await?;
     Ok(AggregatePage::of(
-        rows::all(found, rows::aggregate_state)?,
+        rows::all(found, |c| rows::aggregate_state(c, &keys))?,
         limit,
     ))
 }
@@ -70,13 +71,16 @@ pub(crate) async fn event<I: Tx>(
     let found = io
         .query(&sql::EVENT_BY_ID, &[text(source), text(event_id)])
         .await?;
-    let Some(mut record) = rows::all(found, rows::event_record)?.pop() else {
+    let keys = io.vault().keys_for(io, &found).await?;
+    let Some(mut record) = rows::all(found, |c| rows::event_record(c, &keys))?.pop() else {
         return Ok(None);
     };
     let history = io
         .query(sql::ATTEMPT_HISTORY, &[Param::Int(record.row)])
         .await?;
-    record.history = rows::all(history, rows::attempt)?;
+    let keys = io.vault().keys_for(io, &history).await?;
+    let event_id = record.event_id.clone();
+    record.history = rows::all(history, |c| rows::attempt(c, &keys, &event_id))?;
     Ok(Some(record))
 }
 
@@ -99,7 +103,11 @@ pub(crate) async fn events<I: Tx>(
         values.len()
     );
     let found = io.query(&statement, &values).await?;
-    Ok(EventPage::of(rows::all(found, rows::event_record)?, limit))
+    let keys = io.vault().keys_for(io, &found).await?;
+    Ok(EventPage::of(
+        rows::all(found, |c| rows::event_record(c, &keys))?,
+        limit,
+    ))
 }
 
 /// Events per source and status, from the counts the triggers keep.
@@ -161,7 +169,8 @@ pub(crate) async fn changes_after<I: Tx>(
             &params,
         )
         .await?;
-    rows::all(found, rows::state_change)
+    let keys = io.vault().keys_for(io, &found).await?;
+    rows::all(found, |c| rows::state_change(c, &keys))
 }
 
 /// A bulk replay of events, by id.

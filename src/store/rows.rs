@@ -3,8 +3,10 @@
 
 use super::backend::Cell;
 use super::filter::parse_status;
+use super::vault::{undecryptable_error, KeySet};
 use super::{AggregateState, AttemptRecord, EventRecord, ReplayJob, StateChange, StoreError};
 use crate::domain::DeadReason;
+use crate::encryption::{Binding, Column};
 use crate::kind::PendingRow;
 use crate::ordering::HeldRef;
 
@@ -91,13 +93,20 @@ pub(crate) fn all<T>(
         .collect()
 }
 
-/// An aggregate's state, from the columns of `sql::LOAD_AGGREGATE`.
-pub(crate) fn aggregate_state(c: &mut Columns) -> Result<AggregateState, StoreError> {
+/// An aggregate's state, from the columns of `sql::LOAD_AGGREGATE`; a sealed state opened
+/// with `keys` (one that does not open is an [`Undecryptable`] error).
+pub(crate) fn aggregate_state(
+    c: &mut Columns,
+    keys: &KeySet,
+) -> Result<AggregateState, StoreError> {
     let aggregate = c.text()?;
     let sequence = c.opt_int()?;
     let event_id = c.opt_text()?;
     let event_type = c.opt_text()?;
-    let state = serde_json::from_str(&c.text()?).map_err(super::filter::json_err)?;
+    let state = keys
+        .open_text(c.text()?, Binding::event(Column::State, &aggregate))
+        .map_err(undecryptable_error)?;
+    let state = serde_json::from_str(&state).map_err(super::filter::json_err)?;
     Ok(AggregateState {
         aggregate,
         sequence,
@@ -111,14 +120,28 @@ pub(crate) fn aggregate_state(c: &mut Columns) -> Result<AggregateState, StoreEr
     })
 }
 
-/// A pending row, from the columns of `sql::pending_columns`.
-pub(crate) fn pending_row(c: &mut Columns, was_held: bool) -> Result<PendingRow, StoreError> {
+/// A pending row, from the columns of `sql::pending_columns`; its body opened with `keys`.
+/// A body that does not open is read as empty: the kind refuses it, and the event goes
+/// dead with the reason its contract gives, instead of holding its aggregate up.
+pub(crate) fn pending_row(
+    c: &mut Columns,
+    was_held: bool,
+    keys: &KeySet,
+) -> Result<PendingRow, StoreError> {
+    let row = c.int()?;
+    let stored = c.bytes()?;
+    let received_at_ms = c.int()?;
+    let replayed = c.boolean()?;
+    let event_id = c.text()?;
+    let body = keys
+        .open(stored, Binding::event(Column::Body, &event_id))
+        .unwrap_or_default();
     Ok(PendingRow {
-        row: c.int()?,
-        body: c.bytes()?,
-        received_at_ms: c.int()?,
-        replayed: c.boolean()?,
-        event_id: c.text()?,
+        row,
+        body,
+        received_at_ms,
+        replayed,
+        event_id,
         sequence: c.int()?,
         event_type: c.text()?,
         idempotency_key: c.opt_text()?,
@@ -136,46 +159,89 @@ pub(crate) fn held_ref(c: &mut Columns) -> Result<HeldRef, StoreError> {
     })
 }
 
-/// An event, from the columns of `sql::EVENT_COLUMNS`.
-pub(crate) fn event_record(c: &mut Columns) -> Result<EventRecord, StoreError> {
+/// An event, from the columns of `sql::EVENT_COLUMNS`; its sealed columns opened with
+/// `keys`. One that does not open leaves them empty and the record marked
+/// [`EventRecord::undecryptable`]: that event alone is answered 500.
+pub(crate) fn event_record(c: &mut Columns, keys: &KeySet) -> Result<EventRecord, StoreError> {
+    let row = c.int()?;
+    let source = c.text()?;
+    let event_id = c.text()?;
+    let at = |column| Binding::event(column, &event_id);
+    let event_type = c.text()?;
+    let aggregate = c.text()?;
+    let sequence = c.int()?;
+    let idempotency_key = c.opt_text()?;
+    let body = keys.open(c.bytes()?, at(Column::Body));
+    let signature_valid = c.boolean()?;
+    let signed_at = c.opt_int()?;
+    let received_at_ms = c.int()?;
+    let status = parse_status(&c.text()?)?;
+    let attempts = c.int()?;
+    let next_attempt_at_ms = c.opt_int()?;
+    let last_error = keys.open_opt_text(c.opt_text()?, at(Column::LastError));
+    let rest = event_record_rest(c)?;
+    let headers = keys.open_opt_text(rest.3, at(Column::Headers));
+    let undecryptable = body.is_err() || last_error.is_err() || headers.is_err();
     Ok(EventRecord {
-        row: c.int()?,
-        source: c.text()?,
-        event_id: c.text()?,
-        event_type: c.text()?,
-        aggregate: c.text()?,
-        sequence: c.int()?,
-        idempotency_key: c.opt_text()?,
-        body: c.bytes()?,
-        signature_valid: c.boolean()?,
-        signed_at: c.opt_int()?,
-        received_at_ms: c.int()?,
-        status: parse_status(&c.text()?)?,
-        attempts: c.int()?,
-        next_attempt_at_ms: c.opt_int()?,
-        last_error: c.opt_text()?,
-        dead_reason: c
-            .opt_text()?
+        row,
+        source,
+        event_id,
+        event_type,
+        aggregate,
+        sequence,
+        idempotency_key,
+        body: body.unwrap_or_default(),
+        signature_valid,
+        signed_at,
+        received_at_ms,
+        status,
+        attempts,
+        next_attempt_at_ms,
+        last_error: last_error.unwrap_or_default(),
+        dead_reason: rest.0,
+        decided_at_ms: rest.1,
+        replays: rest.2,
+        headers: headers.unwrap_or_default(),
+        history: Vec::new(),
+        undecryptable,
+    })
+}
+
+/// The columns of an event after its last error: dead reason, decided at, replays, headers.
+#[allow(clippy::type_complexity)]
+fn event_record_rest(
+    c: &mut Columns,
+) -> Result<(Option<DeadReason>, Option<i64>, i64, Option<String>), StoreError> {
+    Ok((
+        c.opt_text()?
             .map(|raw| {
                 DeadReason::parse(&raw).ok_or_else(|| {
                     StoreError::Internal(format!("unknown dead reason {raw:?} in store").into())
                 })
             })
             .transpose()?,
-        decided_at_ms: c.opt_int()?,
-        replays: c.int()?,
-        headers: c.opt_text()?,
-        history: Vec::new(),
-    })
+        c.opt_int()?,
+        c.int()?,
+        c.opt_text()?,
+    ))
 }
 
-/// An attempt of an event's history, from the columns of `sql::ATTEMPT_HISTORY`.
-pub(crate) fn attempt(c: &mut Columns) -> Result<AttemptRecord, StoreError> {
-    Ok(AttemptRecord {
-        at_ms: c.int()?,
-        kind: c.text()?,
-        error: c.opt_text()?,
-    })
+/// An attempt of the history of the event `event_id`, from the columns of
+/// `sql::ATTEMPT_HISTORY`; its error opened with `keys` (`undecryptable` when it does not).
+pub(crate) fn attempt(
+    c: &mut Columns,
+    keys: &KeySet,
+    event_id: &str,
+) -> Result<AttemptRecord, StoreError> {
+    let at_ms = c.int()?;
+    let kind = c.text()?;
+    let error = keys
+        .open_opt_text(
+            c.opt_text()?,
+            Binding::event(Column::AttemptError, event_id),
+        )
+        .unwrap_or_else(|_| Some("undecryptable".to_owned()));
+    Ok(AttemptRecord { at_ms, kind, error })
 }
 
 /// A bulk replay of events, from the columns of `sql::REPLAY_JOB`.
@@ -191,14 +257,23 @@ pub(crate) fn replay_job(id: i64, c: &mut Columns) -> Result<ReplayJob, StoreErr
     })
 }
 
-/// An applied change, from `id, source, aggregate, kind, at, state`.
-pub(crate) fn state_change(c: &mut Columns) -> Result<StateChange, StoreError> {
+/// An applied change, from `id, source, aggregate, kind, at, state`; its state opened
+/// with `keys` (one that does not open is an [`Undecryptable`] error).
+pub(crate) fn state_change(c: &mut Columns, keys: &KeySet) -> Result<StateChange, StoreError> {
+    let id = c.int()?;
+    let source = c.text()?;
+    let aggregate = c.text()?;
+    let kind = c.text()?;
+    let at_ms = c.int()?;
+    let state = keys
+        .open_text(c.text()?, Binding::event(Column::Change, &aggregate))
+        .map_err(undecryptable_error)?;
     Ok(StateChange {
-        id: c.int()?,
-        source: c.text()?,
-        aggregate: c.text()?,
-        kind: c.text()?,
-        at_ms: c.int()?,
-        state: c.text()?,
+        id,
+        source,
+        aggregate,
+        kind,
+        at_ms,
+        state,
     })
 }

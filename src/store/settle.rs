@@ -10,6 +10,7 @@ use super::{forwarding, rows, sql};
 use super::{
     AggregateState, Decided, DecisionLine, EventRow, SettleReport, SourceRules, StoreError,
 };
+use crate::encryption::{Binding, Column, DataKey};
 use crate::kind::{HeldReach, Kind, KindPlan, PendingRow, SettleInput};
 use crate::ordering::{final_at_ingest, ready_at_ingest, HeldRef, Outcome};
 
@@ -22,7 +23,8 @@ pub(crate) async fn load_state<I: Tx>(
     let found = io
         .query(sql::LOAD_AGGREGATE, &[text(source), text(aggregate)])
         .await?;
-    let mut states = rows::all(found, rows::aggregate_state)?;
+    let keys = io.vault().keys_for(io, &found).await?;
+    let mut states = rows::all(found, |c| rows::aggregate_state(c, &keys))?;
     Ok(states.pop())
 }
 
@@ -35,7 +37,8 @@ async fn arriving_rows<I: Tx>(
 ) -> Result<Vec<PendingRow>, StoreError> {
     let params = [text(source), text(aggregate), Param::Int(now_ms)];
     let found = io.query(sql::ARRIVING_ROWS, &params).await?;
-    rows::all(found, |c| rows::pending_row(c, false))
+    let keys = io.vault().keys_for(io, &found).await?;
+    rows::all(found, |c| rows::pending_row(c, false, &keys))
 }
 
 /// The held events, without their bodies, by sequence.
@@ -58,7 +61,8 @@ async fn held_rows<I: Tx>(io: &I, held: &[HeldRef]) -> Result<Vec<PendingRow>, S
     let statement = format!("{} WHERE {}", sql::PENDING_FROM_EVENTS, I::in_ids("id", 1));
     let ids = held.iter().map(|h| h.row).collect();
     let found = io.query(&statement, &[Param::Ids(ids)]).await?;
-    rows::all(found, |c| rows::pending_row(c, true))
+    let keys = io.vault().keys_for(io, &found).await?;
+    rows::all(found, |c| rows::pending_row(c, true, &keys))
 }
 
 /// Sequences at or above `from` taken by decided events (a conflict takes none).
@@ -73,15 +77,25 @@ async fn occupied<I: Tx>(
     found.iter().map(|row| int(row, 0)).collect()
 }
 
-/// Saves the aggregate's new state.
-async fn save_state<I: Tx>(io: &I, source: &str, state: &AggregateState) -> Result<(), StoreError> {
+/// Saves the aggregate's new state, its state text sealed under `key` when encryption is on.
+async fn save_state<I: Tx>(
+    io: &I,
+    source: &str,
+    state: &AggregateState,
+    key: Option<&DataKey>,
+) -> Result<(), StoreError> {
+    let shown = state.state.to_string();
+    let stored = match key {
+        Some(key) => key.seal_text(&shown, Binding::event(Column::State, &state.aggregate)),
+        None => shown,
+    };
     let params = [
         text(source),
         text(&state.aggregate),
         Param::OptInt(state.sequence),
         Param::opt_text(state.event_id.as_deref()),
         Param::opt_text(state.event_type.as_deref()),
-        Param::owned(state.state.to_string()),
+        Param::owned(stored),
         Param::opt_text(state.tag.as_deref()),
         Param::OptInt(state.watermark),
         Param::Int(state.updated_at_ms),
@@ -287,9 +301,29 @@ async fn write_planned<I: Tx>(
     let Planned { before, rows, plan } = planned;
     let kind: &dyn Kind = rules.kind.as_ref();
     let changed = plan.state.as_ref() != before.as_ref();
+    let dies = plan
+        .decisions
+        .iter()
+        .any(|(_, outcome)| matches!(outcome, Outcome::Dead { .. }));
+    // The aggregate's key as stored now (the transaction holds the aggregate): a cached
+    // one could have been erased by another node, and a state sealed under it lost.
+    let key = if changed || dies {
+        io.vault()
+            .aggregate_key(io, &rules.name, aggregate, true)
+            .await?
+    } else {
+        None
+    };
+    let decisions: std::borrow::Cow<'_, [(i64, Outcome)]> = match &key {
+        Some(key) => sealed_details(&plan.decisions, &rows, key).into(),
+        None => (&plan.decisions[..]).into(),
+    };
     if let Some(state) = plan.state.as_ref().filter(|_| changed) {
-        save_state(io, &rules.name, state).await?;
-        let shown = kind.stream_text(&rules.name, state, now_ms);
+        save_state(io, &rules.name, state, key.as_deref()).await?;
+        let mut shown = kind.stream_text(&rules.name, state, now_ms);
+        if let Some(key) = &key {
+            shown = key.seal_text(&shown, Binding::event(Column::Change, aggregate));
+        }
         let change = [
             text(&rules.name),
             text(aggregate),
@@ -300,11 +334,10 @@ async fn write_planned<I: Tx>(
         io.execute(sql::ADD_CHANGE, &change).await?;
     }
     if logged.is_empty() {
-        io.record_decisions(&plan.decisions, now_ms, rules.hold_timeout_ms)
+        io.record_decisions(&decisions, now_ms, rules.hold_timeout_ms)
             .await?;
     } else {
-        let others: Vec<(i64, Outcome)> = plan
-            .decisions
+        let others: Vec<(i64, Outcome)> = decisions
             .iter()
             .filter(|(row, _)| !logged.contains(row))
             .cloned()
@@ -325,6 +358,34 @@ async fn write_planned<I: Tx>(
         decisions: plan.decisions,
         current_sequence: plan.current_sequence,
     })
+}
+
+/// `decisions` with each dead event's detail sealed under the aggregate's `key`, bound
+/// to the event (a detail may quote the body it refused).
+fn sealed_details(
+    decisions: &[(i64, Outcome)],
+    rows: &[PendingRow],
+    key: &DataKey,
+) -> Vec<(i64, Outcome)> {
+    decisions
+        .iter()
+        .map(|(row, outcome)| {
+            let sealed = match outcome {
+                Outcome::Dead { reason, detail } => {
+                    let event_id = rows
+                        .iter()
+                        .find(|r| r.row == *row)
+                        .map_or("", |r| r.event_id.as_str());
+                    Outcome::Dead {
+                        reason: *reason,
+                        detail: key.seal_text(detail, Binding::event(Column::LastError, event_id)),
+                    }
+                }
+                other => other.clone(),
+            };
+            (*row, sealed)
+        })
+        .collect()
 }
 
 /// Counts and decision lines of a plan, for logs and metrics.

@@ -18,8 +18,9 @@ use super::engine::SqlStore;
 use super::ingest::{self, Guard};
 use super::migrations::SQLITE as MIGRATIONS;
 use super::sql;
+use super::vault::Vault;
 use super::Failure;
-use super::{status_of, Admission, EventRow, NewEvent, SettleAt, SourceRules, StoreError};
+use super::{status_of, Admission, EventRow, SettleAt, SourceRules, StoreError};
 use crate::domain::DeadReason;
 use crate::ordering::Outcome;
 
@@ -41,6 +42,8 @@ pub struct Sqlite {
     reader: Arc<tokio::sync::Mutex<Connection>>,
     queue: Arc<BatchQueue<IngestJob>>,
     group_commit: bool,
+    /// The store's keys (docs/encryption.md).
+    vault: Arc<Vault>,
 }
 
 /// Most deliveries committed in one transaction.
@@ -62,13 +65,13 @@ struct IngestJob {
 /// runs first without them, and only if one delivery is refused or fails does it roll
 /// back and run again, each delivery in its own savepoint: the answers are the same as if
 /// it had run that way from the start.
-fn commit_batch(conn: &mut Connection, batch: Vec<IngestJob>) {
+fn commit_batch(conn: &mut Connection, vault: &Vault, batch: Vec<IngestJob>) {
     if batch.is_empty() {
         return;
     }
-    let answers = match log_batch_whole(conn, &batch) {
+    let answers = match log_batch_whole(conn, vault, &batch) {
         Ok(Some(admissions)) => Ok(admissions.into_iter().map(Ok).collect()),
-        Ok(None) => log_batch_each(conn, &batch),
+        Ok(None) => log_batch_each(conn, vault, &batch),
         Err(err) => Err(err),
     };
     match answers {
@@ -89,12 +92,13 @@ fn commit_batch(conn: &mut Connection, batch: Vec<IngestJob>) {
 /// `None` (and nothing written) when one of them is refused or fails.
 fn log_batch_whole(
     conn: &mut Connection,
+    vault: &Vault,
     batch: &[IngestJob],
 ) -> Result<Option<Vec<Admission>>, StoreError> {
     let tx = conn.transaction().map_err(map_err)?;
     let mut admissions = Vec::with_capacity(batch.len());
     for job in batch {
-        match ingest_one(&tx, job, Guard::Batch) {
+        match ingest_one(&tx, vault, job, Guard::Batch) {
             Ok(Admission::Refused(_)) | Err(_) => return Ok(None), // rolls back when dropped
             Ok(admission) => admissions.push(admission),
         }
@@ -107,13 +111,14 @@ fn log_batch_whole(
 /// one leaves nothing and fails none of the others, and commits them together.
 fn log_batch_each(
     conn: &mut Connection,
+    vault: &Vault,
     batch: &[IngestJob],
 ) -> Result<Vec<Result<Admission, StoreError>>, StoreError> {
     let mut tx = conn.transaction().map_err(map_err)?;
     let mut answers = Vec::with_capacity(batch.len());
     for job in batch {
         answers.push(tx.savepoint().map_err(map_err).and_then(|sp| {
-            let admission = ingest_one(&sp, job, Guard::Savepoints)?;
+            let admission = ingest_one(&sp, vault, job, Guard::Savepoints)?;
             // A refused delivery leaves nothing: its savepoint rolls back when dropped.
             if !matches!(admission, Admission::Refused(_)) {
                 sp.commit().map_err(map_err)?;
@@ -132,14 +137,19 @@ const RECORD_DECISION: &str =
      WHERE id = ?1";
 
 /// Logs one delivery (and settles it in sync mode) inside the caller's transaction.
-fn ingest_one(conn: &Connection, job: &IngestJob, guard: Guard) -> Result<Admission, StoreError> {
+fn ingest_one(
+    conn: &Connection,
+    vault: &Vault,
+    job: &IngestJob,
+    guard: Guard,
+) -> Result<Admission, StoreError> {
     let settle = match &job.rules {
         Some((rules, true)) => SettleAt::IfReady(rules),
         Some((rules, false)) => SettleAt::Ingest(rules),
         None => SettleAt::Worker,
     };
     ready(ingest::log_one(
-        &SqliteIo::of(conn),
+        &SqliteIo::of(conn, vault),
         &job.row,
         settle,
         guard,
@@ -210,6 +220,7 @@ impl SqliteStore {
             reader: Arc::new(tokio::sync::Mutex::new(reader)),
             queue: Arc::default(),
             group_commit: true,
+            vault: Arc::default(),
         }))
     }
 
@@ -235,10 +246,10 @@ impl Sqlite {
                 this.start_committer();
             }
             if this.group_commit {
-                commit_batch(&mut conn, batch);
+                commit_batch(&mut conn, &this.vault, batch);
             } else {
                 for job in batch {
-                    commit_batch(&mut conn, vec![job]);
+                    commit_batch(&mut conn, &this.vault, vec![job]);
                 }
             }
         });
@@ -282,16 +293,26 @@ impl Sqlite {
 /// Runs `step` in a transaction of its own on `conn`.
 fn in_transaction<T>(
     conn: &mut Connection,
+    vault: &Vault,
     step: impl FnOnce(&SqliteIo<'_>) -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
     let tx = conn.transaction().map_err(map_err)?;
-    let done = step(&SqliteIo::of(&tx))?;
+    let done = step(&SqliteIo::of(&tx, vault))?;
     tx.commit().map_err(map_err)?;
     Ok(done)
 }
 
 impl Backend for Sqlite {
     type Tx<'t> = SqliteIo<'t>;
+
+    fn vault(&self) -> &Arc<Vault> {
+        &self.vault
+    }
+
+    fn with_vault(mut self, vault: Arc<Vault>) -> Self {
+        self.vault = vault;
+        self
+    }
 
     fn write<T, F>(
         &self,
@@ -302,16 +323,17 @@ impl Backend for Sqlite {
         T: Send + 'static,
         F: for<'t> FnOnce(&'t SqliteIo<'t>) -> FlowFuture<'t, T> + Send + 'static,
     {
+        let vault = Arc::clone(&self.vault);
         self.run(move |conn| {
             if commit == Commit::Durable {
-                return in_transaction(conn, |io| ready(flow(io)));
+                return in_transaction(conn, &vault, |io| ready(flow(io)));
             }
             // Forwarding's bookkeeping does not wait for the disk ([`Commit::Relaxed`]):
             // two fsyncs per delivery were what held forwarding's throughput down, and
             // the next durable commit syncs it too.
             conn.pragma_update(None, "synchronous", "NORMAL")
                 .map_err(map_err)?;
-            let done = in_transaction(conn, |io| ready(flow(io)));
+            let done = in_transaction(conn, &vault, |io| ready(flow(io)));
             conn.pragma_update(None, "synchronous", "FULL")
                 .map_err(map_err)?;
             done
@@ -323,7 +345,8 @@ impl Backend for Sqlite {
         T: Send + 'static,
         F: for<'t> FnOnce(&'t SqliteIo<'t>) -> FlowFuture<'t, T> + Send + 'static,
     {
-        self.run(move |conn| ready(flow(&SqliteIo::of(conn))))
+        let vault = Arc::clone(&self.vault);
+        self.run(move |conn| ready(flow(&SqliteIo::of(conn, &vault))))
     }
 
     fn read_aside<T, F>(&self, flow: F) -> impl Future<Output = Result<T, StoreError>> + Send
@@ -331,7 +354,24 @@ impl Backend for Sqlite {
         T: Send + 'static,
         F: for<'t> FnOnce(&'t SqliteIo<'t>) -> FlowFuture<'t, T> + Send + 'static,
     {
-        self.read_snapshot(move |conn| ready(flow(&SqliteIo::of(conn))))
+        let vault = Arc::clone(&self.vault);
+        self.read_snapshot(move |conn| ready(flow(&SqliteIo::of(conn, &vault))))
+    }
+
+    fn compact(&self, vacuum: bool) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.run(move |conn| {
+            if vacuum {
+                // secure_delete, so that VACUUM's own free pages hold nothing either.
+                conn.pragma_update(None, "secure_delete", "ON")
+                    .map_err(map_err)?;
+                let vacuumed = conn.execute_batch("VACUUM").map_err(map_err);
+                conn.pragma_update(None, "secure_delete", "OFF")
+                    .map_err(map_err)?;
+                vacuumed?;
+            }
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+                .map_err(map_err)
+        })
     }
 
     fn migrate(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
@@ -360,12 +400,12 @@ impl Backend for Sqlite {
 
     async fn ingest<'a>(
         &'a self,
-        event: NewEvent<'a>,
+        row: EventRow,
         settle: SettleAt<'a>,
     ) -> Result<Admission, StoreError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let job = IngestJob {
-            row: EventRow::of(&event),
+            row,
             rules: settle
                 .rules()
                 .map(|rules| (rules.clone(), matches!(settle, SettleAt::IfReady(_)))),
@@ -480,15 +520,21 @@ fn add_history(
 /// The flows' statements over one SQLite transaction. SQLite's statements never wait,
 /// so each future is ready at once and the flow completes on the thread that began it
 /// ([`ready`]); the wrapper makes that checked, since a connection is not `Sync`.
-pub struct SqliteIo<'a>(SendWrapper<&'a Connection>);
+pub struct SqliteIo<'a> {
+    conn: SendWrapper<&'a Connection>,
+    vault: &'a Vault,
+}
 
 impl<'a> SqliteIo<'a> {
-    fn of(conn: &'a Connection) -> Self {
-        Self(SendWrapper::new(conn))
+    fn of(conn: &'a Connection, vault: &'a Vault) -> Self {
+        Self {
+            conn: SendWrapper::new(conn),
+            vault,
+        }
     }
 
     fn conn(&self) -> &'a Connection {
-        *self.0
+        *self.conn
     }
 
     fn execute_now(&self, statement: &str, params: &[Param<'_>]) -> Result<u64, StoreError> {
@@ -542,6 +588,8 @@ impl<'a> SqliteIo<'a> {
 
 impl Tx for SqliteIo<'_> {
     const LOCK_ROWS: &'static str = "";
+    const SCRUB_ON: &'static str = "PRAGMA secure_delete = ON";
+    const SCRUB_OFF: &'static str = "PRAGMA secure_delete = OFF";
     const SKIP_LOCKED: &'static str = "";
     const LOCK_KEY: &'static str = "SELECT 1 WHERE $1 IS NOT NULL";
     const COUNTS_BLOCKED_AGGREGATES: bool = true;
@@ -632,6 +680,10 @@ impl Tx for SqliteIo<'_> {
 
     fn wake_senders(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
         std::future::ready(Ok(()))
+    }
+
+    fn vault(&self) -> &Vault {
+        self.vault
     }
 }
 
@@ -781,6 +833,7 @@ mod tests {
             may_hold: false,
             ignored: false,
             parsed: None,
+            sealed: None,
         };
         let job = IngestJob {
             row,
@@ -809,7 +862,7 @@ mod tests {
             .into_iter()
             .map(|(aggregate, max_backlog)| job(aggregate, max_backlog))
             .unzip();
-        commit_batch(&mut conn, jobs);
+        commit_batch(&mut conn, &Vault::default(), jobs);
         let answers: Vec<Admission> = answers
             .iter_mut()
             .map(|a| a.try_recv().unwrap().unwrap())
@@ -835,7 +888,7 @@ mod tests {
 
         let (jobs, mut answers): (Vec<_>, Vec<_>) =
             ["d", "e"].into_iter().map(|a| job(a, u64::MAX)).unzip();
-        commit_batch(&mut conn, jobs);
+        commit_batch(&mut conn, &Vault::default(), jobs);
         for answer in &mut answers {
             assert!(matches!(
                 answer.try_recv().unwrap().unwrap(),

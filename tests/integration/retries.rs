@@ -202,6 +202,43 @@ impl Store for FlakyStore {
     ) -> Result<(Option<i64>, u64), StoreError> {
         self.inner.prune_headers(after, batch, keep).await
     }
+
+    async fn unlock(&self) -> Result<(), StoreError> {
+        self.inner.unlock().await
+    }
+
+    fn encrypting(&self) -> bool {
+        self.inner.encrypting()
+    }
+
+    async fn forget(
+        &self,
+        source: &str,
+        aggregate: &str,
+        now_ms: i64,
+    ) -> Result<erasure::ForgetReport, StoreError> {
+        self.inner.forget(source, aggregate, now_ms).await
+    }
+
+    async fn rekey_step(&self, after: i64, batch: usize) -> Result<erasure::KeyStep, StoreError> {
+        self.inner.rekey_step(after, batch).await
+    }
+
+    async fn rekey_left(&self) -> Result<u64, StoreError> {
+        self.inner.rekey_left().await
+    }
+
+    async fn encrypt_step(&self, after: i64, batch: usize) -> Result<erasure::KeyStep, StoreError> {
+        self.inner.encrypt_step(after, batch).await
+    }
+
+    async fn plaintext_left(&self) -> Result<u64, StoreError> {
+        self.inner.plaintext_left().await
+    }
+
+    async fn compact(&self) -> Result<(), StoreError> {
+        self.inner.compact().await
+    }
 }
 
 struct Harness {

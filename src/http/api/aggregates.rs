@@ -1,7 +1,9 @@
 //! `/v1/sources/{source}/aggregates`: every kind's aggregates in one shape (docs/contract.md, json
 //! sources), the kind's own state under `state`.
 
-use axum::extract::State;
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -14,6 +16,7 @@ use crate::domain::AggregateKey;
 use crate::http::answer::{AdminFailures, Answer, ErrorBody};
 use crate::http::AppState;
 use crate::kind::aggregate_view;
+use crate::store::erasure::ForgetReport;
 
 /// One aggregate's state, whatever its source's kind.
 #[derive(Debug, Serialize, ToSchema)]
@@ -141,4 +144,76 @@ pub(crate) async fn aggregates_list(
         .collect();
     let next_cursor = page.next_cursor.map(|c| AggregateKey::text_of_stored(&c));
     Ok(Json(AggregatePage { items, next_cursor }).into_response())
+}
+
+/// What `DELETE /v1/sources/{source}/aggregates/{key}` did (docs/encryption.md, erasure).
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"status": "erased", "source": "stripe", "aggregate": "customer/cus_1",
+    "events_erased": 3, "state_deleted": true, "deliveries_skipped": 0,
+    "data_key_destroyed": true, "encrypted": true,
+    "backups": "a backup taken before still holds the wrapped data key: see docs/encryption.md"}))]
+pub(crate) struct Forgotten {
+    /// Always `erased`.
+    status: &'static str,
+    /// The source.
+    source: String,
+    /// The aggregate's key in text form.
+    aggregate: String,
+    /// What was erased.
+    #[serde(flatten)]
+    report: ForgetReport,
+    /// Whether the store encrypts (the erased bodies were sealed under the destroyed key).
+    encrypted: bool,
+    /// What backups taken before still hold.
+    backups: &'static str,
+}
+
+/// Forgets one aggregate on request: its events `erased` (their dedup keys stay), its
+/// state gone, its undelivered forwards skipped, its data key destroyed.
+#[utoipa::path(delete, path = "/v1/sources/{source}/aggregates/{key}", tag = "state",
+    security(("admin_token" = [])),
+    params(("source" = String, Path, description = "The configured source", example = "stripe"),
+        ("key" = String, Path, description = "The aggregate's key in text form, URL-encoded \
+            like any path", example = "customer%2Fcus_1")),
+    responses(
+        (status = 200, description = "The aggregate is forgotten", body = Forgotten),
+        (status = 400, description = "`bad_request`: the key is no aggregate key's text form", body = ErrorBody),
+        (status = 404, description = "`unknown_aggregate` (nothing stored for it) or `unknown_source`", body = ErrorBody),
+        AdminFailures,
+    ))]
+pub(crate) async fn aggregate_forget(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path((source, key)): Path<(String, String)>,
+) -> Result<Response, Answer> {
+    let source = source_named(&state, &source)?;
+    let key = AggregateKey::parse_text(&key)
+        .map_err(|problem| Answer::BadRequest(format!("aggregate key {problem}")))?;
+    let report = state
+        .store
+        .forget(&source.name, &key.storage_key(), crate::clock::now_ms())
+        .await?;
+    if report == ForgetReport::default() {
+        return Err(Answer::NotFound("unknown_aggregate"));
+    }
+    let encrypted = state.store.encrypting();
+    tracing::warn!(
+        target: "inhook::audit",
+        source = %source.name,
+        aggregate = %key,
+        by = "admin API",
+        peer = %peer.ip(),
+        events_erased = report.events_erased,
+        data_key_destroyed = report.data_key_destroyed,
+        "aggregate erased on request"
+    );
+    Ok(Json(Forgotten {
+        status: "erased",
+        source: source.name.clone(),
+        aggregate: key.to_string(),
+        report,
+        encrypted,
+        backups: crate::store::erasure::backups_note(encrypted),
+    })
+    .into_response())
 }

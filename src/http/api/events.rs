@@ -137,9 +137,14 @@ fn event_detail(
 ) -> EventDetail {
     let mut headers = crate::kept_headers::shown(record.headers.as_deref(), keep_headers);
     mask(&mut headers, mask_fields);
-    let mut body = serde_json::from_slice(&record.body).unwrap_or_else(|_| {
-        serde_json::Value::String(String::from_utf8_lossy(&record.body).into())
-    });
+    // An erased event has no body left: null, not an empty string.
+    let mut body = if record.status == EventStatus::Erased {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_slice(&record.body).unwrap_or_else(|_| {
+            serde_json::Value::String(String::from_utf8_lossy(&record.body).into())
+        })
+    };
     mask(&mut body, mask_fields);
     EventDetail {
         event: event_view(record),
@@ -208,6 +213,14 @@ pub(crate) async fn event_one(
         .event(&source, &event_id)
         .await?
         .ok_or(Answer::NotFound("unknown_event"))?;
+    if record.undecryptable {
+        tracing::error!(
+            source = %record.source,
+            event_id = %record.event_id,
+            "an event's stored body, headers or error do not decrypt"
+        );
+        return Err(Answer::Undecryptable);
+    }
     // A source removed from the config keeps only the allowlist every source shares.
     let keep_headers = state
         .config
