@@ -119,6 +119,9 @@ impl fmt::Debug for MasterKey {
 #[derive(Debug)]
 pub struct MasterKeys {
     keys: Vec<MasterKey>,
+    /// A digest of the list as configured, to tell a changed list on a reload (SHA-256
+    /// of 32 random bytes gives nothing of them away); never shown.
+    fingerprint: [u8; 32],
 }
 
 impl MasterKeys {
@@ -128,6 +131,7 @@ impl MasterKeys {
             return Err(KeyError::NoKeys);
         }
         let mut keys: Vec<MasterKey> = Vec::with_capacity(entries.len());
+        let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
         for (at, entry) in entries.iter().enumerate() {
             let malformed = KeyError::Malformed { position: at + 1 };
             let (id, value) = entry
@@ -148,12 +152,21 @@ impl MasterKeys {
             if keys.iter().any(|k| k.id == id) {
                 return Err(KeyError::Duplicate { id });
             }
+            digest.update(id.as_str().as_bytes());
+            digest.update(&bytes);
             keys.push(MasterKey {
                 key: aead_key(&bytes),
                 id,
             });
         }
-        Ok(Self { keys })
+        let mut fingerprint = [0u8; 32];
+        fingerprint.copy_from_slice(digest.finish().as_ref());
+        Ok(Self { keys, fingerprint })
+    }
+
+    /// Whether `other` lists the same keys, in the same order.
+    pub fn same_as(&self, other: &MasterKeys) -> bool {
+        self.fingerprint == other.fingerprint
     }
 
     /// The key that wraps new data keys (the first configured).
@@ -260,10 +273,8 @@ pub enum Column {
     Body,
     /// An event's kept request headers.
     Headers,
-    /// An event's last error or dead reason's detail.
+    /// An event's error texts: its last error, its dead reason's detail, its history's.
     LastError,
-    /// The error of one entry of an event's history.
-    AttemptError,
     /// An aggregate's state.
     State,
     /// A change-feed row's state.
@@ -276,7 +287,6 @@ impl Column {
             Column::Body => b"body",
             Column::Headers => b"headers",
             Column::LastError => b"last_error",
-            Column::AttemptError => b"attempt_error",
             Column::State => b"state",
             Column::Change => b"change",
         }
@@ -284,8 +294,8 @@ impl Column {
 }
 
 /// What one sealed value is bound to within its aggregate (whose data key already binds
-/// the source and aggregate): its column and its row (an event's id; an aggregate's key
-/// for a state; a change's time for a change-feed row).
+/// the source and aggregate): its column and its row (an event's id; the aggregate's key
+/// for its state and its change-feed rows).
 #[derive(Debug, Clone, Copy)]
 pub struct Binding<'a> {
     /// The column.

@@ -280,9 +280,15 @@ impl Config {
             "otlp_endpoint" => otlp_endpoint,
         ]);
         let token_changed = token(self) != token(other);
+        // The store's keys are taken at start (docs/encryption.md, rotating).
+        let keys_changed = match (&self.encryption, &other.encryption) {
+            (Some(mine), Some(theirs)) => !mine.same_as(theirs),
+            (mine, theirs) => mine.is_some() != theirs.is_some(),
+        };
         token_changed
             .then_some("admin_token")
             .into_iter()
+            .chain(keys_changed.then_some("encryption"))
             .chain(keys)
             .collect()
     }

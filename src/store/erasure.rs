@@ -95,10 +95,17 @@ pub(crate) async fn forget<I: Tx>(
 }
 
 /// Skips the aggregate's undelivered forwards with reason `erased`, queue by queue under
-/// each queue's lock (as a claim takes it). A request in flight finishes: its body was read.
+/// each queue's lock (as a claim takes it). A request in flight may finish (its body was
+/// read), but its lease is gone: its verdict is not recorded, nor is it sent again.
 async fn skip_deliveries<I: Tx>(io: &I, source: &str, aggregate: &str) -> Result<u64, StoreError> {
     let destinations = io
-        .query("SELECT DISTINCT destination FROM delivery_counts", &[])
+        // Every destination with deliveries: PostgreSQL's counts of new ones may still be
+        // deltas, not folded yet.
+        .query(
+            "SELECT destination FROM delivery_counts
+             UNION SELECT destination FROM delivery_count_deltas",
+            &[],
+        )
         .await?;
     let mut skipped = 0;
     for row in &destinations {
@@ -110,7 +117,7 @@ async fn skip_deliveries<I: Tx>(io: &I, source: &str, aggregate: &str) -> Result
                 "UPDATE deliveries SET status = 'skipped', next_attempt_at = NULL,
                      lease_owner = NULL, lease_until = NULL, last_error = 'erased'
                  WHERE destination = $1 AND source = $2 AND aggregate = $3
-                   AND status IN ('pending', 'retrying', 'dead')",
+                   AND status IN ('pending', 'in_flight', 'retrying', 'dead')",
                 &[text(&destination), text(source), text(aggregate)],
             )
             .await?;
@@ -371,7 +378,7 @@ async fn encrypt_aggregate<I: Tx>(
             )
             .await?;
         for entry in &history {
-            let error = seal(opt_string(entry, 1)?, Column::AttemptError);
+            let error = seal(opt_string(entry, 1)?, Column::LastError);
             io.execute(
                 "UPDATE event_attempts SET error = $2 WHERE id = $1",
                 &[Param::Int(int(entry, 0)?), Param::opt_owned(error)],

@@ -625,8 +625,11 @@ async fn with_bodies<I: Tx>(
         .map(|row| {
             let mut found = record(row)?;
             let at = |column| Binding::event(column, &found.event_id);
-            // A body that does not open is sent as none: the delivery is dead, named so.
-            found.body = opt_bytes(row, width)?.and_then(|b| keys.open(b, at(Column::Body)).ok());
+            // A body that does not open, or an erased one (no logged body is empty), is
+            // sent as none: the delivery is dead, named so.
+            found.body = opt_bytes(row, width)?
+                .filter(|b| !b.is_empty())
+                .and_then(|b| keys.open(b, at(Column::Body)).ok());
             found.event_headers = keys
                 .open_opt_text(opt_string(row, width + 1)?, at(Column::Headers))
                 .unwrap_or_default();

@@ -88,6 +88,7 @@ pub(crate) async fn log_one<I: Tx>(
     )
     .await?;
     let Some(row) = inserted else {
+        vault::drop_unused_key(io, logged).await?;
         // A conflicting body is recorded in the original's history: the caller commits it.
         return find_duplicate(io, logged).await;
     };
@@ -176,6 +177,7 @@ async fn decide_and_log<I: Tx>(
     let status = status_of(plan.outcome(0)?).0;
     let decided_at = Some(logged.received_at);
     let Some(row) = insert(io, logged, status.as_str(), decided_at, 1).await? else {
+        vault::drop_unused_key(io, logged).await?;
         return find_duplicate(io, logged).await.map(Some);
     };
     let out_of_order = record_received(io, logged).await?;

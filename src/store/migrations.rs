@@ -931,7 +931,8 @@ CREATE TRIGGER delivery_counts_delete AFTER DELETE ON deliveries
 /// Encryption at rest (docs/encryption.md), SQLite's version 15: each aggregate's data
 /// key wrapped by a master key, apart from the rows it seals (a forget deletes it); the
 /// store's own keys (the body hasher's); the data key an event's columns are sealed
-/// under (NULL: written before encryption was on, or erased).
+/// under (NULL: written before encryption was on, or erased); an aggregate's change rows
+/// found without a scan of the feed (a forget deletes them).
 const SQLITE_ENCRYPTION: &str = "
 CREATE TABLE data_keys (
     id         INTEGER PRIMARY KEY,
@@ -950,6 +951,7 @@ CREATE TABLE store_keys (
     created_at INTEGER NOT NULL
 );
 ALTER TABLE events ADD COLUMN data_key INTEGER;
+CREATE INDEX state_changes_aggregate ON state_changes (source, aggregate);
 ";
 
 /// PostgreSQL's version 15, as SQLite's.
@@ -971,4 +973,5 @@ CREATE TABLE store_keys (
     created_at BIGINT NOT NULL
 );
 ALTER TABLE events ADD COLUMN data_key BIGINT;
+CREATE INDEX state_changes_aggregate ON state_changes (source, aggregate);
 "#;

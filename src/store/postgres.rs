@@ -149,11 +149,12 @@ async fn not_inserted(
     job: &PgJob,
 ) -> Result<Admission, StoreError> {
     let io = PgIo::of(tx, vault);
+    // Kept out by its guard, not by a unique key: sealed under an erased data key.
+    super::vault::check_key(&io, &job.row).await?;
+    super::vault::drop_unused_key(&io, &job.row).await?;
     if let Some(admission) = ingest::purged_duplicate(&io, &job.row).await? {
         return Ok(admission);
     }
-    // Kept out by its guard, not by a unique key: sealed under an erased data key.
-    super::vault::check_key(&io, &job.row).await?;
     ingest::find_duplicate(&io, &job.row).await
 }
 

@@ -236,10 +236,7 @@ pub(crate) fn attempt(
     let at_ms = c.int()?;
     let kind = c.text()?;
     let error = keys
-        .open_opt_text(
-            c.opt_text()?,
-            Binding::event(Column::AttemptError, event_id),
-        )
+        .open_opt_text(c.opt_text()?, Binding::event(Column::LastError, event_id))
         .unwrap_or_else(|_| Some("undecryptable".to_owned()));
     Ok(AttemptRecord { at_ms, kind, error })
 }
@@ -265,9 +262,14 @@ pub(crate) fn state_change(c: &mut Columns, keys: &KeySet) -> Result<StateChange
     let aggregate = c.text()?;
     let kind = c.text()?;
     let at_ms = c.int()?;
+    // One change that does not open must not stop the feed of every stream: it is
+    // shown as a null state, and logged.
     let state = keys
         .open_text(c.text()?, Binding::event(Column::Change, &aggregate))
-        .map_err(undecryptable_error)?;
+        .unwrap_or_else(|err| {
+            tracing::error!(change = id, %source, detail = %err, "a change-feed row does not decrypt");
+            "null".to_owned()
+        });
     Ok(StateChange {
         id,
         source,

@@ -248,8 +248,9 @@ impl Vault {
         }
         if !missing.is_empty() {
             missing.sort();
+            // Words only: the operator reads them once, not again as a cause.
             let err = KeysMissing::MasterKeys(missing);
-            return Err(StoreError::Internal(Failure::caused(err.to_string(), err)));
+            return Err(StoreError::Internal(err.to_string().into()));
         }
         let Some(masters) = &self.masters else {
             return Ok(());
@@ -371,7 +372,8 @@ impl Vault {
             return Ok(None);
         };
         let id = super::backend::int(row, 0)?;
-        if let Some(cached) = lock(&self.by_id).get(&id) {
+        let cached = lock(&self.by_id).get(&id);
+        if let Some(cached) = cached {
             self.remember(source, aggregate, Arc::clone(&cached));
             return Ok(Some(cached));
         }
@@ -495,8 +497,8 @@ pub(crate) fn is_stale_key(err: &StoreError) -> bool {
         .is_some_and(|cause| cause.downcast_ref::<StaleKey>().is_some())
 }
 
-/// Fails with [`StaleKey`] when `row` was sealed under a data key that is not stored (nor
-/// written with it): called when its insert wrote nothing.
+/// Fails with [`StaleKey`] when `row` was sealed under a data key that is not stored
+/// (erased since it was cached, or a new one another delivery's key beat).
 pub(crate) async fn check_key<I: Tx>(io: &I, row: &super::EventRow) -> Result<(), StoreError> {
     let Some(id) = row.data_key() else {
         return Ok(());
@@ -504,6 +506,19 @@ pub(crate) async fn check_key<I: Tx>(io: &I, row: &super::EventRow) -> Result<()
     let found = io.query(DATA_KEY_EXISTS, &[Param::Int(id)]).await?;
     if super::backend::one_int(&found)? == 0 {
         return Err(stale_key());
+    }
+    Ok(())
+}
+
+/// Deletes the new data key `row` was sealed under when the row itself was not logged (a
+/// duplicate): no key is left for an aggregate that has no row.
+pub(crate) async fn drop_unused_key<I: Tx>(
+    io: &I,
+    row: &super::EventRow,
+) -> Result<(), StoreError> {
+    if let Some(new) = row.sealed.as_ref().and_then(|s| s.new_key.as_ref()) {
+        io.execute("DELETE FROM data_keys WHERE id = $1", &[Param::Int(new.id)])
+            .await?;
     }
     Ok(())
 }

@@ -11,6 +11,7 @@ mod conformance;
 mod connections;
 mod crash;
 mod durability;
+mod encryption;
 mod event_log;
 mod examples;
 mod forward_crash;

@@ -37,6 +37,7 @@ async fn the_openapi_document_lists_every_route_and_its_answers() {
         ("get", "/v1/saves/{player_id}/{save_slot}"),
         ("get", "/v1/sources/{source}/aggregates"),
         ("get", "/v1/sources/{source}/aggregates/{key}"),
+        ("delete", "/v1/sources/{source}/aggregates/{key}"),
         ("get", "/v1/events"),
         ("get", "/v1/events/{source}/{event_id}"),
         ("post", "/v1/events/{source}/{event_id}/replay"),
@@ -76,6 +77,7 @@ async fn the_openapi_document_lists_every_route_and_its_answers() {
             .replace(['{', '}'], "");
         let request = match method.as_str() {
             "get" => client.get(format!("{}{concrete}", server.url)),
+            "delete" => client.delete(format!("{}{concrete}", server.url)),
             _ => client
                 .post(format!("{}{concrete}", server.url))
                 .json(&json!({})),

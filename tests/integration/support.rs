@@ -453,6 +453,31 @@ secrets = ["{s0}", "{s1}"]
         .await
     }
 
+    /// DELETEs a path of the admin API.
+    pub async fn delete(&self, path: &str) -> Reply {
+        reply(
+            self.client
+                .delete(format!("{}{path}", self.url))
+                .send()
+                .await
+                .expect("DELETE"),
+        )
+        .await
+    }
+
+    /// POSTs a JSON body to a path of the admin API.
+    pub async fn post_admin(&self, path: &str, body: &Value) -> Reply {
+        reply(
+            self.client
+                .post(format!("{}{path}", self.url))
+                .json(body)
+                .send()
+                .await
+                .expect("POST"),
+        )
+        .await
+    }
+
     /// GETs a path and returns its body as text.
     pub async fn get_text(&self, path: &str) -> String {
         self.client
@@ -630,6 +655,63 @@ secrets = ["{s0}", "{s1}"]
                 drop(client);
                 let _ = driver.await;
                 value
+            }
+        }
+    }
+
+    /// Every row `sql` returns, each column read as text (the same SQL on both stores;
+    /// cast what is not text).
+    pub async fn query_rows(&self, sql: &str) -> Vec<Vec<String>> {
+        match &self.backend {
+            Backend::Sqlite => {
+                let conn = rusqlite::Connection::open(self.db_path()).expect("open db");
+                let mut statement = conn.prepare(sql).expect(sql);
+                let width = statement.column_count();
+                let rows = statement
+                    .query_map([], |row| {
+                        (0..width)
+                            .map(|at| row.get::<_, String>(at))
+                            .collect::<rusqlite::Result<Vec<String>>>()
+                    })
+                    .expect(sql);
+                rows.collect::<rusqlite::Result<_>>().expect(sql)
+            }
+            Backend::Postgres { .. } => {
+                let url = self.backend.url(self.dir.path());
+                let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                    .await
+                    .expect("connect");
+                let driver = tokio::spawn(connection);
+                let rows = client.query(sql, &[]).await.expect(sql);
+                let read = rows
+                    .iter()
+                    .map(|row| (0..row.len()).map(|at| row.get::<_, String>(at)).collect())
+                    .collect();
+                drop(client);
+                let _ = driver.await;
+                read
+            }
+        }
+    }
+
+    /// The bytes the first column of the first row `sql` returns, in hex.
+    pub async fn query_hex(&self, sql: &str) -> String {
+        match &self.backend {
+            Backend::Sqlite => {
+                let conn = rusqlite::Connection::open(self.db_path()).expect("open db");
+                let bytes: Vec<u8> = conn.query_row(sql, [], |row| row.get(0)).expect(sql);
+                hex::encode(bytes)
+            }
+            Backend::Postgres { .. } => {
+                let url = self.backend.url(self.dir.path());
+                let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                    .await
+                    .expect("connect");
+                let driver = tokio::spawn(connection);
+                let bytes: Vec<u8> = client.query_one(sql, &[]).await.expect(sql).get(0);
+                drop(client);
+                let _ = driver.await;
+                hex::encode(bytes)
             }
         }
     }
@@ -857,8 +939,8 @@ pub fn official_one(scheme: Scheme, secret: &str, body: &str, timestamp: i64, id
 /// store's state as the release before migration 5 wrote it. Remove migration 5's row
 /// from `schema_migrations` too, and the next start migrates it again. Migration 6's
 /// tables (deliveries), migration 7's indexes and counts and migration 9's index and
-/// backlog decrements, migration 12's upgrade steps, 13's body keys and 14's delivery
-/// counts, which come after it, are dropped first (migration 11's column goes with the
+/// backlog decrements, migration 12's upgrade steps, 13's body keys, 14's delivery
+/// counts and 15's keys, which come after it, are dropped first (migration 11's column goes with the
 /// generic table, 14's PostgreSQL trigger function with the deliveries).
 pub const UNDO_MIGRATION_5: (&str, &str) = (
     "DROP TABLE pending_upgrade_steps;
@@ -866,6 +948,8 @@ pub const UNDO_MIGRATION_5: (&str, &str) = (
      DROP INDEX events_arriving;
      DROP TABLE delivery_replay_jobs; DROP TABLE delivery_attempts; DROP TABLE deliveries;
      DROP TABLE delivery_counts; DROP TABLE delivery_count_deltas; DROP TABLE blocked_queues;
+     DROP TABLE data_keys; DROP TABLE store_keys; ALTER TABLE events DROP COLUMN data_key;
+     DROP INDEX state_changes_aggregate;
      DROP INDEX events_body; ALTER TABLE events DROP COLUMN body_sha256;
      CREATE TABLE presence_state AS
          SELECT source, aggregate AS user_id, json_extract(state, '$.presence') AS presence,
@@ -889,6 +973,8 @@ pub const UNDO_MIGRATION_5: (&str, &str) = (
      DROP TABLE delivery_replay_jobs; DROP TABLE delivery_attempts; DROP TABLE deliveries;
      DROP FUNCTION delivery_counts_apply();
      DROP TABLE delivery_counts; DROP TABLE delivery_count_deltas;
+     DROP TABLE data_keys; DROP TABLE store_keys; ALTER TABLE events DROP COLUMN data_key;
+     DROP INDEX state_changes_aggregate;
      DROP INDEX events_body; ALTER TABLE events DROP COLUMN body_sha256;
      CREATE TABLE presence_state AS
          SELECT source, aggregate AS user_id, state::json->>'presence' AS presence,

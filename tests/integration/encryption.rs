@@ -1,0 +1,377 @@
+//! Encryption at rest and erasure (docs/encryption.md) end to end, on the store the suite
+//! runs on: what a publisher sent is nowhere in the database's files or columns in
+//! plaintext, yet the admin reads it; a ciphertext moved to another row does not open;
+//! forgetting an aggregate leaves nothing of it readable, and its redeliveries duplicates.
+
+use std::time::Duration;
+
+use inhook::signature::Scheme;
+use serde_json::{json, Value};
+
+use crate::application::{serve_recording, Behaviour, Seen, DEST_SECRET};
+use crate::support::{now_s, signed, Reply, TestServer};
+
+/// A string that must never reach the store in plaintext.
+pub const MARKER: &str = "zq7-marker-ex41";
+
+/// The first master key of these tests.
+pub const K1: &str = "k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+const SECRET: &str = "vault-test-secret";
+
+/// Two json sources, one settled at ingest and one by the worker, whose state and kept
+/// header carry what the publisher sent, forwarded to `destination`.
+fn sources(destination: &str) -> String {
+    let source = |name: &str, mode: &str| {
+        format!(
+            r#"
+[[sources]]
+name = "{name}"
+kind = "json"
+mode = "{mode}"
+signature = "hmac-hex"
+secrets = ["{SECRET}"]
+event_id = "/id"
+aggregate = "/customer"
+sequence = "/seq"
+event_type = "/type"
+ordering = "latest-wins"
+state = "/data"
+keep_headers = ["x-customer-note"]
+"#
+        )
+    };
+    format!(
+        r#"{}{}
+[[destinations]]
+name = "app"
+url = "{destination}"
+secret = "{DEST_SECRET}"
+sources = ["vault-sync", "vault-async"]
+retry_base_s = 1
+"#,
+        source("vault-sync", "sync"),
+        source("vault-async", "async"),
+    )
+}
+
+/// The top-level lines of a store encrypting under `keys`.
+pub fn encrypted(keys: &[&str]) -> String {
+    let listed: Vec<String> = keys.iter().map(|k| format!("{k:?}")).collect();
+    format!("encryption = {{ keys = [{}] }}\n", listed.join(", "))
+}
+
+fn body(id: &str, customer: &str, seq: i64, note: &str) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "id": id,
+        "customer": customer,
+        "seq": seq,
+        "type": "customer.updated",
+        "data": {"email": format!("{note}@example.com"), "name": note},
+    }))
+    .unwrap()
+}
+
+async fn post(server: &TestServer, source: &str, body: &[u8], note: &str) -> Reply {
+    let mut headers = signed(Scheme::HmacHex, SECRET, body, now_s());
+    headers.push(("x-customer-note", note.to_owned()));
+    server.post_raw(source, body, &headers).await
+}
+
+/// Every file of a SQLite store (database, WAL, shared memory), or every text and bytes
+/// column of every table of a PostgreSQL one, that holds `needle`.
+async fn holders_of(server: &TestServer, needle: &[u8]) -> Vec<String> {
+    if crate::support::Backend::fresh_kind() == "postgres" {
+        return postgres_holders(server, needle).await;
+    }
+    let mut holders = Vec::new();
+    for suffix in ["", "-wal", "-shm"] {
+        let path = format!("{}{suffix}", server.db_path().display());
+        if let Ok(bytes) = std::fs::read(&path) {
+            if bytes.windows(needle.len()).any(|w| w == needle) {
+                holders.push(path);
+            }
+        }
+    }
+    holders
+}
+
+async fn postgres_holders(server: &TestServer, needle: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(needle).into_owned();
+    let hex = hex::encode(needle);
+    let columns = server
+        .query_rows(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns
+             WHERE table_schema = current_schema() AND data_type IN ('text', 'bytea')",
+        )
+        .await;
+    let mut holders = Vec::new();
+    for row in columns {
+        let (table, column, kind) = (&row[0], &row[1], &row[2]);
+        let condition = if kind == "bytea" {
+            format!("encode({column}, 'hex') LIKE '%{hex}%'")
+        } else {
+            format!("{column} LIKE '%{text}%'")
+        };
+        let found = server
+            .query_i64(&format!("SELECT COUNT(*) FROM {table} WHERE {condition}"))
+            .await;
+        if found > 0 {
+            holders.push(format!("{table}.{column}"));
+        }
+    }
+    holders
+}
+
+/// Waits for the writes in flight (the worker's, the sender's) to reach the files.
+async fn settle_files() {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+#[tokio::test]
+async fn what_publishers_sent_is_sealed_at_rest_and_shown_to_the_admin() {
+    let seen = Seen::behaving(Behaviour {
+        fail_rate: 0.0,
+        accept_delay_ms: 0,
+    });
+    let port = serve_recording(&seen).await;
+    let destination = format!("http://127.0.0.1:{port}/hooks");
+    let server = TestServer::spawn_top_and_sources(
+        &(encrypted(&[K1]) + "retention_s = 3600\n"),
+        &sources(&destination),
+    )
+    .await;
+    for (source, prefix) in [("vault-sync", "s"), ("vault-async", "a")] {
+        for seq in 1..=3 {
+            let id = format!("{prefix}-evt-{seq}");
+            let sent = body(&id, &format!("cus-{prefix}"), seq, MARKER);
+            let answer = post(&server, source, &sent, MARKER).await;
+            assert!(answer.code < 300, "{source} {seq}: {answer:?}");
+            // A redelivery is still a duplicate: by id, and by body (a keyed hash now).
+            let again = post(&server, source, &sent, MARKER).await;
+            assert_eq!(again.body["status"], "duplicate", "{again:?}");
+        }
+    }
+    server
+        .wait_status("vault-async", "a-evt-3", "processed")
+        .await;
+    let detail = server
+        .wait_detail("vault-async", "a-evt-3", "processed")
+        .await;
+    assert_eq!(detail["body"]["data"]["name"], MARKER, "{detail}");
+    assert_eq!(detail["headers"]["x-customer-note"], MARKER, "{detail}");
+    let state = server.get("/v1/sources/vault-sync/aggregates/cus-s").await;
+    assert_eq!(state.code, 200, "{state:?}");
+    assert_eq!(state.body["state"]["name"], MARKER, "{state:?}");
+    // Forwarding sends the original bytes.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let forwarded = {
+            let seen = seen.lock().unwrap();
+            seen.accepted.values().flatten().count()
+        };
+        if forwarded >= 6 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "forwarded {forwarded} of 6"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let bodies: Vec<Vec<u8>> = {
+        let seen = seen.lock().unwrap();
+        seen.accepted
+            .values()
+            .flatten()
+            .map(|(_, b)| b.clone())
+            .collect()
+    };
+    assert!(bodies
+        .iter()
+        .all(|b| String::from_utf8_lossy(b).contains(MARKER)));
+    // A replay reads the sealed body back and applies it again.
+    let replayed = server
+        .post_admin("/v1/events/vault-async/a-evt-1/replay", &json!({}))
+        .await;
+    assert!(replayed.code < 300 || replayed.code == 409, "{replayed:?}");
+    settle_files().await;
+    let holders = holders_of(&server, MARKER.as_bytes()).await;
+    assert!(
+        holders.is_empty(),
+        "the marker is stored in plaintext in {holders:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_ciphertext_moved_to_another_row_does_not_open_and_the_server_keeps_serving() {
+    let server =
+        TestServer::spawn_top_and_sources(&encrypted(&[K1]), &sources("http://127.0.0.1:9/hooks"))
+            .await;
+    for (id, seq) in [("evt-a", 1), ("evt-b", 2)] {
+        let sent = body(id, "cus-1", seq, "someone");
+        assert!(post(&server, "vault-sync", &sent, "note").await.code < 300);
+    }
+    // Same aggregate, same data key: only the binding to the row keeps it out.
+    server
+        .run_sql(
+            "UPDATE events SET body = (SELECT body FROM events WHERE event_id = 'evt-a')
+             WHERE event_id = 'evt-b'",
+            "UPDATE events SET body = (SELECT body FROM events WHERE event_id = 'evt-a')
+             WHERE event_id = 'evt-b'",
+        )
+        .await;
+    let moved = server.get("/v1/events/vault-sync/evt-b").await;
+    assert_eq!(moved.code, 500, "{moved:?}");
+    assert_eq!(
+        moved.body,
+        json!({"status": "error", "error": "undecryptable"})
+    );
+    let intact = server.get("/v1/events/vault-sync/evt-a").await;
+    assert_eq!(intact.code, 200, "{intact:?}");
+    assert_eq!(intact.body["body"]["id"], "evt-a");
+    let listed = server.get("/v1/events?source=vault-sync").await;
+    assert_eq!(listed.code, 200, "{listed:?}");
+    let next = body("evt-c", "cus-1", 3, "someone");
+    assert!(post(&server, "vault-sync", &next, "note").await.code < 300);
+}
+
+/// Forgets `aggregate` of `source` through the admin API.
+pub async fn forget(server: &TestServer, source: &str, aggregate: &str) -> Reply {
+    server
+        .delete(&format!("/v1/sources/{source}/aggregates/{aggregate}"))
+        .await
+}
+
+#[tokio::test]
+async fn a_forgotten_aggregate_is_gone_for_good_and_its_redeliveries_are_duplicates() {
+    // Deliveries to a closed port stay undelivered: forgetting skips them.
+    let server =
+        TestServer::spawn_top_and_sources(&encrypted(&[K1]), &sources("http://127.0.0.1:9/hooks"))
+            .await;
+    let gone = body("gone-1", "cus-gone", 1, MARKER);
+    let kept = body("kept-1", "cus-kept", 1, "kept-person");
+    assert!(post(&server, "vault-sync", &gone, MARKER).await.code < 300);
+    assert!(post(&server, "vault-sync", &kept, "kept").await.code < 300);
+    let wrapped_key = server
+        .query_hex("SELECT wrapped FROM data_keys WHERE aggregate = 'cus-gone'")
+        .await;
+    let answer = forget(&server, "vault-sync", "cus-gone").await;
+    assert_eq!(answer.code, 200, "{answer:?}");
+    assert_eq!(answer.body["status"], "erased");
+    assert_eq!(answer.body["events_erased"], 1);
+    assert_eq!(answer.body["state_deleted"], true);
+    assert_eq!(answer.body["data_key_destroyed"], true);
+    assert_eq!(answer.body["encrypted"], true);
+    assert_eq!(answer.body["deliveries_skipped"], 1, "{answer:?}");
+    // Gone from the API: the event erased, the state unknown.
+    let event = server.get("/v1/events/vault-sync/gone-1").await;
+    assert_eq!(event.code, 200, "{event:?}");
+    assert_eq!(event.body["status"], "erased");
+    assert_eq!(event.body["body"], Value::Null);
+    assert_eq!(
+        server
+            .get("/v1/sources/vault-sync/aggregates/cus-gone")
+            .await
+            .code,
+        404
+    );
+    let erased = server.get("/v1/events?status=erased").await;
+    assert_eq!(
+        erased.body["items"].as_array().unwrap().len(),
+        1,
+        "{erased:?}"
+    );
+    // A redelivery is still a duplicate; a second forget finds nothing.
+    assert_eq!(
+        post(&server, "vault-sync", &gone, MARKER).await.body["status"],
+        "duplicate"
+    );
+    assert_eq!(forget(&server, "vault-sync", "cus-gone").await.code, 404);
+    // The other aggregate is untouched.
+    let other = server
+        .get("/v1/sources/vault-sync/aggregates/cus-kept")
+        .await;
+    assert_eq!(other.body["state"]["name"], "kept-person", "{other:?}");
+    // Its undelivered forward is skipped, named so.
+    let skipped = server
+        .get("/v1/destinations/app/deliveries?status=skipped")
+        .await;
+    let items = skipped.body["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(items.len(), 1, "{skipped:?}");
+    assert_eq!(items[0]["last_error"], "erased", "{skipped:?}");
+    // Neither the data key nor the plaintext is left anywhere in the store.
+    settle_files().await;
+    let holders = holders_of(&server, &hex::decode(&wrapped_key).unwrap()).await;
+    assert!(
+        holders.is_empty(),
+        "the destroyed key is still in {holders:?}"
+    );
+    assert!(holders_of(&server, MARKER.as_bytes()).await.is_empty());
+    // A later event of the aggregate starts it afresh under a new key.
+    let fresh = body("gone-2", "cus-gone", 2, "new-life");
+    assert!(post(&server, "vault-sync", &fresh, "note").await.code < 300);
+    let state = server
+        .get("/v1/sources/vault-sync/aggregates/cus-gone")
+        .await;
+    assert_eq!(state.body["state"]["name"], "new-life", "{state:?}");
+}
+
+#[tokio::test]
+async fn without_encryption_forget_deletes_the_bodies_and_says_backups_keep_them() {
+    let server = TestServer::spawn_with_sources(&sources("http://127.0.0.1:9/hooks")).await;
+    let gone = body("gone-1", "cus-gone", 1, MARKER);
+    assert!(post(&server, "vault-sync", &gone, MARKER).await.code < 300);
+    settle_files().await;
+    // The check finds plaintext where there is some: the store holds the marker now.
+    assert!(!holders_of(&server, MARKER.as_bytes()).await.is_empty());
+    let answer = forget(&server, "vault-sync", "cus-gone").await;
+    assert_eq!(answer.code, 200, "{answer:?}");
+    assert_eq!(answer.body["encrypted"], false);
+    assert_eq!(answer.body["data_key_destroyed"], false);
+    let note = answer.body["backups"].as_str().unwrap();
+    assert!(
+        note.contains("backups taken before still hold them"),
+        "{note}"
+    );
+    let event = server.get("/v1/events/vault-sync/gone-1").await;
+    assert_eq!(event.body["status"], "erased");
+    settle_files().await;
+    let holders = holders_of(&server, MARKER.as_bytes()).await;
+    assert!(holders.is_empty(), "the marker is still in {holders:?}");
+}
+
+#[tokio::test]
+async fn forget_on_the_command_line_erases_and_names_the_aggregate() {
+    let server =
+        TestServer::spawn_top_and_sources(&encrypted(&[K1]), &sources("http://127.0.0.1:9/hooks"))
+            .await;
+    let gone = body("gone-1", "cus/1", 1, MARKER);
+    assert!(post(&server, "vault-async", &gone, MARKER).await.code < 300);
+    let (ok, out) = server.cli(&[
+        "forget",
+        "--source",
+        "vault-async",
+        "--aggregate",
+        "cus%2F1",
+    ]);
+    assert!(ok, "{out}");
+    assert!(out.contains("1 events erased"), "{out}");
+    assert!(out.contains("audit: aggregate erased on request"), "{out}");
+    let (ok, out) = server.cli(&[
+        "forget",
+        "--source",
+        "vault-async",
+        "--aggregate",
+        "cus%2F1",
+    ]);
+    assert!(!ok, "{out}");
+    assert!(out.contains("nothing is stored"), "{out}");
+    assert_eq!(
+        server.get("/v1/events/vault-async/gone-1").await.body["status"],
+        "erased"
+    );
+}
