@@ -80,7 +80,7 @@ async fn post(server: &TestServer, source: &str, body: &[u8], note: &str) -> Rep
 
 /// Every file of a SQLite store (database, WAL, shared memory), or every text and bytes
 /// column of every table of a PostgreSQL one, that holds `needle`.
-async fn holders_of(server: &TestServer, needle: &[u8]) -> Vec<String> {
+pub async fn holders_of(server: &TestServer, needle: &[u8]) -> Vec<String> {
     if crate::support::Backend::fresh_kind() == "postgres" {
         return postgres_holders(server, needle).await;
     }

@@ -22,6 +22,7 @@ mod hostile_ingress;
 mod hygiene;
 mod json_permutations;
 mod json_sources;
+mod key_rotation;
 mod masking;
 mod metrics;
 mod multinode;

@@ -12,7 +12,7 @@ use crate::metrics::sample;
 use crate::support::{now_s, signed, Backend, Reply, TestServer};
 
 /// The third source of the fixture: a save-game source in sync mode (make.sh writes the same).
-const SAVE_SYNC_SOURCE: &str = r#"
+pub(crate) const SAVE_SYNC_SOURCE: &str = r#"
 [[sources]]
 name = "save-sync"
 kind = "save-game"
@@ -95,7 +95,7 @@ fn differences(path: &str, at: &str, before: &Value, now: &Value, found: &mut Ve
 }
 
 /// Every answer the previous release recorded is answered the same now.
-async fn assert_answers_as_recorded(server: &TestServer) {
+pub(crate) async fn assert_answers_as_recorded(server: &TestServer) {
     let recorded = recorded_answers();
     assert!(
         recorded.len() > 30,
@@ -135,6 +135,42 @@ fn assert_duplicate(reply: &Reply, sent: &Value, key: &str) {
             200,
             &json!({"status": "duplicate", "event_id": sent["event_id"], "key": key})
         )
+    );
+}
+
+/// Every dedup key of the fixture still makes a redelivery a duplicate: of logged events,
+/// by event_id and by idempotency key, on every source, and of an event purged before
+/// the upgrade (only its keys were left); none of them is logged.
+pub(crate) async fn assert_dedup_keys_kept(server: &TestServer) {
+    let events_before = server.count().await;
+    let resent = stored_body("presence", "evt_p1");
+    assert_duplicate(&server.post_presence(&resent).await, &resent, "event_id");
+    let mut same_key = stored_body("presence", "evt_p4");
+    same_key["event_id"] = json!("evt_p4_new_id");
+    let again = server.post_presence(&same_key).await;
+    assert_duplicate(&again, &same_key, "idempotency_key");
+    let resent = stored_body("save-game", "evt_s2");
+    assert_duplicate(&server.post_save(&resent).await, &resent, "event_id");
+    let mut same_key = stored_body("save-game", "evt_s3");
+    same_key["event_id"] = json!("evt_s3_new_id");
+    let again = server.post_save(&same_key).await;
+    assert_duplicate(&again, &same_key, "idempotency_key");
+    let resent = stored_body("save-sync", "evt_y1");
+    let again = post_save_sync(server, &resent).await;
+    assert_duplicate(&again, &resent, "event_id");
+
+    // Dedup keys of an event purged before the upgrade (only its keys were left).
+    let purged = json!({"event_id": "evt_p_purged", "user_id": "usr_gone", "presence": "OFFLINE",
+        "sequence_number": 2});
+    assert_duplicate(&server.post_presence(&purged).await, &purged, "event_id");
+    let purged_key = json!({"event_id": "evt_p_purged_new_id", "user_id": "usr_gone",
+        "presence": "OFFLINE", "sequence_number": 2, "idempotency_key": "presence:usr_gone:1"});
+    let again = server.post_presence(&purged_key).await;
+    assert_duplicate(&again, &purged_key, "idempotency_key");
+    assert_eq!(
+        server.count().await,
+        events_before,
+        "a duplicate was logged"
     );
 }
 
@@ -204,38 +240,9 @@ async fn a_store_written_by_the_previous_release_migrates_and_keeps_every_event_
 
     server.start();
     assert_answers_as_recorded(&server).await;
+
     let events_before = server.count().await;
-
-    // Dedup keys of logged events, by event_id and by idempotency key, on every source.
-    let resent = stored_body("presence", "evt_p1");
-    assert_duplicate(&server.post_presence(&resent).await, &resent, "event_id");
-    let mut same_key = stored_body("presence", "evt_p4");
-    same_key["event_id"] = json!("evt_p4_new_id");
-    let again = server.post_presence(&same_key).await;
-    assert_duplicate(&again, &same_key, "idempotency_key");
-    let resent = stored_body("save-game", "evt_s2");
-    assert_duplicate(&server.post_save(&resent).await, &resent, "event_id");
-    let mut same_key = stored_body("save-game", "evt_s3");
-    same_key["event_id"] = json!("evt_s3_new_id");
-    let again = server.post_save(&same_key).await;
-    assert_duplicate(&again, &same_key, "idempotency_key");
-    let resent = stored_body("save-sync", "evt_y1");
-    let again = post_save_sync(&server, &resent).await;
-    assert_duplicate(&again, &resent, "event_id");
-
-    // Dedup keys of an event purged before the upgrade (only its keys were left).
-    let purged = json!({"event_id": "evt_p_purged", "user_id": "usr_gone", "presence": "OFFLINE",
-        "sequence_number": 2});
-    assert_duplicate(&server.post_presence(&purged).await, &purged, "event_id");
-    let purged_key = json!({"event_id": "evt_p_purged_new_id", "user_id": "usr_gone",
-        "presence": "OFFLINE", "sequence_number": 2, "idempotency_key": "presence:usr_gone:1"});
-    let again = server.post_presence(&purged_key).await;
-    assert_duplicate(&again, &purged_key, "idempotency_key");
-    assert_eq!(
-        server.count().await,
-        events_before,
-        "a duplicate was logged"
-    );
+    assert_dedup_keys_kept(&server).await;
 
     // The applied sequences survived: older presence is stale against them.
     let older = json!({"event_id": "evt_p_older", "user_id": "usr_alice", "presence": "ONLINE",
