@@ -126,6 +126,11 @@ impl<B: Backend> Store for SqlStore<B> {
         let sealed = self.sealed(row.clone(), true).await?;
         match self.backend.ingest(sealed, settle).await {
             Err(err) if is_stale_key(&err) => {
+                tracing::info!(
+                    source = %row.source,
+                    event_id = %row.event_id,
+                    "sealed again: the aggregate's cached data key was erased (or another node made its first)"
+                );
                 vault.forget_cached(&row.source, &row.aggregate);
                 let sealed = self.sealed(row, false).await?;
                 self.backend.ingest(sealed, settle).await

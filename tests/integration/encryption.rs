@@ -375,3 +375,46 @@ async fn forget_on_the_command_line_erases_and_names_the_aggregate() {
         "erased"
     );
 }
+
+#[tokio::test]
+async fn a_forget_on_one_node_takes_effect_on_another_that_cached_the_key() {
+    if crate::support::Backend::fresh_kind() != "postgres" {
+        eprintln!("skipped: several nodes share a database only on PostgreSQL");
+        return;
+    }
+    let first =
+        TestServer::spawn_top_and_sources(&encrypted(&[K1]), &sources("http://127.0.0.1:9/hooks"))
+            .await;
+    let second = TestServer::join(&first).await;
+    // The second node seals under the aggregate's key and keeps it cached (read back
+    // from the store at its second event).
+    for (id, seq) in [("evt-0", 0), ("evt-1", 1)] {
+        let sent = body(id, "cus-1", seq, "before");
+        assert!(post(&second, "vault-sync", &sent, "note").await.code < 300);
+    }
+    let answer = forget(&first, "vault-sync", "cus-1").await;
+    assert_eq!(answer.body["data_key_destroyed"], true, "{answer:?}");
+    assert_eq!(answer.body["events_erased"], 2, "{answer:?}");
+    // Its cached key is gone from the store: the next event is sealed under a new one.
+    let two = body("evt-2", "cus-1", 2, "after");
+    let logged = post(&second, "vault-sync", &two, "note").await;
+    assert!(logged.code < 300, "{logged:?}");
+    for node in [&first, &second] {
+        let event = node.get("/v1/events/vault-sync/evt-2").await;
+        assert_eq!(event.code, 200, "{event:?}");
+        assert_eq!(event.body["body"]["data"]["name"], "after");
+        let erased = node.get("/v1/events/vault-sync/evt-1").await;
+        assert_eq!(erased.body["status"], "erased", "{erased:?}");
+        let state = node.get("/v1/sources/vault-sync/aggregates/cus-1").await;
+        assert_eq!(state.body["state"]["name"], "after", "{state:?}");
+    }
+    let log = std::fs::read_to_string(second.dir().join("server.log")).unwrap_or_default();
+    assert!(
+        log.contains("sealed again"),
+        "the cached key was not found stale:\n{log}"
+    );
+    let keys = first
+        .query_i64("SELECT COUNT(*) FROM data_keys WHERE aggregate = 'cus-1'")
+        .await;
+    assert_eq!(keys, 1);
+}
