@@ -12,6 +12,7 @@
 # With BENCH_DATABASE=postgres://USER@HOST:PORT/DB the ingest lines run on PostgreSQL,
 # each on a fresh database `inhook_bench` beside DB (`BENCH_DB_NAME` names another); the default is SQLite.
 # DECIDE_AT_INGEST=1 sets `decide_at_ingest = true` on both ingest sources (scripts/lib.sh).
+# ENCRYPTION_ONLY=1 compares ingest with encryption at rest off and on (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EVENTS=${1:-20000}
@@ -51,6 +52,23 @@ kinds() {
     echo "server CPU µs per event: save-game ${A_CPU[*]} (mean $a), json ${J_CPU[*]} (mean $j): json/save-game = $(ratio "$j" "$a")"
 }
 if [ "${KINDS_ONLY:-0}" = 1 ]; then echo; kinds; exit 0; fi
+# ENCRYPTION_ONLY=1: (a) against (e), the same ingest with encryption at rest on
+# (docs/encryption.md), alternating ENCRYPTION_PAIRS times (default 2).
+if [ "${ENCRYPTION_ONLY:-0}" = 1 ]; then
+    KEY="bench:$(head -c 32 /dev/urandom | base64)"
+    P_ALL=(); E_ALL=(); P_CPU=(); E_CPU=()
+    for _ in $(seq 1 "${ENCRYPTION_PAIRS:-2}"); do
+        bench "a: inhook ingest, plaintext" "" /webhooks/save-game 0; P_ALL+=("$RPS"); P_CPU+=("$CPU")
+        bench "e: inhook ingest, encryption at rest" "encryption = { keys = [\"$KEY\"] }" /webhooks/save-game 0
+        E_ALL+=("$RPS"); E_CPU+=("$CPU")
+    done
+    P=$(mean "${P_ALL[@]}"); E=$(mean "${E_ALL[@]}")
+    echo
+    echo "plaintext ${P_ALL[*]} req/s (mean $P), encrypted ${E_ALL[*]} req/s (mean $E): encrypted/plaintext = $(ratio "$E" "$P")"
+    p=$(MEAN_FORMAT=%.1f mean "${P_CPU[@]}"); e=$(MEAN_FORMAT=%.1f mean "${E_CPU[@]}")
+    echo "server CPU µs per event: plaintext ${P_CPU[*]} (mean $p), encrypted ${E_CPU[*]} (mean $e): encrypted/plaintext = $(ratio "$e" "$p")"
+    exit 0
+fi
 bench "b: HTTP ceiling" "" /bench/ceiling 0; B=$RPS
 bench "c: naive, one fsync per request" "group_commit = false" /webhooks/save-game 0; C=$RPS
 HALF=$((A / 2))

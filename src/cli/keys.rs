@@ -99,7 +99,7 @@ async fn encrypt_all(store: &dyn Store) -> anyhow::Result<()> {
         .compact()
         .await
         .context("rewriting the database file")?;
-    println!("encrypt-existing: done; no plaintext row is left");
+    println!("encrypt-existing: done; no plaintext body, header, state or dead detail is left");
     Ok(())
 }
 

@@ -355,6 +355,41 @@ mod tests {
     }
 
     #[test]
+    fn changed_encryption_keys_need_a_restart() {
+        const K1: &str = "k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+        const K2: &str = "k2:ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=";
+        let with = |keys: &str| format!("encryption = {{ keys = [{keys}] }}\n{RUNNING}");
+        let running = config(&with(&format!("{K1:?}")), &[]);
+        assert!(check_reload(&running, &config(&with(&format!("{K1:?}")), &[])).is_ok());
+        for edited in [
+            with(&format!("{K2:?}, {K1:?}")),
+            with(&format!("{K2:?}")),
+            RUNNING.to_owned(),
+        ] {
+            let err = check_reload(&running, &config(&edited, &[]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("encryption"), "{err}");
+            assert!(!err.contains("AAECAwQF"), "a key value was shown: {err}");
+        }
+        // The environment's keys win over the file's.
+        let from_env = config(RUNNING, &[("INHOOK_ENCRYPTION_KEYS", &format!("{K2}, {K1}"))]);
+        let ids: Vec<&str> = from_env
+            .encryption
+            .as_ref()
+            .unwrap()
+            .ids()
+            .map(|id| id.as_str())
+            .collect();
+        assert_eq!(ids, ["k2", "k1"]);
+        let bad = format!("encryption = {{ keys = [\"k3:c2hvcnQ=\"] }}\n{RUNNING}");
+        let err = Config::from_parts(Some(&bad), &HashMap::new())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("key k3 is 5 bytes") && !err.contains("c2hvcnQ"), "{err}");
+    }
+
+    #[test]
     fn a_changed_kind_or_scheme_is_refused() {
         let running = config(RUNNING, &[]);
         let kind = RUNNING.replace("kind = \"presence\"", "kind = \"save-game\"");
