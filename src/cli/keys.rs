@@ -11,7 +11,8 @@ use crate::app::open_store;
 use crate::clock;
 use crate::config::Config;
 use crate::domain::AggregateKey;
-use crate::store::Store;
+use crate::store::erasure::KeyStep;
+use crate::store::{Store, StoreError};
 
 /// Rows or keys rewritten per transaction: short transactions, so servers on the same
 /// store wait for none of them long.
@@ -60,18 +61,7 @@ pub async fn rekey(config_path: Option<PathBuf>, args: RekeyArgs) -> anyhow::Res
 async fn rewrap_all(store: &dyn Store, first: &str) -> anyhow::Result<()> {
     let total = store.rekey_left().await?;
     println!("rekey: {total} data keys to rewrap under {first}");
-    let (mut after, mut done) = (0, 0);
-    loop {
-        let step = store.rekey_step(after, STEP).await?;
-        done += step.done;
-        if step.done > 0 {
-            println!("rekey: {done}/{total} rewrapped");
-        }
-        match step.next {
-            Some(next) => after = next,
-            None => break,
-        }
-    }
+    steps("rekey", |after| store.rekey_step(after, STEP)).await?;
     let left = store.rekey_left().await?;
     if left > 0 {
         bail!("rekey: {left} data keys are still wrapped under other keys: run it again");
@@ -83,24 +73,35 @@ async fn rewrap_all(store: &dyn Store, first: &str) -> anyhow::Result<()> {
 async fn encrypt_all(store: &dyn Store) -> anyhow::Result<()> {
     let total = store.plaintext_left().await?;
     println!("encrypt-existing: {total} events stored in plaintext");
-    let (mut after, mut done) = (0, 0);
-    loop {
-        let step = store.encrypt_step(after, STEP).await?;
-        done += step.done;
-        if step.done > 0 {
-            println!("encrypt-existing: {done} sealed");
-        }
-        match step.next {
-            Some(next) => after = next,
-            None => break,
-        }
-    }
+    steps("encrypt-existing", |after| store.encrypt_step(after, STEP)).await?;
     store
         .compact()
         .await
         .context("rewriting the database file")?;
     println!("encrypt-existing: done; no plaintext body, header, state or dead detail is left");
     Ok(())
+}
+
+/// Runs `step` from 0 on, each from where the last one stopped, until none is left,
+/// printing a running count of what was rewritten (a transaction per step: killed, the
+/// next run goes on from what is left).
+async fn steps<F, Fut>(label: &str, mut step: F) -> anyhow::Result<()>
+where
+    F: FnMut(i64) -> Fut,
+    Fut: std::future::Future<Output = Result<KeyStep, StoreError>>,
+{
+    let (mut after, mut done) = (0, 0);
+    loop {
+        let this = step(after).await?;
+        done += this.done;
+        if this.done > 0 {
+            println!("{label}: {done} rewritten so far");
+        }
+        match this.next {
+            Some(next) => after = next,
+            None => return Ok(()),
+        }
+    }
 }
 
 /// Runs `inhook forget`: erases one aggregate and says what was erased.

@@ -373,7 +373,10 @@ mod tests {
             assert!(!err.contains("AAECAwQF"), "a key value was shown: {err}");
         }
         // The environment's keys win over the file's.
-        let from_env = config(RUNNING, &[("INHOOK_ENCRYPTION_KEYS", &format!("{K2}, {K1}"))]);
+        let from_env = config(
+            RUNNING,
+            &[("INHOOK_ENCRYPTION_KEYS", &format!("{K2}, {K1}"))],
+        );
         let ids: Vec<&str> = from_env
             .encryption
             .as_ref()
@@ -386,7 +389,10 @@ mod tests {
         let err = Config::from_parts(Some(&bad), &HashMap::new())
             .unwrap_err()
             .to_string();
-        assert!(err.contains("key k3 is 5 bytes") && !err.contains("c2hvcnQ"), "{err}");
+        assert!(
+            err.contains("key k3 is 5 bytes") && !err.contains("c2hvcnQ"),
+            "{err}"
+        );
     }
 
     #[test]

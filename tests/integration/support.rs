@@ -626,11 +626,7 @@ secrets = ["{s0}", "{s1}"]
                 conn.execute_batch(sqlite).expect(sqlite);
             }
             Backend::Postgres { .. } => {
-                let url = self.backend.url(self.dir.path());
-                let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                    .await
-                    .expect("connect");
-                let driver = tokio::spawn(connection);
+                let (client, driver) = self.postgres().await;
                 client.batch_execute(postgres).await.expect(postgres);
                 drop(client);
                 let _ = driver.await;
@@ -646,11 +642,7 @@ secrets = ["{s0}", "{s1}"]
                 conn.query_row(sql, [], |row| row.get(0)).expect(sql)
             }
             Backend::Postgres { .. } => {
-                let url = self.backend.url(self.dir.path());
-                let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                    .await
-                    .expect("connect");
-                let driver = tokio::spawn(connection);
+                let (client, driver) = self.postgres().await;
                 let value = client.query_one(sql, &[]).await.expect(sql).get(0);
                 drop(client);
                 let _ = driver.await;
@@ -677,11 +669,7 @@ secrets = ["{s0}", "{s1}"]
                 rows.collect::<rusqlite::Result<_>>().expect(sql)
             }
             Backend::Postgres { .. } => {
-                let url = self.backend.url(self.dir.path());
-                let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                    .await
-                    .expect("connect");
-                let driver = tokio::spawn(connection);
+                let (client, driver) = self.postgres().await;
                 let rows = client.query(sql, &[]).await.expect(sql);
                 let read = rows
                     .iter()
@@ -703,17 +691,28 @@ secrets = ["{s0}", "{s1}"]
                 hex::encode(bytes)
             }
             Backend::Postgres { .. } => {
-                let url = self.backend.url(self.dir.path());
-                let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                    .await
-                    .expect("connect");
-                let driver = tokio::spawn(connection);
+                let (client, driver) = self.postgres().await;
                 let bytes: Vec<u8> = client.query_one(sql, &[]).await.expect(sql).get(0);
                 drop(client);
                 let _ = driver.await;
                 hex::encode(bytes)
             }
         }
+    }
+
+    /// A connection to the server's PostgreSQL database, and the task that drives it
+    /// (awaited after the client is dropped).
+    async fn postgres(
+        &self,
+    ) -> (
+        tokio_postgres::Client,
+        tokio::task::JoinHandle<Result<(), tokio_postgres::Error>>,
+    ) {
+        let url = self.backend.url(self.dir.path());
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        (client, tokio::spawn(connection))
     }
 
     /// The directory holding the config, database and log.

@@ -70,6 +70,18 @@ fn source_named<'a>(state: &'a AppState, name: &str) -> Result<&'a SourceConfig,
         .ok_or(Answer::NotFound("unknown_source"))
 }
 
+/// The configured source `source` and the aggregate key whose text form is `key`.
+fn source_and_key<'a>(
+    state: &'a AppState,
+    source: &str,
+    key: &str,
+) -> Result<(&'a SourceConfig, AggregateKey), Answer> {
+    let source = source_named(state, source)?;
+    let key = AggregateKey::parse_text(key)
+        .map_err(|problem| Answer::BadRequest(format!("aggregate key {problem}")))?;
+    Ok((source, key))
+}
+
 /// One aggregate of a source, of any kind.
 #[utoipa::path(get, path = "/v1/sources/{source}/aggregates/{key}", tag = "state",
     security(("admin_token" = [])),
@@ -87,9 +99,7 @@ pub(crate) async fn aggregate_one(
     State(state): State<AppState>,
     Path((source, key)): Path<(String, String)>,
 ) -> Result<Response, Answer> {
-    let source = source_named(&state, &source)?;
-    let key = AggregateKey::parse_text(&key)
-        .map_err(|problem| Answer::BadRequest(format!("aggregate key {problem}")))?;
+    let (source, key) = source_and_key(&state, &source, &key)?;
     let stored = state
         .store
         .aggregate(&source.name, &key.storage_key())
@@ -186,9 +196,7 @@ pub(crate) async fn aggregate_forget(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path((source, key)): Path<(String, String)>,
 ) -> Result<Response, Answer> {
-    let source = source_named(&state, &source)?;
-    let key = AggregateKey::parse_text(&key)
-        .map_err(|problem| Answer::BadRequest(format!("aggregate key {problem}")))?;
+    let (source, key) = source_and_key(&state, &source, &key)?;
     let report = state
         .store
         .forget(&source.name, &key.storage_key(), crate::clock::now_ms())
