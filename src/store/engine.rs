@@ -14,6 +14,7 @@ use super::forwarding::{
     DeliveryReplayJob, DeliverySkip, DestinationStats, PendingVerdict,
 };
 use super::vault::{is_stale_key, Vault};
+use crate::encryption::DataKey;
 use super::{bulk, reads, settle, upkeep};
 use super::{
     Admission, AggregatePage, AggregateState, EventFilter, EventPage, EventRecord, EventRow,
@@ -51,34 +52,61 @@ impl<B: Backend> SqlStore<B> {
     }
 
     /// `row` sealed under its aggregate's data key: the cached one (`cached`), else the
-    /// stored one, else a new one written with the row.
-    async fn sealed(&self, mut row: EventRow, cached: bool) -> Result<EventRow, StoreError> {
+    /// stored one, else a new one written with the row (and answered, to be remembered
+    /// once the row is logged).
+    async fn sealed(
+        &self,
+        mut row: EventRow,
+        cached: bool,
+    ) -> Result<(EventRow, Option<Arc<DataKey>>), StoreError> {
         let vault = self.backend.vault();
         let Some(masters) = vault.masters() else {
-            return Ok(row);
+            return Ok((row, None));
         };
         if let Some(key) = cached
             .then(|| vault.cached_for(&row.source, &row.aggregate))
             .flatten()
         {
             row.seal(&key, None);
-            return Ok(row);
+            return Ok((row, None));
         }
         let (source, aggregate) = (row.source.clone(), row.aggregate.clone());
+        // Aside from the writer: a new aggregate's first delivery must not queue behind
+        // the commits of the others for its lookup.
         let stored = self
             .backend
-            .read(move |io| {
+            .read_aside(move |io| {
                 Box::pin(async move { io.vault().stored_key(io, &source, &aggregate).await })
             })
             .await?;
         match stored {
-            Some(key) => row.seal(&key, None),
+            Some(key) => {
+                row.seal(&key, None);
+                Ok((row, None))
+            }
             None => {
                 let (key, new) = vault.new_key(masters, &row.source, &row.aggregate);
                 row.seal(&key, Some(new));
+                Ok((row, Some(key)))
             }
         }
-        Ok(row)
+    }
+
+    /// Logs `row` sealed as [`SqlStore::sealed`] says; remembers a key it made once the
+    /// row that carries it is logged.
+    async fn ingest_sealed(
+        &self,
+        row: EventRow,
+        cached: bool,
+        settle: SettleAt<'_>,
+    ) -> Result<Admission, StoreError> {
+        let (source, aggregate) = (row.source.clone(), row.aggregate.clone());
+        let (sealed, made) = self.sealed(row, cached).await?;
+        let admission = self.backend.ingest(sealed, settle).await?;
+        if let (Some(key), Admission::Logged { .. }) = (made, &admission) {
+            self.backend.vault().remember(&source, &aggregate, key);
+        }
+        Ok(admission)
     }
 
     /// Runs a write flow durably.
@@ -123,8 +151,7 @@ impl<B: Backend> Store for SqlStore<B> {
         }
         // A key cached here may have been erased by another node since: the row's guard
         // then refuses it, and the delivery is sealed again under the aggregate's key now.
-        let sealed = self.sealed(row.clone(), true).await?;
-        match self.backend.ingest(sealed, settle).await {
+        match self.ingest_sealed(row.clone(), true, settle).await {
             Err(err) if is_stale_key(&err) => {
                 tracing::info!(
                     source = %row.source,
@@ -132,8 +159,7 @@ impl<B: Backend> Store for SqlStore<B> {
                     "sealed again: the aggregate's cached data key was erased (or another node made its first)"
                 );
                 vault.forget_cached(&row.source, &row.aggregate);
-                let sealed = self.sealed(row, false).await?;
-                self.backend.ingest(sealed, settle).await
+                self.ingest_sealed(row, false, settle).await
             }
             done => done,
         }
@@ -576,8 +602,11 @@ impl<B: Backend> Store for SqlStore<B> {
             .write(move |io| Box::pin(async move { erasure::forget(io, &s, &a, now_ms).await }))
             .await?;
         self.backend.vault().forget_cached(&source, &aggregate);
-        // The erased rows' old pages leave the write-ahead log now, not at some checkpoint.
-        self.backend.compact(false).await?;
+        // The erased rows' old pages leave the write-ahead log now, not at some checkpoint;
+        // the erasure is committed whatever comes of it.
+        if let Err(err) = self.backend.compact(false).await {
+            tracing::warn!(error = %err, "the write-ahead log was not checkpointed after an erasure");
+        }
         Ok(report)
     }
 
