@@ -37,21 +37,8 @@ $BENCH_SOURCES"
     CPU=$(echo "$out" | sed -n 's/.* = \([0-9.]*\) µs per event.*/\1/p')
 }
 
-A_ALL=(); J_ALL=(); A_CPU=(); J_CPU=()
-for _ in $(seq 1 "$KIND_PAIRS"); do
-    bench "a: inhook ingest, group commit" "" /webhooks/save-game 0; A_ALL+=("$RPS"); A_CPU+=("$CPU")
-    bench "j: inhook ingest, json source (Stripe-shaped, latest-wins)" "" /webhooks/stripe 0 stripe; J_ALL+=("$RPS"); J_CPU+=("$CPU")
-done
 mean() { printf '%s\n' "$@" | awk -v f="${MEAN_FORMAT:-%.0f}" '{ s += $1 } END { printf f, s / NR }'; }
-A=$(mean "${A_ALL[@]}"); J=$(mean "${J_ALL[@]}")
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
-# Throughput moves with whatever else the machine runs; the server's CPU per event far less.
-kinds() {
-    echo "save-game ingest ${A_ALL[*]} req/s (mean $A), json ingest ${J_ALL[*]} req/s (mean $J): json/save-game = $(ratio "$J" "$A")"
-    local a j; a=$(MEAN_FORMAT=%.1f mean "${A_CPU[@]}"); j=$(MEAN_FORMAT=%.1f mean "${J_CPU[@]}")
-    echo "server CPU µs per event: save-game ${A_CPU[*]} (mean $a), json ${J_CPU[*]} (mean $j): json/save-game = $(ratio "$j" "$a")"
-}
-if [ "${KINDS_ONLY:-0}" = 1 ]; then echo; kinds; exit 0; fi
 # ENCRYPTION_ONLY=1: (a) against (e), the same ingest with encryption at rest on
 # (docs/encryption.md), alternating ENCRYPTION_PAIRS times (default 2).
 if [ "${ENCRYPTION_ONLY:-0}" = 1 ]; then
@@ -69,6 +56,20 @@ if [ "${ENCRYPTION_ONLY:-0}" = 1 ]; then
     echo "server CPU µs per event: plaintext ${P_CPU[*]} (mean $p), encrypted ${E_CPU[*]} (mean $e): encrypted/plaintext = $(ratio "$e" "$p")"
     exit 0
 fi
+A_ALL=(); J_ALL=(); A_CPU=(); J_CPU=()
+for _ in $(seq 1 "$KIND_PAIRS"); do
+    bench "a: inhook ingest, group commit" "" /webhooks/save-game 0; A_ALL+=("$RPS"); A_CPU+=("$CPU")
+    bench "j: inhook ingest, json source (Stripe-shaped, latest-wins)" "" /webhooks/stripe 0 stripe; J_ALL+=("$RPS"); J_CPU+=("$CPU")
+done
+A=$(mean "${A_ALL[@]}"); J=$(mean "${J_ALL[@]}")
+# Throughput moves with whatever else the machine runs; the server's CPU per event far less.
+kinds() {
+    echo "save-game ingest ${A_ALL[*]} req/s (mean $A), json ingest ${J_ALL[*]} req/s (mean $J): json/save-game = $(ratio "$J" "$A")"
+    local a j; a=$(MEAN_FORMAT=%.1f mean "${A_CPU[@]}"); j=$(MEAN_FORMAT=%.1f mean "${J_CPU[@]}")
+    echo "server CPU µs per event: save-game ${A_CPU[*]} (mean $a), json ${J_CPU[*]} (mean $j): json/save-game = $(ratio "$j" "$a")"
+}
+if [ "${KINDS_ONLY:-0}" = 1 ]; then echo; kinds; exit 0; fi
+
 bench "b: HTTP ceiling" "" /bench/ceiling 0; B=$RPS
 bench "c: naive, one fsync per request" "group_commit = false" /webhooks/save-game 0; C=$RPS
 HALF=$((A / 2))

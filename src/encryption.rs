@@ -116,7 +116,6 @@ impl fmt::Debug for MasterKey {
 }
 
 /// The configured master keys: the first wraps new data keys, every one unwraps.
-#[derive(Debug)]
 pub struct MasterKeys {
     keys: Vec<MasterKey>,
     /// A digest of the list as configured, to tell a changed list on a reload (SHA-256
@@ -185,6 +184,12 @@ impl MasterKeys {
     }
 }
 
+impl fmt::Debug for MasterKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.ids()).finish()
+    }
+}
+
 fn aead_key(bytes: &[u8]) -> LessSafeKey {
     // AES-256 takes any 32 bytes: only a wrong length fails, and every caller has 32.
     LessSafeKey::new(UnboundKey::new(&AES_256_GCM, bytes).expect("a 32-byte AES-256 key"))
@@ -196,6 +201,16 @@ fn random<const N: usize>() -> [u8; N] {
     SystemRandom::new()
         .fill(&mut bytes)
         .expect("the system random generator failed");
+    bytes
+}
+
+/// A fresh nonce, from the thread's CSPRNG (ChaCha, seeded and reseeded from the
+/// system): every event's values are sealed on the hot path, and this takes no system
+/// call. 96 random bits: a repeat under one data key is out of reach at any event rate.
+fn nonce() -> [u8; NONCE_LEN] {
+    use rand::RngCore;
+    let mut bytes = [0u8; NONCE_LEN];
+    rand::thread_rng().fill_bytes(&mut bytes);
     bytes
 }
 
@@ -358,7 +373,7 @@ impl DataKey {
 
     /// `plaintext` sealed for `binding`: magic, key id, nonce, ciphertext and tag.
     pub fn seal(&self, plaintext: &[u8], binding: Binding<'_>) -> Vec<u8> {
-        let nonce = random::<NONCE_LEN>();
+        let nonce = nonce();
         let mut sealed = Vec::with_capacity(HEADER_LEN + plaintext.len() + TAG_LEN);
         sealed.extend_from_slice(&MAGIC);
         sealed.extend_from_slice(&self.id.to_be_bytes());
@@ -519,6 +534,7 @@ mod tests {
     #[test]
     fn keys_parse_first_encrypts_all_decrypt() {
         let masters = keys(&[K2, K1]);
+        assert_eq!(format!("{masters:?}"), r#"[KeyId("k2"), KeyId("k1")]"#);
         assert_eq!(masters.first().id().as_str(), "k2");
         assert!(masters.get("k1").is_some());
         assert!(masters.get("k3").is_none());

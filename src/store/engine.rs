@@ -14,7 +14,6 @@ use super::forwarding::{
     DeliveryReplayJob, DeliverySkip, DestinationStats, PendingVerdict,
 };
 use super::vault::{is_stale_key, Vault};
-use crate::encryption::DataKey;
 use super::{bulk, reads, settle, upkeep};
 use super::{
     Admission, AggregatePage, AggregateState, EventFilter, EventPage, EventRecord, EventRow,
@@ -22,6 +21,7 @@ use super::{
     SettleReport, SourceRules, StateChange, Store, StoreError,
 };
 use crate::domain::EventStatus;
+use crate::encryption::DataKey;
 use crate::forward::answer::{AttemptRecord as DeliveryAttempt, Verdict};
 use crate::retry::RetryPolicy;
 

@@ -259,6 +259,8 @@ pub struct EventRow {
 pub(crate) struct SealedRow {
     /// The data key's id.
     pub data_key: i64,
+    /// The data key, which a settle at ingest seals the aggregate's writes under.
+    pub key: std::sync::Arc<crate::encryption::DataKey>,
     /// The sealed body.
     pub body: Vec<u8>,
     /// The sealed kept headers.
@@ -271,7 +273,7 @@ impl EventRow {
     /// Seals the row's body and headers under `key` (`new`: the key is to be written first).
     pub(crate) fn seal(
         &mut self,
-        key: &crate::encryption::DataKey,
+        key: &std::sync::Arc<crate::encryption::DataKey>,
         new: Option<vault::NewDataKey>,
     ) {
         use crate::encryption::{Binding, Column};
@@ -282,6 +284,7 @@ impl EventRow {
             .map(|h| key.seal_text(h, Binding::event(Column::Headers, &self.event_id)));
         self.sealed = Some(SealedRow {
             data_key: key.id(),
+            key: std::sync::Arc::clone(key),
             body,
             headers,
             new_key: new,

@@ -10,6 +10,9 @@ use super::{forwarding, rows, sql};
 use super::{
     AggregateState, Decided, DecisionLine, EventRow, SettleReport, SourceRules, StoreError,
 };
+use std::sync::Arc;
+
+use super::vault::KeySet;
 use crate::encryption::{Binding, Column, DataKey};
 use crate::kind::{HeldReach, Kind, KindPlan, PendingRow, SettleInput};
 use crate::ordering::{final_at_ingest, ready_at_ingest, HeldRef, Outcome};
@@ -20,10 +23,48 @@ pub(crate) async fn load_state<I: Tx>(
     source: &str,
     aggregate: &str,
 ) -> Result<Option<AggregateState>, StoreError> {
+    load_state_noting(io, source, aggregate, &mut SealedUnder::default()).await
+}
+
+/// The data key what a settle read was sealed under: the aggregate's key as it stands
+/// (the transaction holds the aggregate, and an erasure leaves nothing of the old key
+/// behind), so its writes are sealed under it without a lookup. None, or two keys (which
+/// no store holds): the key is looked up.
+#[derive(Default)]
+struct SealedUnder {
+    key: Option<Arc<DataKey>>,
+    mixed: bool,
+}
+
+impl SealedUnder {
+    fn note(&mut self, key: &Arc<DataKey>) {
+        match &self.key {
+            None => self.key = Some(Arc::clone(key)),
+            Some(seen) if seen.id() != key.id() => self.mixed = true,
+            Some(_) => {}
+        }
+    }
+
+    fn note_all(&mut self, keys: &KeySet) {
+        keys.keys().for_each(|key| self.note(key));
+    }
+
+    fn current(&self) -> Option<&Arc<DataKey>> {
+        self.key.as_ref().filter(|_| !self.mixed)
+    }
+}
+
+async fn load_state_noting<I: Tx>(
+    io: &I,
+    source: &str,
+    aggregate: &str,
+    under: &mut SealedUnder,
+) -> Result<Option<AggregateState>, StoreError> {
     let found = io
         .query(sql::LOAD_AGGREGATE, &[text(source), text(aggregate)])
         .await?;
     let keys = io.vault().keys_for(io, &found).await?;
+    under.note_all(&keys);
     let mut states = rows::all(found, |c| rows::aggregate_state(c, &keys))?;
     Ok(states.pop())
 }
@@ -34,10 +75,12 @@ async fn arriving_rows<I: Tx>(
     source: &str,
     aggregate: &str,
     now_ms: i64,
+    under: &mut SealedUnder,
 ) -> Result<Vec<PendingRow>, StoreError> {
     let params = [text(source), text(aggregate), Param::Int(now_ms)];
     let found = io.query(sql::ARRIVING_ROWS, &params).await?;
     let keys = io.vault().keys_for(io, &found).await?;
+    under.note_all(&keys);
     rows::all(found, |c| rows::pending_row(c, false, &keys))
 }
 
@@ -54,7 +97,11 @@ async fn held_refs<I: Tx>(
 }
 
 /// The full rows of the given held events.
-async fn held_rows<I: Tx>(io: &I, held: &[HeldRef]) -> Result<Vec<PendingRow>, StoreError> {
+async fn held_rows<I: Tx>(
+    io: &I,
+    held: &[HeldRef],
+    under: &mut SealedUnder,
+) -> Result<Vec<PendingRow>, StoreError> {
     if held.is_empty() {
         return Ok(Vec::new());
     }
@@ -62,6 +109,7 @@ async fn held_rows<I: Tx>(io: &I, held: &[HeldRef]) -> Result<Vec<PendingRow>, S
     let ids = held.iter().map(|h| h.row).collect();
     let found = io.query(&statement, &[Param::Ids(ids)]).await?;
     let keys = io.vault().keys_for(io, &found).await?;
+    under.note_all(&keys);
     rows::all(found, |c| rows::pending_row(c, true, &keys))
 }
 
@@ -137,11 +185,16 @@ pub(crate) async fn plan_unlogged<I: Tx>(
         .zip(&stand_ins)
         .map(|(r, id)| r.pending(*id));
     let planned = plan_gated(io, rules, aggregate, now_ms, Some(&stand_ins), rows);
-    Ok(planned.await?.map(|planned| UnloggedPlan {
-        planned,
-        aggregate: aggregate.to_owned(),
-        now_ms,
-        stand_ins,
+    Ok(planned.await?.map(|mut planned| {
+        for sealed in unlogged.iter().filter_map(|r| r.sealed.as_ref()) {
+            planned.under.note(&sealed.key);
+        }
+        UnloggedPlan {
+            planned,
+            aggregate: aggregate.to_owned(),
+            now_ms,
+            stand_ins,
+        }
     }))
 }
 
@@ -211,6 +264,7 @@ struct Planned {
     before: Option<AggregateState>,
     rows: Vec<PendingRow>,
     plan: KindPlan,
+    under: SealedUnder,
 }
 
 /// The reading and deciding half of the settle flow; with `fresh`, `None` unless the
@@ -224,8 +278,9 @@ async fn plan_gated<I: Tx>(
     unlogged: impl IntoIterator<Item = PendingRow>,
 ) -> Result<Option<Planned>, StoreError> {
     let kind: &dyn Kind = rules.kind.as_ref();
-    let before = load_state(io, &rules.name, aggregate).await?;
-    let mut rows = arriving_rows(io, &rules.name, aggregate, now_ms).await?;
+    let mut under = SealedUnder::default();
+    let before = load_state_noting(io, &rules.name, aggregate, &mut under).await?;
+    let mut rows = arriving_rows(io, &rules.name, aggregate, now_ms, &mut under).await?;
     rows.extend(unlogged);
     let ready = |rows: &[PendingRow], held_in_reach: usize| {
         fresh.is_none_or(|fresh| {
@@ -263,7 +318,7 @@ async fn plan_gated<I: Tx>(
         if !ready(&rows, first.len()) {
             return Ok(None);
         }
-        rows.extend(held_rows(io, first).await?);
+        rows.extend(held_rows(io, first, &mut under).await?);
         loop {
             let input = SettleInput {
                 rows: &rows,
@@ -273,7 +328,7 @@ async fn plan_gated<I: Tx>(
             match reach.settle(kind, &input) {
                 Ok(plan) => break plan,
                 Err(_) if fresh.is_some() => return Ok(None),
-                Err(missing) => rows.extend(held_rows(io, &missing).await?),
+                Err(missing) => rows.extend(held_rows(io, &missing, &mut under).await?),
             }
         }
     } else {
@@ -285,7 +340,12 @@ async fn plan_gated<I: Tx>(
     if fresh.is_some_and(|fresh| !final_at_ingest(&plan.decisions, plan.gaps_skipped, fresh)) {
         return Ok(None);
     }
-    Ok(Some(Planned { before, rows, plan }))
+    Ok(Some(Planned {
+        before,
+        rows,
+        plan,
+        under,
+    }))
 }
 
 /// The writing half of the settle flow. `logged`: rows logged already decided, whose
@@ -298,7 +358,12 @@ async fn write_planned<I: Tx>(
     planned: Planned,
     logged: &[i64],
 ) -> Result<Settled, StoreError> {
-    let Planned { before, rows, plan } = planned;
+    let Planned {
+        before,
+        rows,
+        plan,
+        under,
+    } = planned;
     let kind: &dyn Kind = rules.kind.as_ref();
     let changed = plan.state.as_ref() != before.as_ref();
     let dies = plan
@@ -307,12 +372,14 @@ async fn write_planned<I: Tx>(
         .any(|(_, outcome)| matches!(outcome, Outcome::Dead { .. }));
     // The aggregate's key as stored now (the transaction holds the aggregate): a cached
     // one could have been erased by another node, and a state sealed under it lost.
-    let key = if changed || dies {
-        io.vault()
-            .aggregate_key(io, &rules.name, aggregate, true)
-            .await?
-    } else {
-        None
+    let key = match under.current() {
+        _ if !(changed || dies) || !io.vault().encrypting() => None,
+        Some(key) => Some(Arc::clone(key)),
+        None => {
+            io.vault()
+                .aggregate_key(io, &rules.name, aggregate, true)
+                .await?
+        }
     };
     let decisions: std::borrow::Cow<'_, [(i64, Outcome)]> = match &key {
         Some(key) => sealed_details(&plan.decisions, &rows, key).into(),

@@ -98,6 +98,11 @@ impl KeySet {
         value.map(|v| self.open_text(v, binding)).transpose()
     }
 
+    /// Every key of the set.
+    pub fn keys(&self) -> impl Iterator<Item = &Arc<DataKey>> {
+        self.keys.values()
+    }
+
     fn key(&self, id: i64) -> Result<&DataKey, Undecryptable> {
         self.keys
             .get(&id)
