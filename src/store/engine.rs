@@ -151,8 +151,9 @@ impl<B: Backend> Store for SqlStore<B> {
         }
         // A key cached here may have been erased by another node since: the row's guard
         // then refuses it, and the delivery is sealed again under the aggregate's key now.
-        match self.ingest_sealed(row.clone(), true, settle).await {
+        match self.ingest_sealed(row, true, settle).await {
             Err(err) if is_stale_key(&err) => {
+                let row = EventRow::of(&event, vault);
                 tracing::info!(
                     source = %row.source,
                     event_id = %row.event_id,
