@@ -124,7 +124,7 @@ fn json_run(
     let target = JsonTarget::new(source, args.sequence_format, args.unsupported_share)?;
     let signer = signer(
         name,
-        source.scheme,
+        source.verifier.scheme(),
         args.secret.as_deref(),
         "--secret",
         config,
@@ -156,7 +156,7 @@ fn built_in_run(
     let scheme_of = |name: &str, seed_scheme| {
         config
             .and_then(|c| c.source(name))
-            .map_or(seed_scheme, |s| s.scheme)
+            .map_or(seed_scheme, |s| s.verifier.scheme())
     };
     let presence = signer(
         &args.presence_source,
