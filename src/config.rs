@@ -1410,13 +1410,13 @@ mod tests {
         assert_eq!(config.database, Database::Sqlite("inhook.db".into()));
         let save = config.source("save-game").unwrap();
         assert_eq!(
-            (save.mode, save.scheme),
+            (save.mode, save.verifier.scheme()),
             (Mode::Async, Scheme::HmacTimestamped)
         );
         assert_eq!(save.secrets, vec![Secret::new("b"), Secret::new("c")]);
         let presence = config.source("presence").unwrap();
         assert_eq!(
-            (presence.mode, presence.scheme),
+            (presence.mode, presence.verifier.scheme()),
             (Mode::Sync, Scheme::HmacHex)
         );
     }
@@ -1469,7 +1469,7 @@ mod tests {
                 "[[sources]]\nname = \"s\"\nkind = \"presence\"\nsignature = \"{scheme}\"\nsecrets = [\"whsec_c2VjcmV0\"]\n"
             );
             let config = Config::from_parts(Some(&text), &env(&[])).unwrap();
-            assert_eq!(config.sources[0].scheme, scheme);
+            assert_eq!(config.sources[0].verifier.scheme(), scheme);
         }
         let text = r#"
             [[sources]]
@@ -1515,5 +1515,89 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("stream_buffer"), "{err}");
+    }
+
+    /// A `json` source with the given signature lines, as the configurable schemes' tests write it.
+    fn configurable(lines: &str) -> Result<Config, ConfigError> {
+        let text = format!(
+            "[[sources]]\nname = \"c\"\nkind = \"json\"\nevent_id = \"/id\"\naggregate = \"/a\"\nordering = \"unordered\"\n{lines}\n"
+        );
+        Config::from_parts(Some(&text), &env(&[("INHOOK_C_SECRET", "u:p")]))
+    }
+
+    #[test]
+    fn configurable_schemes_parse_into_their_settings() {
+        let config = configurable(
+            "signature = \"hmac\"\nsignature_header = \"Paddle-Signature\"\n\
+             signature_format = \"pairs\"\nsignature_key = \"h1\"\ntimestamp_key = \"ts\"\n\
+             signed_content = \"{timestamp}:{body}\"",
+        )
+        .unwrap();
+        let verifier = &config.sources[0].verifier;
+        assert_eq!(verifier.scheme(), Scheme::Hmac);
+        assert!(verifier.is_timestamped() && !verifier.dedups_by_body());
+        let config =
+            configurable("signature = \"hmac\"\nsignature_header = \"Linear-Signature\"").unwrap();
+        assert!(config.sources[0].verifier.dedups_by_body());
+        let config =
+            configurable("signature = \"token\"\ntoken_header = \"X-Gitlab-Token\"").unwrap();
+        assert_eq!(
+            config.sources[0].verifier.secret_headers(),
+            vec!["x-gitlab-token"]
+        );
+        assert!(configurable("signature = \"basic\"").is_ok());
+        // {url} takes the top-level public_url, or the source's.
+        let text = "public_url = \"https://hooks.example.com/\"\n[[sources]]\nname = \"c\"\n\
+                    kind = \"json\"\nevent_id = \"/id\"\naggregate = \"/a\"\nordering = \"unordered\"\nsignature = \"hmac\"\n\
+                    signature_header = \"X-Sig\"\nsigned_content = \"{url}{body}\"\n";
+        let config = Config::from_parts(Some(text), &env(&[("INHOOK_C_SECRET", "s")])).unwrap();
+        let crate::signature::Verifier::Hmac(hmac) = &config.sources[0].verifier else {
+            panic!("not hmac");
+        };
+        assert_eq!(
+            hmac.public_url.as_deref(),
+            Some("https://hooks.example.com")
+        );
+    }
+
+    #[test]
+    fn configurable_settings_that_cannot_work_name_the_key() {
+        for (lines, key) in [
+            ("signature = \"hmac\"", "signature_header"),
+            ("signature = \"hmac\"\nsignature_header = \"X-Sig\"\nsignature_algorithm = \"md5\"", "signature_algorithm"),
+            ("signature = \"hmac\"\nsignature_header = \"X-Sig\"\nsigned_content = \"{timestamp}{body}\"", "signed_content"),
+            ("signature = \"hmac\"\nsignature_header = \"X-Sig\"\nsigned_content = \"{url}{body}\"", "signed_content"),
+            ("signature = \"hmac\"\nsignature_header = \"X-Sig\"\nsigned_content = \"{bdoy}\"", "signed_content"),
+            ("signature = \"hmac\"\nsignature_header = \"X-Sig\"\nsigned_content = \"{body\"", "signed_content"),
+            ("signature = \"hmac\"\nsignature_header = \"X-Sig\"\ntimestamp_key = \"t\"", "timestamp_key"),
+            ("signature = \"hmac\"\nsignature_header = \"X-Sig\"\ntoken_header = \"X-T\"", "token_header"),
+            ("signature = \"hmac\"\nsignature_header = \"X-Sig\"\npublic_url = \"ftp://x\"", "public_url"),
+            ("signature = \"token\"", "token_header"),
+            ("signature = \"token\"\ntoken_header = \"X-T\"\ntoken_query = \"t\"", "token_query"),
+            ("signature = \"github\"\nsignature_header = \"X-Sig\"", "signature_header"),
+            ("signature = \"basic\"\ntimestamp = \"/ts\"", "timestamp"),
+            ("signature = \"hmac\"\nsignature_header = \"X-Sig\"\nkeep_headers = [\"x-sig\"]", "keep_headers"),
+            ("signature = \"token\"\ntoken_header = \"X-T\"\nsequence = \"header:X-T\"", "sequence"),
+        ] {
+            let err = configurable(lines).unwrap_err().to_string();
+            assert!(err.starts_with("source \"c\": ") && err.contains(key), "{lines}: {err}");
+            if matches!(key, "keep_headers" | "sequence") {
+                assert!(err.contains("carries the source's signature or token"), "{err}");
+            }
+        }
+        // A Basic secret must be user:password, and the error does not show it.
+        let text = "[[sources]]\nname = \"c\"\nkind = \"json\"\nevent_id = \"/id\"\n\
+                    aggregate = \"/a\"\nordering = \"unordered\"\nsignature = \"basic\"\n";
+        let err = Config::from_parts(Some(text), &env(&[("INHOOK_C_SECRET", "hunter2")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("user:password") && !err.contains("hunter2"),
+            "{err}"
+        );
+        let err = Config::from_parts(Some("public_url = \"x\""), &env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("public_url"), "{err}");
     }
 }

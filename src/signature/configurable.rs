@@ -1190,7 +1190,7 @@ mod tests {
             )
             .unwrap_err();
         assert_eq!(err.code(), "missing_signature");
-        assert!(err.to_string().contains("/signature/timestamp"), "{err}");
+        assert!(err.to_string().contains("/signature/token"), "{err}");
     }
 
     #[test]
