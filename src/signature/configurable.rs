@@ -55,7 +55,7 @@ impl Algorithm {
     }
 
     /// The MAC's length in bytes.
-    pub fn len(self) -> usize {
+    pub fn mac_len(self) -> usize {
         match self {
             Self::Sha1 => 20,
             Self::Sha256 => 32,
@@ -508,7 +508,7 @@ impl HmacConfig {
         let rest = raw
             .strip_prefix(self.prefix.as_str())
             .ok_or(malformed.clone())?;
-        let len = self.algorithm.len();
+        let len = self.algorithm.mac_len();
         let (candidates, pair_timestamp) = match &self.format {
             Format::Plain => (
                 vec![self
@@ -881,10 +881,8 @@ pub fn parse_pairs<'a>(
         let (key, value) = (key.trim(), value.trim());
         if key == signature_key {
             signatures.push(value);
-        } else if Some(key) == timestamp_key {
-            if timestamp.replace(value).is_some() {
-                return Err(PairsError::TwoTimestamps);
-            }
+        } else if Some(key) == timestamp_key && timestamp.replace(value).is_some() {
+            return Err(PairsError::TwoTimestamps);
         }
     }
     if signatures.is_empty() {

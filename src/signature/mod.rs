@@ -634,10 +634,7 @@ impl Verifier {
                 headers: config.sign(request, secret, now, &id)?,
                 query: None,
             }),
-            Verifier::Token(token) => {
-                let (headers, query) = token.sign(secret);
-                Ok(Signed { headers, query })
-            }
+            Verifier::Token(token) => Ok(token.sign(secret)),
             Verifier::Basic => Ok(Signed {
                 headers: basic::sign(secret),
                 query: None,

@@ -99,12 +99,18 @@ impl TokenConfig {
         })
     }
 
-    /// What a publisher sends: a header, or a query parameter (name, value).
-    pub fn sign(&self, secret: &Secret) -> (Vec<(&'static str, String)>, Option<(String, String)>) {
+    /// What a publisher sends: a header, or a query parameter.
+    pub fn sign(&self, secret: &Secret) -> super::Signed {
         let token = String::from_utf8_lossy(secret.expose()).into_owned();
         match self {
-            Self::Header(h) => (vec![(h, token)], None),
-            Self::Query { name, .. } => (Vec::new(), Some((name.clone(), token))),
+            Self::Header(h) => super::Signed {
+                headers: vec![(h, token)],
+                query: None,
+            },
+            Self::Query { name, .. } => super::Signed {
+                headers: Vec::new(),
+                query: Some((name.clone(), token)),
+            },
         }
     }
 }
