@@ -863,6 +863,16 @@ fn source(
     let keep_headers = source_keep_headers(&s.name, keep_headers, s.keep_headers)?;
     // The source's own signature or token header is a credential like the built-in ones.
     for header in verifier.secret_headers() {
+        if crate::kept_headers::is_kept(header, &[]) {
+            let key = match verifier.scheme() {
+                Scheme::Token => "token_header",
+                _ => "signature_header",
+            };
+            return Err(ConfigError(format!(
+                "source {:?}: {key}: {header} is kept with every event, so it cannot carry a signature or token",
+                s.name
+            )));
+        }
         if keep_headers.iter().any(|k| k.eq_ignore_ascii_case(header)) {
             return Err(ConfigError(format!(
                 "source {:?}: keep_headers: {header} carries the source's signature or token and is never kept",
@@ -1577,6 +1587,7 @@ mod tests {
             ("signature = \"github\"\nsignature_header = \"X-Sig\"", "signature_header"),
             ("signature = \"basic\"\ntimestamp = \"/ts\"", "timestamp"),
             ("signature = \"hmac\"\nsignature_header = \"X-Sig\"\nkeep_headers = [\"x-sig\"]", "keep_headers"),
+            ("signature = \"token\"\ntoken_header = \"User-Agent\"", "token_header"),
             ("signature = \"token\"\ntoken_header = \"X-T\"\nsequence = \"header:X-T\"", "sequence"),
         ] {
             let err = configurable(lines).unwrap_err().to_string();
