@@ -1375,4 +1375,41 @@ mod tests {
         })
         .is_ok());
     }
+
+    proptest::proptest! {
+        /// Hostile signature, timestamp and id headers never panic, and never verify.
+        #[test]
+        fn hostile_headers_never_panic_nor_verify(
+            signature in "[ -~]{0,160}",
+            timestamp in "[ -~]{0,40}",
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+        ) {
+            let pairs = config(HmacKeys {
+                header: Some("X-Sig"),
+                format: Some("pairs"),
+                signature_key: Some("v1"),
+                timestamp_key: Some("t"),
+                signed_content: Some("{timestamp}.{header:X-Id}.{pointer:/a}{body}"),
+                ..Default::default()
+            });
+            let plain = config(HmacKeys {
+                header: Some("X-Sig"),
+                encoding: Some("base64url"),
+                algorithm: Some("sha512"),
+                timestamp: Some("header:X-Ts"),
+                timestamp_unit: Some("rfc3339"),
+                signed_content: Some("{timestamp}{body}"),
+                ..Default::default()
+            });
+            let mut map = HeaderMap::new();
+            for (name, value) in [("x-sig", &signature), ("x-ts", &timestamp), ("x-id", &timestamp)] {
+                if let Ok(v) = HeaderValue::from_str(value) {
+                    map.insert(name, v);
+                }
+            }
+            for c in [&pairs, &plain] {
+                proptest::prop_assert!(c.verify(&request(&map, &body), &[Secret::new("k")]).is_err());
+            }
+        }
+    }
 }
