@@ -847,6 +847,10 @@ fn source(
         )));
     }
     let stale_after_s = s.stale_after_s.unwrap_or(defaults::STALE_AFTER_S);
+    if let Some(own) = &s.public_url {
+        crate::signature::configurable::parse_public_url(own)
+            .map_err(|e| ConfigError(format!("source {:?}: public_url: {e}", s.name)))?;
+    }
     let public_url = s.public_url.as_deref().or(public_url);
     let verifier = verifier(&s.name, scheme, &s, public_url)?;
     let kind = source_kind(&s.name, s.kind, json_keys, &verifier, stale_after_s)?;

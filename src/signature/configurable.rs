@@ -220,6 +220,8 @@ pub struct Timestamp {
     pub at: TimestampAt,
     /// How.
     pub unit: TimestampUnit,
+    /// Where, as verdicts name it (the header, or "the body field /…").
+    pub location: &'static str,
 }
 
 /// How the signature header is laid out.
@@ -422,6 +424,7 @@ impl HmacConfig {
                 Some(Timestamp {
                     at: TimestampAt::Pair(t),
                     unit,
+                    ..
                 }),
             ) => {
                 expected += &format!(
@@ -480,6 +483,7 @@ impl HmacConfig {
         if let Some(Timestamp {
             at: TimestampAt::Header(name),
             unit,
+            ..
         }) = &self.timestamp
         {
             out.push((name.as_str(), unit.format().to_owned()));
@@ -612,12 +616,11 @@ impl HmacConfig {
                         expected: self.expected,
                     })
             }
-            TimestampAt::Header(name) => {
-                let header = intern(name.as_str());
-                header_str(headers, header).map(|t| (t.to_owned(), header))
+            TimestampAt::Header(_) => {
+                header_str(headers, ts.location).map(|t| (t.to_owned(), ts.location))
             }
             TimestampAt::Pointer(pointer) => {
-                let what = intern(&format!("the body field {pointer}"));
+                let what = ts.location;
                 let text = match json.and_then(|j| j.pointer(pointer)) {
                     Some(serde_json::Value::String(s)) => s.clone(),
                     Some(serde_json::Value::Number(n)) if n.is_u64() || n.is_i64() => n.to_string(),
@@ -798,7 +801,13 @@ fn timestamp(keys: &HmacKeys<'_>, format: &Format) -> Result<Option<Timestamp>, 
             return Ok(None);
         }
     };
-    Ok(Some(Timestamp { at, unit }))
+    let location = match &at {
+        TimestampAt::Header(name) => intern(name.as_str()),
+        TimestampAt::Pointer(pointer) => intern(&format!("the body field {pointer}")),
+        // The pairs header itself, filled in by the caller's verdicts.
+        TimestampAt::Pair(_) => "",
+    };
+    Ok(Some(Timestamp { at, unit, location }))
 }
 
 /// A timestamp the signature does not cover bounds nothing: whoever holds a captured
