@@ -985,7 +985,7 @@ pub(crate) mod tests {
 
     #[test]
     fn scheme_names_round_trip_and_match_the_config_spelling() {
-        for scheme in Scheme::ALL {
+        for scheme in Scheme::ALL.into_iter().chain(Scheme::CONFIGURABLE) {
             assert_eq!(Scheme::from_name(scheme.name()), Some(scheme));
             let parsed: Scheme = serde_json::from_value(scheme.name().into()).unwrap();
             assert_eq!(parsed, scheme);
