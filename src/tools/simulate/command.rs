@@ -121,6 +121,13 @@ fn json_run(
     let source = config.and_then(|c| c.source(name)).with_context(|| {
         format!("--source {name}: no such source in --config (its locations are read from there)")
     })?;
+    if source.verifier.scheme().is_configurable() {
+        anyhow::bail!(
+            "--source {name}: simulate signs with the built-in schemes only; signature = \"{}\" \
+             deliveries are sent one by one with inhook send",
+            source.verifier
+        );
+    }
     let target = JsonTarget::new(source, args.sequence_format, args.unsupported_share)?;
     let signer = signer(
         name,
