@@ -11,7 +11,7 @@ use crate::kind::json::contract::{AggregateLocations, JsonSourceSpec};
 use crate::kind::Kind;
 use crate::kind::SourceKind;
 use crate::retry::RetryPolicy;
-use crate::signature::{Scheme, Secret};
+use crate::signature::{Scheme, Secret, Verifier};
 
 /// The keys among `"key" => field.path` whose field differs between `$a` and `$b`, in the
 /// order given: what a reload names as needing a restart.
@@ -56,8 +56,8 @@ pub struct SourceConfig {
     /// Async only: decide an event in the transaction that logs it when its aggregate is
     /// ready, instead of leaving it to the workers (lower latency, more work per request).
     pub decide_at_ingest: bool,
-    /// How deliveries are signed.
-    pub scheme: Scheme,
+    /// How deliveries are signed: the scheme, with its settings for a configurable one.
+    pub verifier: Verifier,
     /// Secrets any of which may verify (rotation).
     pub secrets: Vec<Secret>,
     /// Whether `secrets` came from `INHOOK_<SOURCE>_SECRET`: edits to the file's then change nothing.
@@ -199,7 +199,7 @@ impl Config {
                     continue;
                 };
                 if !source
-                    .scheme
+                    .verifier
                     .signed_headers()
                     .iter()
                     .any(|signed| signed.eq_ignore_ascii_case(header))
@@ -208,7 +208,7 @@ impl Config {
                         "source {:?}: {key} comes from the header {header}, which the {} signature \
                          does not cover: whoever holds one captured delivery can resend it with \
                          another {key}",
-                        source.name, source.scheme
+                        source.name, source.verifier
                     ));
                 }
             }
@@ -278,6 +278,7 @@ struct FileConfig {
     forward_poll_ms: Option<u64>,
     otlp_endpoint: Option<String>,
     encryption: Option<FileEncryption>,
+    public_url: Option<String>,
 }
 
 /// The `[encryption]` table.
@@ -343,6 +344,120 @@ struct FileSource {
     event_types: Option<Vec<String>>,
     ordering: Option<String>,
     state: Option<String>,
+    public_url: Option<String>,
+    // The keys of the configurable schemes (docs/configuration.md, `signature = "hmac"`,
+    // `"token"`): written inline, as `flatten` cannot refuse unknown keys.
+    signature_header: Option<String>,
+    signature_algorithm: Option<String>,
+    signature_encoding: Option<String>,
+    signature_prefix: Option<String>,
+    signature_format: Option<String>,
+    signature_key: Option<String>,
+    timestamp_key: Option<String>,
+    signed_content: Option<String>,
+    timestamp: Option<String>,
+    timestamp_unit: Option<String>,
+    token_header: Option<String>,
+    token_query: Option<String>,
+}
+
+impl FileSource {
+    /// The configurable schemes' keys given, by name, with the scheme each belongs to.
+    fn given(&self) -> Vec<(&'static str, Scheme)> {
+        [
+            (
+                "signature_header",
+                self.signature_header.is_some(),
+                Scheme::Hmac,
+            ),
+            (
+                "signature_algorithm",
+                self.signature_algorithm.is_some(),
+                Scheme::Hmac,
+            ),
+            (
+                "signature_encoding",
+                self.signature_encoding.is_some(),
+                Scheme::Hmac,
+            ),
+            (
+                "signature_prefix",
+                self.signature_prefix.is_some(),
+                Scheme::Hmac,
+            ),
+            (
+                "signature_format",
+                self.signature_format.is_some(),
+                Scheme::Hmac,
+            ),
+            ("signature_key", self.signature_key.is_some(), Scheme::Hmac),
+            ("timestamp_key", self.timestamp_key.is_some(), Scheme::Hmac),
+            (
+                "signed_content",
+                self.signed_content.is_some(),
+                Scheme::Hmac,
+            ),
+            ("timestamp", self.timestamp.is_some(), Scheme::Hmac),
+            (
+                "timestamp_unit",
+                self.timestamp_unit.is_some(),
+                Scheme::Hmac,
+            ),
+            ("token_header", self.token_header.is_some(), Scheme::Token),
+            ("token_query", self.token_query.is_some(), Scheme::Token),
+        ]
+        .into_iter()
+        .filter_map(|(key, set, scheme)| set.then_some((key, scheme)))
+        .collect()
+    }
+}
+
+/// The verifier of a source: its scheme, and a configurable scheme's settings parsed. A key
+/// of another scheme, or settings that cannot verify, are errors naming the key.
+fn verifier(
+    name: &str,
+    scheme: Scheme,
+    keys: &FileSource,
+    public_url: Option<&str>,
+) -> Result<Verifier, ConfigError> {
+    if let Some((key, owner)) = keys.given().into_iter().find(|(_, owner)| *owner != scheme) {
+        return Err(ConfigError(format!(
+            "source {name:?}: {key} is only for signature = \"{owner}\" (this source has signature = \"{scheme}\")"
+        )));
+    }
+    let problem = |e: crate::signature::configurable::KeyError| {
+        ConfigError(format!("source {name:?}: {e} (signature = \"{scheme}\")"))
+    };
+    Ok(match scheme {
+        Scheme::Hmac => {
+            let parsed = crate::signature::configurable::HmacConfig::parse(
+                &crate::signature::configurable::HmacKeys {
+                    header: keys.signature_header.as_deref(),
+                    algorithm: keys.signature_algorithm.as_deref(),
+                    encoding: keys.signature_encoding.as_deref(),
+                    prefix: keys.signature_prefix.as_deref(),
+                    format: keys.signature_format.as_deref(),
+                    signature_key: keys.signature_key.as_deref(),
+                    timestamp_key: keys.timestamp_key.as_deref(),
+                    signed_content: keys.signed_content.as_deref(),
+                    timestamp: keys.timestamp.as_deref(),
+                    timestamp_unit: keys.timestamp_unit.as_deref(),
+                    public_url,
+                },
+            )
+            .map_err(problem)?;
+            Verifier::Hmac(std::sync::Arc::new(parsed))
+        }
+        Scheme::Token => Verifier::Token(
+            crate::signature::token::TokenConfig::parse(
+                keys.token_header.as_deref(),
+                keys.token_query.as_deref(),
+            )
+            .map_err(problem)?,
+        ),
+        Scheme::Basic => Verifier::Basic,
+        fixed => Verifier::Fixed(fixed),
+    })
 }
 
 impl FileSource {
@@ -398,6 +513,19 @@ impl FileSource {
             event_types: None,
             ordering: None,
             state: None,
+            public_url: None,
+            signature_header: None,
+            signature_algorithm: None,
+            signature_encoding: None,
+            signature_prefix: None,
+            signature_format: None,
+            signature_key: None,
+            timestamp_key: None,
+            signed_content: None,
+            timestamp: None,
+            timestamp_unit: None,
+            token_header: None,
+            token_query: None,
         }
     }
 }
@@ -412,7 +540,7 @@ fn source_kind(
     name: &str,
     kind: SourceKind,
     (spec, given): (JsonSourceSpec, Vec<&'static str>),
-    scheme: Scheme,
+    verifier: &Verifier,
     stale_after_s: u64,
 ) -> Result<std::sync::Arc<dyn Kind>, ConfigError> {
     if kind != SourceKind::Json {
@@ -421,9 +549,9 @@ fn source_kind(
                 "source {name:?}: {key} is only for kind = \"json\""
             )));
         }
-    } else if spec.event_id.is_none() && scheme.delivery_id_header().is_none() {
+    } else if spec.event_id.is_none() && verifier.delivery_id_header().is_none() {
         return Err(ConfigError(format!(
-            "source {name:?}: event_id is required: signature = \"{scheme}\" carries no delivery id"
+            "source {name:?}: event_id is required: signature = \"{verifier}\" carries no delivery id"
         )));
     }
     let stale_after_ms = (stale_after_s as i64).saturating_mul(1000);
@@ -524,7 +652,20 @@ impl Config {
         let encryption = encryption(&file, env)?;
         let keep_headers =
             header_names("keep_headers", file.keep_headers.take().unwrap_or_default())?;
-        let sources = sources(file.sources.take(), env, &keep_headers, secret_rule)?;
+        let public_url = match file.public_url.take() {
+            Some(raw) => Some(
+                crate::signature::configurable::parse_public_url(&raw)
+                    .map_err(|e| ConfigError(format!("public_url: {e}")))?,
+            ),
+            None => None,
+        };
+        let sources = sources(
+            file.sources.take(),
+            env,
+            &keep_headers,
+            public_url.as_deref(),
+            secret_rule,
+        )?;
         let retry = retry(&file);
         let destinations = destination::destinations(
             file.destinations.take().unwrap_or_default(),
@@ -643,6 +784,7 @@ fn sources(
     file: Option<Vec<FileSource>>,
     env: &HashMap<String, String>,
     keep_headers: &[String],
+    public_url: Option<&str>,
     secret_rule: Secrets,
 ) -> Result<Vec<SourceConfig>, ConfigError> {
     let file = file.unwrap_or_else(|| {
@@ -660,7 +802,7 @@ fn sources(
                 s.name
             )));
         }
-        sources.push(source(s, env, keep_headers, secret_rule)?);
+        sources.push(source(s, env, keep_headers, public_url, secret_rule)?);
     }
     Ok(sources)
 }
@@ -685,6 +827,7 @@ fn source(
     s: FileSource,
     env: &HashMap<String, String>,
     keep_headers: &[String],
+    public_url: Option<&str>,
     secret_rule: Secrets,
 ) -> Result<SourceConfig, ConfigError> {
     let json_keys = s.json_spec();
@@ -704,7 +847,13 @@ fn source(
         )));
     }
     let stale_after_s = s.stale_after_s.unwrap_or(defaults::STALE_AFTER_S);
-    let kind = source_kind(&s.name, s.kind, json_keys, scheme, stale_after_s)?;
+    if let Some(own) = &s.public_url {
+        crate::signature::configurable::parse_public_url(own)
+            .map_err(|e| ConfigError(format!("source {:?}: public_url: {e}", s.name)))?;
+    }
+    let public_url = s.public_url.as_deref().or(public_url);
+    let verifier = verifier(&s.name, scheme, &s, public_url)?;
+    let kind = source_kind(&s.name, s.kind, json_keys, &verifier, stale_after_s)?;
     let secrets: Vec<Secret> = secrets.into_iter().map(Secret::new).collect();
     // A secret in the wrong form would turn every delivery into a 401: fail now instead.
     for (i, secret) in secrets.iter().enumerate() {
@@ -715,13 +864,49 @@ fn source(
             )));
         }
     }
+    let keep_headers = source_keep_headers(&s.name, keep_headers, s.keep_headers)?;
+    // The source's own signature or token header is a credential like the built-in ones.
+    for header in verifier.secret_headers() {
+        if crate::kept_headers::is_kept(header, &[]) {
+            let key = match verifier.scheme() {
+                Scheme::Token => "token_header",
+                _ => "signature_header",
+            };
+            return Err(ConfigError(format!(
+                "source {:?}: {key}: {header} is kept with every event, so it cannot carry a signature or token",
+                s.name
+            )));
+        }
+        if keep_headers.iter().any(|k| k.eq_ignore_ascii_case(header)) {
+            return Err(ConfigError(format!(
+                "source {:?}: keep_headers: {header} carries the source's signature or token and is never kept",
+                s.name
+            )));
+        }
+        if let Some((key, _)) = kind.locations().and_then(|spec| {
+            let aggregate = spec.aggregate.iter().flat_map(|a| a.as_slice());
+            spec.sequence
+                .iter()
+                .map(|raw| ("sequence", raw))
+                .chain(aggregate.map(|raw| ("aggregate", raw)))
+                .find(|(_, raw)| {
+                    raw.strip_prefix("header:")
+                        .is_some_and(|h| h.eq_ignore_ascii_case(header))
+                })
+        }) {
+            return Err(ConfigError(format!(
+                "source {:?}: {key} reads the header {header}, which carries the source's signature or token: it is never read as a field",
+                s.name
+            )));
+        }
+    }
     Ok(SourceConfig {
-        keep_headers: source_keep_headers(&s.name, keep_headers, s.keep_headers)?,
+        keep_headers,
         name: s.name,
         kind,
         mode: s.mode.unwrap_or(s.kind.default_mode()),
         decide_at_ingest: s.decide_at_ingest.unwrap_or(defaults::DECIDE_AT_INGEST),
-        scheme,
+        verifier,
         secrets,
         secrets_from_environment,
         tolerance_s: s.tolerance_s.unwrap_or(defaults::TOLERANCE_S),
@@ -1239,13 +1424,13 @@ mod tests {
         assert_eq!(config.database, Database::Sqlite("inhook.db".into()));
         let save = config.source("save-game").unwrap();
         assert_eq!(
-            (save.mode, save.scheme),
+            (save.mode, save.verifier.scheme()),
             (Mode::Async, Scheme::HmacTimestamped)
         );
         assert_eq!(save.secrets, vec![Secret::new("b"), Secret::new("c")]);
         let presence = config.source("presence").unwrap();
         assert_eq!(
-            (presence.mode, presence.scheme),
+            (presence.mode, presence.verifier.scheme()),
             (Mode::Sync, Scheme::HmacHex)
         );
     }
@@ -1298,7 +1483,7 @@ mod tests {
                 "[[sources]]\nname = \"s\"\nkind = \"presence\"\nsignature = \"{scheme}\"\nsecrets = [\"whsec_c2VjcmV0\"]\n"
             );
             let config = Config::from_parts(Some(&text), &env(&[])).unwrap();
-            assert_eq!(config.sources[0].scheme, scheme);
+            assert_eq!(config.sources[0].verifier.scheme(), scheme);
         }
         let text = r#"
             [[sources]]
@@ -1344,5 +1529,90 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("stream_buffer"), "{err}");
+    }
+
+    /// A `json` source with the given signature lines, as the configurable schemes' tests write it.
+    fn configurable(lines: &str) -> Result<Config, ConfigError> {
+        let text = format!(
+            "[[sources]]\nname = \"c\"\nkind = \"json\"\nevent_id = \"/id\"\naggregate = \"/a\"\nordering = \"unordered\"\n{lines}\n"
+        );
+        Config::from_parts(Some(&text), &env(&[("INHOOK_C_SECRET", "u:p")]))
+    }
+
+    #[test]
+    fn configurable_schemes_parse_into_their_settings() {
+        let config = configurable(
+            "signature = \"hmac\"\nsignature_header = \"Paddle-Signature\"\n\
+             signature_format = \"pairs\"\nsignature_key = \"h1\"\ntimestamp_key = \"ts\"\n\
+             signed_content = \"{timestamp}:{body}\"",
+        )
+        .unwrap();
+        let verifier = &config.sources[0].verifier;
+        assert_eq!(verifier.scheme(), Scheme::Hmac);
+        assert!(verifier.is_timestamped() && !verifier.dedups_by_body());
+        let config =
+            configurable("signature = \"hmac\"\nsignature_header = \"Linear-Signature\"").unwrap();
+        assert!(config.sources[0].verifier.dedups_by_body());
+        let config =
+            configurable("signature = \"token\"\ntoken_header = \"X-Gitlab-Token\"").unwrap();
+        assert_eq!(
+            config.sources[0].verifier.secret_headers(),
+            vec!["x-gitlab-token"]
+        );
+        assert!(configurable("signature = \"basic\"").is_ok());
+        // {url} takes the top-level public_url, or the source's.
+        let text = "public_url = \"https://hooks.example.com/\"\n[[sources]]\nname = \"c\"\n\
+                    kind = \"json\"\nevent_id = \"/id\"\naggregate = \"/a\"\nordering = \"unordered\"\nsignature = \"hmac\"\n\
+                    signature_header = \"X-Sig\"\nsigned_content = \"{url}{body}\"\n";
+        let config = Config::from_parts(Some(text), &env(&[("INHOOK_C_SECRET", "s")])).unwrap();
+        let crate::signature::Verifier::Hmac(hmac) = &config.sources[0].verifier else {
+            panic!("not hmac");
+        };
+        assert_eq!(
+            hmac.public_url.as_deref(),
+            Some("https://hooks.example.com")
+        );
+    }
+
+    #[test]
+    fn configurable_settings_that_cannot_work_name_the_key() {
+        for (lines, key) in [
+            ("signature = \"hmac\"", "signature_header"),
+            ("signature = \"hmac\"\nsignature_header = \"X-Sig\"\nsignature_algorithm = \"md5\"", "signature_algorithm"),
+            ("signature = \"hmac\"\nsignature_header = \"X-Sig\"\nsigned_content = \"{timestamp}{body}\"", "signed_content"),
+            ("signature = \"hmac\"\nsignature_header = \"X-Sig\"\nsigned_content = \"{url}{body}\"", "signed_content"),
+            ("signature = \"hmac\"\nsignature_header = \"X-Sig\"\nsigned_content = \"{bdoy}\"", "signed_content"),
+            ("signature = \"hmac\"\nsignature_header = \"X-Sig\"\nsigned_content = \"{body\"", "signed_content"),
+            ("signature = \"hmac\"\nsignature_header = \"X-Sig\"\ntimestamp_key = \"t\"", "timestamp_key"),
+            ("signature = \"hmac\"\nsignature_header = \"X-Sig\"\ntoken_header = \"X-T\"", "token_header"),
+            ("signature = \"hmac\"\nsignature_header = \"X-Sig\"\npublic_url = \"ftp://x\"", "public_url"),
+            ("signature = \"token\"", "token_header"),
+            ("signature = \"token\"\ntoken_header = \"X-T\"\ntoken_query = \"t\"", "token_query"),
+            ("signature = \"github\"\nsignature_header = \"X-Sig\"", "signature_header"),
+            ("signature = \"basic\"\ntimestamp = \"/ts\"", "timestamp"),
+            ("signature = \"hmac\"\nsignature_header = \"X-Sig\"\nkeep_headers = [\"x-sig\"]", "keep_headers"),
+            ("signature = \"token\"\ntoken_header = \"User-Agent\"", "token_header"),
+            ("signature = \"token\"\ntoken_header = \"X-T\"\nsequence = \"header:X-T\"", "sequence"),
+        ] {
+            let err = configurable(lines).unwrap_err().to_string();
+            assert!(err.starts_with("source \"c\": ") && err.contains(key), "{lines}: {err}");
+            if matches!(key, "keep_headers" | "sequence") {
+                assert!(err.contains("carries the source's signature or token"), "{err}");
+            }
+        }
+        // A Basic secret must be user:password, and the error does not show it.
+        let text = "[[sources]]\nname = \"c\"\nkind = \"json\"\nevent_id = \"/id\"\n\
+                    aggregate = \"/a\"\nordering = \"unordered\"\nsignature = \"basic\"\n";
+        let err = Config::from_parts(Some(text), &env(&[("INHOOK_C_SECRET", "hunter2")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("user:password") && !err.contains("hunter2"),
+            "{err}"
+        );
+        let err = Config::from_parts(Some("public_url = \"x\""), &env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("public_url"), "{err}");
     }
 }

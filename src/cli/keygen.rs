@@ -29,7 +29,7 @@ pub fn keygen(args: KeygenArgs) -> anyhow::Result<()> {
             "list the public key in the receiving source's `secrets`; the publisher signs with the \
              private key (e.g. `inhook send --secret whsk_…`), which the receiver never needs",
         ),
-        Scheme::Stripe | Scheme::Slack | Scheme::Shopify => Some(
+        Scheme::Stripe | Scheme::Slack | Scheme::Shopify | Scheme::Hmac | Scheme::Token => Some(
             "this publisher issues the real secret in its dashboard; a generated one suits tests \
              and `inhook send`",
         ),
@@ -53,6 +53,8 @@ fn generate(scheme: Scheme, ed25519: bool, rng: &mut impl RngCore) -> Vec<String
         Scheme::StandardWebhooks => vec![standard_webhooks::format_secret(&key)],
         // Stripe's endpoint secrets read `whsec_…`; the whole text is the HMAC key.
         Scheme::Stripe => vec![format!("whsec_{}", hex::encode(&key[..16]))],
+        // HTTP Basic secrets are user:password.
+        Scheme::Basic => vec![format!("webhook:{}", hex::encode(key))],
         _ => vec![hex::encode(key)],
     }
 }
@@ -72,6 +74,13 @@ mod tests {
             let headers = try_sign(scheme, b"{}", &secret, 1_000, None).unwrap();
             let map = crate::signature::tests::headers_of(&headers);
             assert!(signature::verify(scheme, &map, b"{}", &[secret], 1_000, 5).is_ok());
+        }
+        for scheme in Scheme::CONFIGURABLE {
+            let lines = generate(scheme, false, &mut rng);
+            assert!(
+                scheme.check_secret(&Secret::new(lines[0].clone())).is_ok(),
+                "{scheme}"
+            );
         }
         let lines = generate(Scheme::StandardWebhooks, true, &mut rng);
         let public = lines[0].strip_prefix("public:  ").unwrap();

@@ -7,7 +7,7 @@ use anyhow::{bail, Context};
 
 use crate::clock;
 use crate::config::{signing_secret, Config};
-use crate::signature::{self, Scheme};
+use crate::signature::{self, Scheme, Verifier};
 
 /// Arguments of `inhook send`.
 #[derive(Debug, clap::Args)]
@@ -101,14 +101,26 @@ fn parse_header(raw: &str) -> Result<ExtraHeader, HeaderArgError> {
 }
 
 /// The scheme `send` signs with: `--scheme`, else the source's in the config
-/// (the default sources' without `--config`). An unknown source is an error, not a guess.
+/// (the default sources' without `--config`). An unknown source is an error, not a guess;
+/// a configurable scheme (`hmac`, `token`, `basic`) signs with its source's settings.
 fn send_scheme(
     args: &SendArgs,
     config_path: Option<&std::path::Path>,
     source: Option<&crate::config::SourceConfig>,
-) -> anyhow::Result<Scheme> {
-    if let Some(scheme) = args.scheme.or(source.map(|s| s.scheme)) {
-        return Ok(scheme);
+) -> anyhow::Result<Verifier> {
+    let configured = source.map(|s| &s.verifier);
+    match (args.scheme, configured) {
+        (Some(scheme), Some(verifier)) if verifier.scheme() == scheme => {
+            return Ok(verifier.clone())
+        }
+        (Some(scheme), _) if scheme.is_configurable() => bail!(
+            "--scheme {scheme} signs with its source's settings: pass --config with the file \
+             where source {:?} has signature = \"{scheme}\"",
+            args.source
+        ),
+        (Some(scheme), _) => return Ok(Verifier::Fixed(scheme)),
+        (None, Some(verifier)) => return Ok(verifier.clone()),
+        (None, None) => {}
     }
     match config_path {
         Some(path) => bail!(
@@ -139,21 +151,14 @@ pub async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Resul
     let config = Config::load_for_store(config_path.as_deref())?;
     let source = config.source(&args.source);
     let scheme = send_scheme(&args, config_path.as_deref(), source)?;
+    let path = format!("/webhooks/{}", args.source);
     let secret = signing_secret(
         &args.source,
         args.secret.as_deref(),
         "--secret",
         Some(&config),
     )?;
-    let url = format!(
-        "{}/webhooks/{}",
-        args.url.trim_end_matches('/'),
-        args.source
-    );
-    let client = crate::outbound::client_builder(args.tls_ca_file.as_deref(), "--tls-ca-file")?
-        .build()
-        .context("building the HTTP client")?;
-    let mut request = client.post(&url).header("content-type", "application/json");
+    let mut url = format!("{}{path}", args.url.trim_end_matches('/'));
     let id_header = scheme.delivery_id_header();
     let header_id = args
         .headers
@@ -171,8 +176,32 @@ pub async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Resul
         }
         (flag, header) => flag.or(header),
     };
-    let signed = signature::try_sign(scheme, &body, &secret, clock::now_ms() / 1000, given_id)
+    let mut given = axum::http::HeaderMap::new();
+    for extra in &args.headers {
+        given.append(extra.name.clone(), extra.value.clone());
+    }
+    let to_sign = signature::Request {
+        headers: &given,
+        body: &body,
+        method: "POST",
+        path_and_query: &path,
+    };
+    let signed = scheme
+        .sign(&to_sign, &secret, clock::now_ms() / 1000, given_id)
         .with_context(|| format!("signing with the {scheme} scheme"))?;
+    if let Some((name, value)) = &signed.query {
+        use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
+        url += &format!(
+            "?{}={}",
+            utf8_percent_encode(name, NON_ALPHANUMERIC),
+            utf8_percent_encode(value, NON_ALPHANUMERIC)
+        );
+    }
+    let signed = signed.headers;
+    let client = crate::outbound::client_builder(args.tls_ca_file.as_deref(), "--tls-ca-file")?
+        .build()
+        .context("building the HTTP client")?;
+    let mut request = client.post(&url).header("content-type", "application/json");
     for extra in &args.headers {
         let name = extra.name.as_str();
         if name == "content-type" {

@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use crate::clock;
 use crate::config::{secret_env_var, Config, SourceConfig};
 use crate::kind::Delivery;
-use crate::signature::{self, Scheme, SignatureError, Verified};
+use crate::signature::{self, Scheme, SignatureError, Verified, Verifier};
 
 /// Arguments of `inhook verify`.
 #[derive(Debug, clap::Args)]
@@ -25,6 +25,10 @@ pub struct VerifyArgs {
     /// Judge the signed timestamp as of this unix time, in seconds (default: now).
     #[arg(long)]
     pub at: Option<i64>,
+    /// The path and query the delivery was sent to, for schemes that sign `{url}` or read
+    /// a token from the query (default: /webhooks/SOURCE).
+    #[arg(long)]
+    pub path: Option<String>,
     /// The raw body exactly as received, or `-` for standard input.
     pub body_file: PathBuf,
 }
@@ -59,14 +63,20 @@ pub fn verify(config_path: Option<&Path>, args: VerifyArgs) -> anyhow::Result<()
     let body = read_body(&args.body_file)?;
     let at = args.at.unwrap_or_else(|| clock::now_ms().div_euclid(1000));
     let at_label = if args.at.is_some() { "--at" } else { "now" };
-    match signature::verify(
-        source.scheme,
-        &headers,
-        &body,
-        &source.secrets,
-        at,
-        source.tolerance_s,
-    ) {
+    let path = args
+        .path
+        .clone()
+        .unwrap_or_else(|| format!("/webhooks/{}", source.name));
+    let request = signature::Request {
+        headers: &headers,
+        body: &body,
+        method: "POST",
+        path_and_query: &path,
+    };
+    match source
+        .verifier
+        .verify(&request, &source.secrets, at, source.tolerance_s)
+    {
         Ok(verified) => {
             print!(
                 "{}",
@@ -93,7 +103,7 @@ fn success_report(
     let mut out = format!(
         "verified: source {:?} ({}), secret #{} of {} matched\n",
         source.name,
-        source.scheme,
+        source.verifier,
         verified.secret_index,
         source.secrets.len()
     );
@@ -139,7 +149,7 @@ fn failure_report(
     err: &SignatureError,
     at_label: &str,
 ) -> String {
-    let scheme = source.scheme;
+    let scheme = &source.verifier;
     let mut out = format!(
         "not verified ({}): source {:?} uses {scheme}: {err}\n",
         err.code(),
@@ -149,7 +159,7 @@ fn failure_report(
         SignatureError::Missing { .. } | SignatureError::Malformed { .. } => {
             out += &format!("{scheme} deliveries carry:\n");
             for (name, format) in scheme.required_headers() {
-                let state = if headers.contains_key(*name) {
+                let state = if headers.contains_key(name) {
                     "present"
                 } else {
                     "absent"
@@ -169,9 +179,26 @@ fn failure_report(
             if body.last() == Some(&b'\n') {
                 out += "note: the body ends with a newline; publishers rarely send one\n";
             }
-            if scheme == Scheme::StandardWebhooks {
+            if scheme.scheme() == Scheme::StandardWebhooks {
                 out += "note: whsec_ secrets check v1 signatures, whpk_/whsk_ keys check v1a\n";
             }
+            if let Verifier::Hmac(config) = scheme {
+                out += &hmac_settings(config);
+            }
+        }
+        SignatureError::Absent { what } => {
+            out += &format!("the delivery must hold {what}");
+            if let Verifier::Hmac(config) = scheme {
+                out += &format!("\n{}", hmac_settings(config));
+            } else if let Verifier::Token(_) = scheme {
+                out += " (pass --path with the path and query the delivery was sent to)\n";
+            } else {
+                out += "\n";
+            }
+        }
+        SignatureError::Refused { .. } => {
+            out += "each configured secret is compared with it exactly: a trailing space or \
+                    newline in the secret or the delivery does not match\n";
         }
         SignatureError::TimestampOutOfTolerance { .. } => {
             out += &format!(
@@ -181,6 +208,54 @@ fn failure_report(
         }
     }
     out.trim_end().to_owned()
+}
+
+/// What a configured HMAC signs, so the user can compare with the publisher's documentation.
+fn hmac_settings(config: &signature::configurable::HmacConfig) -> String {
+    use signature::configurable::{Format, TimestampAt};
+    use signature::template::Part;
+    let content: String = config
+        .content
+        .parts()
+        .iter()
+        .map(|part| match part {
+            Part::Literal(text) => text.clone(),
+            Part::Body => "{body}".into(),
+            Part::Timestamp => "{timestamp}".into(),
+            Part::Header(name) => format!("{{header:{name}}}"),
+            Part::Method => "{method}".into(),
+            Part::Url => "{url}".into(),
+            Part::Pointer(p) => format!("{{pointer:{p}}}"),
+        })
+        .collect();
+    let mut out = format!(
+        "the source signs \"{content}\" with HMAC-{} ({} in {}{}",
+        config.algorithm.name().to_uppercase(),
+        config.encoding.name(),
+        config.header,
+        match &config.format {
+            Format::Plain => String::new(),
+            Format::Pairs { signature_key } => format!(", every {signature_key}= entry"),
+        }
+    );
+    if !config.prefix.is_empty() {
+        out += &format!(", after the prefix {:?}", config.prefix);
+    }
+    out += ")\n";
+    if let Some(ts) = &config.timestamp {
+        let at = match &ts.at {
+            TimestampAt::Header(h) => format!("the header {h}"),
+            TimestampAt::Pointer(p) => format!("the body field {p}"),
+            TimestampAt::Pair(k) => format!("the {k}= entry of {}", config.header),
+        };
+        out += &format!("the timestamp is read from {at}, as {}\n", ts.unit.format());
+    }
+    if let Some(url) = &config.public_url {
+        out += &format!(
+            "{{url}} is {url} followed by the path and query (pass --path if they differ from /webhooks/<source>)\n"
+        );
+    }
+    out
 }
 
 fn read_body(path: &Path) -> anyhow::Result<Vec<u8>> {

@@ -183,10 +183,15 @@ fn source_problems(running: &Config, fresh: &Config, problems: &mut Vec<String>)
                 source.name
             ));
         }
-        if next.scheme != source.scheme {
+        if next.verifier.scheme() != source.verifier.scheme() {
             problems.push(format!(
                 "source {:?}: signature changed from \"{}\" to \"{}\"",
-                source.name, source.scheme, next.scheme
+                source.name, source.verifier, next.verifier
+            ));
+        } else if next.verifier != source.verifier {
+            problems.push(format!(
+                "source {:?}: its {} settings (signature_*, timestamp*, token_*, public_url) changed",
+                source.name, source.verifier
             ));
         }
         let changed = source.changed_keys(next);

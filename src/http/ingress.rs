@@ -48,6 +48,8 @@ pub(super) async fn receive(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     source: Result<Path<String>, PathRejection>,
+    method: axum::http::Method,
+    uri: axum::http::Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -67,7 +69,11 @@ pub(super) async fn receive(
         sequence = tracing::field::Empty,
         decision = tracing::field::Empty,
     );
-    let response = answer(&state, config, peer.ip(), &headers, body)
+    let target = Target {
+        method: method.as_str(),
+        path_and_query: uri.path_and_query().map_or("/", |p| p.as_str()),
+    };
+    let response = answer(&state, config, peer.ip(), &target, &headers, body)
         .instrument(span)
         .await
         .into_response();
@@ -79,15 +85,23 @@ pub(super) async fn receive(
     response
 }
 
+/// What a delivery was sent to: what the configurable schemes may sign besides headers
+/// and body (`{method}`, `{url}`), or read a token from (docs/configuration.md).
+struct Target<'a> {
+    method: &'a str,
+    path_and_query: &'a str,
+}
+
 /// Answers one delivery of a configured source; a refusal is logged, one line per interval.
 async fn answer(
     state: &AppState,
     source: &SourceConfig,
     peer: std::net::IpAddr,
+    target: &Target<'_>,
     headers: &HeaderMap,
     body: Body,
 ) -> Answer {
-    let answer = check_and_log(state, source, peer, headers, body).await;
+    let answer = check_and_log(state, source, peer, target, headers, body).await;
     if answer.is_rejection() {
         if let Some(suppressed) = REJECTED_LOG.admit() {
             info!(source = %source.name, decision = answer.decision(), suppressed, "delivery rejected");
@@ -103,6 +117,7 @@ async fn check_and_log(
     state: &AppState,
     source: &SourceConfig,
     peer: std::net::IpAddr,
+    target: &Target<'_>,
     headers: &HeaderMap,
     body: Body,
 ) -> Answer {
@@ -110,7 +125,7 @@ async fn check_and_log(
         Ok(read) => read,
         Err(refused) => return refused,
     };
-    let delivery = match verify_and_parse(state, source, headers, read).await {
+    let delivery = match verify_and_parse(state, source, target, headers, read).await {
         Ok(delivery) => delivery,
         Err(refused) => return refused,
     };
@@ -185,11 +200,13 @@ struct VerifiedDelivery {
 async fn verify_and_parse(
     state: &AppState,
     source: &SourceConfig,
+    target: &Target<'_>,
     headers: &HeaderMap,
     read: ReadBody,
 ) -> Result<VerifiedDelivery, Answer> {
     let received_at_ms = state.clock.now_ms();
-    let verified = verify_signature(state, source, headers, &read.body, received_at_ms).await?;
+    let verified =
+        verify_signature(state, source, target, headers, &read.body, received_at_ms).await?;
     let delivery_id = verified.delivery_id.as_deref();
     let (event, ignored) = parse_event(source, headers, &read.body, delivery_id)?;
     let span = tracing::Span::current();
@@ -358,7 +375,7 @@ async fn ingest(
         signed_at: delivery.signed_at,
         limits: crate::store::IngestLimits::for_source(source),
         ignored: delivery.ignored,
-        dedup_by_body: source.scheme.dedups_by_body(),
+        dedup_by_body: source.verifier.dedups_by_body(),
     };
     state.store.ingest(new, settle).await
 }
@@ -510,20 +527,21 @@ const COSTLY_CHECK_WAIT: std::time::Duration = std::time::Duration::from_secs(2)
 async fn verify_signature(
     state: &AppState,
     source: &SourceConfig,
+    target: &Target<'_>,
     headers: &HeaderMap,
     body: &axum::body::Bytes,
     received_at_ms: i64,
 ) -> Result<signature::Verified, Answer> {
     let secrets = state.secrets.source(&source.name);
-    let (scheme, tolerance_s) = (source.scheme, source.tolerance_s);
+    let (verifier, tolerance_s) = (&source.verifier, source.tolerance_s);
     let received_at = received_at_ms.div_euclid(1000);
-    let ignored = signature::ignored_signatures(scheme, headers);
+    let ignored = verifier.ignored_signatures(headers);
     if ignored > 0 {
         warn!(source = %source.name, ignored,
               checked = signature::standard_webhooks::MAX_CHECKED_SIGNATURES,
               "more signatures than are checked: the rest are ignored");
     }
-    let verdict = if signature::is_costly(scheme, headers) {
+    let verdict = if verifier.is_costly(headers) {
         let waited = tokio::time::timeout(
             COSTLY_CHECK_WAIT,
             std::sync::Arc::clone(&state.costly_checks).acquire_owned(),
@@ -533,10 +551,17 @@ async fn verify_signature(
             warn!(source = %source.name, "every core busy with costly signature checks: delivery refused");
             return Err(Answer::VerificationBusy);
         };
-        let (headers, body) = (headers.clone(), body.clone());
+        let (headers, body, verifier) = (headers.clone(), body.clone(), verifier.clone());
+        let (method, path_and_query) = (target.method.to_owned(), target.path_and_query.to_owned());
         let check = tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            signature::verify(scheme, &headers, &body, &secrets, received_at, tolerance_s)
+            let request = signature::Request {
+                headers: &headers,
+                body: &body,
+                method: &method,
+                path_and_query: &path_and_query,
+            };
+            verifier.verify(&request, &secrets, received_at, tolerance_s)
         });
         match check.await {
             Ok(verdict) => verdict,
@@ -546,7 +571,13 @@ async fn verify_signature(
             }
         }
     } else {
-        signature::verify(scheme, headers, body, &secrets, received_at, tolerance_s)
+        let request = signature::Request {
+            headers,
+            body,
+            method: target.method,
+            path_and_query: target.path_and_query,
+        };
+        verifier.verify(&request, &secrets, received_at, tolerance_s)
     };
     verdict.map_err(|err| {
         // Anyone can send a bad signature: one line per interval, the metric counts them all.

@@ -6,15 +6,25 @@
 //! format exactly and exposes its header parsers as pure `&str` functions, so
 //! they can be fuzzed alone. This module holds what they share: the secret,
 //! the verdicts, the tolerance window and constant-time matching.
+//!
+//! The configurable schemes (`hmac`, `token`, `basic`; docs/configuration.md)
+//! take their headers and format from the source's settings, parsed once into
+//! a [`Verifier`]; `hmac` may read fields of the body when its signed content
+//! names them, still before the contract parses anything.
 
+pub mod basic;
+pub mod configurable;
 pub mod github;
 pub mod seed;
 pub mod shopify;
 pub mod slack;
 pub mod standard_webhooks;
 pub mod stripe;
+pub mod template;
+pub mod token;
 
 use std::fmt;
+use std::sync::Arc;
 
 use axum::http::HeaderMap;
 use base64::alphabet;
@@ -44,10 +54,18 @@ pub enum Scheme {
     Slack,
     /// Shopify: `X-Shopify-Hmac-SHA256: <base64 HMAC of the raw body>`.
     Shopify,
+    /// A configured HMAC: header, algorithm, encoding, signed content and timestamp
+    /// from the source's settings ([`configurable`]).
+    Hmac,
+    /// A shared token in a configured header or query parameter ([`token`]).
+    Token,
+    /// HTTP Basic credentials ([`basic`]).
+    Basic,
 }
 
 impl Scheme {
-    /// Every scheme, in the order of docs/contract.md (ingress).
+    /// Every scheme whose headers and format are fixed, in the order of docs/contract.md
+    /// (ingress): each signs and verifies without settings of its source.
     pub const ALL: [Scheme; 7] = [
         Scheme::HmacHex,
         Scheme::HmacTimestamped,
@@ -57,6 +75,9 @@ impl Scheme {
         Scheme::Slack,
         Scheme::Shopify,
     ];
+
+    /// The schemes configured by their source's settings ([`Verifier`]).
+    pub const CONFIGURABLE: [Scheme; 3] = [Scheme::Hmac, Scheme::Token, Scheme::Basic];
 
     /// The scheme's name as written in the config.
     pub fn name(self) -> &'static str {
@@ -68,15 +89,27 @@ impl Scheme {
             Scheme::Stripe => "stripe",
             Scheme::Slack => "slack",
             Scheme::Shopify => "shopify",
+            Scheme::Hmac => "hmac",
+            Scheme::Token => "token",
+            Scheme::Basic => "basic",
         }
     }
 
     /// The scheme written as `name` in the config, if any.
     pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|s| s.name() == name)
+        Self::ALL
+            .into_iter()
+            .chain(Self::CONFIGURABLE)
+            .find(|s| s.name() == name)
     }
 
-    /// Whether the scheme signs a timestamp that must fall inside the tolerance window.
+    /// Whether the scheme takes its headers and format from its source's settings.
+    pub fn is_configurable(self) -> bool {
+        Self::CONFIGURABLE.contains(&self)
+    }
+
+    /// Whether the scheme signs a timestamp that must fall inside the tolerance window
+    /// (for a configurable scheme, [`Verifier::is_timestamped`] knows).
     pub fn is_timestamped(self) -> bool {
         matches!(
             self,
@@ -114,19 +147,24 @@ impl Scheme {
                 (slack::SIGNATURE_HEADER, slack::SIGNATURE_FORMAT),
             ],
             Scheme::Shopify => &[(shopify::SIGNATURE_HEADER, shopify::SIGNATURE_FORMAT)],
+            Scheme::Basic => &[(basic::HEADER, basic::FORMAT)],
+            // Configured: [`Verifier::required_headers`].
+            Scheme::Hmac | Scheme::Token => &[],
         }
     }
 
-    /// The header that carries the signature itself.
-    pub fn signature_header(self) -> &'static str {
-        match self {
+    /// The header that carries the signature itself, when the scheme fixes it.
+    pub fn signature_header(self) -> Option<&'static str> {
+        Some(match self {
             Scheme::HmacHex | Scheme::HmacTimestamped => seed::SIGNATURE_HEADER,
             Scheme::StandardWebhooks => standard_webhooks::SIGNATURE_HEADER,
             Scheme::Github => github::SIGNATURE_HEADER,
             Scheme::Stripe => stripe::SIGNATURE_HEADER,
             Scheme::Slack => slack::SIGNATURE_HEADER,
             Scheme::Shopify => shopify::SIGNATURE_HEADER,
-        }
+            Scheme::Basic => basic::HEADER,
+            Scheme::Hmac | Scheme::Token => return None,
+        })
     }
 
     /// The headers the signature covers besides the body: a value read from any other
@@ -140,6 +178,8 @@ impl Scheme {
             ],
             Scheme::Slack => &[slack::TIMESTAMP_HEADER],
             Scheme::HmacHex | Scheme::Github | Scheme::Stripe | Scheme::Shopify => &[],
+            // Configured: [`Verifier::signed_headers`].
+            Scheme::Hmac | Scheme::Token | Scheme::Basic => &[],
         }
     }
 
@@ -162,6 +202,7 @@ impl Scheme {
         }
         match self {
             Scheme::StandardWebhooks => standard_webhooks::Key::parse(secret).map(|_| ()),
+            Scheme::Basic => basic::check_secret(secret),
             _ => Ok(()),
         }
     }
@@ -169,7 +210,7 @@ impl Scheme {
 
 /// A scheme name that is none of [`Scheme::ALL`]'s.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown scheme {name:?}: expected one of {}", Scheme::ALL.map(Scheme::name).join(", "))]
+#[error("unknown scheme {name:?}: expected one of {}, {}", Scheme::ALL.map(Scheme::name).join(", "), Scheme::CONFIGURABLE.map(Scheme::name).join(", "))]
 pub struct UnknownScheme {
     /// The name given.
     pub name: String,
@@ -204,7 +245,7 @@ const CREDENTIAL_HEADERS: [&str; 4] = [
 pub fn carries_credential(name: &str) -> bool {
     Scheme::ALL
         .iter()
-        .map(|scheme| scheme.signature_header())
+        .filter_map(|scheme| scheme.signature_header())
         .chain(CREDENTIAL_HEADERS)
         .any(|header| header.eq_ignore_ascii_case(name))
 }
@@ -265,6 +306,19 @@ pub enum SignatureError {
         /// How many secrets the source lists.
         configured: usize,
     },
+    /// A part of the delivery the scheme needs, outside the headers, is absent (a query
+    /// parameter, a signed field of the body).
+    Absent {
+        /// What is absent.
+        what: &'static str,
+    },
+    /// A shared token or credentials match none of the configured secrets.
+    Refused {
+        /// Where the token or credentials were.
+        what: &'static str,
+        /// How many secrets the source lists.
+        configured: usize,
+    },
     /// The signature verifies, but its timestamp is outside the tolerance window.
     TimestampOutOfTolerance {
         /// Signed time minus time of receipt, in seconds.
@@ -278,10 +332,10 @@ impl SignatureError {
     /// The `error` code of the 401 answer (docs/contract.md, ingress).
     pub fn code(&self) -> &'static str {
         match self {
-            SignatureError::Missing { .. } => "missing_signature",
-            SignatureError::Malformed { .. } | SignatureError::Mismatch { .. } => {
-                "invalid_signature"
-            }
+            SignatureError::Missing { .. } | SignatureError::Absent { .. } => "missing_signature",
+            SignatureError::Malformed { .. }
+            | SignatureError::Mismatch { .. }
+            | SignatureError::Refused { .. } => "invalid_signature",
             SignatureError::TimestampOutOfTolerance { .. } => "timestamp_out_of_tolerance",
         }
     }
@@ -291,6 +345,12 @@ impl fmt::Display for SignatureError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SignatureError::Missing { header } => write!(f, "header {header} is missing"),
+            SignatureError::Absent { what } => write!(f, "{what} is missing"),
+            SignatureError::Refused { what, configured } => write!(
+                f,
+                "{what} matches none of the {}",
+                plural(*configured, "configured secret")
+            ),
             SignatureError::Malformed { header, expected } => {
                 write!(f, "header {header} is malformed: expected {expected}")
             }
@@ -373,9 +433,20 @@ pub fn verify(
         Scheme::Stripe => stripe::verify(headers, body, secrets),
         Scheme::Slack => slack::verify(headers, body, secrets),
         Scheme::Shopify => shopify::verify(headers, body, secrets),
+        Scheme::Hmac | Scheme::Token | Scheme::Basic => Err(SignatureError::Absent {
+            what: "the source's signature settings",
+        }),
     }?;
-    // Only now, with the signature proven, is the signed time worth judging:
-    // a tampered body on an old timestamp is a mismatch, not a timing problem.
+    judge_time(verified, received_at, tolerance_s)
+}
+
+/// Only once the signature is proven is the signed time worth judging: a tampered
+/// body on an old timestamp is a mismatch, not a timing problem.
+fn judge_time(
+    verified: Verified,
+    received_at: i64,
+    tolerance_s: u64,
+) -> Result<Verified, SignatureError> {
     if let Some(ts) = verified.signed_at {
         let skew_s = ts.saturating_sub(received_at);
         if skew_s.unsigned_abs() > tolerance_s {
@@ -386,6 +457,213 @@ pub fn verify(
         }
     }
     Ok(verified)
+}
+
+/// A delivery as the configurable schemes see it: besides headers and raw body, the
+/// method and the path and query it was sent to (for `{method}`, `{url}` and tokens in
+/// the query).
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// The request headers.
+    pub headers: &'a HeaderMap,
+    /// The raw body.
+    pub body: &'a [u8],
+    /// The method, `POST` for deliveries.
+    pub method: &'a str,
+    /// The path and query as requested (`/webhooks/name?x=1`).
+    pub path_and_query: &'a str,
+}
+
+/// How a source's deliveries are verified: a scheme with fixed headers, or a configurable
+/// scheme with its parsed settings (docs/configuration.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verifier {
+    /// One of [`Scheme::ALL`].
+    Fixed(Scheme),
+    /// `signature = "hmac"`.
+    Hmac(Arc<configurable::HmacConfig>),
+    /// `signature = "token"`.
+    Token(token::TokenConfig),
+    /// `signature = "basic"`.
+    Basic,
+}
+
+/// What a publisher-side command sends for a delivery: headers, and for a token in the
+/// query a parameter to add to the URL.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Signed {
+    /// The headers to send.
+    pub headers: Vec<(&'static str, String)>,
+    /// A query parameter (name, value) to add.
+    pub query: Option<(String, String)>,
+}
+
+impl Verifier {
+    /// The scheme, as written in the config.
+    pub fn scheme(&self) -> Scheme {
+        match self {
+            Verifier::Fixed(scheme) => *scheme,
+            Verifier::Hmac(_) => Scheme::Hmac,
+            Verifier::Token(_) => Scheme::Token,
+            Verifier::Basic => Scheme::Basic,
+        }
+    }
+
+    /// Whether the signature covers a timestamp judged against the tolerance window.
+    pub fn is_timestamped(&self) -> bool {
+        match self {
+            Verifier::Fixed(scheme) => scheme.is_timestamped(),
+            Verifier::Hmac(config) => config.is_timestamped(),
+            Verifier::Token(_) | Verifier::Basic => false,
+        }
+    }
+
+    /// Whether a raw body equal to a logged one is a duplicate: nothing the publisher
+    /// sends bounds a replay (no signed id nor time), see [`Scheme::dedups_by_body`].
+    pub fn dedups_by_body(&self) -> bool {
+        !self.is_timestamped()
+    }
+
+    /// The headers the signature covers besides the body.
+    pub fn signed_headers(&self) -> Vec<&str> {
+        match self {
+            Verifier::Fixed(scheme) => scheme.signed_headers().to_vec(),
+            Verifier::Hmac(config) => config.signed_headers(),
+            Verifier::Token(_) | Verifier::Basic => Vec::new(),
+        }
+    }
+
+    /// The header naming the delivery, used as `event_id` when the body has none.
+    pub fn delivery_id_header(&self) -> Option<&'static str> {
+        match self {
+            Verifier::Fixed(scheme) => scheme.delivery_id_header(),
+            _ => None,
+        }
+    }
+
+    /// The headers a delivery must carry, and what each holds, for explanations.
+    pub fn required_headers(&self) -> Vec<(&str, String)> {
+        match self {
+            Verifier::Hmac(config) => config.required_headers(),
+            Verifier::Token(token) => token
+                .header()
+                .map(|h| (h, "one of the source's tokens".to_owned()))
+                .into_iter()
+                .collect(),
+            _ => self
+                .scheme()
+                .required_headers()
+                .iter()
+                .map(|(h, f)| (*h, (*f).to_owned()))
+                .collect(),
+        }
+    }
+
+    /// The headers of this source that carry a signature or a credential: never kept
+    /// with an event nor read as one of its fields.
+    pub fn secret_headers(&self) -> Vec<&'static str> {
+        match self {
+            Verifier::Hmac(config) => vec![config.header],
+            Verifier::Token(token) => token.header().into_iter().collect(),
+            Verifier::Fixed(_) | Verifier::Basic => Vec::new(),
+        }
+    }
+
+    /// Verifies one delivery against every secret of its source, as of `received_at`
+    /// (unix seconds).
+    pub fn verify(
+        &self,
+        request: &Request<'_>,
+        secrets: &[Secret],
+        received_at: i64,
+        tolerance_s: u64,
+    ) -> Result<Verified, SignatureError> {
+        let verified = match self {
+            Verifier::Fixed(scheme) => {
+                return verify(
+                    *scheme,
+                    request.headers,
+                    request.body,
+                    secrets,
+                    received_at,
+                    tolerance_s,
+                )
+            }
+            Verifier::Hmac(config) => config.verify(request, secrets)?,
+            Verifier::Token(token) => token.verify(request, secrets)?,
+            Verifier::Basic => basic::verify(request, secrets)?,
+        };
+        judge_time(verified, received_at, tolerance_s)
+    }
+
+    /// See [`is_costly`].
+    pub fn is_costly(&self, headers: &HeaderMap) -> bool {
+        match self {
+            Verifier::Fixed(scheme) => is_costly(*scheme, headers),
+            // One HMAC per secret, or one comparison per token.
+            _ => false,
+        }
+    }
+
+    /// See [`ignored_signatures`].
+    pub fn ignored_signatures(&self, headers: &HeaderMap) -> usize {
+        match self {
+            Verifier::Fixed(scheme) => ignored_signatures(*scheme, headers),
+            _ => 0,
+        }
+    }
+
+    /// Signs a delivery as the publisher would, at `now` (unix seconds); `request`'s
+    /// headers are those the sender already sends.
+    pub fn sign(
+        &self,
+        request: &Request<'_>,
+        secret: &Secret,
+        now: i64,
+        delivery_id: Option<&str>,
+    ) -> Result<Signed, SignError> {
+        let id = delivery_id
+            .map(str::to_owned)
+            .unwrap_or_else(|| derived_delivery_id(self.scheme(), request.body));
+        match self {
+            Verifier::Fixed(scheme) => Ok(Signed {
+                headers: try_sign(*scheme, request.body, secret, now, delivery_id)?,
+                query: None,
+            }),
+            Verifier::Hmac(config) => Ok(Signed {
+                headers: config.sign(request, secret, now, &id)?,
+                query: None,
+            }),
+            Verifier::Token(token) => Ok(token.sign(secret)),
+            Verifier::Basic => Ok(Signed {
+                headers: basic::sign(secret),
+                query: None,
+            }),
+        }
+    }
+}
+
+impl fmt::Display for Verifier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.scheme().name())
+    }
+}
+
+/// The one `&'static str` of a configured name (a header, a location), for verdicts that
+/// name it: each distinct name is leaked once, so reloads do not grow memory.
+pub(crate) fn intern(name: &str) -> &'static str {
+    static NAMES: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<&'static str>>> =
+        std::sync::OnceLock::new();
+    let mut names = NAMES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(found) = names.get(name) {
+        return found;
+    }
+    let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    names.insert(leaked);
+    leaked
 }
 
 /// Whether verifying this delivery may cost more than one HMAC per secret (an ed25519
@@ -448,6 +726,11 @@ pub fn try_sign(
         Scheme::Stripe => stripe::sign(body, secret, now),
         Scheme::Slack => slack::sign(body, secret, now),
         Scheme::Shopify => shopify::sign(body, secret, id),
+        Scheme::Hmac | Scheme::Token | Scheme::Basic => {
+            return Err(SignError(
+                "signs with its source's settings: give the config that holds the source",
+            ))
+        }
     })
 }
 
@@ -702,7 +985,7 @@ pub(crate) mod tests {
 
     #[test]
     fn scheme_names_round_trip_and_match_the_config_spelling() {
-        for scheme in Scheme::ALL {
+        for scheme in Scheme::ALL.into_iter().chain(Scheme::CONFIGURABLE) {
             assert_eq!(Scheme::from_name(scheme.name()), Some(scheme));
             let parsed: Scheme = serde_json::from_value(scheme.name().into()).unwrap();
             assert_eq!(parsed, scheme);

@@ -7,6 +7,7 @@ mod admin_auth;
 mod aggregate_keys;
 mod application;
 mod bench;
+mod configurable_signatures;
 mod conformance;
 mod connections;
 mod crash;

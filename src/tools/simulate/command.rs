@@ -121,10 +121,17 @@ fn json_run(
     let source = config.and_then(|c| c.source(name)).with_context(|| {
         format!("--source {name}: no such source in --config (its locations are read from there)")
     })?;
+    if source.verifier.scheme().is_configurable() {
+        anyhow::bail!(
+            "--source {name}: simulate signs with the built-in schemes only; signature = \"{}\" \
+             deliveries are sent one by one with inhook send",
+            source.verifier
+        );
+    }
     let target = JsonTarget::new(source, args.sequence_format, args.unsupported_share)?;
     let signer = signer(
         name,
-        source.scheme,
+        source.verifier.scheme(),
         args.secret.as_deref(),
         "--secret",
         config,
@@ -156,7 +163,7 @@ fn built_in_run(
     let scheme_of = |name: &str, seed_scheme| {
         config
             .and_then(|c| c.source(name))
-            .map_or(seed_scheme, |s| s.scheme)
+            .map_or(seed_scheme, |s| s.verifier.scheme())
     };
     let presence = signer(
         &args.presence_source,
