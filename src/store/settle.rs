@@ -3,16 +3,15 @@
 //! transaction holds the aggregate (SQLite's one writer; PostgreSQL's advisory lock).
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use super::backend::Param;
 use super::backend::{int, text, Tx};
+use super::vault::KeySet;
 use super::{forwarding, rows, sql};
 use super::{
     AggregateState, Decided, DecisionLine, EventRow, SettleReport, SourceRules, StoreError,
 };
-use std::sync::Arc;
-
-use super::vault::KeySet;
 use crate::encryption::{Binding, Column, DataKey};
 use crate::kind::{HeldReach, Kind, KindPlan, PendingRow, SettleInput};
 use crate::ordering::{final_at_ingest, ready_at_ingest, HeldRef, Outcome};
