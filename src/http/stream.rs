@@ -165,24 +165,43 @@ impl ChangeFeed {
     ) -> Result<bool, StoreError> {
         use std::sync::atomic::Ordering::SeqCst;
         let mut after = self.after.load(SeqCst);
-        let batch = store.changes_after(after, None, None, BATCH).await?;
+        // While no stream listens only the ids are followed: reading the changes would
+        // open every sealed state for nobody (docs/encryption.md, costs).
+        let batch: Vec<(i64, Option<StateChange>)> = if self.changes.receiver_count() > 0 {
+            let changes = store.changes_after(after, None, None, BATCH).await?;
+            changes.into_iter().map(|c| (c.id, Some(c))).collect()
+        } else {
+            let ids = store.change_ids_after(after, BATCH).await?;
+            ids.into_iter().map(|id| (id, None)).collect()
+        };
         let full = batch.len() == BATCH;
-        for change in batch {
-            if change.id != after + 1 {
+        for (id, change) in batch {
+            if id != after + 1 {
                 let since = *gap_since.get_or_insert_with(Instant::now);
                 if since.elapsed() < GAP_GRACE {
                     return Ok(false);
                 }
             }
             *gap_since = None;
-            after = change.id;
+            after = id;
             // Only released ids: a stream catching up reads the store no further than this.
             // Released before the look at the receivers: a stream subscribing after that
             // look starts at or past this change.
             self.after.store(after, SeqCst);
             if self.changes.receiver_count() > 0 {
-                // An error means every stream just left: nothing to deliver to.
-                let _ = self.changes.send(Arc::new(FeedChange::of(change, mask)));
+                // A stream that came while only ids were read gets this change read now.
+                let change = match change {
+                    Some(change) => Some(change),
+                    None => store
+                        .changes_after(id - 1, None, None, 1)
+                        .await?
+                        .into_iter()
+                        .find(|c| c.id == id),
+                };
+                if let Some(change) = change {
+                    // An error means every stream just left: nothing to deliver to.
+                    let _ = self.changes.send(Arc::new(FeedChange::of(change, mask)));
+                }
             }
         }
         Ok(full)

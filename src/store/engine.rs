@@ -582,6 +582,12 @@ impl<B: Backend> Store for SqlStore<B> {
         .await
     }
 
+    async fn change_ids_after(&self, after: i64, limit: usize) -> Result<Vec<i64>, StoreError> {
+        self.backend
+            .read(move |io| Box::pin(reads::change_ids_after(io, after, limit)))
+            .await
+    }
+
     async fn unlock(&self) -> Result<(), StoreError> {
         self.write(|io| Box::pin(async move { io.vault().unlock(io).await }))
             .await

@@ -816,6 +816,10 @@ pub trait Store: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<StateChange>, StoreError>;
 
+    /// The ids of the applied state changes after id `after`, oldest first: what the
+    /// change feed follows while no stream listens, without opening a sealed state.
+    async fn change_ids_after(&self, after: i64, limit: usize) -> Result<Vec<i64>, StoreError>;
+
     /// A bulk replay's progress.
     async fn replay_job(&self, id: i64) -> Result<Option<ReplayJob>, StoreError>;
 

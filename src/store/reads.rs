@@ -173,6 +173,21 @@ pub(crate) async fn changes_after<I: Tx>(
     rows::all(found, |c| rows::state_change(c, &keys))
 }
 
+/// The ids of the applied changes after `after`, at most `limit`.
+pub(crate) async fn change_ids_after<I: Tx>(
+    io: &I,
+    after: i64,
+    limit: usize,
+) -> Result<Vec<i64>, StoreError> {
+    let found = io
+        .query(
+            "SELECT id FROM state_changes WHERE id > $1 ORDER BY id LIMIT $2",
+            &[Param::Int(after), Param::Int(limit as i64)],
+        )
+        .await?;
+    found.iter().map(|row| int(row, 0)).collect()
+}
+
 /// A bulk replay of events, by id.
 pub(crate) async fn replay_job<I: Tx>(io: &I, id: i64) -> Result<Option<ReplayJob>, StoreError> {
     let found = io.query(sql::REPLAY_JOB, &[Param::Int(id)]).await?;

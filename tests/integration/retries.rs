@@ -203,6 +203,10 @@ impl Store for FlakyStore {
         self.inner.prune_headers(after, batch, keep).await
     }
 
+    async fn change_ids_after(&self, after: i64, limit: usize) -> Result<Vec<i64>, StoreError> {
+        self.inner.change_ids_after(after, limit).await
+    }
+
     async fn unlock(&self) -> Result<(), StoreError> {
         self.inner.unlock().await
     }
