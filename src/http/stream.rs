@@ -189,14 +189,18 @@ impl ChangeFeed {
             // look starts at or past this change.
             self.after.store(after, SeqCst);
             if self.changes.receiver_count() > 0 {
-                // A stream that came while only ids were read gets this change read now.
+                // A stream that came while only ids were read gets this change read now;
+                // if that read fails, the change is released again at the next step (a
+                // stream that has it already skips it by id).
                 let change = match change {
                     Some(change) => Some(change),
-                    None => store
-                        .changes_after(id - 1, None, None, 1)
-                        .await?
-                        .into_iter()
-                        .find(|c| c.id == id),
+                    None => match store.changes_after(id - 1, None, None, 1).await {
+                        Ok(found) => found.into_iter().find(|c| c.id == id),
+                        Err(err) => {
+                            self.after.store(id - 1, SeqCst);
+                            return Err(err);
+                        }
+                    },
                 };
                 if let Some(change) = change {
                     // An error means every stream just left: nothing to deliver to.
