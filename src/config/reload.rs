@@ -270,6 +270,7 @@ impl Config {
             "max_header_bytes" => max_header_bytes,
             "max_connections" => max_connections,
             "max_connections_per_peer" => max_connections_per_peer,
+            "trusted_proxies" => trusted_proxies,
             "max_buffered_body_bytes" => max_buffered_body_bytes,
             "max_buffered_body_bytes_per_peer" => max_buffered_body_bytes_per_peer,
             "min_body_bytes_per_s" => min_body_bytes_per_s,
@@ -314,6 +315,7 @@ impl SourceConfig {
             "max_held_per_aggregate" => max_held_per_aggregate,
             "rate_limit_per_s" => rate_limit_per_s,
             "keep_headers" => keep_headers,
+            "allow_ips" => allow_ips,
         ])
     }
 }
