@@ -403,6 +403,23 @@ mod tests {
     }
 
     #[test]
+    fn who_may_call_needs_a_restart() {
+        let running = config(RUNNING, &[]);
+        let allowed = RUNNING.replace(
+            "kind = \"presence\"",
+            "kind = \"presence\"\n        allow_ips = [\"192.0.2.0/24\"]",
+        );
+        let err = check_reload(&running, &config(&allowed, &[])).unwrap_err();
+        assert!(
+            err.to_string().contains("allow_ips") && err.to_string().contains("needs a restart"),
+            "{err}"
+        );
+        let proxies = format!("trusted_proxies = [\"10.0.0.0/8\"]\n{RUNNING}");
+        let err = check_reload(&running, &config(&proxies, &[])).unwrap_err();
+        assert!(err.to_string().contains("trusted_proxies"), "{err}");
+    }
+
+    #[test]
     fn a_changed_kind_or_scheme_is_refused() {
         let running = config(RUNNING, &[]);
         let kind = RUNNING.replace("kind = \"presence\"", "kind = \"save-game\"");
