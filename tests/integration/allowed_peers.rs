@@ -131,3 +131,63 @@ async fn an_untrusted_peers_forwarding_headers_are_ignored() {
     assert_eq!((reply.code, &reply.body), (403, &forbidden()));
     assert_eq!(server.count().await, 0);
 }
+
+/// Sends `request` on a fresh connection from 127.0.0.1, which stays open.
+async fn send_raw(server: &TestServer, request: String) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let addr = server.url.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    stream
+}
+
+/// A body of `length` declared bytes to the presence source, from the client `client`
+/// as a proxy on 127.0.0.1 names it; `sent` bytes of it sent.
+fn stalled_request(client: &str, length: usize, sent: usize) -> String {
+    format!(
+        "POST /webhooks/presence HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
+         x-forwarded-for: {client}\r\ncontent-length: {length}\r\nconnection: close\r\n\r\n{}",
+        " ".repeat(sent)
+    )
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_each_client_has_its_own_body_budget() {
+    use tokio::io::AsyncReadExt;
+    const LIMIT: usize = 16 * 1024;
+    let server = TestServer::spawn_configured(
+        &format!(
+            "trusted_proxies = [\"127.0.0.1/32\"]\nmax_body_bytes = {LIMIT}\n\
+             max_buffered_body_bytes = {}\nmax_buffered_body_bytes_per_peer = {LIMIT}\n\
+             body_read_timeout_s = 20\nmin_body_bytes_per_s = 0",
+            8 * LIMIT
+        ),
+        "",
+    )
+    .await;
+    // 192.0.2.7, through the proxy, stalls a body just short of its share.
+    let stalled = send_raw(&server, stalled_request("192.0.2.7", LIMIT, LIMIT - 100)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Its next body does not fit its share, though it comes over the same proxy as others.
+    let mut second = send_raw(&server, stalled_request("192.0.2.7", 2048, 2048)).await;
+    let mut answer = String::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        second.read_to_string(&mut answer),
+    )
+    .await
+    .expect("answered")
+    .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("server_busy"), "{answer}");
+    // Another client behind the same proxy has a share of its own (without
+    // trusted_proxies, it would share the proxy's and get 503 too).
+    let body = serde_json::to_vec(&json!({"event_id": "evt_other", "user_id": "usr_B",
+        "presence": "ONLINE", "sequence_number": 1, "timestamp": now_s()}))
+    .unwrap();
+    let mut headers = signed(Scheme::HmacHex, PRESENCE_SECRET, &body, now_s());
+    headers.push(("x-forwarded-for", "198.51.100.1".into()));
+    let reply = server.post_raw("presence", &body, &headers).await;
+    assert_eq!(reply.code, 200, "{:?}", reply.body);
+    drop(stalled);
+}
