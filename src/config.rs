@@ -79,6 +79,8 @@ pub struct SourceConfig {
     /// Request headers kept with its events beyond the built-in allowlist (lower case;
     /// the top-level `keep_headers` and the source's own).
     pub keep_headers: Vec<String>,
+    /// The client addresses that may deliver (403 `forbidden_peer` to others); everyone when unset.
+    pub allow_ips: Option<crate::peers::CidrList>,
 }
 
 /// The validated configuration of one inhook process.
@@ -127,6 +129,8 @@ pub struct Config {
     pub max_connections: usize,
     /// Most connections open at once from one IP address (429 and closed beyond).
     pub max_connections_per_peer: usize,
+    /// The proxies whose `Forwarded` / `X-Forwarded-For` is believed for the client address.
+    pub trusted_proxies: crate::peers::CidrList,
     /// Most bytes of request bodies being read at once, over all connections (503 beyond).
     pub max_buffered_body_bytes: usize,
     /// Most of `max_buffered_body_bytes` one peer (an IPv6 /64) may hold at once (503 beyond).
@@ -264,6 +268,7 @@ struct FileConfig {
     max_header_bytes: Option<usize>,
     max_connections: Option<usize>,
     max_connections_per_peer: Option<usize>,
+    trusted_proxies: Option<Vec<String>>,
     max_buffered_body_bytes: Option<usize>,
     max_buffered_body_bytes_per_peer: Option<usize>,
     min_body_bytes_per_s: Option<u64>,
@@ -335,6 +340,7 @@ struct FileSource {
     max_backlog: Option<u64>,
     max_held_per_aggregate: Option<u64>,
     rate_limit_per_s: Option<u32>,
+    allow_ips: Option<Vec<String>>,
     keep_headers: Option<Vec<String>>,
     event_id: Option<String>,
     idempotency_key: Option<String>,
@@ -504,6 +510,7 @@ impl FileSource {
             max_backlog: None,
             max_held_per_aggregate: None,
             rate_limit_per_s: None,
+            allow_ips: None,
             keep_headers: None,
             event_id: None,
             idempotency_key: None,
@@ -677,6 +684,11 @@ impl Config {
         .into();
         let bodies = bodies(&file)?;
         let (max_connections, max_connections_per_peer) = connections(&file)?;
+        let trusted_proxies = crate::peers::CidrList::parse(
+            "trusted_proxies",
+            file.trusted_proxies.as_deref().unwrap_or_default(),
+        )
+        .map_err(ConfigError)?;
         let (max_streams, stream_buffer) = streams(&file)?;
         let processing = processing(file);
         Ok(Self {
@@ -700,6 +712,7 @@ impl Config {
             max_header_bytes: bodies.max_header_bytes,
             max_connections,
             max_connections_per_peer,
+            trusted_proxies,
             max_streams,
             stream_buffer,
             keep_headers,
@@ -865,6 +878,7 @@ fn source(
         }
     }
     let keep_headers = source_keep_headers(&s.name, keep_headers, s.keep_headers)?;
+    let allow_ips = allow_ips(&s.name, s.allow_ips.as_deref())?;
     // The source's own signature or token header is a credential like the built-in ones.
     for header in verifier.secret_headers() {
         if crate::kept_headers::is_kept(header, &[]) {
@@ -902,6 +916,7 @@ fn source(
     }
     Ok(SourceConfig {
         keep_headers,
+        allow_ips,
         name: s.name,
         kind,
         mode: s.mode.unwrap_or(s.kind.default_mode()),
@@ -919,6 +934,25 @@ fn source(
             .unwrap_or(defaults::MAX_HELD_PER_AGGREGATE),
         rate_limit_per_s: s.rate_limit_per_s.filter(|r| *r > 0),
     })
+}
+
+/// A source's `allow_ips`: `None` (everyone) when unset; an empty list would refuse
+/// everyone, so it is an error.
+fn allow_ips(
+    name: &str,
+    entries: Option<&[String]>,
+) -> Result<Option<crate::peers::CidrList>, ConfigError> {
+    let Some(entries) = entries else {
+        return Ok(None);
+    };
+    let list = crate::peers::CidrList::parse("allow_ips", entries)
+        .map_err(|e| ConfigError(format!("source {name:?}: {e}")))?;
+    if list.is_empty() {
+        return Err(ConfigError(format!(
+            "source {name:?}: allow_ips is empty, so no one could deliver; remove the key to allow every address"
+        )));
+    }
+    Ok(Some(list))
 }
 
 /// The headers a source keeps: the top-level list, then the source's own not already in it.
@@ -1336,6 +1370,51 @@ mod tests {
                 .contains("ordering is only for kind = \"json\""),
             "{err}"
         );
+    }
+
+    #[test]
+    fn bad_cidr_blocks_are_config_errors_naming_key_and_entry() {
+        let secrets = env(&[("INHOOK_P_SECRET", "a")]);
+        let source = |allow: &str| {
+            format!("[[sources]]\nname = \"p\"\nkind = \"presence\"\nsecrets = [\"a\"]\nallow_ips = {allow}")
+        };
+        let err = Config::from_parts(
+            Some(&source(r#"["192.0.2.0/24", "192.0.2.0/33"]"#)),
+            &secrets,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("source \"p\": allow_ips: \"192.0.2.0/33\" is not a CIDR block"),
+            "{err}"
+        );
+        let err = Config::from_parts(Some(&source("[]")), &secrets)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("allow_ips is empty"), "{err}");
+        let proxies = format!(
+            "trusted_proxies = [\"10.0.0.1/8\"]\n{}",
+            source("[\"::1\"]")
+        );
+        let err = Config::from_parts(Some(&proxies), &secrets)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("trusted_proxies: \"10.0.0.1/8\" has bits set past its prefix length; did you mean \"10.0.0.0/8\"?"),
+            "{err}"
+        );
+        let config = Config::from_parts(
+            Some(&format!(
+                "trusted_proxies = [\"10.0.0.0/8\"]\n{}",
+                source(r#"["192.0.2.0/24", "2001:db8::/32"]"#)
+            )),
+            &secrets,
+        )
+        .unwrap();
+        assert!(config.trusted_proxies.contains("10.1.2.3".parse().unwrap()));
+        let allowed = config.sources[0].allow_ips.as_ref().unwrap();
+        assert!(allowed.contains("2001:db8::1".parse().unwrap()));
+        assert!(!allowed.contains("198.51.100.1".parse().unwrap()));
     }
 
     #[test]

@@ -51,6 +51,7 @@ pub mod mask;
 pub mod metrics;
 pub mod ordering;
 pub mod outbound;
+pub mod peers;
 pub mod replays;
 pub mod retry;
 pub mod sender;

@@ -270,6 +270,7 @@ impl Config {
             "max_header_bytes" => max_header_bytes,
             "max_connections" => max_connections,
             "max_connections_per_peer" => max_connections_per_peer,
+            "trusted_proxies" => trusted_proxies,
             "max_buffered_body_bytes" => max_buffered_body_bytes,
             "max_buffered_body_bytes_per_peer" => max_buffered_body_bytes_per_peer,
             "min_body_bytes_per_s" => min_body_bytes_per_s,
@@ -314,6 +315,7 @@ impl SourceConfig {
             "max_held_per_aggregate" => max_held_per_aggregate,
             "rate_limit_per_s" => rate_limit_per_s,
             "keep_headers" => keep_headers,
+            "allow_ips" => allow_ips,
         ])
     }
 }
@@ -398,6 +400,23 @@ mod tests {
             err.contains("key k3 is 5 bytes") && !err.contains("c2hvcnQ"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn who_may_call_needs_a_restart() {
+        let running = config(RUNNING, &[]);
+        let allowed = RUNNING.replace(
+            "kind = \"presence\"",
+            "kind = \"presence\"\n        allow_ips = [\"192.0.2.0/24\"]",
+        );
+        let err = check_reload(&running, &config(&allowed, &[])).unwrap_err();
+        assert!(
+            err.to_string().contains("allow_ips") && err.to_string().contains("needs a restart"),
+            "{err}"
+        );
+        let proxies = format!("trusted_proxies = [\"10.0.0.0/8\"]\n{RUNNING}");
+        let err = check_reload(&running, &config(&proxies, &[])).unwrap_err();
+        assert!(err.to_string().contains("trusted_proxies"), "{err}");
     }
 
     #[test]

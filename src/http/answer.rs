@@ -99,9 +99,10 @@ pub enum Answer {
         /// Whole seconds until a token of this peer is compared again (at least 1).
         retry_after_s: u64,
     },
-    /// 403 on the admin API: a foreign `Host` (DNS rebinding) or a cross-site `Origin` (CSRF).
+    /// 403 on the admin API: a foreign `Host` (DNS rebinding) or a cross-site `Origin` (CSRF);
+    /// on ingress, a client outside the source's `allow_ips`.
     Forbidden {
-        /// `forbidden_host` or `forbidden_origin`.
+        /// `forbidden_host`, `forbidden_origin` or `forbidden_peer`.
         error: &'static str,
         /// What was refused and why.
         detail: &'static str,
@@ -122,6 +123,12 @@ pub enum Answer {
 }
 
 impl Answer {
+    /// 403 on ingress: the client address is not in the source's `allow_ips`.
+    pub const FORBIDDEN_PEER: Answer = Answer::Forbidden {
+        error: "forbidden_peer",
+        detail: "this source accepts deliveries only from the addresses in its allow_ips",
+    };
+
     /// The decision name for logs and metrics.
     pub fn decision(&self) -> &'static str {
         match self {

@@ -1,5 +1,5 @@
 //! `POST /webhooks/{source}`: the checks of docs/contract.md (ingress) in their fixed order —
-//! source, size, content type, signature, contract, store.
+//! source, caller (`allow_ips`), size, content type, signature, contract, store.
 
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
@@ -34,6 +34,8 @@ use crate::store::{Admission, Decided, NewEvent, Refusal, SettleAt, StoreError};
         (status = 400, description = "`invalid_payload`, each bad field named", body = ErrorBody),
         (status = 401, description = "`missing_signature`, `invalid_signature` or `timestamp_out_of_tolerance`",
             body = ErrorBody),
+        (status = 403, description = "`forbidden_peer`: the client address is not in the source's `allow_ips`; nothing read",
+            body = ErrorBody),
         (status = 404, description = "`unknown_source`", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body did not arrive within `body_read_timeout_s`",
             body = ErrorBody),
@@ -61,6 +63,21 @@ pub(super) async fn receive(
         metrics::request(metrics::UNKNOWN_SOURCE, response.status().as_u16(), 0.0);
         return response;
     };
+    // Who may call is decided before anything is read, and logs nothing: anyone can knock.
+    let client = crate::peers::client_address(peer.ip(), &headers, &state.config.trusted_proxies);
+    if config
+        .allow_ips
+        .as_ref()
+        .is_some_and(|allowed| !allowed.contains(client))
+    {
+        let response = Answer::FORBIDDEN_PEER.into_response();
+        metrics::request(
+            &config.name,
+            response.status().as_u16(),
+            started.elapsed().as_secs_f64(),
+        );
+        return response;
+    }
     let span = tracing::info_span!(
         "delivery",
         source = %config.name,
@@ -73,7 +90,7 @@ pub(super) async fn receive(
         method: method.as_str(),
         path_and_query: uri.path_and_query().map_or("/", |p| p.as_str()),
     };
-    let response = answer(&state, config, peer.ip(), &target, &headers, body)
+    let response = answer(&state, config, client, &target, &headers, body)
         .instrument(span)
         .await
         .into_response();
@@ -96,12 +113,12 @@ struct Target<'a> {
 async fn answer(
     state: &AppState,
     source: &SourceConfig,
-    peer: std::net::IpAddr,
+    client: std::net::IpAddr,
     target: &Target<'_>,
     headers: &HeaderMap,
     body: Body,
 ) -> Answer {
-    let answer = check_and_log(state, source, peer, target, headers, body).await;
+    let answer = check_and_log(state, source, client, target, headers, body).await;
     if answer.is_rejection() {
         if let Some(suppressed) = REJECTED_LOG.admit() {
             info!(source = %source.name, decision = answer.decision(), suppressed, "delivery rejected");
@@ -116,12 +133,12 @@ async fn answer(
 async fn check_and_log(
     state: &AppState,
     source: &SourceConfig,
-    peer: std::net::IpAddr,
+    client: std::net::IpAddr,
     target: &Target<'_>,
     headers: &HeaderMap,
     body: Body,
 ) -> Answer {
-    let read = match read_body(state, source, peer, headers, body).await {
+    let read = match read_body(state, source, client, headers, body).await {
         Ok(read) => read,
         Err(refused) => return refused,
     };
@@ -146,7 +163,7 @@ struct ReadBody {
 async fn read_body(
     state: &AppState,
     source: &SourceConfig,
-    peer: std::net::IpAddr,
+    client: std::net::IpAddr,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<ReadBody, Answer> {
@@ -162,7 +179,7 @@ async fn read_body(
     // The budget is taken as bytes arrive, not from the declared length: a client that
     // declares a large body and trickles it holds only what it has sent (docs/configuration.md).
     let deadline = std::time::Duration::from_secs(state.config.body_read_timeout_s);
-    let read = tokio::time::timeout(deadline, read_within_budget(state, peer, body, limit)).await;
+    let read = tokio::time::timeout(deadline, read_within_budget(state, client, body, limit)).await;
     let (body, hold) = match read {
         Ok(Ok(read)) => read,
         Ok(Err(BodyRead::TooLarge)) => return Err(Answer::PayloadTooLarge { limit }),
@@ -694,12 +711,12 @@ enum BodyRead {
 }
 
 /// Reads `body` up to `limit` bytes, taking each chunk's bytes from the shared budget (and
-/// `peer`'s share of it) as it arrives; the returned hold keeps them until the delivery is
+/// the client's share of it) as it arrives; the returned hold keeps them until the delivery is
 /// answered. Past [`BODY_RATE_GRACE_S`], the bytes must keep up with `min_body_bytes_per_s`:
 /// a trickle is cut when it falls behind, not at the end of `body_read_timeout_s`.
 async fn read_within_budget(
     state: &AppState,
-    peer: std::net::IpAddr,
+    client: std::net::IpAddr,
     body: Body,
     limit: usize,
 ) -> Result<(axum::body::Bytes, super::BodyHold), BodyRead> {
@@ -712,7 +729,7 @@ async fn read_within_budget(
         started + std::time::Duration::from_secs_f64(allowed.min(86_400.0))
     };
     let mut stream = body.into_data_stream();
-    let mut held = state.body_budget.hold(peer);
+    let mut held = state.body_budget.hold(client);
     let mut buf = Vec::new();
     loop {
         let next = if rate == 0 {

@@ -5,6 +5,7 @@ mod support;
 
 mod admin_auth;
 mod aggregate_keys;
+mod allowed_peers;
 mod application;
 mod bench;
 mod configurable_signatures;
