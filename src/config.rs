@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::kind::json::contract::{AggregateLocations, JsonSourceSpec};
+use crate::kind::json::contract::{AggregateLocations, BodyFormat, JsonSourceSpec};
 use crate::kind::Kind;
 use crate::kind::SourceKind;
 use crate::retry::RetryPolicy;
@@ -344,6 +344,8 @@ struct FileSource {
     event_types: Option<Vec<String>>,
     ordering: Option<String>,
     state: Option<String>,
+    body_format: Option<BodyFormat>,
+    unwrap: Option<String>,
     public_url: Option<String>,
     // The keys of the configurable schemes (docs/configuration.md, `signature = "hmac"`,
     // `"token"`): written inline, as `flatten` cannot refuse unknown keys.
@@ -472,6 +474,8 @@ impl FileSource {
             event_types: self.event_types.clone(),
             ordering: self.ordering.clone(),
             state: self.state.clone(),
+            body_format: self.body_format,
+            unwrap: self.unwrap.clone(),
         };
         let given = [
             ("event_id", spec.event_id.is_some()),
@@ -482,6 +486,8 @@ impl FileSource {
             ("event_types", spec.event_types.is_some()),
             ("ordering", spec.ordering.is_some()),
             ("state", spec.state.is_some()),
+            ("body_format", spec.body_format.is_some()),
+            ("unwrap", spec.unwrap.is_some()),
         ]
         .into_iter()
         .filter_map(|(key, set)| set.then_some(key))
@@ -513,6 +519,8 @@ impl FileSource {
             event_types: None,
             ordering: None,
             state: None,
+            body_format: None,
+            unwrap: None,
             public_url: None,
             signature_header: None,
             signature_algorithm: None,

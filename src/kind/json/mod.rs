@@ -5,6 +5,7 @@
 //! applied event.
 
 pub mod contract;
+pub mod form;
 
 use axum::http::HeaderMap;
 use serde_json::{json, Value};
