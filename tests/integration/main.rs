@@ -15,6 +15,7 @@ mod durability;
 mod encryption;
 mod event_log;
 mod examples;
+mod form_bodies;
 mod forward_crash;
 mod forwarding;
 mod forwarding_ahead;
