@@ -1785,4 +1785,129 @@ mod tests {
             json_cost.as_secs_f64() / save_cost.as_secs_f64()
         );
     }
+
+    #[test]
+    fn alternatives_are_tried_in_order_and_the_first_present_wins() {
+        let c = contract(
+            r#"
+            event_id = "header:X-Id|/id"
+            aggregate = ["/repo", "/pull_request/number|/issue/number"]
+            sequence = "/pull_request/n|/issue/n"
+            state = "/pull_request|/issue"
+            ordering = "latest-wins"
+        "#,
+        );
+        let body = json!({"id": "b", "repo": "web",
+                          "pull_request": {"number": 7, "n": 2},
+                          "issue": {"number": 9, "n": 1}});
+        // Both present: the first alternative wins, header or pointer alike.
+        let e = event(&c, body.clone(), &headers(&[("x-id", "h")]), None);
+        assert_eq!(e.event_id.as_str(), "h");
+        assert_eq!(e.aggregate[1].as_str(), "7");
+        assert_eq!(e.sequence.unwrap().value.get(), 2);
+        assert_eq!(e.state, Some(json!({"number": 7, "n": 2})));
+        // The first absent (or null): the next.
+        let issue = json!({"id": "b", "repo": "web", "pull_request": null,
+                           "issue": {"number": 9, "n": 1}});
+        let e = event(&c, issue, &HeaderMap::new(), None);
+        assert_eq!(e.event_id.as_str(), "b");
+        assert_eq!(e.aggregate[1].as_str(), "9");
+        assert_eq!(e.sequence.unwrap().value.get(), 1);
+        assert_eq!(e.state, Some(json!({"number": 9, "n": 1})));
+        // None present: the whole text is named; a bad value names its alternative.
+        let p = problems(&c, json!({"id": "b", "repo": "web"}), &HeaderMap::new());
+        assert!(p.contains(&(
+            "/pull_request/number|/issue/number".into(),
+            "is required".into()
+        )));
+        let p = problems(
+            &c,
+            json!({"id": "b", "repo": "web", "issue": {"number": [1], "n": 1}}),
+            &HeaderMap::new(),
+        );
+        assert_eq!(p[0].0, "/issue/number", "{p:?}");
+        // A header sent twice is a problem, not a reason to try the next alternative.
+        let p = problems(&c, body, &headers(&[("x-id", "1"), ("x-id", "2")]));
+        assert_eq!(p[0].0, "header:X-Id", "{p:?}");
+    }
+
+    #[test]
+    fn an_empty_alternative_or_a_bad_unwrap_is_a_config_error() {
+        let cases = [
+            ("ordering = \"unordered\"\nevent_id = \"/a|\"", "event_id"),
+            ("ordering = \"unordered\"\nevent_id = \"|/a\"", "event_id"),
+            (
+                "ordering = \"latest-wins\"\naggregate = [\"/a\", \"/b||/c\"]\nsequence = \"/s\"",
+                "aggregate",
+            ),
+            (
+                "ordering = \"unordered\"\nstate = \"/a|header:X-S\"",
+                "state",
+            ),
+            (
+                "ordering = \"unordered\"\nunwrap = \"header:X-P\"",
+                "unwrap",
+            ),
+            ("ordering = \"unordered\"\nunwrap = \"payload\"", "unwrap"),
+        ];
+        for (text, key) in cases {
+            let err = config_error(text);
+            assert_eq!(err.key, key, "{text}: {err}");
+        }
+        assert!(config_error("ordering = \"unordered\"\nevent_id = \"/a|\"")
+            .problem
+            .contains("empty alternative"));
+        assert!(toml::from_str::<JsonSourceSpec>("body_format = \"xml\"").is_err());
+        assert_eq!(
+            spec("body_format = \"form\"").body_format,
+            Some(BodyFormat::Form)
+        );
+    }
+
+    #[test]
+    fn unwrap_problems_name_the_location() {
+        let c = contract(
+            r#"
+            body_format = "form"
+            unwrap = "/payload"
+            event_id = "/id"
+            ordering = "unordered"
+        "#,
+        );
+        let h = HeaderMap::new();
+        for (body, fragment) in [
+            (&b"other=1"[..], "is required"),
+            (b"payload=%7Bnot", "must be a string holding JSON"),
+            (b"payload=1&payload=2", "got an array"),
+            (
+                b"payload=%7B%22id%22%3A1%2C%22id%22%3A2%7D",
+                "must be a string holding JSON",
+            ),
+        ] {
+            let err = c.parse_bytes(body, &h, None).unwrap_err();
+            assert_eq!(err.problems[0].field, "/payload", "{err}");
+            assert!(err.problems[0].problem.contains(fragment), "{err}");
+        }
+        let parsed = c
+            .parse_bytes(b"payload=%7B%22id%22%3A%22e1%22%7D", &h, None)
+            .unwrap();
+        let JsonParsed::Event(e) = parsed else {
+            panic!("{parsed:?}")
+        };
+        assert_eq!(e.event_id.as_str(), "e1");
+        // Without `state`, the state is the unwrapped document.
+        assert_eq!(e.state, Some(json!({"id": "e1"})));
+        // A form source without `unwrap` keeps the fields object.
+        let c = contract("body_format = \"form\"\nevent_id = \"/id\"\nordering = \"unordered\"");
+        assert_eq!(
+            c.state_of(b"id=e2&a=1&a=2").unwrap(),
+            Some(json!({"id": "e2", "a": ["1", "2"]}))
+        );
+        // A JSON source does not read forms.
+        let c = contract("event_id = \"/id\"\nordering = \"unordered\"");
+        assert_eq!(
+            c.parse_bytes(b"id=e3", &h, None).unwrap_err().problems[0].field,
+            "$"
+        );
+    }
 }
