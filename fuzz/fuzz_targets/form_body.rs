@@ -24,9 +24,15 @@ fuzz_target!(|data: &[u8]| {
             if !encoded.is_empty() {
                 encoded.push('&');
             }
-            encoded.push_str(&percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC).to_string());
+            encoded.push_str(
+                &percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC)
+                    .to_string(),
+            );
             encoded.push('=');
-            encoded.push_str(&percent_encoding::utf8_percent_encode(value, percent_encoding::NON_ALPHANUMERIC).to_string());
+            encoded.push_str(
+                &percent_encoding::utf8_percent_encode(value, percent_encoding::NON_ALPHANUMERIC)
+                    .to_string(),
+            );
         }
     }
     assert_eq!(read_form(encoded.as_bytes()).ok(), Some(fields));
