@@ -246,3 +246,61 @@ async fn unwrap_reads_the_payload_field_as_the_document() {
     }
     assert_eq!(server.count().await, before);
 }
+
+#[tokio::test]
+async fn a_form_source_is_forwarded_byte_for_byte_with_its_media_type() {
+    use crate::application::{serve_application, DEST_SECRET};
+    use std::sync::{Arc, Mutex};
+
+    type Received = Arc<Mutex<Vec<(axum::http::HeaderMap, Vec<u8>)>>>;
+    let received: Received = Arc::default();
+    let port = serve_application(
+        axum::Router::new()
+            .route(
+                "/hooks",
+                axum::routing::post(
+                    |axum::extract::State(received): axum::extract::State<Received>,
+                     headers: axum::http::HeaderMap,
+                     body: axum::body::Bytes| async move {
+                        received.lock().unwrap().push((headers, body.to_vec()));
+                        axum::http::StatusCode::NO_CONTENT
+                    },
+                ),
+            )
+            .with_state(Arc::clone(&received)),
+    )
+    .await;
+    let server = TestServer::spawn_with_sources(&format!(
+        r#"{SOURCES}
+[[destinations]]
+name = "app"
+url = "http://127.0.0.1:{port}/hooks"
+sources = ["commands", "gh"]
+secret = "{DEST_SECRET}"
+"#
+    ))
+    .await;
+    let body = form(&[("team_id", "T2"), ("trigger_id", "tr.f"), ("text", "a b")]);
+    let r = post(
+        &server,
+        "commands",
+        Scheme::Slack,
+        "slack-secret",
+        body.as_bytes(),
+        FORM,
+        &[],
+    )
+    .await;
+    assert_eq!(r.code, 200, "{:?}", r.body);
+    server
+        .wait_for("/v1/destinations/app/deliveries?status=delivered", |r| {
+            r.body["items"]
+                .as_array()
+                .is_some_and(|items| !items.is_empty())
+        })
+        .await;
+    let received = received.lock().unwrap();
+    let (headers, forwarded) = &received[0];
+    assert_eq!(forwarded, body.as_bytes(), "byte for byte");
+    assert_eq!(headers["content-type"], FORM);
+}
