@@ -194,6 +194,8 @@ impl Config {
                 .iter()
                 .map(|raw| ("sequence", raw))
                 .chain(aggregate.map(|raw| ("aggregate", raw)))
+                // Each alternative of `a|b` on its own.
+                .flat_map(|(key, raw)| raw.split('|').map(move |one| (key, one)))
             {
                 let Some(header) = raw.strip_prefix("header:") else {
                     continue;
@@ -897,6 +899,7 @@ fn source(
                 .iter()
                 .map(|raw| ("sequence", raw))
                 .chain(aggregate.map(|raw| ("aggregate", raw)))
+                .flat_map(|(key, raw)| raw.split('|').map(move |one| (key, one)))
                 .find(|(_, raw)| {
                     raw.strip_prefix("header:")
                         .is_some_and(|h| h.eq_ignore_ascii_case(header))

@@ -304,3 +304,51 @@ secret = "{DEST_SECRET}"
     assert_eq!(forwarded, body.as_bytes(), "byte for byte");
     assert_eq!(headers["content-type"], FORM);
 }
+
+#[tokio::test]
+async fn send_posts_a_form_body_and_verify_reads_it() {
+    let server = TestServer::spawn_with_sources(SOURCES).await;
+    let file = server.dir().join("command.form");
+    let body = form(&[("team_id", "T3"), ("trigger_id", "tr.s"), ("text", "hi")]);
+    std::fs::write(&file, &body).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_inhook"))
+        .arg("send")
+        .args(["--url", &server.url, "--source", "commands", "--config"])
+        .arg(server.config_path())
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).starts_with("200 "),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = server.get("/v1/sources/commands/aggregates/T3").await;
+    assert_eq!(shown.body["state"]["text"], "hi", "{:?}", shown.body);
+
+    // verify reads a saved form delivery as the server does.
+    let headers = server.dir().join("headers.txt");
+    let save = |body: &str| {
+        std::fs::write(&file, body).unwrap();
+        let saved: String = signed(Scheme::Slack, "slack-secret", body.as_bytes(), now_s())
+            .into_iter()
+            .filter(|(name, _)| *name != "content-type")
+            .map(|(name, value)| format!("{name}: {value}\n"))
+            .collect();
+        std::fs::write(&headers, saved).unwrap();
+    };
+    let (h, b) = (headers.to_str().unwrap(), file.to_str().unwrap());
+    save(&body);
+    let (ok, out) = server.cli(&["verify", "--source", "commands", "--headers", h, b]);
+    assert!(ok, "{out}");
+    assert!(out.contains("event_id tr.s"), "{out}");
+    // A good signature over a form whose field is missing: the problem names its location.
+    save("team_id=T3");
+    let (ok, out) = server.cli(&["verify", "--source", "commands", "--headers", h, b]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("invalid_payload") && out.contains("/trigger_id"),
+        "{out}"
+    );
+}
