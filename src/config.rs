@@ -1336,6 +1336,18 @@ mod tests {
                 "signature = \"github\"\nordering = \"unordered\"\nevent_types = [\"a.*\"]",
                 "event_types:",
             ),
+            (
+                "signature = \"github\"\nordering = \"unordered\"\nevent_id = \"/a||/b\"",
+                "event_id:",
+            ),
+            (
+                "signature = \"github\"\nordering = \"unordered\"\nunwrap = \"header:X-P\"",
+                "unwrap:",
+            ),
+            (
+                "signature = \"github\"\nordering = \"unordered\"\nbody_format = \"xml\"",
+                "body_format",
+            ),
         ] {
             let err = Config::from_parts(Some(&source(keys)), &env(&[])).unwrap_err();
             assert!(err.to_string().contains(named), "{keys}: {err}");
@@ -1347,6 +1359,18 @@ mod tests {
                 .contains("ordering is only for kind = \"json\""),
             "{err}"
         );
+        for key in ["body_format = \"form\"", "unwrap = \"/payload\""] {
+            let text = format!(
+                "[[sources]]\nname = \"p\"\nkind = \"presence\"\nsecrets = [\"s\"]\n{key}\n"
+            );
+            let err = Config::from_parts(Some(&text), &env(&[])).unwrap_err();
+            let name = key.split(' ').next().unwrap();
+            assert!(
+                err.to_string()
+                    .contains(&format!("{name} is only for kind = \"json\"")),
+                "{err}"
+            );
+        }
     }
 
     #[test]

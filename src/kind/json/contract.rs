@@ -41,14 +41,26 @@ pub struct JsonSourceSpec {
 }
 
 /// How a `json` source's raw body becomes the document its locations read.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum BodyFormat {
     /// `application/json`: the body is the document.
     #[default]
     Json,
     /// `application/x-www-form-urlencoded`: the fields, as an object of strings.
     Form,
+}
+
+impl<'de> Deserialize<'de> for BodyFormat {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // The message names the key: serde's own names only the line.
+        match String::deserialize(deserializer)?.as_str() {
+            "json" => Ok(BodyFormat::Json),
+            "form" => Ok(BodyFormat::Form),
+            other => Err(serde::de::Error::custom(format!(
+                "body_format must be \"json\" or \"form\", got {other:?}"
+            ))),
+        }
+    }
 }
 
 impl BodyFormat {
