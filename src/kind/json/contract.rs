@@ -805,13 +805,11 @@ impl JsonContract {
         }
     }
 
-    /// Where the state sits in the body, as keys (masking counts paths from the body's
-    /// root); of alternatives, the first.
-    pub fn state_location(&self) -> &[String] {
-        self.state
-            .as_deref()
-            .and_then(<[_]>::first)
-            .map_or(&[], Vec::as_slice)
+    /// Where the state may sit in the document, as keys, one list per alternative (masking
+    /// counts paths from the document's root); the whole document without `state`.
+    pub fn state_locations(&self) -> &[Vec<String>] {
+        const WHOLE: &[Vec<String>] = &[Vec::new()];
+        self.state.as_deref().unwrap_or(WHOLE)
     }
 
     /// The aggregate parts and the sequence, each problem recorded in `read`.
