@@ -1,6 +1,8 @@
 //! The `json` kind's contract (docs/contract.md, json sources): configuration says where each field
 //! of any publisher's JSON is, as an RFC 6901 JSON Pointer into the body or a
-//! `header:Name`. [`JsonContract::compile`] checks a source's keys once, at
+//! `header:Name`, or as alternatives of those (`/a|/b`, the first present wins). The
+//! document read is the JSON body, or a form body's fields (`body_format = "form"`),
+//! optionally the JSON held by one of its strings (`unwrap`). [`JsonContract::compile`] checks a source's keys once, at
 //! start; [`JsonContract::parse`] turns one delivery into a typed
 //! [`JsonEvent`], or the named problems of a 400 answer. No I/O.
 
