@@ -113,6 +113,7 @@ impl Application {
         for sender in &mut senders {
             sender.poll = Duration::from_millis(config.forward_poll_ms);
         }
+        Sender::set_media_types(&mut senders, &config.sources);
         Sender::prepare_all(&senders).await;
         let circuits = Circuits::of(&senders);
         let wake = Arc::new(Notify::new());

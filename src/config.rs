@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::kind::json::contract::{AggregateLocations, JsonSourceSpec};
+use crate::kind::json::contract::{AggregateLocations, BodyFormat, JsonSourceSpec};
 use crate::kind::Kind;
 use crate::kind::SourceKind;
 use crate::retry::RetryPolicy;
@@ -198,6 +198,8 @@ impl Config {
                 .iter()
                 .map(|raw| ("sequence", raw))
                 .chain(aggregate.map(|raw| ("aggregate", raw)))
+                // Each alternative of `a|b` on its own.
+                .flat_map(|(key, raw)| raw.split('|').map(move |one| (key, one)))
             {
                 let Some(header) = raw.strip_prefix("header:") else {
                     continue;
@@ -350,6 +352,8 @@ struct FileSource {
     event_types: Option<Vec<String>>,
     ordering: Option<String>,
     state: Option<String>,
+    body_format: Option<BodyFormat>,
+    unwrap: Option<String>,
     public_url: Option<String>,
     // The keys of the configurable schemes (docs/configuration.md, `signature = "hmac"`,
     // `"token"`): written inline, as `flatten` cannot refuse unknown keys.
@@ -478,6 +482,8 @@ impl FileSource {
             event_types: self.event_types.clone(),
             ordering: self.ordering.clone(),
             state: self.state.clone(),
+            body_format: self.body_format,
+            unwrap: self.unwrap.clone(),
         };
         let given = [
             ("event_id", spec.event_id.is_some()),
@@ -488,6 +494,8 @@ impl FileSource {
             ("event_types", spec.event_types.is_some()),
             ("ordering", spec.ordering.is_some()),
             ("state", spec.state.is_some()),
+            ("body_format", spec.body_format.is_some()),
+            ("unwrap", spec.unwrap.is_some()),
         ]
         .into_iter()
         .filter_map(|(key, set)| set.then_some(key))
@@ -520,6 +528,8 @@ impl FileSource {
             event_types: None,
             ordering: None,
             state: None,
+            body_format: None,
+            unwrap: None,
             public_url: None,
             signature_header: None,
             signature_algorithm: None,
@@ -903,6 +913,7 @@ fn source(
                 .iter()
                 .map(|raw| ("sequence", raw))
                 .chain(aggregate.map(|raw| ("aggregate", raw)))
+                .flat_map(|(key, raw)| raw.split('|').map(move |one| (key, one)))
                 .find(|(_, raw)| {
                     raw.strip_prefix("header:")
                         .is_some_and(|h| h.eq_ignore_ascii_case(header))
@@ -1359,6 +1370,18 @@ mod tests {
                 "signature = \"github\"\nordering = \"unordered\"\nevent_types = [\"a.*\"]",
                 "event_types:",
             ),
+            (
+                "signature = \"github\"\nordering = \"unordered\"\nevent_id = \"/a||/b\"",
+                "event_id:",
+            ),
+            (
+                "signature = \"github\"\nordering = \"unordered\"\nunwrap = \"header:X-P\"",
+                "unwrap:",
+            ),
+            (
+                "signature = \"github\"\nordering = \"unordered\"\nbody_format = \"xml\"",
+                "body_format",
+            ),
         ] {
             let err = Config::from_parts(Some(&source(keys)), &env(&[])).unwrap_err();
             assert!(err.to_string().contains(named), "{keys}: {err}");
@@ -1370,6 +1393,18 @@ mod tests {
                 .contains("ordering is only for kind = \"json\""),
             "{err}"
         );
+        for key in ["body_format = \"form\"", "unwrap = \"/payload\""] {
+            let text = format!(
+                "[[sources]]\nname = \"p\"\nkind = \"presence\"\nsecrets = [\"s\"]\n{key}\n"
+            );
+            let err = Config::from_parts(Some(&text), &env(&[])).unwrap_err();
+            let name = key.split(' ').next().unwrap();
+            assert!(
+                err.to_string()
+                    .contains(&format!("{name} is only for kind = \"json\"")),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -21,6 +21,7 @@ use crate::domain::AggregateKey;
 use crate::forward::answer::{judge, AttemptRecord, Verdict};
 use crate::forward::circuit::{Circuit, CircuitPolicy, CircuitState};
 use crate::forward::message::{request_headers, ForwardedEvent, WebhookId};
+use crate::kind::json::contract::BodyFormat;
 use crate::sink::{Outgoing, Sink, SinkError, Sinks, Unready};
 use crate::store::{DeliveryRecord, PendingVerdict, Store};
 use crate::worker::pause;
@@ -115,6 +116,9 @@ pub struct Sender {
     /// The secrets in force: each attempt is signed with the destination's secret of the
     /// moment, so a reload rotates it from the next attempt on.
     pub secrets: crate::config::LiveSecrets,
+    /// Each form source's media type, by source name; an event of any other source is
+    /// forwarded as `application/json` (docs/configuration.md, `body_format`).
+    pub media_types: Arc<std::collections::HashMap<String, &'static str>>,
 }
 
 /// A finished request's verdict on its way to the recorder, which writes those waiting
@@ -280,9 +284,25 @@ impl Sender {
                 poll: DEFAULT_POLL,
                 circuit: Arc::new(Mutex::new(Circuit::new(CircuitPolicy::default()))),
                 secrets: secrets.clone(),
+                media_types: Arc::default(),
             });
         }
         Ok(senders)
+    }
+
+    /// Tells every sender the media type of each source whose bodies are not JSON.
+    pub fn set_media_types(senders: &mut [Sender], sources: &[crate::config::SourceConfig]) {
+        let media_types: std::collections::HashMap<String, &'static str> = sources
+            .iter()
+            .filter_map(|source| {
+                let format = source.kind.locations()?.body_format?;
+                (format != BodyFormat::Json).then(|| (source.name.clone(), format.media_type()))
+            })
+            .collect();
+        let media_types = Arc::new(media_types);
+        for sender in senders {
+            sender.media_types = Arc::clone(&media_types);
+        }
     }
 
     /// Prepares every sender's sink at once (a broker's stream or exchange), each within its
@@ -656,6 +676,11 @@ impl Sender {
             aggregate: &aggregate,
             sequence: delivery.sequence,
             body: &body,
+            content_type: self
+                .media_types
+                .get(&delivery.source)
+                .copied()
+                .unwrap_or("application/json"),
         };
         // A sink's messages are signed when its destination has a secret; a type that
         // requires one never goes unsigned.

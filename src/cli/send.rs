@@ -201,11 +201,17 @@ pub async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Resul
     let client = crate::outbound::client_builder(args.tls_ca_file.as_deref(), "--tls-ca-file")?
         .build()
         .context("building the HTTP client")?;
-    let mut request = client.post(&url).header("content-type", "application/json");
+    // A form source takes form bodies (docs/configuration.md, `body_format`).
+    let media_type = source
+        .and_then(|s| s.kind.locations())
+        .and_then(|spec| spec.body_format)
+        .unwrap_or_default()
+        .media_type();
+    let mut request = client.post(&url).header("content-type", media_type);
     for extra in &args.headers {
         let name = extra.name.as_str();
         if name == "content-type" {
-            bail!("--header {name}: send always posts application/json");
+            bail!("--header {name}: send posts the source's media type ({media_type})");
         }
         if signed.iter().any(|(own, _)| own.eq_ignore_ascii_case(name)) && Some(name) != id_header {
             bail!("--header {name}: the {scheme} scheme sets this header itself");

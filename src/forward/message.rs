@@ -68,6 +68,9 @@ pub struct ForwardedEvent<'a> {
     pub sequence: i64,
     /// The raw body as received, sent byte for byte.
     pub body: &'a [u8],
+    /// The body's media type: its source's (`application/json`, or a form source's
+    /// `application/x-www-form-urlencoded`).
+    pub content_type: &'a str,
 }
 
 /// Bytes a header value cannot carry as they are, and `%`, so that the value decodes back.
@@ -86,7 +89,7 @@ pub fn request_headers(
     attempt: u32,
     attempt_at: i64,
 ) -> Result<Vec<(&'static str, String)>, SignError> {
-    let mut headers = vec![("content-type", "application/json".to_owned())];
+    let mut headers = vec![("content-type", event.content_type.to_owned())];
     match secret {
         Some(secret) => headers.extend(try_sign(
             Scheme::StandardWebhooks,
@@ -154,6 +157,7 @@ mod tests {
             aggregate: "player_1/slot%2Fa",
             sequence: 7,
             body,
+            content_type: "application/json",
         }
     }
 
@@ -247,6 +251,16 @@ mod tests {
         };
         let headers = request_headers(&untyped, Some(&Secret::new(SECRET)), 1, 1_000).unwrap();
         assert!(!headers.iter().any(|(name, _)| *name == "inhook-event-type"));
+        // A form source's body goes with its own media type.
+        let form = ForwardedEvent {
+            content_type: "application/x-www-form-urlencoded",
+            ..event(&id, b"a=1")
+        };
+        let headers = request_headers(&form, None, 1, 1_000).unwrap();
+        assert_eq!(
+            header_map(&headers)["content-type"],
+            "application/x-www-form-urlencoded"
+        );
     }
 
     #[test]

@@ -70,7 +70,10 @@ pub enum Answer {
     /// 408: the body did not arrive within `body_read_timeout_s`.
     RequestTimeout,
     /// 415: not `application/json`.
-    UnsupportedMediaType,
+    UnsupportedMediaType {
+        /// The media type the source takes, shown as `expected`.
+        expected: &'static str,
+    },
     /// 503: the store cannot be reached; nothing was stored.
     StoreUnavailable,
     /// 503: the request bodies being read at once already fill `max_buffered_body_bytes`; nothing was stored.
@@ -143,7 +146,7 @@ impl Answer {
             Answer::UnknownSource => "unknown_source",
             Answer::PayloadTooLarge { .. } => "payload_too_large",
             Answer::RequestTimeout => "request_timeout",
-            Answer::UnsupportedMediaType => "unsupported_media_type",
+            Answer::UnsupportedMediaType { .. } => "unsupported_media_type",
             Answer::StoreUnavailable => "store_unavailable",
             Answer::BodyBudgetFull => "server_busy",
             Answer::VerificationBusy => "verification_busy",
@@ -169,7 +172,7 @@ impl Answer {
             self,
             Answer::PayloadTooLarge { .. }
                 | Answer::RequestTimeout
-                | Answer::UnsupportedMediaType
+                | Answer::UnsupportedMediaType { .. }
                 | Answer::StoreUnavailable
                 | Answer::BodyBudgetFull
                 | Answer::VerificationBusy
@@ -404,10 +407,10 @@ impl IntoResponse for Answer {
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
                 response
             }
-            Answer::UnsupportedMediaType => error(
+            Answer::UnsupportedMediaType { expected } => error(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 ErrorBody {
-                    expected: Some("application/json".into()),
+                    expected: Some(expected.into()),
                     ..ErrorBody::rejected("unsupported_media_type")
                 },
             ),

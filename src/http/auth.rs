@@ -194,7 +194,9 @@ fn admit(
             }
         }
         if carries_body(headers) && !super::ingress::is_json(headers) {
-            return Err(Answer::UnsupportedMediaType);
+            return Err(Answer::UnsupportedMediaType {
+                expected: "application/json",
+            });
         }
     }
     Ok(())

@@ -11,6 +11,7 @@ use tracing::{info, warn, Instrument};
 use super::answer::{Answer, DeliveryBody, ErrorBody};
 use super::AppState;
 use crate::config::{Mode, SourceConfig, BODY_RATE_GRACE_S};
+use crate::kind::json::contract::BodyFormat;
 use crate::kind::{Delivery, EventFields};
 use crate::metrics;
 use crate::ordering::Outcome;
@@ -192,8 +193,20 @@ async fn read_body(
         }
         Err(_) => return Err(Answer::RequestTimeout),
     };
-    if !is_json(headers) {
-        return Err(Answer::UnsupportedMediaType);
+    // A form source takes form bodies only, every other source JSON only
+    // (docs/configuration.md, `body_format`).
+    let format = source
+        .kind
+        .locations()
+        .and_then(|spec| spec.body_format)
+        .unwrap_or_default();
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    if !format.accepts(content_type) {
+        return Err(Answer::UnsupportedMediaType {
+            expected: format.media_type(),
+        });
     }
     Ok(ReadBody { body, hold })
 }
@@ -769,9 +782,9 @@ async fn discard(body: Body, declared: u64) {
 
 /// `application/json`, with or without parameters such as `charset`.
 pub(super) fn is_json(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
+    BodyFormat::Json.accepts(
+        headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok()),
+    )
 }

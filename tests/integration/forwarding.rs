@@ -104,6 +104,7 @@ fn forwarded_requests_verify_with_the_official_standard_webhooks_library() {
             aggregate: "invoice/in_1",
             sequence: 1_700_000_000 + i as i64,
             body: body.as_bytes(),
+            content_type: "application/json",
         };
         let attempt = i as u32 + 1;
         requests.push((

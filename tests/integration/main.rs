@@ -16,6 +16,7 @@ mod durability;
 mod encryption;
 mod event_log;
 mod examples;
+mod form_bodies;
 mod forward_crash;
 mod forwarding;
 mod forwarding_ahead;

@@ -1,6 +1,8 @@
 //! The `json` kind's contract (docs/contract.md, json sources): configuration says where each field
 //! of any publisher's JSON is, as an RFC 6901 JSON Pointer into the body or a
-//! `header:Name`. [`JsonContract::compile`] checks a source's keys once, at
+//! `header:Name`, or as alternatives of those (`/a|/b`, the first present wins). The
+//! document read is the JSON body, or a form body's fields (`body_format = "form"`),
+//! optionally the JSON held by one of its strings (`unwrap`). [`JsonContract::compile`] checks a source's keys once, at
 //! start; [`JsonContract::parse`] turns one delivery into a typed
 //! [`JsonEvent`], or the named problems of a 400 answer. No I/O.
 
@@ -34,6 +36,50 @@ pub struct JsonSourceSpec {
     pub ordering: Option<String>,
     /// The part of the body kept as the aggregate's state; `None` keeps the whole body.
     pub state: Option<String>,
+    /// How the raw body is read: `json` (`None`) or `form`.
+    pub body_format: Option<BodyFormat>,
+    /// A JSON Pointer to a string holding JSON, which becomes the document the locations read.
+    pub unwrap: Option<String>,
+}
+
+/// How a `json` source's raw body becomes the document its locations read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum BodyFormat {
+    /// `application/json`: the body is the document.
+    #[default]
+    Json,
+    /// `application/x-www-form-urlencoded`: the fields, as an object of strings.
+    Form,
+}
+
+impl<'de> Deserialize<'de> for BodyFormat {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // The message names the key: serde's own names only the line.
+        match String::deserialize(deserializer)?.as_str() {
+            "json" => Ok(BodyFormat::Json),
+            "form" => Ok(BodyFormat::Form),
+            other => Err(serde::de::Error::custom(format!(
+                "body_format must be \"json\" or \"form\", got {other:?}"
+            ))),
+        }
+    }
+}
+
+impl BodyFormat {
+    /// The media type a delivery of this format carries.
+    pub fn media_type(self) -> &'static str {
+        match self {
+            BodyFormat::Json => "application/json",
+            BodyFormat::Form => "application/x-www-form-urlencoded",
+        }
+    }
+
+    /// Whether a request's `content-type` (parameters such as `charset` aside) is this format's.
+    pub fn accepts(self, content_type: Option<&str>) -> bool {
+        content_type
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|mime| mime.trim().eq_ignore_ascii_case(self.media_type()))
+    }
 }
 
 /// The `aggregate` key: publishers key aggregates by one field or by several.
@@ -206,6 +252,82 @@ impl std::fmt::Display for Location {
     }
 }
 
+/// A location with its alternatives, as written: `"/pull_request/number|/issue/number"`.
+/// They are tried in order and the first present wins (docs/configuration.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Alternatives {
+    /// The whole text, which names the field when none is present.
+    text: String,
+    /// At least one location.
+    locations: Vec<Location>,
+}
+
+impl Alternatives {
+    /// Parses `a|b|…`, each a [`Location`]; an empty alternative is refused.
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        if !raw.contains('|') {
+            return Ok(Self {
+                text: raw.to_owned(),
+                locations: vec![Location::parse(raw)?],
+            });
+        }
+        let locations = raw
+            .split('|')
+            .map(|one| {
+                if one.is_empty() {
+                    Err(format!(
+                        "{raw:?} holds an empty alternative (alternatives are separated by `|`)"
+                    ))
+                } else {
+                    Location::parse(one)
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            text: raw.to_owned(),
+            locations,
+        })
+    }
+
+    /// The text as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The alternatives, in the order they are tried.
+    pub fn locations(&self) -> &[Location] {
+        &self.locations
+    }
+
+    /// The first alternative present, with its value; an alternative that cannot be read
+    /// (a header sent twice) is a problem, not skipped, so that no later one is guessed.
+    fn resolve<'a, 'l>(
+        &'l self,
+        body: &'a Value,
+        headers: &'a HeaderMap,
+    ) -> Result<Option<(&'l Location, Found<'a>)>, (&'l Location, String)> {
+        for at in &self.locations {
+            match at.resolve(body, headers) {
+                Ok(Some(found)) => return Ok(Some((at, found))),
+                Ok(None) => {}
+                Err(problem) => return Err((at, problem)),
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// A location that must be a JSON Pointer into the body (`state`, `unwrap`), as its tokens.
+fn pointer_tokens(key: &str, at: &Location) -> Result<Vec<String>, ContractConfigError> {
+    match at {
+        Location::Pointer { tokens, .. } => Ok(tokens.clone()),
+        Location::Header { text, .. } => Err(ContractConfigError::new(
+            key,
+            format!("{text:?} must be a JSON Pointer into the body, not a header"),
+        )),
+    }
+}
+
 /// Unescapes one reference token (RFC 6901 §4: `~1` is `/`, then `~0` is `~`).
 fn unescape_token(token: &str) -> Option<String> {
     if !token.contains('~') {
@@ -374,15 +496,19 @@ pub struct IgnoredPlace {
 /// A `json` source's contract, compiled once from its [`JsonSourceSpec`].
 #[derive(Debug, Clone)]
 pub struct JsonContract {
-    event_id: Option<Location>,
-    idempotency_key: Option<Location>,
-    aggregate: Vec<Location>,
-    sequence: Option<Location>,
-    event_type: Option<Location>,
+    event_id: Option<Alternatives>,
+    idempotency_key: Option<Alternatives>,
+    aggregate: Vec<Alternatives>,
+    sequence: Option<Alternatives>,
+    event_type: Option<Alternatives>,
     event_types: Option<Vec<Glob>>,
     ordering: JsonOrdering,
-    /// The state's pointer tokens; compile refuses a header here.
-    state: Option<Vec<String>>,
+    /// The state's pointer tokens, one list per alternative; compile refuses a header here.
+    state: Option<Vec<Vec<String>>>,
+    /// How the raw body is read.
+    body_format: BodyFormat,
+    /// The string holding the document, as written and as pointer tokens.
+    unwrap: Option<(String, Vec<String>)>,
 }
 
 impl JsonContract {
@@ -407,7 +533,7 @@ impl JsonContract {
         };
         let location = |key: &str, raw: &Option<String>| {
             raw.as_deref()
-                .map(|raw| Location::parse(raw).map_err(|p| ContractConfigError::new(key, p)))
+                .map(|raw| Alternatives::parse(raw).map_err(|p| ContractConfigError::new(key, p)))
                 .transpose()
         };
         let event_id = location("event_id", &spec.event_id)?;
@@ -425,7 +551,8 @@ impl JsonContract {
                     .as_slice()
                     .iter()
                     .map(|raw| {
-                        Location::parse(raw).map_err(|p| ContractConfigError::new("aggregate", p))
+                        Alternatives::parse(raw)
+                            .map_err(|p| ContractConfigError::new("aggregate", p))
                     })
                     .collect::<Result<_, _>>()?
             }
@@ -434,12 +561,19 @@ impl JsonContract {
         let event_type = location("event_type", &spec.event_type)?;
         let state = match location("state", &spec.state)? {
             None => None,
-            Some(Location::Pointer { tokens, .. }) => Some(tokens),
-            Some(Location::Header { text, .. }) => {
-                return Err(ContractConfigError::new(
-                    "state",
-                    format!("{text:?} must be a JSON Pointer into the body, not a header"),
-                ))
+            Some(alternatives) => Some(
+                alternatives
+                    .locations()
+                    .iter()
+                    .map(|at| pointer_tokens("state", at))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+        };
+        let unwrap = match spec.unwrap.as_deref() {
+            None => None,
+            Some(raw) => {
+                let at = Location::parse(raw).map_err(|p| ContractConfigError::new("unwrap", p))?;
+                Some((raw.to_owned(), pointer_tokens("unwrap", &at)?))
             }
         };
         if ordering != JsonOrdering::Unordered {
@@ -489,7 +623,46 @@ impl JsonContract {
             event_types,
             ordering,
             state,
+            body_format: spec.body_format.unwrap_or_default(),
+            unwrap,
         })
+    }
+
+    /// How the source's raw bodies are read.
+    pub fn body_format(&self) -> BodyFormat {
+        self.body_format
+    }
+
+    /// The document the locations read from a raw body: the JSON, or the form's fields
+    /// object; then, with `unwrap`, the JSON held by the string at that location.
+    pub fn document(&self, body: &[u8]) -> Result<Value, ContractError> {
+        let mut document = match self.body_format {
+            BodyFormat::Json => parse_body(body)?,
+            BodyFormat::Form => Value::Object(super::form::read_form(body)?),
+        };
+        let Some((text, tokens)) = &self.unwrap else {
+            return Ok(document);
+        };
+        let named = |problem: String| ContractError {
+            problems: vec![FieldProblem {
+                field: text.clone(),
+                problem,
+            }],
+        };
+        match pointer_mut(&mut document, tokens).map(Value::take) {
+            None | Some(Value::Null) => Err(named("is required".into())),
+            Some(Value::String(inner)) => parse_body(inner.as_bytes()).map_err(|err| {
+                let problem = err.problems.into_iter().next().map(|p| p.problem);
+                named(format!(
+                    "must be a string holding JSON: it {}",
+                    problem.unwrap_or_default()
+                ))
+            }),
+            Some(other) => Err(named(format!(
+                "must be a string holding JSON, got {}",
+                kind_of(&other)
+            ))),
+        }
     }
 
     /// The source's ordering.
@@ -509,10 +682,10 @@ impl JsonContract {
         headers: &HeaderMap,
         delivery_id: Option<&str>,
     ) -> Result<JsonParsed, ContractError> {
-        self.parse(parse_body(body)?, headers, delivery_id)
+        self.parse(self.document(body)?, headers, delivery_id)
     }
 
-    /// Reads one delivery: `body` is the value [`parse_body`] made of it (taken, so
+    /// Reads one delivery: `body` is the value [`JsonContract::document`] made of it (taken, so
     /// the state moves out instead of being copied), `delivery_id` the scheme's.
     /// Every bad location is named, not only the first.
     pub fn parse(
@@ -589,7 +762,10 @@ impl JsonContract {
             match Ident::parse_located(event_id.as_str()) {
                 Ok(part) => aggregate.push(part),
                 Err(problem) => {
-                    let field = self.event_id.as_ref().map_or("event_id", Location::as_str);
+                    let field = self
+                        .event_id
+                        .as_ref()
+                        .map_or("event_id", Alternatives::as_str);
                     return Err(ContractError {
                         problems: vec![FieldProblem {
                             field: field.to_owned(),
@@ -599,10 +775,7 @@ impl JsonContract {
                 }
             }
         }
-        let state = match &self.state {
-            None => Some(body),
-            Some(tokens) => pointer_mut(&mut body, tokens).map(Value::take),
-        };
+        let state = self.take_state(&mut body);
         Ok(JsonParsed::Event(JsonEvent {
             event_id,
             idempotency_key,
@@ -616,17 +789,29 @@ impl JsonContract {
     /// The value a stored body keeps as its aggregate's state (`None` when absent or
     /// null): what settling reads again from the log, which holds no headers.
     pub fn state_of(&self, body: &[u8]) -> Result<Option<Value>, ContractError> {
-        let mut body = parse_body(body)?;
-        let state = match &self.state {
-            None => Some(body),
-            Some(tokens) => pointer_mut(&mut body, tokens).map(Value::take),
-        };
-        Ok(state.filter(|v| !v.is_null()))
+        let mut body = self.document(body)?;
+        Ok(self.take_state(&mut body).filter(|v| !v.is_null()))
     }
 
-    /// Where the state sits in the body, as keys (masking counts paths from the body's root).
-    pub fn state_location(&self) -> &[String] {
-        self.state.as_deref().unwrap_or(&[])
+    /// The state out of a document: the whole document without `state` (a form
+    /// source's fields object), else the first alternative present.
+    fn take_state(&self, body: &mut Value) -> Option<Value> {
+        match &self.state {
+            None => Some(body.take()),
+            Some(alternatives) => {
+                let tokens = alternatives
+                    .iter()
+                    .find(|tokens| resolve_pointer(body, tokens).is_some())?;
+                pointer_mut(body, tokens).map(Value::take)
+            }
+        }
+    }
+
+    /// Where the state may sit in the document, as keys, one list per alternative (masking
+    /// counts paths from the document's root); the whole document without `state`.
+    pub fn state_locations(&self) -> &[Vec<String>] {
+        const WHOLE: &[Vec<String>] = &[Vec::new()];
+        self.state.as_deref().unwrap_or(WHOLE)
     }
 
     /// The aggregate parts and the sequence, each problem recorded in `read`.
@@ -683,18 +868,23 @@ impl<'a> Read<'a> {
         });
     }
 
-    /// The value at `at`, recording a problem if it is required and absent.
-    fn found(&mut self, at: &Location, required: bool) -> Option<Found<'a>> {
+    /// The value at the first of `at`'s alternatives present, with that alternative;
+    /// recording a problem if it is required and none is.
+    fn found<'l>(
+        &mut self,
+        at: &'l Alternatives,
+        required: bool,
+    ) -> Option<(Found<'a>, &'l Location)> {
         match at.resolve(self.body, self.headers) {
-            Ok(Some(found)) => Some(found),
+            Ok(Some((location, found))) => Some((found, location)),
             Ok(None) => {
                 if required {
                     self.problem(at.as_str(), "is required");
                 }
                 None
             }
-            Err(problem) => {
-                self.problem(at.as_str(), problem);
+            Err((location, problem)) => {
+                self.problem(location.as_str(), problem);
                 None
             }
         }
@@ -703,11 +893,12 @@ impl<'a> Read<'a> {
     /// An id-like value: a string, or an integer written in decimal.
     fn id<T>(
         &mut self,
-        at: &Location,
+        at: &Alternatives,
         required: bool,
         parse: fn(&str) -> Result<T, IdProblem>,
     ) -> Option<T> {
-        let parsed = match self.found(at, required)? {
+        let (found, at) = self.found(at, required)?;
+        let parsed = match found {
             Found::Text(text) => parse(text),
             Found::Json(Value::String(text)) => parse(text),
             Found::Json(Value::Number(n)) if n.is_i64() || n.is_u64() => parse(&n.to_string()),
@@ -732,8 +923,9 @@ impl<'a> Read<'a> {
     }
 
     /// A required sequence: an integer, or (unless in-order) an RFC 3339 timestamp.
-    fn sequence(&mut self, at: &Location, ordering: JsonOrdering) -> Option<JsonSequence> {
-        let text = match self.found(at, true)? {
+    fn sequence(&mut self, at: &Alternatives, ordering: JsonOrdering) -> Option<JsonSequence> {
+        let (found, at) = self.found(at, true)?;
+        let text = match found {
             Found::Json(Value::String(text)) => text.as_str(),
             Found::Text(text) => text,
             Found::Json(value @ Value::Number(_)) => {
@@ -1603,6 +1795,131 @@ mod tests {
             save_cost / rounds,
             json_cost / rounds,
             json_cost.as_secs_f64() / save_cost.as_secs_f64()
+        );
+    }
+
+    #[test]
+    fn alternatives_are_tried_in_order_and_the_first_present_wins() {
+        let c = contract(
+            r#"
+            event_id = "header:X-Id|/id"
+            aggregate = ["/repo", "/pull_request/number|/issue/number"]
+            sequence = "/pull_request/n|/issue/n"
+            state = "/pull_request|/issue"
+            ordering = "latest-wins"
+        "#,
+        );
+        let body = json!({"id": "b", "repo": "web",
+                          "pull_request": {"number": 7, "n": 2},
+                          "issue": {"number": 9, "n": 1}});
+        // Both present: the first alternative wins, header or pointer alike.
+        let e = event(&c, body.clone(), &headers(&[("x-id", "h")]), None);
+        assert_eq!(e.event_id.as_str(), "h");
+        assert_eq!(e.aggregate[1].as_str(), "7");
+        assert_eq!(e.sequence.unwrap().value.get(), 2);
+        assert_eq!(e.state, Some(json!({"number": 7, "n": 2})));
+        // The first absent (or null): the next.
+        let issue = json!({"id": "b", "repo": "web", "pull_request": null,
+                           "issue": {"number": 9, "n": 1}});
+        let e = event(&c, issue, &HeaderMap::new(), None);
+        assert_eq!(e.event_id.as_str(), "b");
+        assert_eq!(e.aggregate[1].as_str(), "9");
+        assert_eq!(e.sequence.unwrap().value.get(), 1);
+        assert_eq!(e.state, Some(json!({"number": 9, "n": 1})));
+        // None present: the whole text is named; a bad value names its alternative.
+        let p = problems(&c, json!({"id": "b", "repo": "web"}), &HeaderMap::new());
+        assert!(p.contains(&(
+            "/pull_request/number|/issue/number".into(),
+            "is required".into()
+        )));
+        let p = problems(
+            &c,
+            json!({"id": "b", "repo": "web", "issue": {"number": [1], "n": 1}}),
+            &HeaderMap::new(),
+        );
+        assert_eq!(p[0].0, "/issue/number", "{p:?}");
+        // A header sent twice is a problem, not a reason to try the next alternative.
+        let p = problems(&c, body, &headers(&[("x-id", "1"), ("x-id", "2")]));
+        assert_eq!(p[0].0, "header:X-Id", "{p:?}");
+    }
+
+    #[test]
+    fn an_empty_alternative_or_a_bad_unwrap_is_a_config_error() {
+        let cases = [
+            ("ordering = \"unordered\"\nevent_id = \"/a|\"", "event_id"),
+            ("ordering = \"unordered\"\nevent_id = \"|/a\"", "event_id"),
+            (
+                "ordering = \"latest-wins\"\naggregate = [\"/a\", \"/b||/c\"]\nsequence = \"/s\"",
+                "aggregate",
+            ),
+            (
+                "ordering = \"unordered\"\nstate = \"/a|header:X-S\"",
+                "state",
+            ),
+            (
+                "ordering = \"unordered\"\nunwrap = \"header:X-P\"",
+                "unwrap",
+            ),
+            ("ordering = \"unordered\"\nunwrap = \"payload\"", "unwrap"),
+        ];
+        for (text, key) in cases {
+            let err = config_error(text);
+            assert_eq!(err.key, key, "{text}: {err}");
+        }
+        assert!(config_error("ordering = \"unordered\"\nevent_id = \"/a|\"")
+            .problem
+            .contains("empty alternative"));
+        assert!(toml::from_str::<JsonSourceSpec>("body_format = \"xml\"").is_err());
+        assert_eq!(
+            spec("body_format = \"form\"").body_format,
+            Some(BodyFormat::Form)
+        );
+    }
+
+    #[test]
+    fn unwrap_problems_name_the_location() {
+        let c = contract(
+            r#"
+            body_format = "form"
+            unwrap = "/payload"
+            event_id = "/id"
+            ordering = "unordered"
+        "#,
+        );
+        let h = HeaderMap::new();
+        for (body, fragment) in [
+            (&b"other=1"[..], "is required"),
+            (b"payload=%7Bnot", "must be a string holding JSON"),
+            (b"payload=1&payload=2", "got an array"),
+            (
+                b"payload=%7B%22id%22%3A1%2C%22id%22%3A2%7D",
+                "must be a string holding JSON",
+            ),
+        ] {
+            let err = c.parse_bytes(body, &h, None).unwrap_err();
+            assert_eq!(err.problems[0].field, "/payload", "{err}");
+            assert!(err.problems[0].problem.contains(fragment), "{err}");
+        }
+        let parsed = c
+            .parse_bytes(b"payload=%7B%22id%22%3A%22e1%22%7D", &h, None)
+            .unwrap();
+        let JsonParsed::Event(e) = parsed else {
+            panic!("{parsed:?}")
+        };
+        assert_eq!(e.event_id.as_str(), "e1");
+        // Without `state`, the state is the unwrapped document.
+        assert_eq!(e.state, Some(json!({"id": "e1"})));
+        // A form source without `unwrap` keeps the fields object.
+        let c = contract("body_format = \"form\"\nevent_id = \"/id\"\nordering = \"unordered\"");
+        assert_eq!(
+            c.state_of(b"id=e2&a=1&a=2").unwrap(),
+            Some(json!({"id": "e2", "a": ["1", "2"]}))
+        );
+        // A JSON source does not read forms.
+        let c = contract("event_id = \"/id\"\nordering = \"unordered\"");
+        assert_eq!(
+            c.parse_bytes(b"id=e3", &h, None).unwrap_err().problems[0].field,
+            "$"
         );
     }
 }

@@ -5,6 +5,7 @@
 //! applied event.
 
 pub mod contract;
+pub mod form;
 
 use axum::http::HeaderMap;
 use serde_json::{json, Value};
@@ -369,13 +370,12 @@ impl Kind for JsonKind {
     }
 
     fn mask(&self, view: &mut Value, fields: &[String]) {
-        let location: Vec<&str> = self
-            .contract
-            .state_location()
-            .iter()
-            .map(String::as_str)
-            .collect();
-        mask_at(view, fields, &location);
+        // The stored state does not say which alternative of `state` it came from: each
+        // one's paths are masked, erring towards hiding more, never less.
+        for location in self.contract.state_locations() {
+            let location: Vec<&str> = location.iter().map(String::as_str).collect();
+            mask_at(view, fields, &location);
+        }
     }
 
     fn mask_stream_state(&self, item: &mut Value, fields: &[String]) {
@@ -411,6 +411,27 @@ mod tests {
         ))
         .unwrap();
         JsonKind::new(&spec).unwrap()
+    }
+
+    #[test]
+    fn masking_covers_every_alternative_of_state() {
+        let spec: JsonSourceSpec = toml::from_str(
+            "event_id = \"/id\"\nordering = \"unordered\"\nstate = \"/pull_request|/issue\"",
+        )
+        .unwrap();
+        let kind = JsonKind::new(&spec).unwrap();
+        let fields = vec![
+            "issue.user.email".to_owned(),
+            "pull_request.token".to_owned(),
+        ];
+        let mut issue = json!({"user": {"email": "a@x", "name": "a"}, "token": "t"});
+        kind.mask(&mut issue, &fields);
+        assert_eq!(issue["user"]["email"], crate::mask::MASK);
+        assert_eq!(issue["user"]["name"], "a");
+        let mut pull = json!({"token": "t", "title": "x"});
+        kind.mask(&mut pull, &fields);
+        assert_eq!(pull["token"], crate::mask::MASK);
+        assert_eq!(pull["title"], "x");
     }
 
     fn row(row: i64, seq: i64) -> PendingRow {

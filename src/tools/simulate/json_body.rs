@@ -18,7 +18,7 @@ use crate::clock;
 use crate::config::SourceConfig;
 use crate::domain::{AggregateKey, Ident};
 use crate::kind::json::contract::{
-    AggregateLocations, Glob, JsonContract, JsonOrdering, JsonSourceSpec,
+    AggregateLocations, BodyFormat, Glob, JsonContract, JsonOrdering, JsonSourceSpec,
 };
 
 /// How the sequences of a latest-wins source are written.
@@ -73,6 +73,13 @@ impl JsonTarget {
                 source.name
             );
         };
+        if spec.body_format.is_some_and(|f| f != BodyFormat::Json) || spec.unwrap.is_some() {
+            bail!(
+                "source {} reads form bodies or unwraps a field (body_format, unwrap): the \
+                 simulator publishes plain JSON bodies only",
+                source.name
+            );
+        }
         Self::of_spec(
             &source.name,
             spec,

@@ -48,9 +48,10 @@ impl Place {
     }
 }
 
-/// The place of a configured location (already checked when the config loaded).
+/// The place of a configured location (already checked when the config loaded); of
+/// alternatives (`/a|/b`), the first is where the value is written.
 pub(super) fn place_of(raw: &str) -> anyhow::Result<Place> {
-    Location::parse(raw)
+    Location::parse(raw.split('|').next().unwrap_or(raw))
         .map(|location| Place::of(&location))
         .map_err(anyhow::Error::msg)
 }
