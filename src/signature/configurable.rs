@@ -309,6 +309,21 @@ fn refuse<T>(key: &'static str, problem: impl Into<String>) -> Result<T, KeyErro
     })
 }
 
+/// The value of a key that names one of a few choices: `default` when absent, refused
+/// with the choices (`names`) when it is none of them.
+fn choice<T>(
+    key: &'static str,
+    raw: Option<&str>,
+    default: T,
+    parse: fn(&str) -> Option<T>,
+    names: &str,
+) -> Result<T, KeyError> {
+    match raw {
+        None => Ok(default),
+        Some(raw) => parse(raw).map_or_else(|| refuse(key, format!("{raw:?} is not {names}")), Ok),
+    }
+}
+
 /// Checks a `public_url`: an absolute http(s) URL without query or fragment; returned
 /// without its trailing `/`, ready to take a request's path.
 pub fn parse_public_url(raw: &str) -> Result<String, String> {
@@ -345,30 +360,20 @@ impl HmacConfig {
                 )
             }
         };
-        let algorithm = match keys.algorithm {
-            None => Algorithm::Sha256,
-            Some(raw) => match Algorithm::parse(raw) {
-                Some(a) => a,
-                None => {
-                    return refuse(
-                        "signature_algorithm",
-                        format!("{raw:?} is not {}", Algorithm::NAMES),
-                    )
-                }
-            },
-        };
-        let encoding = match keys.encoding {
-            None => Encoding::Hex,
-            Some(raw) => match Encoding::parse(raw) {
-                Some(e) => e,
-                None => {
-                    return refuse(
-                        "signature_encoding",
-                        format!("{raw:?} is not {}", Encoding::NAMES),
-                    )
-                }
-            },
-        };
+        let algorithm = choice(
+            "signature_algorithm",
+            keys.algorithm,
+            Algorithm::Sha256,
+            Algorithm::parse,
+            Algorithm::NAMES,
+        )?;
+        let encoding = choice(
+            "signature_encoding",
+            keys.encoding,
+            Encoding::Hex,
+            Encoding::parse,
+            Encoding::NAMES,
+        )?;
         let prefix = keys.prefix.unwrap_or_default().to_owned();
         if prefix.bytes().any(|b| !(0x20..0x7f).contains(&b)) {
             return refuse("signature_prefix", "must be visible ASCII text");
@@ -745,18 +750,13 @@ fn lacking(lack: Lacking<'_>) -> SignatureError {
 /// The timestamp keys: at most one of `timestamp` and `timestamp_key`, and `timestamp_unit`
 /// only with one of them.
 fn timestamp(keys: &HmacKeys<'_>, format: &Format) -> Result<Option<Timestamp>, KeyError> {
-    let unit = match keys.timestamp_unit {
-        None => TimestampUnit::Seconds,
-        Some(raw) => match TimestampUnit::parse(raw) {
-            Some(u) => u,
-            None => {
-                return refuse(
-                    "timestamp_unit",
-                    format!("{raw:?} is not {}", TimestampUnit::NAMES),
-                )
-            }
-        },
-    };
+    let unit = choice(
+        "timestamp_unit",
+        keys.timestamp_unit,
+        TimestampUnit::Seconds,
+        TimestampUnit::parse,
+        TimestampUnit::NAMES,
+    )?;
     let at = match (keys.timestamp, keys.timestamp_key) {
         (Some(_), Some(_)) => {
             return refuse(

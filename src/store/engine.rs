@@ -100,10 +100,11 @@ impl<B: Backend> SqlStore<B> {
         cached: bool,
         settle: SettleAt<'_>,
     ) -> Result<Admission, StoreError> {
-        let (source, aggregate) = (row.source.clone(), row.aggregate.clone());
         let (sealed, made) = self.sealed(row, cached).await?;
+        // The names are copied only for a key made here, to be remembered after the commit.
+        let made = made.map(|key| (sealed.source.clone(), sealed.aggregate.clone(), key));
         let admission = self.backend.ingest(sealed, settle).await?;
-        if let (Some(key), Admission::Logged { .. }) = (made, &admission) {
+        if let (Some((source, aggregate, key)), Admission::Logged { .. }) = (made, &admission) {
             self.backend.vault().remember(&source, &aggregate, key);
         }
         Ok(admission)
@@ -589,6 +590,14 @@ impl<B: Backend> Store for SqlStore<B> {
     }
 
     async fn unlock(&self) -> Result<(), StoreError> {
+        // Without keys it only reads (which master keys the store needs); with keys it
+        // may write the body-hash key.
+        if !self.backend.vault().encrypting() {
+            return self
+                .backend
+                .read(|io| Box::pin(async move { io.vault().unlock(io).await }))
+                .await;
+        }
         self.write(|io| Box::pin(async move { io.vault().unlock(io).await }))
             .await
     }

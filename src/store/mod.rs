@@ -74,6 +74,16 @@ impl fmt::Display for StoreError {
     }
 }
 
+impl StoreError {
+    /// Whether the error that caused it is a `T`.
+    pub fn caused_by<T: std::error::Error + 'static>(&self) -> bool {
+        let (StoreError::Unavailable(failure) | StoreError::Internal(failure)) = self;
+        failure
+            .cause()
+            .is_some_and(|cause| cause.downcast_ref::<T>().is_some())
+    }
+}
+
 impl std::error::Error for StoreError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         let (StoreError::Unavailable(failure) | StoreError::Internal(failure)) = self;
@@ -257,9 +267,8 @@ pub struct EventRow {
 /// A row's body and headers sealed under its aggregate's data key (docs/encryption.md).
 #[derive(Debug, Clone)]
 pub(crate) struct SealedRow {
-    /// The data key's id.
-    pub data_key: i64,
-    /// The data key, which a settle at ingest seals the aggregate's writes under.
+    /// The data key (its id is stored with the row), which a settle at ingest seals the
+    /// aggregate's writes under.
     pub key: std::sync::Arc<crate::encryption::DataKey>,
     /// The sealed body.
     pub body: Vec<u8>,
@@ -283,7 +292,6 @@ impl EventRow {
             .as_deref()
             .map(|h| key.seal_text(h, Binding::event(Column::Headers, &self.event_id)));
         self.sealed = Some(SealedRow {
-            data_key: key.id(),
             key: std::sync::Arc::clone(key),
             body,
             headers,
@@ -306,7 +314,7 @@ impl EventRow {
 
     /// The data key its columns are sealed under.
     pub(crate) fn data_key(&self) -> Option<i64> {
-        self.sealed.as_ref().map(|s| s.data_key)
+        self.sealed.as_ref().map(|s| s.key.id())
     }
 
     /// The row `event` is logged as (unsealed; its body hash keyed when `vault` encrypts).

@@ -179,8 +179,10 @@ pub(crate) fn event_record(c: &mut Columns, keys: &KeySet) -> Result<EventRecord
     let attempts = c.int()?;
     let next_attempt_at_ms = c.opt_int()?;
     let last_error = keys.open_opt_text(c.opt_text()?, at(Column::LastError));
-    let rest = event_record_rest(c)?;
-    let headers = keys.open_opt_text(rest.3, at(Column::Headers));
+    let dead_reason = dead_reason(c.opt_text()?)?;
+    let decided_at_ms = c.opt_int()?;
+    let replays = c.int()?;
+    let headers = keys.open_opt_text(c.opt_text()?, at(Column::Headers));
     let undecryptable = body.is_err() || last_error.is_err() || headers.is_err();
     Ok(EventRecord {
         row,
@@ -198,32 +200,23 @@ pub(crate) fn event_record(c: &mut Columns, keys: &KeySet) -> Result<EventRecord
         attempts,
         next_attempt_at_ms,
         last_error: last_error.unwrap_or_default(),
-        dead_reason: rest.0,
-        decided_at_ms: rest.1,
-        replays: rest.2,
+        dead_reason,
+        decided_at_ms,
+        replays,
         headers: headers.unwrap_or_default(),
         history: Vec::new(),
         undecryptable,
     })
 }
 
-/// The columns of an event after its last error: dead reason, decided at, replays, headers.
-#[allow(clippy::type_complexity)]
-fn event_record_rest(
-    c: &mut Columns,
-) -> Result<(Option<DeadReason>, Option<i64>, i64, Option<String>), StoreError> {
-    Ok((
-        c.opt_text()?
-            .map(|raw| {
-                DeadReason::parse(&raw).ok_or_else(|| {
-                    StoreError::Internal(format!("unknown dead reason {raw:?} in store").into())
-                })
-            })
-            .transpose()?,
-        c.opt_int()?,
-        c.int()?,
-        c.opt_text()?,
-    ))
+/// A stored dead reason code, parsed.
+fn dead_reason(raw: Option<String>) -> Result<Option<DeadReason>, StoreError> {
+    raw.map(|raw| {
+        DeadReason::parse(&raw).ok_or_else(|| {
+            StoreError::Internal(format!("unknown dead reason {raw:?} in store").into())
+        })
+    })
+    .transpose()
 }
 
 /// An attempt of the history of the event `event_id`, from the columns of

@@ -215,7 +215,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn undecryptable(err: Undecryptable) -> StoreError {
+/// The failure of a value that does not open, for the caller's answer.
+pub(crate) fn undecryptable_error(err: Undecryptable) -> StoreError {
     StoreError::Internal(Failure::caused(err.to_string(), err))
 }
 
@@ -281,7 +282,7 @@ impl Vault {
         let master = masters
             .get(&master)
             .ok_or_else(|| StoreError::Internal("the body hash key's master key".into()))?;
-        let hasher = BodyHasher::unwrap(master, &wrapped).map_err(undecryptable)?;
+        let hasher = BodyHasher::unwrap(master, &wrapped).map_err(undecryptable_error)?;
         let _ = self.body_hasher.set(hasher);
         Ok(())
     }
@@ -327,13 +328,13 @@ impl Vault {
         let masters = self
             .masters
             .as_ref()
-            .ok_or_else(|| undecryptable(Undecryptable("encryption is not configured")))?;
-        let master = masters
-            .get(master)
-            .ok_or_else(|| undecryptable(Undecryptable("its master key is not configured")))?;
+            .ok_or_else(|| undecryptable_error(Undecryptable("encryption is not configured")))?;
+        let master = masters.get(master).ok_or_else(|| {
+            undecryptable_error(Undecryptable("its master key is not configured"))
+        })?;
         let key = master
             .unwrap(id, wrapped, source, aggregate)
-            .map_err(undecryptable)?;
+            .map_err(undecryptable_error)?;
         Ok(Arc::new(key))
     }
 
@@ -470,17 +471,9 @@ impl NewDataKey {
     }
 }
 
-/// The failure of a value that does not open, for the caller's answer.
-pub(crate) fn undecryptable_error(err: Undecryptable) -> StoreError {
-    undecryptable(err)
-}
-
 /// Whether `err` is a value that did not open (answered 500 `undecryptable`).
 pub fn is_undecryptable(err: &StoreError) -> bool {
-    let (StoreError::Internal(failure) | StoreError::Unavailable(failure)) = err;
-    failure
-        .cause()
-        .is_some_and(|cause| cause.downcast_ref::<Undecryptable>().is_some())
+    err.caused_by::<Undecryptable>()
 }
 
 /// A row sealed under a data key that is gone (erased by another node since it was
@@ -496,10 +489,7 @@ pub(crate) fn stale_key() -> StoreError {
 
 /// Whether `err` is [`StaleKey`].
 pub(crate) fn is_stale_key(err: &StoreError) -> bool {
-    let (StoreError::Internal(failure) | StoreError::Unavailable(failure)) = err;
-    failure
-        .cause()
-        .is_some_and(|cause| cause.downcast_ref::<StaleKey>().is_some())
+    err.caused_by::<StaleKey>()
 }
 
 /// Fails with [`StaleKey`] when `row` was sealed under a data key that is not stored

@@ -259,3 +259,26 @@ pub async fn serve_recording(seen: &Arc<Mutex<Seen>>) -> u16 {
     )
     .await
 }
+
+/// The forwarded requests an application received: headers and body.
+pub type Received = Arc<Mutex<Vec<(axum::http::HeaderMap, Vec<u8>)>>>;
+
+/// Serves an application that records every request and answers 204; answers its port.
+pub async fn recording_application(received: &Received) -> u16 {
+    serve_application(
+        axum::Router::new()
+            .route(
+                "/hooks",
+                axum::routing::post(
+                    |axum::extract::State(received): axum::extract::State<Received>,
+                     headers: axum::http::HeaderMap,
+                     body: axum::body::Bytes| async move {
+                        received.lock().unwrap().push((headers, body.to_vec()));
+                        axum::http::StatusCode::NO_CONTENT
+                    },
+                ),
+            )
+            .with_state(Arc::clone(received)),
+    )
+    .await
+}

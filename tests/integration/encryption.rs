@@ -55,6 +55,12 @@ retry_base_s = 1
     )
 }
 
+/// A server encrypting under k1 whose forwards go to a closed port, so they stay
+/// undelivered.
+async fn encrypted_server() -> TestServer {
+    TestServer::spawn_top_and_sources(&encrypted(&[K1]), &sources("http://127.0.0.1:9/hooks")).await
+}
+
 /// The top-level lines of a store encrypting under `keys`.
 pub fn encrypted(keys: &[&str]) -> String {
     let listed: Vec<String> = keys.iter().map(|k| format!("{k:?}")).collect();
@@ -205,9 +211,7 @@ async fn what_publishers_sent_is_sealed_at_rest_and_shown_to_the_admin() {
 
 #[tokio::test]
 async fn a_ciphertext_moved_to_another_row_does_not_open_and_the_server_keeps_serving() {
-    let server =
-        TestServer::spawn_top_and_sources(&encrypted(&[K1]), &sources("http://127.0.0.1:9/hooks"))
-            .await;
+    let server = encrypted_server().await;
     for (id, seq) in [("evt-a", 1), ("evt-b", 2)] {
         let sent = body(id, "cus-1", seq, "someone");
         assert!(post(&server, "vault-sync", &sent, "note").await.code < 300);
@@ -246,9 +250,7 @@ pub async fn forget(server: &TestServer, source: &str, aggregate: &str) -> Reply
 #[tokio::test]
 async fn a_forgotten_aggregate_is_gone_for_good_and_its_redeliveries_are_duplicates() {
     // Deliveries to a closed port stay undelivered: forgetting skips them.
-    let server =
-        TestServer::spawn_top_and_sources(&encrypted(&[K1]), &sources("http://127.0.0.1:9/hooks"))
-            .await;
+    let server = encrypted_server().await;
     let gone = body("gone-1", "cus-gone", 1, MARKER);
     let kept = body("kept-1", "cus-kept", 1, "kept-person");
     assert!(post(&server, "vault-sync", &gone, MARKER).await.code < 300);
@@ -346,9 +348,7 @@ async fn without_encryption_forget_deletes_the_bodies_and_says_backups_keep_them
 
 #[tokio::test]
 async fn forget_on_the_command_line_erases_and_names_the_aggregate() {
-    let server =
-        TestServer::spawn_top_and_sources(&encrypted(&[K1]), &sources("http://127.0.0.1:9/hooks"))
-            .await;
+    let server = encrypted_server().await;
     let gone = body("gone-1", "cus/1", 1, MARKER);
     assert!(post(&server, "vault-async", &gone, MARKER).await.code < 300);
     let (ok, out) = server.cli(&[
@@ -382,9 +382,7 @@ async fn a_forget_on_one_node_takes_effect_on_another_that_cached_the_key() {
         eprintln!("skipped: several nodes share a database only on PostgreSQL");
         return;
     }
-    let first =
-        TestServer::spawn_top_and_sources(&encrypted(&[K1]), &sources("http://127.0.0.1:9/hooks"))
-            .await;
+    let first = encrypted_server().await;
     let second = TestServer::join(&first).await;
     // The second node seals under the aggregate's key and keeps it cached (read back
     // from the store at its second event).

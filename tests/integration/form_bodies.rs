@@ -249,27 +249,10 @@ async fn unwrap_reads_the_payload_field_as_the_document() {
 
 #[tokio::test]
 async fn a_form_source_is_forwarded_byte_for_byte_with_its_media_type() {
-    use crate::application::{serve_application, DEST_SECRET};
-    use std::sync::{Arc, Mutex};
+    use crate::application::{recording_application, Received, DEST_SECRET};
 
-    type Received = Arc<Mutex<Vec<(axum::http::HeaderMap, Vec<u8>)>>>;
-    let received: Received = Arc::default();
-    let port = serve_application(
-        axum::Router::new()
-            .route(
-                "/hooks",
-                axum::routing::post(
-                    |axum::extract::State(received): axum::extract::State<Received>,
-                     headers: axum::http::HeaderMap,
-                     body: axum::body::Bytes| async move {
-                        received.lock().unwrap().push((headers, body.to_vec()));
-                        axum::http::StatusCode::NO_CONTENT
-                    },
-                ),
-            )
-            .with_state(Arc::clone(&received)),
-    )
-    .await;
+    let received: Received = Received::default();
+    let port = recording_application(&received).await;
     let server = TestServer::spawn_with_sources(&format!(
         r#"{SOURCES}
 [[destinations]]

@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use inhook::signature::{Scheme, Secret};
 
-use crate::application::serve_application;
+use crate::application::{recording_application, Received};
 use crate::conformance::delta;
 use crate::support::{now_s, TestServer, SAVE_SECRETS};
 
@@ -178,29 +178,6 @@ async fn secrets_from_the_environment_win_and_the_reload_says_so() {
     );
     assert!(server.save_secret_verifies(env_secret, "env_after").await);
     assert!(!server.save_secret_verifies(edited, "env_file_after").await);
-}
-
-/// The forwarded requests an application received: headers and body.
-type Received = Arc<Mutex<Vec<(axum::http::HeaderMap, Vec<u8>)>>>;
-
-/// Serves an application that records every request and answers 204; answers its port.
-async fn recording_application(received: &Received) -> u16 {
-    serve_application(
-        axum::Router::new()
-            .route(
-                "/hooks",
-                axum::routing::post(
-                    |axum::extract::State(received): axum::extract::State<Received>,
-                     headers: axum::http::HeaderMap,
-                     body: axum::body::Bytes| async move {
-                        received.lock().unwrap().push((headers, body.to_vec()));
-                        axum::http::StatusCode::NO_CONTENT
-                    },
-                ),
-            )
-            .with_state(Arc::clone(received)),
-    )
-    .await
 }
 
 /// Posts one save event and waits until the application received it; answers its request.
