@@ -103,7 +103,8 @@ pub async fn holders_of(server: &TestServer, needle: &[u8]) -> Vec<String> {
 }
 
 async fn postgres_holders(server: &TestServer, needle: &[u8]) -> Vec<String> {
-    let text = String::from_utf8_lossy(needle).into_owned();
+    // Compared as hex, text columns as their UTF-8 bytes: a needle of any bytes (a
+    // wrapped key) needs no quoting, and no text collation can hide it.
     let hex = hex::encode(needle);
     let columns = server
         .query_rows(
@@ -114,13 +115,15 @@ async fn postgres_holders(server: &TestServer, needle: &[u8]) -> Vec<String> {
     let mut holders = Vec::new();
     for row in columns {
         let (table, column, kind) = (&row[0], &row[1], &row[2]);
-        let condition = if kind == "bytea" {
-            format!("encode({column}, 'hex') LIKE '%{hex}%'")
+        let bytes = if kind == "bytea" {
+            column.clone()
         } else {
-            format!("{column} LIKE '%{text}%'")
+            format!("convert_to({column}, 'UTF8')")
         };
         let found = server
-            .query_i64(&format!("SELECT COUNT(*) FROM {table} WHERE {condition}"))
+            .query_i64(&format!(
+                "SELECT COUNT(*) FROM {table} WHERE encode({bytes}, 'hex') LIKE '%{hex}%'"
+            ))
             .await;
         if found > 0 {
             holders.push(format!("{table}.{column}"));
