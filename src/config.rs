@@ -1318,6 +1318,61 @@ mod tests {
     use test_env as env;
 
     #[test]
+    fn batch_and_response_are_checked_at_load() {
+        let source = |keys: &str| {
+            format!(
+                "[[sources]]\nname = \"sg\"\nkind = \"json\"\nsignature = \"github\"\nsecrets = [\"s\"]\nordering = \"unordered\"\n{keys}\n"
+            )
+        };
+        let load = |keys: &str| Config::from_parts(Some(&source(keys)), &env(&[]));
+        let config = load("batch = true\nevent_id = \"/sg_event_id\"").unwrap();
+        assert_eq!(
+            config.sources[0].batch,
+            Some(crate::kind::json::batch::DEFAULT_MAX_EVENTS)
+        );
+        let config = load("batch = true\nbatch_max_events = 7\nevent_id = \"body\"").unwrap();
+        assert_eq!(config.sources[0].batch, Some(7));
+        assert_eq!(load("event_id = \"/id\"").unwrap().sources[0].batch, None);
+        for (keys, named) in [
+            ("batch = true", "batch needs event_id"),
+            (
+                "batch = true\nevent_id = \"/id\"\nbody_format = \"form\"",
+                "body_format",
+            ),
+            (
+                "batch_max_events = 3\nevent_id = \"/id\"",
+                "batch_max_events",
+            ),
+            (
+                "batch = true\nbatch_max_events = 0\nevent_id = \"/id\"",
+                "at least 1",
+            ),
+            ("event_id = \"/id\"\nresponse = { status = 301 }", "2xx"),
+            (
+                "event_id = \"/id\"\nresponse = { body = \"x\", code = 1 }",
+                "code",
+            ),
+        ] {
+            let err = load(keys).unwrap_err().to_string();
+            assert!(
+                err.contains("\"sg\"") || err.contains(named),
+                "{keys}: {err}"
+            );
+            assert!(err.contains(named), "{keys}: {err}");
+        }
+        let presence =
+            "[[sources]]\nname = \"p\"\nkind = \"presence\"\nsecrets = [\"s\"]\nbatch = true\n";
+        let err = Config::from_parts(Some(presence), &env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("only for kind = \"json\""), "{err}");
+        let config = load("event_id = \"/id\"\nresponse = { body = '{\"type\":5}', content_type = \"application/json\" }").unwrap();
+        let response = config.sources[0].response.as_ref().unwrap();
+        assert_eq!(response.body, r#"{"type":5}"#);
+        assert_eq!(response.status, axum::http::StatusCode::OK);
+    }
+
+    #[test]
     fn a_top_level_key_after_the_first_table_says_where_it_belongs() {
         let text = "[[sources]]\nname = \"p\"\nkind = \"presence\"\nsecrets = [\"s\"]\nlisten = \"127.0.0.1:9\"\n";
         let err = Config::from_parts(Some(text), &env(&[]))

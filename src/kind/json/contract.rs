@@ -1044,6 +1044,40 @@ mod tests {
         JsonContract::compile(&spec(toml_text)).unwrap_err()
     }
 
+    #[test]
+    fn a_body_event_id_is_the_bodys_sha256_whatever_the_delivery_id() {
+        let c = contract(
+            "ordering = \"unordered\"\nevent_id = \"body\"\nevent_type = \"/t\"\nevent_types = [\"a.*\"]",
+        );
+        assert!(c.event_id_from_body());
+        let body = br#"{"t":"a.b","x":1}"#;
+        let hex_id = body_event_id(body);
+        assert_eq!(hex_id.len(), 64);
+        assert!(hex_id
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        let JsonParsed::Event(e) = c.parse_bytes(body, &headers(&[]), Some("msg_1")).unwrap()
+        else {
+            panic!("an event");
+        };
+        assert_eq!(e.event_id.as_str(), hex_id);
+        assert_eq!(e.aggregate[0].as_str(), hex_id);
+        // One byte more is another event; an ignored type is logged under its body id too.
+        assert_ne!(body_event_id(br#"{"t":"a.b","x":1} "#), hex_id);
+        let ignored = br#"{"t":"z"}"#;
+        let JsonParsed::Ignored { event_id, .. } =
+            c.parse_bytes(ignored, &headers(&[]), None).unwrap()
+        else {
+            panic!("ignored");
+        };
+        assert_eq!(event_id.unwrap().as_str(), body_event_id(ignored));
+        // The SHA-256 of the empty string, as every tool computes it.
+        assert_eq!(
+            body_event_id(b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
         for (name, value) in pairs {
