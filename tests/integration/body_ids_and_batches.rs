@@ -503,3 +503,63 @@ secret = "{DEST_SECRET}"
         assert_eq!(found.0["content-type"], "application/json");
     }
 }
+
+#[tokio::test]
+async fn an_encrypted_store_logs_a_batch_sealed_and_reads_each_element_back() {
+    use crate::encryption::{encrypted, K1};
+
+    let server = TestServer::spawn_top_and_sources(&encrypted(&[K1]), SOURCES).await;
+    // Two elements of one new aggregate: one data key, written with the first.
+    let events = [
+        sendgrid_event("e-1", "kim@example.com", "processed", 1),
+        sendgrid_event("e-2", "kim@example.com", "delivered", 2),
+        sendgrid_event("e-3", "lou@example.com", "open", 3),
+    ];
+    let body = batch(&events);
+    let r = post_json(&server, "sendgrid", "sg-secret", &body).await;
+    assert_eq!(r.code, 202, "{:?}", r.body);
+    assert_eq!(r.body["logged"], 3, "{:?}", r.body);
+    let shown = server
+        .wait_for("/v1/sources/sendgrid/aggregates/kim@example.com", |r| {
+            r.code == 200 && r.body["event_id"] == "e-2"
+        })
+        .await;
+    assert_eq!(shown.body["state"]["event"], "delivered");
+    let logged = server.logged().await;
+    for event in &events {
+        let id = event["sg_event_id"].as_str().unwrap();
+        let record = logged.iter().find(|e| e.event_id == id).unwrap();
+        assert!(!record.undecryptable, "{id}");
+        assert_eq!(
+            serde_json::from_slice::<Value>(&record.body).unwrap(),
+            *event
+        );
+    }
+    // Redelivered, and with a new element of a known aggregate: the keys are found again.
+    let more = batch(&[
+        events[1].clone(),
+        sendgrid_event("e-4", "lou@example.com", "click", 4),
+    ]);
+    let r = post_json(&server, "sendgrid", "sg-secret", &more).await;
+    assert_eq!(r.code, 202, "{:?}", r.body);
+    assert_eq!(
+        (r.body["logged"].clone(), r.body["duplicates"].clone()),
+        (json!(1), json!(1))
+    );
+}
+
+#[tokio::test]
+async fn a_limit_refusing_one_element_keeps_nothing_of_the_batch() {
+    let server = TestServer::spawn_with_sources(&SOURCES.replace(
+        "batch_max_events = 5",
+        "batch_max_events = 5\nmax_backlog = 2",
+    ))
+    .await;
+    let events: Vec<Value> = (0..3)
+        .map(|i| sendgrid_event(&format!("b-{i}"), "max@example.com", "open", i))
+        .collect();
+    let r = post_json(&server, "sendgrid", "sg-secret", &batch(&events)).await;
+    assert_eq!(r.code, 429, "{:?}", r.body);
+    assert_eq!(r.body["error"], "backlog_full", "{:?}", r.body);
+    assert_eq!(server.count().await, 0);
+}
