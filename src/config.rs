@@ -27,10 +27,12 @@ macro_rules! changed_keys {
 pub mod defaults;
 mod destination;
 mod reload;
+pub mod response;
 pub mod target;
 pub mod template;
 pub use destination::{destination_secret_env_var, destination_url_env_var, DestinationConfig};
 pub use reload::{check_reload, LiveSecrets, ReloadPlan};
+pub use response::SourceResponse;
 pub use target::Target;
 
 pub use crate::domain::Mode;
@@ -81,6 +83,10 @@ pub struct SourceConfig {
     pub keep_headers: Vec<String>,
     /// The client addresses that may deliver (403 `forbidden_peer` to others); everyone when unset.
     pub allow_ips: Option<crate::peers::CidrList>,
+    /// `batch = true`: each body is a JSON array of events, at most this many (docs/configuration.md, batches).
+    pub batch: Option<usize>,
+    /// The answer sent instead of the JSON one when a delivery is logged, applied or a duplicate.
+    pub response: Option<SourceResponse>,
 }
 
 /// The validated configuration of one inhook process.
@@ -354,6 +360,9 @@ struct FileSource {
     state: Option<String>,
     body_format: Option<BodyFormat>,
     unwrap: Option<String>,
+    batch: Option<bool>,
+    batch_max_events: Option<usize>,
+    response: Option<response::FileResponse>,
     public_url: Option<String>,
     // The keys of the configurable schemes (docs/configuration.md, `signature = "hmac"`,
     // `"token"`): written inline, as `flatten` cannot refuse unknown keys.
@@ -530,6 +539,9 @@ impl FileSource {
             state: None,
             body_format: None,
             unwrap: None,
+            batch: None,
+            batch_max_events: None,
+            response: None,
             public_url: None,
             signature_header: None,
             signature_algorithm: None,
@@ -877,6 +889,13 @@ fn source(
     let public_url = s.public_url.as_deref().or(public_url);
     let verifier = verifier(&s.name, scheme, &s, public_url)?;
     let kind = source_kind(&s.name, s.kind, json_keys, &verifier, stale_after_s)?;
+    let batch = batch(&s, kind.as_ref())?;
+    let response = s
+        .response
+        .clone()
+        .map(SourceResponse::parse)
+        .transpose()
+        .map_err(|e| ConfigError(format!("source {:?}: {e}", s.name)))?;
     let secrets: Vec<Secret> = secrets.into_iter().map(Secret::new).collect();
     // A secret in the wrong form would turn every delivery into a 401: fail now instead.
     for (i, secret) in secrets.iter().enumerate() {
@@ -944,7 +963,40 @@ fn source(
             .max_held_per_aggregate
             .unwrap_or(defaults::MAX_HELD_PER_AGGREGATE),
         rate_limit_per_s: s.rate_limit_per_s.filter(|r| *r > 0),
+        batch,
+        response,
     })
+}
+
+/// A source's `batch` settings: the most events a batch may hold, `None` without
+/// `batch = true`. A batch is a JSON array of json events, each with an id of its own.
+fn batch(s: &FileSource, kind: &dyn Kind) -> Result<Option<usize>, ConfigError> {
+    let problem = |p: &str| Err(ConfigError(format!("source {:?}: {p}", s.name)));
+    if s.batch != Some(true) {
+        if s.batch_max_events.is_some() {
+            return problem("batch_max_events is only for batch = true");
+        }
+        return Ok(None);
+    }
+    let Some(spec) = kind.locations() else {
+        return problem("batch is only for kind = \"json\"");
+    };
+    if spec.body_format.is_some_and(|f| f != BodyFormat::Json) {
+        return problem("batch needs JSON bodies: it cannot be used with body_format = \"form\"");
+    }
+    if spec.event_id.is_none() {
+        // One delivery id for every element would make each element a duplicate of the first.
+        return problem(
+            "batch needs event_id, a location in each event or \"body\": the delivery id is one for the whole batch",
+        );
+    }
+    match s
+        .batch_max_events
+        .unwrap_or(crate::kind::json::batch::DEFAULT_MAX_EVENTS)
+    {
+        0 => problem("batch_max_events must be at least 1"),
+        max => Ok(Some(max)),
+    }
 }
 
 /// A source's `allow_ips`: `None` (everyone) when unset; an empty list would refuse
@@ -1264,6 +1316,61 @@ pub(crate) fn test_env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
 mod tests {
     use super::*;
     use test_env as env;
+
+    #[test]
+    fn batch_and_response_are_checked_at_load() {
+        let source = |keys: &str| {
+            format!(
+                "[[sources]]\nname = \"sg\"\nkind = \"json\"\nsignature = \"github\"\nsecrets = [\"s\"]\nordering = \"unordered\"\n{keys}\n"
+            )
+        };
+        let load = |keys: &str| Config::from_parts(Some(&source(keys)), &env(&[]));
+        let config = load("batch = true\nevent_id = \"/sg_event_id\"").unwrap();
+        assert_eq!(
+            config.sources[0].batch,
+            Some(crate::kind::json::batch::DEFAULT_MAX_EVENTS)
+        );
+        let config = load("batch = true\nbatch_max_events = 7\nevent_id = \"body\"").unwrap();
+        assert_eq!(config.sources[0].batch, Some(7));
+        assert_eq!(load("event_id = \"/id\"").unwrap().sources[0].batch, None);
+        for (keys, named) in [
+            ("batch = true", "batch needs event_id"),
+            (
+                "batch = true\nevent_id = \"/id\"\nbody_format = \"form\"",
+                "body_format",
+            ),
+            (
+                "batch_max_events = 3\nevent_id = \"/id\"",
+                "batch_max_events",
+            ),
+            (
+                "batch = true\nbatch_max_events = 0\nevent_id = \"/id\"",
+                "at least 1",
+            ),
+            ("event_id = \"/id\"\nresponse = { status = 301 }", "2xx"),
+            (
+                "event_id = \"/id\"\nresponse = { body = \"x\", code = 1 }",
+                "code",
+            ),
+        ] {
+            let err = load(keys).unwrap_err().to_string();
+            assert!(
+                err.contains("\"sg\"") || err.contains(named),
+                "{keys}: {err}"
+            );
+            assert!(err.contains(named), "{keys}: {err}");
+        }
+        let presence =
+            "[[sources]]\nname = \"p\"\nkind = \"presence\"\nsecrets = [\"s\"]\nbatch = true\n";
+        let err = Config::from_parts(Some(presence), &env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("only for kind = \"json\""), "{err}");
+        let config = load("event_id = \"/id\"\nresponse = { body = '{\"type\":5}', content_type = \"application/json\" }").unwrap();
+        let response = config.sources[0].response.as_ref().unwrap();
+        assert_eq!(response.body, r#"{"type":5}"#);
+        assert_eq!(response.status, axum::http::StatusCode::OK);
+    }
 
     #[test]
     fn a_top_level_key_after_the_first_table_says_where_it_belongs() {

@@ -100,6 +100,19 @@ fn allowed(all: StoredHeaders, extra: &[String]) -> StoredHeaders {
         .collect()
 }
 
+/// The `content-type` an event was received with, from its kept headers (a JSON object
+/// text), when it is there whole: a value at the kept length may have been cut.
+pub fn received_content_type(stored: Option<&str>) -> Option<String> {
+    let all = parse_stored(stored?)?;
+    let value = all
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case("content-type"))
+        .and_then(|(_, value)| value.as_str())?;
+    let whole = value.chars().count() < LONGEST_VALUE_CHARS;
+    (whole && !value.is_empty() && axum::http::HeaderValue::from_str(value).is_ok())
+        .then(|| value.to_owned())
+}
+
 fn shortened(value: &str) -> &str {
     let end = value
         .char_indices()

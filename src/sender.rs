@@ -668,6 +668,10 @@ impl Sender {
         };
         let webhook_id = WebhookId::from_stored(delivery.webhook_id.clone());
         let aggregate = AggregateKey::text_of_stored(&delivery.aggregate);
+        // The content type as received, kept with the event; else the source's media type
+        // (events logged without it, or with a value cut at the kept length).
+        let received_type =
+            crate::kept_headers::received_content_type(delivery.event_headers.as_deref());
         let forwarded = ForwardedEvent {
             webhook_id: &webhook_id,
             source: &delivery.source,
@@ -676,11 +680,12 @@ impl Sender {
             aggregate: &aggregate,
             sequence: delivery.sequence,
             body: &body,
-            content_type: self
-                .media_types
-                .get(&delivery.source)
-                .copied()
-                .unwrap_or("application/json"),
+            content_type: received_type.as_deref().unwrap_or_else(|| {
+                self.media_types
+                    .get(&delivery.source)
+                    .copied()
+                    .unwrap_or("application/json")
+            }),
         };
         // A sink's messages are signed when its destination has a secret; a type that
         // requires one never goes unsigned.

@@ -316,6 +316,8 @@ impl SourceConfig {
             "rate_limit_per_s" => rate_limit_per_s,
             "keep_headers" => keep_headers,
             "allow_ips" => allow_ips,
+            "batch" => batch,
+            "response" => response,
         ])
     }
 }

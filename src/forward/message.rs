@@ -68,8 +68,8 @@ pub struct ForwardedEvent<'a> {
     pub sequence: i64,
     /// The raw body as received, sent byte for byte.
     pub body: &'a [u8],
-    /// The body's media type: its source's (`application/json`, or a form source's
-    /// `application/x-www-form-urlencoded`).
+    /// The body's media type: the `content-type` it was received with, else its source's
+    /// (`application/json`, or a form source's `application/x-www-form-urlencoded`).
     pub content_type: &'a str,
 }
 

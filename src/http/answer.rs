@@ -56,6 +56,18 @@ pub enum Answer {
         /// Why.
         reason: DeadReason,
     },
+    /// A batch (`batch = true`) logged whole: each element's answer, in order.
+    Batch {
+        /// Each element's answer, as a single delivery's body.
+        events: Vec<DeliveryBody>,
+    },
+    /// 400: an element of a batch breaks the contract; nothing of the batch was stored.
+    InvalidBatchElement {
+        /// The element's index in the array, from 0.
+        index: usize,
+        /// Its bad fields.
+        problems: Vec<FieldProblem>,
+    },
     /// 401: signature or timestamp rejected.
     SignatureRejected(SignatureError),
     /// 400: body is not JSON or breaks the contract.
@@ -141,6 +153,8 @@ impl Answer {
             Answer::Stale { .. } => "stale",
             Answer::Unsupported { .. } => "ignored_unsupported",
             Answer::Dead { .. } => "dead",
+            Answer::Batch { .. } => "batch",
+            Answer::InvalidBatchElement { .. } => "invalid_payload",
             Answer::SignatureRejected(_) => "signature_rejected",
             Answer::InvalidPayload(_) => "invalid_payload",
             Answer::UnknownSource => "unknown_source",
@@ -164,6 +178,65 @@ impl Answer {
             Answer::InvalidConfig(_) => "invalid_config",
             Answer::Conflict { .. } => "conflict",
         }
+    }
+
+    /// Whether the delivery is logged (or was already): the 2xx answers a source's own
+    /// `response` replaces (docs/configuration.md, `response`).
+    pub fn is_logged_delivery(&self) -> bool {
+        matches!(
+            self,
+            Answer::Applied { .. }
+                | Answer::Accepted { .. }
+                | Answer::Duplicate { .. }
+                | Answer::Stale { .. }
+                | Answer::Unsupported { .. }
+                | Answer::Dead { .. }
+                | Answer::Batch { .. }
+        )
+    }
+
+    /// A single delivery's answer as its status code and body; `None` for any other answer.
+    pub fn delivery_body(self) -> Option<(StatusCode, DeliveryBody)> {
+        Some(match self {
+            Answer::Applied { sequence } => (StatusCode::OK, DeliveryBody::Applied { sequence }),
+            Answer::Accepted { event_id } => (
+                StatusCode::ACCEPTED,
+                DeliveryBody::Accepted {
+                    event_id: event_id.to_string(),
+                },
+            ),
+            Answer::Duplicate { event_id, key } => (
+                StatusCode::OK,
+                DeliveryBody::Duplicate {
+                    event_id: event_id.to_string(),
+                    key: key.as_str().to_owned(),
+                },
+            ),
+            Answer::Stale {
+                sequence,
+                current_sequence,
+            } => (
+                StatusCode::OK,
+                DeliveryBody::Stale {
+                    sequence,
+                    current_sequence,
+                },
+            ),
+            Answer::Unsupported { event_id } => (
+                StatusCode::OK,
+                DeliveryBody::IgnoredUnsupported {
+                    event_id: event_id.map(|id| id.to_string()),
+                },
+            ),
+            Answer::Dead { event_id, reason } => (
+                StatusCode::OK,
+                DeliveryBody::Dead {
+                    event_id: event_id.to_string(),
+                    reason,
+                },
+            ),
+            _ => return None,
+        })
     }
 
     /// Whether the delivery was refused before it reached the event log.
@@ -225,6 +298,52 @@ pub enum DeliveryBody {
     },
 }
 
+/// The answer to a batch (`batch = true`) logged whole (docs/contract.md, batches).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchBody {
+    /// Always `batch`.
+    #[schema(example = "batch")]
+    pub status: &'static str,
+    /// Elements newly logged by this delivery.
+    pub logged: usize,
+    /// Elements already logged (`duplicate`).
+    pub duplicates: usize,
+    /// Each element's answer, in the array's order, as a single delivery's.
+    pub events: Vec<DeliveryBody>,
+}
+
+impl BatchBody {
+    /// The body of a batch whose elements were answered `events`.
+    pub fn of(events: Vec<DeliveryBody>) -> Self {
+        let duplicates = events
+            .iter()
+            .filter(|e| matches!(e, DeliveryBody::Duplicate { .. }))
+            .count();
+        let unlogged = events
+            .iter()
+            .filter(|e| matches!(e, DeliveryBody::IgnoredUnsupported { event_id: None }))
+            .count();
+        Self {
+            status: "batch",
+            logged: events.len() - duplicates - unlogged,
+            duplicates,
+            events,
+        }
+    }
+}
+
+/// What ingress answers a delivery it logged, for the OpenAPI document: one delivery's
+/// body, or a batch source's.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // Only its OpenAPI description is used; answers are built from [`Answer`].
+pub(super) enum IngressBody {
+    /// A single delivery.
+    One(DeliveryBody),
+    /// A batch source's delivery.
+    Batch(BatchBody),
+}
+
 /// Whether an error answer refused the request or failed on inhook's side.
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -254,6 +373,9 @@ pub struct ErrorBody {
     /// The media type expected by an `unsupported_media_type` answer.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expected: Option<String>,
+    /// The index (from 0) of the batch element an `invalid_payload` answer is about.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<usize>,
 }
 
 impl ErrorBody {
@@ -265,6 +387,7 @@ impl ErrorBody {
             detail: None,
             limit_bytes: None,
             expected: None,
+            index: None,
         }
     }
 
@@ -337,43 +460,34 @@ impl IntoResponse for Answer {
         let delivery = |code: StatusCode, body: DeliveryBody| (code, Json(body)).into_response();
         let error = |code: StatusCode, body: ErrorBody| (code, Json(body)).into_response();
         match self {
-            Answer::Applied { sequence } => {
-                delivery(StatusCode::OK, DeliveryBody::Applied { sequence })
+            answer @ (Answer::Applied { .. }
+            | Answer::Accepted { .. }
+            | Answer::Duplicate { .. }
+            | Answer::Stale { .. }
+            | Answer::Unsupported { .. }
+            | Answer::Dead { .. }) => match answer.delivery_body() {
+                Some((code, body)) => delivery(code, body),
+                None => unreachable!("every variant matched has a delivery body"),
+            },
+            Answer::Batch { events } => {
+                // 202 while any element waits to be applied; 200 when every one is decided
+                // (sync mode) or was logged before.
+                let later = events
+                    .iter()
+                    .any(|e| matches!(e, DeliveryBody::Accepted { .. }));
+                let code = if later {
+                    StatusCode::ACCEPTED
+                } else {
+                    StatusCode::OK
+                };
+                (code, Json(BatchBody::of(events))).into_response()
             }
-            Answer::Accepted { event_id } => delivery(
-                StatusCode::ACCEPTED,
-                DeliveryBody::Accepted {
-                    event_id: event_id.to_string(),
-                },
-            ),
-            Answer::Duplicate { event_id, key } => delivery(
-                StatusCode::OK,
-                DeliveryBody::Duplicate {
-                    event_id: event_id.to_string(),
-                    key: key.as_str().to_owned(),
-                },
-            ),
-            Answer::Stale {
-                sequence,
-                current_sequence,
-            } => delivery(
-                StatusCode::OK,
-                DeliveryBody::Stale {
-                    sequence,
-                    current_sequence,
-                },
-            ),
-            Answer::Unsupported { event_id } => delivery(
-                StatusCode::OK,
-                DeliveryBody::IgnoredUnsupported {
-                    event_id: event_id.map(|id| id.to_string()),
-                },
-            ),
-            Answer::Dead { event_id, reason } => delivery(
-                StatusCode::OK,
-                DeliveryBody::Dead {
-                    event_id: event_id.to_string(),
-                    reason,
+            Answer::InvalidBatchElement { index, problems } => error(
+                StatusCode::BAD_REQUEST,
+                ErrorBody {
+                    index: Some(index),
+                    details: Some(problems),
+                    ..ErrorBody::rejected("invalid_payload")
                 },
             ),
             Answer::SignatureRejected(err) => {

@@ -8,7 +8,9 @@ use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use tracing::{info, warn, Instrument};
 
-use super::answer::{Answer, DeliveryBody, ErrorBody};
+mod batch;
+
+use super::answer::{Answer, ErrorBody, IngressBody};
 use super::AppState;
 use crate::config::{Mode, SourceConfig, BODY_RATE_GRACE_S};
 use crate::kind::json::contract::BodyFormat;
@@ -29,10 +31,11 @@ use crate::store::{Admission, Decided, NewEvent, Refusal, SettleAt, StoreError};
         example = json!({"event_id": "evt_1", "user_id": "usr_A", "presence": "ONLINE",
             "sequence_number": 1, "timestamp": 1_764_460_800})),
     responses(
-        (status = 200, description = "Sync: applied, stale, unsupported or dead; or a duplicate",
-            body = DeliveryBody),
-        (status = 202, description = "Logged durably; applied later", body = DeliveryBody),
-        (status = 400, description = "`invalid_payload`, each bad field named", body = ErrorBody),
+        (status = 200, description = "Sync: applied, stale, unsupported or dead; or a duplicate; a batch \
+            source (`batch = true`) answers each element. A source's own `response` (status, content type \
+            and body, any 2xx) replaces these 2xx bodies", body = IngressBody),
+        (status = 202, description = "Logged durably; applied later (a batch: some element is)", body = IngressBody),
+        (status = 400, description = "`invalid_payload`, each bad field named (a batch: the element's `index` too)", body = ErrorBody),
         (status = 401, description = "`missing_signature`, `invalid_signature` or `timestamp_out_of_tolerance`",
             body = ErrorBody),
         (status = 403, description = "`forbidden_peer`: the client address is not in the source's `allow_ips`; nothing read",
@@ -91,16 +94,37 @@ pub(super) async fn receive(
         method: method.as_str(),
         path_and_query: uri.path_and_query().map_or("/", |p| p.as_str()),
     };
-    let response = answer(&state, config, client, &target, &headers, body)
+    let answer = answer(&state, config, client, &target, &headers, body)
         .instrument(span)
-        .await
-        .into_response();
+        .await;
+    let response = match &config.response {
+        // The publisher reads or shows the source's own answer; errors keep their JSON.
+        Some(custom) if answer.is_logged_delivery() => custom_response(custom),
+        _ => answer.into_response(),
+    };
     metrics::request(
         &config.name,
         response.status().as_u16(),
         started.elapsed().as_secs_f64(),
     );
     response
+}
+
+/// A source's own answer to a logged delivery (docs/configuration.md, `response`), sent as
+/// written; `nosniff`, so that a browser never reads it as anything but its content type.
+fn custom_response(custom: &crate::config::SourceResponse) -> Response {
+    (
+        custom.status,
+        [
+            (header::CONTENT_TYPE, custom.content_type.clone()),
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                axum::http::HeaderValue::from_static("nosniff"),
+            ),
+        ],
+        custom.body.clone(),
+    )
+        .into_response()
 }
 
 /// What a delivery was sent to: what the configurable schemes may sign besides headers
@@ -143,6 +167,9 @@ async fn check_and_log(
         Ok(read) => read,
         Err(refused) => return refused,
     };
+    if let Some(max_events) = source.batch {
+        return batch::check_and_log(state, source, target, headers, read, max_events).await;
+    }
     let delivery = match verify_and_parse(state, source, target, headers, read).await {
         Ok(delivery) => delivery,
         Err(refused) => return refused,
@@ -302,7 +329,7 @@ async fn admit(
     {
         metrics::out_of_order(&source.name);
     }
-    let answer = answer_logged(state, source, &delivery, logged);
+    let answer = answer_logged(state, source, &delivery.event, delivery.ignored, logged);
     tracing::Span::current().record("decision", answer.decision());
     log_decision(source, &delivery.event, &answer);
     // The body's bytes go back to the budget only now that the delivery is answered.
@@ -414,16 +441,19 @@ async fn ingest(
 fn answer_logged(
     state: &AppState,
     source: &SourceConfig,
-    delivery: &VerifiedDelivery,
+    event: &EventFields,
+    ignored: bool,
     logged: Result<Admission, StoreError>,
 ) -> Answer {
-    let event = &delivery.event;
     match logged {
         Ok(Admission::Duplicate {
             key,
             original,
             body_differs,
-        }) => answer_duplicate(state, source, event, key, &original, body_differs),
+        }) => {
+            let key = answered_key(source, key);
+            answer_duplicate(state, source, event, key, &original, body_differs)
+        }
         Ok(Admission::Refused(Refusal::BacklogFull)) => {
             warn!(source = %source.name, "backlog over max_backlog: delivery refused");
             Answer::BacklogFull
@@ -433,7 +463,7 @@ fn answer_logged(
                   "aggregate over max_held_per_aggregate: delivery refused");
             Answer::AggregateBacklogFull
         }
-        Ok(Admission::Logged { decided, .. }) => answer_new(state, source, delivery, decided),
+        Ok(Admission::Logged { decided, .. }) => answer_new(state, source, event, ignored, decided),
         Err(StoreError::Unavailable(detail)) => {
             warn!(source = %source.name, %detail, "store unavailable; delivery not stored");
             Answer::StoreUnavailable
@@ -442,6 +472,18 @@ fn answer_logged(
             tracing::error!(source = %source.name, %detail, "store failed; delivery not stored");
             Answer::Internal
         }
+    }
+}
+
+/// The key a duplicate is answered and counted under: with `event_id = "body"` the event
+/// id is the body's SHA-256, so a duplicate found by it was found by the body.
+fn answered_key(source: &SourceConfig, key: crate::store::DedupKey) -> crate::store::DedupKey {
+    let by_body = source.kind.locations().is_some_and(|spec| {
+        spec.event_id.as_deref() == Some(crate::kind::json::contract::BODY_EVENT_ID)
+    });
+    match key {
+        crate::store::DedupKey::EventId if by_body => crate::store::DedupKey::Body,
+        key => key,
     }
 }
 
@@ -482,12 +524,12 @@ fn answer_duplicate(
 fn answer_new(
     state: &AppState,
     source: &SourceConfig,
-    delivery: &VerifiedDelivery,
+    event: &EventFields,
+    ignored: bool,
     decided: Option<Decided>,
 ) -> Answer {
-    let event = &delivery.event;
     match decided {
-        None if delivery.ignored => {
+        None if ignored => {
             // Counted as the built-in kinds count their unknown types.
             let report = crate::store::SettleReport {
                 unsupported: 1,

@@ -14,11 +14,11 @@ use super::forwarding::{
     DeliveryReplayJob, DeliverySkip, DestinationStats, PendingVerdict,
 };
 use super::vault::{is_stale_key, Vault};
-use super::{bulk, reads, settle, upkeep};
+use super::{bulk, ingest, reads, settle, upkeep};
 use super::{
-    Admission, AggregatePage, AggregateState, EventFilter, EventPage, EventRecord, EventRow,
-    FailureReport, HeaderFilter, NewEvent, PurgeReport, ReplayJob, ReplayOutcome, SettleAt,
-    SettleReport, SourceRules, StateChange, Store, StoreError,
+    Admission, AggregatePage, AggregateState, BatchAdmission, EventFilter, EventPage, EventRecord,
+    EventRow, FailureReport, HeaderFilter, NewEvent, PurgeReport, ReplayJob, ReplayOutcome,
+    SettleAt, SettleReport, SourceRules, StateChange, Store, StoreError,
 };
 use crate::domain::EventStatus;
 use crate::encryption::DataKey;
@@ -110,6 +110,57 @@ impl<B: Backend> SqlStore<B> {
         Ok(admission)
     }
 
+    /// The rows of a batch sealed as [`SqlStore::sealed`] seals one, one data key per
+    /// aggregate (a new one written with its aggregate's first row only); answers the keys
+    /// made, to be remembered once the batch is logged.
+    async fn sealed_batch(
+        &self,
+        rows: Vec<EventRow>,
+        cached: bool,
+    ) -> Result<(Vec<EventRow>, Vec<(String, String, Arc<DataKey>)>), StoreError> {
+        if !self.backend.vault().encrypting() {
+            return Ok((rows, Vec::new()));
+        }
+        let mut keys: std::collections::HashMap<(String, String), Arc<DataKey>> =
+            std::collections::HashMap::new();
+        let mut made = Vec::new();
+        let mut sealed_rows = Vec::with_capacity(rows.len());
+        for mut row in rows {
+            let at = (row.source.clone(), row.aggregate.clone());
+            if let Some(key) = keys.get(&at) {
+                row.seal(key, None);
+                sealed_rows.push(row);
+                continue;
+            }
+            let (row, new) = self.sealed(row, cached).await?;
+            if let Some(key) = row.sealed.as_ref().map(|s| Arc::clone(&s.key)) {
+                if let Some(new) = new {
+                    made.push((at.0.clone(), at.1.clone(), new));
+                }
+                keys.insert(at, key);
+            }
+            sealed_rows.push(row);
+        }
+        Ok((sealed_rows, made))
+    }
+
+    /// Logs a batch's rows (sealed first when encrypting) in one durable transaction.
+    async fn log_batch(
+        &self,
+        rows: Vec<EventRow>,
+        cached: bool,
+        rules: Vec<Option<(SourceRules, bool)>>,
+    ) -> Result<Vec<Admission>, StoreError> {
+        let (rows, made) = self.sealed_batch(rows, cached).await?;
+        let admissions = self
+            .write(move |io| Box::pin(async move { ingest::log_batch(io, &rows, &rules).await }))
+            .await?;
+        for (source, aggregate, key) in made {
+            self.backend.vault().remember(&source, &aggregate, key);
+        }
+        Ok(admissions)
+    }
+
     /// Runs a write flow durably.
     async fn write<T, F>(&self, flow: F) -> Result<T, StoreError>
     where
@@ -164,6 +215,44 @@ impl<B: Backend> Store for SqlStore<B> {
                 self.ingest_sealed(row, false, settle).await
             }
             done => done,
+        }
+    }
+
+    async fn ingest_batch(
+        &self,
+        events: &[NewEvent<'_>],
+        settle: &[SettleAt<'_>],
+    ) -> Result<BatchAdmission, StoreError> {
+        let vault = self.backend.vault();
+        let rules: Vec<Option<(SourceRules, bool)>> = settle
+            .iter()
+            .map(|at| {
+                at.rules()
+                    .map(|rules| (rules.clone(), matches!(at, SettleAt::IfReady(_))))
+            })
+            .collect();
+        let rows = || events.iter().map(|e| EventRow::of(e, vault)).collect();
+        let mut logged = self.log_batch(rows(), true, rules.clone()).await;
+        if matches!(&logged, Err(err) if is_stale_key(err)) {
+            // As for one delivery: a cached key erased since; sealed again under the stored ones.
+            for row in rows() {
+                vault.forget_cached(&row.source, &row.aggregate);
+            }
+            logged = self.log_batch(rows(), false, rules).await;
+        }
+        match logged {
+            Ok(admissions) => Ok(BatchAdmission::Logged(admissions)),
+            Err(err) => {
+                let refused = std::error::Error::source(&err)
+                    .and_then(|cause| cause.downcast_ref::<ingest::BatchRefused>())
+                    .cloned();
+                match refused {
+                    Some(ingest::BatchRefused { index, refusal }) => {
+                        Ok(BatchAdmission::Refused { index, refusal })
+                    }
+                    None => Err(err),
+                }
+            }
         }
     }
 

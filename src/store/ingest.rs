@@ -121,6 +121,50 @@ pub(crate) async fn log_one<I: Tx>(
     })
 }
 
+/// Why a batch's transaction rolled back: the limit that refused its element `index`.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("batch element {index} refused by a limit")]
+pub(crate) struct BatchRefused {
+    pub index: usize,
+    pub refusal: Refusal,
+}
+
+/// Logs every row of a batch inside the caller's one transaction, each as [`log_one`]
+/// does (`settle[i]` for `rows[i]`, `None`: by the worker). Every aggregate is locked
+/// first, in one sorted step, so that two batches never wait on each other's locks in
+/// opposite orders. A refused element fails the whole flow with [`BatchRefused`]: the
+/// caller's transaction then rolls back and nothing of the batch is kept.
+pub(crate) async fn log_batch<I: Tx>(
+    io: &I,
+    rows: &[EventRow],
+    settle: &[Option<(SourceRules, bool)>],
+) -> Result<Vec<Admission>, StoreError> {
+    let aggregates: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|row| (row.source.as_str(), row.aggregate.as_str()))
+        .collect();
+    io.lock_aggregates(&aggregates).await?;
+    let mut admissions = Vec::with_capacity(rows.len());
+    for (index, (row, rules)) in rows.iter().zip(settle).enumerate() {
+        let at = match rules {
+            Some((rules, true)) => SettleAt::IfReady(rules),
+            Some((rules, false)) => SettleAt::Ingest(rules),
+            None => SettleAt::Worker,
+        };
+        match log_one(io, row, at, Guard::Batch).await? {
+            Admission::Refused(refusal) => {
+                let refused = BatchRefused { index, refusal };
+                return Err(StoreError::Internal(super::Failure::caused(
+                    refused.to_string(),
+                    refused,
+                )));
+            }
+            admission => admissions.push(admission),
+        }
+    }
+    Ok(admissions)
+}
+
 /// Writes the new data key `logged` was sealed under, or checks that the cached one it
 /// was sealed under is still stored: a key erased by another node since makes the
 /// delivery fail with [`vault::StaleKey`], to be sealed again (docs/encryption.md).

@@ -422,6 +422,20 @@ pub enum Admission {
     },
 }
 
+/// What logging a batch (`batch = true`) did: all of it, or none of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchAdmission {
+    /// Every element logged (or found a duplicate) in one transaction, in order.
+    Logged(Vec<Admission>),
+    /// A limit refused the element at `index`: nothing of the batch was stored.
+    Refused {
+        /// The element refused, from 0.
+        index: usize,
+        /// Which limit.
+        refusal: Refusal,
+    },
+}
+
 /// Which limit refused a delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
@@ -721,6 +735,20 @@ pub trait Store: Send + Sync + 'static {
         event: NewEvent<'_>,
         settle: SettleAt<'_>,
     ) -> Result<Admission, StoreError>;
+
+    /// Logs the elements of one batch (docs/contract.md, batches) in one transaction, each
+    /// as [`Store::ingest`] logs a delivery (its own dedup, `settle[i]` for `events[i]`):
+    /// every element is logged or none is. Returns only after the commit.
+    async fn ingest_batch(
+        &self,
+        events: &[NewEvent<'_>],
+        settle: &[SettleAt<'_>],
+    ) -> Result<BatchAdmission, StoreError> {
+        let _ = (events, settle);
+        Err(StoreError::Internal(
+            "this store does not log batches".into(),
+        ))
+    }
 
     /// Aggregates with events to decide now: received, or held or retrying and due.
     async fn due_aggregates(

@@ -8,6 +8,7 @@ mod aggregate_keys;
 mod allowed_peers;
 mod application;
 mod bench;
+mod body_ids_and_batches;
 mod configurable_signatures;
 mod conformance;
 mod connections;

@@ -20,7 +20,8 @@ use crate::domain::{EventId, IdProblem, IdempotencyKey, Ident, Sequence};
 /// The keys of a `kind = "json"` source, as written in the configuration file.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub struct JsonSourceSpec {
-    /// Where the event id is; `None` takes the signature scheme's delivery id.
+    /// Where the event id is; `None` takes the signature scheme's delivery id, and
+    /// [`BODY_EVENT_ID`] the hex SHA-256 of the raw body.
     pub event_id: Option<String>,
     /// Where the publisher's key for the logical operation is, if anywhere.
     pub idempotency_key: Option<String>,
@@ -40,6 +41,19 @@ pub struct JsonSourceSpec {
     pub body_format: Option<BodyFormat>,
     /// A JSON Pointer to a string holding JSON, which becomes the document the locations read.
     pub unwrap: Option<String>,
+}
+
+/// `event_id = "body"`: the event id is the hex SHA-256 of the raw body, for publishers that
+/// send no id and sign the same body again on a retry (Zoom, Calendly). Never a location:
+/// a location starts with `/` or `header:`.
+pub const BODY_EVENT_ID: &str = "body";
+
+/// The event id of a raw body under `event_id = "body"`: its SHA-256, in lower-case hex.
+/// The plain hash, never a keyed one, so that it is the same on every node, across restarts
+/// and key rotations, and anyone holding the body can compute it (docs/configuration.md).
+pub fn body_event_id(body: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(body))
 }
 
 /// How a `json` source's raw body becomes the document its locations read.
@@ -497,6 +511,8 @@ pub struct IgnoredPlace {
 #[derive(Debug, Clone)]
 pub struct JsonContract {
     event_id: Option<Alternatives>,
+    /// `event_id = "body"`: the id is the raw body's SHA-256 ([`body_event_id`]).
+    event_id_from_body: bool,
     idempotency_key: Option<Alternatives>,
     aggregate: Vec<Alternatives>,
     sequence: Option<Alternatives>,
@@ -536,7 +552,11 @@ impl JsonContract {
                 .map(|raw| Alternatives::parse(raw).map_err(|p| ContractConfigError::new(key, p)))
                 .transpose()
         };
-        let event_id = location("event_id", &spec.event_id)?;
+        let event_id_from_body = spec.event_id.as_deref() == Some(BODY_EVENT_ID);
+        let event_id = match event_id_from_body {
+            true => None,
+            false => location("event_id", &spec.event_id)?,
+        };
         let idempotency_key = location("idempotency_key", &spec.idempotency_key)?;
         let aggregate = match &spec.aggregate {
             None => Vec::new(),
@@ -616,6 +636,7 @@ impl JsonContract {
         };
         Ok(Self {
             event_id,
+            event_id_from_body,
             idempotency_key,
             aggregate,
             sequence,
@@ -675,18 +696,30 @@ impl JsonContract {
         self.sequence.is_some()
     }
 
+    /// Whether the event id is the raw body's SHA-256 (`event_id = "body"`).
+    pub fn event_id_from_body(&self) -> bool {
+        self.event_id_from_body
+    }
+
     /// Parses a raw body, then the delivery; for callers that do not need the value themselves.
+    /// With `event_id = "body"` the body's SHA-256 stands where the delivery id would.
     pub fn parse_bytes(
         &self,
         body: &[u8],
         headers: &HeaderMap,
         delivery_id: Option<&str>,
     ) -> Result<JsonParsed, ContractError> {
-        self.parse(self.document(body)?, headers, delivery_id)
+        let document = self.document(body)?;
+        if self.event_id_from_body {
+            let id = body_event_id(body);
+            return self.parse(document, headers, Some(&id));
+        }
+        self.parse(document, headers, delivery_id)
     }
 
     /// Reads one delivery: `body` is the value [`JsonContract::document`] made of it (taken, so
-    /// the state moves out instead of being copied), `delivery_id` the scheme's.
+    /// the state moves out instead of being copied), `delivery_id` the scheme's (with
+    /// `event_id = "body"`, the raw body's [`body_event_id`], as [`JsonContract::parse_bytes`] passes).
     /// Every bad location is named, not only the first.
     pub fn parse(
         &self,
@@ -1009,6 +1042,40 @@ mod tests {
 
     fn config_error(toml_text: &str) -> ContractConfigError {
         JsonContract::compile(&spec(toml_text)).unwrap_err()
+    }
+
+    #[test]
+    fn a_body_event_id_is_the_bodys_sha256_whatever_the_delivery_id() {
+        let c = contract(
+            "ordering = \"unordered\"\nevent_id = \"body\"\nevent_type = \"/t\"\nevent_types = [\"a.*\"]",
+        );
+        assert!(c.event_id_from_body());
+        let body = br#"{"t":"a.b","x":1}"#;
+        let hex_id = body_event_id(body);
+        assert_eq!(hex_id.len(), 64);
+        assert!(hex_id
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        let JsonParsed::Event(e) = c.parse_bytes(body, &headers(&[]), Some("msg_1")).unwrap()
+        else {
+            panic!("an event");
+        };
+        assert_eq!(e.event_id.as_str(), hex_id);
+        assert_eq!(e.aggregate[0].as_str(), hex_id);
+        // One byte more is another event; an ignored type is logged under its body id too.
+        assert_ne!(body_event_id(br#"{"t":"a.b","x":1} "#), hex_id);
+        let ignored = br#"{"t":"z"}"#;
+        let JsonParsed::Ignored { event_id, .. } =
+            c.parse_bytes(ignored, &headers(&[]), None).unwrap()
+        else {
+            panic!("ignored");
+        };
+        assert_eq!(event_id.unwrap().as_str(), body_event_id(ignored));
+        // The SHA-256 of the empty string, as every tool computes it.
+        assert_eq!(
+            body_event_id(b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
     }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {

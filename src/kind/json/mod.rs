@@ -4,6 +4,7 @@
 //! machinery, or unordered; the state is the value at `state` of the last
 //! applied event.
 
+pub mod batch;
 pub mod contract;
 pub mod form;
 

@@ -80,6 +80,15 @@ impl JsonTarget {
                 source.name
             );
         }
+        if source.batch.is_some()
+            || spec.event_id.as_deref() == Some(crate::kind::json::contract::BODY_EVENT_ID)
+        {
+            bail!(
+                "source {} takes batches or keys events by their body (batch, event_id = \"body\"): \
+                 the simulator publishes one event per delivery, each with an id of its own",
+                source.name
+            );
+        }
         Self::of_spec(
             &source.name,
             spec,
