@@ -333,6 +333,43 @@ mod tests {
     }
 
     #[test]
+    fn svix_branded_headers_verify_as_the_unbranded_ones() {
+        // Svix's docs example, sent with the svix-* names as Clerk and Resend do.
+        let secret = Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+        let expected = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+        let svix = headers_of(&[
+            ("svix-id", MSG_ID.into()),
+            ("svix-timestamp", TS.to_string()),
+            ("svix-signature", expected.into()),
+        ]);
+        let v = verify(
+            Scheme::StandardWebhooks,
+            &svix,
+            PAYLOAD,
+            std::slice::from_ref(&secret),
+            TS,
+            300,
+        )
+        .unwrap();
+        assert_eq!(v.delivery_id.as_deref(), Some(MSG_ID));
+        let tampered = verify(
+            Scheme::StandardWebhooks,
+            &svix,
+            br#"{"test": 2432232315}"#,
+            &[secret],
+            TS,
+            300,
+        );
+        assert!(matches!(
+            tampered,
+            Err(SignatureError::Mismatch {
+                header: "svix-signature",
+                ..
+            })
+        ));
+    }
+
+    #[test]
     fn the_reference_asymmetric_example_verifies_and_signs() {
         // From the reference Go library's TestAsymmetricWebhookSign.
         let private = Secret::new("whsk_VEVTVFNJR05JTkdLRVlET05PVFVTRVRISVNGT1JBTlk=");
