@@ -844,3 +844,67 @@ async fn presets_lists_every_preset_and_prints_one_that_starts_as_is() {
     let (ok, out) = crate::support::run_cli(&["presets".as_ref(), "padle".as_ref()], &[]);
     assert!(!ok && out.contains("paddle"), "{out}");
 }
+
+#[tokio::test]
+async fn send_with_a_preset_signs_as_the_publisher_does() {
+    let sources = "[[sources]]\nname = \"pay\"\npreset = \"paddle\"\nmode = \"sync\"\nsecrets = [\"pdl_ntfset_secret\"]\n\n\
+                   [[sources]]\nname = \"sq\"\npreset = \"square\"\nmode = \"sync\"\npublic_url = \"https://hooks.example.com\"\nsecrets = [\"sq-key\"]\n";
+    let server = TestServer::spawn_with_sources(sources).await;
+    let dir = tempfile::tempdir().unwrap();
+    for (source, preset, secret) in [
+        ("pay", "paddle", "pdl_ntfset_secret"),
+        ("sq", "square", "sq-key"),
+    ] {
+        let row = rows().into_iter().find(|r| r.preset == preset).unwrap();
+        let file = dir.path().join(format!("{source}.json"));
+        std::fs::write(&file, (row.body)("evt_send", 1)).unwrap();
+        let words = [
+            "send",
+            "--url",
+            &server.url,
+            "--preset",
+            preset,
+            "--source",
+            source,
+            "--secret",
+            secret,
+        ];
+        let mut args: Vec<&std::ffi::OsStr> = words.iter().map(std::ffi::OsStr::new).collect();
+        if preset == "square" {
+            args.extend(["--public-url", PUBLIC_URL].map(std::ffi::OsStr::new));
+        }
+        args.push(file.as_os_str());
+        let (ok, out) = crate::support::run_cli(&args, &[]);
+        assert!(ok && out.contains("applied"), "{preset}: {out}");
+        assert!(!out.contains(secret), "{preset}: {out}");
+    }
+    // A wrong secret is refused by the server, and an unknown preset before sending.
+    let file = dir.path().join("pay.json");
+    let (ok, out) = crate::support::run_cli(
+        &[
+            "send",
+            "--url",
+            &server.url,
+            "--preset",
+            "paddle",
+            "--source",
+            "pay",
+            "--secret",
+            "wrong",
+        ]
+        .map(std::ffi::OsStr::new)
+        .into_iter()
+        .chain([file.as_os_str()])
+        .collect::<Vec<_>>(),
+        &[],
+    );
+    assert!(!ok && out.contains("401"), "{out}");
+    let (ok, out) = crate::support::run_cli(
+        &[
+            "send", "--preset", "padle", "--source", "pay", "--secret", "x", "-",
+        ]
+        .map(std::ffi::OsStr::new),
+        &[],
+    );
+    assert!(!ok && out.contains("paddle"), "{out}");
+}
