@@ -314,6 +314,33 @@ mod tests {
         assert!(!source.contains_key("about"));
     }
 
+    proptest::proptest! {
+        #[test]
+        fn the_merged_table_is_the_source_over_the_preset(
+            which in 0..ALL.len(),
+            own in proptest::collection::btree_map("[a-z_]{1,12}", "[a-z]{0,8}", 0..8),
+        ) {
+            let preset = Preset::all().nth(which).unwrap();
+            let mut source: toml::Table = own
+                .iter()
+                .map(|(k, v)| (k.clone(), toml::Value::String(v.clone())))
+                .collect();
+            let taken = merge(&mut source, &preset).unwrap();
+            let keys = preset.keys().unwrap();
+            for (k, v) in &own {
+                proptest::prop_assert_eq!(source[k].as_str(), Some(v.as_str()));
+                proptest::prop_assert!(!taken.contains(k));
+            }
+            for (k, v) in &keys {
+                if !own.contains_key(k) {
+                    proptest::prop_assert_eq!(&source[k], v);
+                    proptest::prop_assert!(taken.contains(k));
+                }
+            }
+            proptest::prop_assert_eq!(source.len(), own.len() + taken.len());
+        }
+    }
+
     #[test]
     fn pending_lines_are_not_merged_but_listed() {
         let slack = Preset::find("slack-events").unwrap();
