@@ -33,6 +33,8 @@
 //!   core does not depend on them.
 //! - [`encryption`]: encryption at rest (docs/encryption.md): master keys, per-aggregate data
 //!   keys, sealing bound to a row; pure, the store holds the keys.
+//! - [`presets`]: the publishers' presets (docs/providers.md), one TOML table each, merged
+//!   under a source that names one.
 //! - [`domain`]: ids, sequences, statuses shared by all of the above.
 
 pub mod app;
@@ -52,6 +54,7 @@ pub mod metrics;
 pub mod ordering;
 pub mod outbound;
 pub mod peers;
+pub mod presets;
 pub mod replays;
 pub mod retry;
 pub mod sender;

@@ -13,6 +13,7 @@ mod events;
 mod keygen;
 mod keys;
 mod listen;
+mod presets;
 mod replay;
 mod send;
 mod serve;
@@ -62,6 +63,8 @@ pub enum Command {
     Deliveries(deliveries::DeliveriesArgs),
     /// A local endpoint for development: verifies forwarded requests and prints them.
     Listen(listen::ListenArgs),
+    /// List the publishers' presets, or print one as a [[sources]] table to paste.
+    Presets(presets::PresetsArgs),
 }
 
 /// A command-line value that is none of those its option takes. clap prints only the
@@ -128,5 +131,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Keygen(args) => keygen::keygen(args),
         Command::Deliveries(args) => deliveries::deliveries(cli.config.as_deref(), args).await,
         Command::Listen(args) => listen::listen(args).await,
+        Command::Presets(args) => presets::presets(args),
     }
 }

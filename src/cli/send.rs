@@ -18,6 +18,14 @@ pub struct SendArgs {
     /// The source to post to.
     #[arg(long)]
     pub source: String,
+    /// Sign as this preset's publisher does (docs/providers.md), without a --config:
+    /// the source is taken to be configured with `preset = NAME`.
+    #[arg(long)]
+    pub preset: Option<String>,
+    /// The base URL the publisher calls, for a preset whose signature covers the URL
+    /// (`public_url`); with --preset only.
+    #[arg(long, requires = "preset")]
+    pub public_url: Option<String>,
     /// The secret to sign with; defaults to INHOOK_<SOURCE>_SECRET, then the source's in --config.
     #[arg(long)]
     pub secret: Option<String>,
@@ -136,6 +144,39 @@ fn send_scheme(
     }
 }
 
+/// A config holding one source, `--source` configured with `preset = NAME` and the
+/// signing secret, so `send` signs as that publisher does without a file.
+fn preset_config(args: &SendArgs, preset: &str) -> anyhow::Result<Config> {
+    if crate::presets::Preset::find(preset).is_none() {
+        let close = crate::presets::close_names(preset);
+        bail!(
+            "no preset {preset:?}{}: `inhook presets` lists them",
+            if close.is_empty() {
+                String::new()
+            } else {
+                format!(" (did you mean {}?)", close.join(", "))
+            }
+        );
+    }
+    let secret = signing_secret(&args.source, args.secret.as_deref(), "--secret", None)?;
+    // The name and preset were checked above (letters, digits, '-', '_'), so they need no
+    // quoting; the secret and URL go through the environment map, never through TOML text.
+    crate::config::check_source_name(&args.source)?;
+    let text = format!(
+        "[[sources]]\nname = \"{}\"\npreset = \"{preset}\"\n",
+        args.source
+    );
+    let mut env = std::collections::HashMap::new();
+    env.insert(
+        crate::config::secret_env_var(&args.source),
+        String::from_utf8_lossy(secret.expose()).into_owned(),
+    );
+    if let Some(url) = &args.public_url {
+        env.insert("INHOOK_PUBLIC_URL".to_owned(), url.clone());
+    }
+    Ok(Config::from_parts(Some(&text), &env)?)
+}
+
 /// Runs `inhook send`.
 pub async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Result<()> {
     let body = if args.file.as_os_str() == "-" {
@@ -148,7 +189,10 @@ pub async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Resul
         std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?
     };
     // Secrets optional: a source whose secret is not set here is no reason to refuse another.
-    let config = Config::load_for_store(config_path.as_deref())?;
+    let config = match &args.preset {
+        Some(preset) => preset_config(&args, preset)?,
+        None => Config::load_for_store(config_path.as_deref())?,
+    };
     let source = config.source(&args.source);
     let scheme = send_scheme(&args, config_path.as_deref(), source)?;
     let path = format!("/webhooks/{}", args.source);

@@ -240,8 +240,12 @@ pub enum Format {
 /// A parsed `signature = "hmac"` source.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HmacConfig {
-    /// The header holding the signature(s), lower case.
+    /// The header holding the signature(s), lower case; with `location`, how verdicts
+    /// name that body field.
     pub header: &'static str,
+    /// A JSON pointer to the signature in the body (`signature_location`, Mailgun), read
+    /// instead of a header.
+    pub location: Option<String>,
     /// The hash.
     pub algorithm: Algorithm,
     /// How the signature is written.
@@ -265,6 +269,8 @@ pub struct HmacConfig {
 pub struct HmacKeys<'a> {
     /// `signature_header`.
     pub header: Option<&'a str>,
+    /// `signature_location`: a JSON pointer to the signature in the body.
+    pub location: Option<&'a str>,
     /// `signature_algorithm`.
     pub algorithm: Option<&'a str>,
     /// `signature_encoding`.
@@ -347,18 +353,40 @@ impl HmacConfig {
     /// Parses the keys of a `signature = "hmac"` source, refusing any combination that
     /// cannot verify a delivery.
     pub fn parse(keys: &HmacKeys<'_>) -> Result<Self, KeyError> {
-        let header_raw = match keys.header {
-            Some(h) => h,
-            None => return refuse("signature_header", "is required for signature = \"hmac\""),
-        };
-        let header = match HeaderName::from_bytes(header_raw.trim().as_bytes()) {
-            Ok(h) => h,
-            Err(_) => {
+        let (header, location) = match (keys.header, keys.location) {
+            (Some(_), Some(_)) => {
                 return refuse(
-                    "signature_header",
-                    format!("{header_raw:?} is not a header name"),
+                    "signature_location",
+                    "and signature_header both say where the signature is: keep one",
                 )
             }
+            (None, None) => {
+                return refuse(
+                    "signature_header",
+                    "is required for signature = \"hmac\" (or signature_location, for a signature in the body)",
+                )
+            }
+            (None, Some(pointer)) => {
+                if !pointer.starts_with('/') {
+                    return refuse(
+                        "signature_location",
+                        format!("{pointer:?} is not a JSON pointer like /signature/signature"),
+                    );
+                }
+                (
+                    intern(&format!("the body field {pointer}")),
+                    Some(pointer.to_owned()),
+                )
+            }
+            (Some(header_raw), None) => match HeaderName::from_bytes(header_raw.trim().as_bytes()) {
+                Ok(h) => (intern(h.as_str()), None),
+                Err(_) => {
+                    return refuse(
+                        "signature_header",
+                        format!("{header_raw:?} is not a header name"),
+                    )
+                }
+            },
         };
         let algorithm = choice(
             "signature_algorithm",
@@ -415,7 +443,12 @@ impl HmacConfig {
         if let Some(ts) = &timestamp {
             check_timestamp_is_signed(ts, &content)?;
         }
-        let header = intern(header.as_str());
+        if location.is_some() && matches!(format, Format::Pairs { .. }) {
+            return refuse(
+                "signature_format",
+                "\"pairs\" is for a header; a signature_location holds one signature",
+            );
+        }
         let mut expected = prefix.clone();
         let one = format!(
             "<{} of the HMAC-{}>",
@@ -443,6 +476,7 @@ impl HmacConfig {
         }
         Ok(Self {
             header,
+            location,
             algorithm,
             encoding,
             prefix,
@@ -484,7 +518,10 @@ impl HmacConfig {
 
     /// The headers a delivery must carry, and what each holds.
     pub fn required_headers(&self) -> Vec<(&str, String)> {
-        let mut out = vec![(self.header, self.expected.to_owned())];
+        let mut out = Vec::new();
+        if self.location.is_none() {
+            out.push((self.header, self.expected.to_owned()));
+        }
         if let Some(Timestamp {
             at: TimestampAt::Header(name),
             unit,
@@ -509,7 +546,19 @@ impl HmacConfig {
         request: &Request<'_>,
         secrets: &[Secret],
     ) -> Result<Verified, SignatureError> {
-        let raw = header_str(request.headers, self.header)?;
+        let in_body: Option<serde_json::Value> = self
+            .location
+            .as_ref()
+            .and_then(|_| serde_json::from_slice(request.body).ok());
+        let raw = match &self.location {
+            None => header_str(request.headers, self.header)?,
+            Some(pointer) => in_body
+                .as_ref()
+                .and_then(|doc| doc.pointer(pointer))
+                .and_then(|v| v.as_str())
+                .map(str::trim)
+                .ok_or(SignatureError::Absent { what: self.header })?,
+        };
         let malformed = SignatureError::Malformed {
             header: self.header,
             expected: self.expected,
@@ -726,6 +775,11 @@ impl HmacConfig {
                 format!("{}{signature_key}={signature}", self.prefix)
             }
         };
+        if self.location.is_some() {
+            return Err(super::SignError(
+                "this source reads its signature from the body (signature_location): the publisher writes it there, so sign the body's fields by hand",
+            ));
+        }
         out.push((self.header, value));
         Ok(out)
     }
@@ -985,6 +1039,69 @@ mod tests {
                 .unwrap(),
             vec![("linear-signature", sig)]
         );
+    }
+
+    #[test]
+    fn mailgun_signature_read_from_the_body_over_timestamp_and_token() {
+        let c = config(HmacKeys {
+            location: Some("/signature/signature"),
+            timestamp: Some("/signature/timestamp"),
+            signed_content: Some("{timestamp}{pointer:/signature/token}"),
+            ..Default::default()
+        });
+        let ts = NOW.to_string();
+        let sig = hmac_hex(Algorithm::Sha256, "key-mg", &format!("{ts}tok-1"));
+        let body = format!(
+            r#"{{"signature":{{"timestamp":"{ts}","token":"tok-1","signature":"{sig}"}},"event-data":{{"id":"e1"}}}}"#
+        );
+        let none = HeaderMap::new();
+        let v = c
+            .verify(&request(&none, body.as_bytes()), &[Secret::new("key-mg")])
+            .unwrap();
+        assert_eq!(v.signed_at, Some(NOW));
+        assert!(c.required_headers().is_empty());
+        let forged = body.replace("tok-1", "tok-2");
+        assert!(matches!(
+            c.verify(&request(&none, forged.as_bytes()), &[Secret::new("key-mg")]),
+            Err(SignatureError::Mismatch { .. })
+        ));
+        let unsigned = body.replace(&sig, "").replace(",\"signature\":\"\"", "");
+        assert!(matches!(
+            c.verify(
+                &request(&none, unsigned.as_bytes()),
+                &[Secret::new("key-mg")]
+            ),
+            Err(SignatureError::Absent { .. })
+        ));
+        // One place only, a pointer, and one signature.
+        for (keys, key) in [
+            (
+                HmacKeys {
+                    header: Some("X-Sig"),
+                    location: Some("/s"),
+                    ..Default::default()
+                },
+                "signature_location",
+            ),
+            (
+                HmacKeys {
+                    location: Some("s"),
+                    ..Default::default()
+                },
+                "signature_location",
+            ),
+            (
+                HmacKeys {
+                    location: Some("/s"),
+                    format: Some("pairs"),
+                    signature_key: Some("v1"),
+                    ..Default::default()
+                },
+                "signature_format",
+            ),
+        ] {
+            assert_eq!(HmacConfig::parse(&keys).unwrap_err().key, key);
+        }
     }
 
     #[test]

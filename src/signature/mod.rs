@@ -563,6 +563,8 @@ impl Verifier {
     /// with an event nor read as one of its fields.
     pub fn secret_headers(&self) -> Vec<&'static str> {
         match self {
+            // A signature read from the body (signature_location) is in no header.
+            Verifier::Hmac(config) if config.location.is_some() => Vec::new(),
             Verifier::Hmac(config) => vec![config.header],
             Verifier::Token(token) => token.header().into_iter().collect(),
             Verifier::Fixed(_) | Verifier::Basic => Vec::new(),

@@ -25,6 +25,26 @@ pub const ID_HEADER: &str = "webhook-id";
 pub const TIMESTAMP_HEADER: &str = "webhook-timestamp";
 /// The signatures header.
 pub const SIGNATURE_HEADER: &str = "webhook-signature";
+/// Svix's branded names of the three headers (`svix-id`, `svix-timestamp`,
+/// `svix-signature`), which Svix-powered publishers (Clerk, Resend) send instead: read
+/// when the unbranded header is absent, as Svix's own libraries do.
+pub const SVIX_HEADERS: [(&str, &str); 3] = [
+    (ID_HEADER, "svix-id"),
+    (TIMESTAMP_HEADER, "svix-timestamp"),
+    (SIGNATURE_HEADER, "svix-signature"),
+];
+
+/// The header to read for `standard`: itself, or its Svix name when only that is present.
+fn named(headers: &HeaderMap, standard: &'static str) -> &'static str {
+    if headers.contains_key(standard) {
+        return standard;
+    }
+    SVIX_HEADERS
+        .iter()
+        .find(|(s, svix)| *s == standard && headers.contains_key(*svix))
+        .map_or(standard, |(_, svix)| svix)
+}
+
 /// What the signatures header holds.
 pub const SIGNATURE_FORMAT: &str =
     "space-separated v1,<base64 HMAC-SHA256> or v1a,<base64 ed25519> signatures";
@@ -172,17 +192,19 @@ pub(super) fn verify(
     body: &[u8],
     secrets: &[Secret],
 ) -> Result<Verified, SignatureError> {
-    let raw = header_str(headers, SIGNATURE_HEADER)?;
-    let id = header_str(headers, ID_HEADER)?;
+    let signature_header = named(headers, SIGNATURE_HEADER);
+    let raw = header_str(headers, signature_header)?;
+    let id_header = named(headers, ID_HEADER);
+    let id = header_str(headers, id_header)?;
     if id.is_empty() {
         return Err(SignatureError::Malformed {
-            header: ID_HEADER,
+            header: id_header,
             expected: "a non-empty message id",
         });
     }
-    let (ts, _) = timestamp_header(headers, TIMESTAMP_HEADER)?;
+    let (ts, _) = timestamp_header(headers, named(headers, TIMESTAMP_HEADER))?;
     let mut signatures = parse_signatures(raw).map_err(|expected| SignatureError::Malformed {
-        header: SIGNATURE_HEADER,
+        header: signature_header,
         expected,
     })?;
     signatures.truncate(MAX_CHECKED_SIGNATURES);
@@ -230,7 +252,7 @@ pub(super) fn verify(
         }
     }
     Err(SignatureError::Mismatch {
-        header: SIGNATURE_HEADER,
+        header: signature_header,
         signatures: signatures.len(),
         tried,
         configured: secrets.len(),
@@ -308,6 +330,43 @@ mod tests {
             300
         )
         .is_ok());
+    }
+
+    #[test]
+    fn svix_branded_headers_verify_as_the_unbranded_ones() {
+        // Svix's docs example, sent with the svix-* names as Clerk and Resend do.
+        let secret = Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+        let expected = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+        let svix = headers_of(&[
+            ("svix-id", MSG_ID.into()),
+            ("svix-timestamp", TS.to_string()),
+            ("svix-signature", expected.into()),
+        ]);
+        let v = verify(
+            Scheme::StandardWebhooks,
+            &svix,
+            PAYLOAD,
+            std::slice::from_ref(&secret),
+            TS,
+            300,
+        )
+        .unwrap();
+        assert_eq!(v.delivery_id.as_deref(), Some(MSG_ID));
+        let tampered = verify(
+            Scheme::StandardWebhooks,
+            &svix,
+            br#"{"test": 2432232315}"#,
+            &[secret],
+            TS,
+            300,
+        );
+        assert!(matches!(
+            tampered,
+            Err(SignatureError::Mismatch {
+                header: "svix-signature",
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -35,6 +35,7 @@ mod outbound_tls;
 mod postgres_outage;
 mod postgres_tls;
 mod presence;
+mod presets;
 mod rejections;
 mod retries;
 mod revocation;

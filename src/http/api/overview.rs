@@ -77,6 +77,9 @@ pub(crate) struct SourceOverview {
     kind: SourceKind,
     /// `sync` or `async`.
     mode: &'static str,
+    /// The preset its keys come from (docs/providers.md), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    preset: Option<String>,
     /// Events logged.
     received: u64,
     /// Events applied.
@@ -135,6 +138,7 @@ pub(crate) async fn overview(State(state): State<AppState>) -> Result<Response, 
             SourceOverview {
                 source: source.name.clone(),
                 kind: source.kind.source_kind(),
+                preset: source.preset.clone(),
                 mode: if source.mode == crate::config::Mode::Sync {
                     "sync"
                 } else {

@@ -1,0 +1,361 @@
+//! Presets (docs/providers.md): one named table of source keys per publisher, kept as
+//! data in `src/presets/NAME.toml`, merged under a `[[sources]]` table that says
+//! `preset = "NAME"` (any key the source writes wins). Pure: text in, tables out.
+//!
+//! A preset file holds the source keys, then an `[about]` table (publisher, what the
+//! secret is, what the user must set) that is never merged. A line starting with
+//! `#pending: ` is a key whose scheme or feature is not built yet: ignored when merged,
+//! read by the listing so it shows what the preset will do.
+
+/// Marks a preset line that waits for a key this build lacks.
+pub const PENDING: &str = "#pending: ";
+
+/// Every preset, by name, in the order `inhook presets` lists them.
+pub const ALL: [(&str, &str); 39] = [
+    ("stripe", include_str!("presets/stripe.toml")),
+    ("github", include_str!("presets/github.toml")),
+    ("gitlab", include_str!("presets/gitlab.toml")),
+    ("bitbucket", include_str!("presets/bitbucket.toml")),
+    ("shopify", include_str!("presets/shopify.toml")),
+    ("slack-events", include_str!("presets/slack-events.toml")),
+    (
+        "slack-interactivity",
+        include_str!("presets/slack-interactivity.toml"),
+    ),
+    (
+        "slack-commands",
+        include_str!("presets/slack-commands.toml"),
+    ),
+    (
+        "discord-interactions",
+        include_str!("presets/discord-interactions.toml"),
+    ),
+    ("twilio", include_str!("presets/twilio.toml")),
+    (
+        "sendgrid-events",
+        include_str!("presets/sendgrid-events.toml"),
+    ),
+    ("mailgun", include_str!("presets/mailgun.toml")),
+    ("postmark", include_str!("presets/postmark.toml")),
+    ("resend", include_str!("presets/resend.toml")),
+    ("clerk", include_str!("presets/clerk.toml")),
+    (
+        "standard-webhooks",
+        include_str!("presets/standard-webhooks.toml"),
+    ),
+    ("zoom", include_str!("presets/zoom.toml")),
+    (
+        "twitch-eventsub",
+        include_str!("presets/twitch-eventsub.toml"),
+    ),
+    ("linear", include_str!("presets/linear.toml")),
+    ("intercom", include_str!("presets/intercom.toml")),
+    ("hubspot", include_str!("presets/hubspot.toml")),
+    ("square", include_str!("presets/square.toml")),
+    ("paddle", include_str!("presets/paddle.toml")),
+    ("lemonsqueezy", include_str!("presets/lemonsqueezy.toml")),
+    ("pagerduty", include_str!("presets/pagerduty.toml")),
+    ("sentry", include_str!("presets/sentry.toml")),
+    ("vercel", include_str!("presets/vercel.toml")),
+    ("typeform", include_str!("presets/typeform.toml")),
+    ("calendly", include_str!("presets/calendly.toml")),
+    ("workos", include_str!("presets/workos.toml")),
+    ("mux", include_str!("presets/mux.toml")),
+    ("notion", include_str!("presets/notion.toml")),
+    ("x-activity", include_str!("presets/x-activity.toml")),
+    ("msgraph", include_str!("presets/msgraph.toml")),
+    ("dropbox", include_str!("presets/dropbox.toml")),
+    (
+        "okta-event-hooks",
+        include_str!("presets/okta-event-hooks.toml"),
+    ),
+    ("aws-sns", include_str!("presets/aws-sns.toml")),
+    ("zendesk", include_str!("presets/zendesk.toml")),
+    ("trello", include_str!("presets/trello.toml")),
+];
+
+/// One preset: its name and its file's text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Preset {
+    /// The name a source's `preset` key gives.
+    pub name: &'static str,
+    /// The file, as embedded.
+    pub text: &'static str,
+}
+
+/// What the listing and `inhook presets NAME` say of a preset, from its `[about]` table
+/// and its keys as they will be once every pending line is enabled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct About {
+    /// Who sends the webhooks.
+    pub publisher: String,
+    /// The `signature` scheme.
+    pub scheme: String,
+    /// The `handshake`, if any.
+    pub handshake: Option<String>,
+    /// What the source's secret is, in the publisher's words.
+    pub secret: Option<String>,
+    /// Whether `public_url` must be set (the signature covers the URL).
+    pub public_url: bool,
+    /// Whether the source verifies with `public_keys` rather than secrets.
+    pub public_key: Option<String>,
+    /// Whether a key of the preset waits for a feature this build lacks.
+    pub pending: bool,
+}
+
+impl Preset {
+    /// The preset named `name`.
+    pub fn find(name: &str) -> Option<Self> {
+        ALL.iter()
+            .find(|(n, _)| *n == name)
+            .map(|(name, text)| Self { name, text })
+    }
+
+    /// Every preset, in listing order.
+    pub fn all() -> impl Iterator<Item = Self> {
+        ALL.iter().map(|(name, text)| Self { name, text })
+    }
+
+    /// The source keys merged under a source (pending lines left out, `[about]` dropped).
+    pub fn keys(&self) -> Result<toml::Table, String> {
+        let mut table: toml::Table = toml::from_str(self.text)
+            .map_err(|e| format!("preset {:?} does not parse: {e}", self.name))?;
+        table.remove("about");
+        Ok(table)
+    }
+
+    /// The source keys with every pending line enabled: what the preset will set.
+    pub fn intended_keys(&self) -> Result<toml::Table, String> {
+        let text: String = self
+            .text
+            .lines()
+            .map(|line| line.strip_prefix(PENDING).unwrap_or(line))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut table: toml::Table = toml::from_str(&text)
+            .map_err(|e| format!("preset {:?} does not parse: {e}", self.name))?;
+        table.remove("about");
+        Ok(table)
+    }
+
+    /// Whether any line waits for a feature this build lacks.
+    pub fn is_pending(&self) -> bool {
+        self.text.lines().any(|l| l.starts_with(PENDING))
+    }
+
+    /// What the listing shows.
+    pub fn about(&self) -> Result<About, String> {
+        let full: toml::Table = toml::from_str(self.text)
+            .map_err(|e| format!("preset {:?} does not parse: {e}", self.name))?;
+        let about = full.get("about").and_then(|a| a.as_table());
+        let text = |key: &str| {
+            about
+                .and_then(|a| a.get(key))
+                .and_then(|v| v.as_str())
+                .map(str::to_owned)
+        };
+        let keys = self.intended_keys()?;
+        let key = |k: &str| keys.get(k).and_then(|v| v.as_str()).map(str::to_owned);
+        let uses_url = key("signed_content").is_some_and(|c| c.contains("{url}"))
+            || key("signature").as_deref() == Some("twilio");
+        Ok(About {
+            publisher: text("publisher").unwrap_or_else(|| self.name.to_owned()),
+            scheme: key("signature").unwrap_or_default(),
+            handshake: key("handshake"),
+            secret: text("secret"),
+            public_url: uses_url,
+            public_key: text("public_key"),
+            pending: self.is_pending(),
+        })
+    }
+
+    /// A `[[sources]]` table ready to paste: the name set to the preset's, the preset's
+    /// keys as its file writes them (pending lines left as they are), and comment lines
+    /// for what the user must set.
+    pub fn paste(&self) -> Result<String, String> {
+        let about = self.about()?;
+        let mut out = String::new();
+        out.push_str(&format!(
+            "# {} (inhook preset {:?}; docs/providers.md)\n",
+            about.publisher, self.name
+        ));
+        out.push_str("[[sources]]\n");
+        out.push_str(&format!("name = {:?}\n", self.name));
+        for line in self.text.lines() {
+            if line.trim_start().starts_with("[about]") {
+                break;
+            }
+            if line.trim().is_empty() {
+                continue;
+            }
+            out.push_str(line);
+            out.push('\n');
+        }
+        let env = crate::config::secret_env_var(self.name);
+        match &about.public_key {
+            Some(what) => out.push_str(&format!(
+                "# public_keys = [\"…\"]        # {what} (or INHOOK_{}_PUBLIC_KEYS)\n",
+                env.trim_start_matches("INHOOK_")
+                    .trim_end_matches("_SECRET")
+            )),
+            None => out.push_str(&format!(
+                "# secrets = [\"…\"]            # {}; or set {env}\n",
+                about
+                    .secret
+                    .as_deref()
+                    .unwrap_or("the publisher's signing secret")
+            )),
+        }
+        if about.public_url {
+            out.push_str(
+                "# public_url = \"https://hooks.example.com\"   # required: the base URL the publisher calls (top level or here)\n",
+            );
+        }
+        Ok(out)
+    }
+}
+
+/// The presets whose names are close to `name` (a typo, a missing suffix), best first.
+pub fn close_names(name: &str) -> Vec<&'static str> {
+    let mut scored: Vec<(usize, &'static str)> = ALL
+        .iter()
+        .map(|(n, _)| (*n, distance(name, n)))
+        .filter(|(n, d)| *d <= 3 || n.starts_with(name) || name.starts_with(n) || n.contains(name))
+        .map(|(n, d)| (d, n))
+        .collect();
+    scored.sort();
+    scored.into_iter().map(|(_, n)| n).take(5).collect()
+}
+
+/// Levenshtein distance between `a` and `b`, by characters.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// Merges `preset`'s keys under `source` (the source's own keys win) and answers the
+/// keys that came from the preset, in the preset's order.
+pub fn merge(source: &mut toml::Table, preset: &Preset) -> Result<Vec<String>, String> {
+    let mut taken = Vec::new();
+    for (key, value) in preset.keys()? {
+        if !source.contains_key(&key) {
+            source.insert(key.clone(), value);
+            taken.push(key);
+        }
+    }
+    Ok(taken)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_parses_and_names_its_publisher_and_scheme() {
+        assert_eq!(ALL.len(), 39);
+        for preset in Preset::all() {
+            let keys = preset.keys().unwrap();
+            assert_eq!(
+                keys.get("kind").and_then(|v| v.as_str()),
+                Some("json"),
+                "{}",
+                preset.name
+            );
+            let about = preset.about().unwrap();
+            assert!(!about.scheme.is_empty(), "{} has no scheme", preset.name);
+            assert_ne!(
+                about.publisher, preset.name,
+                "{} has no publisher",
+                preset.name
+            );
+            assert!(!keys.contains_key("name"), "{} sets a name", preset.name);
+            assert!(
+                !keys.contains_key("secrets"),
+                "{} sets secrets",
+                preset.name
+            );
+        }
+    }
+
+    #[test]
+    fn names_are_unique_and_valid() {
+        let mut names: Vec<&str> = ALL.iter().map(|(n, _)| *n).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), ALL.len());
+    }
+
+    #[test]
+    fn close_names_catch_typos_and_prefixes() {
+        assert_eq!(close_names("strpe")[0], "stripe");
+        assert!(close_names("slack").contains(&"slack-events"));
+        assert!(close_names("twitch").contains(&"twitch-eventsub"));
+        assert!(close_names("zzzzzzzzzzzz").is_empty());
+    }
+
+    #[test]
+    fn the_source_keys_win_over_the_preset() {
+        let mut source: toml::Table =
+            toml::from_str("name = \"s\"\nordering = \"unordered\"").unwrap();
+        let taken = merge(&mut source, &Preset::find("stripe").unwrap()).unwrap();
+        assert_eq!(source["ordering"].as_str(), Some("unordered"));
+        assert!(!taken.contains(&"ordering".to_owned()));
+        assert!(taken.contains(&"signature".to_owned()));
+        assert!(!source.contains_key("about"));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_merged_table_is_the_source_over_the_preset(
+            which in 0..ALL.len(),
+            own in proptest::collection::btree_map("[a-z_]{1,12}", "[a-z]{0,8}", 0..8),
+        ) {
+            let preset = Preset::all().nth(which).unwrap();
+            let mut source: toml::Table = own
+                .iter()
+                .map(|(k, v)| (k.clone(), toml::Value::String(v.clone())))
+                .collect();
+            let taken = merge(&mut source, &preset).unwrap();
+            let keys = preset.keys().unwrap();
+            for (k, v) in &own {
+                proptest::prop_assert_eq!(source[k].as_str(), Some(v.as_str()));
+                proptest::prop_assert!(!taken.contains(k));
+            }
+            for (k, v) in &keys {
+                if !own.contains_key(k) {
+                    proptest::prop_assert_eq!(&source[k], v);
+                    proptest::prop_assert!(taken.contains(k));
+                }
+            }
+            proptest::prop_assert_eq!(source.len(), own.len() + taken.len());
+        }
+    }
+
+    #[test]
+    fn pending_lines_are_not_merged_but_listed() {
+        let slack = Preset::find("slack-events").unwrap();
+        assert!(!slack.keys().unwrap().contains_key("handshake"));
+        assert_eq!(slack.about().unwrap().handshake.as_deref(), Some("slack"));
+    }
+
+    #[test]
+    fn paste_sets_the_name_and_says_what_to_set() {
+        let text = Preset::find("hubspot").unwrap().paste().unwrap();
+        assert!(text.contains("[[sources]]\nname = \"hubspot\"\n"));
+        assert!(text.contains("INHOOK_HUBSPOT_SECRET"));
+        assert!(text.contains("# public_url ="));
+        assert!(!text.contains("[about]"));
+        let parsed: toml::Table = toml::from_str(&text).unwrap();
+        assert!(parsed.contains_key("sources"));
+    }
+}
