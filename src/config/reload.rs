@@ -316,6 +316,7 @@ impl SourceConfig {
             "rate_limit_per_s" => rate_limit_per_s,
             "keep_headers" => keep_headers,
             "allow_ips" => allow_ips,
+            "handshake" => handshake,
         ])
     }
 }
