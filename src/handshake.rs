@@ -754,4 +754,25 @@ mod tests {
             Outcome::NotHandshake
         );
     }
+
+    proptest::proptest! {
+        /// Whatever bytes come, an echoed value is 1 to 512 bytes of text without a control
+        /// character, and the value itself when it is one.
+        #[test]
+        fn only_bounded_plain_text_is_ever_echoed(value in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600)) {
+            match echoable(Some(&value), "v") {
+                Ok(text) => {
+                    proptest::prop_assert_eq!(text.as_bytes(), &value[..]);
+                    proptest::prop_assert!(!value.is_empty() && value.len() <= MAX_ECHO_BYTES);
+                    proptest::prop_assert!(!text.chars().any(char::is_control));
+                }
+                Err(_) => {
+                    let fits = std::str::from_utf8(&value).is_ok_and(|t| {
+                        !t.is_empty() && t.len() <= MAX_ECHO_BYTES && !t.chars().any(char::is_control)
+                    });
+                    proptest::prop_assert!(!fits);
+                }
+            }
+        }
+    }
 }
