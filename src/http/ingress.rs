@@ -1,5 +1,7 @@
 //! `POST /webhooks/{source}`: the checks of docs/contract.md (ingress) in their fixed order —
-//! source, caller (`allow_ips`), size, content type, signature, contract, store.
+//! source, caller (`allow_ips`), size, content type, signature, contract, store — with the
+//! publishers' endpoint handshakes answered on the way, before the log (docs/contract.md,
+//! handshakes); and `GET /webhooks/{source}` for the handshakes that come as a `GET`.
 
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
