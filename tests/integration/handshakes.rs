@@ -681,3 +681,65 @@ async fn get_keeps_its_405_where_no_handshake_comes_as_a_get_and_events_stay_eve
     assert_eq!(reply.json()["status"], "applied", "{}", reply.text());
     assert_eq!(server.count().await, 3);
 }
+
+#[tokio::test]
+async fn handshakes_skip_the_store_limits_but_not_allow_ips() {
+    let server = TestServer::spawn_with_sources(&format!(
+        r#"
+[[sources]]
+name = "slack"
+kind = "json"
+mode = "sync"
+signature = "slack"
+secrets = ["{SLACK_SECRET}"]
+event_id = "/event_id"
+aggregate = "/team_id"
+ordering = "unordered"
+handshake = "slack"
+max_backlog = 0
+rate_limit_per_s = 1
+
+[[sources]]
+name = "fenced"
+kind = "json"
+mode = "sync"
+signature = "hmac"
+signature_header = "X-Dropbox-Signature"
+secrets = ["{DROPBOX_SECRET}"]
+event_id = "/id"
+aggregate = "/account"
+ordering = "unordered"
+handshake = "dropbox"
+allow_ips = ["192.0.2.0/24"]
+"#
+    ))
+    .await;
+    // No backlog nor rate check: a source that refuses every delivery still answers them.
+    let body = br#"{"type":"url_verification","challenge":"c"}"#;
+    for _ in 0..3 {
+        post(
+            &server,
+            "/webhooks/slack",
+            body,
+            &slack_headers(SLACK_SECRET, body),
+            JSON,
+        )
+        .await
+        .assert_answer(JSON, r#"{"challenge":"c"}"#);
+    }
+    let event = br#"{"type":"event_callback","event_id":"Ev1","team_id":"T1"}"#;
+    let refused = post(
+        &server,
+        "/webhooks/slack",
+        event,
+        &slack_headers(SLACK_SECRET, event),
+        JSON,
+    )
+    .await;
+    assert_eq!(refused.code, 429, "{}", refused.text());
+    // allow_ips comes first, for a GET handshake too.
+    get(&server, "/webhooks/fenced?challenge=c", &[])
+        .await
+        .assert_error(403, "forbidden_peer");
+    assert_eq!(server.count().await, 0);
+}
