@@ -150,6 +150,7 @@ impl Application {
                 secrets,
                 token_guesses: Arc::default(),
                 conflicting_duplicates: Arc::default(),
+                handshakes: Arc::default(),
                 body_budget,
                 costly_checks: Arc::new(tokio::sync::Semaphore::new(
                     std::thread::available_parallelism().map_or(1, |n| n.get()),

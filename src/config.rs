@@ -89,6 +89,8 @@ pub struct SourceConfig {
     pub response: Option<SourceResponse>,
     /// The preset its keys were merged from (docs/providers.md), if any.
     pub preset: Option<String>,
+    /// The endpoint handshake answered for the publisher (docs/configuration.md, `handshake`).
+    pub handshake: Option<crate::handshake::Handshake>,
 }
 
 /// The validated configuration of one inhook process.
@@ -421,6 +423,7 @@ struct FileSource {
     batch_max_events: Option<usize>,
     response: Option<response::FileResponse>,
     public_url: Option<String>,
+    handshake: Option<String>,
     // The keys of the configurable schemes (docs/configuration.md, `signature = "hmac"`,
     // `"token"`): written inline, as `flatten` cannot refuse unknown keys.
     signature_header: Option<String>,
@@ -609,6 +612,7 @@ impl FileSource {
             batch_max_events: None,
             response: None,
             public_url: None,
+            handshake: None,
             signature_header: None,
             signature_location: None,
             signature_algorithm: None,
@@ -1019,6 +1023,7 @@ fn source_of(
     }
     let keep_headers = source_keep_headers(&s.name, keep_headers, s.keep_headers)?;
     let allow_ips = allow_ips(&s.name, s.allow_ips.as_deref())?;
+    let handshake = handshake(&s.name, s.handshake.as_deref(), &secrets, secret_rule)?;
     // The source's own signature or token header is a credential like the built-in ones.
     for header in verifier.secret_headers() {
         if crate::kept_headers::is_kept(header, &[]) {
@@ -1059,6 +1064,7 @@ fn source_of(
         keep_headers,
         allow_ips,
         preset: s.preset,
+        handshake,
         name: s.name,
         kind,
         mode: s.mode.unwrap_or(s.kind.default_mode()),
@@ -1109,6 +1115,33 @@ fn batch(s: &FileSource, kind: &dyn Kind) -> Result<Option<usize>, ConfigError> 
         0 => problem("batch_max_events must be at least 1"),
         max => Ok(Some(max)),
     }
+}
+
+/// A source's `handshake` (docs/configuration.md): one of the known kinds, and the secret
+/// its answer is computed with when it needs one.
+fn handshake(
+    name: &str,
+    raw: Option<&str>,
+    secrets: &[Secret],
+    secret_rule: Secrets,
+) -> Result<Option<crate::handshake::Handshake>, ConfigError> {
+    use crate::handshake::Handshake;
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    let handshake = Handshake::parse(raw).ok_or_else(|| {
+        ConfigError(format!(
+            "source {name:?}: handshake {raw:?} is unknown: expected one of {}",
+            Handshake::names()
+        ))
+    })?;
+    if handshake.needs_secret() && secrets.is_empty() && secret_rule == Secrets::Required {
+        return Err(ConfigError(format!(
+            "source {name:?}: handshake = \"{handshake}\" answers with an HMAC of the source's secret: set secrets (or {})",
+            secret_env_var(name)
+        )));
+    }
+    Ok(Some(handshake))
 }
 
 /// A source's `allow_ips`: `None` (everyone) when unset; an empty list would refuse
@@ -1506,15 +1539,11 @@ mod tests {
 
     /// The presets whose table needs a key this build lacks (`#pending: ` lines,
     /// docs/providers.md): a scheme, `event_id = "body"` or `batch`.
-    const PENDING_PRESETS: [&str; 8] = [
+    const PENDING_PRESETS: [&str; 4] = [
         "discord-interactions",
         "twilio",
         "sendgrid-events",
         "aws-sns",
-        "zoom",
-        "x-activity",
-        "msgraph",
-        "dropbox",
     ];
 
     fn preset_source(name: &str, extra: &str) -> Result<Config, ConfigError> {
@@ -2014,5 +2043,45 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.starts_with("public_url"), "{err}");
+    }
+
+    #[test]
+    fn a_handshake_is_parsed_at_start_and_an_unknown_one_names_the_key() {
+        use crate::handshake::Handshake;
+        for h in Handshake::ALL {
+            let config =
+                configurable(&format!("signature = \"basic\"\nhandshake = \"{h}\"")).unwrap();
+            assert_eq!(config.sources[0].handshake, Some(h));
+        }
+        let config = configurable("signature = \"basic\"").unwrap();
+        assert_eq!(config.sources[0].handshake, None);
+        let err = configurable("signature = \"basic\"\nhandshake = \"slak\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("source \"c\": handshake \"slak\"") && err.contains("x-crc"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_handshake_answered_with_a_secret_needs_one() {
+        let text = "[[sources]]\nname = \"z\"\nkind = \"json\"\nevent_id = \"/id\"\n\
+                    aggregate = \"/a\"\nordering = \"unordered\"\nsignature = \"github\"\n\
+                    handshake = \"zoom\"\n";
+        let secrets = handshake("z", Some("zoom"), &[], Secrets::Required)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            secrets.contains("handshake = \"zoom\"") && secrets.contains("INHOOK_Z_SECRET"),
+            "{secrets}"
+        );
+        assert!(handshake("z", Some("x-crc"), &[], Secrets::Required).is_err());
+        assert!(handshake("z", Some("dropbox"), &[], Secrets::Required).is_ok());
+        let config = Config::from_parts(Some(text), &env(&[("INHOOK_Z_SECRET", "zs")])).unwrap();
+        assert_eq!(
+            config.sources[0].handshake,
+            Some(crate::handshake::Handshake::Zoom)
+        );
     }
 }

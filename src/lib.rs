@@ -45,6 +45,7 @@ pub mod contract;
 pub mod domain;
 pub mod encryption;
 pub mod forward;
+pub mod handshake;
 pub mod http;
 pub mod kept_headers;
 pub mod kind;

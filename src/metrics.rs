@@ -78,6 +78,11 @@ pub fn signature_failure(source: &str, reason: &'static str) {
         .increment(1);
 }
 
+/// A handshake answered (docs/contract.md, handshakes), by its kind (`slack`, `x-crc`, …).
+pub fn handshake(source: &str, kind: &'static str) {
+    counter!("inhook_handshakes_total", "source" => source.to_owned(), "kind" => kind).increment(1);
+}
+
 /// A verified delivery whose body broke the contract.
 pub fn invalid_payload(source: &str) {
     counter!("inhook_invalid_payloads_total", "source" => source.to_owned()).increment(1);

@@ -318,6 +318,7 @@ impl SourceConfig {
             "allow_ips" => allow_ips,
             "batch" => batch,
             "response" => response,
+            "handshake" => handshake,
         ])
     }
 }

@@ -128,6 +128,13 @@ pub enum Answer {
     BadRequest(String),
     /// 422 on a reload: the config does not load.
     InvalidConfig(String),
+    /// 200: a publisher's endpoint handshake answered (docs/contract.md, handshakes); nothing
+    /// stored nor forwarded.
+    Handshake(crate::handshake::Reply),
+    /// 400: a handshake whose value cannot be echoed, or a `GET` that is no handshake.
+    InvalidHandshake(String),
+    /// 405: a `GET` on a source whose handshake is not answered to a `GET` (or that has none).
+    MethodNotAllowed,
     /// 409 on the admin API: the resource's state forbids the change.
     Conflict {
         /// A stable code, e.g. `not_replayable`.
@@ -177,6 +184,9 @@ impl Answer {
             Answer::BadRequest(_) => "bad_request",
             Answer::InvalidConfig(_) => "invalid_config",
             Answer::Conflict { .. } => "conflict",
+            Answer::Handshake(_) => "handshake",
+            Answer::InvalidHandshake(_) => "invalid_handshake",
+            Answer::MethodNotAllowed => "method_not_allowed",
         }
     }
 
@@ -250,6 +260,7 @@ impl Answer {
                 | Answer::BodyBudgetFull
                 | Answer::VerificationBusy
                 | Answer::Internal
+                | Answer::InvalidHandshake(_)
         )
     }
 }
@@ -333,7 +344,7 @@ impl BatchBody {
 }
 
 /// What ingress answers a delivery it logged, for the OpenAPI document: one delivery's
-/// body, or a batch source's.
+/// body, a batch source's, or a handshake's JSON answer.
 #[derive(Serialize, ToSchema)]
 #[serde(untagged)]
 #[allow(dead_code)] // Only its OpenAPI description is used; answers are built from [`Answer`].
@@ -342,6 +353,8 @@ pub(super) enum IngressBody {
     One(DeliveryBody),
     /// A batch source's delivery.
     Batch(BatchBody),
+    /// A handshake's answer.
+    Handshake(HandshakeBody),
 }
 
 /// Whether an error answer refused the request or failed on inhook's side.
@@ -615,6 +628,27 @@ impl IntoResponse for Answer {
                     ..ErrorBody::rejected("invalid_config")
                 },
             ),
+            Answer::Handshake(reply) => handshake(reply),
+            Answer::InvalidHandshake(detail) => {
+                let mut response = error(
+                    StatusCode::BAD_REQUEST,
+                    ErrorBody {
+                        detail: Some(detail),
+                        ..ErrorBody::rejected("invalid_handshake")
+                    },
+                );
+                response.headers_mut().insert(
+                    header::X_CONTENT_TYPE_OPTIONS,
+                    HeaderValue::from_static("nosniff"),
+                );
+                response
+            }
+            // As the router answers a method it does not route: no body, `Allow` says what is.
+            Answer::MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                [(header::ALLOW, HeaderValue::from_static("POST"))],
+            )
+                .into_response(),
             Answer::Conflict {
                 error: code,
                 detail,
@@ -627,6 +661,64 @@ impl IntoResponse for Answer {
             ),
         }
     }
+}
+
+/// A handshake's 200: its exact bytes, as text or JSON, never sniffed as anything else.
+fn handshake(reply: crate::handshake::Reply) -> Response {
+    (
+        StatusCode::OK,
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(reply.content_type.header_value()),
+            ),
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+        ],
+        reply.body,
+    )
+        .into_response()
+}
+
+/// The body of a handshake's JSON answer (docs/contract.md, handshakes), for the OpenAPI
+/// document; the answer itself is built by [`crate::handshake`].
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // Only its OpenAPI description is used.
+pub enum HandshakeBody {
+    /// Slack's `url_verification`.
+    Challenge {
+        /// The body's challenge.
+        challenge: String,
+    },
+    /// Zoom's `endpoint.url_validation`.
+    Zoom {
+        /// The body's `payload.plainToken`.
+        #[serde(rename = "plainToken")]
+        plain_token: String,
+        /// Hex HMAC-SHA256 of the plain token with the secret that verified the request.
+        #[serde(rename = "encryptedToken")]
+        encrypted_token: String,
+    },
+    /// Discord's PING: `{"type":1}`.
+    Ping {
+        /// Always 1.
+        #[serde(rename = "type")]
+        kind: u8,
+    },
+    /// X's CRC.
+    Crc {
+        /// `sha256=` and the base64 HMAC-SHA256 of `crc_token` with the source's first secret.
+        response_token: String,
+    },
+    /// Okta's verification.
+    Okta {
+        /// The `X-Okta-Verification-Challenge` header.
+        verification: String,
+    },
 }
 
 /// The answer written straight to a connection refused before HTTP is spoken on it

@@ -1,5 +1,7 @@
 //! `POST /webhooks/{source}`: the checks of docs/contract.md (ingress) in their fixed order —
-//! source, caller (`allow_ips`), size, content type, signature, contract, store.
+//! source, caller (`allow_ips`), size, content type, signature, contract, store — with the
+//! publishers' endpoint handshakes answered on the way, before the log (docs/contract.md,
+//! handshakes); and `GET /webhooks/{source}` for the handshakes that come as a `GET`.
 
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
@@ -13,6 +15,7 @@ mod batch;
 use super::answer::{Answer, ErrorBody, IngressBody};
 use super::AppState;
 use crate::config::{Mode, SourceConfig, BODY_RATE_GRACE_S};
+use crate::handshake::{self, Handshake};
 use crate::kind::json::contract::BodyFormat;
 use crate::kind::{Delivery, EventFields};
 use crate::metrics;
@@ -32,10 +35,12 @@ use crate::store::{Admission, Decided, NewEvent, Refusal, SettleAt, StoreError};
             "sequence_number": 1, "timestamp": 1_764_460_800})),
     responses(
         (status = 200, description = "Sync: applied, stale, unsupported or dead; or a duplicate; a batch \
-            source (`batch = true`) answers each element. A source's own `response` (status, content type \
-            and body, any 2xx) replaces these 2xx bodies", body = IngressBody),
+            source (`batch = true`) answers each element; or a handshake answered (Slack, Zoom, Discord as JSON; \
+            Twitch, Microsoft Graph as text/plain; `X-Content-Type-Options: nosniff`; nothing stored). A source's \
+            own `response` (status, content type and body, any 2xx) replaces the delivery bodies",
+            content((IngressBody = "application/json"), (String = "text/plain"))),
         (status = 202, description = "Logged durably; applied later (a batch: some element is)", body = IngressBody),
-        (status = 400, description = "`invalid_payload`, each bad field named (a batch: the element's `index` too)", body = ErrorBody),
+        (status = 400, description = "`invalid_payload`, each bad field named (a batch: the element's `index` too); or `invalid_handshake`: a handshake's value to echo is missing, empty, over 512 bytes or holds a control character", body = ErrorBody),
         (status = 401, description = "`missing_signature`, `invalid_signature` or `timestamp_out_of_tolerance`",
             body = ErrorBody),
         (status = 403, description = "`forbidden_peer`: the client address is not in the source's `allow_ips`; nothing read",
@@ -167,6 +172,14 @@ async fn check_and_log(
         Ok(read) => read,
         Err(refused) => return refused,
     };
+    // Microsoft Graph's validation signs nothing and comes as text/plain: answered before
+    // the content type is checked (docs/contract.md, handshakes).
+    if let Some(answer) = unsigned_post_handshake(state, source, target, headers, &read.body) {
+        return answer;
+    }
+    if let Err(refused) = check_content_type(source, headers) {
+        return refused;
+    }
     if let Some(max_events) = source.batch {
         return batch::check_and_log(state, source, target, headers, read, max_events).await;
     }
@@ -220,8 +233,12 @@ async fn read_body(
         }
         Err(_) => return Err(Answer::RequestTimeout),
     };
-    // A form source takes form bodies only, every other source JSON only
-    // (docs/configuration.md, `body_format`).
+    Ok(ReadBody { body, hold })
+}
+
+/// Step 4: a form source takes form bodies only, every other source JSON only
+/// (docs/configuration.md, `body_format`).
+fn check_content_type(source: &SourceConfig, headers: &HeaderMap) -> Result<(), Answer> {
     let format = source
         .kind
         .locations()
@@ -235,7 +252,7 @@ async fn read_body(
             expected: format.media_type(),
         });
     }
-    Ok(ReadBody { body, hold })
+    Ok(())
 }
 
 /// A delivery whose signature verified and whose body follows the source's contract
@@ -262,8 +279,25 @@ async fn verify_and_parse(
     read: ReadBody,
 ) -> Result<VerifiedDelivery, Answer> {
     let received_at_ms = state.clock.now_ms();
-    let verified =
+    let (verified, matched) =
         verify_signature(state, source, target, headers, &read.body, received_at_ms).await?;
+    // A signed handshake is answered once its signature verified, before the contract and
+    // the store: never logged, never forwarded (docs/contract.md, handshakes).
+    if let Some(handshake) = source
+        .handshake
+        .filter(|h| h.stage() == handshake::Stage::SignedPost)
+    {
+        let parts = handshake::Parts {
+            method: target.method,
+            path_and_query: target.path_and_query,
+            headers,
+            body: &read.body,
+            secret: matched.as_ref(),
+        };
+        if let Some(answer) = handshake_answer(state, source, handshake, &parts) {
+            return Err(answer);
+        }
+    }
     let delivery_id = verified.delivery_id.as_deref();
     let (event, ignored) = parse_event(source, headers, &read.body, delivery_id)?;
     let span = tracing::Span::current();
@@ -603,8 +637,10 @@ async fn verify_signature(
     headers: &HeaderMap,
     body: &axum::body::Bytes,
     received_at_ms: i64,
-) -> Result<signature::Verified, Answer> {
+) -> Result<(signature::Verified, Option<signature::Secret>), Answer> {
     let secrets = state.secrets.source(&source.name);
+    // The secret that verified, kept for a handshake answered with it (Zoom's encryptedToken).
+    let kept = source.handshake.is_some().then(|| secrets.clone());
     let (verifier, tolerance_s) = (&source.verifier, source.tolerance_s);
     let received_at = received_at_ms.div_euclid(1000);
     let ignored = verifier.ignored_signatures(headers);
@@ -651,6 +687,12 @@ async fn verify_signature(
         };
         verifier.verify(&request, &secrets, received_at, tolerance_s)
     };
+    let verdict = verdict.map(|verified| {
+        let matched = kept
+            .as_ref()
+            .and_then(|secrets| secrets.get(verified.secret_index).cloned());
+        (verified, matched)
+    });
     verdict.map_err(|err| {
         // Anyone can send a bad signature: one line per interval, the metric counts them all.
         if let Some(suppressed) = SIGNATURE_LOG.admit() {
@@ -661,6 +703,164 @@ async fn verify_signature(
         Answer::SignatureRejected(err)
     })
 }
+
+/// Answers `GET /webhooks/{source}` for a source whose handshake comes as a `GET` (X's CRC,
+/// Dropbox, Okta, WebSub; docs/contract.md, handshakes). Every other source answers 405, as
+/// a route without `GET` does. Okta's request carries the source's token, verified first.
+#[utoipa::path(get, path = "/webhooks/{source}", tag = "ingress", security(()),
+    params(("source" = String, Path, description = "A configured source with a GET handshake", example = "dropbox"),
+        ("challenge" = Option<String>, Query, description = "Dropbox: echoed as text/plain"),
+        ("crc_token" = Option<String>, Query, description = "X: answered with its HMAC"),
+        ("hub.mode" = Option<String>, Query, description = "WebSub: `subscribe`"),
+        ("hub.challenge" = Option<String>, Query, description = "WebSub: echoed as text/plain"),
+        ("X-Okta-Verification-Challenge" = Option<String>, Header, description = "Okta: echoed in `verification`")),
+    responses(
+        (status = 200, description = "The handshake answered (`X-Content-Type-Options: nosniff`); nothing stored",
+            content((String = "text/plain"), (super::answer::HandshakeBody = "application/json"))),
+        (status = 400, description = "`invalid_handshake`: the value to echo is missing, empty, over 512 bytes or holds a control character",
+            body = ErrorBody),
+        (status = 401, description = "Okta: `missing_signature` or `invalid_signature` (the source's token)",
+            body = ErrorBody),
+        (status = 403, description = "`forbidden_peer`: the client address is not in the source's `allow_ips`",
+            body = ErrorBody),
+        (status = 404, description = "`unknown_source`", body = ErrorBody),
+        (status = 405, description = "The source has no handshake answered to a GET: deliveries are POSTs"),
+    ))]
+pub(super) async fn handshake_get(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    source: Result<Path<String>, PathRejection>,
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+) -> Response {
+    let started = std::time::Instant::now();
+    let source = source.map(|Path(name)| name).unwrap_or_default();
+    let Some(config) = state.config.source(&source) else {
+        let response = Answer::UnknownSource.into_response();
+        metrics::request(metrics::UNKNOWN_SOURCE, response.status().as_u16(), 0.0);
+        return response;
+    };
+    let Some(handshake) = config.handshake.filter(|h| h.answers_get()) else {
+        return Answer::MethodNotAllowed.into_response();
+    };
+    let client = crate::peers::client_address(peer.ip(), &headers, &state.config.trusted_proxies);
+    let answer = if config
+        .allow_ips
+        .as_ref()
+        .is_some_and(|allowed| !allowed.contains(client))
+    {
+        Answer::FORBIDDEN_PEER
+    } else {
+        let target = Target {
+            // HEAD is answered as a GET, without its body.
+            method: if method == axum::http::Method::HEAD {
+                "GET"
+            } else {
+                method.as_str()
+            },
+            path_and_query: uri.path_and_query().map_or("/", |p| p.as_str()),
+        };
+        get_handshake(&state, config, handshake, &target, &headers).await
+    };
+    if answer.is_rejection() {
+        if let Some(suppressed) = REJECTED_LOG.admit() {
+            info!(source = %config.name, decision = answer.decision(), suppressed, "handshake refused");
+        }
+    }
+    let response = answer.into_response();
+    metrics::request(
+        &config.name,
+        response.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
+    response
+}
+
+/// A `GET` handshake: verified first when the publisher signs it (Okta's token), then answered.
+async fn get_handshake(
+    state: &AppState,
+    source: &SourceConfig,
+    handshake: Handshake,
+    target: &Target<'_>,
+    headers: &HeaderMap,
+) -> Answer {
+    let secret = if handshake.stage() == handshake::Stage::SignedGet {
+        let received_at_ms = state.clock.now_ms();
+        let empty = axum::body::Bytes::new();
+        match verify_signature(state, source, target, headers, &empty, received_at_ms).await {
+            Ok((_, matched)) => matched,
+            Err(refused) => return refused,
+        }
+    } else {
+        // X's CRC is answered with the source's first secret (docs/configuration.md).
+        state.secrets.source(&source.name).into_iter().next()
+    };
+    let parts = handshake::Parts {
+        method: target.method,
+        path_and_query: target.path_and_query,
+        headers,
+        body: &[],
+        secret: secret.as_ref(),
+    };
+    handshake_answer(state, source, handshake, &parts).unwrap_or_else(|| {
+        Answer::InvalidHandshake(format!(
+            "this source answers only its {handshake} handshake to a GET; deliveries are POSTs"
+        ))
+    })
+}
+
+/// Microsoft Graph's `POST ?validationToken=T`, answered before anything else is checked: the
+/// publisher signs nothing.
+fn unsigned_post_handshake(
+    state: &AppState,
+    source: &SourceConfig,
+    target: &Target<'_>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Option<Answer> {
+    let handshake = source
+        .handshake
+        .filter(|h| h.stage() == handshake::Stage::UnsignedPost)?;
+    let parts = handshake::Parts {
+        method: target.method,
+        path_and_query: target.path_and_query,
+        headers,
+        body,
+        secret: None,
+    };
+    handshake_answer(state, source, handshake, &parts)
+}
+
+/// The answer to a handshake, counted; `None` when the request is no handshake.
+fn handshake_answer(
+    state: &AppState,
+    source: &SourceConfig,
+    handshake: Handshake,
+    parts: &handshake::Parts<'_>,
+) -> Option<Answer> {
+    match handshake::detect(handshake, parts) {
+        handshake::Outcome::NotHandshake => None,
+        handshake::Outcome::Refused(refusal) => Some(Answer::InvalidHandshake(format!(
+            "{handshake} handshake: {refusal}"
+        ))),
+        handshake::Outcome::Answer(reply) => {
+            metrics::handshake(&source.name, handshake.name());
+            if let Ok(mut seen) = state.handshakes.lock() {
+                *seen.entry(source.name.clone()).or_default() += 1;
+            }
+            // Never the echoed value: it is the publisher's, and anyone may send some.
+            if let Some(suppressed) = HANDSHAKE_LOG.admit() {
+                info!(source = %source.name, kind = handshake.name(), suppressed, "handshake answered");
+            }
+            Some(Answer::Handshake(reply))
+        }
+    }
+}
+
+/// Handshakes come as often as a publisher (or anyone, for unsigned ones) sends them.
+static HANDSHAKE_LOG: crate::log_throttle::LogThrottle =
+    crate::log_throttle::LogThrottle::new(crate::log_throttle::NOISY_LOG_INTERVAL);
 
 /// Takes a token from the source's bucket: `Ok(true)` when one was taken, `Ok(false)`
 /// when the source has no limit, or how long until the next token.

@@ -55,6 +55,8 @@ pub struct AppState {
     pub backlog: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
     /// Duplicate `event_id`s with a different body (publisher errors) seen by this node, per source.
     pub conflicting_duplicates: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
+    /// Handshakes answered by this node since it started, per source (for the overview).
+    pub handshakes: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
     /// Bytes of request bodies being read at once, bounded by `max_buffered_body_bytes`.
     pub body_budget: BodyBudget,
     /// One permit per core for costly signature checks (ed25519, lists of signatures), which
@@ -279,7 +281,7 @@ fn documented_routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::Op
         ))
     };
     OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .routes(routes!(ingress::receive))
+        .routes(routes!(ingress::receive, ingress::handshake_get))
         .routes(routes!(dashboard::index))
         .routes(routes!(api::health::healthz))
         .routes(routes!(api::health::readyz))

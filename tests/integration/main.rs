@@ -21,6 +21,7 @@ mod form_bodies;
 mod forward_crash;
 mod forwarding;
 mod forwarding_ahead;
+mod handshakes;
 mod held_limits;
 mod hostile_ingress;
 mod hygiene;

@@ -26,6 +26,7 @@ async fn the_openapi_document_lists_every_route_and_its_answers() {
         .collect();
     let expected = [
         ("post", "/webhooks/{source}"),
+        ("get", "/webhooks/{source}"),
         ("get", "/"),
         ("get", "/healthz"),
         ("get", "/readyz"),
@@ -63,8 +64,9 @@ async fn the_openapi_document_lists_every_route_and_its_answers() {
     wanted.sort();
     assert_eq!(listed, wanted);
 
-    // Every documented operation is served: none answers 404 or 405 for its own route
-    // (with made-up ids a read may 404 as `unknown_*`, with a JSON body saying so).
+    // Every documented operation is served and answers a documented code (with made-up ids a
+    // read may 404 as `unknown_*`, with a JSON body saying so; a GET on a source without a GET
+    // handshake is its documented 405).
     let client = reqwest::Client::new();
     for (method, path) in &operations {
         if path == "/v1/stream" {

@@ -100,6 +100,13 @@ pub(crate) struct SourceOverview {
     dead: u64,
     /// Events not yet decided.
     backlog: u64,
+    /// The source's endpoint handshake (docs/configuration.md, `handshake`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    handshake: Option<&'static str>,
+    /// Handshakes answered by this node since it started (never stored): sources with a
+    /// handshake only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    handshakes: Option<u64>,
 }
 
 /// Per source, events by status.
@@ -129,6 +136,11 @@ pub(crate) async fn overview(State(state): State<AppState>) -> Result<Response, 
         .lock()
         .map(|d| d.clone())
         .unwrap_or_default();
+    let handshakes = state
+        .handshakes
+        .lock()
+        .map(|d| d.clone())
+        .unwrap_or_default();
     let sources: Vec<_> = state
         .config
         .sources
@@ -154,6 +166,10 @@ pub(crate) async fn overview(State(state): State<AppState>) -> Result<Response, 
                 retrying: count(&[EventStatus::Retrying]),
                 dead: count(&[EventStatus::Dead]),
                 backlog: count(&EventStatus::UNDECIDED),
+                handshake: source.handshake.map(|h| h.name()),
+                handshakes: source
+                    .handshake
+                    .map(|_| handshakes.get(&source.name).copied().unwrap_or(0)),
             }
         })
         .collect();

@@ -34,7 +34,8 @@ pub(super) async fn check_and_log(
     let received_at_ms = state.clock.now_ms();
     let verified =
         match verify_signature(state, source, target, headers, &body, received_at_ms).await {
-            Ok(verified) => verified,
+            // The secret that verified matters only to a handshake's answer.
+            Ok((verified, _secret)) => verified,
             Err(refused) => return refused,
         };
     let elements = match split_batch(&body, max_events) {
