@@ -369,6 +369,9 @@ struct FileSource {
     timestamp_unit: Option<String>,
     token_header: Option<String>,
     token_query: Option<String>,
+    // `signature = "aws-sns"` (docs/configuration.md).
+    sns_cert_hosts: Option<Vec<String>>,
+    sns_topic_arns: Option<Vec<String>>,
 }
 
 impl FileSource {
@@ -415,6 +418,16 @@ impl FileSource {
             ),
             ("token_header", self.token_header.is_some(), Scheme::Token),
             ("token_query", self.token_query.is_some(), Scheme::Token),
+            (
+                "sns_cert_hosts",
+                self.sns_cert_hosts.is_some(),
+                Scheme::AwsSns,
+            ),
+            (
+                "sns_topic_arns",
+                self.sns_topic_arns.is_some(),
+                Scheme::AwsSns,
+            ),
         ]
         .into_iter()
         .filter_map(|(key, set, scheme)| set.then_some((key, scheme)))
@@ -466,6 +479,13 @@ fn verifier(
             .map_err(problem)?,
         ),
         Scheme::Basic => Verifier::Basic,
+        Scheme::AwsSns => Verifier::AwsSns(std::sync::Arc::new(
+            crate::signature::aws_sns::SnsConfig::parse(
+                keys.sns_cert_hosts.as_deref(),
+                keys.sns_topic_arns.as_deref(),
+            )
+            .map_err(problem)?,
+        )),
         fixed => Verifier::Fixed(fixed),
     })
 }
@@ -543,6 +563,8 @@ impl FileSource {
             timestamp_unit: None,
             token_header: None,
             token_query: None,
+            sns_cert_hosts: None,
+            sns_topic_arns: None,
         }
     }
 }
@@ -566,7 +588,7 @@ fn source_kind(
                 "source {name:?}: {key} is only for kind = \"json\""
             )));
         }
-    } else if spec.event_id.is_none() && verifier.delivery_id_header().is_none() {
+    } else if spec.event_id.is_none() && !verifier.carries_delivery_id() {
         return Err(ConfigError(format!(
             "source {name:?}: event_id is required: signature = \"{verifier}\" carries no delivery id"
         )));
@@ -854,6 +876,11 @@ fn source(
     secret_rule: Secrets,
 ) -> Result<SourceConfig, ConfigError> {
     let json_keys = s.json_spec();
+    // AWS signs SNS messages with its certificate's key: such a source has no secret.
+    let secret_rule = match s.signature {
+        Some(Scheme::AwsSns) => Secrets::Optional,
+        _ => secret_rule,
+    };
     let (secrets, secrets_from_environment) = source_secrets(&s, env, secret_rule)?;
     let scheme = s.signature.or(s.kind.default_scheme()).ok_or_else(|| {
         ConfigError(format!(

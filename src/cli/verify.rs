@@ -200,6 +200,9 @@ fn failure_report(
             out += "each configured secret is compared with it exactly: a trailing space or \
                     newline in the secret or the delivery does not match\n";
         }
+        SignatureError::Rejected { .. } => {
+            out += "an aws-sns message is checked against sns_cert_hosts and sns_topic_arns\n";
+        }
         SignatureError::TimestampOutOfTolerance { .. } => {
             out += &format!(
                 "the signature itself is valid; the timestamp is judged against {at_label}. To check \

@@ -41,6 +41,7 @@ use crate::store::{Admission, Decided, NewEvent, Refusal, SettleAt, StoreError};
         (status = 408, description = "`request_timeout`: the body did not arrive within `body_read_timeout_s`",
             body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
+        (status = 502, description = "`certificate_unavailable` or `subscription_confirmation_failed` (`aws-sns`): a request inhook makes for the delivery failed; nothing stored, the publisher retries", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
         (status = 429, description = "`backlog_full`, `aggregate_backlog_full` or `rate_limited`; nothing stored", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait"))),
@@ -203,7 +204,10 @@ async fn read_body(
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
-    if !format.accepts(content_type) {
+    // SNS posts its JSON as `text/plain` (docs/configuration.md, `aws-sns`).
+    let sns_text = matches!(source.verifier, signature::Verifier::AwsSns(_))
+        && super::sns::is_sns_media_type(content_type);
+    if !format.accepts(content_type) && !sns_text {
         return Err(Answer::UnsupportedMediaType {
             expected: format.media_type(),
         });
@@ -237,6 +241,10 @@ async fn verify_and_parse(
     let received_at_ms = state.clock.now_ms();
     let verified =
         verify_signature(state, source, target, headers, &read.body, received_at_ms).await?;
+    // A verified handshake is answered here: never stored nor forwarded.
+    if let Some(answer) = super::sns::handshake(source, &read.body).await {
+        return Err(answer);
+    }
     let delivery_id = verified.delivery_id.as_deref();
     let (event, ignored) = parse_event(source, headers, &read.body, delivery_id)?;
     let span = tracing::Span::current();
@@ -565,6 +573,13 @@ async fn verify_signature(
     let secrets = state.secrets.source(&source.name);
     let (verifier, tolerance_s) = (&source.verifier, source.tolerance_s);
     let received_at = received_at_ms.div_euclid(1000);
+    if let signature::Verifier::AwsSns(sns) = verifier {
+        return match super::sns::verify(source, sns, body, received_at).await {
+            Ok(verified) => Ok(verified),
+            Err(super::sns::Refused::Signature(err)) => Err(signature_rejected(source, err)),
+            Err(super::sns::Refused::Upstream(answer)) => Err(answer),
+        };
+    }
     let ignored = verifier.ignored_signatures(headers);
     if ignored > 0 {
         warn!(source = %source.name, ignored,
@@ -609,15 +624,18 @@ async fn verify_signature(
         };
         verifier.verify(&request, &secrets, received_at, tolerance_s)
     };
-    verdict.map_err(|err| {
-        // Anyone can send a bad signature: one line per interval, the metric counts them all.
-        if let Some(suppressed) = SIGNATURE_LOG.admit() {
-            warn!(source = %source.name, reason = err.code(), detail = %err, suppressed,
-                  "signature rejected");
-        }
-        metrics::signature_failure(&source.name, err.code());
-        Answer::SignatureRejected(err)
-    })
+    verdict.map_err(|err| signature_rejected(source, err))
+}
+
+/// The 401 of a delivery whose signature did not verify, logged and counted.
+fn signature_rejected(source: &SourceConfig, err: signature::SignatureError) -> Answer {
+    // Anyone can send a bad signature: one line per interval, the metric counts them all.
+    if let Some(suppressed) = SIGNATURE_LOG.admit() {
+        warn!(source = %source.name, reason = err.code(), detail = %err, suppressed,
+              "signature rejected");
+    }
+    metrics::signature_failure(&source.name, err.code());
+    Answer::SignatureRejected(err)
 }
 
 /// Takes a token from the source's bucket: `Ok(true)` when one was taken, `Ok(false)`
