@@ -1716,6 +1716,48 @@ mod tests {
     }
 
     #[test]
+    fn aws_sns_sources_need_no_secret_nor_event_id_and_bad_hosts_name_the_key() {
+        let text = "[[sources]]\nname = \"sns\"\nkind = \"json\"\nsignature = \"aws-sns\"\n\
+                    unwrap = \"/Message\"\naggregate = \"/a\"\nordering = \"unordered\"\n";
+        let config = Config::from_parts(Some(text), &env(&[])).unwrap();
+        let Verifier::AwsSns(sns) = &config.sources[0].verifier else {
+            panic!("{:?}", config.sources[0].verifier);
+        };
+        assert!(sns
+            .allowed_url(
+                "SigningCertURL",
+                "https://sns.eu-west-1.amazonaws.com/c.pem"
+            )
+            .is_ok());
+        assert!(config.sources[0].secrets.is_empty());
+        for (lines, key) in [
+            (
+                "sns_cert_hosts = [\"sns.*x.amazonaws.com\"]",
+                "sns_cert_hosts",
+            ),
+            ("sns_cert_hosts = []", "sns_cert_hosts"),
+            ("sns_topic_arns = []", "sns_topic_arns"),
+        ] {
+            let err = Config::from_parts(Some(&format!("{text}{lines}\n")), &env(&[]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with("source \"sns\": ") && err.contains(key),
+                "{lines}: {err}"
+            );
+        }
+        let err = configurable(
+            "signature = \"hmac\"\nsignature_header = \"X-Sig\"\nsns_cert_hosts = [\"localhost\"]",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("sns_cert_hosts is only for signature = \"aws-sns\""),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn configurable_settings_that_cannot_work_name_the_key() {
         for (lines, key) in [
             ("signature = \"hmac\"", "signature_header"),
