@@ -54,13 +54,16 @@ impl LocalSns {
                     ("200 OK", CERT.to_owned())
                 } else if target.starts_with("/confirm") {
                     ("200 OK", "<ConfirmSubscriptionResponse/>".to_owned())
+                } else if target == "/redirect.pem" {
+                    ("302 Found", String::new())
                 } else if target.starts_with("/fail") {
                     ("500 Internal Server Error", "no".to_owned())
                 } else {
                     ("404 Not Found", String::new())
                 };
+                // A redirect points at the real certificate: inhook must not follow it.
                 let answer = format!(
-                    "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    "HTTP/1.1 {status}\r\nlocation: /cert.pem\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                     body.len()
                 );
                 let _ = tls.write_all(answer.as_bytes()).await;
@@ -414,4 +417,40 @@ async fn a_certificate_that_cannot_be_fetched_is_a_502() {
     assert_eq!(r.code, 502, "{:?}", r.body);
     assert_eq!(r.body["error"], "certificate_unavailable");
     assert_eq!(server.count().await, 0);
+}
+
+#[tokio::test]
+async fn concurrent_deliveries_share_one_fetch_and_redirects_are_not_followed() {
+    let sns = LocalSns::start();
+    let server = sns.inhook("").await;
+    let cert = sns.url("/cert.pem");
+    let now = now_s();
+    let bodies: Vec<Vec<u8>> = (0..8)
+        .map(|i| {
+            sign(
+                notification(&format!("concurrent-{i}"), &format!("ord_{i}"), "paid", now),
+                "2",
+                &cert,
+            )
+        })
+        .collect();
+    let replies = futures_util::future::join_all(bodies.iter().map(|b| post(&server, b))).await;
+    for r in &replies {
+        assert_eq!(r.code, 200, "{:?}", r.body);
+    }
+    assert_eq!(sns.requests(), vec!["/cert.pem".to_owned()]);
+    assert_eq!(server.count().await, 8);
+
+    let redirected = sign(
+        notification("redirected-1", "ord_r", "paid", now),
+        "2",
+        &sns.url("/redirect.pem"),
+    );
+    let r = post(&server, &redirected).await;
+    assert_eq!(r.code, 502, "{:?}", r.body);
+    assert_eq!(r.body["error"], "certificate_unavailable");
+    assert_eq!(
+        sns.requests(),
+        vec!["/cert.pem".to_owned(), "/redirect.pem".to_owned()]
+    );
 }
