@@ -439,6 +439,9 @@ struct FileSource {
     timestamp_unit: Option<String>,
     token_header: Option<String>,
     token_query: Option<String>,
+    // `signature = "aws-sns"` (docs/configuration.md).
+    sns_cert_hosts: Option<Vec<String>>,
+    sns_topic_arns: Option<Vec<String>>,
 }
 
 impl FileSource {
@@ -490,6 +493,16 @@ impl FileSource {
             ),
             ("token_header", self.token_header.is_some(), Scheme::Token),
             ("token_query", self.token_query.is_some(), Scheme::Token),
+            (
+                "sns_cert_hosts",
+                self.sns_cert_hosts.is_some(),
+                Scheme::AwsSns,
+            ),
+            (
+                "sns_topic_arns",
+                self.sns_topic_arns.is_some(),
+                Scheme::AwsSns,
+            ),
         ]
         .into_iter()
         .filter_map(|(key, set, scheme)| set.then_some((key, scheme)))
@@ -542,6 +555,13 @@ fn verifier(
             .map_err(problem)?,
         ),
         Scheme::Basic => Verifier::Basic,
+        Scheme::AwsSns => Verifier::AwsSns(std::sync::Arc::new(
+            crate::signature::aws_sns::SnsConfig::parse(
+                keys.sns_cert_hosts.as_deref(),
+                keys.sns_topic_arns.as_deref(),
+            )
+            .map_err(problem)?,
+        )),
         fixed => Verifier::Fixed(fixed),
     })
 }
@@ -626,6 +646,8 @@ impl FileSource {
             timestamp_unit: None,
             token_header: None,
             token_query: None,
+            sns_cert_hosts: None,
+            sns_topic_arns: None,
         }
     }
 }
@@ -649,7 +671,7 @@ fn source_kind(
                 "source {name:?}: {key} is only for kind = \"json\""
             )));
         }
-    } else if spec.event_id.is_none() && verifier.delivery_id_header().is_none() {
+    } else if spec.event_id.is_none() && !verifier.carries_delivery_id() {
         return Err(ConfigError(format!(
             "source {name:?}: event_id is required: signature = \"{verifier}\" carries no delivery id"
         )));
@@ -981,6 +1003,11 @@ fn source_of(
     secret_rule: Secrets,
 ) -> Result<SourceConfig, ConfigError> {
     let json_keys = s.json_spec();
+    // AWS signs SNS messages with its certificate's key: such a source has no secret.
+    let secret_rule = match s.signature {
+        Some(Scheme::AwsSns) => Secrets::Optional,
+        _ => secret_rule,
+    };
     let (secrets, secrets_from_environment) = source_secrets(&s, env, secret_rule)?;
     let scheme = s.signature.or(s.kind.default_scheme()).ok_or_else(|| {
         ConfigError(format!(
@@ -1023,7 +1050,17 @@ fn source_of(
     }
     let keep_headers = source_keep_headers(&s.name, keep_headers, s.keep_headers)?;
     let allow_ips = allow_ips(&s.name, s.allow_ips.as_deref())?;
-    let handshake = handshake(&s.name, s.handshake.as_deref(), &secrets, secret_rule)?;
+    let handshake = match s.handshake.as_deref() {
+        // The aws-sns scheme confirms its subscriptions itself (docs/configuration.md, AWS SNS).
+        Some(AWS_SNS_HANDSHAKE) if scheme == Scheme::AwsSns => None,
+        Some(AWS_SNS_HANDSHAKE) => {
+            return Err(ConfigError(format!(
+                "source {:?}: handshake = \"{AWS_SNS_HANDSHAKE}\" needs signature = \"aws-sns\": only a verified SubscriptionConfirmation is confirmed",
+                s.name
+            )))
+        }
+        raw => handshake(&s.name, raw, &secrets, secret_rule)?,
+    };
     // The source's own signature or token header is a credential like the built-in ones.
     for header in verifier.secret_headers() {
         if crate::kept_headers::is_kept(header, &[]) {
@@ -1116,6 +1153,9 @@ fn batch(s: &FileSource, kind: &dyn Kind) -> Result<Option<usize>, ConfigError> 
         max => Ok(Some(max)),
     }
 }
+
+/// The handshake of the `aws-sns` scheme, which answers it itself (src/http/sns.rs).
+const AWS_SNS_HANDSHAKE: &str = "aws-sns";
 
 /// A source's `handshake` (docs/configuration.md): one of the known kinds, and the secret
 /// its answer is computed with when it needs one.
@@ -1539,12 +1579,7 @@ mod tests {
 
     /// The presets whose table needs a key this build lacks (`#pending: ` lines,
     /// docs/providers.md): a scheme, `event_id = "body"` or `batch`.
-    const PENDING_PRESETS: [&str; 4] = [
-        "discord-interactions",
-        "twilio",
-        "sendgrid-events",
-        "aws-sns",
-    ];
+    const PENDING_PRESETS: [&str; 3] = ["discord-interactions", "twilio", "sendgrid-events"];
 
     fn preset_source(name: &str, extra: &str) -> Result<Config, ConfigError> {
         let secret = if name == "postmark" {
@@ -2000,6 +2035,48 @@ mod tests {
         assert_eq!(
             hmac.public_url.as_deref(),
             Some("https://hooks.example.com")
+        );
+    }
+
+    #[test]
+    fn aws_sns_sources_need_no_secret_nor_event_id_and_bad_hosts_name_the_key() {
+        let text = "[[sources]]\nname = \"sns\"\nkind = \"json\"\nsignature = \"aws-sns\"\n\
+                    unwrap = \"/Message\"\naggregate = \"/a\"\nordering = \"unordered\"\n";
+        let config = Config::from_parts(Some(text), &env(&[])).unwrap();
+        let Verifier::AwsSns(sns) = &config.sources[0].verifier else {
+            panic!("{:?}", config.sources[0].verifier);
+        };
+        assert!(sns
+            .allowed_url(
+                "SigningCertURL",
+                "https://sns.eu-west-1.amazonaws.com/c.pem"
+            )
+            .is_ok());
+        assert!(config.sources[0].secrets.is_empty());
+        for (lines, key) in [
+            (
+                "sns_cert_hosts = [\"sns.*x.amazonaws.com\"]",
+                "sns_cert_hosts",
+            ),
+            ("sns_cert_hosts = []", "sns_cert_hosts"),
+            ("sns_topic_arns = []", "sns_topic_arns"),
+        ] {
+            let err = Config::from_parts(Some(&format!("{text}{lines}\n")), &env(&[]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with("source \"sns\": ") && err.contains(key),
+                "{lines}: {err}"
+            );
+        }
+        let err = configurable(
+            "signature = \"hmac\"\nsignature_header = \"X-Sig\"\nsns_cert_hosts = [\"localhost\"]",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("sns_cert_hosts is only for signature = \"aws-sns\""),
+            "{err}"
         );
     }
 

@@ -72,15 +72,15 @@ pub fn request(source: &str, code: u16, seconds: f64) {
     histogram!("inhook_ingest_duration_seconds", "source" => source.to_owned()).record(seconds);
 }
 
+/// A handshake answered at once, never stored (docs/contract.md, handshakes).
+pub fn handshake(source: &str, kind: &'static str) {
+    counter!("inhook_handshakes_total", "source" => source.to_owned(), "kind" => kind).increment(1);
+}
+
 /// A delivery whose signature or timestamp was rejected.
 pub fn signature_failure(source: &str, reason: &'static str) {
     counter!("inhook_signature_failures_total", "source" => source.to_owned(), "reason" => reason)
         .increment(1);
-}
-
-/// A handshake answered (docs/contract.md, handshakes), by its kind (`slack`, `x-crc`, …).
-pub fn handshake(source: &str, kind: &'static str) {
-    counter!("inhook_handshakes_total", "source" => source.to_owned(), "kind" => kind).increment(1);
 }
 
 /// A verified delivery whose body broke the contract.

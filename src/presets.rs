@@ -161,7 +161,10 @@ impl Preset {
         Ok(About {
             publisher: text("publisher").unwrap_or_else(|| self.name.to_owned()),
             scheme: key("signature").unwrap_or_default(),
-            handshake: key("handshake"),
+            // The aws-sns scheme confirms its subscription itself.
+            handshake: key("handshake").or_else(|| {
+                (key("signature").as_deref() == Some("aws-sns")).then(|| "aws-sns".to_owned())
+            }),
             secret: text("secret"),
             public_url: uses_url,
             public_key: text("public_key"),

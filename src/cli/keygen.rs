@@ -21,6 +21,12 @@ pub fn keygen(args: KeygenArgs) -> anyhow::Result<()> {
     if args.ed25519 && args.scheme != Scheme::StandardWebhooks {
         bail!("--ed25519 is only for --scheme standard-webhooks");
     }
+    if args.scheme == Scheme::AwsSns {
+        // AWS signs with its certificate's private key: there is nothing to mint.
+        bail!(
+            "aws-sns needs no secret: AWS signs with the key of the certificate at SigningCertURL"
+        );
+    }
     for line in generate(args.scheme, args.ed25519, &mut rand::rngs::OsRng) {
         println!("{line}");
     }

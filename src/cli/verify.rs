@@ -49,6 +49,13 @@ pub fn verify(config_path: Option<&Path>, args: VerifyArgs) -> anyhow::Result<()
                 .join(", ")
         );
     };
+    if source.verifier.scheme() == Scheme::AwsSns {
+        // Verifying needs the certificate at SigningCertURL: fetching it is the server's job.
+        bail!(
+            "source {:?} uses aws-sns: only the server verifies it, fetching the certificate its SigningCertURL names",
+            source.name
+        );
+    }
     if source.secrets.is_empty() {
         bail!(
             "source {:?} has no secret: set {} (several comma-separated) or `secrets` in the config file",
@@ -199,6 +206,9 @@ fn failure_report(
         SignatureError::Refused { .. } => {
             out += "each configured secret is compared with it exactly: a trailing space or \
                     newline in the secret or the delivery does not match\n";
+        }
+        SignatureError::Rejected { .. } => {
+            out += "an aws-sns message is checked against sns_cert_hosts and sns_topic_arns\n";
         }
         SignatureError::TimestampOutOfTolerance { .. } => {
             out += &format!(

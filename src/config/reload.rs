@@ -190,7 +190,7 @@ fn source_problems(running: &Config, fresh: &Config, problems: &mut Vec<String>)
             ));
         } else if next.verifier != source.verifier {
             problems.push(format!(
-                "source {:?}: its {} settings (signature_*, timestamp*, token_*, public_url) changed",
+                "source {:?}: its {} settings (signature_*, timestamp*, token_*, sns_*, public_url) changed",
                 source.name, source.verifier
             ));
         }

@@ -68,6 +68,23 @@ pub enum Answer {
         /// Its bad fields.
         problems: Vec<FieldProblem>,
     },
+    /// 200: a verified handshake answered at once; never stored nor forwarded
+    /// (docs/contract.md, handshakes).
+    SnsConfirmed {
+        /// The handshake, as counted in `inhook_handshakes_total{kind}`.
+        kind: &'static str,
+    },
+    /// 200: a verified delivery that is no event (an SNS `UnsubscribeConfirmation`): never stored.
+    NotStored {
+        /// Why, a stable code.
+        reason: &'static str,
+    },
+    /// 502: a request inhook makes for the delivery failed (an SNS certificate, a
+    /// subscription confirmation); nothing was stored, the publisher retries.
+    UpstreamFailed {
+        /// `certificate_unavailable` or `subscription_confirmation_failed`.
+        error: &'static str,
+    },
     /// 401: signature or timestamp rejected.
     SignatureRejected(SignatureError),
     /// 400: body is not JSON or breaks the contract.
@@ -162,6 +179,9 @@ impl Answer {
             Answer::Dead { .. } => "dead",
             Answer::Batch { .. } => "batch",
             Answer::InvalidBatchElement { .. } => "invalid_payload",
+            Answer::SnsConfirmed { .. } => "handshake",
+            Answer::NotStored { .. } => "not_stored",
+            Answer::UpstreamFailed { error } => error,
             Answer::SignatureRejected(_) => "signature_rejected",
             Answer::InvalidPayload(_) => "invalid_payload",
             Answer::UnknownSource => "unknown_source",
@@ -259,6 +279,7 @@ impl Answer {
                 | Answer::StoreUnavailable
                 | Answer::BodyBudgetFull
                 | Answer::VerificationBusy
+                | Answer::UpstreamFailed { .. }
                 | Answer::Internal
                 | Answer::InvalidHandshake(_)
         )
@@ -306,6 +327,16 @@ pub enum DeliveryBody {
         event_id: String,
         /// Why (docs/contract.md, processing).
         reason: DeadReason,
+    },
+    /// A handshake answered at once: not stored, not forwarded.
+    Handshake {
+        /// Which handshake, e.g. `aws-sns`.
+        handshake: String,
+    },
+    /// A verified delivery that is no event (an SNS `UnsubscribeConfirmation`): not stored.
+    NotStored {
+        /// Why, e.g. `unsubscribe_confirmation`.
+        reason: String,
     },
 }
 
@@ -501,6 +532,31 @@ impl IntoResponse for Answer {
                     index: Some(index),
                     details: Some(problems),
                     ..ErrorBody::rejected("invalid_payload")
+                },
+            ),
+            Answer::SnsConfirmed { kind } => delivery(
+                StatusCode::OK,
+                DeliveryBody::Handshake {
+                    handshake: kind.to_owned(),
+                },
+            ),
+            Answer::NotStored { reason } => delivery(
+                StatusCode::OK,
+                DeliveryBody::NotStored {
+                    reason: reason.to_owned(),
+                },
+            ),
+            Answer::UpstreamFailed { error: code } => error(
+                StatusCode::BAD_GATEWAY,
+                ErrorBody::new(ErrorStatus::Error, code),
+            ),
+            // A refusal of fixed text (an SNS URL outside `sns_cert_hosts`) says why; the
+            // others name only their code, as they always have.
+            Answer::SignatureRejected(err @ SignatureError::Rejected { .. }) => error(
+                StatusCode::UNAUTHORIZED,
+                ErrorBody {
+                    detail: Some(err.to_string()),
+                    ..ErrorBody::rejected(err.code())
                 },
             ),
             Answer::SignatureRejected(err) => {

@@ -49,6 +49,7 @@ use crate::store::{Admission, Decided, NewEvent, Refusal, SettleAt, StoreError};
         (status = 408, description = "`request_timeout`: the body did not arrive within `body_read_timeout_s`",
             body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
+        (status = 502, description = "`certificate_unavailable` or `subscription_confirmation_failed` (`aws-sns`): a request inhook makes for the delivery failed; nothing stored, the publisher retries", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
         (status = 429, description = "`backlog_full`, `aggregate_backlog_full` or `rate_limited`; nothing stored", body = ErrorBody,
             headers(("Retry-After" = u32, description = "Seconds to wait"))),
@@ -247,7 +248,10 @@ fn check_content_type(source: &SourceConfig, headers: &HeaderMap) -> Result<(), 
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
-    if !format.accepts(content_type) {
+    // SNS posts its JSON as `text/plain` (docs/configuration.md, `aws-sns`).
+    let sns_text = matches!(source.verifier, signature::Verifier::AwsSns(_))
+        && super::sns::is_sns_media_type(content_type);
+    if !format.accepts(content_type) && !sns_text {
         return Err(Answer::UnsupportedMediaType {
             expected: format.media_type(),
         });
@@ -297,6 +301,10 @@ async fn verify_and_parse(
         if let Some(answer) = handshake_answer(state, source, handshake, &parts) {
             return Err(answer);
         }
+    }
+    // A verified handshake is answered here: never stored nor forwarded.
+    if let Some(answer) = super::sns::handshake(source, &read.body).await {
+        return Err(answer);
     }
     let delivery_id = verified.delivery_id.as_deref();
     let (event, ignored) = parse_event(source, headers, &read.body, delivery_id)?;
@@ -643,6 +651,13 @@ async fn verify_signature(
     let kept = source.handshake.is_some().then(|| secrets.clone());
     let (verifier, tolerance_s) = (&source.verifier, source.tolerance_s);
     let received_at = received_at_ms.div_euclid(1000);
+    if let signature::Verifier::AwsSns(sns) = verifier {
+        return match super::sns::verify(source, sns, body, received_at).await {
+            Ok(verified) => Ok((verified, None)),
+            Err(super::sns::Refused::Signature(err)) => Err(signature_rejected(source, err)),
+            Err(super::sns::Refused::Upstream(answer)) => Err(answer),
+        };
+    }
     let ignored = verifier.ignored_signatures(headers);
     if ignored > 0 {
         warn!(source = %source.name, ignored,
@@ -693,15 +708,18 @@ async fn verify_signature(
             .and_then(|secrets| secrets.get(verified.secret_index).cloned());
         (verified, matched)
     });
-    verdict.map_err(|err| {
-        // Anyone can send a bad signature: one line per interval, the metric counts them all.
-        if let Some(suppressed) = SIGNATURE_LOG.admit() {
-            warn!(source = %source.name, reason = err.code(), detail = %err, suppressed,
-                  "signature rejected");
-        }
-        metrics::signature_failure(&source.name, err.code());
-        Answer::SignatureRejected(err)
-    })
+    verdict.map_err(|err| signature_rejected(source, err))
+}
+
+/// The 401 of a delivery whose signature did not verify, logged and counted.
+fn signature_rejected(source: &SourceConfig, err: signature::SignatureError) -> Answer {
+    // Anyone can send a bad signature: one line per interval, the metric counts them all.
+    if let Some(suppressed) = SIGNATURE_LOG.admit() {
+        warn!(source = %source.name, reason = err.code(), detail = %err, suppressed,
+              "signature rejected");
+    }
+    metrics::signature_failure(&source.name, err.code());
+    Answer::SignatureRejected(err)
 }
 
 /// Answers `GET /webhooks/{source}` for a source whose handshake comes as a `GET` (X's CRC,

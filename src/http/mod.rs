@@ -8,6 +8,7 @@ mod auth;
 mod dashboard;
 mod ingress;
 pub mod server;
+mod sns;
 mod stream;
 
 use std::sync::Arc;

@@ -12,6 +12,7 @@
 //! a [`Verifier`]; `hmac` may read fields of the body when its signed content
 //! names them, still before the contract parses anything.
 
+pub mod aws_sns;
 pub mod basic;
 pub mod configurable;
 pub mod github;
@@ -61,6 +62,9 @@ pub enum Scheme {
     Token,
     /// HTTP Basic credentials ([`basic`]).
     Basic,
+    /// AWS SNS: a JSON message signed with the key of the certificate at its
+    /// `SigningCertURL` ([`aws_sns`]), fetched by the server.
+    AwsSns,
 }
 
 impl Scheme {
@@ -77,7 +81,8 @@ impl Scheme {
     ];
 
     /// The schemes configured by their source's settings ([`Verifier`]).
-    pub const CONFIGURABLE: [Scheme; 3] = [Scheme::Hmac, Scheme::Token, Scheme::Basic];
+    pub const CONFIGURABLE: [Scheme; 4] =
+        [Scheme::Hmac, Scheme::Token, Scheme::Basic, Scheme::AwsSns];
 
     /// The scheme's name as written in the config.
     pub fn name(self) -> &'static str {
@@ -92,6 +97,7 @@ impl Scheme {
             Scheme::Hmac => "hmac",
             Scheme::Token => "token",
             Scheme::Basic => "basic",
+            Scheme::AwsSns => "aws-sns",
         }
     }
 
@@ -113,7 +119,11 @@ impl Scheme {
     pub fn is_timestamped(self) -> bool {
         matches!(
             self,
-            Scheme::HmacTimestamped | Scheme::StandardWebhooks | Scheme::Stripe | Scheme::Slack
+            Scheme::HmacTimestamped
+                | Scheme::StandardWebhooks
+                | Scheme::Stripe
+                | Scheme::Slack
+                | Scheme::AwsSns
         )
     }
 
@@ -148,8 +158,8 @@ impl Scheme {
             ],
             Scheme::Shopify => &[(shopify::SIGNATURE_HEADER, shopify::SIGNATURE_FORMAT)],
             Scheme::Basic => &[(basic::HEADER, basic::FORMAT)],
-            // Configured: [`Verifier::required_headers`].
-            Scheme::Hmac | Scheme::Token => &[],
+            // Configured: [`Verifier::required_headers`]; SNS signs fields of the body.
+            Scheme::Hmac | Scheme::Token | Scheme::AwsSns => &[],
         }
     }
 
@@ -163,7 +173,7 @@ impl Scheme {
             Scheme::Slack => slack::SIGNATURE_HEADER,
             Scheme::Shopify => shopify::SIGNATURE_HEADER,
             Scheme::Basic => basic::HEADER,
-            Scheme::Hmac | Scheme::Token => return None,
+            Scheme::Hmac | Scheme::Token | Scheme::AwsSns => return None,
         })
     }
 
@@ -179,7 +189,7 @@ impl Scheme {
             Scheme::Slack => &[slack::TIMESTAMP_HEADER],
             Scheme::HmacHex | Scheme::Github | Scheme::Stripe | Scheme::Shopify => &[],
             // Configured: [`Verifier::signed_headers`].
-            Scheme::Hmac | Scheme::Token | Scheme::Basic => &[],
+            Scheme::Hmac | Scheme::Token | Scheme::Basic | Scheme::AwsSns => &[],
         }
     }
 
@@ -319,6 +329,14 @@ pub enum SignatureError {
         /// How many secrets the source lists.
         configured: usize,
     },
+    /// A part of the delivery refused for a reason of its own (an SNS field, a certificate
+    /// URL outside `sns_cert_hosts`): both names are fixed text, never a value sent.
+    Rejected {
+        /// What was refused.
+        what: &'static str,
+        /// Why.
+        why: &'static str,
+    },
     /// The signature verifies, but its timestamp is outside the tolerance window.
     TimestampOutOfTolerance {
         /// Signed time minus time of receipt, in seconds.
@@ -335,7 +353,8 @@ impl SignatureError {
             SignatureError::Missing { .. } | SignatureError::Absent { .. } => "missing_signature",
             SignatureError::Malformed { .. }
             | SignatureError::Mismatch { .. }
-            | SignatureError::Refused { .. } => "invalid_signature",
+            | SignatureError::Refused { .. }
+            | SignatureError::Rejected { .. } => "invalid_signature",
             SignatureError::TimestampOutOfTolerance { .. } => "timestamp_out_of_tolerance",
         }
     }
@@ -346,6 +365,7 @@ impl fmt::Display for SignatureError {
         match self {
             SignatureError::Missing { header } => write!(f, "header {header} is missing"),
             SignatureError::Absent { what } => write!(f, "{what} is missing"),
+            SignatureError::Rejected { what, why } => write!(f, "{what} {why}"),
             SignatureError::Refused { what, configured } => write!(
                 f,
                 "{what} matches none of the {}",
@@ -433,16 +453,18 @@ pub fn verify(
         Scheme::Stripe => stripe::verify(headers, body, secrets),
         Scheme::Slack => slack::verify(headers, body, secrets),
         Scheme::Shopify => shopify::verify(headers, body, secrets),
-        Scheme::Hmac | Scheme::Token | Scheme::Basic => Err(SignatureError::Absent {
-            what: "the source's signature settings",
-        }),
+        Scheme::Hmac | Scheme::Token | Scheme::Basic | Scheme::AwsSns => {
+            Err(SignatureError::Absent {
+                what: "the source's signature settings",
+            })
+        }
     }?;
     judge_time(verified, received_at, tolerance_s)
 }
 
 /// Only once the signature is proven is the signed time worth judging: a tampered
 /// body on an old timestamp is a mismatch, not a timing problem.
-fn judge_time(
+pub(crate) fn judge_time(
     verified: Verified,
     received_at: i64,
     tolerance_s: u64,
@@ -486,6 +508,9 @@ pub enum Verifier {
     Token(token::TokenConfig),
     /// `signature = "basic"`.
     Basic,
+    /// `signature = "aws-sns"`: verified by the server, which fetches the certificate
+    /// ([`Verifier::verify`] cannot).
+    AwsSns(Arc<aws_sns::SnsConfig>),
 }
 
 /// What a publisher-side command sends for a delivery: headers, and for a token in the
@@ -506,6 +531,7 @@ impl Verifier {
             Verifier::Hmac(_) => Scheme::Hmac,
             Verifier::Token(_) => Scheme::Token,
             Verifier::Basic => Scheme::Basic,
+            Verifier::AwsSns(_) => Scheme::AwsSns,
         }
     }
 
@@ -515,6 +541,7 @@ impl Verifier {
             Verifier::Fixed(scheme) => scheme.is_timestamped(),
             Verifier::Hmac(config) => config.is_timestamped(),
             Verifier::Token(_) | Verifier::Basic => false,
+            Verifier::AwsSns(_) => true,
         }
     }
 
@@ -529,7 +556,7 @@ impl Verifier {
         match self {
             Verifier::Fixed(scheme) => scheme.signed_headers().to_vec(),
             Verifier::Hmac(config) => config.signed_headers(),
-            Verifier::Token(_) | Verifier::Basic => Vec::new(),
+            Verifier::Token(_) | Verifier::Basic | Verifier::AwsSns(_) => Vec::new(),
         }
     }
 
@@ -539,6 +566,12 @@ impl Verifier {
             Verifier::Fixed(scheme) => scheme.delivery_id_header(),
             _ => None,
         }
+    }
+
+    /// Whether a verified delivery names itself: a delivery id header, or SNS's signed
+    /// `MessageId`. Without it a `json` source must locate its `event_id`.
+    pub fn carries_delivery_id(&self) -> bool {
+        matches!(self, Verifier::AwsSns(_)) || self.delivery_id_header().is_some()
     }
 
     /// The headers a delivery must carry, and what each holds, for explanations.
@@ -567,7 +600,7 @@ impl Verifier {
             Verifier::Hmac(config) if config.location.is_some() => Vec::new(),
             Verifier::Hmac(config) => vec![config.header],
             Verifier::Token(token) => token.header().into_iter().collect(),
-            Verifier::Fixed(_) | Verifier::Basic => Vec::new(),
+            Verifier::Fixed(_) | Verifier::Basic | Verifier::AwsSns(_) => Vec::new(),
         }
     }
 
@@ -594,6 +627,12 @@ impl Verifier {
             Verifier::Hmac(config) => config.verify(request, secrets)?,
             Verifier::Token(token) => token.verify(request, secrets)?,
             Verifier::Basic => basic::verify(request, secrets)?,
+            // The certificate is fetched by the server (`http::sns`): nothing here can check it.
+            Verifier::AwsSns(_) => {
+                return Err(SignatureError::Absent {
+                    what: "the SigningCertURL certificate (only the server fetches it)",
+                })
+            }
         };
         judge_time(verified, received_at, tolerance_s)
     }
@@ -641,6 +680,9 @@ impl Verifier {
                 headers: basic::sign(secret),
                 query: None,
             }),
+            Verifier::AwsSns(_) => Err(SignError(
+                "aws-sns is signed by AWS with its certificate's private key, which inhook never holds",
+            )),
         }
     }
 }
@@ -728,7 +770,7 @@ pub fn try_sign(
         Scheme::Stripe => stripe::sign(body, secret, now),
         Scheme::Slack => slack::sign(body, secret, now),
         Scheme::Shopify => shopify::sign(body, secret, id),
-        Scheme::Hmac | Scheme::Token | Scheme::Basic => {
+        Scheme::Hmac | Scheme::Token | Scheme::Basic | Scheme::AwsSns => {
             return Err(SignError(
                 "signs with its source's settings: give the config that holds the source",
             ))
