@@ -13,6 +13,7 @@
 # each on a fresh database `inhook_bench` beside DB (`BENCH_DB_NAME` names another); the default is SQLite.
 # DECIDE_AT_INGEST=1 sets `decide_at_ingest = true` on both ingest sources (scripts/lib.sh).
 # ENCRYPTION_ONLY=1 compares ingest with encryption at rest off and on (below).
+# PRESET_ONLY=1 compares the json source (j) with the same events into a `preset = "stripe"` source (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EVENTS=${1:-20000}
@@ -24,7 +25,7 @@ bench() { # $1 = label, $2 = extra config, $3 = path, $4 = rate, $5 = shape (def
     local dir; dir=$(mktemp -d)
     start_server "$dir" "$(bench_database "$dir")" "bench_ceiling = true
 $2
-$BENCH_SOURCES"
+${SOURCES:-$BENCH_SOURCES}"
     local shape=${5:-save-game} source=save-game out
     [ "$shape" = stripe ] && source=stripe
     out=$("$BIN" bench --url "$URL" --path "$3" --events "$EVENTS" --connections "$CONNECTIONS" \
@@ -54,6 +55,28 @@ if [ "${ENCRYPTION_ONLY:-0}" = 1 ]; then
     echo "plaintext ${P_ALL[*]} req/s (mean $P), encrypted ${E_ALL[*]} req/s (mean $E): encrypted/plaintext = $(ratio "$E" "$P")"
     p=$(MEAN_FORMAT=%.1f mean "${P_CPU[@]}"); e=$(MEAN_FORMAT=%.1f mean "${E_CPU[@]}")
     echo "server CPU µs per event: plaintext ${P_CPU[*]} (mean $p), encrypted ${E_CPU[*]} (mean $e): encrypted/plaintext = $(ratio "$e" "$p")"
+    exit 0
+fi
+# PRESET_ONLY=1: (j) against (p), the same Stripe-shaped ingest into a source declared only
+# as `preset = "stripe"` (docs/providers.md), alternating PRESET_PAIRS times (default 2).
+if [ "${PRESET_ONLY:-0}" = 1 ]; then
+    PRESET_SOURCES='
+[[sources]]
+name = "stripe"
+preset = "stripe"
+mode = "async"
+decide_at_ingest = '"$DECIDE"
+    J_ALL=(); P_ALL=(); J_CPU=(); P_CPU=()
+    for _ in $(seq 1 "${PRESET_PAIRS:-2}"); do
+        bench "j: inhook ingest, json source" "" /webhooks/stripe 0 stripe; J_ALL+=("$RPS"); J_CPU+=("$CPU")
+        SOURCES=$PRESET_SOURCES bench "p: inhook ingest, preset = \"stripe\"" "" /webhooks/stripe 0 stripe
+        P_ALL+=("$RPS"); P_CPU+=("$CPU")
+    done
+    J=$(mean "${J_ALL[@]}"); P=$(mean "${P_ALL[@]}")
+    echo
+    echo "json ${J_ALL[*]} req/s (mean $J), preset ${P_ALL[*]} req/s (mean $P): preset/json = $(ratio "$P" "$J")"
+    j=$(MEAN_FORMAT=%.1f mean "${J_CPU[@]}"); p=$(MEAN_FORMAT=%.1f mean "${P_CPU[@]}")
+    echo "server CPU µs per event: json ${J_CPU[*]} (mean $j), preset ${P_CPU[*]} (mean $p): preset/json = $(ratio "$p" "$j")"
     exit 0
 fi
 A_ALL=(); J_ALL=(); A_CPU=(); J_CPU=()
