@@ -1000,3 +1000,156 @@ async fn send_with_a_preset_signs_as_the_publisher_does() {
     );
     assert!(!ok && out.contains("paddle"), "{out}");
 }
+
+/// A preset source answers its publisher's endpoint check as the publisher sends it:
+/// the handshake comes with the preset, signed the publisher's way where it is signed.
+#[tokio::test]
+async fn preset_sources_answer_their_publishers_handshakes() {
+    let mut sources = String::new();
+    for (preset, secret) in [
+        ("slack-events", "slack-secret"),
+        ("zoom", "zoom-secret"),
+        ("twitch-eventsub", "twitch-secret-0123"),
+        ("x-activity", "x-consumer-secret"),
+        ("dropbox", "dropbox-secret"),
+        ("msgraph", "graph-token"),
+        ("okta-event-hooks", "okta-token"),
+    ] {
+        sources += &format!(
+            "\n[[sources]]\nname = \"{preset}\"\npreset = \"{preset}\"\nsecrets = [\"{secret}\"]\n"
+        );
+    }
+    let server = TestServer::spawn_top_and_sources("", &sources).await;
+    let client = reqwest::Client::new();
+    let url = |path: &str| format!("{}/webhooks/{path}", server.url);
+    let text = |r: reqwest::Response| async move {
+        let nosniff = r.headers()["x-content-type-options"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(nosniff, "nosniff");
+        (r.status().as_u16(), r.text().await.unwrap())
+    };
+    let now = now_s();
+
+    let body = br#"{"token":"t","challenge":"slack-challenge-1","type":"url_verification"}"#;
+    let sig = hex::encode(sha256(
+        "slack-secret",
+        &cat(&[format!("v0:{now}:").as_bytes(), body]),
+    ));
+    let reply = client
+        .post(url("slack-events"))
+        .header("content-type", "application/json")
+        .header("x-slack-request-timestamp", now.to_string())
+        .header("x-slack-signature", format!("v0={sig}"))
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        text(reply).await,
+        (200, r#"{"challenge":"slack-challenge-1"}"#.into())
+    );
+
+    let body = br#"{"event":"endpoint.url_validation","payload":{"plainToken":"qgg8vlvZRS6UYooatFL8Aw"},"event_ts":1654503849680}"#;
+    let sig = hex::encode(sha256(
+        "zoom-secret",
+        &cat(&[format!("v0:{now}:").as_bytes(), body]),
+    ));
+    let reply = client
+        .post(url("zoom"))
+        .header("content-type", "application/json")
+        .header("x-zm-request-timestamp", now.to_string())
+        .header("x-zm-signature", format!("v0={sig}"))
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    let expected = hex::encode(sha256("zoom-secret", b"qgg8vlvZRS6UYooatFL8Aw"));
+    let (code, answer) = text(reply).await;
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&answer).unwrap(),
+        json!({"plainToken": "qgg8vlvZRS6UYooatFL8Aw", "encryptedToken": expected})
+    );
+
+    let body = br#"{"challenge":"pogchamp-kappa-360noscope-vohiyo","subscription":{"id":"f1c2a387","type":"channel.follow"}}"#;
+    let at = time::OffsetDateTime::from_unix_timestamp(now)
+        .unwrap()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    let sig = hex::encode(sha256(
+        "twitch-secret-0123",
+        &cat(&[b"msg-1", at.as_bytes(), body]),
+    ));
+    let reply = client
+        .post(url("twitch-eventsub"))
+        .header("content-type", "application/json")
+        .header("twitch-eventsub-message-id", "msg-1")
+        .header("twitch-eventsub-message-timestamp", &at)
+        .header(
+            "twitch-eventsub-message-type",
+            "webhook_callback_verification",
+        )
+        .header("twitch-eventsub-message-signature", format!("sha256={sig}"))
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        text(reply).await,
+        (200, "pogchamp-kappa-360noscope-vohiyo".into())
+    );
+
+    let reply = client
+        .get(url("x-activity?crc_token=crc-123"))
+        .send()
+        .await
+        .unwrap();
+    let token = b64(&sha256("x-consumer-secret", b"crc-123"));
+    let (code, answer) = text(reply).await;
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&answer).unwrap(),
+        json!({"response_token": format!("sha256={token}")})
+    );
+
+    let reply = client
+        .get(url("dropbox?challenge=dbx-challenge"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(text(reply).await, (200, "dbx-challenge".into()));
+
+    let reply = client
+        .post(url("msgraph?validationToken=graph%20validation"))
+        .header("content-type", "text/plain")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(text(reply).await, (200, "graph validation".into()));
+
+    let reply = client
+        .get(url("okta-event-hooks"))
+        .header("authorization", "okta-token")
+        .header("x-okta-verification-challenge", "okta-challenge")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        text(reply).await,
+        (200, r#"{"verification":"okta-challenge"}"#.into())
+    );
+    let reply = client
+        .get(url("okta-event-hooks"))
+        .header("authorization", "not-the-token")
+        .header("x-okta-verification-challenge", "okta-challenge")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 401);
+
+    // Nothing of it is an event.
+    let events = server.get("/v1/events").await;
+    assert_eq!(events.body["items"], json!([]), "{events:?}");
+}
