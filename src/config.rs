@@ -369,55 +369,35 @@ struct FileSource {
     timestamp_unit: Option<String>,
     token_header: Option<String>,
     token_query: Option<String>,
+    /// `signature = "ed25519"` / `"ecdsa-p256"`: the publisher's public keys.
+    public_keys: Option<Vec<String>>,
 }
 
 impl FileSource {
-    /// The configurable schemes' keys given, by name, with the scheme each belongs to.
-    fn given(&self) -> Vec<(&'static str, Scheme)> {
+    /// The configurable schemes' keys given, by name, with the schemes each belongs to.
+    fn given(&self) -> Vec<(&'static str, &'static [Scheme])> {
+        // The public-key schemes read the hmac scheme's keys, all but the algorithm.
+        const SIGNED: &[Scheme] = &[Scheme::Hmac, Scheme::Ed25519, Scheme::EcdsaP256];
+        const HMAC: &[Scheme] = &[Scheme::Hmac];
+        const TOKEN: &[Scheme] = &[Scheme::Token];
+        const KEYS: &[Scheme] = &[Scheme::Ed25519, Scheme::EcdsaP256];
         [
-            (
-                "signature_header",
-                self.signature_header.is_some(),
-                Scheme::Hmac,
-            ),
-            (
-                "signature_algorithm",
-                self.signature_algorithm.is_some(),
-                Scheme::Hmac,
-            ),
-            (
-                "signature_encoding",
-                self.signature_encoding.is_some(),
-                Scheme::Hmac,
-            ),
-            (
-                "signature_prefix",
-                self.signature_prefix.is_some(),
-                Scheme::Hmac,
-            ),
-            (
-                "signature_format",
-                self.signature_format.is_some(),
-                Scheme::Hmac,
-            ),
-            ("signature_key", self.signature_key.is_some(), Scheme::Hmac),
-            ("timestamp_key", self.timestamp_key.is_some(), Scheme::Hmac),
-            (
-                "signed_content",
-                self.signed_content.is_some(),
-                Scheme::Hmac,
-            ),
-            ("timestamp", self.timestamp.is_some(), Scheme::Hmac),
-            (
-                "timestamp_unit",
-                self.timestamp_unit.is_some(),
-                Scheme::Hmac,
-            ),
-            ("token_header", self.token_header.is_some(), Scheme::Token),
-            ("token_query", self.token_query.is_some(), Scheme::Token),
+            ("signature_header", self.signature_header.is_some(), SIGNED),
+            ("signature_algorithm", self.signature_algorithm.is_some(), HMAC),
+            ("signature_encoding", self.signature_encoding.is_some(), SIGNED),
+            ("signature_prefix", self.signature_prefix.is_some(), SIGNED),
+            ("signature_format", self.signature_format.is_some(), SIGNED),
+            ("signature_key", self.signature_key.is_some(), SIGNED),
+            ("timestamp_key", self.timestamp_key.is_some(), SIGNED),
+            ("signed_content", self.signed_content.is_some(), SIGNED),
+            ("timestamp", self.timestamp.is_some(), SIGNED),
+            ("timestamp_unit", self.timestamp_unit.is_some(), SIGNED),
+            ("token_header", self.token_header.is_some(), TOKEN),
+            ("token_query", self.token_query.is_some(), TOKEN),
+            ("public_keys", self.public_keys.is_some(), KEYS),
         ]
         .into_iter()
-        .filter_map(|(key, set, scheme)| set.then_some((key, scheme)))
+        .filter_map(|(key, set, schemes)| set.then_some((key, schemes)))
         .collect()
     }
 }
@@ -430,31 +410,55 @@ fn verifier(
     keys: &FileSource,
     public_url: Option<&str>,
 ) -> Result<Verifier, ConfigError> {
-    if let Some((key, owner)) = keys.given().into_iter().find(|(_, owner)| *owner != scheme) {
+    if let Some((key, owners)) = keys
+        .given()
+        .into_iter()
+        .find(|(_, owners)| !owners.contains(&scheme))
+    {
+        let owners: Vec<String> = owners.iter().map(|o| format!("\"{o}\"")).collect();
         return Err(ConfigError(format!(
-            "source {name:?}: {key} is only for signature = \"{owner}\" (this source has signature = \"{scheme}\")"
+            "source {name:?}: {key} is only for signature = {} (this source has signature = \"{scheme}\")",
+            owners.join(" or ")
         )));
     }
     let problem = |e: crate::signature::configurable::KeyError| {
         ConfigError(format!("source {name:?}: {e} (signature = \"{scheme}\")"))
     };
+    let hmac_keys = crate::signature::configurable::HmacKeys {
+        header: keys.signature_header.as_deref(),
+        algorithm: keys.signature_algorithm.as_deref(),
+        encoding: keys.signature_encoding.as_deref(),
+        prefix: keys.signature_prefix.as_deref(),
+        format: keys.signature_format.as_deref(),
+        signature_key: keys.signature_key.as_deref(),
+        timestamp_key: keys.timestamp_key.as_deref(),
+        signed_content: keys.signed_content.as_deref(),
+        timestamp: keys.timestamp.as_deref(),
+        timestamp_unit: keys.timestamp_unit.as_deref(),
+        public_url,
+    };
     Ok(match scheme {
+        Scheme::Ed25519 | Scheme::EcdsaP256 => {
+            let algorithm = scheme.public_key().expect("a public-key scheme");
+            let parsed =
+                crate::signature::configurable::HmacConfig::parse_public_key(&hmac_keys, algorithm)
+                    .map_err(problem)?;
+            Verifier::PublicKey(std::sync::Arc::new(parsed))
+        }
+        Scheme::Twilio => {
+            let public_url = public_url.ok_or_else(|| {
+                ConfigError(format!(
+                    "source {name:?}: public_url is required for signature = \"twilio\" (Twilio signs the URL it calls: the base URL, top level or per source, e.g. https://hooks.example.com)"
+                ))
+            })?;
+            let public_url = crate::signature::configurable::parse_public_url(public_url)
+                .map_err(|e| ConfigError(format!("source {name:?}: public_url: {e}")))?;
+            Verifier::Twilio(std::sync::Arc::new(
+                crate::signature::twilio::TwilioConfig { public_url },
+            ))
+        }
         Scheme::Hmac => {
-            let parsed = crate::signature::configurable::HmacConfig::parse(
-                &crate::signature::configurable::HmacKeys {
-                    header: keys.signature_header.as_deref(),
-                    algorithm: keys.signature_algorithm.as_deref(),
-                    encoding: keys.signature_encoding.as_deref(),
-                    prefix: keys.signature_prefix.as_deref(),
-                    format: keys.signature_format.as_deref(),
-                    signature_key: keys.signature_key.as_deref(),
-                    timestamp_key: keys.timestamp_key.as_deref(),
-                    signed_content: keys.signed_content.as_deref(),
-                    timestamp: keys.timestamp.as_deref(),
-                    timestamp_unit: keys.timestamp_unit.as_deref(),
-                    public_url,
-                },
-            )
+            let parsed = crate::signature::configurable::HmacConfig::parse(&hmac_keys)
             .map_err(problem)?;
             Verifier::Hmac(std::sync::Arc::new(parsed))
         }
@@ -543,6 +547,7 @@ impl FileSource {
             timestamp_unit: None,
             token_header: None,
             token_query: None,
+            public_keys: None,
         }
     }
 }
@@ -579,6 +584,14 @@ fn source_kind(
 /// The environment variable that holds a source's secrets.
 pub fn secret_env_var(source: &str) -> String {
     format!("INHOOK_{}_SECRET", source.to_uppercase().replace('-', "_"))
+}
+
+/// The environment variable that holds a source's public keys (`ed25519`, `ecdsa-p256`).
+pub fn public_keys_env_var(source: &str) -> String {
+    format!(
+        "INHOOK_{}_PUBLIC_KEYS",
+        source.to_uppercase().replace('-', "_")
+    )
 }
 
 /// The secret a publisher-side command (`send`, `simulate`, `bench`) signs a source's
@@ -854,7 +867,6 @@ fn source(
     secret_rule: Secrets,
 ) -> Result<SourceConfig, ConfigError> {
     let json_keys = s.json_spec();
-    let (secrets, secrets_from_environment) = source_secrets(&s, env, secret_rule)?;
     let scheme = s.signature.or(s.kind.default_scheme()).ok_or_else(|| {
         ConfigError(format!(
             "source {:?}: signature is required for kind = \"{}\"",
@@ -862,6 +874,13 @@ fn source(
             s.kind.as_str()
         ))
     })?;
+    let (secrets, secrets_from_environment) = match scheme.public_key() {
+        Some(algorithm) => source_public_keys(&s, env, algorithm)?,
+        None => {
+            let (raw, from_env) = source_secrets(&s, env, secret_rule)?;
+            (raw.into_iter().map(Secret::new).collect(), from_env)
+        }
+    };
     let first_sequence = s.first_sequence.unwrap_or(defaults::FIRST_SEQUENCE);
     if first_sequence < 0 {
         return Err(ConfigError(format!(
@@ -877,7 +896,6 @@ fn source(
     let public_url = s.public_url.as_deref().or(public_url);
     let verifier = verifier(&s.name, scheme, &s, public_url)?;
     let kind = source_kind(&s.name, s.kind, json_keys, &verifier, stale_after_s)?;
-    let secrets: Vec<Secret> = secrets.into_iter().map(Secret::new).collect();
     // A secret in the wrong form would turn every delivery into a 401: fail now instead.
     for (i, secret) in secrets.iter().enumerate() {
         if let Err(problem) = scheme.check_secret(secret) {
@@ -980,6 +998,49 @@ fn source_keep_headers(
         }
     }
     Ok(kept)
+}
+
+/// A public-key source's keys (`INHOOK_<SOURCE>_PUBLIC_KEYS`, comma-separated, else the
+/// file's `public_keys`), parsed, kept where other sources keep secrets so they rotate by
+/// reload alike; and whether they came from the environment. A bad key is an error naming
+/// the source, the key and the entry, never the entry's text.
+fn source_public_keys(
+    s: &FileSource,
+    env: &HashMap<String, String>,
+    algorithm: crate::signature::public_key::Algorithm,
+) -> Result<(Vec<Secret>, bool), ConfigError> {
+    if !s.secrets.is_empty() {
+        return Err(ConfigError(format!(
+            "source {:?}: secrets are not used by signature = \"{}\": list the publisher's public keys in public_keys",
+            s.name,
+            algorithm.name()
+        )));
+    }
+    let var = public_keys_env_var(&s.name);
+    let (entries, from_env): (Vec<String>, bool) = match env.get(&var) {
+        Some(list) => (
+            list.split(',')
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            true,
+        ),
+        None => (s.public_keys.clone().unwrap_or_default(), false),
+    };
+    let keys = crate::signature::public_key::parse_keys(algorithm, &entries).map_err(|e| {
+        let from = if from_env {
+            format!("public_keys (from {var})")
+        } else {
+            "public_keys".to_owned()
+        };
+        ConfigError(format!(
+            "source {:?}: {from}: {e} (signature = \"{}\"; set public_keys or {var})",
+            s.name,
+            algorithm.name()
+        ))
+    })?;
+    Ok((keys, from_env))
 }
 
 /// A source's secrets as written (`INHOOK_<SOURCE>_SECRET`, several comma-separated, else

@@ -15,6 +15,7 @@
 pub mod basic;
 pub mod configurable;
 pub mod github;
+pub mod public_key;
 pub mod seed;
 pub mod shopify;
 pub mod slack;
@@ -22,6 +23,7 @@ pub mod standard_webhooks;
 pub mod stripe;
 pub mod template;
 pub mod token;
+pub mod twilio;
 
 use std::fmt;
 use std::sync::Arc;
@@ -61,6 +63,15 @@ pub enum Scheme {
     Token,
     /// HTTP Basic credentials ([`basic`]).
     Basic,
+    /// Twilio: `X-Twilio-Signature`, HMAC-SHA1 over the URL and the form parameters
+    /// ([`twilio`]); needs `public_url`.
+    Twilio,
+    /// An Ed25519 signature checked with the source's `public_keys` (Discord), header and
+    /// signed content configured as for `hmac` ([`public_key`]).
+    Ed25519,
+    /// A DER ECDSA P-256 / SHA-256 signature checked with the source's `public_keys`
+    /// (SendGrid), configured as for `hmac` ([`public_key`]).
+    EcdsaP256,
 }
 
 impl Scheme {
@@ -77,7 +88,14 @@ impl Scheme {
     ];
 
     /// The schemes configured by their source's settings ([`Verifier`]).
-    pub const CONFIGURABLE: [Scheme; 3] = [Scheme::Hmac, Scheme::Token, Scheme::Basic];
+    pub const CONFIGURABLE: [Scheme; 6] = [
+        Scheme::Hmac,
+        Scheme::Token,
+        Scheme::Basic,
+        Scheme::Twilio,
+        Scheme::Ed25519,
+        Scheme::EcdsaP256,
+    ];
 
     /// The scheme's name as written in the config.
     pub fn name(self) -> &'static str {
@@ -92,6 +110,9 @@ impl Scheme {
             Scheme::Hmac => "hmac",
             Scheme::Token => "token",
             Scheme::Basic => "basic",
+            Scheme::Twilio => "twilio",
+            Scheme::Ed25519 => "ed25519",
+            Scheme::EcdsaP256 => "ecdsa-p256",
         }
     }
 
@@ -106,6 +127,16 @@ impl Scheme {
     /// Whether the scheme takes its headers and format from its source's settings.
     pub fn is_configurable(self) -> bool {
         Self::CONFIGURABLE.contains(&self)
+    }
+
+    /// The algorithm of the source's `public_keys`, for the schemes that verify with
+    /// public keys instead of secrets.
+    pub fn public_key(self) -> Option<public_key::Algorithm> {
+        match self {
+            Scheme::Ed25519 => Some(public_key::Algorithm::Ed25519),
+            Scheme::EcdsaP256 => Some(public_key::Algorithm::EcdsaP256),
+            _ => None,
+        }
     }
 
     /// Whether the scheme signs a timestamp that must fall inside the tolerance window
@@ -148,8 +179,9 @@ impl Scheme {
             ],
             Scheme::Shopify => &[(shopify::SIGNATURE_HEADER, shopify::SIGNATURE_FORMAT)],
             Scheme::Basic => &[(basic::HEADER, basic::FORMAT)],
+            Scheme::Twilio => &[(twilio::SIGNATURE_HEADER, twilio::SIGNATURE_FORMAT)],
             // Configured: [`Verifier::required_headers`].
-            Scheme::Hmac | Scheme::Token => &[],
+            Scheme::Hmac | Scheme::Token | Scheme::Ed25519 | Scheme::EcdsaP256 => &[],
         }
     }
 
@@ -163,7 +195,8 @@ impl Scheme {
             Scheme::Slack => slack::SIGNATURE_HEADER,
             Scheme::Shopify => shopify::SIGNATURE_HEADER,
             Scheme::Basic => basic::HEADER,
-            Scheme::Hmac | Scheme::Token => return None,
+            Scheme::Twilio => twilio::SIGNATURE_HEADER,
+            Scheme::Hmac | Scheme::Token | Scheme::Ed25519 | Scheme::EcdsaP256 => return None,
         })
     }
 
@@ -178,8 +211,13 @@ impl Scheme {
             ],
             Scheme::Slack => &[slack::TIMESTAMP_HEADER],
             Scheme::HmacHex | Scheme::Github | Scheme::Stripe | Scheme::Shopify => &[],
+            Scheme::Twilio => &[],
             // Configured: [`Verifier::signed_headers`].
-            Scheme::Hmac | Scheme::Token | Scheme::Basic => &[],
+            Scheme::Hmac
+            | Scheme::Token
+            | Scheme::Basic
+            | Scheme::Ed25519
+            | Scheme::EcdsaP256 => &[],
         }
     }
 
@@ -203,6 +241,9 @@ impl Scheme {
         match self {
             Scheme::StandardWebhooks => standard_webhooks::Key::parse(secret).map(|_| ()),
             Scheme::Basic => basic::check_secret(secret),
+            Scheme::Ed25519 | Scheme::EcdsaP256 => self
+                .public_key()
+                .map_or(Ok(()), |alg| public_key::check_key(alg, secret)),
             _ => Ok(()),
         }
     }
@@ -245,6 +286,7 @@ const CREDENTIAL_HEADERS: [&str; 4] = [
 pub fn carries_credential(name: &str) -> bool {
     Scheme::ALL
         .iter()
+        .chain(&Scheme::CONFIGURABLE)
         .filter_map(|scheme| scheme.signature_header())
         .chain(CREDENTIAL_HEADERS)
         .any(|header| header.eq_ignore_ascii_case(name))
@@ -312,6 +354,15 @@ pub enum SignatureError {
         /// What is absent.
         what: &'static str,
     },
+    /// No configured public key verifies any of the given signatures.
+    KeyMismatch {
+        /// The header holding the signatures.
+        header: &'static str,
+        /// How many well-formed signatures the header held.
+        signatures: usize,
+        /// How many public keys the source lists.
+        keys: usize,
+    },
     /// A shared token or credentials match none of the configured secrets.
     Refused {
         /// Where the token or credentials were.
@@ -335,6 +386,7 @@ impl SignatureError {
             SignatureError::Missing { .. } | SignatureError::Absent { .. } => "missing_signature",
             SignatureError::Malformed { .. }
             | SignatureError::Mismatch { .. }
+            | SignatureError::KeyMismatch { .. }
             | SignatureError::Refused { .. } => "invalid_signature",
             SignatureError::TimestampOutOfTolerance { .. } => "timestamp_out_of_tolerance",
         }
@@ -350,6 +402,16 @@ impl fmt::Display for SignatureError {
                 f,
                 "{what} matches none of the {}",
                 plural(*configured, "configured secret")
+            ),
+            SignatureError::KeyMismatch {
+                header,
+                signatures,
+                keys,
+            } => write!(
+                f,
+                "none of the {} verifies the {} in {header} over the signed content",
+                plural(*keys, "configured public key"),
+                plural(*signatures, "signature")
             ),
             SignatureError::Malformed { header, expected } => {
                 write!(f, "header {header} is malformed: expected {expected}")
@@ -433,7 +495,12 @@ pub fn verify(
         Scheme::Stripe => stripe::verify(headers, body, secrets),
         Scheme::Slack => slack::verify(headers, body, secrets),
         Scheme::Shopify => shopify::verify(headers, body, secrets),
-        Scheme::Hmac | Scheme::Token | Scheme::Basic => Err(SignatureError::Absent {
+        Scheme::Hmac
+        | Scheme::Token
+        | Scheme::Basic
+        | Scheme::Twilio
+        | Scheme::Ed25519
+        | Scheme::EcdsaP256 => Err(SignatureError::Absent {
             what: "the source's signature settings",
         }),
     }?;
@@ -486,6 +553,11 @@ pub enum Verifier {
     Token(token::TokenConfig),
     /// `signature = "basic"`.
     Basic,
+    /// `signature = "twilio"`.
+    Twilio(Arc<twilio::TwilioConfig>),
+    /// `signature = "ed25519"` or `"ecdsa-p256"`: the `hmac` settings, checked with the
+    /// source's public keys ([`configurable::HmacConfig::public_key`]).
+    PublicKey(Arc<configurable::HmacConfig>),
 }
 
 /// What a publisher-side command sends for a delivery: headers, and for a token in the
@@ -506,6 +578,11 @@ impl Verifier {
             Verifier::Hmac(_) => Scheme::Hmac,
             Verifier::Token(_) => Scheme::Token,
             Verifier::Basic => Scheme::Basic,
+            Verifier::Twilio(_) => Scheme::Twilio,
+            Verifier::PublicKey(config) => match config.public_key {
+                Some(public_key::Algorithm::EcdsaP256) => Scheme::EcdsaP256,
+                _ => Scheme::Ed25519,
+            },
         }
     }
 
@@ -513,8 +590,8 @@ impl Verifier {
     pub fn is_timestamped(&self) -> bool {
         match self {
             Verifier::Fixed(scheme) => scheme.is_timestamped(),
-            Verifier::Hmac(config) => config.is_timestamped(),
-            Verifier::Token(_) | Verifier::Basic => false,
+            Verifier::Hmac(config) | Verifier::PublicKey(config) => config.is_timestamped(),
+            Verifier::Token(_) | Verifier::Basic | Verifier::Twilio(_) => false,
         }
     }
 
@@ -528,8 +605,8 @@ impl Verifier {
     pub fn signed_headers(&self) -> Vec<&str> {
         match self {
             Verifier::Fixed(scheme) => scheme.signed_headers().to_vec(),
-            Verifier::Hmac(config) => config.signed_headers(),
-            Verifier::Token(_) | Verifier::Basic => Vec::new(),
+            Verifier::Hmac(config) | Verifier::PublicKey(config) => config.signed_headers(),
+            Verifier::Token(_) | Verifier::Basic | Verifier::Twilio(_) => Vec::new(),
         }
     }
 
@@ -544,7 +621,7 @@ impl Verifier {
     /// The headers a delivery must carry, and what each holds, for explanations.
     pub fn required_headers(&self) -> Vec<(&str, String)> {
         match self {
-            Verifier::Hmac(config) => config.required_headers(),
+            Verifier::Hmac(config) | Verifier::PublicKey(config) => config.required_headers(),
             Verifier::Token(token) => token
                 .header()
                 .map(|h| (h, "one of the source's tokens".to_owned()))
@@ -563,8 +640,9 @@ impl Verifier {
     /// with an event nor read as one of its fields.
     pub fn secret_headers(&self) -> Vec<&'static str> {
         match self {
-            Verifier::Hmac(config) => vec![config.header],
+            Verifier::Hmac(config) | Verifier::PublicKey(config) => vec![config.header],
             Verifier::Token(token) => token.header().into_iter().collect(),
+            Verifier::Twilio(_) => vec![twilio::SIGNATURE_HEADER],
             Verifier::Fixed(_) | Verifier::Basic => Vec::new(),
         }
     }
@@ -589,8 +667,11 @@ impl Verifier {
                     tolerance_s,
                 )
             }
-            Verifier::Hmac(config) => config.verify(request, secrets)?,
+            Verifier::Hmac(config) | Verifier::PublicKey(config) => {
+                config.verify(request, secrets)?
+            }
             Verifier::Token(token) => token.verify(request, secrets)?,
+            Verifier::Twilio(config) => config.verify(request, secrets)?,
             Verifier::Basic => basic::verify(request, secrets)?,
         };
         judge_time(verified, received_at, tolerance_s)
@@ -600,6 +681,8 @@ impl Verifier {
     pub fn is_costly(&self, headers: &HeaderMap) -> bool {
         match self {
             Verifier::Fixed(scheme) => is_costly(*scheme, headers),
+            // A public-key check per listed key costs far more than an HMAC.
+            Verifier::PublicKey(_) => true,
             // One HMAC per secret, or one comparison per token.
             _ => false,
         }
@@ -630,10 +713,11 @@ impl Verifier {
                 headers: try_sign(*scheme, request.body, secret, now, delivery_id)?,
                 query: None,
             }),
-            Verifier::Hmac(config) => Ok(Signed {
+            Verifier::Hmac(config) | Verifier::PublicKey(config) => Ok(Signed {
                 headers: config.sign(request, secret, now, &id)?,
                 query: None,
             }),
+            Verifier::Twilio(config) => Ok(config.sign(request, secret)),
             Verifier::Token(token) => Ok(token.sign(secret)),
             Verifier::Basic => Ok(Signed {
                 headers: basic::sign(secret),
@@ -726,7 +810,12 @@ pub fn try_sign(
         Scheme::Stripe => stripe::sign(body, secret, now),
         Scheme::Slack => slack::sign(body, secret, now),
         Scheme::Shopify => shopify::sign(body, secret, id),
-        Scheme::Hmac | Scheme::Token | Scheme::Basic => {
+        Scheme::Hmac
+        | Scheme::Token
+        | Scheme::Basic
+        | Scheme::Twilio
+        | Scheme::Ed25519
+        | Scheme::EcdsaP256 => {
             return Err(SignError(
                 "signs with its source's settings: give the config that holds the source",
             ))

@@ -7,6 +7,7 @@ mod admin_auth;
 mod aggregate_keys;
 mod allowed_peers;
 mod application;
+mod asymmetric_signatures;
 mod bench;
 mod configurable_signatures;
 mod conformance;
