@@ -511,3 +511,86 @@ async fn send_signs_for_each_scheme_and_keygen_makes_usable_pairs() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[tokio::test]
+async fn the_official_libraries_sign_what_inhook_accepts() {
+    use crate::support::{official, vectors_available, ToSign};
+    use inhook::signature::Scheme;
+    if !vectors_available() {
+        return;
+    }
+    let seed = hex::encode([7u8; 32]);
+    let rng = ring::rand::SystemRandom::new();
+    let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng).unwrap();
+    let pair =
+        EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng).unwrap();
+    let mut spki = hex::decode(SPKI_PREFIX).unwrap();
+    spki.extend_from_slice(pair.public_key().as_ref());
+    let server = TestServer::spawn_with_sources(&sources(
+        &format!(r#"["{}"]"#, discord_public(7)),
+        &format!(r#"["{}"]"#, B64.encode(spki)),
+    ))
+    .await;
+    let now = now_s();
+    let discord = String::from_utf8(discord_body("o-1", "ping")).unwrap();
+    let sendgrid = String::from_utf8(sendgrid_body("o-2")).unwrap();
+    let form = "MessageSid=SM77&Body=caf%C3%A9+%26+more&To=%2B18005551212&From=%2B14158675309";
+    let json_body = r#"{"sid":"EV77"}"#;
+    let private = B64.encode(pkcs8.as_ref());
+    let signed = official(&[
+        ToSign {
+            scheme: Scheme::Ed25519,
+            secret: &seed,
+            body: &discord,
+            timestamp: now,
+            id: "",
+        },
+        ToSign {
+            scheme: Scheme::EcdsaP256,
+            secret: &private,
+            body: &sendgrid,
+            timestamp: now,
+            id: "",
+        },
+        ToSign {
+            scheme: Scheme::Twilio,
+            secret: "twilio-new-token",
+            body: form,
+            timestamp: now,
+            id: "https://hooks.example.com/webhooks/twilio",
+        },
+        ToSign {
+            scheme: Scheme::Twilio,
+            secret: "twilio-token",
+            body: json_body,
+            timestamp: now,
+            id: "https://hooks.example.com/webhooks/twilio-json",
+        },
+    ]);
+    let headers = |i: usize, content_type: &str| -> Vec<(&str, String)> {
+        let mut h: Vec<(&str, String)> = signed[i]
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.clone()))
+            .collect();
+        h.push(("content-type", content_type.to_owned()));
+        h
+    };
+    for (i, source, body, content_type) in [
+        (0, "discord", discord.as_str(), "application/json"),
+        (1, "sendgrid", sendgrid.as_str(), "application/json"),
+        (2, "twilio", form, "application/x-www-form-urlencoded"),
+    ] {
+        let reply = post(&server, source, body.as_bytes(), &headers(i, content_type)).await;
+        assert_eq!(reply.code, 200, "{source}: {reply:?}");
+    }
+    let hash = hex::encode(sha2::Sha256::digest(json_body.as_bytes()));
+    let reply = reqwest::Client::new()
+        .post(format!("{}/webhooks/twilio-json?bodySHA256={hash}", server.url))
+        .header("content-type", "application/json")
+        .header("x-twilio-signature", &signed[3][0].1)
+        .body(json_body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status().as_u16(), 200);
+}
