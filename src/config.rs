@@ -383,8 +383,16 @@ impl FileSource {
         const KEYS: &[Scheme] = &[Scheme::Ed25519, Scheme::EcdsaP256];
         [
             ("signature_header", self.signature_header.is_some(), SIGNED),
-            ("signature_algorithm", self.signature_algorithm.is_some(), HMAC),
-            ("signature_encoding", self.signature_encoding.is_some(), SIGNED),
+            (
+                "signature_algorithm",
+                self.signature_algorithm.is_some(),
+                HMAC,
+            ),
+            (
+                "signature_encoding",
+                self.signature_encoding.is_some(),
+                SIGNED,
+            ),
             ("signature_prefix", self.signature_prefix.is_some(), SIGNED),
             ("signature_format", self.signature_format.is_some(), SIGNED),
             ("signature_key", self.signature_key.is_some(), SIGNED),
@@ -458,8 +466,8 @@ fn verifier(
             ))
         }
         Scheme::Hmac => {
-            let parsed = crate::signature::configurable::HmacConfig::parse(&hmac_keys)
-            .map_err(problem)?;
+            let parsed =
+                crate::signature::configurable::HmacConfig::parse(&hmac_keys).map_err(problem)?;
             Verifier::Hmac(std::sync::Arc::new(parsed))
         }
         Scheme::Token => Verifier::Token(

@@ -387,7 +387,9 @@ impl HmacConfig {
         if public_key.is_some() && keys.algorithm.is_some() {
             return refuse(
                 "signature_algorithm",
-                format!("is only for signature = \"hmac\" (signature = \"{scheme}\" fixes its hash)"),
+                format!(
+                    "is only for signature = \"hmac\" (signature = \"{scheme}\" fixes its hash)"
+                ),
             );
         }
         let header = match HeaderName::from_bytes(header_raw.trim().as_bytes()) {
@@ -636,12 +638,13 @@ impl HmacConfig {
         let message = self.content.render(&input).map_err(lacking)?;
         if let Some(algorithm) = self.public_key {
             // Public keys: nothing secret to compare, each key checks every signature.
-            let secret_index = public_key::find(algorithm, secrets, &message, &candidates)
-                .ok_or(SignatureError::KeyMismatch {
+            let secret_index = public_key::find(algorithm, secrets, &message, &candidates).ok_or(
+                SignatureError::KeyMismatch {
                     header: self.header,
                     signatures: candidates.len(),
                     keys: secrets.len(),
-                })?;
+                },
+            )?;
             return Ok(Verified {
                 secret_index,
                 signed_at,
@@ -1134,6 +1137,72 @@ mod tests {
                 configured: 1
             }
         );
+    }
+
+    #[test]
+    fn public_keys_read_the_same_settings_as_hmac() {
+        use crate::signature::public_key::{generate, parse_keys, Algorithm as Key};
+        let discord = HmacConfig::parse_public_key(
+            &HmacKeys {
+                header: Some("X-Signature-Ed25519"),
+                signed_content: Some("{timestamp}{body}"),
+                timestamp: Some("header:X-Signature-Timestamp"),
+                ..Default::default()
+            },
+            Key::Ed25519,
+        )
+        .unwrap();
+        assert_eq!(discord.encoding, Encoding::Hex);
+        let sendgrid = HmacConfig::parse_public_key(
+            &HmacKeys {
+                header: Some("X-Twilio-Email-Event-Webhook-Signature"),
+                signed_content: Some("{timestamp}{body}"),
+                timestamp: Some("header:X-Twilio-Email-Event-Webhook-Timestamp"),
+                ..Default::default()
+            },
+            Key::EcdsaP256,
+        )
+        .unwrap();
+        assert_eq!(sendgrid.encoding, Encoding::Base64);
+        for (config, alg) in [(discord, Key::Ed25519), (sendgrid, Key::EcdsaP256)] {
+            let (public1, private1) = generate(alg, [1; 32]).unwrap();
+            let (public2, private2) = generate(alg, [2; 32]).unwrap();
+            let keys = parse_keys(alg, &[public1, public2]).unwrap();
+            let body = br#"{"type":1}"#;
+            for (index, private) in [private1, private2].iter().enumerate() {
+                let signed = config
+                    .sign(
+                        &request(&HeaderMap::new(), body),
+                        &Secret::new(private.as_str()),
+                        NOW,
+                        "id",
+                    )
+                    .unwrap();
+                let pairs: Vec<(&str, &str)> =
+                    signed.iter().map(|(n, v)| (*n, v.as_str())).collect();
+                let h = headers(&pairs);
+                let v = config.verify(&request(&h, body), &keys).unwrap();
+                assert_eq!((v.secret_index, v.signed_at), (index, Some(NOW)));
+                assert!(matches!(
+                    config.verify(&request(&h, br#"{"type":2}"#), &keys),
+                    Err(SignatureError::KeyMismatch { keys: 2, .. })
+                ));
+                assert!(matches!(
+                    config.verify(&request(&h, body), &keys[..0]),
+                    Err(SignatureError::KeyMismatch { keys: 0, .. })
+                ));
+            }
+        }
+        let refused = HmacConfig::parse_public_key(
+            &HmacKeys {
+                header: Some("X-Signature-Ed25519"),
+                algorithm: Some("sha256"),
+                ..Default::default()
+            },
+            Key::Ed25519,
+        )
+        .unwrap_err();
+        assert_eq!(refused.key, "signature_algorithm");
     }
 
     #[test]

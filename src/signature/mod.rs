@@ -213,11 +213,9 @@ impl Scheme {
             Scheme::HmacHex | Scheme::Github | Scheme::Stripe | Scheme::Shopify => &[],
             Scheme::Twilio => &[],
             // Configured: [`Verifier::signed_headers`].
-            Scheme::Hmac
-            | Scheme::Token
-            | Scheme::Basic
-            | Scheme::Ed25519
-            | Scheme::EcdsaP256 => &[],
+            Scheme::Hmac | Scheme::Token | Scheme::Basic | Scheme::Ed25519 | Scheme::EcdsaP256 => {
+                &[]
+            }
         }
     }
 

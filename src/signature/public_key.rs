@@ -115,8 +115,9 @@ pub fn parse_keys(algorithm: Algorithm, entries: &[String]) -> Result<Vec<Secret
 /// Whether `key` (as [`parse_keys`] keeps it) is a usable key of `algorithm`.
 pub fn check_key(algorithm: Algorithm, key: &Secret) -> Result<(), &'static str> {
     let ok = match algorithm {
-        Algorithm::Ed25519 => <[u8; 32]>::try_from(key.expose())
-            .is_ok_and(|k| VerifyingKey::from_bytes(&k).is_ok()),
+        Algorithm::Ed25519 => {
+            <[u8; 32]>::try_from(key.expose()).is_ok_and(|k| VerifyingKey::from_bytes(&k).is_ok())
+        }
         Algorithm::EcdsaP256 => key.expose().len() == 65 && key.expose()[0] == 0x04,
     };
     if ok {
@@ -151,7 +152,9 @@ pub fn find(
         Algorithm::EcdsaP256 => {
             let key =
                 UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_ASN1, key.expose());
-            signatures.iter().any(|sig| key.verify(message, sig).is_ok())
+            signatures
+                .iter()
+                .any(|sig| key.verify(message, sig).is_ok())
         }
     })
 }
@@ -328,7 +331,10 @@ pub fn generate(algorithm: Algorithm, seed: [u8; 32]) -> Result<(String, String)
     match algorithm {
         Algorithm::Ed25519 => {
             let key = SigningKey::from_bytes(&seed);
-            Ok((hex::encode(key.verifying_key().as_bytes()), hex::encode(seed)))
+            Ok((
+                hex::encode(key.verifying_key().as_bytes()),
+                hex::encode(seed),
+            ))
         }
         Algorithm::EcdsaP256 => {
             let pkcs8 = EcdsaKeyPair::generate_pkcs8(
@@ -371,7 +377,10 @@ mod tests {
         let parsed = parse_ed25519(&b64).unwrap();
         assert_eq!(parsed.to_vec(), bytes);
         assert_eq!(parse_ed25519(&b64.trim_end_matches('=')).unwrap(), parsed);
-        assert_eq!(parse_ed25519(&RFC8032_PUBLIC.to_uppercase()).unwrap(), parsed);
+        assert_eq!(
+            parse_ed25519(&RFC8032_PUBLIC.to_uppercase()).unwrap(),
+            parsed
+        );
         for bad in ["", "zz", &RFC8032_PUBLIC[2..], "not base64 at all!!"] {
             assert!(parse_ed25519(bad).is_err(), "{bad}");
         }

@@ -47,14 +47,15 @@ impl TwilioConfig {
         secrets: &[Secret],
     ) -> Result<Verified, SignatureError> {
         let raw = header_str(request.headers, SIGNATURE_HEADER)?;
-        let candidate = BASE64
-            .decode(raw)
-            .ok()
-            .filter(|s| s.len() == 20)
-            .ok_or(SignatureError::Malformed {
-                header: SIGNATURE_HEADER,
-                expected: SIGNATURE_FORMAT,
-            })?;
+        let candidate =
+            BASE64
+                .decode(raw)
+                .ok()
+                .filter(|s| s.len() == 20)
+                .ok_or(SignatureError::Malformed {
+                    header: SIGNATURE_HEADER,
+                    expected: SIGNATURE_FORMAT,
+                })?;
         let message = signed_content(&self.url(request.path_and_query), request)?;
         let secret_index = secrets
             .iter()
@@ -90,7 +91,10 @@ impl TwilioConfig {
                 '?'
             };
             (
-                format!("{}{sep}{BODY_HASH_PARAMETER}={hash}", request.path_and_query),
+                format!(
+                    "{}{sep}{BODY_HASH_PARAMETER}={hash}",
+                    request.path_and_query
+                ),
                 Some((BODY_HASH_PARAMETER.to_owned(), hash)),
             )
         };
@@ -99,8 +103,7 @@ impl TwilioConfig {
             ..*request
         };
         let message = signed_content(&self.url(&path), &signed).unwrap_or_default();
-        let signature =
-            super::base64_encode(&Algorithm::Sha1.mac(secret.expose(), &message));
+        let signature = super::base64_encode(&Algorithm::Sha1.mac(secret.expose(), &message));
         super::Signed {
             headers: vec![(SIGNATURE_HEADER, signature)],
             query,
@@ -123,7 +126,11 @@ pub fn signed_content(url: &str, request: &Request<'_>) -> Result<Vec<u8>, Signa
     if let Some(sent) = body_hash {
         let actual = hex::encode(Sha256::digest(request.body));
         // Not a secret, but compared in constant time all the same.
-        if !bool::from(sent.to_ascii_lowercase().as_bytes().ct_eq(actual.as_bytes())) {
+        if !bool::from(
+            sent.to_ascii_lowercase()
+                .as_bytes()
+                .ct_eq(actual.as_bytes()),
+        ) {
             return Err(SignatureError::Mismatch {
                 header: SIGNATURE_HEADER,
                 signatures: 1,

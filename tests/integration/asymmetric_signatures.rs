@@ -30,8 +30,8 @@ fn discord_public(n: u8) -> String {
 fn sendgrid_key() -> (EcdsaKeyPair, String) {
     let rng = ring::rand::SystemRandom::new();
     let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng).unwrap();
-    let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng)
-        .unwrap();
+    let pair =
+        EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng).unwrap();
     let mut spki = hex::decode(SPKI_PREFIX).unwrap();
     spki.extend_from_slice(pair.public_key().as_ref());
     (pair, B64.encode(spki))
@@ -92,7 +92,10 @@ fn discord_signed(key: &SigningKey, ts: i64, body: &[u8]) -> Vec<(&'static str, 
     let mut message = ts.to_string().into_bytes();
     message.extend_from_slice(body);
     vec![
-        ("x-signature-ed25519", hex::encode(key.sign(&message).to_bytes())),
+        (
+            "x-signature-ed25519",
+            hex::encode(key.sign(&message).to_bytes()),
+        ),
         ("x-signature-timestamp", ts.to_string()),
         ("content-type", "application/json".into()),
     ]
@@ -157,15 +160,26 @@ async fn discord_ed25519_accepts_any_listed_key_and_refuses_tampering() {
     let (_, sendgrid_public) = sendgrid_key();
     let keys = format!(r#"["{}", "{}"]"#, discord_public(1), discord_public(2));
     let server =
-        TestServer::spawn_with_sources(&sources(&keys, &format!(r#"["{sendgrid_public}"]"#)))
-            .await;
+        TestServer::spawn_with_sources(&sources(&keys, &format!(r#"["{sendgrid_public}"]"#))).await;
     let now = now_s();
     let body = discord_body("i-1", "ping");
-    let reply = post(&server, "discord", &body, &discord_signed(&discord_key(1), now, &body)).await;
+    let reply = post(
+        &server,
+        "discord",
+        &body,
+        &discord_signed(&discord_key(1), now, &body),
+    )
+    .await;
     assert_eq!(reply.code, 200, "{reply:?}");
     // Rotation: the second listed key verifies too.
     let body2 = discord_body("i-2", "ping");
-    let reply = post(&server, "discord", &body2, &discord_signed(&discord_key(2), now, &body2)).await;
+    let reply = post(
+        &server,
+        "discord",
+        &body2,
+        &discord_signed(&discord_key(2), now, &body2),
+    )
+    .await;
     assert_eq!(reply.code, 200, "{reply:?}");
     // A key not listed, a tampered body, another timestamp: 401 invalid_signature.
     let body3 = discord_body("i-3", "ping");
@@ -185,7 +199,10 @@ async fn discord_ed25519_accepts_any_listed_key_and_refuses_tampering() {
     // Signed long ago: the signature verifies, the time does not.
     let old = discord_signed(&discord_key(1), now - 3600, &body3);
     let reply = post(&server, "discord", &body3, &old).await;
-    assert_eq!(reply.body["error"], "timestamp_out_of_tolerance", "{reply:?}");
+    assert_eq!(
+        reply.body["error"], "timestamp_out_of_tolerance",
+        "{reply:?}"
+    );
     // Missing signature header: 401 missing_signature; verify names the header.
     let reply = post(&server, "discord", &body3, &signed[1..]).await;
     assert_eq!(
@@ -226,20 +243,36 @@ async fn sendgrid_ecdsa_p256_accepts_any_listed_key_and_refuses_tampering() {
     let (old, old_public) = sendgrid_key();
     let (new, new_public) = sendgrid_key();
     let (unlisted, _) = sendgrid_key();
-    let keys = format!(r#"["{old_public}", """-----BEGIN PUBLIC KEY-----
+    let keys = format!(
+        r#"["{old_public}", """-----BEGIN PUBLIC KEY-----
 {}
 {}
------END PUBLIC KEY-----"""]"#, &new_public[..64], &new_public[64..]);
+-----END PUBLIC KEY-----"""]"#,
+        &new_public[..64],
+        &new_public[64..]
+    );
     let server =
         TestServer::spawn_with_sources(&sources(&format!(r#"["{}"]"#, discord_public(1)), &keys))
             .await;
     let now = now_s();
     let body = sendgrid_body("sg-1");
-    let reply = post(&server, "sendgrid", &body, &sendgrid_signed(&old, now, &body)).await;
+    let reply = post(
+        &server,
+        "sendgrid",
+        &body,
+        &sendgrid_signed(&old, now, &body),
+    )
+    .await;
     assert_eq!(reply.code, 200, "{reply:?}");
     // Rotation: the second key, listed as a PEM block, verifies too.
     let body2 = sendgrid_body("sg-2");
-    let reply = post(&server, "sendgrid", &body2, &sendgrid_signed(&new, now, &body2)).await;
+    let reply = post(
+        &server,
+        "sendgrid",
+        &body2,
+        &sendgrid_signed(&new, now, &body2),
+    )
+    .await;
     assert_eq!(reply.code, 200, "{reply:?}");
     let body3 = sendgrid_body("sg-3");
     let signed = sendgrid_signed(&old, now, &body3);
@@ -279,7 +312,13 @@ async fn public_keys_from_the_environment_replace_the_files() {
     let now = now_s();
     for (n, id, code) in [(5, "e-1", 200), (4, "e-2", 200), (1, "e-3", 401)] {
         let body = discord_body(id, "ping");
-        let reply = post(&server, "discord", &body, &discord_signed(&discord_key(n), now, &body)).await;
+        let reply = post(
+            &server,
+            "discord",
+            &body,
+            &discord_signed(&discord_key(n), now, &body),
+        )
+        .await;
         assert_eq!(reply.code, code, "key {n}: {reply:?}");
     }
 }
@@ -289,13 +328,21 @@ fn a_bad_public_key_refuses_the_start_naming_source_key_and_entry() {
     let (_, sendgrid_public) = sendgrid_key();
     let good = discord_public(1);
     let cases = [
-        // Ed25519: 31 bytes; not hex nor base64; not a point of the curve.
+        // Ed25519: 31 bytes; not hex nor base64; 33 bytes.
         ("discord", format!(r#"["{good}", "{}"]"#, &good[2..]), "#1"),
         ("discord", r#"["not a key!"]"#.to_owned(), "#0"),
-        ("discord", format!(r#"["{}"]"#, "ff".repeat(32)), "#0"),
+        ("discord", format!(r#"["{}"]"#, "ab".repeat(33)), "#0"),
         // P-256: an Ed25519 key, a truncated SPKI.
-        ("sendgrid", format!(r#"["{sendgrid_public}", "{good}"]"#), "#1"),
-        ("sendgrid", format!(r#"["{}"]"#, &sendgrid_public[..60]), "#0"),
+        (
+            "sendgrid",
+            format!(r#"["{sendgrid_public}", "{good}"]"#),
+            "#1",
+        ),
+        (
+            "sendgrid",
+            format!(r#"["{}"]"#, &sendgrid_public[..60]),
+            "#0",
+        ),
     ];
     for (source, keys, entry) in cases {
         let (discord, sendgrid) = match source {
@@ -393,7 +440,11 @@ async fn twilio_signs_the_url_and_sorted_form_parameters_or_the_body_hash() {
         &form(twilio_signature("twilio-new-token", url, &params)),
     )
     .await;
-    assert_eq!((reply.code, &reply.body["status"]), (200, &json!("duplicate")), "{reply:?}");
+    assert_eq!(
+        (reply.code, &reply.body["status"]),
+        (200, &json!("duplicate")),
+        "{reply:?}"
+    );
     // A changed parameter, a signature for another URL, another token: refused.
     let tampered = body.replace("Hello", "Jello");
     for (body, sig) in [
@@ -403,7 +454,11 @@ async fn twilio_signs_the_url_and_sorted_form_parameters_or_the_body_hash() {
         ),
         (
             body.as_str(),
-            twilio_signature("twilio-old-token", "https://hooks.example.com/other", &params),
+            twilio_signature(
+                "twilio-old-token",
+                "https://hooks.example.com/other",
+                &params,
+            ),
         ),
         (body.as_str(), twilio_signature("other", url, &params)),
     ] {
@@ -414,7 +469,13 @@ async fn twilio_signs_the_url_and_sorted_form_parameters_or_the_body_hash() {
             "{reply:?}"
         );
     }
-    let reply = post(&server, "twilio", body.as_bytes(), &form(String::new())[1..]).await;
+    let reply = post(
+        &server,
+        "twilio",
+        body.as_bytes(),
+        &form(String::new())[1..],
+    )
+    .await;
     assert_eq!(
         (reply.code, &reply.body["error"]),
         (401, &json!("missing_signature")),
@@ -436,7 +497,14 @@ async fn twilio_signs_the_url_and_sorted_form_parameters_or_the_body_hash() {
             .send()
     };
     let good = twilio_signature("twilio-token", &signed_url, &[]);
-    assert_eq!(send(json_body, good.clone()).await.unwrap().status().as_u16(), 200);
+    assert_eq!(
+        send(json_body, good.clone())
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        200
+    );
     let other = br#"{"sid":"EV2","type":"com.twilio.messaging.message.delivered"}"#;
     assert_eq!(send(other, good).await.unwrap().status().as_u16(), 401);
 }
@@ -457,7 +525,11 @@ async fn send_signs_for_each_scheme_and_keygen_makes_usable_pairs() {
     };
     let (ed_public, ed_private) = (line("public:"), line("private:"));
     let (ok, out) = crate::support::run_cli(
-        &["keygen".as_ref(), "--scheme".as_ref(), "ecdsa-p256".as_ref()],
+        &[
+            "keygen".as_ref(),
+            "--scheme".as_ref(),
+            "ecdsa-p256".as_ref(),
+        ],
         &[],
     );
     assert!(ok, "{out}");
@@ -489,8 +561,16 @@ async fn send_signs_for_each_scheme_and_keygen_makes_usable_pairs() {
         command.arg(&file).output().unwrap()
     };
     for (source, body, key) in [
-        ("discord", discord_body("s-1", "ping"), Some(ed_private.as_str())),
-        ("sendgrid", sendgrid_body("s-2"), Some(p256_private.as_str())),
+        (
+            "discord",
+            discord_body("s-1", "ping"),
+            Some(ed_private.as_str()),
+        ),
+        (
+            "sendgrid",
+            sendgrid_body("s-2"),
+            Some(p256_private.as_str()),
+        ),
         ("twilio", b"MessageSid=SM9&Body=hi+there".to_vec(), None),
         ("twilio-json", br#"{"sid":"EV9"}"#.to_vec(), None),
     ] {
@@ -585,7 +665,10 @@ async fn the_official_libraries_sign_what_inhook_accepts() {
     }
     let hash = hex::encode(sha2::Sha256::digest(json_body.as_bytes()));
     let reply = reqwest::Client::new()
-        .post(format!("{}/webhooks/twilio-json?bodySHA256={hash}", server.url))
+        .post(format!(
+            "{}/webhooks/twilio-json?bodySHA256={hash}",
+            server.url
+        ))
         .header("content-type", "application/json")
         .header("x-twilio-signature", &signed[3][0].1)
         .body(json_body)
