@@ -363,8 +363,11 @@ mod tests {
         let keys = parse_keys(Algorithm::Ed25519, &[RFC8032_PUBLIC.into()]).unwrap();
         let sig = hex::decode(RFC8032_SIG).unwrap();
         let ed = Algorithm::Ed25519;
-        assert_eq!(find(ed, &keys, &[0x72], &[sig.clone()]), Some(0));
-        assert_eq!(find(ed, &keys, &[0x73], &[sig.clone()]), None);
+        assert_eq!(
+            find(ed, &keys, &[0x72], std::slice::from_ref(&sig)),
+            Some(0)
+        );
+        assert_eq!(find(ed, &keys, &[0x73], std::slice::from_ref(&sig)), None);
         let private = PrivateKey::parse(Algorithm::Ed25519, RFC8032_SEED).unwrap();
         assert_eq!(private.sign(&[0x72]), sig);
         assert_eq!(private.public_key(), RFC8032_PUBLIC);
@@ -376,7 +379,7 @@ mod tests {
         let b64 = super::super::base64_encode(&bytes);
         let parsed = parse_ed25519(&b64).unwrap();
         assert_eq!(parsed.to_vec(), bytes);
-        assert_eq!(parse_ed25519(&b64.trim_end_matches('=')).unwrap(), parsed);
+        assert_eq!(parse_ed25519(b64.trim_end_matches('=')).unwrap(), parsed);
         assert_eq!(
             parse_ed25519(&RFC8032_PUBLIC.to_uppercase()).unwrap(),
             parsed
@@ -400,9 +403,15 @@ mod tests {
         let signer2 = PrivateKey::parse(Algorithm::EcdsaP256, &private2).unwrap();
         let sig = signer2.sign(b"1800000000{}");
         assert!(sig.len() <= MAX_DER_SIGNATURE && sig[0] == 0x30);
-        assert_eq!(find(p256, &keys, b"1800000000{}", &[sig.clone()]), Some(1));
-        assert_eq!(find(p256, &keys, b"1800000000{ }", &[sig.clone()]), None);
-        let only1 = parse_keys(p256, &[public1.clone()]).unwrap();
+        assert_eq!(
+            find(p256, &keys, b"1800000000{}", std::slice::from_ref(&sig)),
+            Some(1)
+        );
+        assert_eq!(
+            find(p256, &keys, b"1800000000{ }", std::slice::from_ref(&sig)),
+            None
+        );
+        let only1 = parse_keys(p256, std::slice::from_ref(&public1)).unwrap();
         assert_eq!(find(p256, &only1, b"1800000000{}", &[sig]), None);
         assert!(keys.iter().all(|k| check_key(p256, k).is_ok()));
         let signer1 = PrivateKey::parse(Algorithm::EcdsaP256, &private1).unwrap();
