@@ -1715,6 +1715,59 @@ mod tests {
     }
 
     /// A `json` source with the given signature lines, as the configurable schemes' tests write it.
+    #[test]
+    fn public_key_sources_read_public_keys_and_keep_their_signature_header_secret() {
+        let key = "3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c";
+        let source = |extra: &str| {
+            format!(
+                "[[sources]]\nname = \"d\"\nkind = \"json\"\nevent_id = \"/id\"\nordering = \"unordered\"\nsignature = \"ed25519\"\nsignature_header = \"X-Signature-Ed25519\"\n{extra}\n"
+            )
+        };
+        let config = Config::from_parts(
+            Some(&source(&format!("public_keys = [\"{key}\"]"))),
+            &env(&[]),
+        )
+        .unwrap();
+        assert_eq!(config.sources[0].secrets.len(), 1);
+        assert_eq!(
+            config.sources[0].verifier.secret_headers(),
+            vec!["x-signature-ed25519"]
+        );
+        let from_env = Config::from_parts(
+            Some(&source("")),
+            &env(&[("INHOOK_D_PUBLIC_KEYS", &format!("{key},{key}"))]),
+        )
+        .unwrap();
+        assert!(from_env.sources[0].secrets_from_environment);
+        assert_eq!(from_env.sources[0].secrets.len(), 2);
+        for (extra, named) in [
+            ("", "public_keys: entry #0 is missing"),
+            (
+                &format!("public_keys = [\"{key}\"]\nsecrets = [\"s\"]") as &str,
+                "secrets are not used",
+            ),
+            (
+                &format!("public_keys = [\"{key}\"]\nkeep_headers = [\"X-Signature-Ed25519\"]"),
+                "keep_headers: x-signature-ed25519",
+            ),
+            (
+                &format!("public_keys = [\"{key}\"]\nsignature_algorithm = \"sha1\""),
+                "signature_algorithm is only for signature = \"hmac\"",
+            ),
+        ] {
+            let err = Config::from_parts(Some(&source(extra)), &env(&[])).unwrap_err();
+            assert!(err.to_string().contains(named), "{extra}: {err}");
+        }
+        let err =
+            configurable("signature = \"hmac\"\nsignature_header = \"X-S\"\npublic_keys = [\"k\"]")
+                .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("public_keys is only for signature = \"ed25519\" or \"ecdsa-p256\""),
+            "{err}"
+        );
+    }
+
     fn configurable(lines: &str) -> Result<Config, ConfigError> {
         let text = format!(
             "[[sources]]\nname = \"c\"\nkind = \"json\"\nevent_id = \"/id\"\naggregate = \"/a\"\nordering = \"unordered\"\n{lines}\n"
