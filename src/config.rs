@@ -442,70 +442,51 @@ struct FileSource {
     // `signature = "aws-sns"` (docs/configuration.md).
     sns_cert_hosts: Option<Vec<String>>,
     sns_topic_arns: Option<Vec<String>>,
+    /// `signature = "ed25519"` / `"ecdsa-p256"`: the publisher's public keys.
+    public_keys: Option<Vec<String>>,
 }
 
 impl FileSource {
-    /// The configurable schemes' keys given, by name, with the scheme each belongs to.
-    fn given(&self) -> Vec<(&'static str, Scheme)> {
+    /// The configurable schemes' keys given, by name, with the schemes each belongs to.
+    fn given(&self) -> Vec<(&'static str, &'static [Scheme])> {
+        // The public-key schemes read the hmac scheme's keys, all but the algorithm.
+        const SIGNED: &[Scheme] = &[Scheme::Hmac, Scheme::Ed25519, Scheme::EcdsaP256];
+        const HMAC: &[Scheme] = &[Scheme::Hmac];
+        const TOKEN: &[Scheme] = &[Scheme::Token];
+        const KEYS: &[Scheme] = &[Scheme::Ed25519, Scheme::EcdsaP256];
+        const SNS: &[Scheme] = &[Scheme::AwsSns];
         [
-            (
-                "signature_header",
-                self.signature_header.is_some(),
-                Scheme::Hmac,
-            ),
+            ("signature_header", self.signature_header.is_some(), SIGNED),
             (
                 "signature_location",
                 self.signature_location.is_some(),
-                Scheme::Hmac,
+                HMAC,
             ),
             (
                 "signature_algorithm",
                 self.signature_algorithm.is_some(),
-                Scheme::Hmac,
+                HMAC,
             ),
             (
                 "signature_encoding",
                 self.signature_encoding.is_some(),
-                Scheme::Hmac,
+                SIGNED,
             ),
-            (
-                "signature_prefix",
-                self.signature_prefix.is_some(),
-                Scheme::Hmac,
-            ),
-            (
-                "signature_format",
-                self.signature_format.is_some(),
-                Scheme::Hmac,
-            ),
-            ("signature_key", self.signature_key.is_some(), Scheme::Hmac),
-            ("timestamp_key", self.timestamp_key.is_some(), Scheme::Hmac),
-            (
-                "signed_content",
-                self.signed_content.is_some(),
-                Scheme::Hmac,
-            ),
-            ("timestamp", self.timestamp.is_some(), Scheme::Hmac),
-            (
-                "timestamp_unit",
-                self.timestamp_unit.is_some(),
-                Scheme::Hmac,
-            ),
-            ("token_header", self.token_header.is_some(), Scheme::Token),
-            ("token_query", self.token_query.is_some(), Scheme::Token),
-            (
-                "sns_cert_hosts",
-                self.sns_cert_hosts.is_some(),
-                Scheme::AwsSns,
-            ),
-            (
-                "sns_topic_arns",
-                self.sns_topic_arns.is_some(),
-                Scheme::AwsSns,
-            ),
+            ("signature_prefix", self.signature_prefix.is_some(), SIGNED),
+            ("signature_format", self.signature_format.is_some(), SIGNED),
+            ("signature_key", self.signature_key.is_some(), SIGNED),
+            ("timestamp_key", self.timestamp_key.is_some(), SIGNED),
+            ("signed_content", self.signed_content.is_some(), SIGNED),
+            ("timestamp", self.timestamp.is_some(), SIGNED),
+            ("timestamp_unit", self.timestamp_unit.is_some(), SIGNED),
+            ("token_header", self.token_header.is_some(), TOKEN),
+            ("token_query", self.token_query.is_some(), TOKEN),
+            ("public_keys", self.public_keys.is_some(), KEYS),
+            ("sns_cert_hosts", self.sns_cert_hosts.is_some(), SNS),
+            ("sns_topic_arns", self.sns_topic_arns.is_some(), SNS),
         ]
         .into_iter()
-        .filter_map(|(key, set, scheme)| set.then_some((key, scheme)))
+        .filter_map(|(key, set, schemes)| set.then_some((key, schemes)))
         .collect()
     }
 }
@@ -518,33 +499,57 @@ fn verifier(
     keys: &FileSource,
     public_url: Option<&str>,
 ) -> Result<Verifier, ConfigError> {
-    if let Some((key, owner)) = keys.given().into_iter().find(|(_, owner)| *owner != scheme) {
+    if let Some((key, owners)) = keys
+        .given()
+        .into_iter()
+        .find(|(_, owners)| !owners.contains(&scheme))
+    {
+        let owners: Vec<String> = owners.iter().map(|o| format!("\"{o}\"")).collect();
         return Err(ConfigError(format!(
-            "source {name:?}: {key} is only for signature = \"{owner}\" (this source has signature = \"{scheme}\")"
+            "source {name:?}: {key} is only for signature = {} (this source has signature = \"{scheme}\")",
+            owners.join(" or ")
         )));
     }
     let problem = |e: crate::signature::configurable::KeyError| {
         ConfigError(format!("source {name:?}: {e} (signature = \"{scheme}\")"))
     };
+    let hmac_keys = crate::signature::configurable::HmacKeys {
+        header: keys.signature_header.as_deref(),
+        location: keys.signature_location.as_deref(),
+        algorithm: keys.signature_algorithm.as_deref(),
+        encoding: keys.signature_encoding.as_deref(),
+        prefix: keys.signature_prefix.as_deref(),
+        format: keys.signature_format.as_deref(),
+        signature_key: keys.signature_key.as_deref(),
+        timestamp_key: keys.timestamp_key.as_deref(),
+        signed_content: keys.signed_content.as_deref(),
+        timestamp: keys.timestamp.as_deref(),
+        timestamp_unit: keys.timestamp_unit.as_deref(),
+        public_url,
+    };
     Ok(match scheme {
+        Scheme::Ed25519 | Scheme::EcdsaP256 => {
+            let algorithm = scheme.public_key().expect("a public-key scheme");
+            let parsed =
+                crate::signature::configurable::HmacConfig::parse_public_key(&hmac_keys, algorithm)
+                    .map_err(problem)?;
+            Verifier::PublicKey(std::sync::Arc::new(parsed))
+        }
+        Scheme::Twilio => {
+            let public_url = public_url.ok_or_else(|| {
+                ConfigError(format!(
+                    "source {name:?}: public_url is required for signature = \"twilio\" (Twilio signs the URL it calls: the base URL, top level or per source, e.g. https://hooks.example.com)"
+                ))
+            })?;
+            let public_url = crate::signature::configurable::parse_public_url(public_url)
+                .map_err(|e| ConfigError(format!("source {name:?}: public_url: {e}")))?;
+            Verifier::Twilio(std::sync::Arc::new(
+                crate::signature::twilio::TwilioConfig { public_url },
+            ))
+        }
         Scheme::Hmac => {
-            let parsed = crate::signature::configurable::HmacConfig::parse(
-                &crate::signature::configurable::HmacKeys {
-                    header: keys.signature_header.as_deref(),
-                    location: keys.signature_location.as_deref(),
-                    algorithm: keys.signature_algorithm.as_deref(),
-                    encoding: keys.signature_encoding.as_deref(),
-                    prefix: keys.signature_prefix.as_deref(),
-                    format: keys.signature_format.as_deref(),
-                    signature_key: keys.signature_key.as_deref(),
-                    timestamp_key: keys.timestamp_key.as_deref(),
-                    signed_content: keys.signed_content.as_deref(),
-                    timestamp: keys.timestamp.as_deref(),
-                    timestamp_unit: keys.timestamp_unit.as_deref(),
-                    public_url,
-                },
-            )
-            .map_err(problem)?;
+            let parsed =
+                crate::signature::configurable::HmacConfig::parse(&hmac_keys).map_err(problem)?;
             Verifier::Hmac(std::sync::Arc::new(parsed))
         }
         Scheme::Token => Verifier::Token(
@@ -648,6 +653,7 @@ impl FileSource {
             token_query: None,
             sns_cert_hosts: None,
             sns_topic_arns: None,
+            public_keys: None,
         }
     }
 }
@@ -684,6 +690,14 @@ fn source_kind(
 /// The environment variable that holds a source's secrets.
 pub fn secret_env_var(source: &str) -> String {
     format!("INHOOK_{}_SECRET", source.to_uppercase().replace('-', "_"))
+}
+
+/// The environment variable that holds a source's public keys (`ed25519`, `ecdsa-p256`).
+pub fn public_keys_env_var(source: &str) -> String {
+    format!(
+        "INHOOK_{}_PUBLIC_KEYS",
+        source.to_uppercase().replace('-', "_")
+    )
 }
 
 /// The secret a publisher-side command (`send`, `simulate`, `bench`) signs a source's
@@ -1003,12 +1017,6 @@ fn source_of(
     secret_rule: Secrets,
 ) -> Result<SourceConfig, ConfigError> {
     let json_keys = s.json_spec();
-    // AWS signs SNS messages with its certificate's key: such a source has no secret.
-    let secret_rule = match s.signature {
-        Some(Scheme::AwsSns) => Secrets::Optional,
-        _ => secret_rule,
-    };
-    let (secrets, secrets_from_environment) = source_secrets(&s, env, secret_rule)?;
     let scheme = s.signature.or(s.kind.default_scheme()).ok_or_else(|| {
         ConfigError(format!(
             "source {:?}: signature is required for kind = \"{}\"",
@@ -1016,6 +1024,18 @@ fn source_of(
             s.kind.as_str()
         ))
     })?;
+    let (secrets, secrets_from_environment) = match scheme.public_key() {
+        Some(algorithm) => source_public_keys(&s, env, algorithm)?,
+        None => {
+            // AWS signs SNS messages with its certificate's key: such a source has no secret.
+            let secret_rule = match scheme {
+                Scheme::AwsSns => Secrets::Optional,
+                _ => secret_rule,
+            };
+            let (raw, from_env) = source_secrets(&s, env, secret_rule)?;
+            (raw.into_iter().map(Secret::new).collect(), from_env)
+        }
+    };
     let first_sequence = s.first_sequence.unwrap_or(defaults::FIRST_SEQUENCE);
     if first_sequence < 0 {
         return Err(ConfigError(format!(
@@ -1038,7 +1058,6 @@ fn source_of(
         .map(SourceResponse::parse)
         .transpose()
         .map_err(|e| ConfigError(format!("source {:?}: {e}", s.name)))?;
-    let secrets: Vec<Secret> = secrets.into_iter().map(Secret::new).collect();
     // A secret in the wrong form would turn every delivery into a 401: fail now instead.
     for (i, secret) in secrets.iter().enumerate() {
         if let Err(problem) = scheme.check_secret(secret) {
@@ -1217,6 +1236,49 @@ fn source_keep_headers(
         }
     }
     Ok(kept)
+}
+
+/// A public-key source's keys (`INHOOK_<SOURCE>_PUBLIC_KEYS`, comma-separated, else the
+/// file's `public_keys`), parsed, kept where other sources keep secrets so they rotate by
+/// reload alike; and whether they came from the environment. A bad key is an error naming
+/// the source, the key and the entry, never the entry's text.
+fn source_public_keys(
+    s: &FileSource,
+    env: &HashMap<String, String>,
+    algorithm: crate::signature::public_key::Algorithm,
+) -> Result<(Vec<Secret>, bool), ConfigError> {
+    if !s.secrets.is_empty() {
+        return Err(ConfigError(format!(
+            "source {:?}: secrets are not used by signature = \"{}\": list the publisher's public keys in public_keys",
+            s.name,
+            algorithm.name()
+        )));
+    }
+    let var = public_keys_env_var(&s.name);
+    let (entries, from_env): (Vec<String>, bool) = match env.get(&var) {
+        Some(list) => (
+            list.split(',')
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            true,
+        ),
+        None => (s.public_keys.clone().unwrap_or_default(), false),
+    };
+    let keys = crate::signature::public_key::parse_keys(algorithm, &entries).map_err(|e| {
+        let from = if from_env {
+            format!("public_keys (from {var})")
+        } else {
+            "public_keys".to_owned()
+        };
+        ConfigError(format!(
+            "source {:?}: {from}: {e} (signature = \"{}\"; set public_keys or {var})",
+            s.name,
+            algorithm.name()
+        ))
+    })?;
+    Ok((keys, from_env))
 }
 
 /// A source's secrets as written (`INHOOK_<SOURCE>_SECRET`, several comma-separated, else
@@ -1577,18 +1639,23 @@ mod tests {
         );
     }
 
-    /// The presets whose table needs a key this build lacks (`#pending: ` lines,
-    /// docs/providers.md): a scheme, `event_id = "body"` or `batch`.
-    const PENDING_PRESETS: [&str; 3] = ["discord-interactions", "twilio", "sendgrid-events"];
-
     fn preset_source(name: &str, extra: &str) -> Result<Config, ConfigError> {
-        let secret = if name == "postmark" {
-            "u:p"
-        } else {
-            "whsec_c2VjcmV0"
+        use crate::signature::public_key::{generate, Algorithm};
+        let credential = match name {
+            "postmark" => "secrets = [\"u:p\"]".to_owned(),
+            "aws-sns" => String::new(),
+            "discord-interactions" => {
+                let (public, _) = generate(Algorithm::Ed25519, [7; 32]).unwrap();
+                format!("public_keys = [\"{public}\"]")
+            }
+            "sendgrid-events" => {
+                let (public, _) = generate(Algorithm::EcdsaP256, [7; 32]).unwrap();
+                format!("public_keys = [\"{public}\"]")
+            }
+            _ => "secrets = [\"whsec_c2VjcmV0\"]".to_owned(),
         };
         let text = format!(
-            "public_url = \"https://hooks.example.com\"\n[[sources]]\nname = \"s\"\npreset = \"{name}\"\nsecrets = [\"{secret}\"]\n{extra}"
+            "public_url = \"https://hooks.example.com\"\n[[sources]]\nname = \"s\"\npreset = \"{name}\"\n{credential}\n{extra}"
         );
         Config::from_parts(Some(&text), &env(&[]))
     }
@@ -1597,10 +1664,6 @@ mod tests {
     fn every_preset_parses_into_a_valid_source() {
         for preset in crate::presets::Preset::all() {
             let parsed = preset_source(preset.name, "");
-            if PENDING_PRESETS.contains(&preset.name) {
-                assert!(preset.is_pending(), "{}", preset.name);
-                continue;
-            }
             let config = parsed.unwrap_or_else(|e| panic!("{}: {e}", preset.name));
             let source = config.source("s").unwrap();
             assert_eq!(source.preset.as_deref(), Some(preset.name));
@@ -1999,6 +2062,59 @@ mod tests {
     }
 
     /// A `json` source with the given signature lines, as the configurable schemes' tests write it.
+    #[test]
+    fn public_key_sources_read_public_keys_and_keep_their_signature_header_secret() {
+        let key = "3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c";
+        let source = |extra: &str| {
+            format!(
+                "[[sources]]\nname = \"d\"\nkind = \"json\"\nevent_id = \"/id\"\nordering = \"unordered\"\nsignature = \"ed25519\"\nsignature_header = \"X-Signature-Ed25519\"\n{extra}\n"
+            )
+        };
+        let config = Config::from_parts(
+            Some(&source(&format!("public_keys = [\"{key}\"]"))),
+            &env(&[]),
+        )
+        .unwrap();
+        assert_eq!(config.sources[0].secrets.len(), 1);
+        assert_eq!(
+            config.sources[0].verifier.secret_headers(),
+            vec!["x-signature-ed25519"]
+        );
+        let from_env = Config::from_parts(
+            Some(&source("")),
+            &env(&[("INHOOK_D_PUBLIC_KEYS", &format!("{key},{key}"))]),
+        )
+        .unwrap();
+        assert!(from_env.sources[0].secrets_from_environment);
+        assert_eq!(from_env.sources[0].secrets.len(), 2);
+        for (extra, named) in [
+            ("", "public_keys: entry #0 is missing"),
+            (
+                &format!("public_keys = [\"{key}\"]\nsecrets = [\"s\"]") as &str,
+                "secrets are not used",
+            ),
+            (
+                &format!("public_keys = [\"{key}\"]\nkeep_headers = [\"X-Signature-Ed25519\"]"),
+                "keep_headers: x-signature-ed25519",
+            ),
+            (
+                &format!("public_keys = [\"{key}\"]\nsignature_algorithm = \"sha1\""),
+                "signature_algorithm is only for signature = \"hmac\"",
+            ),
+        ] {
+            let err = Config::from_parts(Some(&source(extra)), &env(&[])).unwrap_err();
+            assert!(err.to_string().contains(named), "{extra}: {err}");
+        }
+        let err =
+            configurable("signature = \"hmac\"\nsignature_header = \"X-S\"\npublic_keys = [\"k\"]")
+                .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("public_keys is only for signature = \"ed25519\" or \"ecdsa-p256\""),
+            "{err}"
+        );
+    }
+
     fn configurable(lines: &str) -> Result<Config, ConfigError> {
         let text = format!(
             "[[sources]]\nname = \"c\"\nkind = \"json\"\nevent_id = \"/id\"\naggregate = \"/a\"\nordering = \"unordered\"\n{lines}\n"

@@ -3,12 +3,7 @@
 //! `preset = "NAME"` (any key the source writes wins). Pure: text in, tables out.
 //!
 //! A preset file holds the source keys, then an `[about]` table (publisher, what the
-//! secret is, what the user must set) that is never merged. A line starting with
-//! `#pending: ` is a key whose scheme or feature is not built yet: ignored when merged,
-//! read by the listing so it shows what the preset will do.
-
-/// Marks a preset line that waits for a key this build lacks.
-pub const PENDING: &str = "#pending: ";
+//! secret is, what the user must set) that is never merged.
 
 /// Every preset, by name, in the order `inhook presets` lists them.
 pub const ALL: [(&str, &str); 39] = [
@@ -84,7 +79,7 @@ pub struct Preset {
 }
 
 /// What the listing and `inhook presets NAME` say of a preset, from its `[about]` table
-/// and its keys as they will be once every pending line is enabled.
+/// and its keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct About {
     /// Who sends the webhooks.
@@ -99,8 +94,6 @@ pub struct About {
     pub public_url: bool,
     /// Whether the source verifies with `public_keys` rather than secrets.
     pub public_key: Option<String>,
-    /// Whether a key of the preset waits for a feature this build lacks.
-    pub pending: bool,
 }
 
 impl Preset {
@@ -116,31 +109,12 @@ impl Preset {
         ALL.iter().map(|(name, text)| Self { name, text })
     }
 
-    /// The source keys merged under a source (pending lines left out, `[about]` dropped).
+    /// The source keys merged under a source (`[about]` dropped).
     pub fn keys(&self) -> Result<toml::Table, String> {
         let mut table: toml::Table = toml::from_str(self.text)
             .map_err(|e| format!("preset {:?} does not parse: {e}", self.name))?;
         table.remove("about");
         Ok(table)
-    }
-
-    /// The source keys with every pending line enabled: what the preset will set.
-    pub fn intended_keys(&self) -> Result<toml::Table, String> {
-        let text: String = self
-            .text
-            .lines()
-            .map(|line| line.strip_prefix(PENDING).unwrap_or(line))
-            .collect::<Vec<_>>()
-            .join("\n");
-        let mut table: toml::Table = toml::from_str(&text)
-            .map_err(|e| format!("preset {:?} does not parse: {e}", self.name))?;
-        table.remove("about");
-        Ok(table)
-    }
-
-    /// Whether any line waits for a feature this build lacks.
-    pub fn is_pending(&self) -> bool {
-        self.text.lines().any(|l| l.starts_with(PENDING))
     }
 
     /// What the listing shows.
@@ -154,7 +128,7 @@ impl Preset {
                 .and_then(|v| v.as_str())
                 .map(str::to_owned)
         };
-        let keys = self.intended_keys()?;
+        let keys = self.keys()?;
         let key = |k: &str| keys.get(k).and_then(|v| v.as_str()).map(str::to_owned);
         let uses_url = key("signed_content").is_some_and(|c| c.contains("{url}"))
             || key("signature").as_deref() == Some("twilio");
@@ -168,12 +142,11 @@ impl Preset {
             secret: text("secret"),
             public_url: uses_url,
             public_key: text("public_key"),
-            pending: self.is_pending(),
         })
     }
 
     /// A `[[sources]]` table ready to paste: the name set to the preset's, the preset's
-    /// keys as its file writes them (pending lines left as they are), and comment lines
+    /// keys as its file writes them, and comment lines
     /// for what the user must set.
     pub fn paste(&self) -> Result<String, String> {
         let about = self.about()?;
@@ -342,13 +315,6 @@ mod tests {
             }
             proptest::prop_assert_eq!(source.len(), own.len() + taken.len());
         }
-    }
-
-    #[test]
-    fn pending_lines_are_not_merged_but_listed() {
-        let discord = Preset::find("discord-interactions").unwrap();
-        assert!(!discord.keys().unwrap().contains_key("signature"));
-        assert_eq!(discord.about().unwrap().scheme, "ed25519");
     }
 
     #[test]

@@ -35,7 +35,17 @@ pub fn keygen(args: KeygenArgs) -> anyhow::Result<()> {
             "list the public key in the receiving source's `secrets`; the publisher signs with the \
              private key (e.g. `inhook send --secret whsk_…`), which the receiver never needs",
         ),
-        Scheme::Stripe | Scheme::Slack | Scheme::Shopify | Scheme::Hmac | Scheme::Token => Some(
+        Scheme::Ed25519 | Scheme::EcdsaP256 => Some(
+            "list the public key in the receiving source's `public_keys`; `inhook send \
+             --private-key` signs with the private key, which the receiver never needs. The \
+             publisher's real key pair is its own: configure the public key it shows",
+        ),
+        Scheme::Stripe
+        | Scheme::Slack
+        | Scheme::Shopify
+        | Scheme::Hmac
+        | Scheme::Token
+        | Scheme::Twilio => Some(
             "this publisher issues the real secret in its dashboard; a generated one suits tests \
              and `inhook send`",
         ),
@@ -52,6 +62,15 @@ fn generate(scheme: Scheme, ed25519: bool, rng: &mut impl RngCore) -> Vec<String
     let mut key = [0u8; 32];
     rng.fill_bytes(&mut key);
     match scheme {
+        Scheme::Ed25519 | Scheme::EcdsaP256 => {
+            let algorithm = scheme.public_key().expect("a public-key scheme");
+            match crate::signature::public_key::generate(algorithm, key) {
+                Ok((public, private)) => {
+                    vec![format!("public:  {public}"), format!("private: {private}")]
+                }
+                Err(problem) => vec![format!("error: {problem}")],
+            }
+        }
         Scheme::StandardWebhooks if ed25519 => {
             let (public, private) = standard_webhooks::format_keypair(&key);
             vec![format!("public:  {public}"), format!("private: {private}")]
@@ -81,11 +100,27 @@ mod tests {
             let map = crate::signature::tests::headers_of(&headers);
             assert!(signature::verify(scheme, &map, b"{}", &[secret], 1_000, 5).is_ok());
         }
-        for scheme in Scheme::CONFIGURABLE {
+        for scheme in Scheme::CONFIGURABLE
+            .into_iter()
+            .filter(|s| s.public_key().is_none())
+        {
             let lines = generate(scheme, false, &mut rng);
             assert!(
                 scheme.check_secret(&Secret::new(lines[0].clone())).is_ok(),
                 "{scheme}"
+            );
+        }
+        for scheme in [Scheme::Ed25519, Scheme::EcdsaP256] {
+            let algorithm = scheme.public_key().unwrap();
+            let lines = generate(scheme, false, &mut rng);
+            let public = lines[0].strip_prefix("public:  ").unwrap();
+            let private = lines[1].strip_prefix("private: ").unwrap();
+            let keys = signature::public_key::parse_keys(algorithm, &[public.into()]).unwrap();
+            let signer = signature::public_key::PrivateKey::parse(algorithm, private).unwrap();
+            let sig = signer.sign(b"{}");
+            assert_eq!(
+                signature::public_key::find(algorithm, &keys, b"{}", &[sig]),
+                Some(0)
             );
         }
         let lines = generate(Scheme::StandardWebhooks, true, &mut rng);

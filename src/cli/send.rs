@@ -29,6 +29,11 @@ pub struct SendArgs {
     /// The secret to sign with; defaults to INHOOK_<SOURCE>_SECRET, then the source's in --config.
     #[arg(long)]
     pub secret: Option<String>,
+    /// For an `ed25519` or `ecdsa-p256` source, the publisher's private key to sign with:
+    /// the 32-byte Ed25519 seed in hex or base64, or a P-256 PKCS#8 key in base64 (or a PEM
+    /// `PRIVATE KEY` block), as `inhook keygen --scheme ed25519|ecdsa-p256` prints them.
+    #[arg(long, env = "INHOOK_SEND_PRIVATE_KEY", hide_env_values = true)]
+    pub private_key: Option<String>,
     /// The signature scheme; defaults to the source's in --config (without --config,
     /// only the default sources `presence` and `save-game` are known).
     #[arg(long, value_parser = parse_scheme)]
@@ -196,12 +201,27 @@ pub async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Resul
     let source = config.source(&args.source);
     let scheme = send_scheme(&args, config_path.as_deref(), source)?;
     let path = format!("/webhooks/{}", args.source);
-    let secret = signing_secret(
-        &args.source,
-        args.secret.as_deref(),
-        "--secret",
-        Some(&config),
-    )?;
+    let secret = match scheme.scheme().public_key() {
+        // The receiver holds only public keys: the publisher's private key signs.
+        Some(algorithm) => {
+            let Some(raw) = args.private_key.as_deref() else {
+                bail!(
+                    "source {:?} verifies {} signatures with public keys: pass --private-key \
+                     (the key `inhook keygen --scheme {}` prints)",
+                    args.source,
+                    algorithm.name(),
+                    algorithm.name()
+                );
+            };
+            signature::Secret::new(raw.trim())
+        }
+        None => signing_secret(
+            &args.source,
+            args.secret.as_deref(),
+            "--secret",
+            Some(&config),
+        )?,
+    };
     let mut url = format!("{}{path}", args.url.trim_end_matches('/'));
     let id_header = scheme.delivery_id_header();
     let header_id = args

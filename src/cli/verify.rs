@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::clock;
-use crate::config::{secret_env_var, Config, SourceConfig};
+use crate::config::{public_keys_env_var, secret_env_var, Config, SourceConfig};
 use crate::kind::Delivery;
 use crate::signature::{self, Scheme, SignatureError, Verified, Verifier};
 
@@ -54,6 +54,13 @@ pub fn verify(config_path: Option<&Path>, args: VerifyArgs) -> anyhow::Result<()
         bail!(
             "source {:?} uses aws-sns: only the server verifies it, fetching the certificate its SigningCertURL names",
             source.name
+        );
+    }
+    if source.secrets.is_empty() && source.verifier.scheme().public_key().is_some() {
+        bail!(
+            "source {:?} has no public key: set {} (several comma-separated) or `public_keys` in the config file",
+            source.name,
+            public_keys_env_var(&source.name)
         );
     }
     if source.secrets.is_empty() {
@@ -107,8 +114,12 @@ fn success_report(
     at: i64,
     at_label: &str,
 ) -> String {
+    let what = match source.verifier.scheme().public_key() {
+        Some(_) => "public key",
+        None => "secret",
+    };
     let mut out = format!(
-        "verified: source {:?} ({}), secret #{} of {} matched\n",
+        "verified: source {:?} ({}), {what} #{} of {} matched\n",
         source.name,
         source.verifier,
         verified.secret_index,
@@ -177,7 +188,7 @@ fn failure_report(
                 out += "the headers file holds no header: expected one `Name: value` per line\n";
             }
         }
-        SignatureError::Mismatch { .. } => {
+        SignatureError::Mismatch { .. } | SignatureError::KeyMismatch { .. } => {
             out += &format!(
                 "the body file holds {} bytes; the signature covers them exactly as received, so a \
                  re-serialized JSON body or an editor's trailing newline does not verify\n",
@@ -189,15 +200,19 @@ fn failure_report(
             if scheme.scheme() == Scheme::StandardWebhooks {
                 out += "note: whsec_ secrets check v1 signatures, whpk_/whsk_ keys check v1a\n";
             }
-            if let Verifier::Hmac(config) = scheme {
-                out += &hmac_settings(config);
+            match scheme {
+                Verifier::Hmac(config) | Verifier::PublicKey(config) => {
+                    out += &hmac_settings(config);
+                }
+                Verifier::Twilio(config) => out += &twilio_settings(config),
+                _ => {}
             }
         }
         SignatureError::Absent { what } => {
             out += &format!("the delivery must hold {what}");
-            if let Verifier::Hmac(config) = scheme {
+            if let Verifier::Hmac(config) | Verifier::PublicKey(config) = scheme {
                 out += &format!("\n{}", hmac_settings(config));
-            } else if let Verifier::Token(_) = scheme {
+            } else if let Verifier::Token(_) | Verifier::Twilio(_) = scheme {
                 out += " (pass --path with the path and query the delivery was sent to)\n";
             } else {
                 out += "\n";
@@ -238,9 +253,15 @@ fn hmac_settings(config: &signature::configurable::HmacConfig) -> String {
             Part::Pointer(p) => format!("{{pointer:{p}}}"),
         })
         .collect();
+    let with = match config.public_key {
+        Some(algorithm) => format!(
+            "a {}, checked with each of the source's public keys",
+            algorithm.signature_name()
+        ),
+        None => format!("HMAC-{}", config.algorithm.name().to_uppercase()),
+    };
     let mut out = format!(
-        "the source signs \"{content}\" with HMAC-{} ({} in {}{}",
-        config.algorithm.name().to_uppercase(),
+        "the source signs \"{content}\" with {with} ({} in {}{}",
         config.encoding.name(),
         config.header,
         match &config.format {
@@ -266,6 +287,17 @@ fn hmac_settings(config: &signature::configurable::HmacConfig) -> String {
         );
     }
     out
+}
+
+/// What Twilio signs, so the user can compare the URL with the one set in Twilio's console.
+fn twilio_settings(config: &signature::twilio::TwilioConfig) -> String {
+    format!(
+        "Twilio signs the URL it called, {}<path and query> (pass --path if they differ from \
+         /webhooks/<source>; public_url must match the console's URL exactly, scheme and port \
+         included), then every form parameter sorted by name, name then value; a JSON body is \
+         covered by the bodySHA256 query parameter instead\n",
+        config.public_url
+    )
 }
 
 fn read_body(path: &Path) -> anyhow::Result<Vec<u8>> {

@@ -12,6 +12,7 @@ use base64::Engine;
 use hmac::{Hmac, Mac};
 use subtle::ConstantTimeEq;
 
+use super::public_key::{self, SignatureLen};
 use super::template::{Input, Lacking, Part, Template};
 use super::{
     header_str, intern, parse_unix_timestamp, Request, Secret, SignatureError, Verified, BASE64,
@@ -123,6 +124,12 @@ impl Encoding {
 
     /// Decodes exactly `len` bytes; anything else is `None`.
     pub fn decode(self, raw: &str, len: usize) -> Option<Vec<u8>> {
+        self.decode_fit(raw, SignatureLen::Exact(len))
+    }
+
+    /// Decodes a signature of the length `fit` allows; anything else is `None`.
+    pub fn decode_fit(self, raw: &str, fit: SignatureLen) -> Option<Vec<u8>> {
+        let len = fit.max();
         // Decoding a longer input would only be thrown away: refuse it before allocating.
         if raw.len() > (2 * len).max(len.div_ceil(3) * 4) {
             return None;
@@ -132,7 +139,7 @@ impl Encoding {
             Self::Base64 => BASE64.decode(raw).ok()?,
             Self::Base64Url => BASE64URL.decode(raw).ok()?,
         };
-        (bytes.len() == len).then_some(bytes)
+        fit.fits(bytes.len()).then_some(bytes)
     }
 
     /// Encodes as the publishers do (lower-case hex, padded base64, unpadded base64url).
@@ -262,6 +269,10 @@ pub struct HmacConfig {
     pub public_url: Option<String>,
     /// What the header holds, for explanations.
     pub expected: &'static str,
+    /// For `signature = "ed25519"` and `"ecdsa-p256"`: the source's "secrets" are its
+    /// public keys (docs/configuration.md, `public_keys`) and `algorithm` is unused; the
+    /// header, encoding, signed content and timestamp are read as for `hmac`.
+    pub public_key: Option<public_key::Algorithm>,
 }
 
 /// The keys of a `signature = "hmac"` source, as written (docs/configuration.md).
@@ -353,6 +364,31 @@ impl HmacConfig {
     /// Parses the keys of a `signature = "hmac"` source, refusing any combination that
     /// cannot verify a delivery.
     pub fn parse(keys: &HmacKeys<'_>) -> Result<Self, KeyError> {
+        Self::parse_for(keys, None)
+    }
+
+    /// Parses the keys of a `signature = "ed25519"` or `"ecdsa-p256"` source: the same
+    /// header, encoding, signed content and timestamp as `hmac`, checked with public keys.
+    pub fn parse_public_key(
+        keys: &HmacKeys<'_>,
+        algorithm: public_key::Algorithm,
+    ) -> Result<Self, KeyError> {
+        Self::parse_for(keys, Some(algorithm))
+    }
+
+    fn parse_for(
+        keys: &HmacKeys<'_>,
+        public_key: Option<public_key::Algorithm>,
+    ) -> Result<Self, KeyError> {
+        let scheme = public_key.map_or("hmac", public_key::Algorithm::name);
+        if public_key.is_some() && keys.algorithm.is_some() {
+            return refuse(
+                "signature_algorithm",
+                format!(
+                    "is only for signature = \"hmac\" (signature = \"{scheme}\" fixes its hash)"
+                ),
+            );
+        }
         let (header, location) = match (keys.header, keys.location) {
             (Some(_), Some(_)) => {
                 return refuse(
@@ -363,7 +399,7 @@ impl HmacConfig {
             (None, None) => {
                 return refuse(
                     "signature_header",
-                    "is required for signature = \"hmac\" (or signature_location, for a signature in the body)",
+                    format!("is required for signature = \"{scheme}\" (or, for hmac, signature_location: a signature in the body)"),
                 )
             }
             (None, Some(pointer)) => {
@@ -395,10 +431,15 @@ impl HmacConfig {
             Algorithm::parse,
             Algorithm::NAMES,
         )?;
+        // SendGrid writes its DER signatures in base64; Discord its Ed25519 ones in hex.
+        let default_encoding = match public_key {
+            Some(public_key::Algorithm::EcdsaP256) => Encoding::Base64,
+            _ => Encoding::Hex,
+        };
         let encoding = choice(
             "signature_encoding",
             keys.encoding,
-            Encoding::Hex,
+            default_encoding,
             Encoding::parse,
             Encoding::NAMES,
         )?;
@@ -450,11 +491,14 @@ impl HmacConfig {
             );
         }
         let mut expected = prefix.clone();
-        let one = format!(
-            "<{} of the HMAC-{}>",
-            encoding.name(),
-            algorithm.name().to_uppercase()
-        );
+        let one = match public_key {
+            None => format!(
+                "<{} of the HMAC-{}>",
+                encoding.name(),
+                algorithm.name().to_uppercase()
+            ),
+            Some(alg) => format!("<{} of the {}>", encoding.name(), alg.signature_name()),
+        };
         match (&format, &timestamp) {
             (Format::Plain, _) => expected += &one,
             (
@@ -485,6 +529,7 @@ impl HmacConfig {
             content,
             public_url,
             expected: intern(&expected),
+            public_key,
         })
     }
 
@@ -566,12 +611,16 @@ impl HmacConfig {
         let rest = raw
             .strip_prefix(self.prefix.as_str())
             .ok_or(malformed.clone())?;
-        let len = self.algorithm.mac_len();
+        let len = self
+            .public_key
+            .map_or(SignatureLen::Exact(self.algorithm.mac_len()), |alg| {
+                alg.signature_len()
+            });
         let (candidates, pair_timestamp) = match &self.format {
             Format::Plain => (
                 vec![self
                     .encoding
-                    .decode(rest.trim(), len)
+                    .decode_fit(rest.trim(), len)
                     .ok_or(malformed.clone())?],
                 None,
             ),
@@ -588,7 +637,7 @@ impl HmacConfig {
                 let candidates: Vec<Vec<u8>> = pairs
                     .signatures
                     .iter()
-                    .filter_map(|s| self.encoding.decode(s, len))
+                    .filter_map(|s| self.encoding.decode_fit(s, len))
                     .collect();
                 if candidates.is_empty() {
                     return Err(malformed);
@@ -631,6 +680,21 @@ impl HmacConfig {
             json: json.as_ref(),
         };
         let message = self.content.render(&input).map_err(lacking)?;
+        if let Some(algorithm) = self.public_key {
+            // Public keys: nothing secret to compare, each key checks every signature.
+            let secret_index = public_key::find(algorithm, secrets, &message, &candidates).ok_or(
+                SignatureError::KeyMismatch {
+                    header: self.header,
+                    signatures: candidates.len(),
+                    keys: secrets.len(),
+                },
+            )?;
+            return Ok(Verified {
+                secret_index,
+                signed_at,
+                delivery_id: None,
+            });
+        }
         let secret_index = secrets
             .iter()
             .position(|secret| {
@@ -755,9 +819,18 @@ impl HmacConfig {
             .content
             .render(&input)
             .map_err(|_| super::SignError("the body lacks a field the signed content names"))?;
-        let signature = self
-            .encoding
-            .encode(&self.algorithm.mac(secret.expose(), &message));
+        let raw_signature = match self.public_key {
+            // The publisher's private key, as `inhook send --private-key` takes it.
+            Some(algorithm) => {
+                let text = std::str::from_utf8(secret.expose())
+                    .map_err(|_| super::SignError("the private key is not text"))?;
+                let key =
+                    public_key::PrivateKey::parse(algorithm, text).map_err(super::SignError)?;
+                key.sign(&message)
+            }
+            None => self.algorithm.mac(secret.expose(), &message),
+        };
+        let signature = self.encoding.encode(&raw_signature);
         let value = match (&self.format, &self.timestamp) {
             (Format::Plain, _) => format!("{}{signature}", self.prefix),
             (
@@ -1176,6 +1249,72 @@ mod tests {
                 configured: 1
             }
         );
+    }
+
+    #[test]
+    fn public_keys_read_the_same_settings_as_hmac() {
+        use crate::signature::public_key::{generate, parse_keys, Algorithm as Key};
+        let discord = HmacConfig::parse_public_key(
+            &HmacKeys {
+                header: Some("X-Signature-Ed25519"),
+                signed_content: Some("{timestamp}{body}"),
+                timestamp: Some("header:X-Signature-Timestamp"),
+                ..Default::default()
+            },
+            Key::Ed25519,
+        )
+        .unwrap();
+        assert_eq!(discord.encoding, Encoding::Hex);
+        let sendgrid = HmacConfig::parse_public_key(
+            &HmacKeys {
+                header: Some("X-Twilio-Email-Event-Webhook-Signature"),
+                signed_content: Some("{timestamp}{body}"),
+                timestamp: Some("header:X-Twilio-Email-Event-Webhook-Timestamp"),
+                ..Default::default()
+            },
+            Key::EcdsaP256,
+        )
+        .unwrap();
+        assert_eq!(sendgrid.encoding, Encoding::Base64);
+        for (config, alg) in [(discord, Key::Ed25519), (sendgrid, Key::EcdsaP256)] {
+            let (public1, private1) = generate(alg, [1; 32]).unwrap();
+            let (public2, private2) = generate(alg, [2; 32]).unwrap();
+            let keys = parse_keys(alg, &[public1, public2]).unwrap();
+            let body = br#"{"type":1}"#;
+            for (index, private) in [private1, private2].iter().enumerate() {
+                let signed = config
+                    .sign(
+                        &request(&HeaderMap::new(), body),
+                        &Secret::new(private.as_str()),
+                        NOW,
+                        "id",
+                    )
+                    .unwrap();
+                let pairs: Vec<(&str, &str)> =
+                    signed.iter().map(|(n, v)| (*n, v.as_str())).collect();
+                let h = headers(&pairs);
+                let v = config.verify(&request(&h, body), &keys).unwrap();
+                assert_eq!((v.secret_index, v.signed_at), (index, Some(NOW)));
+                assert!(matches!(
+                    config.verify(&request(&h, br#"{"type":2}"#), &keys),
+                    Err(SignatureError::KeyMismatch { keys: 2, .. })
+                ));
+                assert!(matches!(
+                    config.verify(&request(&h, body), &keys[..0]),
+                    Err(SignatureError::KeyMismatch { keys: 0, .. })
+                ));
+            }
+        }
+        let refused = HmacConfig::parse_public_key(
+            &HmacKeys {
+                header: Some("X-Signature-Ed25519"),
+                algorithm: Some("sha256"),
+                ..Default::default()
+            },
+            Key::Ed25519,
+        )
+        .unwrap_err();
+        assert_eq!(refused.key, "signature_algorithm");
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod aws_sns;
 pub mod basic;
 pub mod configurable;
 pub mod github;
+pub mod public_key;
 pub mod seed;
 pub mod shopify;
 pub mod slack;
@@ -23,6 +24,7 @@ pub mod standard_webhooks;
 pub mod stripe;
 pub mod template;
 pub mod token;
+pub mod twilio;
 
 use std::fmt;
 use std::sync::Arc;
@@ -62,6 +64,15 @@ pub enum Scheme {
     Token,
     /// HTTP Basic credentials ([`basic`]).
     Basic,
+    /// Twilio: `X-Twilio-Signature`, HMAC-SHA1 over the URL and the form parameters
+    /// ([`twilio`]); needs `public_url`.
+    Twilio,
+    /// An Ed25519 signature checked with the source's `public_keys` (Discord), header and
+    /// signed content configured as for `hmac` ([`public_key`]).
+    Ed25519,
+    /// A DER ECDSA P-256 / SHA-256 signature checked with the source's `public_keys`
+    /// (SendGrid), configured as for `hmac` ([`public_key`]).
+    EcdsaP256,
     /// AWS SNS: a JSON message signed with the key of the certificate at its
     /// `SigningCertURL` ([`aws_sns`]), fetched by the server.
     AwsSns,
@@ -81,8 +92,15 @@ impl Scheme {
     ];
 
     /// The schemes configured by their source's settings ([`Verifier`]).
-    pub const CONFIGURABLE: [Scheme; 4] =
-        [Scheme::Hmac, Scheme::Token, Scheme::Basic, Scheme::AwsSns];
+    pub const CONFIGURABLE: [Scheme; 7] = [
+        Scheme::Hmac,
+        Scheme::Token,
+        Scheme::Basic,
+        Scheme::Twilio,
+        Scheme::Ed25519,
+        Scheme::EcdsaP256,
+        Scheme::AwsSns,
+    ];
 
     /// The scheme's name as written in the config.
     pub fn name(self) -> &'static str {
@@ -97,6 +115,9 @@ impl Scheme {
             Scheme::Hmac => "hmac",
             Scheme::Token => "token",
             Scheme::Basic => "basic",
+            Scheme::Twilio => "twilio",
+            Scheme::Ed25519 => "ed25519",
+            Scheme::EcdsaP256 => "ecdsa-p256",
             Scheme::AwsSns => "aws-sns",
         }
     }
@@ -112,6 +133,16 @@ impl Scheme {
     /// Whether the scheme takes its headers and format from its source's settings.
     pub fn is_configurable(self) -> bool {
         Self::CONFIGURABLE.contains(&self)
+    }
+
+    /// The algorithm of the source's `public_keys`, for the schemes that verify with
+    /// public keys instead of secrets.
+    pub fn public_key(self) -> Option<public_key::Algorithm> {
+        match self {
+            Scheme::Ed25519 => Some(public_key::Algorithm::Ed25519),
+            Scheme::EcdsaP256 => Some(public_key::Algorithm::EcdsaP256),
+            _ => None,
+        }
     }
 
     /// Whether the scheme signs a timestamp that must fall inside the tolerance window
@@ -158,8 +189,11 @@ impl Scheme {
             ],
             Scheme::Shopify => &[(shopify::SIGNATURE_HEADER, shopify::SIGNATURE_FORMAT)],
             Scheme::Basic => &[(basic::HEADER, basic::FORMAT)],
-            // Configured: [`Verifier::required_headers`]; SNS signs fields of the body.
-            Scheme::Hmac | Scheme::Token | Scheme::AwsSns => &[],
+            Scheme::Twilio => &[(twilio::SIGNATURE_HEADER, twilio::SIGNATURE_FORMAT)],
+            // Configured: [`Verifier::required_headers`].
+            Scheme::Hmac | Scheme::Token | Scheme::Ed25519 | Scheme::EcdsaP256 => &[],
+            // SNS signs fields of the body.
+            Scheme::AwsSns => &[],
         }
     }
 
@@ -173,7 +207,10 @@ impl Scheme {
             Scheme::Slack => slack::SIGNATURE_HEADER,
             Scheme::Shopify => shopify::SIGNATURE_HEADER,
             Scheme::Basic => basic::HEADER,
-            Scheme::Hmac | Scheme::Token | Scheme::AwsSns => return None,
+            Scheme::Twilio => twilio::SIGNATURE_HEADER,
+            Scheme::Hmac | Scheme::Token | Scheme::Ed25519 | Scheme::EcdsaP256 | Scheme::AwsSns => {
+                return None
+            }
         })
     }
 
@@ -188,8 +225,14 @@ impl Scheme {
             ],
             Scheme::Slack => &[slack::TIMESTAMP_HEADER],
             Scheme::HmacHex | Scheme::Github | Scheme::Stripe | Scheme::Shopify => &[],
+            Scheme::Twilio => &[],
             // Configured: [`Verifier::signed_headers`].
-            Scheme::Hmac | Scheme::Token | Scheme::Basic | Scheme::AwsSns => &[],
+            Scheme::Hmac
+            | Scheme::Token
+            | Scheme::Basic
+            | Scheme::Ed25519
+            | Scheme::EcdsaP256
+            | Scheme::AwsSns => &[],
         }
     }
 
@@ -213,6 +256,9 @@ impl Scheme {
         match self {
             Scheme::StandardWebhooks => standard_webhooks::Key::parse(secret).map(|_| ()),
             Scheme::Basic => basic::check_secret(secret),
+            Scheme::Ed25519 | Scheme::EcdsaP256 => self
+                .public_key()
+                .map_or(Ok(()), |alg| public_key::check_key(alg, secret)),
             _ => Ok(()),
         }
     }
@@ -255,6 +301,7 @@ const CREDENTIAL_HEADERS: [&str; 4] = [
 pub fn carries_credential(name: &str) -> bool {
     Scheme::ALL
         .iter()
+        .chain(&Scheme::CONFIGURABLE)
         .filter_map(|scheme| scheme.signature_header())
         .chain(CREDENTIAL_HEADERS)
         .any(|header| header.eq_ignore_ascii_case(name))
@@ -322,6 +369,15 @@ pub enum SignatureError {
         /// What is absent.
         what: &'static str,
     },
+    /// No configured public key verifies any of the given signatures.
+    KeyMismatch {
+        /// The header holding the signatures.
+        header: &'static str,
+        /// How many well-formed signatures the header held.
+        signatures: usize,
+        /// How many public keys the source lists.
+        keys: usize,
+    },
     /// A shared token or credentials match none of the configured secrets.
     Refused {
         /// Where the token or credentials were.
@@ -353,6 +409,7 @@ impl SignatureError {
             SignatureError::Missing { .. } | SignatureError::Absent { .. } => "missing_signature",
             SignatureError::Malformed { .. }
             | SignatureError::Mismatch { .. }
+            | SignatureError::KeyMismatch { .. }
             | SignatureError::Refused { .. }
             | SignatureError::Rejected { .. } => "invalid_signature",
             SignatureError::TimestampOutOfTolerance { .. } => "timestamp_out_of_tolerance",
@@ -370,6 +427,16 @@ impl fmt::Display for SignatureError {
                 f,
                 "{what} matches none of the {}",
                 plural(*configured, "configured secret")
+            ),
+            SignatureError::KeyMismatch {
+                header,
+                signatures,
+                keys,
+            } => write!(
+                f,
+                "none of the {} verifies the {} in {header} over the signed content",
+                plural(*keys, "configured public key"),
+                plural(*signatures, "signature")
             ),
             SignatureError::Malformed { header, expected } => {
                 write!(f, "header {header} is malformed: expected {expected}")
@@ -453,11 +520,15 @@ pub fn verify(
         Scheme::Stripe => stripe::verify(headers, body, secrets),
         Scheme::Slack => slack::verify(headers, body, secrets),
         Scheme::Shopify => shopify::verify(headers, body, secrets),
-        Scheme::Hmac | Scheme::Token | Scheme::Basic | Scheme::AwsSns => {
-            Err(SignatureError::Absent {
-                what: "the source's signature settings",
-            })
-        }
+        Scheme::Hmac
+        | Scheme::Token
+        | Scheme::Basic
+        | Scheme::Twilio
+        | Scheme::Ed25519
+        | Scheme::EcdsaP256
+        | Scheme::AwsSns => Err(SignatureError::Absent {
+            what: "the source's signature settings",
+        }),
     }?;
     judge_time(verified, received_at, tolerance_s)
 }
@@ -508,6 +579,11 @@ pub enum Verifier {
     Token(token::TokenConfig),
     /// `signature = "basic"`.
     Basic,
+    /// `signature = "twilio"`.
+    Twilio(Arc<twilio::TwilioConfig>),
+    /// `signature = "ed25519"` or `"ecdsa-p256"`: the `hmac` settings, checked with the
+    /// source's public keys ([`configurable::HmacConfig::public_key`]).
+    PublicKey(Arc<configurable::HmacConfig>),
     /// `signature = "aws-sns"`: verified by the server, which fetches the certificate
     /// ([`Verifier::verify`] cannot).
     AwsSns(Arc<aws_sns::SnsConfig>),
@@ -531,6 +607,11 @@ impl Verifier {
             Verifier::Hmac(_) => Scheme::Hmac,
             Verifier::Token(_) => Scheme::Token,
             Verifier::Basic => Scheme::Basic,
+            Verifier::Twilio(_) => Scheme::Twilio,
+            Verifier::PublicKey(config) => match config.public_key {
+                Some(public_key::Algorithm::EcdsaP256) => Scheme::EcdsaP256,
+                _ => Scheme::Ed25519,
+            },
             Verifier::AwsSns(_) => Scheme::AwsSns,
         }
     }
@@ -539,8 +620,8 @@ impl Verifier {
     pub fn is_timestamped(&self) -> bool {
         match self {
             Verifier::Fixed(scheme) => scheme.is_timestamped(),
-            Verifier::Hmac(config) => config.is_timestamped(),
-            Verifier::Token(_) | Verifier::Basic => false,
+            Verifier::Hmac(config) | Verifier::PublicKey(config) => config.is_timestamped(),
+            Verifier::Token(_) | Verifier::Basic | Verifier::Twilio(_) => false,
             Verifier::AwsSns(_) => true,
         }
     }
@@ -555,8 +636,10 @@ impl Verifier {
     pub fn signed_headers(&self) -> Vec<&str> {
         match self {
             Verifier::Fixed(scheme) => scheme.signed_headers().to_vec(),
-            Verifier::Hmac(config) => config.signed_headers(),
-            Verifier::Token(_) | Verifier::Basic | Verifier::AwsSns(_) => Vec::new(),
+            Verifier::Hmac(config) | Verifier::PublicKey(config) => config.signed_headers(),
+            Verifier::Token(_) | Verifier::Basic | Verifier::Twilio(_) | Verifier::AwsSns(_) => {
+                Vec::new()
+            }
         }
     }
 
@@ -577,7 +660,7 @@ impl Verifier {
     /// The headers a delivery must carry, and what each holds, for explanations.
     pub fn required_headers(&self) -> Vec<(&str, String)> {
         match self {
-            Verifier::Hmac(config) => config.required_headers(),
+            Verifier::Hmac(config) | Verifier::PublicKey(config) => config.required_headers(),
             Verifier::Token(token) => token
                 .header()
                 .map(|h| (h, "one of the source's tokens".to_owned()))
@@ -598,8 +681,9 @@ impl Verifier {
         match self {
             // A signature read from the body (signature_location) is in no header.
             Verifier::Hmac(config) if config.location.is_some() => Vec::new(),
-            Verifier::Hmac(config) => vec![config.header],
+            Verifier::Hmac(config) | Verifier::PublicKey(config) => vec![config.header],
             Verifier::Token(token) => token.header().into_iter().collect(),
+            Verifier::Twilio(_) => vec![twilio::SIGNATURE_HEADER],
             Verifier::Fixed(_) | Verifier::Basic | Verifier::AwsSns(_) => Vec::new(),
         }
     }
@@ -624,8 +708,11 @@ impl Verifier {
                     tolerance_s,
                 )
             }
-            Verifier::Hmac(config) => config.verify(request, secrets)?,
+            Verifier::Hmac(config) | Verifier::PublicKey(config) => {
+                config.verify(request, secrets)?
+            }
             Verifier::Token(token) => token.verify(request, secrets)?,
+            Verifier::Twilio(config) => config.verify(request, secrets)?,
             Verifier::Basic => basic::verify(request, secrets)?,
             // The certificate is fetched by the server (`http::sns`): nothing here can check it.
             Verifier::AwsSns(_) => {
@@ -641,6 +728,8 @@ impl Verifier {
     pub fn is_costly(&self, headers: &HeaderMap) -> bool {
         match self {
             Verifier::Fixed(scheme) => is_costly(*scheme, headers),
+            // A public-key check per listed key costs far more than an HMAC.
+            Verifier::PublicKey(_) => true,
             // One HMAC per secret, or one comparison per token.
             _ => false,
         }
@@ -671,10 +760,11 @@ impl Verifier {
                 headers: try_sign(*scheme, request.body, secret, now, delivery_id)?,
                 query: None,
             }),
-            Verifier::Hmac(config) => Ok(Signed {
+            Verifier::Hmac(config) | Verifier::PublicKey(config) => Ok(Signed {
                 headers: config.sign(request, secret, now, &id)?,
                 query: None,
             }),
+            Verifier::Twilio(config) => Ok(config.sign(request, secret)),
             Verifier::Token(token) => Ok(token.sign(secret)),
             Verifier::Basic => Ok(Signed {
                 headers: basic::sign(secret),
@@ -770,7 +860,13 @@ pub fn try_sign(
         Scheme::Stripe => stripe::sign(body, secret, now),
         Scheme::Slack => slack::sign(body, secret, now),
         Scheme::Shopify => shopify::sign(body, secret, id),
-        Scheme::Hmac | Scheme::Token | Scheme::Basic | Scheme::AwsSns => {
+        Scheme::Hmac
+        | Scheme::Token
+        | Scheme::Basic
+        | Scheme::Twilio
+        | Scheme::Ed25519
+        | Scheme::EcdsaP256
+        | Scheme::AwsSns => {
             return Err(SignError(
                 "signs with its source's settings: give the config that holds the source",
             ))

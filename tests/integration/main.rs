@@ -7,6 +7,7 @@ mod admin_auth;
 mod aggregate_keys;
 mod allowed_peers;
 mod application;
+mod asymmetric_signatures;
 mod aws_sns;
 mod bench;
 mod body_ids_and_batches;

@@ -15,6 +15,14 @@ the publishers' own code rather than against inhook's signer.
                        (Shopify publishes no signing library)
     hmac-hex           Python's hmac, as a team's own service would sign
                        (docs/examples/plain-hmac.toml; no publisher library)
+    ed25519            PyNaCl SigningKey.sign, as Discord signs (discord-interactions
+                       verifies with PyNaCl); secret = the 32-byte seed in hex
+    ecdsa-p256         cryptography signs with the PKCS#8 key (base64) in secret;
+                       sendgrid (PyPI) EventWebhook.verify_signature must accept it
+                       before it is returned (SendGrid publishes no signer)
+    twilio             twilio (PyPI), RequestValidator.compute_signature, checked
+                       with RequestValidator.validate; "id" is the URL Twilio called;
+                       a JSON body gets bodySHA256 from RequestValidator.compute_hash
 
 Install:  pip install -r tests/vectors/requirements.txt
           npm ci --prefix tests/vectors
@@ -109,7 +117,65 @@ def github_all(reqs):
     return out
 
 
+def ed25519(req):
+    from nacl.signing import SigningKey
+
+    ts = str(req["timestamp"])
+    signed = SigningKey(bytes.fromhex(req["secret"])).sign((ts + req["body"]).encode())
+    headers = {"x-signature-ed25519": signed.signature.hex(), "x-signature-timestamp": ts}
+    return headers, "PyNaCl"
+
+
+def ecdsa_p256(req):
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from sendgrid.helpers.eventwebhook import EventWebhook
+
+    ts = str(req["timestamp"])
+    key = serialization.load_der_private_key(base64.b64decode(req["secret"]), password=None)
+    signature = base64.b64encode(key.sign((ts + req["body"]).encode(), ec.ECDSA(hashes.SHA256()))).decode()
+    public = base64.b64encode(
+        key.public_key().public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    ).decode()
+    if not EventWebhook(public).verify_signature(req["body"], signature, ts):
+        raise SystemExit("sendgrid EventWebhook.verify_signature refused the signature")
+    headers = {
+        "x-twilio-email-event-webhook-signature": signature,
+        "x-twilio-email-event-webhook-timestamp": ts,
+    }
+    return headers, "cryptography signs, sendgrid EventWebhook.verify_signature accepts"
+
+
+def twilio_(req):
+    from urllib.parse import parse_qs
+
+    from twilio.request_validator import RequestValidator
+
+    validator = RequestValidator(req["secret"])
+    url, body = req["id"], req["body"]
+    try:
+        json.loads(body)
+        is_json = True
+    except ValueError:
+        is_json = False
+    if is_json:
+        url += ("&" if "?" in url else "?") + "bodySHA256=" + validator.compute_hash(body)
+        signature = validator.compute_signature(url, {})
+        params = body
+    else:
+        params = {k: v if len(v) > 1 else v[0] for k, v in parse_qs(body, keep_blank_values=True).items()}
+        signature = validator.compute_signature(url, params)
+    if not validator.validate(url, params, signature):
+        raise SystemExit("twilio RequestValidator.validate refused its own signature")
+    return {"x-twilio-signature": signature}, "twilio RequestValidator"
+
+
 SIGNERS = {
+    "ed25519": ed25519,
+    "ecdsa-p256": ecdsa_p256,
+    "twilio": twilio_,
     "standard-webhooks": standard_webhooks,
     "stripe": stripe_,
     "slack": slack,
@@ -120,6 +186,9 @@ SIGNERS = {
 
 def check():
     import cryptography  # noqa: F401
+    import nacl  # noqa: F401
+    import sendgrid  # noqa: F401
+    import twilio  # noqa: F401
     import slack_sdk  # noqa: F401
     import standardwebhooks  # noqa: F401
     import stripe  # noqa: F401
