@@ -161,7 +161,9 @@ async fn no_output_route_shows_a_masked_field() {
     let doc = server.get("/openapi.json").await.body;
     let mut walked = Vec::new();
     for (template, item) in doc["paths"].as_object().unwrap() {
-        if item.get("get").is_none() {
+        // A GET on ingress answers only a publisher's handshake: it echoes the request and
+        // reads nothing stored (tests/integration/handshakes.rs).
+        if item.get("get").is_none() || template == "/webhooks/{source}" {
             continue;
         }
         if template == "/v1/stream" {
