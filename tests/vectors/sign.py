@@ -8,6 +8,8 @@ the publishers' own code rather than against inhook's signer.
                        official Python or JS signer exists for v1a; the
                        format is checked against the reference Go
                        library's vector in src/signature unit tests)
+    svix               svix (PyPI), Webhook.sign, sent as svix-id/-timestamp/
+                       -signature (the resend and clerk presets)
     stripe             stripe (PyPI), WebhookSignature.generate_signature_header
     slack              slack_sdk (PyPI), SignatureVerifier.generate_signature
     github             @octokit/webhooks-methods (npm) sign(), via sign_github.mjs
@@ -15,6 +17,9 @@ the publishers' own code rather than against inhook's signer.
                        (Shopify publishes no signing library)
     hmac-hex           Python's hmac, as a team's own service would sign
                        (docs/examples/plain-hmac.toml; no publisher library)
+
+The presets' Node libraries (Paddle, Square, WorkOS, Mux, Linear) sign or verify in
+presets.mjs, called by tests/integration/preset_vectors.rs; `--check` loads them too.
 
 Install:  pip install -r tests/vectors/requirements.txt
           npm ci --prefix tests/vectors
@@ -61,6 +66,16 @@ def standard_webhooks(req):
         "webhook-signature": signature,
     }
     return headers, library
+
+
+def svix_(req):
+    from svix.webhooks import Webhook
+
+    ts = req["timestamp"]
+    at = datetime.fromtimestamp(ts, tz=timezone.utc)
+    signature = Webhook(req["secret"]).sign(req["id"], at, req["body"])
+    headers = {"svix-id": req["id"], "svix-timestamp": str(ts), "svix-signature": signature}
+    return headers, "svix"
 
 
 def stripe_(req):
@@ -111,6 +126,7 @@ def github_all(reqs):
 
 SIGNERS = {
     "standard-webhooks": standard_webhooks,
+    "svix": svix_,
     "stripe": stripe_,
     "slack": slack,
     "shopify": shopify,
@@ -123,8 +139,10 @@ def check():
     import slack_sdk  # noqa: F401
     import standardwebhooks  # noqa: F401
     import stripe  # noqa: F401
+    import svix  # noqa: F401
 
     github_all([{"secret": "s", "body": "{}"}])
+    subprocess.run(["node", os.path.join(HERE, "presets.mjs"), "--check"], capture_output=True, check=True)
 
 
 def main():
