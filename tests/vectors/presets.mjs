@@ -10,6 +10,8 @@
 //   mux     @mux/mux-node            webhooks.computeSignature       sign
 //                                    webhooks.verifySignature        verify
 //   linear  @linear/sdk              LinearWebhookClient.verify      verify
+//   hubspot @hubspot/api-client      Signature.getSignature (v3)     sign
+//                                    Signature.isValid (v3)          verify
 //
 // stdin: a JSON list of {"op": "sign" | "verify", "preset", "secret", "body" (UTF-8
 // text), "timestamp" (unix s, sign), "headers" ({lower-case name: value}, verify),
@@ -21,6 +23,7 @@ import { WebhooksHelper } from "square";
 import { WorkOS } from "@workos-inc/node";
 import Mux from "@mux/mux-node";
 import { LinearWebhookClient } from "@linear/sdk/webhooks";
+import hubspotClient from "@hubspot/api-client";
 import { readFileSync } from "node:fs";
 
 // The exact versions pinned in package.json (some packages export no package.json).
@@ -31,6 +34,8 @@ const paddle = new Paddle("pdl_test_apikey_not_used");
 const workos = new WorkOS("sk_test_not_used", { clientId: "client_not_used" });
 const mux = new Mux({ tokenId: "not-used", tokenSecret: "not-used" });
 
+const { Signature } = hubspotClient;
+
 const signers = {
   async workos({ secret, body, timestamp }) {
     const ms = timestamp * 1000;
@@ -40,6 +45,12 @@ const signers = {
   async mux({ secret, body, timestamp }) {
     const sig = await mux.webhooks.computeSignature(`${timestamp}.${body}`, secret);
     return { "mux-signature": `t=${timestamp},v1=${sig}` };
+  },
+  async hubspot({ secret, body, timestamp, url }) {
+    const ms = String(timestamp * 1000);
+    const options = { clientSecret: secret, requestBody: body, url, timestamp: ms };
+    const sig = Signature.getSignature("POST", "v3", options);
+    return { "x-hubspot-signature-v3": sig, "x-hubspot-request-timestamp": ms };
   },
 };
 
@@ -65,6 +76,16 @@ const verifiers = {
   },
   linear: ({ secret, body, headers }) =>
     new LinearWebhookClient(secret).verify(Buffer.from(body), headers["linear-signature"]),
+  hubspot: ({ secret, body, headers, url }) =>
+    Signature.isValid({
+      signatureVersion: "v3",
+      method: "POST",
+      signature: headers["x-hubspot-signature-v3"],
+      clientSecret: secret,
+      requestBody: body,
+      url,
+      timestamp: Number(headers["x-hubspot-request-timestamp"]),
+    }),
 };
 
 const libraries = {
@@ -73,6 +94,7 @@ const libraries = {
   workos: version("@workos-inc/node"),
   mux: version("@mux/mux-node"),
   linear: version("@linear/sdk"),
+  hubspot: version("@hubspot/api-client"),
 };
 
 if (process.argv[2] === "--check") {
