@@ -9,7 +9,7 @@
 //! `INHOOK_TEST_VECTORS=required`, so there a missing library fails the suite;
 //! elsewhere these tests say so on stderr and pass without checking.
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
 
 use base64::Engine;
@@ -22,8 +22,10 @@ const PUBLIC_URL: &str = "https://hooks.example.com";
 /// A `whsec_` key for the Standard Webhooks and Svix-signed presets.
 const WHSEC: &str = "whsec_cHJlc2V0LXZlY3RvcnMta2V5LTAxMjM0NTY3OA==";
 
-/// Runs `script` in tests/vectors (`python3` or `node`) on a JSON list; returns its list.
-fn run(program: &str, script: &str, input: &Value) -> Vec<Value> {
+/// Runs `script` in tests/vectors (`python3` or `node`) on the JSON list `input` makes;
+/// returns its list. presets.mjs first says `ready` once its libraries are loaded, and
+/// only then is `input` made, so timestamps signed in it are fresh.
+fn run(program: &str, script: &str, input: impl FnOnce() -> Value) -> Vec<Value> {
     let path = format!("{}/tests/vectors/{script}", env!("CARGO_MANIFEST_DIR"));
     let mut child = Command::new(program)
         .arg(path)
@@ -32,19 +34,36 @@ fn run(program: &str, script: &str, input: &Value) -> Vec<Value> {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("run {script}: {e}"));
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    if script.ends_with(".mjs") {
+        let mut ready = String::new();
+        stdout.read_line(&mut ready).unwrap();
+        if ready.trim() != "ready" {
+            let mut err = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            panic!("{script} failed: {err}");
+        }
+    }
     child
         .stdin
         .take()
         .unwrap()
-        .write_all(&serde_json::to_vec(input).unwrap())
+        .write_all(&serde_json::to_vec(&input()).unwrap())
         .unwrap();
+    let mut out = Vec::new();
+    stdout.read_to_end(&mut out).unwrap();
     let output = child.wait_with_output().unwrap();
     assert!(
         output.status.success(),
         "{script} failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    serde_json::from_slice::<Value>(&output.stdout)
+    serde_json::from_slice::<Value>(&out)
         .expect("a JSON list")
         .as_array()
         .expect("a JSON list")
@@ -148,16 +167,12 @@ async fn what_the_publishers_libraries_sign_the_presets_accept() {
     let (python, node): (Vec<_>, Vec<_>) = rows
         .iter()
         .partition(|r| !["workos", "mux", "hubspot"].contains(&r.1));
-    let mut signed = run(
-        "python3",
-        "sign.py",
-        &python.iter().map(|r| request(r)).collect(),
-    );
-    signed.extend(run(
-        "node",
-        "presets.mjs",
-        &node.iter().map(|r| request(r)).collect(),
-    ));
+    let mut signed = run("python3", "sign.py", || {
+        python.iter().map(|r| request(r)).collect()
+    });
+    signed.extend(run("node", "presets.mjs", || {
+        node.iter().map(|r| request(r)).collect()
+    }));
     let rows: Vec<_> = python.into_iter().chain(node).collect();
 
     for ((preset, _, _, body), signed) in rows.iter().zip(&signed) {
@@ -285,21 +300,25 @@ async fn what_the_publishers_libraries_verify_the_presets_accept_and_both_refuse
         ("hubspot", "hubspot-vectors-secret"),
     ];
     let server = server(&presets).await;
-    // Signed just before the libraries and inhook see it: Paddle's library allows 5 s.
-    let deliveries = signed_by_the_test(now_s());
-    let mut requests = Vec::new();
-    for (preset, secret, body, headers) in &deliveries {
-        let headers: serde_json::Map<String, Value> = headers
-            .iter()
-            .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
-            .collect();
-        let url = format!("{PUBLIC_URL}/webhooks/{preset}");
-        for body in [body.clone(), tampered(body)] {
-            requests.push(json!({"op": "verify", "preset": preset, "secret": secret,
-                                 "body": body, "headers": headers, "url": url}));
+    // Signed once the libraries are loaded, just before they and inhook see it:
+    // Paddle allows 5 s.
+    let mut deliveries = Vec::new();
+    let verdicts = run("node", "presets.mjs", || {
+        deliveries = signed_by_the_test(now_s());
+        let mut requests = Vec::new();
+        for (preset, secret, body, headers) in &deliveries {
+            let headers: serde_json::Map<String, Value> = headers
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
+                .collect();
+            let url = format!("{PUBLIC_URL}/webhooks/{preset}");
+            for body in [body.clone(), tampered(body)] {
+                requests.push(json!({"op": "verify", "preset": preset, "secret": secret,
+                                     "body": body, "headers": headers, "url": url}));
+            }
         }
-    }
-    let verdicts = run("node", "presets.mjs", &Value::Array(requests));
+        Value::Array(requests)
+    });
 
     for ((preset, _, body, headers), verdicts) in deliveries.iter().zip(verdicts.chunks(2)) {
         let library = verdicts[0]["library"].as_str().unwrap_or_default();

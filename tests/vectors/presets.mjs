@@ -16,7 +16,8 @@
 // stdin: a JSON list of {"op": "sign" | "verify", "preset", "secret", "body" (UTF-8
 // text), "timestamp" (unix s, sign), "headers" ({lower-case name: value}, verify),
 // "url" (the URL the publisher called, square)}; stdout: a JSON list of
-// {"headers"} (sign) or {"ok": bool, "error"} (verify), each with "library".
+// {"headers"} (sign) or {"ok": bool, "error"} (verify), each with "library", after a
+// first line "ready" written once the libraries are loaded.
 // `node presets.mjs --check` only loads the libraries.
 import { Paddle } from "@paddle/paddle-node-sdk";
 import { WebhooksHelper } from "square";
@@ -100,6 +101,9 @@ const libraries = {
 if (process.argv[2] === "--check") {
   process.stdout.write(JSON.stringify(libraries));
 } else {
+  // Loading the SDKs takes seconds on a busy machine; the caller signs only once
+  // this line is out, so short tolerances (Paddle's 5 s) are not spent here.
+  process.stdout.write("ready\n");
   let input = "";
   for await (const chunk of process.stdin) input += chunk;
   const out = [];
