@@ -341,3 +341,44 @@ async fn what_the_publishers_libraries_verify_the_presets_accept_and_both_refuse
         assert_eq!(answer.0, 401, "{preset}: tampered, {answer:?}");
     }
 }
+
+/// Slack's form-bodied presets (slash commands, interactivity): slack_sdk signs the
+/// form body as sent; the source answers Slack's empty 200 and logs the event; the
+/// tampered body is a 401 and logs nothing.
+#[tokio::test]
+async fn slack_sdk_signs_what_the_slack_form_presets_accept() {
+    if !vectors_available() {
+        return;
+    }
+    let secret = "slack-vectors-secret";
+    let server = server(&[("slack-commands", secret), ("slack-interactivity", secret)]).await;
+    let payload = r#"{"type":"block_actions","trigger_id":"13345224609.738474920.8088930838d88f008e0","user":{"id":"U0V2"},"actions":[{"value":"mark"}]}"#;
+    let payload: String =
+        percent_encoding::utf8_percent_encode(payload, percent_encoding::NON_ALPHANUMERIC)
+            .to_string();
+    let rows = [
+        ("slack-commands", "token=tok&team_id=T0V1&channel_id=C0V1&user_id=U0V1&user_name=mark&command=%2Fdeploy&text=mark&trigger_id=13345224609.738474920.8088930838d88f008e1&api_app_id=A0V1".to_owned()),
+        ("slack-interactivity", format!("payload={payload}")),
+    ];
+    let now = now_s();
+    let signed = run("python3", "sign.py", || {
+        rows.iter()
+            .map(|(_, body)| json!({"scheme": "slack", "secret": secret, "body": body, "timestamp": now}))
+            .collect()
+    });
+    for ((preset, body), signed) in rows.iter().zip(&signed) {
+        let mut headers: Vec<(&str, String)> = Vec::new();
+        let pairs = pairs(&signed["headers"]);
+        headers.extend(pairs.iter().map(|(k, v)| (k.as_str(), v.clone())));
+        headers.push(("content-type", "application/x-www-form-urlencoded".into()));
+        let tampered = tampered(body);
+        let reply = server.post_raw(preset, tampered.as_bytes(), &headers).await;
+        assert_eq!(reply.code, 401, "{preset}: tampered {reply:?}");
+        let reply = server.post_raw(preset, body.as_bytes(), &headers).await;
+        assert_eq!(reply.code, 200, "{preset}: signed by slack_sdk {reply:?}");
+        let events = server.get(&format!("/v1/events?source={preset}")).await;
+        let items = events.body["items"].as_array().expect("events").clone();
+        assert_eq!(items.len(), 1, "{preset}: {events:?}");
+        assert_eq!(items[0]["status"], "processed", "{preset}: {events:?}");
+    }
+}
