@@ -606,11 +606,33 @@ async fn the_official_libraries_sign_what_inhook_accepts() {
         EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng).unwrap();
     let mut spki = hex::decode(SPKI_PREFIX).unwrap();
     spki.extend_from_slice(pair.public_key().as_ref());
-    let server = TestServer::spawn_with_sources(&sources(
-        &format!(r#"["{}"]"#, discord_public(7)),
-        &format!(r#"["{}"]"#, B64.encode(spki)),
-    ))
-    .await;
+    let discord_keys = format!(r#"["{}"]"#, discord_public(7));
+    let sendgrid_keys = format!(r#"["{}"]"#, B64.encode(spki));
+    // The same publishers as presets (docs/providers.md): what the libraries sign, the
+    // preset sources accept too.
+    let presets = format!(
+        r#"
+[[sources]]
+name = "discord-interactions"
+preset = "discord-interactions"
+public_keys = {discord_keys}
+
+[[sources]]
+name = "sendgrid-events"
+preset = "sendgrid-events"
+mode = "sync"
+public_keys = {sendgrid_keys}
+
+[[sources]]
+name = "twilio-preset"
+preset = "twilio"
+mode = "sync"
+public_url = "https://hooks.example.com"
+secrets = ["twilio-new-token"]
+"#
+    );
+    let server =
+        TestServer::spawn_with_sources(&(sources(&discord_keys, &sendgrid_keys) + &presets)).await;
     let now = now_s();
     let discord = String::from_utf8(discord_body("o-1", "ping")).unwrap();
     let sendgrid = String::from_utf8(sendgrid_body("o-2")).unwrap();
@@ -646,6 +668,13 @@ async fn the_official_libraries_sign_what_inhook_accepts() {
             timestamp: now,
             id: "https://hooks.example.com/webhooks/twilio-json",
         },
+        ToSign {
+            scheme: Scheme::Twilio,
+            secret: "twilio-new-token",
+            body: form,
+            timestamp: now,
+            id: "https://hooks.example.com/webhooks/twilio-preset",
+        },
     ]);
     let headers = |i: usize, content_type: &str| -> Vec<(&str, String)> {
         let mut h: Vec<(&str, String)> = signed[i]
@@ -663,6 +692,60 @@ async fn the_official_libraries_sign_what_inhook_accepts() {
         let reply = post(&server, source, body.as_bytes(), &headers(i, content_type)).await;
         assert_eq!(reply.code, 200, "{source}: {reply:?}");
     }
+    // The presets: Discord's deferred answer, SendGrid's batch, Twilio's empty TwiML.
+    let reply = post(
+        &server,
+        "discord-interactions",
+        discord.as_bytes(),
+        &headers(0, "application/json"),
+    )
+    .await;
+    assert_eq!((reply.code, reply.body.clone()), (200, json!({"type": 5})));
+    let reply = post(
+        &server,
+        "sendgrid-events",
+        sendgrid.as_bytes(),
+        &headers(1, "application/json"),
+    )
+    .await;
+    assert_eq!(reply.code, 200, "sendgrid-events: {reply:?}");
+    assert_eq!(reply.body["logged"], 1, "sendgrid-events: {reply:?}");
+    // Twilio names each webhook with an unsigned idempotency token, kept on its retries.
+    let mut twilio = headers(4, "application/x-www-form-urlencoded");
+    twilio.push(("i-twilio-idempotency-token", "idem-77".into()));
+    let reply = post(&server, "twilio-preset", form.as_bytes(), &twilio).await;
+    assert_eq!(reply.code, 200, "twilio: {reply:?}");
+    for (source, tampered, i, content_type) in [
+        (
+            "discord-interactions",
+            discord.replace("ping", "pong"),
+            0,
+            "application/json",
+        ),
+        (
+            "sendgrid-events",
+            sendgrid.replace("delivered", "bounce"),
+            1,
+            "application/json",
+        ),
+        (
+            "twilio-preset",
+            form.replace("SM77", "SM78"),
+            4,
+            "application/x-www-form-urlencoded",
+        ),
+    ] {
+        let reply = post(
+            &server,
+            source,
+            tampered.as_bytes(),
+            &headers(i, content_type),
+        )
+        .await;
+        assert_eq!(reply.code, 401, "{source} tampered: {reply:?}");
+    }
+    let logged = server.get("/v1/events?source=twilio-preset").await;
+    assert_eq!(logged.body["items"][0]["status"], "processed", "{logged:?}");
     let hash = hex::encode(sha2::Sha256::digest(json_body.as_bytes()));
     let reply = reqwest::Client::new()
         .post(format!(

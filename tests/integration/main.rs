@@ -38,6 +38,7 @@ mod outbound_tls;
 mod postgres_outage;
 mod postgres_tls;
 mod presence;
+mod preset_vectors;
 mod presets;
 mod rejections;
 mod retries;

@@ -8,6 +8,8 @@ the publishers' own code rather than against inhook's signer.
                        official Python or JS signer exists for v1a; the
                        format is checked against the reference Go
                        library's vector in src/signature unit tests)
+    svix               svix (PyPI), Webhook.sign, sent as svix-id/-timestamp/
+                       -signature (the resend and clerk presets)
     stripe             stripe (PyPI), WebhookSignature.generate_signature_header
     slack              slack_sdk (PyPI), SignatureVerifier.generate_signature
     github             @octokit/webhooks-methods (npm) sign(), via sign_github.mjs
@@ -23,6 +25,9 @@ the publishers' own code rather than against inhook's signer.
     twilio             twilio (PyPI), RequestValidator.compute_signature, checked
                        with RequestValidator.validate; "id" is the URL Twilio called;
                        a JSON body gets bodySHA256 from RequestValidator.compute_hash
+
+The presets' Node libraries (Paddle, Square, WorkOS, Mux, Linear) sign or verify in
+presets.mjs, called by tests/integration/preset_vectors.rs; `--check` loads them too.
 
 Install:  pip install -r tests/vectors/requirements.txt
           npm ci --prefix tests/vectors
@@ -69,6 +74,16 @@ def standard_webhooks(req):
         "webhook-signature": signature,
     }
     return headers, library
+
+
+def svix_(req):
+    from svix.webhooks import Webhook
+
+    ts = req["timestamp"]
+    at = datetime.fromtimestamp(ts, tz=timezone.utc)
+    signature = Webhook(req["secret"]).sign(req["id"], at, req["body"])
+    headers = {"svix-id": req["id"], "svix-timestamp": str(ts), "svix-signature": signature}
+    return headers, "svix"
 
 
 def stripe_(req):
@@ -177,6 +192,7 @@ SIGNERS = {
     "ecdsa-p256": ecdsa_p256,
     "twilio": twilio_,
     "standard-webhooks": standard_webhooks,
+    "svix": svix_,
     "stripe": stripe_,
     "slack": slack,
     "shopify": shopify,
@@ -192,8 +208,12 @@ def check():
     import slack_sdk  # noqa: F401
     import standardwebhooks  # noqa: F401
     import stripe  # noqa: F401
+    import svix  # noqa: F401
 
     github_all([{"secret": "s", "body": "{}"}])
+    node = subprocess.run(["node", os.path.join(HERE, "presets.mjs"), "--check"], capture_output=True, text=True)
+    if node.returncode != 0:
+        sys.exit(f"tests/vectors/presets.mjs cannot load its libraries:\n{node.stderr}")
 
 
 def main():
