@@ -1,4 +1,6 @@
-//! Presets end to end (docs/providers.md): for every preset whose scheme this build has,
+//! Presets end to end (docs/providers.md): for every preset (but those tested elsewhere:
+//! discord-interactions and sendgrid-events in asymmetric_signatures.rs, aws-sns's scheme
+//! in aws_sns.rs, hubspot's batches in preset_vectors.rs, dropbox's handshake below),
 //! a publisher-shaped body signed the publisher's way, by hand here (never by inhook's
 //! verifier, so a wrong preset fails), is applied; a tampered one is 401; the publisher's
 //! retry is a duplicate; a second event of the same entity applies; and the state reads
@@ -692,11 +694,96 @@ fn rows() -> Vec<Row> {
             },
             form: false,
         },
+        Row {
+            preset: "zoom",
+            secret: "zoom-secret-token",
+            body: |_, n| {
+                to_vec(
+                    json!({"event": "meeting.updated", "event_ts": 1_700_000_000_000_u64 + u64::from(n),
+                "payload": {"account_id": "AAAAAABBBB", "object": {"uuid": "4444AAAiAAAAAiAiAiiAii==",
+                "id": 6_206_345_127_u64, "topic": format!("mark-{n}")}}}),
+                )
+            },
+            sign: |secret, body, now, _| {
+                let sig = hex::encode(sha256(
+                    secret,
+                    &cat(&[format!("v0:{now}:").as_bytes(), body]),
+                ));
+                vec![
+                    ("x-zm-request-timestamp", now.to_string()),
+                    ("x-zm-signature", format!("v0={sig}")),
+                ]
+            },
+            new_id_on_retry: false,
+            key: |_| one("4444AAAiAAAAAiAiAiiAii=="),
+            form: false,
+        },
+        Row {
+            preset: "x-activity",
+            secret: "x-consumer-secret",
+            body: |_, n| {
+                to_vec(json!({"for_user_id": "2244994945",
+                "tweet_create_events": [{"id_str": format!("17{n}"), "text": format!("mark-{n}")}]}))
+            },
+            sign: |secret, body, _, _| {
+                vec![(
+                    "x-twitter-webhooks-signature",
+                    format!("sha256={}", b64(&sha256(secret, body))),
+                )]
+            },
+            new_id_on_retry: false,
+            key: |_| one("2244994945"),
+            form: false,
+        },
+        Row {
+            preset: "msgraph",
+            secret: "graph-client-token",
+            body: |_, n| {
+                to_vec(
+                    json!({"value": [{"subscriptionId": "7f105c7d-2dc5-4530-97cd-4e7ae6534c07",
+                "changeType": "updated", "resource": format!("Users/mark-{n}"),
+                "tenantId": "84bd8158-6d4d-4958-8b9f-9d6445542f95"}]}),
+                )
+            },
+            // Graph signs nothing: the token goes in the notificationUrl's query ([`post`]).
+            sign: |secret, _, _, _| vec![(QUERY_TOKEN, secret.to_owned())],
+            new_id_on_retry: false,
+            key: |_| one("7f105c7d-2dc5-4530-97cd-4e7ae6534c07"),
+            form: false,
+        },
+        Row {
+            preset: "twilio",
+            secret: "twilio-auth-token",
+            body: |_, n| {
+                format!("MessageSid=SM1342fe1b2c904d1ab04f0fc7a58abca9&MessageStatus=mark-{n}&AccountSid=AC1")
+                    .into_bytes()
+            },
+            sign: |secret, body, _, id| {
+                let mut params: Vec<(String, String)> =
+                    form_urlencoded::parse(body).into_owned().collect();
+                params.sort();
+                let mut signed = format!("{PUBLIC_URL}/webhooks/twilio");
+                for (name, value) in params {
+                    signed += &name;
+                    signed += &value;
+                }
+                vec![
+                    ("x-twilio-signature", b64(&sha1(secret, signed.as_bytes()))),
+                    ("i-twilio-idempotency-token", id.to_owned()),
+                ]
+            },
+            new_id_on_retry: false,
+            key: |_| one("SM1342fe1b2c904d1ab04f0fc7a58abca9"),
+            form: true,
+        },
     ]
 }
 
+/// Not a header: the token a row's `sign` puts in the query string instead ([`post`]).
+const QUERY_TOKEN: &str = "?token";
+
 /// The presets verified by a shared token, which covers no byte of the body.
-const TOKENS: [&str; 3] = ["gitlab", "okta-event-hooks", "postmark"];
+const TOKENS: [&str; 4] = ["gitlab", "okta-event-hooks", "postmark", "msgraph"];
 
 /// One `[[sources]]` table per row: the preset, the secret, sync so the answer is the outcome.
 fn config(rows: &[Row]) -> String {
@@ -737,11 +824,18 @@ async fn post(
         "application/json"
     };
     all.push(("content-type", media.to_owned()));
+    if let Some(at) = all.iter().position(|(name, _)| *name == QUERY_TOKEN) {
+        // Graph signs nothing: the source's token rides in the notificationUrl's query.
+        let (_, token) = all.remove(at);
+        let path = format!("{}?token={token}", row.preset);
+        return server.post_raw(&path, body, &all).await;
+    }
     server.post_raw(row.preset, body, &all).await
 }
 
-/// The presets whose `response` replaces the JSON answer (Slack shows it to a person).
-const RESPONDS: [&str; 2] = ["slack-interactivity", "slack-commands"];
+/// The presets whose `response` replaces the JSON answer (Slack shows it to a person,
+/// Twilio reads TwiML).
+const RESPONDS: [&str; 3] = ["slack-interactivity", "slack-commands", "twilio"];
 
 /// The outcome of a delivery: its answer's `status`, or for a preset with its own
 /// `response` (empty text) what the event log shows: the newest event's status when the
