@@ -1001,3 +1001,36 @@ retry_base_s = 1
 
   assert.deepEqual(problems, [], 'no page errors, console errors or unexpected dialogs');
 });
+
+test('dashboard: a preset source shows its preset and the handshakes it answered', async (t) => {
+  const server = await startServer({
+    adminToken: ADMIN_TOKEN,
+    extra: `
+[[sources]]
+name = "files"
+preset = "dropbox"
+secrets = ["dropbox-e2e-secret"]
+`,
+  });
+  const browser = await launch();
+  t.after(async () => {
+    await browser.close();
+    await server.stop();
+  });
+  // Dropbox checks the endpoint with a GET before it sends anything.
+  for (const challenge of ['c-1', 'c-2']) {
+    const reply = await fetch(`${server.url}/webhooks/files?challenge=${challenge}`);
+    assert.equal(reply.status, 200);
+    assert.equal(await reply.text(), challenge);
+  }
+  const page = browser.context.pages()[0] || await browser.context.newPage();
+  const problems = watch(page);
+  await page.goto(server.url + '/');
+  await page.fill('#token', ADMIN_TOKEN);
+  await page.click('#login-button');
+  await waitText(page, '.card[data-source="files"]', ['preset dropbox', 'handshake dropbox · 2']);
+  // A source without a preset or a handshake shows neither.
+  const seed = await page.textContent('.card[data-source="save-game"]');
+  assert.ok(!seed.includes('preset') && !seed.includes('handshake'), seed);
+  assert.deepEqual(problems, []);
+});
