@@ -18,14 +18,14 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(Value::Array(elements)) = serde_json::from_slice::<Value>(data) {
         if elements.len() <= 64 {
-            let parts = split.expect("a JSON array splits");
+            let parts = split.as_ref().expect("a JSON array splits");
             assert_eq!(parts.len(), elements.len());
             for (part, element) in parts.iter().zip(&elements) {
                 assert_eq!(&serde_json::from_slice::<Value>(part).unwrap(), element);
             }
         }
     }
-    if let Err(err) = split {
+    if let Err(err) = &split {
         assert_eq!(err.problems[0].field, "$");
     }
 });

@@ -23,6 +23,8 @@ fn contract() -> JsonContract {
         event_types: Some(vec!["invoice.*".into(), "*.created".into(), "ping".into()]),
         ordering: Some("latest-wins".into()),
         state: Some("/data/object".into()),
+        body_format: None,
+        unwrap: None,
     };
     JsonContract::compile(&spec).expect("the fixed spec compiles")
 }
