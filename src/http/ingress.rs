@@ -66,9 +66,8 @@ pub(super) async fn receive(
     body: Body,
 ) -> Response {
     let started = std::time::Instant::now();
-    let config = match configured_source(&state, source) {
-        Ok(found) => found,
-        Err(unknown) => return unknown,
+    let Some(config) = configured_source(&state, source) else {
+        return unknown_source();
     };
     // Who may call is decided before anything is read, and logs nothing: anyone can knock.
     let client = crate::peers::client_address(peer.ip(), &headers, &state.config.trusted_proxies);
@@ -155,21 +154,21 @@ async fn answer(
     answer
 }
 
-/// The source named in the path and its config, or the 404 `unknown_source` answer
-/// (counted). A name that does not decode cannot be a configured source.
+/// The config of the source named in the path, if one is configured. A name that does
+/// not decode cannot be a configured source.
 fn configured_source(
     state: &AppState,
     source: Result<Path<String>, PathRejection>,
-) -> Result<&SourceConfig, Response> {
+) -> Option<&SourceConfig> {
     let source = source.map(|Path(name)| name).unwrap_or_default();
-    match state.config.source(&source) {
-        Some(config) => Ok(config),
-        None => {
-            let response = Answer::UnknownSource.into_response();
-            metrics::request(metrics::UNKNOWN_SOURCE, response.status().as_u16(), 0.0);
-            Err(response)
-        }
-    }
+    state.config.source(&source)
+}
+
+/// The 404 `unknown_source` answer, counted.
+fn unknown_source() -> Response {
+    let response = Answer::UnknownSource.into_response();
+    metrics::request(metrics::UNKNOWN_SOURCE, response.status().as_u16(), 0.0);
+    response
 }
 
 /// The checks of docs/contract.md (ingress, order of checks) in their order, in three stages:
@@ -767,9 +766,8 @@ pub(super) async fn handshake_get(
     headers: HeaderMap,
 ) -> Response {
     let started = std::time::Instant::now();
-    let config = match configured_source(&state, source) {
-        Ok(found) => found,
-        Err(unknown) => return unknown,
+    let Some(config) = configured_source(&state, source) else {
+        return unknown_source();
     };
     let Some(handshake) = config.handshake.filter(|h| h.answers_get()) else {
         return Answer::MethodNotAllowed.into_response();
