@@ -26,11 +26,14 @@ macro_rules! changed_keys {
 
 pub mod defaults;
 mod destination;
+pub mod env_vars;
 mod reload;
 pub mod response;
 pub mod target;
 pub mod template;
+
 pub use destination::{destination_secret_env_var, destination_url_env_var, DestinationConfig};
+pub use env_vars::{public_keys_env_var, secret_env_var};
 pub use reload::{check_reload, LiveSecrets, ReloadPlan};
 pub use response::SourceResponse;
 pub use target::Target;
@@ -685,19 +688,6 @@ fn source_kind(
     let stale_after_ms = (stale_after_s as i64).saturating_mul(1000);
     kind.configure(&spec, stale_after_ms)
         .map_err(|err| ConfigError(format!("source {name:?}: {err}")))
-}
-
-/// The environment variable that holds a source's secrets.
-pub fn secret_env_var(source: &str) -> String {
-    format!("INHOOK_{}_SECRET", source.to_uppercase().replace('-', "_"))
-}
-
-/// The environment variable that holds a source's public keys (`ed25519`, `ecdsa-p256`).
-pub fn public_keys_env_var(source: &str) -> String {
-    format!(
-        "INHOOK_{}_PUBLIC_KEYS",
-        source.to_uppercase().replace('-', "_")
-    )
 }
 
 /// The secret a publisher-side command (`send`, `simulate`, `bench`) signs a source's

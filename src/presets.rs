@@ -5,6 +5,8 @@
 //! A preset file holds the source keys, then an `[about]` table (publisher, what the
 //! secret is, what the user must set) that is never merged.
 
+use crate::config::env_vars::{public_keys_env_var, secret_env_var};
+
 /// Every preset, by name, in the order `inhook presets` lists them.
 pub const ALL: [(&str, &str); 39] = [
     ("stripe", include_str!("presets/stripe.toml")),
@@ -167,12 +169,11 @@ impl Preset {
             out.push_str(line);
             out.push('\n');
         }
-        let env = crate::config::secret_env_var(self.name);
+        let env = secret_env_var(self.name);
         match &about.public_key {
             Some(what) => out.push_str(&format!(
-                "# public_keys = [\"…\"]        # {what} (or INHOOK_{}_PUBLIC_KEYS)\n",
-                env.trim_start_matches("INHOOK_")
-                    .trim_end_matches("_SECRET")
+                "# public_keys = [\"…\"]        # {what} (or {})\n",
+                public_keys_env_var(self.name)
             )),
             None => out.push_str(&format!(
                 "# secrets = [\"…\"]            # {}; or set {env}\n",
