@@ -659,9 +659,6 @@ async fn verify_signature(
     body: &axum::body::Bytes,
     received_at_ms: i64,
 ) -> Result<(signature::Verified, Option<signature::Secret>), Answer> {
-    let secrets = state.secrets.source(&source.name);
-    // The secret that verified, kept for a handshake answered with it (Zoom's encryptedToken).
-    let kept = source.handshake.is_some().then(|| secrets.clone());
     let (verifier, tolerance_s) = (&source.verifier, source.tolerance_s);
     let received_at = received_at_ms.div_euclid(1000);
     if let signature::Verifier::AwsSns(sns) = verifier {
@@ -671,13 +668,14 @@ async fn verify_signature(
             Err(super::sns::Refused::Upstream(answer)) => Err(answer),
         };
     }
+    let secrets = state.secrets.source(&source.name);
     let ignored = verifier.ignored_signatures(headers);
     if ignored > 0 {
         warn!(source = %source.name, ignored,
               checked = signature::standard_webhooks::MAX_CHECKED_SIGNATURES,
               "more signatures than are checked: the rest are ignored");
     }
-    let verdict = if verifier.is_costly(headers) {
+    let (verdict, secrets) = if verifier.is_costly(headers) {
         let waited = tokio::time::timeout(
             COSTLY_CHECK_WAIT,
             std::sync::Arc::clone(&state.costly_checks).acquire_owned(),
@@ -697,10 +695,14 @@ async fn verify_signature(
                 method: &method,
                 path_and_query: &path_and_query,
             };
-            verifier.verify(&request, &secrets, received_at, tolerance_s)
+            // The secrets come back: a handshake answers with the one that verified.
+            (
+                verifier.verify(&request, &secrets, received_at, tolerance_s),
+                secrets,
+            )
         });
         match check.await {
-            Ok(verdict) => verdict,
+            Ok(checked) => checked,
             Err(err) => {
                 tracing::error!(source = %source.name, %err, "signature check failed to run");
                 return Err(Answer::Internal);
@@ -713,12 +715,16 @@ async fn verify_signature(
             method: target.method,
             path_and_query: target.path_and_query,
         };
-        verifier.verify(&request, &secrets, received_at, tolerance_s)
+        (
+            verifier.verify(&request, &secrets, received_at, tolerance_s),
+            secrets,
+        )
     };
+    // The secret that verified, for a handshake answered with it (Zoom's encryptedToken).
     let verdict = verdict.map(|verified| {
-        let matched = kept
-            .as_ref()
-            .and_then(|secrets| secrets.get(verified.secret_index).cloned());
+        let matched = source
+            .handshake
+            .and_then(|_| secrets.get(verified.secret_index).cloned());
         (verified, matched)
     });
     verdict.map_err(|err| signature_rejected(source, err))
