@@ -428,14 +428,17 @@ impl SnsConfig {
     }
 }
 
+/// The test key's signer, shared with tests/integration/aws_sns.rs.
+#[cfg(test)]
+#[path = "../../tests/fixtures/aws_sns/rsa_sign.rs"]
+mod fixture_signer;
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
 
     const CERT: &[u8] = include_bytes!("../../tests/fixtures/aws_sns/cert.pem");
-    /// The fixture key's modulus and private exponent, hex, one a line: ring signs no SHA-1.
-    const KEY: &str = include_str!("../../tests/fixtures/aws_sns/rsa_key.hex");
     const NOW: i64 = 1_800_000_000;
     const CERT_URL: &str = "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-0000.pem";
 
@@ -474,33 +477,7 @@ mod tests {
         serde_json::to_vec(&message).unwrap()
     }
 
-    /// RSASSA-PKCS1-v1_5 (RFC 8017, 8.2.1) with the fixture key: SHA-1 for version 1,
-    /// SHA-256 for 2.
-    fn rsa_sign(text: &[u8], version: &str) -> Vec<u8> {
-        use num_bigint::BigUint;
-        use sha2::Digest;
-        let mut lines = KEY.lines();
-        let mut read = || BigUint::parse_bytes(lines.next().unwrap().as_bytes(), 16).unwrap();
-        let (n, d) = (read(), read());
-        let mut t = if version == "1" {
-            let mut t = hex::decode("3021300906052b0e03021a05000414").unwrap();
-            t.extend_from_slice(&sha1::Sha1::digest(text));
-            t
-        } else {
-            let mut t = hex::decode("3031300d060960864801650304020105000420").unwrap();
-            t.extend_from_slice(&sha2::Sha256::digest(text));
-            t
-        };
-        let k = n.bits().div_ceil(8) as usize;
-        let mut em = vec![0x00, 0x01];
-        em.resize(k - t.len() - 1, 0xff);
-        em.push(0x00);
-        em.append(&mut t);
-        let sig = BigUint::from_bytes_be(&em).modpow(&d, &n).to_bytes_be();
-        let mut out = vec![0; k - sig.len()];
-        out.extend_from_slice(&sig);
-        out
-    }
+    use super::fixture_signer::rsa_sign;
 
     fn notification() -> serde_json::Value {
         serde_json::json!({

@@ -12,8 +12,6 @@ use crate::support::tls::TestCa;
 use crate::support::{now_s, Reply, TestServer};
 
 const CERT: &str = include_str!("../fixtures/aws_sns/cert.pem");
-/// The fixture key's modulus and private exponent, hex, one a line.
-const KEY: &str = include_str!("../fixtures/aws_sns/rsa_key.hex");
 const TOPIC: &str = "arn:aws:sns:us-west-2:123456789012:orders";
 
 /// A local SNS: `/cert.pem` serves the fixture certificate, `/confirm…` answers 200,
@@ -154,33 +152,9 @@ fn sign(mut message: Value, version: &str, cert_url: &str) -> Vec<u8> {
     serde_json::to_vec(&message).unwrap()
 }
 
-/// RSASSA-PKCS1-v1_5 (RFC 8017, 8.2.1) with the fixture key, as AWS signs: SHA-1 for
-/// SignatureVersion 1, SHA-256 for 2 (ring signs no SHA-1, hence the arithmetic).
-fn rsa_sign(text: &[u8], version: &str) -> Vec<u8> {
-    use num_bigint::BigUint;
-    use sha2::Digest;
-    let mut lines = KEY.lines();
-    let mut read = || BigUint::parse_bytes(lines.next().unwrap().as_bytes(), 16).unwrap();
-    let (n, d) = (read(), read());
-    let mut t = if version == "1" {
-        let mut t = hex::decode("3021300906052b0e03021a05000414").unwrap();
-        t.extend_from_slice(&sha1::Sha1::digest(text));
-        t
-    } else {
-        let mut t = hex::decode("3031300d060960864801650304020105000420").unwrap();
-        t.extend_from_slice(&sha2::Sha256::digest(text));
-        t
-    };
-    let k = n.bits().div_ceil(8) as usize;
-    let mut em = vec![0x00, 0x01];
-    em.resize(k - t.len() - 1, 0xff);
-    em.push(0x00);
-    em.append(&mut t);
-    let signature = BigUint::from_bytes_be(&em).modpow(&d, &n).to_bytes_be();
-    let mut out = vec![0; k - signature.len()];
-    out.extend_from_slice(&signature);
-    out
-}
+#[path = "../fixtures/aws_sns/rsa_sign.rs"]
+mod fixture_signer;
+use fixture_signer::rsa_sign;
 
 fn notification(id: &str, order: &str, status: &str, at: i64) -> Value {
     json!({
