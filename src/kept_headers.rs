@@ -177,6 +177,9 @@ mod tests {
             }
         }
         assert!(refusal("Authorization").is_some());
+        // Svix's name of the Standard Webhooks signatures header (Clerk, Resend).
+        assert!(refusal("Svix-Signature").is_some());
+        assert!(!is_kept("svix-signature", &[]));
         assert!(refusal("bad name").is_some());
         assert!(refusal("x-tenant").is_none());
     }

@@ -303,6 +303,7 @@ pub fn carries_credential(name: &str) -> bool {
         .iter()
         .chain(&Scheme::CONFIGURABLE)
         .filter_map(|scheme| scheme.signature_header())
+        .chain([standard_webhooks::SVIX_SIGNATURE_HEADER])
         .chain(CREDENTIAL_HEADERS)
         .any(|header| header.eq_ignore_ascii_case(name))
 }

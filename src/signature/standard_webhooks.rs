@@ -31,8 +31,11 @@ pub const SIGNATURE_HEADER: &str = "webhook-signature";
 pub const SVIX_HEADERS: [(&str, &str); 3] = [
     (ID_HEADER, "svix-id"),
     (TIMESTAMP_HEADER, "svix-timestamp"),
-    (SIGNATURE_HEADER, "svix-signature"),
+    (SIGNATURE_HEADER, SVIX_SIGNATURE_HEADER),
 ];
+
+/// Svix's name of the signatures header: a credential like [`SIGNATURE_HEADER`].
+pub const SVIX_SIGNATURE_HEADER: &str = "svix-signature";
 
 /// The header to read for `standard`: itself, or its Svix name when only that is present.
 fn named(headers: &HeaderMap, standard: &'static str) -> &'static str {
