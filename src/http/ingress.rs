@@ -393,6 +393,59 @@ async fn admit(
     answer
 }
 
+/// The source's backlog as last refreshed (every second): a cheap early refusal; the
+/// store decides the limit itself, in the transaction that would log.
+fn backlog_of(state: &AppState, source: &SourceConfig) -> u64 {
+    state
+        .backlog
+        .lock()
+        .map(|b| b.get(&source.name).copied().unwrap_or(0))
+        .unwrap_or(0)
+}
+
+/// Where an event is decided: `rules` is `None` for an ignored event (the workers mark
+/// it). Async still answers 202; with `decide_at_ingest` the event is decided at once
+/// when its aggregate is ready.
+fn settle_at<'r>(
+    source: &SourceConfig,
+    rules: Option<&'r crate::store::SourceRules>,
+) -> SettleAt<'r> {
+    match (rules, source.mode) {
+        (None, _) => SettleAt::Worker,
+        (Some(rules), Mode::Sync) => SettleAt::Ingest(rules),
+        (Some(rules), Mode::Async) if source.decide_at_ingest => SettleAt::IfReady(rules),
+        (Some(_), Mode::Async) => SettleAt::Worker,
+    }
+}
+
+/// Whether an admission spends the publisher's rate budget: only a newly logged event
+/// does, so replays of a captured delivery cannot starve its genuine ones. A conflicting
+/// duplicate (an id resent with another body) is no replay: it spends its token.
+fn spends_rate_token(admission: &Admission) -> bool {
+    matches!(
+        admission,
+        Admission::Logged { .. }
+            | Admission::Duplicate {
+                body_differs: true,
+                ..
+            }
+    )
+}
+
+/// The answer to a store that could not log `what` (a delivery, a batch): nothing stored.
+fn store_failed(source: &SourceConfig, err: StoreError, what: &str) -> Answer {
+    match err {
+        StoreError::Unavailable(detail) => {
+            warn!(source = %source.name, %detail, "store unavailable; {what} not stored");
+            Answer::StoreUnavailable
+        }
+        StoreError::Internal(detail) => {
+            tracing::error!(source = %source.name, %detail, "store failed; {what} not stored");
+            Answer::Internal
+        }
+    }
+}
+
 /// What the store made of the delivery; `Err` is the answer of one refused before the
 /// store was asked: out of rate tokens (and no replay), or over the backlog.
 async fn log_within_limits(
@@ -409,31 +462,14 @@ async fn log_within_limits(
                 .map(Ok)
         }
     };
-    // A cheap early refusal from the figure refreshed every second; the store
-    // decides the limit itself, in the transaction that would log the delivery.
-    let backlog = state
-        .backlog
-        .lock()
-        .map(|b| b.get(&source.name).copied().unwrap_or(0))
-        .unwrap_or(0);
+    let backlog = backlog_of(state, source);
     if backlog >= source.max_backlog && !delivery.ignored {
         warn!(source = %source.name, backlog, "backlog over max_backlog: delivery refused");
         refund_rate_token(state, source, charged);
         return Err(Answer::BacklogFull);
     }
     let logged = ingest(state, source, headers, delivery).await;
-    // Only a newly logged event spends the publisher's budget: replays of a
-    // captured delivery must not starve its genuine ones. A conflicting duplicate
-    // (an id resent with another body) is no replay: it spends its token.
-    let spent = matches!(
-        logged,
-        Ok(Admission::Logged { .. }
-            | Admission::Duplicate {
-                body_differs: true,
-                ..
-            })
-    );
-    if !spent {
+    if !logged.as_ref().is_ok_and(spends_rate_token) {
         refund_rate_token(state, source, charged);
     }
     Ok(logged)
@@ -471,13 +507,7 @@ async fn ingest(
 ) -> Result<Admission, StoreError> {
     let rules = (!delivery.ignored)
         .then(|| crate::store::SourceRules::for_source(source, &state.config.destinations));
-    let settle = match (&rules, source.mode) {
-        (None, _) => SettleAt::Worker,
-        (Some(rules), Mode::Sync) => SettleAt::Ingest(rules),
-        // Async still answers 202; the event is decided at once when its aggregate is ready.
-        (Some(rules), Mode::Async) if source.decide_at_ingest => SettleAt::IfReady(rules),
-        (Some(_), Mode::Async) => SettleAt::Worker,
-    };
+    let settle = settle_at(source, rules.as_ref());
     let new = NewEvent {
         headers: &crate::kept_headers::keep(headers, &source.keep_headers),
         source: &source.name,
@@ -519,14 +549,7 @@ fn answer_logged(
             Answer::AggregateBacklogFull
         }
         Ok(Admission::Logged { decided, .. }) => answer_new(state, source, event, ignored, decided),
-        Err(StoreError::Unavailable(detail)) => {
-            warn!(source = %source.name, %detail, "store unavailable; delivery not stored");
-            Answer::StoreUnavailable
-        }
-        Err(StoreError::Internal(detail)) => {
-            tracing::error!(source = %source.name, %detail, "store failed; delivery not stored");
-            Answer::Internal
-        }
+        Err(err) => store_failed(source, err, "delivery"),
     }
 }
 

@@ -12,12 +12,12 @@ use super::{
     answer_logged, log_decision, refund_rate_token, take_rate_token, verify_signature, Answer,
     ReadBody, Target,
 };
-use crate::config::{Mode, SourceConfig};
+use crate::config::SourceConfig;
 use crate::http::AppState;
 use crate::kind::json::batch::split_batch;
 use crate::kind::{Delivery, EventFields};
 use crate::metrics;
-use crate::store::{Admission, BatchAdmission, NewEvent, Refusal, SettleAt, StoreError};
+use crate::store::{Admission, BatchAdmission, NewEvent, Refusal, SettleAt};
 
 /// Steps 5–9 of docs/contract.md (ingress) for a batch: the signature, every element's
 /// contract, then the limits and the store, all or nothing.
@@ -78,11 +78,7 @@ pub(super) async fn check_and_log(
             }
         }
     };
-    let backlog = state
-        .backlog
-        .lock()
-        .map(|b| b.get(&source.name).copied().unwrap_or(0))
-        .unwrap_or(0);
+    let backlog = super::backlog_of(state, source);
     let counted = parsed.iter().flatten().any(|(_, ignored)| !ignored);
     if counted && backlog >= source.max_backlog {
         warn!(source = %source.name, backlog, "backlog over max_backlog: batch refused");
@@ -112,12 +108,7 @@ pub(super) async fn check_and_log(
         .collect();
     let settle: Vec<SettleAt<'_>> = events
         .iter()
-        .map(|(_, ignored, _)| match (ignored, source.mode) {
-            (true, _) => SettleAt::Worker,
-            (false, Mode::Sync) => SettleAt::Ingest(&rules),
-            (false, Mode::Async) if source.decide_at_ingest => SettleAt::IfReady(&rules),
-            (false, Mode::Async) => SettleAt::Worker,
-        })
+        .map(|(_, ignored, _)| super::settle_at(source, (!ignored).then_some(&rules)))
         .collect();
     let admissions = match state.store.ingest_batch(&new, &settle).await {
         Ok(BatchAdmission::Logged(admissions)) => admissions,
@@ -131,31 +122,12 @@ pub(super) async fn check_and_log(
         }
         Err(err) => {
             refund_rate_token(state, source, charged);
-            return match err {
-                StoreError::Unavailable(detail) => {
-                    warn!(source = %source.name, %detail, "store unavailable; batch not stored");
-                    Answer::StoreUnavailable
-                }
-                StoreError::Internal(detail) => {
-                    tracing::error!(source = %source.name, %detail, "store failed; batch not stored");
-                    Answer::Internal
-                }
-            };
+            return super::store_failed(source, err, "batch");
         }
     };
     // As for one delivery: only a batch that logged something new (or resent an id with
     // another body) spends the token.
-    let spent = admissions.iter().any(|a| {
-        matches!(
-            a,
-            Admission::Logged { .. }
-                | Admission::Duplicate {
-                    body_differs: true,
-                    ..
-                }
-        )
-    });
-    if !spent {
+    if !admissions.iter().any(super::spends_rate_token) {
         refund_rate_token(state, source, charged);
     }
     answer(state, source, &parsed, admissions)
