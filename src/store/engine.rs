@@ -43,6 +43,10 @@ impl<B> SqlStore<B> {
     }
 }
 
+/// The data keys a batch made: the index of the row carrying each, its source, aggregate
+/// and key.
+type MadeKeys = Vec<(usize, String, String, Arc<DataKey>)>;
+
 impl<B: Backend> SqlStore<B> {
     /// The store encrypting what it writes under `masters` (docs/encryption.md); what it
     /// stored before stays readable.
@@ -112,12 +116,13 @@ impl<B: Backend> SqlStore<B> {
 
     /// The rows of a batch sealed as [`SqlStore::sealed`] seals one, one data key per
     /// aggregate (a new one written with its aggregate's first row only); answers the keys
-    /// made, to be remembered once the batch is logged.
+    /// made, with the index of the row that carries each, to be remembered once that row
+    /// is logged.
     async fn sealed_batch(
         &self,
         rows: Vec<EventRow>,
         cached: bool,
-    ) -> Result<(Vec<EventRow>, Vec<(String, String, Arc<DataKey>)>), StoreError> {
+    ) -> Result<(Vec<EventRow>, MadeKeys), StoreError> {
         if !self.backend.vault().encrypting() {
             return Ok((rows, Vec::new()));
         }
@@ -135,7 +140,7 @@ impl<B: Backend> SqlStore<B> {
             let (row, new) = self.sealed(row, cached).await?;
             if let Some(key) = row.sealed.as_ref().map(|s| Arc::clone(&s.key)) {
                 if let Some(new) = new {
-                    made.push((at.0.clone(), at.1.clone(), new));
+                    made.push((sealed_rows.len(), at.0.clone(), at.1.clone(), new));
                 }
                 keys.insert(at, key);
             }
@@ -155,8 +160,11 @@ impl<B: Backend> SqlStore<B> {
         let admissions = self
             .write(move |io| Box::pin(async move { ingest::log_batch(io, &rows, &rules).await }))
             .await?;
-        for (source, aggregate, key) in made {
-            self.backend.vault().remember(&source, &aggregate, key);
+        // As for one row: a key is remembered only once the row that carries it is logged.
+        for (index, source, aggregate, key) in made {
+            if let Some(Admission::Logged { .. }) = admissions.get(index) {
+                self.backend.vault().remember(&source, &aggregate, key);
+            }
         }
         Ok(admissions)
     }
