@@ -591,13 +591,22 @@ impl HmacConfig {
         request: &Request<'_>,
         secrets: &[Secret],
     ) -> Result<Verified, SignatureError> {
-        let in_body: Option<serde_json::Value> = self
-            .location
-            .as_ref()
-            .and_then(|_| serde_json::from_slice(request.body).ok());
+        // The body read once as JSON, when the signature, the signed content or the
+        // timestamp is in it.
+        let json = (self.location.is_some()
+            || self.content.reads_json()
+            || matches!(
+                self.timestamp,
+                Some(Timestamp {
+                    at: TimestampAt::Pointer(_),
+                    ..
+                })
+            ))
+        .then(|| serde_json::from_slice::<serde_json::Value>(request.body).ok())
+        .flatten();
         let raw = match &self.location {
             None => header_str(request.headers, self.header)?,
-            Some(pointer) => in_body
+            Some(pointer) => json
                 .as_ref()
                 .and_then(|doc| doc.pointer(pointer))
                 .and_then(|v| v.as_str())
@@ -645,16 +654,6 @@ impl HmacConfig {
                 (candidates, pairs.timestamp)
             }
         };
-        let json = (self.content.reads_json()
-            || matches!(
-                self.timestamp,
-                Some(Timestamp {
-                    at: TimestampAt::Pointer(_),
-                    ..
-                })
-            ))
-        .then(|| serde_json::from_slice::<serde_json::Value>(request.body).ok())
-        .flatten();
         let (timestamp_text, signed_at) = match &self.timestamp {
             None => (None, None),
             Some(ts) => {
