@@ -88,6 +88,15 @@ fn commit_batch(conn: &mut Connection, vault: &Vault, batch: Vec<IngestJob>) {
     }
 }
 
+/// A write transaction that takes the file's write lock at once (`BEGIN IMMEDIATE`):
+/// with another process writing the same file (a command beside the server), a deferred
+/// one that read first could not take the lock later and would fail at once with
+/// `database is locked`, instead of waiting `busy_timeout` for it.
+fn begin_write(conn: &mut Connection) -> Result<rusqlite::Transaction<'_>, StoreError> {
+    conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(map_err)
+}
+
 /// Logs and commits every delivery of `batch` in one transaction with no savepoints;
 /// `None` (and nothing written) when one of them is refused or fails.
 fn log_batch_whole(
@@ -95,7 +104,7 @@ fn log_batch_whole(
     vault: &Vault,
     batch: &[IngestJob],
 ) -> Result<Option<Vec<Admission>>, StoreError> {
-    let tx = conn.transaction().map_err(map_err)?;
+    let tx = begin_write(conn)?;
     let mut admissions = Vec::with_capacity(batch.len());
     for job in batch {
         match ingest_one(&tx, vault, job, Guard::Batch) {
@@ -114,7 +123,7 @@ fn log_batch_each(
     vault: &Vault,
     batch: &[IngestJob],
 ) -> Result<Vec<Result<Admission, StoreError>>, StoreError> {
-    let mut tx = conn.transaction().map_err(map_err)?;
+    let mut tx = begin_write(conn)?;
     let mut answers = Vec::with_capacity(batch.len());
     for job in batch {
         answers.push(tx.savepoint().map_err(map_err).and_then(|sp| {
@@ -296,7 +305,7 @@ fn in_transaction<T>(
     vault: &Vault,
     step: impl FnOnce(&SqliteIo<'_>) -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
-    let tx = conn.transaction().map_err(map_err)?;
+    let tx = begin_write(conn)?;
     let done = step(&SqliteIo::of(&tx, vault))?;
     tx.commit().map_err(map_err)?;
     Ok(done)
@@ -376,7 +385,7 @@ impl Backend for Sqlite {
 
     fn migrate(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.run(|conn| {
-            let tx = conn.transaction().map_err(map_err)?;
+            let tx = begin_write(conn)?;
             tx.execute_batch(
                 "CREATE TABLE IF NOT EXISTS schema_migrations (
                      version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
