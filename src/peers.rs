@@ -85,31 +85,68 @@ impl CidrList {
     }
 }
 
-/// The address a request is from: the TCP peer, unless the peer is one of
-/// `trusted_proxies`; then the nearest untrusted hop of its `Forwarded` header (or, without
-/// one, its `X-Forwarded-For`), walked from the right. Every hop trusted: the leftmost.
-/// A malformed header (or an obfuscated or `unknown` hop) gives the TCP peer.
-pub fn client_address(peer: IpAddr, headers: &HeaderMap, trusted_proxies: &CidrList) -> IpAddr {
+/// Who a request is from, as far as the TCP peer and `trusted_proxies` can vouch for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Client {
+    /// The nearest untrusted hop: the TCP peer itself, or the hop a trusted proxy named.
+    Known(IpAddr),
+    /// A hop that does not parse (`junk`, `for=unknown`, `for=_hidden`) stands between the
+    /// trusted proxies and the client, so nobody can say who the client is. `via` is the
+    /// nearest trusted proxy that relayed it: every unknown client behind it shares its budgets.
+    Unknown {
+        /// The trusted proxy that relayed the request.
+        via: IpAddr,
+    },
+}
+
+impl Client {
+    /// Whether the client is in `list`: an unknown client matches no block, so that a
+    /// header a client writes can never make it pass as the proxy in front of it.
+    pub fn is_in(&self, list: &CidrList) -> bool {
+        match self {
+            Self::Known(ip) => list.contains(*ip),
+            Self::Unknown { .. } => false,
+        }
+    }
+
+    /// The address per-client budgets and limits are kept under.
+    pub fn budget_key(&self) -> IpAddr {
+        match self {
+            Self::Known(ip) | Self::Unknown { via: ip } => *ip,
+        }
+    }
+}
+
+/// Who a request is from: the TCP peer, unless the peer is one of `trusted_proxies`; then
+/// the hops of its `Forwarded` header (or, without one, its `X-Forwarded-For`) are walked
+/// from the right, and the first untrusted hop is the client. A hop that does not parse
+/// stops the walk: the client is [`Client::Unknown`]. Every hop trusted: the leftmost. A
+/// trusted peer that sends no forwarding header is itself the client.
+pub fn client_address(peer: IpAddr, headers: &HeaderMap, trusted_proxies: &CidrList) -> Client {
     if trusted_proxies.is_empty() || !trusted_proxies.contains(peer) {
-        return peer;
+        return Client::Known(peer);
     }
     let Some(chain) = forwarded_chain(headers) else {
-        return peer;
+        return Client::Known(peer);
     };
     let mut nearest = peer;
     for hop in chain.iter().rev() {
-        nearest = *hop;
-        if !trusted_proxies.contains(*hop) {
+        let Some(hop) = *hop else {
+            return Client::Unknown { via: nearest };
+        };
+        nearest = hop;
+        if !trusted_proxies.contains(hop) {
             break;
         }
     }
-    nearest
+    Client::Known(nearest)
 }
 
-/// The hops a request passed through, leftmost (farthest) first: from every `Forwarded`
-/// header's `for=` parameters, or else every `X-Forwarded-For`; `None` when there is
-/// none or any hop is not an address.
-fn forwarded_chain(headers: &HeaderMap) -> Option<Vec<IpAddr>> {
+/// The hops a request passed through, leftmost (farthest) first, `None` where a hop is not
+/// an address: from every `Forwarded` header's `for=` parameters, or else every
+/// `X-Forwarded-For`. `None` when there is neither header; a value that is not text is
+/// one hop that does not parse.
+fn forwarded_chain(headers: &HeaderMap) -> Option<Vec<Option<IpAddr>>> {
     let joined = |name: header::HeaderName| -> Option<Option<String>> {
         let mut values = headers.get_all(name).iter().peekable();
         values.peek()?;
@@ -121,15 +158,17 @@ fn forwarded_chain(headers: &HeaderMap) -> Option<Vec<IpAddr>> {
         )
     };
     if let Some(forwarded) = joined(header::FORWARDED) {
-        return forwarded.as_deref().and_then(forwarded_hops);
+        return Some(forwarded.as_deref().map_or(vec![None], forwarded_hops));
     }
-    let listed = joined(header::HeaderName::from_static("x-forwarded-for"))??;
-    listed.split(',').map(hop_address).collect()
+    let listed = joined(header::HeaderName::from_static("x-forwarded-for"))?;
+    Some(listed.map_or(vec![None], |listed| {
+        listed.split(',').map(hop_address).collect()
+    }))
 }
 
-/// The `for=` of each element of a `Forwarded` value (RFC 7239); `None` if an element
-/// has none, or more than one.
-fn forwarded_hops(value: &str) -> Option<Vec<IpAddr>> {
+/// The `for=` of each element of a `Forwarded` value (RFC 7239); `None` for an element
+/// with none, or more than one, or one that is not an address.
+fn forwarded_hops(value: &str) -> Vec<Option<IpAddr>> {
     value
         .split(',')
         .map(|element| {
@@ -182,6 +221,10 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
+    }
+
+    fn known(s: &str) -> Client {
+        Client::Known(ip(s))
     }
 
     fn list(entries: &[&str]) -> CidrList {
@@ -252,11 +295,17 @@ mod tests {
     fn forwarding_headers_count_only_from_trusted_proxies() {
         let peer = ip("127.0.0.1");
         let xff = headers(&[("x-forwarded-for", "192.0.2.7")]);
-        assert_eq!(client_address(peer, &xff, &CidrList::default()), peer);
-        assert_eq!(client_address(peer, &xff, &list(&["10.0.0.0/8"])), peer);
+        assert_eq!(
+            client_address(peer, &xff, &CidrList::default()),
+            Client::Known(peer)
+        );
+        assert_eq!(
+            client_address(peer, &xff, &list(&["10.0.0.0/8"])),
+            Client::Known(peer)
+        );
         assert_eq!(
             client_address(peer, &xff, &list(&["127.0.0.1/32"])),
-            ip("192.0.2.7")
+            known("192.0.2.7")
         );
     }
 
@@ -266,18 +315,21 @@ mod tests {
         let peer = ip("127.0.0.1");
         // A client-written first entry is passed over: the nearest untrusted hop wins.
         let xff = headers(&[("x-forwarded-for", "6.6.6.6, 192.0.2.7, 10.1.1.1")]);
-        assert_eq!(client_address(peer, &xff, &trusted), ip("192.0.2.7"));
+        assert_eq!(client_address(peer, &xff, &trusted), known("192.0.2.7"));
         // Two headers are one list, in order.
         let split = headers(&[
             ("x-forwarded-for", "6.6.6.6, 192.0.2.7"),
             ("x-forwarded-for", "10.1.1.1"),
         ]);
-        assert_eq!(client_address(peer, &split, &trusted), ip("192.0.2.7"));
+        assert_eq!(client_address(peer, &split, &trusted), known("192.0.2.7"));
         // Every hop trusted: the farthest.
         let all = headers(&[("x-forwarded-for", "10.0.0.2, 10.0.0.3")]);
-        assert_eq!(client_address(peer, &all, &trusted), ip("10.0.0.2"));
+        assert_eq!(client_address(peer, &all, &trusted), known("10.0.0.2"));
         let ported = headers(&[("x-forwarded-for", "192.0.2.7:4711, [2001:db8::7]:80")]);
-        assert_eq!(client_address(peer, &ported, &trusted), ip("2001:db8::7"));
+        assert_eq!(
+            client_address(peer, &ported, &trusted),
+            known("2001:db8::7")
+        );
     }
 
     #[test]
@@ -291,17 +343,18 @@ mod tests {
             ),
             ("x-forwarded-for", "198.51.100.1"),
         ]);
-        assert_eq!(client_address(peer, &both, &trusted), ip("2001:db8::9"));
+        assert_eq!(client_address(peer, &both, &trusted), known("2001:db8::9"));
         let quoted = headers(&[("forwarded", "for=\"192.0.2.7\";by=10.0.0.1")]);
-        assert_eq!(client_address(peer, &quoted, &trusted), ip("192.0.2.7"));
+        assert_eq!(client_address(peer, &quoted, &trusted), known("192.0.2.7"));
     }
 
     #[test]
-    fn malformed_headers_give_the_tcp_peer() {
-        let trusted = list(&["127.0.0.1/32"]);
+    fn a_hop_that_does_not_parse_makes_the_client_unknown() {
+        let trusted = list(&["127.0.0.1/32", "10.0.0.0/8"]);
         let peer = ip("127.0.0.1");
         for (name, value) in [
             ("x-forwarded-for", "192.0.2.7, not-an-address"),
+            ("x-forwarded-for", "junk"),
             ("x-forwarded-for", ""),
             ("x-forwarded-for", "192.0.2.7:99999"),
             ("forwarded", "for=unknown"),
@@ -310,17 +363,30 @@ mod tests {
             ("forwarded", "for=192.0.2.7;for=192.0.2.8"),
             ("forwarded", "for=\"[2001:db8::1]"),
         ] {
-            assert_eq!(
-                client_address(peer, &headers(&[(name, value)]), &trusted),
-                peer,
-                "{name}: {value}"
+            let client = client_address(peer, &headers(&[(name, value)]), &trusted);
+            assert_eq!(client, Client::Unknown { via: peer }, "{name}: {value}");
+            assert!(
+                !client.is_in(&list(&["0.0.0.0/0", "::/0"])),
+                "an unknown client matches no block"
             );
+            assert_eq!(client.budget_key(), peer);
         }
+        // The walk stops at the first hop that does not parse, after trusted ones.
+        let behind = headers(&[("x-forwarded-for", "192.0.2.7, _hidden, 10.1.1.1")]);
+        assert_eq!(
+            client_address(peer, &behind, &trusted),
+            Client::Unknown {
+                via: ip("10.1.1.1")
+            }
+        );
+        // Junk left of the first untrusted hop is never reached.
+        let before = headers(&[("x-forwarded-for", "junk, 192.0.2.7, 10.1.1.1")]);
+        assert_eq!(client_address(peer, &before, &trusted), known("192.0.2.7"));
     }
 
     proptest! {
         #[test]
-        fn the_client_is_a_hop_of_the_chain_or_the_peer(
+        fn the_client_is_a_hop_of_the_chain_the_peer_or_unknown(
             hops in proptest::collection::vec(any::<[u8; 4]>(), 0..6),
             trusted_bits in any::<u8>(),
             junk in proptest::option::of("[a-z0-9:., ]{0,12}"),
@@ -348,8 +414,11 @@ mod tests {
                 map.insert(if forwarded { "forwarded" } else { "x-forwarded-for" }, v);
             }
             let client = client_address(peer, &map, &trusted);
-            prop_assert!(client == peer || addrs.contains(&client),
-                "{client} from {value:?}");
+            let vouched = match client {
+                Client::Known(ip) => ip == peer || addrs.contains(&ip),
+                Client::Unknown { via } => via == peer || addrs.contains(&via),
+            };
+            prop_assert!(vouched, "{client:?} from {value:?}");
         }
     }
 }

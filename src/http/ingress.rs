@@ -74,7 +74,7 @@ pub(super) async fn receive(
     if config
         .allow_ips
         .as_ref()
-        .is_some_and(|allowed| !allowed.contains(client))
+        .is_some_and(|allowed| !client.is_in(allowed))
     {
         let response = Answer::FORBIDDEN_PEER.into_response();
         metrics::request(
@@ -96,7 +96,7 @@ pub(super) async fn receive(
         method: method.as_str(),
         path_and_query: uri.path_and_query().map_or("/", |p| p.as_str()),
     };
-    let answer = answer(&state, config, client, &target, &headers, body)
+    let answer = answer(&state, config, client.budget_key(), &target, &headers, body)
         .instrument(span)
         .await;
     let response = match &config.response {
@@ -805,7 +805,7 @@ pub(super) async fn handshake_get(
     let answer = if config
         .allow_ips
         .as_ref()
-        .is_some_and(|allowed| !allowed.contains(client))
+        .is_some_and(|allowed| !client.is_in(allowed))
     {
         Answer::FORBIDDEN_PEER
     } else {

@@ -107,7 +107,7 @@ async fn a_trusted_proxy_names_the_client() {
     )
     .await;
     assert_eq!((reply.code, &reply.body), (403, &forbidden()));
-    // A malformed header is the TCP peer's request.
+    // A hop that does not parse makes the client unknown: refused.
     let reply = post(
         &server,
         "evt_5",
@@ -115,6 +115,48 @@ async fn a_trusted_proxy_names_the_client() {
     )
     .await;
     assert_eq!((reply.code, &reply.body), (403, &forbidden()));
+    assert_eq!(server.count().await, 2);
+}
+
+/// The fourth hardening pass: with `allow_ips` covering the proxies' own range, a hop that
+/// does not parse used to drop the chain and make the client the proxy, which passed.
+#[tokio::test]
+async fn an_unparseable_hop_never_passes_as_the_proxy() {
+    let server = TestServer::spawn_top_and_sources(
+        r#"trusted_proxies = ["127.0.0.1/32"]"#,
+        &gated(r#"["127.0.0.0/8", "192.0.2.0/24"]"#),
+    )
+    .await;
+    for (i, (name, value)) in [
+        ("x-forwarded-for", "junk"),
+        ("x-forwarded-for", "192.0.2.7, junk"),
+        ("x-forwarded-for", ""),
+        ("forwarded", "for=unknown"),
+        ("forwarded", "for=_hidden"),
+        ("forwarded", "for=192.0.2.7, proto=https"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let reply = post(&server, &format!("evt_junk_{i}"), &[(name, value)]).await;
+        assert_eq!(
+            (reply.code, &reply.body),
+            (403, &forbidden()),
+            "{name}: {value:?}"
+        );
+    }
+    assert_eq!(server.count().await, 0, "nothing stored");
+    // The proxy's own request (no forwarding header) and a named allowed client still pass,
+    // as does junk left of the first untrusted hop, which is never read.
+    let reply = post(&server, "evt_proxy", &[]).await;
+    assert_eq!(reply.code, 200, "{:?}", reply.body);
+    let reply = post(
+        &server,
+        "evt_named",
+        &[("x-forwarded-for", "junk, 192.0.2.7")],
+    )
+    .await;
+    assert_eq!(reply.code, 200, "{:?}", reply.body);
     assert_eq!(server.count().await, 2);
 }
 
