@@ -26,6 +26,23 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     Ok(store)
 }
 
+/// Opens the configured store for a command that reads one (`events`, `replay`, `forget`…):
+/// an SQLite file that does not exist is an error, never a new empty store, so a command run
+/// in the wrong folder says so instead of printing an empty table.
+pub async fn open_existing_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
+    if let Database::Sqlite(path) = &config.database {
+        if !path.exists() {
+            anyhow::bail!(
+                "no inhook store at {} ({}): run the command where `inhook serve` runs, or name \
+                 the store with --config or INHOOK_DATABASE",
+                path.display(),
+                config.database
+            );
+        }
+    }
+    open_store(config).await
+}
+
 /// Events read per transaction by the headers upgrade step.
 const PRUNE_BATCH: usize = 1_000;
 

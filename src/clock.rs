@@ -43,11 +43,46 @@ impl Clock {
     }
 }
 
-/// Formats unix milliseconds as RFC 3339 (UTC).
+/// Milliseconds since the epoch as RFC 3339 in UTC with exactly three digits of fraction
+/// (`2026-12-07T14:13:25.100Z`), so that a column of times keeps its width.
+pub fn rfc3339_fixed(ms: i64) -> String {
+    let Ok(t) = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000) else {
+        return String::new();
+    };
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.millisecond()
+    )
+}
+
+/// Milliseconds since the epoch as RFC 3339 in UTC, with only the digits of the fraction
+/// that are not zero.
 pub fn rfc3339(ms: i64) -> String {
     use time::format_description::well_known::Rfc3339;
     time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
         .ok()
         .and_then(|t| t.format(&Rfc3339).ok())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_times_keep_their_width() {
+        assert_eq!(rfc3339_fixed(1_796_649_298_100), "2026-12-07T13:14:58.100Z");
+        assert_eq!(rfc3339_fixed(0), "1970-01-01T00:00:00.000Z");
+        let widths: std::collections::HashSet<usize> = [0, 1, 10, 100, 999, 1_796_649_298_000]
+            .into_iter()
+            .map(|ms| rfc3339_fixed(ms).len())
+            .collect();
+        assert_eq!(widths.len(), 1, "{widths:?}");
+    }
 }

@@ -49,6 +49,37 @@ pub enum Database {
     Postgres(String),
 }
 
+impl std::fmt::Display for Database {
+    /// The store as the start-up line and errors name it, never with credentials:
+    /// `sqlite:./inhook.db`, `postgres://host:5432/db`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Database::Sqlite(path) => write!(f, "sqlite:{}", path.display()),
+            Database::Postgres(url) => {
+                let Ok(parsed) = url.parse::<tokio_postgres::Config>() else {
+                    return f.write_str("postgres (unparsable URL)");
+                };
+                let hosts: Vec<String> = parsed
+                    .get_hosts()
+                    .iter()
+                    .zip(parsed.get_ports().iter().chain(std::iter::repeat(&5432)))
+                    .map(|(host, port)| match host {
+                        tokio_postgres::config::Host::Tcp(name) => format!("{name}:{port}"),
+                        #[cfg(unix)]
+                        tokio_postgres::config::Host::Unix(dir) => format!("{}", dir.display()),
+                    })
+                    .collect();
+                write!(
+                    f,
+                    "postgres://{}/{}",
+                    hosts.join(","),
+                    parsed.get_dbname().unwrap_or("")
+                )
+            }
+        }
+    }
+}
+
 /// One configured webhook source.
 #[derive(Debug, Clone)]
 pub struct SourceConfig {
@@ -1553,6 +1584,24 @@ pub(crate) fn test_env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
 mod tests {
     use super::*;
     use test_env as env;
+
+    #[test]
+    fn a_store_is_named_without_credentials() {
+        assert_eq!(
+            Database::Sqlite("./inhook.db".into()).to_string(),
+            "sqlite:./inhook.db"
+        );
+        let named = Database::Postgres(
+            "postgres://app:hunter2-secret@db.internal:6432/events?sslmode=require".into(),
+        )
+        .to_string();
+        assert_eq!(named, "postgres://db.internal:6432/events");
+        assert!(!named.contains("hunter2") && !named.contains("app@"));
+        assert_eq!(
+            Database::Postgres("postgres://root@127.0.0.1/test".into()).to_string(),
+            "postgres://127.0.0.1:5432/test"
+        );
+    }
 
     #[test]
     fn batch_and_response_are_checked_at_load() {

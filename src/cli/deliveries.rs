@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::app::open_store;
+use crate::app::open_existing_store;
 use crate::clock;
 use crate::config::Config;
 use crate::domain::AggregateKey;
@@ -42,7 +42,7 @@ fn parse_delivery_status(raw: &str) -> Result<DeliveryStatus, UnknownValue> {
 /// Prints a destination's deliveries, newest first.
 pub async fn deliveries(config_path: Option<&Path>, args: DeliveriesArgs) -> anyhow::Result<()> {
     let config = Config::load_for_store(config_path)?;
-    let store = open_store(&config).await?;
+    let store = open_existing_store(&config).await?;
     let filter = DeliveryFilter {
         status: args.status,
         aggregate: args.aggregate.as_ref().map(AggregateKey::storage_key),
@@ -71,7 +71,7 @@ pub async fn deliveries(config_path: Option<&Path>, args: DeliveriesArgs) -> any
         println!(
             "{:>8} {:<24} {:<12} {:<28} {:<20} {:<24} {:>8} {:<10} {:>3} {}",
             d.id,
-            clock::rfc3339(d.created_at_ms),
+            clock::rfc3339_fixed(d.created_at_ms),
             d.source,
             d.event_id,
             d.event_type,

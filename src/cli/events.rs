@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use super::{parse_aggregate, parse_status};
-use crate::app::open_store;
+use crate::app::open_existing_store;
 use crate::clock;
 use crate::config::Config;
 use crate::domain::{AggregateKey, EventStatus};
@@ -12,7 +12,8 @@ use crate::store::EventFilter;
 /// Arguments of `inhook events`.
 #[derive(Debug, clap::Args)]
 pub struct EventsArgs {
-    /// Only this status (received, processed, ignored_stale, ignored_unsupported, held, retrying, dead).
+    /// Only this status (received, processed, ignored_stale, ignored_unsupported, held, retrying,
+    /// dead, erased).
     #[arg(long, value_parser = parse_status)]
     pub status: Option<EventStatus>,
     /// Only this source.
@@ -30,7 +31,7 @@ pub struct EventsArgs {
 /// Runs `inhook events`.
 pub async fn events(config_path: Option<PathBuf>, args: EventsArgs) -> anyhow::Result<()> {
     let config = Config::load_for_store(config_path.as_deref())?;
-    let store = open_store(&config).await?;
+    let store = open_existing_store(&config).await?;
     let filter = EventFilter {
         source: args.source,
         status: args.status,
@@ -47,7 +48,7 @@ pub async fn events(config_path: Option<PathBuf>, args: EventsArgs) -> anyhow::R
     for e in &page.items {
         println!(
             "{:<24} {:<12} {:<28} {:<20} {:<24} {:>8} {:<20} {:>3} {}",
-            clock::rfc3339(e.received_at_ms),
+            clock::rfc3339_fixed(e.received_at_ms),
             e.source,
             e.event_id,
             e.event_type,

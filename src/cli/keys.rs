@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 
 use super::parse_aggregate;
-use crate::app::open_store;
+use crate::app::open_existing_store;
 use crate::clock;
 use crate::config::Config;
 use crate::domain::AggregateKey;
@@ -50,7 +50,7 @@ pub async fn rekey(config_path: Option<PathBuf>, args: RekeyArgs) -> anyhow::Res
         );
     };
     let first = masters.first().id().clone();
-    let store = open_store(&config).await?;
+    let store = open_existing_store(&config).await?;
     rewrap_all(store.as_ref(), first.as_str()).await?;
     if args.encrypt_existing {
         encrypt_all(store.as_ref()).await?;
@@ -107,7 +107,7 @@ where
 /// Runs `inhook forget`: erases one aggregate and says what was erased.
 pub async fn forget(config_path: Option<PathBuf>, args: ForgetArgs) -> anyhow::Result<()> {
     let config = Config::load_for_store(config_path.as_deref())?;
-    let store = open_store(&config).await?;
+    let store = open_existing_store(&config).await?;
     let storage = args.aggregate.storage_key();
     let report = store
         .forget(&args.source, &storage, clock::now_ms())

@@ -35,6 +35,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the receiver and its workers.
+    #[command(after_help = SERVE_HELP)]
     Serve,
     /// Create or upgrade the schema, then exit.
     Migrate,
@@ -66,6 +67,39 @@ pub enum Command {
     /// List the publishers' presets, or print one as a [[sources]] table to paste.
     Presets(presets::PresetsArgs),
 }
+
+/// What `inhook serve --help` adds after its options: what a first run needs to know
+/// (docs/configuration.md, environment variables; docs/api.md, authentication).
+const SERVE_HELP: &str = "\
+Defaults (no config file): listen on 127.0.0.1:8080, store in ./inhook.db (embedded SQLite,
+created and migrated on start), and two sources: `presence` (secret from
+INHOOK_PRESENCE_SECRET) and `save-game` (INHOOK_SAVE_GAME_SECRET). A missing secret is a
+startup error naming its variable.
+
+Environment variables (each overrides the config file's key):
+  INHOOK_CONFIG                  the config file, as --config
+  INHOOK_LISTEN                  listen (default 127.0.0.1:8080)
+  INHOOK_DATABASE                database: sqlite://FILE (default sqlite://inhook.db) or
+                                 postgres://USER[:PASSWORD]@HOST[:PORT]/DB
+  INHOOK_ADMIN_TOKEN             admin_token: the bearer token of /v1/*, /metrics and the dashboard
+  INHOOK_ADMIN_OPEN_TO_LOOPBACK  admin_open_to_loopback (true|false)
+  INHOOK_<NAME>_SECRET           the secrets of source <NAME> (upper-cased, - as _), comma-separated
+  INHOOK_<NAME>_PUBLIC_KEYS      the public keys of an ed25519 or ecdsa-p256 source
+  INHOOK_DEST_<NAME>_SECRET      the signing secret of destination <NAME>
+  INHOOK_DEST_<NAME>_URL         the url of destination <NAME> (a broker's credentials go here)
+  INHOOK_ENCRYPTION_KEYS         [encryption] keys: id:BASE64,… (the first wraps new data keys)
+  INHOOK_PUBLIC_URL              public_url: the base URL publishers call (for {url} schemes)
+  INHOOK_LOG                     log filter (default info), e.g. inhook=debug
+  INHOOK_LOG_FORMAT              log_format (text|json)
+  INHOOK_OTLP_ENDPOINT           otlp_endpoint: export traces over OTLP/HTTP
+
+Admin token: with admin_token set (at least 16 bytes; `openssl rand -hex 24`), /v1/* and the
+dashboard take it as `Authorization: Bearer TOKEN`. Unset, serve makes a random token for
+this run and prints it once on standard output (never in the log), with a dashboard link
+that logs in with it; set it to keep one across restarts.
+
+The start-up lines name the store in use and the address bound. Everything else:
+docs/configuration.md and docs/api.md in the repository.";
 
 /// A command-line value that is none of those its option takes. clap prints only the
 /// words, after the value given.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::bail;
 
 use super::{parse_aggregate, parse_status};
-use crate::app::open_store;
+use crate::app::open_existing_store;
 use crate::clock;
 use crate::config::Config;
 use crate::domain::{AggregateKey, EventStatus};
@@ -32,7 +32,7 @@ pub struct ReplayArgs {
 /// Runs `inhook replay`.
 pub async fn replay(config_path: Option<PathBuf>, args: ReplayArgs) -> anyhow::Result<()> {
     let config = Config::load_for_store(config_path.as_deref())?;
-    let store = open_store(&config).await?;
+    let store = open_existing_store(&config).await?;
     let now_ms = clock::now_ms();
     if let (Some(event_id), Some(source)) = (&args.event_id, &args.source) {
         match store.replay_event(source, event_id, now_ms).await? {

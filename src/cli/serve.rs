@@ -40,14 +40,15 @@ pub async fn serve(mut config: Config) -> anyhow::Result<()> {
         tracing::warn!("{warning}");
     }
     let sources: Vec<_> = config.sources.iter().map(|s| s.name.clone()).collect();
+    let store = config.database.to_string();
     let app = Application::build(config).await?;
     reload_secrets_on_sighup(app.secrets(), app.config());
     let addr = app.local_addr()?;
-    tracing::info!(%addr, ?sources, "inhook started");
+    tracing::info!(%addr, %store, ?sources, "inhook started");
     // Tests and scripts read this line to learn the bound port.
     println!("inhook listening on http://{addr}");
+    use std::io::Write;
     if let Some(token) = generated_token {
-        use std::io::Write;
         // Whoever started the server may have stopped reading: a closed pipe is no reason to stop.
         let _ = writeln!(
             std::io::stdout(),
@@ -55,6 +56,8 @@ pub async fn serve(mut config: Config) -> anyhow::Result<()> {
              inhook dashboard: http://{addr}/#token={token}"
         );
     }
+    // After the lines scripts read first (the address, then the token), never before them.
+    let _ = writeln!(std::io::stdout(), "inhook store: {store}");
     app.run_until_stopped(shutdown_signal()).await
 }
 

@@ -1,0 +1,113 @@
+//! What the command line tells a first-time user (docs/api.md, command line): `serve --help`
+//! lists what a run needs, commands that read a store never create one, and the start-up
+//! lines name the store.
+
+use std::io::BufRead;
+use std::process::{Command, Stdio};
+
+use crate::support::{run_cli, TestServer, PRESENCE_SECRET, SAVE_SECRETS};
+
+#[test]
+fn serve_help_lists_the_environment_and_the_admin_token() {
+    let (ok, out) = run_cli(&["serve".as_ref(), "--help".as_ref()], &[]);
+    assert!(ok, "{out}");
+    for needed in [
+        "INHOOK_CONFIG",
+        "INHOOK_DATABASE",
+        "INHOOK_LISTEN",
+        "INHOOK_ADMIN_TOKEN",
+        "INHOOK_<NAME>_SECRET",
+        "INHOOK_ENCRYPTION_KEYS",
+        "127.0.0.1:8080",
+        "./inhook.db",
+        "at least 16 bytes",
+    ] {
+        assert!(
+            out.contains(needed),
+            "{needed} missing from serve --help:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn a_command_that_reads_a_store_never_creates_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("absent.db");
+    let config = dir.path().join("inhook.toml");
+    std::fs::write(
+        &config,
+        format!("database = \"sqlite://{}\"\n", db.display()),
+    )
+    .unwrap();
+    for args in [
+        vec!["events"],
+        vec!["deliveries", "--destination", "app"],
+        vec!["replay", "--source", "presence", "--event-id", "evt_1"],
+        vec!["forget", "--source", "presence", "--aggregate", "usr_A"],
+    ] {
+        let mut all: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+        all.extend([std::ffi::OsStr::new("--config"), config.as_os_str()]);
+        let (ok, out) = run_cli(&all, &[]);
+        assert!(!ok, "{args:?} succeeded on a missing store:\n{out}");
+        assert!(
+            out.contains("no inhook store at") && out.contains("absent.db"),
+            "{args:?}: {out}"
+        );
+        assert!(!db.exists(), "{args:?} created {}", db.display());
+    }
+}
+
+#[tokio::test]
+async fn events_prints_fixed_width_times_once_the_store_exists() {
+    let server = TestServer::spawn().await;
+    for (id, seq) in [("evt_1", 1), ("evt_2", 2)] {
+        let reply = server
+            .post_presence(&serde_json::json!({"event_id": id, "user_id": "usr_A",
+                "presence": "ONLINE", "sequence_number": seq, "timestamp": crate::support::now_s()}))
+            .await;
+        assert_eq!(reply.code, 200, "{:?}", reply.body);
+    }
+    let (ok, out) = server.cli(&["events"]);
+    assert!(ok, "{out}");
+    let rows: Vec<&str> = out.lines().skip(1).collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    for row in rows {
+        let time = row.split_whitespace().next().unwrap();
+        assert_eq!(time.len(), "2026-12-07T14:13:25.100Z".len(), "{row}");
+        assert!(time.ends_with('Z') && time.as_bytes()[19] == b'.', "{row}");
+    }
+}
+
+#[test]
+fn the_start_up_lines_name_the_store_without_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("named.db");
+    let config = dir.path().join("inhook.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\ndatabase = \"sqlite://{}\"\nadmin_token = \"{}\"\n",
+            db.display(),
+            "t".repeat(24)
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_inhook"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env_remove("INHOOK_ADMIN_TOKEN")
+        .env_remove("INHOOK_DATABASE")
+        .env("INHOOK_PRESENCE_SECRET", PRESENCE_SECRET)
+        .env("INHOOK_SAVE_GAME_SECRET", SAVE_SECRETS[0])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let second = lines.next().unwrap().unwrap();
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert!(first.starts_with("inhook listening on http://"), "{first}");
+    assert_eq!(second, format!("inhook store: sqlite:{}", db.display()));
+}
