@@ -54,6 +54,10 @@ impl std::fmt::Display for Database {
     /// `sqlite:./inhook.db`, `postgres://host:5432/db`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            // A bare relative name reads as a path: `sqlite:./inhook.db`.
+            Database::Sqlite(path) if path.is_relative() && !path.starts_with(".") => {
+                write!(f, "sqlite:./{}", path.display())
+            }
             Database::Sqlite(path) => write!(f, "sqlite:{}", path.display()),
             Database::Postgres(url) => {
                 let Ok(parsed) = url.parse::<tokio_postgres::Config>() else {
@@ -1590,6 +1594,14 @@ mod tests {
         assert_eq!(
             Database::Sqlite("./inhook.db".into()).to_string(),
             "sqlite:./inhook.db"
+        );
+        assert_eq!(
+            Database::Sqlite("inhook.db".into()).to_string(),
+            "sqlite:./inhook.db"
+        );
+        assert_eq!(
+            Database::Sqlite("/var/lib/inhook/events.db".into()).to_string(),
+            "sqlite:/var/lib/inhook/events.db"
         );
         let named = Database::Postgres(
             "postgres://app:hunter2-secret@db.internal:6432/events?sslmode=require".into(),
