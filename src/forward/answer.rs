@@ -130,13 +130,17 @@ impl AttemptResult {
             AttemptResult::Delivered {
                 status: Some(status),
             } => format!("HTTP {status}"),
-            AttemptResult::Delivered { status: None } => "delivered".to_owned(),
+            AttemptResult::Delivered { status: None } => CONFIRMED.to_owned(),
             AttemptResult::Declined(decline) => decline.reason.clone(),
             AttemptResult::TimedOut { after_s } => format!("no answer within {after_s} s"),
             AttemptResult::ConnectionFailed(problem) => format!("connection failed: {problem}"),
         }
     }
 }
+
+/// How a confirmed publish into a broker (no HTTP status) is recorded: the store tells it
+/// from a failure by this text, since such an attempt has no status to read.
+pub const CONFIRMED: &str = "delivered";
 
 /// What follows an attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -389,6 +393,8 @@ mod tests {
         let confirmed = AttemptResult::Delivered { status: None };
         assert_eq!(judge(&confirmed, 1, &POLICY, 0, 0.0), Verdict::Delivered);
         assert_eq!(confirmed.describe(), "delivered");
+        // The partial index of failed attempts (store/migrations.rs, version 16) names it.
+        assert_eq!(CONFIRMED, "delivered");
         let nack = AttemptResult::declined(DeclineKind::ServerError, "the broker nacked it");
         assert!(nack.counts_against_circuit());
         assert_eq!(nack.outcome_label(), "server_error");

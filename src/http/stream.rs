@@ -226,7 +226,14 @@ pub(super) struct StreamQuery {
     /// Only this aggregate's changes, in text form (docs/contract.md, json sources): a user id, or
     /// `player/slot`, with `%` and `/` inside an id written `%25` and `%2F`.
     aggregate: Option<String>,
+    /// Without `Last-Event-ID`: start with the changes among the latest `last` change ids
+    /// (at most 1000) instead of at the current end, so a new view opens with recent history.
+    #[param(maximum = 1000)]
+    last: Option<u32>,
 }
+
+/// The most changes `?last=` looks back over.
+const MAX_LAST: u32 = 1_000;
 
 /// Server-sent events of every applied state change, resumable with `Last-Event-ID`;
 /// without it the stream starts at the current end.
@@ -265,15 +272,16 @@ pub(super) async fn stream(
     // Subscribed before the cursor is read: nothing published from here on is missed.
     let changes = feed.changes.subscribe();
     // Without a resume point: the current end, as released (a later commit of a lower id
-    // still comes through the feed).
-    let cursor = resume.unwrap_or_else(|| feed.released());
+    // still comes through the feed), or `last` ids before it.
+    let look_back = query.last.map(|n| i64::from(n.min(MAX_LAST))).filter(|n| *n > 0);
+    let cursor = resume.unwrap_or_else(|| (feed.released() - look_back.unwrap_or(0)).max(0));
     let follower = Follower {
         store: Arc::clone(&state.store),
         mask: ChangeMask::of(&state.config),
         source: query.source.filter(|s| !s.is_empty()),
         aggregate: aggregate_filter(query.aggregate.as_deref())?,
         cursor,
-        catching_up: resume.is_some(),
+        catching_up: resume.is_some() || look_back.is_some(),
         queue: VecDeque::new(),
         changes,
         closing: feed.closing.subscribe(),

@@ -1146,9 +1146,13 @@ pub(crate) async fn stats<I: Tx>(
             // CROSS JOIN: SQLite walks the failed attempts newest first (an index of them
             // alone) and looks each one's delivery up, instead of reading every delivery of
             // the destination first (docs/benchmarks.md, scrapes).
+            // A broker's confirmed publish has no HTTP status: it is told by its result,
+            // written as the literal of the partial index `delivery_attempts_failed` (the
+            // text of `forward::answer::CONFIRMED`), which SQLite uses only for a verbatim match.
             "SELECT a.result FROM delivery_attempts a CROSS JOIN deliveries d
              WHERE d.id = a.delivery AND d.destination = $1
-               AND (a.http_status IS NULL OR a.http_status < 200 OR a.http_status > 299)
+               AND ((a.http_status IS NULL AND a.result <> 'delivered')
+                    OR a.http_status < 200 OR a.http_status > 299)
              ORDER BY a.id DESC LIMIT 1",
             &[text(destination)],
         )

@@ -350,6 +350,7 @@ CREATE INDEX events_by_source_status ON events (source, status, id)
         SQLITE_DELIVERY_COUNTS,
     ),
     (15, SQLITE_ENCRYPTION),
+    (16, FAILED_ATTEMPTS),
 ];
 
 /// `(version, SQL)` in order, for PostgreSQL; the same schema as [`SQLITE`].
@@ -782,7 +783,18 @@ $fn$;
         POSTGRES_DELIVERY_COUNTS,
     ),
     (15, POSTGRES_ENCRYPTION),
+    (16, FAILED_ATTEMPTS),
 ];
+
+/// A broker's confirmed publish has no HTTP status: the index of failed attempts (a
+/// destination's `last_error`) leaves it out by its result (`forward::answer::CONFIRMED`),
+/// so that a healthy broker destination shows no error and its scrape reads no history
+/// (version 16, both stores).
+const FAILED_ATTEMPTS: &str = "
+DROP INDEX delivery_attempts_failed;
+CREATE INDEX delivery_attempts_failed ON delivery_attempts (id)
+    WHERE (http_status IS NULL AND result <> 'delivered') OR http_status < 200 OR http_status > 299;
+";
 
 /// A raw body equal to a logged one of the source is a duplicate when its scheme signs
 /// neither a delivery id nor a timestamp (docs/contract.md, duplicates): the body's

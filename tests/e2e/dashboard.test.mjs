@@ -896,6 +896,10 @@ retry_base_s = 1
     assert.doesNotMatch(await page.textContent('#dest-body'), /pw@|whsec_/);
     assert.match(text, /closed/);
     assert.match(text, /HTTP 500/);
+    // The tab's badge counts what it lists: the dead deliveries; the Dead letters badge
+    // counts dead events, and none of those is dead here.
+    await page.waitForFunction(() => document.getElementById('dest-dead-count').textContent === '4', null, { timeout: WAIT });
+    assert.equal(await page.locator('#dead-count').isHidden(), true);
   });
 
   await t.test('picking the destination lists its dead deliveries; one opens with its attempts', async () => {
@@ -1000,6 +1004,88 @@ retry_base_s = 1
   });
 
   assert.deepEqual(problems, [], 'no page errors, console errors or unexpected dialogs');
+});
+
+test('dashboard: cards fit, times carry dates, timestamp sequences read as dates, the stream opens with history', async (t) => {
+  const STRIPE_SECRET = 'whsec_e2e_stripe_secret_0123456789';
+  const server = await startServer({
+    adminToken: ADMIN_TOKEN,
+    extra: `
+[[sources]]
+name = "payments-from-stripe-production-account"
+preset = "stripe"
+secrets = ["${STRIPE_SECRET}"]
+
+[[sources]]
+name = "workspace-events-from-slack"
+preset = "slack-events"
+secrets = ["slack-e2e-signing-secret-0123456789"]
+`,
+  });
+  const browser = await launch();
+  t.after(async () => {
+    await browser.close();
+    await server.stop();
+  });
+  // Changes made before anyone looks: the stream must open with them.
+  for (const [id, seq] of [['evt_hist_1', 1], ['evt_hist_2', 2]]) {
+    const r = await postPresence(server, { event_id: id, user_id: 'usr_history', presence: seq === 1 ? 'ONLINE' : 'BUSY', sequence_number: seq });
+    assert.equal(r.code, 200, JSON.stringify(r.body));
+  }
+  // A Stripe event ordered by `created`, unix seconds.
+  const created = 1796649298;
+  const body = JSON.stringify({ id: 'evt_e2e_stripe_1', object: 'event', type: 'customer.updated', created,
+    data: { object: { id: 'cus_e2e', object: 'customer' } } });
+  const ts = Math.floor(Date.now() / 1000);
+  const signed = await fetch(`${server.url}/webhooks/payments-from-stripe-production-account`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', 'Stripe-Signature': `t=${ts},v1=${hmacHex(STRIPE_SECRET, `${ts}.${body}`)}` },
+    body,
+  });
+  assert.ok(signed.status >= 200 && signed.status < 300, `stripe delivery answered ${signed.status}`);
+
+  const page = browser.context.pages()[0] || await browser.context.newPage();
+  const problems = watch(page);
+  await page.goto(server.url + '/');
+  await page.fill('#token', ADMIN_TOKEN);
+  await page.click('#login-button');
+  const card = '.card[data-source="payments-from-stripe-production-account"]';
+  await waitText(page, card, ['preset stripe']);
+  await waitText(page, '.card[data-source="workspace-events-from-slack"]', ['preset slack-events', 'handshake slack']);
+
+  await t.test('at 1280 px every card holds its badges', async () => {
+    const overflowing = await page.evaluate(() => [...document.querySelectorAll('.card')]
+      .filter((c) => c.scrollWidth > c.clientWidth || [...c.querySelectorAll('.badge')].some((b) => b.getBoundingClientRect().right > c.getBoundingClientRect().right))
+      .map((c) => c.dataset.source));
+    assert.deepEqual(overflowing, []);
+    assert.ok(await noHorizontalScroll(page), 'the overview scrolls sideways at 1280 px');
+  });
+
+  await t.test('at 390 px the overview does not scroll sideways', async () => {
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.waitForTimeout(300);
+    assert.ok(await noHorizontalScroll(page), 'the overview scrolls sideways at 390 px');
+    await page.setViewportSize({ width: 1280, height: 800 });
+  });
+
+  await t.test('times carry their date and a timestamp sequence reads as a date', async () => {
+    await page.click('#tabs a[data-tab="events"]');
+    await waitText(page, '#events-body', ['evt_e2e_stripe_1', 'evt_hist_2']);
+    const row = await page.locator('#events-body tbody tr', { hasText: 'evt_e2e_stripe_1' }).innerText();
+    assert.match(row, /\d{4}-\d\d-\d\d \d\d:\d\d:\d\d/, 'the receipt time has its date');
+    assert.match(row, /2026-12-07 13:14:58/, 'created shown as a date (UTC)');
+    assert.doesNotMatch(row, /1,796,649,298/);
+    const seqTitle = await page.locator('#events-body tbody tr', { hasText: 'evt_e2e_stripe_1' }).locator('[data-seq]').first().getAttribute('title');
+    assert.equal(seqTitle, `sequence ${created}`);
+    const presenceRow = await page.locator('#events-body tbody tr', { hasText: 'evt_hist_2' }).innerText();
+    assert.doesNotMatch(presenceRow, /1970-/, 'a small sequence stays a number');
+  });
+
+  await t.test('the live stream opens with the latest changes', async () => {
+    await page.click('#tabs a[data-tab="stream"]');
+    await waitText(page, '#stream-body', ['usr_history']);
+  });
+  assert.deepEqual(problems, []);
 });
 
 test('dashboard: a preset source shows its preset and the handshakes it answered', async (t) => {
