@@ -33,7 +33,7 @@ pub mod target;
 pub mod template;
 
 pub use destination::{destination_secret_env_var, destination_url_env_var, DestinationConfig};
-pub use env_vars::{public_keys_env_var, secret_env_var};
+pub use env_vars::{public_keys_env_var, secret_env_var, sns_topic_arns_env_var};
 pub use reload::{check_reload, LiveSecrets, ReloadPlan};
 pub use response::SourceResponse;
 pub use target::Target;
@@ -535,6 +535,7 @@ fn verifier(
     name: &str,
     scheme: Scheme,
     keys: &FileSource,
+    env: &HashMap<String, String>,
     public_url: Option<&str>,
 ) -> Result<Verifier, ConfigError> {
     if let Some((key, owners)) = keys
@@ -598,15 +599,49 @@ fn verifier(
             .map_err(problem)?,
         ),
         Scheme::Basic => Verifier::Basic,
-        Scheme::AwsSns => Verifier::AwsSns(std::sync::Arc::new(
-            crate::signature::aws_sns::SnsConfig::parse(
+        Scheme::AwsSns => {
+            let (topics, from_env) = sns_topic_arns(name, keys, env)?;
+            let parsed = crate::signature::aws_sns::SnsConfig::parse(
                 keys.sns_cert_hosts.as_deref(),
-                keys.sns_topic_arns.as_deref(),
+                &topics,
             )
-            .map_err(problem)?,
-        )),
+            .map_err(|e| match from_env {
+                Some(var) if e.key == "sns_topic_arns" => ConfigError(format!(
+                    "source {name:?}: {e} (from {var}; signature = \"{scheme}\")"
+                )),
+                _ => problem(e),
+            })?;
+            Verifier::AwsSns(std::sync::Arc::new(parsed))
+        }
         fixed => Verifier::Fixed(fixed),
     })
+}
+
+/// An `aws-sns` source's `sns_topic_arns`: `INHOOK_<SOURCE>_SNS_TOPIC_ARNS`
+/// (comma-separated) when set, else the file's, and the variable when they came from it.
+/// None at all is an error naming the source, the key and the variable: AWS signs for
+/// whoever owns a topic, so a source that named none would take any AWS customer's.
+fn sns_topic_arns(
+    name: &str,
+    keys: &FileSource,
+    env: &HashMap<String, String>,
+) -> Result<(Vec<String>, Option<String>), ConfigError> {
+    let var = sns_topic_arns_env_var(name);
+    if let Some(list) = env.get(&var) {
+        let topics = list
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .collect();
+        return Ok((topics, Some(var)));
+    }
+    match &keys.sns_topic_arns {
+        Some(topics) => Ok((topics.clone(), None)),
+        None => Err(ConfigError(format!(
+            "source {name:?}: sns_topic_arns is required for signature = \"aws-sns\": list the topics this source takes, e.g. sns_topic_arns = [\"arn:aws:sns:us-east-1:123456789012:orders\"] (or set {var}, comma-separated). AWS signs every topic's messages, whoever owns it: without the list any AWS customer could subscribe this endpoint"
+        ))),
+    }
 }
 
 impl FileSource {
@@ -1074,7 +1109,7 @@ fn source_of(
             .map_err(|e| ConfigError(format!("source {:?}: public_url: {e}", s.name)))?;
     }
     let public_url = s.public_url.as_deref().or(public_url);
-    let verifier = verifier(&s.name, scheme, &s, public_url)?;
+    let verifier = verifier(&s.name, scheme, &s, env, public_url)?;
     let kind = source_kind(&s.name, s.kind, json_keys, &verifier, stale_after_s)?;
     let batch = batch(&s, kind.as_ref())?;
     let response = s
@@ -1694,7 +1729,9 @@ mod tests {
         use crate::signature::public_key::{generate, Algorithm};
         let credential = match name {
             "postmark" => "secrets = [\"u:p\"]".to_owned(),
-            "aws-sns" => String::new(),
+            "aws-sns" => {
+                "sns_topic_arns = [\"arn:aws:sns:us-east-1:123456789012:orders\"]".to_owned()
+            }
             "discord-interactions" => {
                 let (public, _) = generate(Algorithm::Ed25519, [7; 32]).unwrap();
                 format!("public_keys = [\"{public}\"]")
@@ -1719,14 +1756,13 @@ mod tests {
             let source = config.source("s").unwrap();
             assert_eq!(source.preset.as_deref(), Some(preset.name));
             assert!(source.kind.locations().is_some(), "{}", preset.name);
-            // AWS signs SNS messages with its certificate: that preset needs no secret.
-            let needs_a_secret = source.verifier.scheme() != Scheme::AwsSns;
-            assert_eq!(
-                Config::from_parts(Some(&preset.paste().unwrap()), &env(&[])).is_err(),
-                needs_a_secret,
-                "{}: pasted without a secret starts only when the publisher needs none",
-                preset.name
-            );
+            // Pasted as printed, no preset starts before its commented line is filled in:
+            // the publisher's secret or keys, or (aws-sns, which needs no secret) its topics.
+            let pasted = Config::from_parts(Some(&preset.paste().unwrap()), &env(&[]));
+            let err = pasted.expect_err(preset.name).to_string();
+            if source.verifier.scheme() == Scheme::AwsSns {
+                assert!(err.contains("sns_topic_arns is required"), "{err}");
+            }
         }
     }
 
@@ -2210,18 +2246,23 @@ mod tests {
 
     #[test]
     fn aws_sns_sources_need_no_secret_nor_event_id_and_bad_hosts_name_the_key() {
-        let text = "[[sources]]\nname = \"sns\"\nkind = \"json\"\nsignature = \"aws-sns\"\n\
+        let base = "[[sources]]\nname = \"sns\"\nkind = \"json\"\nsignature = \"aws-sns\"\n\
                     unwrap = \"/Message\"\naggregate = \"/a\"\nordering = \"unordered\"\n";
-        let config = Config::from_parts(Some(text), &env(&[])).unwrap();
+        let text =
+            format!("{base}sns_topic_arns = [\"arn:aws:sns:eu-west-1:123456789012:orders\"]\n");
+        let config = Config::from_parts(Some(&text), &env(&[])).unwrap();
         let Verifier::AwsSns(sns) = &config.sources[0].verifier else {
             panic!("{:?}", config.sources[0].verifier);
         };
         assert!(sns
-            .allowed_url(
-                "SigningCertURL",
-                "https://sns.eu-west-1.amazonaws.com/c.pem"
+            .cert_url(
+                "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-f3ecfb7224c7233fe7bb5f59f96de52f.pem"
             )
             .is_ok());
+        assert_eq!(
+            sns.topic_arns,
+            ["arn:aws:sns:eu-west-1:123456789012:orders"]
+        );
         assert!(config.sources[0].secrets.is_empty());
         for (lines, key) in [
             (
@@ -2229,13 +2270,24 @@ mod tests {
                 "sns_cert_hosts",
             ),
             ("sns_cert_hosts = []", "sns_cert_hosts"),
-            ("sns_topic_arns = []", "sns_topic_arns"),
         ] {
             let err = Config::from_parts(Some(&format!("{text}{lines}\n")), &env(&[]))
                 .unwrap_err()
                 .to_string();
             assert!(
                 err.starts_with("source \"sns\": ") && err.contains(key),
+                "{lines}: {err}"
+            );
+        }
+        for lines in [
+            "sns_topic_arns = []",
+            "sns_topic_arns = [\"arn:aws:sns:eu-west-1:*:orders\"]",
+        ] {
+            let err = Config::from_parts(Some(&format!("{base}{lines}\n")), &env(&[]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with("source \"sns\": sns_topic_arns"),
                 "{lines}: {err}"
             );
         }
@@ -2248,6 +2300,60 @@ mod tests {
             err.contains("sns_cert_hosts is only for signature = \"aws-sns\""),
             "{err}"
         );
+    }
+
+    #[test]
+    fn aws_sns_sources_must_name_their_topics_in_the_file_or_the_environment() {
+        let base = "[[sources]]\nname = \"orders-sns\"\nkind = \"json\"\nsignature = \"aws-sns\"\n\
+                    aggregate = \"/a\"\nordering = \"unordered\"\n";
+        let err = Config::from_parts(Some(base), &env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("source \"orders-sns\": sns_topic_arns is required")
+                && err.contains("INHOOK_ORDERS_SNS_SNS_TOPIC_ARNS"),
+            "{err}"
+        );
+        // The variable replaces the file's list; comma-separated, spaces trimmed.
+        let topics = " arn:aws:sns:us-east-1:123456789012:a , arn:aws:sns:us-east-1:123456789012:b";
+        let var = [("INHOOK_ORDERS_SNS_SNS_TOPIC_ARNS", topics)];
+        let file = format!("{base}sns_topic_arns = [\"arn:aws:sns:us-east-1:123456789012:c\"]\n");
+        for text in [base, file.as_str()] {
+            let config = Config::from_parts(Some(text), &env(&var)).unwrap();
+            let Verifier::AwsSns(sns) = &config.sources[0].verifier else {
+                panic!("{:?}", config.sources[0].verifier);
+            };
+            assert_eq!(
+                sns.topic_arns,
+                [
+                    "arn:aws:sns:us-east-1:123456789012:a",
+                    "arn:aws:sns:us-east-1:123456789012:b"
+                ]
+            );
+        }
+        for bad in ["", " , ", "arn:aws:sns:us-east-1:123456789012:*"] {
+            let err = Config::from_parts(
+                Some(base),
+                &env(&[("INHOOK_ORDERS_SNS_SNS_TOPIC_ARNS", bad)]),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                err.starts_with("source \"orders-sns\": sns_topic_arns")
+                    && err.contains("from INHOOK_ORDERS_SNS_SNS_TOPIC_ARNS"),
+                "{bad:?}: {err}"
+            );
+        }
+        // Another scheme's source never reads the variable.
+        let other = "[[sources]]\nname = \"p\"\nkind = \"presence\"\nsecrets = [\"s\"]\n";
+        assert!(Config::from_parts(
+            Some(other),
+            &env(&[(
+                "INHOOK_P_SNS_TOPIC_ARNS",
+                "arn:aws:sns:us-east-1:123456789012:a"
+            )])
+        )
+        .is_ok());
     }
 
     #[test]

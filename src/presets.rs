@@ -5,7 +5,7 @@
 //! A preset file holds the source keys, then an `[about]` table (publisher, what the
 //! secret is, what the user must set) that is never merged.
 
-use crate::config::env_vars::{public_keys_env_var, secret_env_var};
+use crate::config::env_vars::{public_keys_env_var, secret_env_var, sns_topic_arns_env_var};
 
 /// Every preset, by name, in the order `inhook presets` lists them.
 pub const ALL: [(&str, &str); 39] = [
@@ -96,6 +96,9 @@ pub struct About {
     pub public_url: bool,
     /// Whether the source verifies with `public_keys` rather than secrets.
     pub public_key: Option<String>,
+    /// What the source's `sns_topic_arns` are, for a preset that needs topics rather than
+    /// a secret (`aws-sns`).
+    pub topics: Option<String>,
 }
 
 impl Preset {
@@ -144,6 +147,7 @@ impl Preset {
             secret: text("secret"),
             public_url: uses_url,
             public_key: text("public_key"),
+            topics: text("topics"),
         })
     }
 
@@ -170,12 +174,16 @@ impl Preset {
             out.push('\n');
         }
         let env = secret_env_var(self.name);
-        match &about.public_key {
-            Some(what) => out.push_str(&format!(
+        match (&about.public_key, &about.topics) {
+            (_, Some(what)) => out.push_str(&format!(
+                "# sns_topic_arns = [\"arn:aws:sns:us-east-1:123456789012:orders\"]   # required: {what}; or set {} (comma-separated)\n",
+                sns_topic_arns_env_var(self.name)
+            )),
+            (Some(what), None) => out.push_str(&format!(
                 "# public_keys = [\"…\"]        # {what} (or {})\n",
                 public_keys_env_var(self.name)
             )),
-            None => out.push_str(&format!(
+            (None, None) => out.push_str(&format!(
                 "# secrets = [\"…\"]            # {}; or set {env}\n",
                 about
                     .secret
@@ -316,6 +324,20 @@ mod tests {
             }
             proptest::prop_assert_eq!(source.len(), own.len() + taken.len());
         }
+    }
+
+    #[test]
+    fn the_aws_sns_paste_asks_for_its_topics_and_no_secret() {
+        let text = Preset::find("aws-sns").unwrap().paste().unwrap();
+        assert!(
+            text.contains("\n# sns_topic_arns = [\"arn:aws:sns:us-east-1:123456789012:orders\"]   # required: ")
+                && text.contains("INHOOK_AWS_SNS_SNS_TOPIC_ARNS"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("secrets") && !text.contains("public_keys"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -132,9 +132,10 @@ pub enum Answer {
         retry_after_s: u64,
     },
     /// 403 on the admin API: a foreign `Host` (DNS rebinding) or a cross-site `Origin` (CSRF);
-    /// on ingress, a client outside the source's `allow_ips`.
+    /// on ingress, a client outside the source's `allow_ips`, or an SNS topic outside its
+    /// `sns_topic_arns`.
     Forbidden {
-        /// `forbidden_host`, `forbidden_origin` or `forbidden_peer`.
+        /// `forbidden_host`, `forbidden_origin`, `forbidden_peer` or `forbidden_topic`.
         error: &'static str,
         /// What was refused and why.
         detail: &'static str,
@@ -166,6 +167,13 @@ impl Answer {
     pub const FORBIDDEN_PEER: Answer = Answer::Forbidden {
         error: "forbidden_peer",
         detail: "this source accepts deliveries only from the addresses in its allow_ips",
+    };
+
+    /// 403 on ingress: the SNS message's `TopicArn` is not in the source's `sns_topic_arns`
+    /// (refused before any certificate is fetched; never confirmed nor stored).
+    pub const FORBIDDEN_TOPIC: Answer = Answer::Forbidden {
+        error: "forbidden_topic",
+        detail: "this source takes SNS messages only from the topics in its sns_topic_arns",
     };
 
     /// The decision name for logs and metrics.

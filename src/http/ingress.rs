@@ -43,7 +43,8 @@ use crate::store::{Admission, Decided, NewEvent, Refusal, SettleAt, StoreError};
         (status = 400, description = "`invalid_payload`, each bad field named (a batch: the element's `index` too); or `invalid_handshake`: a handshake's value to echo is missing, empty, over 512 bytes or holds a control character", body = ErrorBody),
         (status = 401, description = "`missing_signature`, `invalid_signature` or `timestamp_out_of_tolerance`",
             body = ErrorBody),
-        (status = 403, description = "`forbidden_peer`: the client address is not in the source's `allow_ips`; nothing read",
+        (status = 403, description = "`forbidden_peer`: the client address is not in the source's `allow_ips`; nothing read. \
+            `forbidden_topic` (`aws-sns`): the message's `TopicArn` is not in the source's `sns_topic_arns`; nothing fetched, confirmed nor stored",
             body = ErrorBody),
         (status = 404, description = "`unknown_source`", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body did not arrive within `body_read_timeout_s`",
@@ -95,6 +96,7 @@ pub(super) async fn receive(
     let target = Target {
         method: method.as_str(),
         path_and_query: uri.path_and_query().map_or("/", |p| p.as_str()),
+        client,
     };
     let answer = answer(&state, config, client.budget_key(), &target, &headers, body)
         .instrument(span)
@@ -130,10 +132,12 @@ fn custom_response(custom: &crate::config::SourceResponse) -> Response {
 }
 
 /// What a delivery was sent to: what the configurable schemes may sign besides headers
-/// and body (`{method}`, `{url}`), or read a token from (docs/configuration.md).
+/// and body (`{method}`, `{url}`), or read a token from (docs/configuration.md); and the
+/// client address it came from, which bounds the SNS certificate fetches it may start.
 struct Target<'a> {
     method: &'a str,
     path_and_query: &'a str,
+    client: std::net::IpAddr,
 }
 
 /// Answers one delivery of a configured source; a refusal is logged, one line per interval.
@@ -685,9 +689,10 @@ async fn verify_signature(
     let (verifier, tolerance_s) = (&source.verifier, source.tolerance_s);
     let received_at = received_at_ms.div_euclid(1000);
     if let signature::Verifier::AwsSns(sns) = verifier {
-        return match super::sns::verify(source, sns, body, received_at).await {
+        return match super::sns::verify(source, sns, body, received_at, target.client).await {
             Ok(verified) => Ok((verified, None)),
             Err(super::sns::Refused::Signature(err)) => Err(signature_rejected(source, err)),
+            Err(super::sns::Refused::Topic) => Err(Answer::FORBIDDEN_TOPIC),
             Err(super::sns::Refused::Upstream(answer)) => Err(answer),
         };
     }
@@ -817,6 +822,7 @@ pub(super) async fn handshake_get(
                 method.as_str()
             },
             path_and_query: uri.path_and_query().map_or("/", |p| p.as_str()),
+            client,
         };
         get_handshake(&state, config, handshake, &target, &headers).await
     };

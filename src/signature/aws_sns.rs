@@ -2,7 +2,12 @@
 //! JSON message signed with the private key of the X.509 certificate its `SigningCertURL`
 //! names. Pure: the message is parsed, its string to sign built and its signature checked
 //! against a certificate's key here; fetching the certificate (and confirming a
-//! subscription) is the server's (`http::sns`), which asks [`SnsConfig::allowed_url`] first.
+//! subscription) is the server's (`http::sns`), which asks [`SnsConfig::takes_topic`],
+//! [`SnsConfig::cert_url`] and [`SnsConfig::subscribe_url`] first.
+//!
+//! AWS signs every topic's messages, whoever owns the topic: a valid signature proves
+//! "some AWS customer's topic", not "ours". A source therefore names its topics
+//! (`sns_topic_arns`, required) and takes no other.
 //!
 //! The format is AWS's "Verifying the signatures of Amazon SNS messages": the named fields,
 //! in a fixed order, each written `Name\nvalue\n`; `SignatureVersion` 1 is RSA PKCS#1 v1.5
@@ -16,8 +21,15 @@ use serde::Deserialize;
 
 use super::{SignatureError, Verified};
 
-/// The hosts a certificate or subscription URL may name by default: AWS's SNS endpoints.
-pub const DEFAULT_CERT_HOSTS: [&str; 1] = ["sns.*.amazonaws.com"];
+/// The hosts a certificate or subscription URL may name by default: AWS's SNS endpoints,
+/// China's (`sns.cn-north-1.amazonaws.com.cn`) included, as AWS's own validators take them.
+pub const DEFAULT_CERT_HOSTS: [&str; 2] = ["sns.*.amazonaws.com", "sns.*.amazonaws.com.cn"];
+
+/// The path of every certificate AWS signs SNS messages with:
+/// `/SimpleNotificationService-` and 32 lower-case hex digits, then `.pem`.
+const CERT_PATH_PREFIX: &str = "/SimpleNotificationService-";
+const CERT_PATH_SUFFIX: &str = ".pem";
+const CERT_PATH_HEX_DIGITS: usize = 32;
 
 /// Most bytes of a signature decoded: an RSA-8192 signature is 1024 bytes.
 const MAX_SIGNATURE_BYTES: usize = 1024;
@@ -114,7 +126,7 @@ pub struct Message {
     pub signed_at: i64,
     /// `SignatureVersion`.
     pub version: SignatureVersion,
-    /// `SigningCertURL`, as sent: checked by [`SnsConfig::allowed_url`] before any fetch.
+    /// `SigningCertURL`, as sent: checked by [`SnsConfig::cert_url`] before any fetch.
     pub signing_cert_url: String,
     /// `SubscribeURL` of a confirmation.
     pub subscribe_url: Option<String>,
@@ -355,16 +367,17 @@ impl HostPattern {
 pub struct SnsConfig {
     /// `sns_cert_hosts`.
     pub cert_hosts: Vec<HostPattern>,
-    /// `sns_topic_arns`: every topic when unset.
-    pub topic_arns: Option<Vec<String>>,
+    /// `sns_topic_arns`: the only topics this source takes, matched exactly; never empty.
+    pub topic_arns: Vec<String>,
 }
 
 impl SnsConfig {
-    /// Parses `sns_cert_hosts` (default [`DEFAULT_CERT_HOSTS`]) and `sns_topic_arns`; the
-    /// error names the key.
+    /// Parses `sns_cert_hosts` (default [`DEFAULT_CERT_HOSTS`]) and `sns_topic_arns`
+    /// (required: the caller says where it looked when there is none); the error names the
+    /// key.
     pub fn parse(
         hosts: Option<&[String]>,
-        topic_arns: Option<&[String]>,
+        topic_arns: &[String],
     ) -> Result<Self, super::configurable::KeyError> {
         let hosts: Vec<String> = match hosts {
             Some(hosts) => hosts.to_vec(),
@@ -383,25 +396,50 @@ impl SnsConfig {
             .map(|h| HostPattern::parse(h))
             .collect::<Result<_, _>>()
             .map_err(|e| problem("sns_cert_hosts", e))?;
-        if topic_arns.is_some_and(<[String]>::is_empty) {
+        if topic_arns.is_empty() {
             return Err(problem(
                 "sns_topic_arns",
-                "is empty, so no topic could deliver; remove the key to take every topic".into(),
+                "is empty, so no topic could deliver: list the topics this source takes".into(),
             ));
+        }
+        for arn in topic_arns {
+            check_topic_arn(arn).map_err(|e| problem("sns_topic_arns", e))?;
         }
         Ok(Self {
             cert_hosts,
-            topic_arns: topic_arns.map(<[String]>::to_vec),
+            topic_arns: topic_arns.to_vec(),
         })
     }
 
-    /// Checks a URL the message names before inhook fetches it: https, no credentials, a
-    /// host of `sns_cert_hosts`. The reason never quotes the URL.
-    pub fn allowed_url(
-        &self,
-        field: &'static str,
-        raw: &str,
-    ) -> Result<reqwest::Url, SignatureError> {
+    /// Whether this source takes the message's topic: one of `sns_topic_arns`, exactly.
+    pub fn takes_topic(&self, message: &Message) -> bool {
+        self.topic_arns.contains(&message.topic_arn)
+    }
+
+    /// Checks a `SigningCertURL` before inhook fetches it: https on a host of
+    /// `sns_cert_hosts` ([`Self::subscribe_url`]), and AWS's certificate path,
+    /// `/SimpleNotificationService-<32 hex digits>.pem`, with no query nor fragment: no
+    /// other URL of those hosts (an SNS API action among them) is ever fetched for a
+    /// certificate. The reason never quotes the URL.
+    pub fn cert_url(&self, raw: &str) -> Result<reqwest::Url, SignatureError> {
+        const FIELD: &str = "SigningCertURL";
+        let url = self.allowed_url(FIELD, raw)?;
+        if !is_cert_path(url.path()) || url.query().is_some() || url.fragment().is_some() {
+            return Err(rejected(
+                FIELD,
+                "is not an SNS certificate URL (path /SimpleNotificationService-<32 hex digits>.pem, no query)",
+            ));
+        }
+        Ok(url)
+    }
+
+    /// Checks a `SubscribeURL` before inhook GETs it to confirm a subscription: https, no
+    /// credentials, a host of `sns_cert_hosts`. The reason never quotes the URL.
+    pub fn subscribe_url(&self, raw: &str) -> Result<reqwest::Url, SignatureError> {
+        self.allowed_url("SubscribeURL", raw)
+    }
+
+    fn allowed_url(&self, field: &'static str, raw: &str) -> Result<reqwest::Url, SignatureError> {
         let url = reqwest::Url::parse(raw).map_err(|_| rejected(field, "is not a URL"))?;
         if url.scheme() != "https" {
             return Err(rejected(field, "is not https"));
@@ -415,17 +453,64 @@ impl SnsConfig {
         }
         Ok(url)
     }
+}
 
-    /// Whether the message's topic is one this source takes.
-    pub fn check_topic(&self, message: &Message) -> Result<(), SignatureError> {
-        match &self.topic_arns {
-            Some(arns) if !arns.contains(&message.topic_arn) => Err(rejected(
-                "the SNS field TopicArn",
-                "is not in sns_topic_arns",
-            )),
-            _ => Ok(()),
-        }
+/// Whether `path` is AWS's certificate path: `/SimpleNotificationService-`, 32 lower-case
+/// hex digits, `.pem`.
+fn is_cert_path(path: &str) -> bool {
+    path.strip_prefix(CERT_PATH_PREFIX)
+        .and_then(|rest| rest.strip_suffix(CERT_PATH_SUFFIX))
+        .is_some_and(|hex| {
+            hex.len() == CERT_PATH_HEX_DIGITS
+                && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        })
+}
+
+/// Checks one entry of `sns_topic_arns`: `arn:<partition>:sns:<region>:<12-digit
+/// account>:<topic name>`, matched exactly. A `*` is refused: in the account it would take
+/// any AWS customer's topic of that name, the very thing the list is there to stop.
+fn check_topic_arn(raw: &str) -> Result<(), String> {
+    if raw.contains('*') {
+        return Err(format!(
+            "{raw:?}: topics are matched exactly, '*' is no wildcard: list each topic (a wildcard account would take any AWS customer's topic of that name)"
+        ));
     }
+    let bad = |why: &str| {
+        Err(format!(
+            "{raw:?} is not an SNS topic ARN ({why}; e.g. \"arn:aws:sns:us-east-1:123456789012:orders\")"
+        ))
+    };
+    let parts: Vec<&str> = raw.split(':').collect();
+    let [arn, partition, service, region, account, name] = parts[..] else {
+        return bad("six parts separated by ':'");
+    };
+    let word = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    if arn != "arn" || !(partition == "aws" || partition.starts_with("aws-")) || !word(partition) {
+        return bad("it starts arn:aws:, or arn:aws-cn:, arn:aws-us-gov:");
+    }
+    if service != "sns" {
+        return bad("the service is sns");
+    }
+    if !word(region) {
+        return bad("the region is a name such as us-east-1");
+    }
+    if account.len() != 12 || !account.bytes().all(|b| b.is_ascii_digit()) {
+        return bad("the account is 12 digits");
+    }
+    let base = name.strip_suffix(".fifo").unwrap_or(name);
+    if base.is_empty()
+        || name.len() > 256
+        || !base
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return bad("the topic name is 1 to 256 letters, digits, '-' or '_', a FIFO topic's ending in .fifo");
+    }
+    Ok(())
 }
 
 /// The test key's signer, shared with tests/integration/aws_sns.rs.
@@ -440,7 +525,13 @@ mod tests {
 
     const CERT: &[u8] = include_bytes!("../../tests/fixtures/aws_sns/cert.pem");
     const NOW: i64 = 1_800_000_000;
-    const CERT_URL: &str = "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-0000.pem";
+    const CERT_URL: &str = "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-f3ecfb7224c7233fe7bb5f59f96de52f.pem";
+    const TOPIC: &str = "arn:aws:sns:us-west-2:123456789012:MyTopic";
+
+    /// A config taking [`TOPIC`], with `hosts` (the default when `None`).
+    fn sns_config(hosts: Option<&[String]>) -> SnsConfig {
+        SnsConfig::parse(hosts, &[TOPIC.to_owned()]).unwrap()
+    }
 
     /// Signs `fields` (without Signature) as SNS would, with the fixture's key.
     fn signed(mut message: serde_json::Value, version: &str) -> Vec<u8> {
@@ -612,61 +703,133 @@ mod tests {
 
     #[test]
     fn cert_hosts_match_one_label_per_star_and_urls_must_be_https() {
-        let config = SnsConfig::parse(None, None).unwrap();
-        let ok = |url: &str| config.allowed_url("SigningCertURL", url).is_ok();
+        let config = sns_config(None);
+        let hex = "f3ecfb7224c7233fe7bb5f59f96de52f";
+        let ok = |url: &str| config.cert_url(url).is_ok();
         assert!(ok(CERT_URL));
-        assert!(ok("https://SNS.eu-west-1.amazonaws.com/x.pem"));
-        assert!(!ok("http://sns.us-east-1.amazonaws.com/x.pem"));
-        assert!(!ok("https://sns.a.b.amazonaws.com/x.pem"));
-        assert!(!ok("https://sns.amazonaws.com/x.pem"));
-        assert!(!ok(
-            "https://sns.us-east-1.amazonaws.com.evil.example/x.pem"
-        ));
-        assert!(!ok(
-            "https://evil.example/sns.us-east-1.amazonaws.com/x.pem"
-        ));
-        assert!(!ok("https://user:pw@sns.us-east-1.amazonaws.com/x.pem"));
+        assert!(ok(&format!(
+            "https://SNS.eu-west-1.amazonaws.com/SimpleNotificationService-{hex}.pem"
+        )));
+        assert!(ok(&format!(
+            "https://sns.cn-north-1.amazonaws.com.cn/SimpleNotificationService-{hex}.pem"
+        )));
+        for host in [
+            "http://sns.us-east-1.amazonaws.com",
+            "https://sns.a.b.amazonaws.com",
+            "https://sns.amazonaws.com",
+            "https://sns.us-east-1.amazonaws.com.evil.example",
+            "https://evil.example/sns.us-east-1.amazonaws.com",
+            "https://user:pw@sns.us-east-1.amazonaws.com",
+            "https://sns.us-east-1.amazonaws.com.cn.evil.example",
+        ] {
+            let url = format!("{host}/SimpleNotificationService-{hex}.pem");
+            assert!(!ok(&url), "{url}");
+        }
         assert!(!ok("not a url"));
         let err = config
-            .allowed_url("SigningCertURL", "https://evil.example/secret-path")
+            .cert_url("https://evil.example/secret-path")
             .unwrap_err();
         assert_eq!(
             err.to_string(),
             "SigningCertURL names a host outside sns_cert_hosts"
         );
-        let local =
-            SnsConfig::parse(Some(&["127.0.0.1".into(), "localhost".into()]), None).unwrap();
+        let local = sns_config(Some(&["127.0.0.1".into(), "localhost".into()]));
         assert!(local
-            .allowed_url("SubscribeURL", "https://127.0.0.1:8443/confirm?x=1")
+            .subscribe_url("https://127.0.0.1:8443/confirm?x=1")
             .is_ok());
         for bad in ["", "a..b", "sns.*x.amazonaws.com", "https://x", "a/b"] {
-            let err = SnsConfig::parse(Some(&[bad.into()]), None).unwrap_err();
+            let err = SnsConfig::parse(Some(&[bad.into()]), &[TOPIC.into()]).unwrap_err();
             assert_eq!(err.key, "sns_cert_hosts");
         }
         assert_eq!(
-            SnsConfig::parse(Some(&[]), None).unwrap_err().key,
+            SnsConfig::parse(Some(&[]), &[TOPIC.into()])
+                .unwrap_err()
+                .key,
             "sns_cert_hosts"
-        );
-        assert_eq!(
-            SnsConfig::parse(None, Some(&[])).unwrap_err().key,
-            "sns_topic_arns"
         );
     }
 
     #[test]
-    fn a_topic_outside_sns_topic_arns_is_refused() {
-        let message = Message::parse(&signed(notification(), "1")).unwrap();
-        let only = |arn: &str| SnsConfig::parse(None, Some(&[arn.into()])).unwrap();
-        assert!(only("arn:aws:sns:us-west-2:123456789012:MyTopic")
-            .check_topic(&message)
+    fn only_aws_certificate_paths_are_fetched() {
+        let config = sns_config(None);
+        let host = "https://sns.us-east-1.amazonaws.com";
+        let hex = "f3ecfb7224c7233fe7bb5f59f96de52f";
+        assert!(config
+            .cert_url(&format!("{host}/SimpleNotificationService-{hex}.pem"))
             .is_ok());
+        for path in [
+            // An SNS API action on the same host: never fetched as a certificate.
+            "/?Action=ConfirmSubscription&TopicArn=arn:aws:sns:us-east-1:1:t&Token=x&f=.pem"
+                .to_owned(),
+            format!("/SimpleNotificationService-{hex}.pem?Action=Subscribe"),
+            format!("/SimpleNotificationService-{hex}.pem#x"),
+            format!("/SimpleNotificationService-{}.pem", hex.to_uppercase()),
+            format!("/SimpleNotificationService-{}.pem", &hex[1..]),
+            format!("/SimpleNotificationService-{hex}0.pem"),
+            format!("/SimpleNotificationService-{hex}.pem/x"),
+            format!("/x/SimpleNotificationService-{hex}.pem"),
+            format!("/SimpleNotificationService-{hex}.crt"),
+            "/cert.pem".to_owned(),
+        ] {
+            let err = config.cert_url(&format!("{host}{path}")).unwrap_err();
+            assert_eq!(err.code(), "invalid_signature", "{path}");
+            assert!(
+                err.to_string()
+                    .starts_with("SigningCertURL is not an SNS certificate URL"),
+                "{path}: {err}"
+            );
+        }
+        // A SubscribeURL is an API action: its path is free.
+        assert!(config
+            .subscribe_url(&format!("{host}/?Action=ConfirmSubscription&Token=x"))
+            .is_ok());
+    }
+
+    #[test]
+    fn sns_topic_arns_are_required_exact_and_well_formed() {
+        let message = Message::parse(&signed(notification(), "1")).unwrap();
+        let only = |arn: &str| SnsConfig::parse(None, &[arn.into()]).unwrap();
+        assert!(only(TOPIC).takes_topic(&message));
+        for other in [
+            "arn:aws:sns:us-west-2:123456789012:Other",
+            "arn:aws:sns:us-west-2:123456789012:mytopic",
+            "arn:aws:sns:us-west-2:210987654321:MyTopic",
+            "arn:aws:sns:us-east-1:123456789012:MyTopic",
+        ] {
+            assert!(!only(other).takes_topic(&message), "{other}");
+        }
         assert_eq!(
-            only("arn:aws:sns:us-west-2:123456789012:Other")
-                .check_topic(&message)
-                .unwrap_err()
-                .code(),
-            "invalid_signature"
+            SnsConfig::parse(None, &[]).unwrap_err().key,
+            "sns_topic_arns"
         );
+        for good in [
+            "arn:aws:sns:us-east-1:123456789012:orders",
+            "arn:aws-cn:sns:cn-north-1:123456789012:orders_v2",
+            "arn:aws-us-gov:sns:us-gov-west-1:123456789012:Orders-1",
+            "arn:aws:sns:eu-west-1:123456789012:orders.fifo",
+        ] {
+            assert!(SnsConfig::parse(None, &[good.into()]).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "orders",
+            "arn:aws:sns:us-east-1:123456789012:*",
+            "arn:aws:sns:us-east-1:*:orders",
+            "arn:aws:sns:*:123456789012:orders",
+            "arn:aws:sqs:us-east-1:123456789012:orders",
+            "arn:aws:sns:us-east-1:12345678901:orders",
+            "arn:aws:sns:us-east-1:123456789012:",
+            "arn:aws:sns:us-east-1:123456789012:.fifo",
+            "arn:aws:sns:us-east-1:123456789012:a b",
+            "arn:aws:sns:us-east-1:123456789012:orders:extra",
+            "arn:gcp:sns:us-east-1:123456789012:orders",
+            " arn:aws:sns:us-east-1:123456789012:orders",
+        ] {
+            let err = SnsConfig::parse(None, &[TOPIC.into(), bad.into()]).unwrap_err();
+            assert_eq!(err.key, "sns_topic_arns", "{bad}");
+        }
+        let err = SnsConfig::parse(None, &["arn:aws:sns:us-east-1:*:orders".into()]).unwrap_err();
+        assert!(err.problem.contains("matched exactly"), "{}", err.problem);
     }
 
     #[test]

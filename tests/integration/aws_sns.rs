@@ -3,7 +3,11 @@
 //! subscription endpoints, the server trusts that CA through `SSL_CERT_FILE`, and the
 //! test signs messages as SNS does with the fixture certificate's RSA key.
 
+use std::net::IpAddr;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -13,9 +17,22 @@ use crate::support::{now_s, Reply, TestServer};
 
 const CERT: &str = include_str!("../fixtures/aws_sns/cert.pem");
 const TOPIC: &str = "arn:aws:sns:us-west-2:123456789012:orders";
+/// A topic of another AWS account: AWS signs its messages just as well.
+const OTHER_TOPIC: &str = "arn:aws:sns:us-west-2:999999999999:orders";
 
-/// A local SNS: `/cert.pem` serves the fixture certificate, `/confirm…` answers 200,
-/// `/fail…` 500; every request's path and query is recorded.
+/// The paths the local SNS answers, in AWS's certificate form: the fixture certificate
+/// (twice, so that one URL can be first seen during a flood), a 500 and a redirect.
+const CERT_PATH: &str = "/SimpleNotificationService-0123456789abcdef0123456789abcdef.pem";
+const CERT_PATH_2: &str = "/SimpleNotificationService-fedcba9876543210fedcba9876543210.pem";
+const FAIL_PATH: &str = "/SimpleNotificationService-00000000000000000000000000000500.pem";
+const REDIRECT_PATH: &str = "/SimpleNotificationService-00000000000000000000000000000302.pem";
+/// How long the local SNS takes to answer 404 for any other certificate path: a flood's
+/// fetches hold their slots a while, as a far or busy endpoint's would.
+const UNKNOWN_CERT_DELAY: Duration = Duration::from_millis(1500);
+
+/// A local SNS: the paths above, `/confirm…` answers 200, `/fail…` 500, any other
+/// certificate path 404 after [`UNKNOWN_CERT_DELAY`]; every request's path and query is
+/// recorded.
 struct LocalSns {
     _ca: TestCa,
     ca_file: tempfile::TempDir,
@@ -48,20 +65,23 @@ impl LocalSns {
                 let line = String::from_utf8_lossy(&head);
                 let target = line.split(' ').nth(1).unwrap_or_default().to_owned();
                 seen.lock().unwrap().push(target.clone());
-                let (status, body) = if target == "/cert.pem" {
+                let (status, body) = if target == CERT_PATH || target == CERT_PATH_2 {
                     ("200 OK", CERT.to_owned())
                 } else if target.starts_with("/confirm") {
                     ("200 OK", "<ConfirmSubscriptionResponse/>".to_owned())
-                } else if target == "/redirect.pem" {
+                } else if target == REDIRECT_PATH {
                     ("302 Found", String::new())
-                } else if target.starts_with("/fail") {
+                } else if target.starts_with("/fail") || target == FAIL_PATH {
                     ("500 Internal Server Error", "no".to_owned())
+                } else if target.starts_with("/SimpleNotificationService-") {
+                    tokio::time::sleep(UNKNOWN_CERT_DELAY).await;
+                    ("404 Not Found", String::new())
                 } else {
                     ("404 Not Found", String::new())
                 };
                 // A redirect points at the real certificate: inhook must not follow it.
                 let answer = format!(
-                    "HTTP/1.1 {status}\r\nlocation: /cert.pem\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    "HTTP/1.1 {status}\r\nlocation: {CERT_PATH}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                     body.len()
                 );
                 let _ = tls.write_all(answer.as_bytes()).await;
@@ -84,9 +104,24 @@ impl LocalSns {
         self.requests.lock().unwrap().clone()
     }
 
-    /// An inhook server with an `aws-sns` source that trusts this SNS's CA and host.
-    async fn inhook(&self, extra: &str) -> TestServer {
-        let sources = format!(
+    fn ca_path(&self) -> String {
+        self.ca_file
+            .path()
+            .join("ca.pem")
+            .to_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// The `[[sources]]` table of an `aws-sns` source `sns` that trusts this SNS's host,
+    /// with `extra` lines (taking [`TOPIC`] unless they say `sns_topic_arns`).
+    fn source(extra: &str) -> String {
+        let topics = if extra.contains("sns_topic_arns") {
+            String::new()
+        } else {
+            format!("sns_topic_arns = [\"{TOPIC}\"]")
+        };
+        format!(
             r#"
 [[sources]]
 name = "sns"
@@ -97,12 +132,23 @@ sns_cert_hosts = ["localhost"]
 unwrap = "/Message"
 aggregate = "/order"
 ordering = "unordered"
+{topics}
 {extra}
 "#
-        );
-        let ca = self.ca_file.path().join("ca.pem");
-        TestServer::spawn_with_sources_env(&sources, &[("SSL_CERT_FILE", ca.to_str().unwrap())])
-            .await
+        )
+    }
+
+    /// An inhook server with an `aws-sns` source that trusts this SNS's CA and host.
+    async fn inhook(&self, extra: &str) -> TestServer {
+        self.inhook_env(extra, &[]).await
+    }
+
+    /// Like [`Self::inhook`], with environment variables besides `SSL_CERT_FILE`.
+    async fn inhook_env(&self, extra: &str, env: &[(&str, &str)]) -> TestServer {
+        let ca = self.ca_path();
+        let mut all = vec![("SSL_CERT_FILE", ca.as_str())];
+        all.extend_from_slice(env);
+        TestServer::spawn_with_sources_env(&Self::source(extra), &all).await
     }
 }
 
@@ -180,29 +226,60 @@ fn confirmation(kind: &str, subscribe_url: &str) -> Value {
     })
 }
 
+/// The headers SNS sends with a body.
+fn sns_headers(body: &[u8]) -> Vec<(&'static str, String)> {
+    let value: Value = serde_json::from_slice(body).unwrap_or_default();
+    let field = |name: &str| value[name].as_str().unwrap_or_default().to_owned();
+    vec![
+        ("content-type", "text/plain; charset=UTF-8".to_owned()),
+        ("x-amz-sns-message-type", field("Type")),
+        ("x-amz-sns-message-id", field("MessageId")),
+        ("x-amz-sns-topic-arn", field("TopicArn")),
+    ]
+}
+
 /// Posts a body as SNS does: `text/plain` and its `x-amz-sns-*` headers.
 async fn post(server: &TestServer, body: &[u8]) -> Reply {
-    let value: Value = serde_json::from_slice(body).unwrap();
-    let headers = [
-        ("content-type", "text/plain; charset=UTF-8".to_owned()),
-        (
-            "x-amz-sns-message-type",
-            value["Type"].as_str().unwrap_or_default().to_owned(),
-        ),
-        (
-            "x-amz-sns-message-id",
-            value["MessageId"].as_str().unwrap_or_default().to_owned(),
-        ),
-        ("x-amz-sns-topic-arn", TOPIC.to_owned()),
-    ];
-    server.post_raw("sns", body, &headers).await
+    server.post_raw("sns", body, &sns_headers(body)).await
+}
+
+/// Posts a body as SNS does to `{url}/webhooks/{source}` with `client` (e.g. bound to
+/// another loopback address); the status and the JSON body.
+async fn post_with(client: &reqwest::Client, url: &str, source: &str, body: &[u8]) -> (u16, Value) {
+    let mut request = client
+        .post(format!("{url}/webhooks/{source}"))
+        .body(body.to_vec());
+    for (name, value) in sns_headers(body) {
+        request = request.header(name, value);
+    }
+    match request.send().await {
+        Ok(response) => {
+            let code = response.status().as_u16();
+            let text = response.text().await.unwrap_or_default();
+            (
+                code,
+                serde_json::from_str(&text).unwrap_or(Value::String(text)),
+            )
+        }
+        Err(err) => (0, Value::String(err.to_string())),
+    }
+}
+
+/// A client whose connections come from `ip` (any 127.0.0.0/8 address is local on Linux):
+/// another client than the test's own, as the server sees it.
+fn client_from(ip: [u8; 4]) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(IpAddr::from(ip))
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
 }
 
 #[tokio::test]
 async fn signed_notifications_are_logged_with_their_message_as_the_document_and_one_fetch() {
     let sns = LocalSns::start();
     let server = sns.inhook("").await;
-    let cert = sns.url("/cert.pem");
+    let cert = sns.url(CERT_PATH);
     let now = now_s();
     // Both signature versions, several messages: the certificate is fetched once.
     let mut ids = Vec::new();
@@ -232,7 +309,7 @@ async fn signed_notifications_are_logged_with_their_message_as_the_document_and_
     let r = post(&server, &again).await;
     assert_eq!(r.body["status"], "duplicate", "{:?}", r.body);
     assert_eq!(server.count().await, 5);
-    assert_eq!(sns.requests(), vec!["/cert.pem".to_owned()]);
+    assert_eq!(sns.requests(), vec![CERT_PATH.to_owned()]);
 
     // Tampered: 401, nothing stored.
     let body = sign(notification("tampered-1", "ord_9", "paid", now), "2", &cert);
@@ -260,44 +337,260 @@ async fn signed_notifications_are_logged_with_their_message_as_the_document_and_
 }
 
 #[tokio::test]
-async fn a_cert_url_on_another_host_is_refused_without_a_request() {
+async fn a_cert_url_on_another_host_or_not_in_aws_form_is_refused_without_a_request() {
     let sns = LocalSns::start();
     let server = sns.inhook("").await;
     let now = now_s();
-    for url in [
-        format!("https://127.0.0.1:{}/cert.pem", sns.port),
-        format!("http://localhost:{}/cert.pem", sns.port),
-        format!("https://localhost.evil.example:{}/cert.pem", sns.port),
+    let port = sns.port;
+    for (url, why) in [
+        (
+            format!("https://127.0.0.1:{port}{CERT_PATH}"),
+            "names a host",
+        ),
+        (
+            format!("http://localhost:{port}{CERT_PATH}"),
+            "is not https",
+        ),
+        (
+            format!("https://localhost.evil.example:{port}{CERT_PATH}"),
+            "names a host",
+        ),
+        // The right host, but not AWS's certificate path: never fetched.
+        (sns.url("/cert.pem"), "is not an SNS certificate URL"),
+        (
+            sns.url(&format!("{CERT_PATH}?x=1")),
+            "is not an SNS certificate URL",
+        ),
+        (
+            sns.url("/confirm?Action=ConfirmSubscription&Token=2336412f37&x=.pem"),
+            "is not an SNS certificate URL",
+        ),
     ] {
         let body = sign(notification("elsewhere-1", "ord_1", "paid", now), "2", &url);
         let r = post(&server, &body).await;
         assert_eq!(r.code, 401, "{url}: {:?}", r.body);
         assert_eq!(r.body["error"], "invalid_signature");
         let detail = r.body["detail"].as_str().unwrap_or_default();
-        assert!(detail.starts_with("SigningCertURL "), "{detail}");
-        assert!(!detail.contains("cert.pem"), "never the URL: {detail}");
+        assert!(
+            detail.starts_with(&format!("SigningCertURL {why}")),
+            "{url}: {detail}"
+        );
+        assert!(!detail.contains("localhost"), "never the URL: {detail}");
     }
     assert!(sns.requests().is_empty(), "{:?}", sns.requests());
     assert_eq!(server.count().await, 0);
-    // A topic outside sns_topic_arns is refused before any fetch, too.
-    let server2 = sns
-        .inhook(r#"sns_topic_arns = ["arn:aws:sns:us-west-2:123456789012:other"]"#)
-        .await;
-    let body = sign(
-        notification("topic-1", "ord_1", "paid", now),
-        "2",
-        &sns.url("/cert.pem"),
+}
+
+/// Spawns `inhook serve` on `config` with `env`; the output when it exits (an error) within
+/// 30 s, or `Err` with its first line when it starts instead (then it is killed).
+fn serve_outcome(config: &std::path::Path, env: &[(&str, &str)]) -> Result<String, String> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_inhook"))
+        .arg("serve")
+        .arg("--config")
+        .arg(config)
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn inhook");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            let output = child.wait_with_output().expect("output");
+            return Ok(String::from_utf8_lossy(&output.stdout).into_owned()
+                + &String::from_utf8_lossy(&output.stderr));
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().expect("kill");
+            let output = child.wait_with_output().expect("output");
+            return Err(String::from_utf8_lossy(&output.stdout).into_owned());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// AWS signs for whoever owns a topic: an `aws-sns` source names its topics or does not
+/// start, whether they come from the file or from `INHOOK_<NAME>_SNS_TOPIC_ARNS`.
+#[tokio::test]
+async fn an_aws_sns_source_without_sns_topic_arns_does_not_start() {
+    let sns = LocalSns::start();
+    let source = LocalSns::source("")
+        .lines()
+        .filter(|l| !l.starts_with("sns_topic_arns"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let server = TestServer::unstarted("", "", &source).await;
+    let out = serve_outcome(&server.config_path(), &[])
+        .unwrap_or_else(|line| panic!("an aws-sns source without sns_topic_arns started: {line}"));
+    assert!(
+        out.contains("source \"sns\": sns_topic_arns is required for signature = \"aws-sns\"")
+            && out.contains("INHOOK_SNS_SNS_TOPIC_ARNS"),
+        "{out}"
     );
-    let r = post(&server2, &body).await;
-    assert_eq!(r.code, 401, "{:?}", r.body);
-    assert!(sns.requests().is_empty(), "{:?}", sns.requests());
+    // An empty list, or a wildcard account, is no list of topics either.
+    for (lines, env) in [
+        ("sns_topic_arns = []", vec![]),
+        ("", vec![("INHOOK_SNS_SNS_TOPIC_ARNS", " , ")]),
+        (
+            "sns_topic_arns = [\"arn:aws:sns:us-west-2:*:orders\"]",
+            vec![],
+        ),
+    ] {
+        let server = TestServer::unstarted("", "", &format!("{source}\n{lines}\n")).await;
+        let out = serve_outcome(&server.config_path(), &env)
+            .unwrap_or_else(|line| panic!("{lines} {env:?}: started: {line}"));
+        assert!(
+            out.contains("source \"sns\": sns_topic_arns"),
+            "{lines}: {out}"
+        );
+    }
+
+    // From the environment: comma-separated, in place of the file's list.
+    let server = sns
+        .inhook_env(
+            "",
+            &[(
+                "INHOOK_SNS_SNS_TOPIC_ARNS",
+                &format!("arn:aws:sns:us-east-1:123456789012:unrelated, {OTHER_TOPIC}"),
+            )],
+        )
+        .await;
+    let now = now_s();
+    let cert = sns.url(CERT_PATH);
+    let theirs = sign(notification("env-1", "ord_e", "paid", now), "2", &cert);
+    let r = post(&server, &theirs).await;
+    assert_eq!(r.code, 403, "the file's topic is replaced: {:?}", r.body);
+    let mut other = notification("env-2", "ord_e", "paid", now);
+    other["TopicArn"] = OTHER_TOPIC.into();
+    let r = post(&server, &sign(other, "2", &cert)).await;
+    assert_eq!(r.code, 200, "{:?}", r.body);
+    assert_eq!(r.body["status"], "applied", "{:?}", r.body);
+}
+
+/// A message from a topic outside `sns_topic_arns` (validly signed: AWS signs every
+/// customer's topic) is 403 `forbidden_topic` before any request: its subscription is never
+/// confirmed, its notifications never stored.
+#[tokio::test]
+async fn an_unlisted_topic_is_never_confirmed_nor_stored_nor_fetched_for() {
+    let sns = LocalSns::start();
+    let server = sns.inhook("").await;
+    let cert = sns.url(CERT_PATH);
+    let now = now_s();
+    let mut subscribe = confirmation(
+        "SubscriptionConfirmation",
+        &sns.url("/confirm?Action=ConfirmSubscription&Token=other"),
+    );
+    subscribe["TopicArn"] = OTHER_TOPIC.into();
+    let mut unsubscribe = subscribe.clone();
+    unsubscribe["Type"] = "UnsubscribeConfirmation".into();
+    let mut notify = notification("other-1", "ord_o", "paid", now);
+    notify["TopicArn"] = OTHER_TOPIC.into();
+    for (what, message) in [
+        ("SubscriptionConfirmation", subscribe),
+        ("UnsubscribeConfirmation", unsubscribe),
+        ("Notification", notify),
+    ] {
+        for version in ["1", "2"] {
+            let r = post(&server, &sign(message.clone(), version, &cert)).await;
+            assert_eq!(r.code, 403, "{what}: {:?}", r.body);
+            assert_eq!(
+                r.body,
+                json!({"status": "rejected", "error": "forbidden_topic",
+                       "detail": "this source takes SNS messages only from the topics in its sns_topic_arns"}),
+                "{what}"
+            );
+        }
+    }
+    assert!(
+        sns.requests().is_empty(),
+        "no certificate fetched, nothing confirmed: {:?}",
+        sns.requests()
+    );
+    assert_eq!(server.count().await, 0);
+    let metrics = server.get_text("/metrics").await;
+    assert!(
+        !metrics
+            .lines()
+            .any(|l| l.starts_with("inhook_handshakes_total") && l.contains("aws-sns")),
+        "nothing confirmed: {metrics}"
+    );
+
+    // The listed topic, the same way: confirmed and stored.
+    let r = post(
+        &server,
+        &sign(
+            confirmation(
+                "SubscriptionConfirmation",
+                &sns.url("/confirm?Action=ConfirmSubscription&Token=ours"),
+            ),
+            "2",
+            &cert,
+        ),
+    )
+    .await;
+    assert_eq!(r.code, 200, "{:?}", r.body);
+    let r = post(
+        &server,
+        &sign(notification("ours-1", "ord_1", "paid", now), "2", &cert),
+    )
+    .await;
+    assert_eq!(r.body["status"], "applied", "{:?}", r.body);
+    assert_eq!(server.count().await, 1);
+    assert_eq!(
+        sns.requests(),
+        vec![
+            CERT_PATH.to_owned(),
+            "/confirm?Action=ConfirmSubscription&Token=ours".to_owned()
+        ]
+    );
+}
+
+/// `inhook presets aws-sns` prints the key to fill in; pasted as printed the source does
+/// not start, filled in it verifies.
+#[tokio::test]
+async fn the_aws_sns_preset_asks_for_its_topics() {
+    let (ok, paste) = crate::support::run_cli(&["presets".as_ref(), "aws-sns".as_ref()], &[]);
+    assert!(ok, "{paste}");
+    let example =
+        "# sns_topic_arns = [\"arn:aws:sns:us-east-1:123456789012:orders\"]   # required: ";
+    assert!(
+        paste.contains(example) && paste.contains("INHOOK_AWS_SNS_SNS_TOPIC_ARNS"),
+        "{paste}"
+    );
+    assert!(
+        !paste.contains("secrets") && !paste.contains("public_keys"),
+        "{paste}"
+    );
+    let server = TestServer::unstarted("", "", &paste).await;
+    let out = serve_outcome(&server.config_path(), &[])
+        .unwrap_or_else(|line| panic!("the preset started without topics: {line}"));
+    assert!(
+        out.contains("source \"aws-sns\": sns_topic_arns is required"),
+        "{out}"
+    );
+
+    let sns = LocalSns::start();
+    let filled = paste.replace(
+        "# sns_topic_arns = [\"arn:aws:sns:us-east-1:123456789012:orders\"]",
+        &format!("sns_topic_arns = [\"{TOPIC}\"]"),
+    ) + "mode = \"sync\"\nsns_cert_hosts = [\"localhost\"]\n";
+    let ca = sns.ca_path();
+    let server = TestServer::spawn_with_sources_env(&filled, &[("SSL_CERT_FILE", &ca)]).await;
+    let body = sign(
+        notification("preset-1", "ord_p", "paid", now_s()),
+        "2",
+        &sns.url(CERT_PATH),
+    );
+    let (code, answer) = post_with(&reqwest::Client::new(), &server.url, "aws-sns", &body).await;
+    assert_eq!(code, 200, "{answer:?}");
+    assert_eq!(answer["status"], "applied", "{answer:?}");
 }
 
 #[tokio::test]
 async fn a_subscription_confirmation_gets_its_subscribe_url_once_and_is_not_stored() {
     let sns = LocalSns::start();
     let server = sns.inhook("").await;
-    let cert = sns.url("/cert.pem");
+    let cert = sns.url(CERT_PATH);
     let subscribe = sns.url("/confirm?Action=ConfirmSubscription&Token=2336412f37");
     let body = sign(
         confirmation("SubscriptionConfirmation", &subscribe),
@@ -313,7 +606,7 @@ async fn a_subscription_confirmation_gets_its_subscribe_url_once_and_is_not_stor
     assert_eq!(
         sns.requests(),
         vec![
-            "/cert.pem".to_owned(),
+            CERT_PATH.to_owned(),
             "/confirm?Action=ConfirmSubscription&Token=2336412f37".to_owned()
         ]
     );
@@ -385,7 +678,7 @@ async fn a_certificate_that_cannot_be_fetched_is_a_502() {
     let body = sign(
         notification("nocert-1", "ord_1", "paid", now_s()),
         "2",
-        &sns.url("/fail.pem"),
+        &sns.url(FAIL_PATH),
     );
     let r = post(&server, &body).await;
     assert_eq!(r.code, 502, "{:?}", r.body);
@@ -397,7 +690,7 @@ async fn a_certificate_that_cannot_be_fetched_is_a_502() {
 async fn concurrent_deliveries_share_one_fetch_and_redirects_are_not_followed() {
     let sns = LocalSns::start();
     let server = sns.inhook("").await;
-    let cert = sns.url("/cert.pem");
+    let cert = sns.url(CERT_PATH);
     let now = now_s();
     let bodies: Vec<Vec<u8>> = (0..8)
         .map(|i| {
@@ -412,19 +705,130 @@ async fn concurrent_deliveries_share_one_fetch_and_redirects_are_not_followed() 
     for r in &replies {
         assert_eq!(r.code, 200, "{:?}", r.body);
     }
-    assert_eq!(sns.requests(), vec!["/cert.pem".to_owned()]);
+    assert_eq!(sns.requests(), vec![CERT_PATH.to_owned()]);
     assert_eq!(server.count().await, 8);
 
     let redirected = sign(
         notification("redirected-1", "ord_r", "paid", now),
         "2",
-        &sns.url("/redirect.pem"),
+        &sns.url(REDIRECT_PATH),
     );
     let r = post(&server, &redirected).await;
     assert_eq!(r.code, 502, "{:?}", r.body);
     assert_eq!(r.body["error"], "certificate_unavailable");
     assert_eq!(
         sns.requests(),
-        vec!["/cert.pem".to_owned(), "/redirect.pem".to_owned()]
+        vec![CERT_PATH.to_owned(), REDIRECT_PATH.to_owned()]
     );
+}
+
+/// A flood of unsigned messages from a listed topic (so they pass the topic check), each
+/// naming a fresh certificate URL of AWS's form, starves no genuine notification, during
+/// it or after: a certificate that verified is never evicted by unverified URLs, one
+/// client's fetches cannot take every slot, and a fetch that waited for a slot is not
+/// remembered as a failure.
+#[tokio::test]
+async fn a_flood_of_fresh_certificate_urls_starves_no_genuine_notification() {
+    let sns = LocalSns::start();
+    let server = sns.inhook("").await;
+    // The genuine publisher and the flood come from two addresses, as SNS and an attacker do.
+    let publisher = client_from([127, 0, 0, 2]);
+    let genuine = Arc::new(AtomicUsize::new(0));
+    let post_genuine = |cert_path: &'static str| {
+        let (publisher, url, genuine) =
+            (publisher.clone(), server.url.clone(), Arc::clone(&genuine));
+        let cert = sns.url(cert_path);
+        async move {
+            let i = genuine.fetch_add(1, Ordering::SeqCst);
+            let body = sign(
+                notification(
+                    &format!("genuine-{i}"),
+                    &format!("ord_{i}"),
+                    "paid",
+                    now_s(),
+                ),
+                "2",
+                &cert,
+            );
+            post_with(&publisher, &url, "sns", &body).await
+        }
+    };
+    // The certificate verified once before the flood.
+    let (code, answer) = post_genuine(CERT_PATH).await;
+    assert_eq!(code, 200, "{answer:?}");
+
+    // The flood: 240 messages, 96 in flight at once, each naming a URL never seen.
+    let flood = {
+        let url = server.url.clone();
+        let host = sns.url("");
+        tokio::spawn(async move {
+            let attacker = client_from([127, 0, 0, 1]);
+            let gate = Arc::new(tokio::sync::Semaphore::new(96));
+            let mut tasks = Vec::new();
+            for i in 0..240u32 {
+                let permit = Arc::clone(&gate).acquire_owned().await.unwrap();
+                let (attacker, url) = (attacker.clone(), url.clone());
+                let mut message = notification(&format!("flood-{i}"), "ord_f", "paid", now_s());
+                message["SignatureVersion"] = "2".into();
+                message["SigningCertURL"] = format!(
+                    "{host}/SimpleNotificationService-{:032x}.pem",
+                    0xf100_d000_u64 + u64::from(i)
+                )
+                .into();
+                message["Signature"] = "AAAA".repeat(86).into();
+                tasks.push(tokio::spawn(async move {
+                    let body = serde_json::to_vec(&message).unwrap();
+                    let (code, _) = post_with(&attacker, &url, "sns", &body).await;
+                    drop(permit);
+                    code
+                }));
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let mut codes = Vec::new();
+            for task in tasks {
+                codes.push(task.await.unwrap());
+            }
+            codes
+        })
+    };
+
+    // During the flood: the warm certificate's notifications, and one naming a second URL
+    // of the same certificate, first seen now, which must be fetched in spite of the flood.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut during = Vec::new();
+    for i in 0..12 {
+        let path = if i == 6 { CERT_PATH_2 } else { CERT_PATH };
+        during.push((path, post_genuine(path).await));
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let flooded = flood.await.unwrap();
+    // After it: more of both.
+    let mut after = Vec::new();
+    for i in 0..12 {
+        let path = if i % 4 == 0 { CERT_PATH_2 } else { CERT_PATH };
+        after.push((path, post_genuine(path).await));
+    }
+    for (when, replies) in [("during", &during), ("after", &after)] {
+        for (path, (code, answer)) in replies {
+            assert_eq!(*code, 200, "{when} the flood, {path}: {answer:?}");
+            assert_eq!(answer["status"], "applied", "{when}: {answer:?}");
+        }
+    }
+    // The flood was refused, and did reach the fetches (its topic is listed).
+    assert!(
+        flooded.iter().all(|c| [401, 502].contains(c)),
+        "{flooded:?}"
+    );
+    let fetched = sns
+        .requests()
+        .iter()
+        .filter(|p| ![CERT_PATH, CERT_PATH_2].contains(&p.as_str()))
+        .count();
+    assert!(fetched > 0, "{:?}", sns.requests());
+    // Each genuine URL was fetched once: the flood never evicted a certificate that verified.
+    for path in [CERT_PATH, CERT_PATH_2] {
+        let times = sns.requests().iter().filter(|p| *p == path).count();
+        assert_eq!(times, 1, "{path}");
+    }
+    assert_eq!(server.count().await, 1 + during.len() + after.len());
 }
