@@ -96,7 +96,7 @@ pub(super) async fn receive(
     let target = Target {
         method: method.as_str(),
         path_and_query: uri.path_and_query().map_or("/", |p| p.as_str()),
-        client,
+        client: client.budget_key(),
     };
     let answer = answer(&state, config, client.budget_key(), &target, &headers, body)
         .instrument(span)
@@ -822,7 +822,7 @@ pub(super) async fn handshake_get(
                 method.as_str()
             },
             path_and_query: uri.path_and_query().map_or("/", |p| p.as_str()),
-            client,
+            client: client.budget_key(),
         };
         get_handshake(&state, config, handshake, &target, &headers).await
     };
