@@ -237,6 +237,15 @@ impl Config {
     pub fn start_warnings(&self) -> Vec<String> {
         let mut warnings = Vec::new();
         for source in &self.sources {
+            if let Some(signed) = source.verifier.unsigned_body() {
+                warnings.push(format!(
+                    "source {:?}: the {} signature does not cover the body (signed_content = \
+                     {signed:?}): every field outside it is unsigned, and whoever holds one \
+                     delivery can change them; a delivery is deduplicated by what is signed, so \
+                     one signature stands for one event",
+                    source.name, source.verifier
+                ));
+            }
             let Some(spec) = source.kind.locations() else {
                 continue;
             };
@@ -1546,8 +1555,9 @@ fn admin_token(token: &str, key: &str) -> Result<Secret, ConfigError> {
 /// Random bytes in a generated admin token (printed as twice as many hex digits).
 const GENERATED_TOKEN_BYTES: usize = 24;
 
-/// The shortest admin token accepted: 16 random bytes are out of reach of guessing.
-pub const MIN_ADMIN_TOKEN_BYTES: usize = 16;
+/// The shortest admin token accepted: 16 random bytes are out of reach of guessing. A
+/// source's shared token or Basic password has the same minimum.
+pub const MIN_ADMIN_TOKEN_BYTES: usize = crate::signature::MIN_SHARED_SECRET_BYTES;
 
 /// A TOML error as line and message, without the source snippet toml prints (it could hold
 /// a secret) and with quoted values elided (serde quotes the value it could not take).
@@ -1728,7 +1738,7 @@ mod tests {
     fn preset_source(name: &str, extra: &str) -> Result<Config, ConfigError> {
         use crate::signature::public_key::{generate, Algorithm};
         let credential = match name {
-            "postmark" => "secrets = [\"u:p\"]".to_owned(),
+            "postmark" => "secrets = [\"u:sixteen-bytes-pass\"]".to_owned(),
             "aws-sns" => {
                 "sns_topic_arns = [\"arn:aws:sns:us-east-1:123456789012:orders\"]".to_owned()
             }
@@ -1740,7 +1750,8 @@ mod tests {
                 let (public, _) = generate(Algorithm::EcdsaP256, [7; 32]).unwrap();
                 format!("public_keys = [\"{public}\"]")
             }
-            _ => "secrets = [\"whsec_c2VjcmV0\"]".to_owned(),
+            // A token is at least 16 bytes; a whsec_ key is base64.
+            _ => "secrets = [\"whsec_c2VjcmV0LWZvci1wcmVzZXRz\"]".to_owned(),
         };
         let text = format!(
             "public_url = \"https://hooks.example.com\"\n[[sources]]\nname = \"s\"\npreset = \"{name}\"\n{credential}\n{extra}"
@@ -2206,7 +2217,10 @@ mod tests {
         let text = format!(
             "[[sources]]\nname = \"c\"\nkind = \"json\"\nevent_id = \"/id\"\naggregate = \"/a\"\nordering = \"unordered\"\n{lines}\n"
         );
-        Config::from_parts(Some(&text), &env(&[("INHOOK_C_SECRET", "u:p")]))
+        Config::from_parts(
+            Some(&text),
+            &env(&[("INHOOK_C_SECRET", "user:sixteen-bytes-pass")]),
+        )
     }
 
     #[test]
@@ -2396,6 +2410,76 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.starts_with("public_url"), "{err}");
+    }
+
+    #[test]
+    fn blank_or_guessable_shared_secrets_are_refused_by_position_never_by_value() {
+        let base = "[[sources]]\nname = \"c\"\nkind = \"json\"\nevent_id = \"/id\"\n\
+                    aggregate = \"/a\"\nordering = \"unordered\"\n";
+        for (scheme, secret, why) in [
+            (
+                "signature = \"token\"\ntoken_header = \"X-T\"",
+                "t",
+                "shorter than 16 bytes",
+            ),
+            (
+                "signature = \"token\"\ntoken_query = \"t\"",
+                "fifteen-bytes!!",
+                "shorter than 16 bytes",
+            ),
+            ("signature = \"basic\"", ":", "empty user"),
+            (
+                "signature = \"basic\"",
+                ":a-long-enough-password",
+                "empty user",
+            ),
+            (
+                "signature = \"basic\"",
+                "hook:pw-12345",
+                "password shorter than 16 bytes",
+            ),
+            (
+                "signature = \"hmac\"\nsignature_header = \"X-S\"",
+                "   ",
+                "is blank",
+            ),
+            ("signature = \"github\"", " \t", "is blank"),
+        ] {
+            let text = format!("{base}{scheme}\nsecrets = [\"sixteen-bytes-ok\", {secret:?}]\n");
+            let text = text.replace(
+                "sixteen-bytes-ok",
+                if scheme.contains("basic") {
+                    "u:sixteen-bytes-ok"
+                } else {
+                    "sixteen-bytes-ok"
+                },
+            );
+            let err = Config::from_parts(Some(&text), &env(&[]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with("source \"c\": secret #1 ") && err.contains(why),
+                "{secret:?}: {err}"
+            );
+            if secret.trim().len() > 1 {
+                assert!(!err.contains(secret), "{err}");
+            }
+        }
+        // Sixteen bytes of token, a user and sixteen bytes of password, any HMAC key.
+        for (scheme, secret) in [
+            (
+                "signature = \"token\"\ntoken_header = \"X-T\"",
+                "sixteen-bytes-ok",
+            ),
+            ("signature = \"basic\"", "u:sixteen-bytes-ok"),
+            ("signature = \"hmac\"\nsignature_header = \"X-S\"", "k"),
+        ] {
+            let text = format!("{base}{scheme}\nsecrets = [{secret:?}]\n");
+            assert!(
+                Config::from_parts(Some(&text), &env(&[])).is_ok(),
+                "{scheme}"
+            );
+        }
     }
 
     #[test]

@@ -136,4 +136,46 @@ mod tests {
         let quiet = start_warnings(&Config::from_parts(None, &secrets).unwrap());
         assert!(quiet.is_empty(), "{quiet:?}");
     }
+
+    #[test]
+    fn a_signature_that_leaves_the_body_out_is_warned_of_once_per_source() {
+        let text = r#"
+            [[sources]]
+            name = "mg"
+            preset = "mailgun"
+            secrets = ["mailgun-signing-key"]
+            [[sources]]
+            name = "fields"
+            kind = "json"
+            signature = "hmac"
+            signature_header = "X-Sig"
+            signed_content = "{header:X-Id}.{pointer:/id}"
+            secrets = ["fields-secret"]
+            event_id = "/id"
+            ordering = "unordered"
+            [[sources]]
+            name = "whole"
+            kind = "json"
+            signature = "hmac"
+            signature_header = "X-Sig"
+            signed_content = "{header:X-Id}.{body}"
+            secrets = ["whole-secret"]
+            event_id = "/id"
+            ordering = "unordered"
+        "#;
+        let warnings = start_warnings(&Config::from_parts(Some(text), &env(&[])).unwrap());
+        assert_eq!(warnings.len(), 2, "{warnings:#?}");
+        assert!(
+            warnings[0].starts_with("source \"mg\": the hmac signature does not cover the body")
+                && warnings[0].contains("\"{timestamp}{pointer:/signature/token}\""),
+            "{warnings:#?}"
+        );
+        assert!(
+            warnings[1].starts_with("source \"fields\"")
+                && warnings[1].contains("\"{header:x-id}.{pointer:/id}\""),
+            "{warnings:#?}"
+        );
+        let all = warnings.concat();
+        assert!(!all.contains("mailgun-signing-key") && !all.contains("fields-secret"));
+    }
 }

@@ -21,7 +21,7 @@ use crate::kind::{Delivery, EventFields};
 use crate::metrics;
 use crate::ordering::Outcome;
 use crate::signature;
-use crate::store::{Admission, Decided, NewEvent, Refusal, SettleAt, StoreError};
+use crate::store::{Admission, BodyKey, Decided, NewEvent, Refusal, SettleAt, StoreError};
 
 /// Receives one delivery: verifies its signature, checks its contract, logs it durably
 /// and answers (docs/contract.md, ingress). The signature headers are the source's scheme's
@@ -287,8 +287,28 @@ struct VerifiedDelivery {
     received_at_ms: i64,
     /// The signed timestamp, for timestamped schemes.
     signed_at: Option<i64>,
+    /// What besides its ids makes it a duplicate ([`body_key`]).
+    body_key: BodyKey,
     /// The body's share of the buffer budget, kept until the delivery is answered.
     hold: super::BodyHold,
+}
+
+/// What besides its ids makes a verified delivery a duplicate of a logged one
+/// (docs/contract.md, duplicates): what its signature covers, where that is less than the
+/// raw body or a canonical form of it (Mailgun's token, Twilio's sorted fields); else the
+/// raw body, where nothing signed bounds a replay; else nothing.
+fn body_key(source: &SourceConfig, verified: &signature::Verified) -> BodyKey {
+    if source.verifier.dedups_by_signed_content() {
+        // A verifier that dedups by its signed content always reports it.
+        return verified
+            .signed_content
+            .map_or(BodyKey::RawBody, BodyKey::SignedContent);
+    }
+    if source.verifier.dedups_by_body() {
+        BodyKey::RawBody
+    } else {
+        BodyKey::None
+    }
 }
 
 /// Steps 5–6: the signature, then the contract; the event's fields go on the span.
@@ -335,6 +355,7 @@ async fn verify_and_parse(
         body: read.body,
         received_at_ms,
         signed_at: verified.signed_at,
+        body_key: body_key(source, &verified),
         hold: read.hold,
     })
 }
@@ -521,7 +542,7 @@ async fn ingest(
         signed_at: delivery.signed_at,
         limits: crate::store::IngestLimits::for_source(source),
         ignored: delivery.ignored,
-        dedup_by_body: source.verifier.dedups_by_body(),
+        body_key: delivery.body_key,
     };
     state.store.ingest(new, settle).await
 }
@@ -928,32 +949,48 @@ static HANDSHAKE_LOG: crate::log_throttle::LogThrottle =
 /// Takes a token from the source's bucket: `Ok(true)` when one was taken, `Ok(false)`
 /// when the source has no limit, or how long until the next token.
 fn take_rate_token(state: &AppState, source: &SourceConfig) -> Result<bool, std::time::Duration> {
-    let Some(rate) = source.rate_limit_per_s else {
-        return Ok(false);
+    take_rate_tokens(state, source, 1).map(|taken| taken > 0)
+}
+
+/// Takes a token per event (`events`, a batch's elements) from the source's bucket, all
+/// or none ([`super::TokenBucket::take_n`]): how many were taken (0 when the source has no
+/// limit), or how long until there are enough.
+fn take_rate_tokens(
+    state: &AppState,
+    source: &SourceConfig,
+    events: u64,
+) -> Result<u64, std::time::Duration> {
+    let Some(rate) = source.rate_limit_per_s.filter(|_| events > 0) else {
+        return Ok(0);
     };
     let now = std::time::Instant::now();
     let taken = state.rate_limits.lock().map(|mut buckets| {
         buckets
             .entry(source.name.clone())
             .or_insert_with(|| super::TokenBucket::full(rate, now))
-            .take(rate, now)
+            .take_n(events, rate, now)
     });
     match taken {
         Ok(Err(wait)) => Err(wait),
-        Ok(Ok(())) => Ok(true),
+        Ok(Ok(())) => Ok(events),
         // A poisoned lock must not refuse every delivery: let it through uncounted.
-        Err(_) => Ok(false),
+        Err(_) => Ok(0),
     }
 }
 
 /// Gives back the token taken for a delivery that stored nothing.
 fn refund_rate_token(state: &AppState, source: &SourceConfig, charged: bool) {
-    let Some(rate) = source.rate_limit_per_s.filter(|_| charged) else {
+    refund_rate_tokens(state, source, u64::from(charged));
+}
+
+/// Gives back `tokens` taken for events that stored nothing (refused, or duplicates).
+fn refund_rate_tokens(state: &AppState, source: &SourceConfig, tokens: u64) {
+    let Some(rate) = source.rate_limit_per_s.filter(|_| tokens > 0) else {
         return;
     };
     if let Ok(mut buckets) = state.rate_limits.lock() {
         if let Some(bucket) = buckets.get_mut(&source.name) {
-            bucket.refund(rate);
+            bucket.refund_n(tokens, rate);
         }
     }
 }

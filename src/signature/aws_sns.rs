@@ -256,6 +256,7 @@ impl Message {
             secret_index: 0,
             signed_at: Some(self.signed_at),
             delivery_id: Some(self.message_id.clone()),
+            signed_content: None,
         })
     }
 }

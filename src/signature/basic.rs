@@ -40,6 +40,7 @@ pub fn verify(request: &Request<'_>, secrets: &[Secret]) -> Result<Verified, Sig
         secret_index,
         signed_at: None,
         delivery_id: None,
+        signed_content: None,
     })
 }
 
@@ -51,14 +52,27 @@ pub fn sign(secret: &Secret) -> Vec<(&'static str, String)> {
     )]
 }
 
-/// A secret must be `user:password`.
+/// A secret must be `user:password` (split at the first `:`, as the header is), with a
+/// user and a password of at least [`super::MIN_SHARED_SECRET_BYTES`].
 pub fn check_secret(secret: &Secret) -> Result<(), &'static str> {
-    if secret.expose().contains(&b':') {
-        Ok(())
-    } else {
-        Err("is not user:password")
+    let bytes = secret.expose();
+    let Some(colon) = bytes.iter().position(|&b| b == b':') else {
+        return Err("is not user:password");
+    };
+    let (user, password) = (&bytes[..colon], &bytes[colon + 1..]);
+    if user.iter().all(u8::is_ascii_whitespace) {
+        return Err("has an empty user: write user:password");
     }
+    if password.len() < super::MIN_SHARED_SECRET_BYTES {
+        return Err(PASSWORD_TOO_SHORT);
+    }
+    Ok(())
 }
+
+/// Why a short password is refused; its length is [`super::MIN_SHARED_SECRET_BYTES`].
+const PASSWORD_TOO_SHORT: &str = "has a password shorter than 16 bytes: anyone who can reach \
+     the source could guess it. Use a random one, e.g. `openssl rand -hex 24`";
+const _: () = assert!(super::MIN_SHARED_SECRET_BYTES == 16);
 
 #[cfg(test)]
 mod tests {
@@ -100,5 +114,29 @@ mod tests {
             );
         }
         assert!(check_secret(&Secret::new("nocolon")).is_err());
+    }
+
+    #[test]
+    fn a_secret_needs_a_user_and_a_password_of_sixteen_bytes() {
+        assert_eq!(check_secret(&Secret::new("u:sixteen-bytes-ok")), Ok(()));
+        // A password may hold a colon: the user ends at the first one.
+        assert_eq!(check_secret(&Secret::new("u:a:colon-in-it-is-ok")), Ok(()));
+        for (secret, why) in [
+            (":", "empty user"),
+            (":a-long-enough-password", "empty user"),
+            (" :a-long-enough-password", "empty user"),
+            ("hook:", "shorter than 16 bytes"),
+            ("hook:pw", "shorter than 16 bytes"),
+            ("hook:fifteen-bytes!!", "shorter than 16 bytes"),
+            ("nocolon-but-long-enough", "user:password"),
+        ] {
+            let err = check_secret(&Secret::new(secret)).unwrap_err();
+            assert!(err.contains(why), "{secret:?}: {err}");
+            if secret.len() > 2 {
+                assert!(!err.contains(secret), "{err}");
+            }
+        }
+        // `Basic Og==` is ":": no secret above could accept it.
+        assert_eq!(parse_header("Basic Og=="), Some(b":".to_vec()));
     }
 }

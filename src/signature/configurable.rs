@@ -10,6 +10,7 @@
 use axum::http::{HeaderMap, HeaderName};
 use base64::Engine;
 use hmac::{Hmac, Mac};
+use sha2::Digest;
 use subtle::ConstantTimeEq;
 
 use super::public_key::{self, SignatureLen};
@@ -679,6 +680,9 @@ impl HmacConfig {
             json: json.as_ref(),
         };
         let message = self.content.render(&input).map_err(lacking)?;
+        // A signature that leaves the body out proves only what it covers: that, not the
+        // raw bytes, is the delivery's identity (docs/contract.md, duplicates).
+        let signed_content = (!self.covers_body()).then(|| sha2::Sha256::digest(&message).into());
         if let Some(algorithm) = self.public_key {
             // Public keys: nothing secret to compare, each key checks every signature.
             let secret_index = public_key::find(algorithm, secrets, &message, &candidates).ok_or(
@@ -692,6 +696,7 @@ impl HmacConfig {
                 secret_index,
                 signed_at,
                 delivery_id: None,
+                signed_content,
             });
         }
         let secret_index = secrets
@@ -714,7 +719,14 @@ impl HmacConfig {
             secret_index,
             signed_at,
             delivery_id: None,
+            signed_content,
         })
+    }
+
+    /// Whether the signature covers the raw body (`{body}` in `signed_content`). One that
+    /// does not (Mailgun signs its timestamp and token) leaves every other byte unsigned.
+    pub fn covers_body(&self) -> bool {
+        self.content.uses(&Part::Body)
     }
 
     /// The timestamp's text as sent, and where it was read (for explanations).
@@ -1100,6 +1112,9 @@ mod tests {
         let secrets = [Secret::new("other"), Secret::new("lin_wh_secret")];
         let v = c.verify(&request(&h, body), &secrets).unwrap();
         assert_eq!((v.secret_index, v.signed_at), (1, Some(NOW)));
+        // The body is signed: its bytes, not a signed content, are what dedups.
+        assert!(c.covers_body());
+        assert_eq!(v.signed_content, None);
         assert!(c.is_timestamped());
         let tampered = br#"{"action":"create","webhookTimestamp":1700000000124}"#;
         assert!(matches!(
@@ -1132,6 +1147,19 @@ mod tests {
             .unwrap();
         assert_eq!(v.signed_at, Some(NOW));
         assert!(c.required_headers().is_empty());
+        // The body is not signed: the signed content (timestamp and token) is the
+        // delivery's identity, the same under any event-data.
+        assert!(!c.covers_body());
+        let digest: [u8; 32] = sha2::Sha256::digest(format!("{ts}tok-1")).into();
+        assert_eq!(v.signed_content, Some(digest));
+        let other_event = body.replace(r#""id":"e1""#, r#""id":"e2","event":"x""#);
+        let again = c
+            .verify(
+                &request(&none, other_event.as_bytes()),
+                &[Secret::new("key-mg")],
+            )
+            .unwrap();
+        assert_eq!(again.signed_content, v.signed_content);
         let forged = body.replace("tok-1", "tok-2");
         assert!(matches!(
             c.verify(&request(&none, forged.as_bytes()), &[Secret::new("key-mg")]),

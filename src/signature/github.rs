@@ -35,6 +35,7 @@ pub(super) fn verify(
         secret_index,
         signed_at: None,
         delivery_id: optional_header(headers, DELIVERY_HEADER),
+        signed_content: None,
     })
 }
 

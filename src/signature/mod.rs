@@ -160,9 +160,10 @@ impl Scheme {
 
     /// Whether a raw body equal to a logged one is a duplicate: the signature covers
     /// neither a delivery id nor a timestamp (every scheme that signs an id signs a time),
-    /// so a captured delivery resent under a new unsigned id verifies as a new one.
+    /// so a captured delivery resent under a new unsigned id verifies as a new one. Twilio
+    /// signs a canonical form of its body instead: [`Verifier::dedups_by_signed_content`].
     pub fn dedups_by_body(self) -> bool {
-        !self.is_timestamped()
+        !self.is_timestamped() && self != Scheme::Twilio
     }
 
     /// The headers a delivery must carry, and what each holds, for explanations.
@@ -247,15 +248,20 @@ impl Scheme {
     }
 
     /// Checks that a configured secret has the form this scheme needs, so a
-    /// typo fails at startup instead of as a 401 on every delivery. The
+    /// typo fails at startup instead of as a 401 on every delivery, and that a shared
+    /// token or password cannot be guessed ([`MIN_SHARED_SECRET_BYTES`]). The
     /// explanation never contains the secret.
     pub fn check_secret(self, secret: &Secret) -> Result<(), &'static str> {
         if secret.expose().is_empty() {
             return Err("is empty");
         }
+        if secret.expose().iter().all(u8::is_ascii_whitespace) {
+            return Err("is blank (only whitespace)");
+        }
         match self {
             Scheme::StandardWebhooks => standard_webhooks::Key::parse(secret).map(|_| ()),
             Scheme::Basic => basic::check_secret(secret),
+            Scheme::Token => token::check_secret(secret),
             Scheme::Ed25519 | Scheme::EcdsaP256 => self
                 .public_key()
                 .map_or(Ok(()), |alg| public_key::check_key(alg, secret)),
@@ -307,6 +313,11 @@ pub fn carries_credential(name: &str) -> bool {
         .chain(CREDENTIAL_HEADERS)
         .any(|header| header.eq_ignore_ascii_case(name))
 }
+
+/// The shortest token (`token`) or password (`basic`) a source accepts, as the admin
+/// token's minimum: whoever can reach the source could otherwise guess it, and with it
+/// send deliveries (a `basic` secret of `":"` would let `Basic Og==` in).
+pub const MIN_SHARED_SECRET_BYTES: usize = 16;
 
 /// How every timestamped scheme writes its time.
 pub const TIMESTAMP_FORMAT: &str = "unix time in whole seconds (digits only)";
@@ -502,6 +513,13 @@ pub struct Verified {
     /// (`webhook-id`, `X-GitHub-Delivery`, `X-Shopify-Event-Id`): the
     /// `event_id` of a body that carries none.
     pub delivery_id: Option<String>,
+    /// The SHA-256 of what the signature covers, for a scheme whose signature covers
+    /// less than the raw body (an `hmac` `signed_content` without `{body}`: Mailgun's
+    /// timestamp and token) or a canonical form of it (`twilio`: the URL and the sorted,
+    /// decoded form fields). Two deliveries with the same one carry the same signature
+    /// whatever their other bytes: it stands for the body in the dedup
+    /// (docs/contract.md, duplicates).
+    pub signed_content: Option<[u8; 32]>,
 }
 
 /// Verifies one delivery against every secret of its source, as of `received_at` (unix seconds).
@@ -628,9 +646,37 @@ impl Verifier {
     }
 
     /// Whether a raw body equal to a logged one is a duplicate: nothing the publisher
-    /// sends bounds a replay (no signed id nor time), see [`Scheme::dedups_by_body`].
+    /// sends bounds a replay (no signed id nor time), see [`Scheme::dedups_by_body`]. A
+    /// scheme whose signature does not cover the raw body as such dedups by what it signs
+    /// instead ([`Verifier::dedups_by_signed_content`]).
     pub fn dedups_by_body(&self) -> bool {
-        !self.is_timestamped()
+        !self.is_timestamped() && !self.dedups_by_signed_content()
+    }
+
+    /// Whether a delivery whose signed content equals a logged one's is a duplicate, timestamp
+    /// or not ([`Verified::signed_content`]): the signature covers less than the raw body
+    /// (an `hmac`, `ed25519` or `ecdsa-p256` `signed_content` without `{body}`), so any
+    /// number of bodies verify under one signature; or a canonical form of it (`twilio`'s
+    /// sorted, decoded fields), so several raw bodies do (docs/contract.md, duplicates).
+    pub fn dedups_by_signed_content(&self) -> bool {
+        match self {
+            Verifier::Hmac(config) | Verifier::PublicKey(config) => !config.covers_body(),
+            Verifier::Twilio(_) => true,
+            Verifier::Fixed(_) | Verifier::Token(_) | Verifier::Basic | Verifier::AwsSns(_) => {
+                false
+            }
+        }
+    }
+
+    /// The `signed_content` of a source whose signature does not cover the body, for the
+    /// warning at start: every byte of the body outside it is unsigned.
+    pub fn unsigned_body(&self) -> Option<String> {
+        match self {
+            Verifier::Hmac(config) | Verifier::PublicKey(config) if !config.covers_body() => {
+                Some(config.content.to_string())
+            }
+            _ => None,
+        }
     }
 
     /// The headers the signature covers besides the body.

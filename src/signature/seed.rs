@@ -36,6 +36,7 @@ pub(super) fn verify_plain(
         secret_index,
         signed_at: None,
         delivery_id: None,
+        signed_content: None,
     })
 }
 
@@ -52,6 +53,7 @@ pub(super) fn verify_timestamped(
         secret_index,
         signed_at: Some(ts),
         delivery_id: None,
+        signed_content: None,
     })
 }
 

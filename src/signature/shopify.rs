@@ -36,6 +36,7 @@ pub(super) fn verify(
         secret_index,
         signed_at: None,
         delivery_id: optional_header(headers, EVENT_ID_HEADER),
+        signed_content: None,
     })
 }
 

@@ -38,6 +38,7 @@ pub(super) fn verify(
         secret_index,
         signed_at: Some(ts),
         delivery_id: None,
+        signed_content: None,
     })
 }
 

@@ -251,6 +251,7 @@ pub(super) fn verify(
                 secret_index: index,
                 signed_at: Some(ts),
                 delivery_id: Some(id.to_owned()),
+                signed_content: None,
             });
         }
     }

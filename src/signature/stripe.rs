@@ -77,6 +77,7 @@ pub(super) fn verify(
         secret_index,
         signed_at: Some(parsed.timestamp),
         delivery_id: None,
+        signed_content: None,
     })
 }
 

@@ -149,6 +149,25 @@ impl Template {
     }
 }
 
+/// The template as it would be written in the configuration (a header name in lower
+/// case): what the warning about a body left unsigned names.
+impl std::fmt::Display for Template {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for part in &self.parts {
+            match part {
+                Part::Literal(text) => f.write_str(text)?,
+                Part::Body => f.write_str("{body}")?,
+                Part::Timestamp => f.write_str("{timestamp}")?,
+                Part::Header(name) => write!(f, "{{header:{name}}}")?,
+                Part::Method => f.write_str("{method}")?,
+                Part::Url => f.write_str("{url}")?,
+                Part::Pointer(pointer) => write!(f, "{{pointer:{pointer}}}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What a delivery offers a template.
 #[derive(Debug, Clone, Copy)]
 pub struct Input<'a> {
@@ -282,6 +301,21 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_template_is_written_back_as_parsed() {
+        for raw in [
+            "{timestamp}{pointer:/signature/token}",
+            "v0:{timestamp}:{body}",
+            "{method}{url}{body}{timestamp}",
+            "{header:twitch-eventsub-message-id}{timestamp}{body}",
+            "literal only",
+        ] {
+            let template = Template::parse(raw).unwrap();
+            assert_eq!(template.to_string(), raw);
+            assert_eq!(Template::parse(&template.to_string()).unwrap(), template);
+        }
+    }
+
     /// A piece of a template and the bytes it stands for.
     fn piece() -> impl Strategy<Value = (String, Vec<u8>)> {
         prop_oneof![
@@ -306,6 +340,7 @@ mod tests {
             let raw: String = pieces.iter().map(|(t, _)| t.as_str()).collect();
             let expected: Vec<u8> = pieces.iter().flat_map(|(_, b)| b.clone()).collect();
             let template = Template::parse(&raw).unwrap();
+            prop_assert_eq!(Template::parse(&template.to_string()).unwrap(), template.clone());
             let mut headers = HeaderMap::new();
             headers.insert("x-id", HeaderValue::from_static("m-1"));
             let json = serde_json::json!({"a": {"b": "tok"}, "n": 42});

@@ -96,6 +96,7 @@ impl TokenConfig {
             secret_index,
             signed_at: None,
             delivery_id: None,
+            signed_content: None,
         })
     }
 
@@ -114,6 +115,19 @@ impl TokenConfig {
         }
     }
 }
+
+/// A token must be at least [`super::MIN_SHARED_SECRET_BYTES`] long, as an admin token:
+/// a one-byte token is guessed at the first tries.
+pub fn check_secret(secret: &Secret) -> Result<(), &'static str> {
+    if secret.expose().len() < super::MIN_SHARED_SECRET_BYTES {
+        return Err(
+            "is shorter than 16 bytes: anyone who can reach the source could guess it. \
+                    Use a random one, e.g. `openssl rand -hex 24`",
+        );
+    }
+    Ok(())
+}
+const _: () = assert!(super::MIN_SHARED_SECRET_BYTES == 16);
 
 /// The position of the secret equal to `given`, every secret compared in constant time.
 pub(crate) fn matching_secret(given: &[u8], secrets: &[Secret]) -> Option<usize> {
@@ -210,6 +224,26 @@ mod tests {
                 .code(),
             "invalid_signature"
         );
+    }
+
+    #[test]
+    fn a_token_is_at_least_sixteen_bytes() {
+        assert_eq!(check_secret(&Secret::new("sixteen-bytes-ok")), Ok(()));
+        for short in ["t", "fifteen-bytes!!"] {
+            let err = check_secret(&Secret::new(short)).unwrap_err();
+            assert!(err.starts_with("is shorter than 16 bytes"), "{err}");
+        }
+        // Every scheme refuses an empty or blank secret first.
+        for scheme in [super::super::Scheme::Token, super::super::Scheme::Hmac] {
+            assert_eq!(scheme.check_secret(&Secret::new("")), Err("is empty"));
+            assert!(scheme
+                .check_secret(&Secret::new(" \t "))
+                .unwrap_err()
+                .starts_with("is blank"));
+        }
+        assert!(super::super::Scheme::Hmac
+            .check_secret(&Secret::new("s"))
+            .is_ok());
     }
 
     #[test]

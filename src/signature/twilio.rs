@@ -69,10 +69,13 @@ impl TwilioConfig {
                 tried: secrets.len(),
                 configured: secrets.len(),
             })?;
+        // Reordered fields, a trailing `&` or `%41` for `A` verify alike: what is signed,
+        // not the raw body, is the delivery's identity (docs/contract.md, duplicates).
         Ok(Verified {
             secret_index,
             signed_at: None,
             delivery_id: None,
+            signed_content: Some(Sha256::digest(&message).into()),
         })
     }
 
@@ -231,6 +234,55 @@ mod tests {
         assert!(config()
             .verify(&request(&h, body, "/myapp.php?foo=1&bar=3"), &secrets)
             .is_err());
+    }
+
+    /// What one signature verifies for, beyond the bytes Twilio sent: a trailing `&`, the
+    /// fields in another order, `%41` for `A`, `+` for `%20`, a field repeated. All carry
+    /// the same signed content, the delivery's identity in the dedup.
+    #[test]
+    fn equivalent_forms_of_one_form_share_their_signed_content() {
+        let body = "AccountSid=AC1&Body=hi+there&MessageSid=SM1&MessageStatus=sent";
+        let path = "/webhooks/twilio";
+        let secret = Secret::new("12345");
+        let signed = config().sign(&request(&HeaderMap::new(), body.as_bytes(), path), &secret);
+        let h = headers_of(&signed.headers);
+        let first = config()
+            .verify(
+                &request(&h, body.as_bytes(), path),
+                std::slice::from_ref(&secret),
+            )
+            .unwrap();
+        let expected: [u8; 32] = Sha256::digest(
+            b"https://mycompany.com/webhooks/twilioAccountSidAC1Bodyhi thereMessageSidSM1MessageStatussent",
+        )
+        .into();
+        assert_eq!(first.signed_content, Some(expected));
+        for variant in [
+            format!("{body}&"),
+            "MessageStatus=sent&MessageSid=SM1&Body=hi+there&AccountSid=AC1".to_owned(),
+            body.replacen("AccountSid", "%41ccountSid", 1),
+            body.replace('+', "%20"),
+            format!("AccountSid=AC1&{body}"),
+        ] {
+            assert_ne!(variant, body);
+            let v = config()
+                .verify(
+                    &request(&h, variant.as_bytes(), path),
+                    std::slice::from_ref(&secret),
+                )
+                .unwrap_or_else(|e| panic!("{variant}: {e}"));
+            assert_eq!(v.signed_content, first.signed_content, "{variant}");
+        }
+        // Another status is another signed content.
+        let other = body.replace("sent", "delivered");
+        let signed = config().sign(&request(&HeaderMap::new(), other.as_bytes(), path), &secret);
+        let v = config()
+            .verify(
+                &request(&headers_of(&signed.headers), other.as_bytes(), path),
+                &[secret],
+            )
+            .unwrap();
+        assert_ne!(v.signed_content, first.signed_content);
     }
 
     #[test]

@@ -351,7 +351,7 @@ async fn encrypt_aggregate<I: Tx>(
         let body = opt_bytes(row, 2)?.unwrap_or_default();
         // The body-equality key becomes the keyed hash: a plain SHA-256 would let whoever
         // holds the database test a guessed body.
-        let hash = opt_string(row, 5)?.map(|_| vault.body_hash(&body));
+        let hash = opt_string(row, 5)?.map(|stored| vault.rehash(&stored, &body));
         let body = if is_sealed(&body) {
             body
         } else {

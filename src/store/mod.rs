@@ -200,10 +200,43 @@ pub struct NewEvent<'a> {
     /// at once, never settled, under no limit (it is no backlog item) (docs/contract.md, json
     /// sources).
     pub ignored: bool,
-    /// Whether a raw body equal to a logged one of the source makes this a duplicate: its
-    /// scheme signs neither a delivery id nor a timestamp, so its headers cannot tell a
-    /// resent capture from a new delivery (docs/contract.md, duplicates).
-    pub dedup_by_body: bool,
+    /// What besides its ids makes it a duplicate of a logged event of the source: its raw
+    /// body, what its signature covers, or nothing (docs/contract.md, duplicates).
+    pub body_key: BodyKey,
+}
+
+/// The body key of a delivery: what, besides its `event_id` and `idempotency_key`, makes
+/// it a duplicate of a logged event of its source (docs/contract.md, duplicates). Stored
+/// hashed (keyed with encryption on) in the event's `body_sha256`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum BodyKey {
+    /// Nothing more: the scheme signs a delivery id or a time that bounds a replay.
+    #[default]
+    None,
+    /// The raw body, byte for byte: the scheme signs neither a delivery id nor a time, so
+    /// its headers cannot tell a resent capture from a new delivery.
+    RawBody,
+    /// The SHA-256 of what the signature covers, which is less than the raw body (an
+    /// `hmac` `signed_content` without `{body}`) or a canonical form of it (`twilio`): any
+    /// delivery carrying the same signature is the same delivery.
+    SignedContent([u8; 32]),
+}
+
+impl BodyKey {
+    /// The key of the element at `index` of a batch verified as a whole: a signed content
+    /// is the whole batch's, so each element's is told apart by its place in the array.
+    pub fn for_element(self, index: usize) -> Self {
+        match self {
+            BodyKey::SignedContent(digest) => {
+                use sha2::Digest;
+                let mut hash = sha2::Sha256::new();
+                hash.update(digest);
+                hash.update((index as u64).to_be_bytes());
+                BodyKey::SignedContent(hash.finalize().into())
+            }
+            other => other,
+        }
+    }
 }
 
 /// Limits a delivery is admitted under. The store decides them in the transaction
@@ -249,7 +282,8 @@ pub struct EventRow {
     pub(crate) body: Vec<u8>,
     /// The kept headers as JSON.
     pub(crate) headers: Option<String>,
-    /// The body's SHA-256 (hex), when a copy of the body is a duplicate ([`NewEvent::dedup_by_body`]).
+    /// The body key ([`NewEvent::body_key`]) as stored: the body's SHA-256 (hex), or
+    /// `signed:` and the signed content's; each keyed when encryption is on.
     pub(crate) body_sha256: Option<String>,
     pub(crate) received_at: i64,
     pub(crate) signed_at: Option<i64>,
@@ -332,7 +366,11 @@ impl EventRow {
                 .map(|k| k.as_str().to_owned()),
             body: event.body.to_vec(),
             headers: filter::headers_json(event.headers),
-            body_sha256: event.dedup_by_body.then(|| vault.body_hash(event.body)),
+            body_sha256: match event.body_key {
+                BodyKey::None => None,
+                BodyKey::RawBody => Some(vault.body_hash(event.body)),
+                BodyKey::SignedContent(digest) => Some(vault.signed_content_hash(&digest)),
+            },
             received_at: event.received_at_ms,
             signed_at: event.signed_at,
             limits: event.limits,

@@ -19,6 +19,9 @@ use crate::encryption::{
 /// Most unwrapped data keys kept per map: a bounded cache, two generations of this many.
 const CACHED_KEYS: usize = 50_000;
 
+/// What a body key kept from a signed content starts with ([`Vault::signed_content_hash`]).
+const SIGNED_CONTENT_KEY: &str = "signed:";
+
 /// A map bounded by two generations: when the young one fills, it becomes the old one
 /// and the old one is dropped; a hit in the old one moves back to the young one. Keys in
 /// use stay; the least recently used go, a generation at a time.
@@ -288,10 +291,35 @@ impl Vault {
     }
 
     /// The body-equality dedup key of `body`: its SHA-256, keyed when encryption is on.
+    /// (A signed content's is [`Vault::signed_content_hash`].)
     pub fn body_hash(&self, body: &[u8]) -> String {
         match self.body_hasher.get() {
             Some(hasher) => hasher.hash(body),
             None => hex::encode(sha2::Sha256::digest(body)),
+        }
+    }
+
+    /// The body key of a delivery deduplicated by what its signature covers: `signed:`
+    /// and the signed content's SHA-256 (`digest`), that SHA-256 keyed when encryption is
+    /// on. The prefix keeps it apart from a raw body's hash, and lets [`Vault::rehash`]
+    /// key it without the signed content, which is not stored.
+    pub fn signed_content_hash(&self, digest: &[u8; 32]) -> String {
+        let hashed = match self.body_hasher.get() {
+            Some(hasher) => hasher.hash(digest),
+            None => hex::encode(digest),
+        };
+        format!("{SIGNED_CONTENT_KEY}{hashed}")
+    }
+
+    /// The keyed form of a plaintext row's body key `stored`, as a delivery logged now
+    /// would get it: a raw body's from `body`, a signed content's from the SHA-256 it holds.
+    pub(crate) fn rehash(&self, stored: &str, body: &[u8]) -> String {
+        let digest = stored
+            .strip_prefix(SIGNED_CONTENT_KEY)
+            .and_then(crate::signature::hex_32);
+        match digest {
+            Some(digest) => self.signed_content_hash(&digest),
+            None => self.body_hash(body),
         }
     }
 
@@ -516,4 +544,34 @@ pub(crate) async fn drop_unused_key<I: Tx>(
             .await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signed_content_key_is_apart_from_a_body_key_and_rehashed_without_the_content() {
+        let plain = Vault::default();
+        let digest: [u8; 32] = sha2::Sha256::digest(b"1700000000token-1").into();
+        let signed = plain.signed_content_hash(&digest);
+        assert_eq!(signed, format!("signed:{}", hex::encode(digest)));
+        // The SHA-256 of a body equal to the signed content is another key.
+        assert_ne!(plain.body_hash(b"1700000000token-1"), signed);
+
+        // Encryption on: a new delivery gets the keyed forms, and a plaintext row's keys
+        // become the same ones, the signed content's from the SHA-256 it keeps.
+        let sealed = Vault::default();
+        assert!(sealed.body_hasher.set(BodyHasher::generate()).is_ok());
+        let keyed = sealed.signed_content_hash(&digest);
+        assert!(keyed.starts_with("signed:") && keyed != signed);
+        assert_eq!(sealed.rehash(&signed, b"any stored body"), keyed);
+        let body = b"{\"a\":1}";
+        assert_eq!(
+            sealed.rehash(&plain.body_hash(body), body),
+            sealed.body_hash(body)
+        );
+        // A malformed signed key is hashed as a body, never panics.
+        assert_eq!(sealed.rehash("signed:zz", body), sealed.body_hash(body));
+    }
 }

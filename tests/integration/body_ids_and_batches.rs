@@ -49,6 +49,20 @@ event_type = "/event"
 ordering = "latest-wins"
 
 [[sources]]
+name = "sendgrid-limited"
+kind = "json"
+mode = "sync"
+signature = "hmac-timestamped"
+secrets = ["sg-secret"]
+batch = true
+rate_limit_per_s = 2
+event_id = "/sg_event_id"
+aggregate = "/email"
+sequence = "/timestamp"
+event_type = "/event"
+ordering = "latest-wins"
+
+[[sources]]
 name = "commands"
 kind = "json"
 mode = "sync"
@@ -562,4 +576,69 @@ async fn a_limit_refusing_one_element_keeps_nothing_of_the_batch() {
     assert_eq!(r.code, 429, "{:?}", r.body);
     assert_eq!(r.body["error"], "backlog_full", "{:?}", r.body);
     assert_eq!(server.count().await, 0);
+}
+
+#[tokio::test]
+async fn a_batch_spends_one_rate_token_per_event_and_one_over_the_tokens_keeps_nothing() {
+    let server = TestServer::spawn_with_sources(SOURCES).await;
+    let event = |i: i64| sendgrid_event(&format!("rl-{i}"), "rl@example.com", "open", i);
+    // rate_limit_per_s = 2: a full bucket holds 2 tokens, and a batch of 2 spends both.
+    let r = post_json(
+        &server,
+        "sendgrid-limited",
+        "sg-secret",
+        &batch(&[event(1), event(2)]),
+    )
+    .await;
+    assert_eq!(r.code, 200, "{:?}", r.body);
+    assert_eq!(r.body["logged"], 2, "{:?}", r.body);
+    // The next batch of 2 finds less than 2 tokens: 429 as a whole, with Retry-After,
+    // and nothing of it is kept.
+    let r = post_json(
+        &server,
+        "sendgrid-limited",
+        "sg-secret",
+        &batch(&[event(3), event(4)]),
+    )
+    .await;
+    assert_eq!(r.code, 429, "{:?}", r.body);
+    assert_eq!(r.body["error"], "rate_limited", "{:?}", r.body);
+    assert!(
+        r.retry_after.as_deref().and_then(|s| s.parse::<u64>().ok()) >= Some(1),
+        "{r:?}"
+    );
+    assert_eq!(
+        server.count().await,
+        2,
+        "nothing of the refused batch is logged"
+    );
+    for id in ["rl-3", "rl-4"] {
+        assert_eq!(server.status("sendgrid-limited", id).await, None, "{id}");
+    }
+}
+
+#[tokio::test]
+async fn a_batch_larger_than_the_burst_takes_a_full_bucket_and_leaves_a_debt() {
+    let server = TestServer::spawn_with_sources(SOURCES).await;
+    let event = |i: i64| sendgrid_event(&format!("debt-{i}"), "debt@example.com", "open", i);
+    // Five events on a bucket of 2: taken whole on a full bucket, never refused for ever...
+    let five: Vec<Value> = (1..=5).map(event).collect();
+    let r = post_json(&server, "sendgrid-limited", "sg-secret", &batch(&five)).await;
+    assert_eq!(r.code, 200, "{:?}", r.body);
+    assert_eq!(r.body["logged"], 5, "{:?}", r.body);
+    // ...but they are 5 events: the source owes 3 tokens, so the next delivery waits for
+    // them (2 s at 2 per second) instead of finding one left.
+    let r = post_json(
+        &server,
+        "sendgrid-limited",
+        "sg-secret",
+        &batch(&[event(6)]),
+    )
+    .await;
+    assert_eq!(r.code, 429, "{:?}", r.body);
+    assert!(
+        r.retry_after.as_deref().and_then(|s| s.parse::<u64>().ok()) >= Some(2),
+        "{r:?}"
+    );
+    assert_eq!(server.count().await, 5);
 }

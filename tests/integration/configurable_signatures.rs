@@ -72,7 +72,7 @@ kind = "json"
 mode = "sync"
 signature = "token"
 token_header = "X-Gitlab-Token"
-secrets = ["gl-token-1", "gl-token-2"]
+secrets = ["gl-token-0000000001", "gl-token-0000000002"]
 event_id = "header:X-Gitlab-Event-UUID"
 aggregate = "/project/id"
 ordering = "unordered"
@@ -83,7 +83,7 @@ kind = "json"
 mode = "sync"
 signature = "token"
 token_query = "token"
-secrets = ["q-token"]
+secrets = ["q-token-0123456789"]
 event_id = "/id"
 aggregate = "/id"
 ordering = "unordered"
@@ -93,7 +93,7 @@ name = "basic"
 kind = "json"
 mode = "sync"
 signature = "basic"
-secrets = ["hook:s3cret"]
+secrets = ["hook:s3cret-s3cret-s3cret"]
 event_id = "/id"
 aggregate = "/id"
 ordering = "unordered"
@@ -263,9 +263,9 @@ async fn tokens_and_basic_credentials_accept_any_listed_secret_and_refuse_others
     let server = server().await;
     let body = serde_json::to_vec(&json!({"object_kind": "push", "project": {"id": 7}})).unwrap();
     for (token, id, code) in [
-        ("gl-token-2", "u-1", 200),
-        ("gl-token-1", "u-2", 200),
-        ("gl-token-3", "u-3", 401),
+        ("gl-token-0000000002", "u-1", 200),
+        ("gl-token-0000000001", "u-2", 200),
+        ("gl-token-0000000003", "u-3", 401),
         ("gl-token-", "u-4", 401),
     ] {
         let headers = [
@@ -295,10 +295,21 @@ async fn tokens_and_basic_credentials_accept_any_listed_secret_and_refuse_others
             .send()
     };
     assert_eq!(
-        query("?token=q-token").await.unwrap().status().as_u16(),
+        query("?token=q-token-0123456789")
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
         200
     );
-    assert_eq!(query("?token=q-toke").await.unwrap().status().as_u16(), 401);
+    assert_eq!(
+        query("?token=q-token-012345678")
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        401
+    );
     assert_eq!(query("").await.unwrap().status().as_u16(), 401);
 
     let basic = |credentials: &str| {
@@ -308,9 +319,9 @@ async fn tokens_and_basic_credentials_accept_any_listed_secret_and_refuse_others
         )
     };
     for (credentials, id, code) in [
-        ("hook:s3cret", "b-1", 200),
+        ("hook:s3cret-s3cret-s3cret", "b-1", 200),
         ("hook:wrong", "b-2", 401),
-        ("other:s3cret", "b-3", 401),
+        ("other:s3cret-s3cret-s3cret", "b-3", 401),
     ] {
         let body = format!(r#"{{"id":"{id}"}}"#);
         let reply = post(
@@ -404,4 +415,188 @@ async fn send_signs_and_verify_explains_for_the_configurable_schemes() {
         "{out}"
     );
     assert!(!out.contains("gl-token"), "{out}");
+}
+
+/// Mailgun's signing key in the tests below.
+const MAILGUN_KEY: &str = "mailgun-http-webhook-signing-key";
+
+/// A Mailgun source (the preset: the signature block signs `{timestamp}{token}` only) and
+/// a plain `hmac` source signing a header and the body, which has nothing to warn of.
+const MAILGUN_SOURCES: &str = r#"
+[[sources]]
+name = "mailgun"
+preset = "mailgun"
+mode = "sync"
+secrets = ["mailgun-http-webhook-signing-key"]
+
+[[sources]]
+name = "signs-body"
+kind = "json"
+mode = "sync"
+signature = "hmac"
+signature_header = "X-Sig"
+signed_content = "{header:X-Id}.{body}"
+secrets = ["signs-body-secret"]
+event_id = "header:X-Id"
+ordering = "unordered"
+"#;
+
+/// Mailgun's signature block for `token` at `ts`.
+fn mailgun_block(ts: &str, token: &str) -> serde_json::Value {
+    let sig = hex::encode(hmac256(MAILGUN_KEY, format!("{ts}{token}").as_bytes()));
+    json!({"timestamp": ts, "token": token, "signature": sig})
+}
+
+/// A Mailgun event body carrying `block`; its `event-data` (id included) is unsigned.
+fn mailgun_body(block: &serde_json::Value, id: &str, event: &str) -> Vec<u8> {
+    serde_json::to_vec(
+        &json!({"signature": block, "event-data": {"id": id, "event": event,
+        "message": {"headers": {"message-id": format!("{id}@mg.example.com")}}}}),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn mailgun_one_signature_block_is_one_delivery_whatever_its_unsigned_event_id() {
+    let server = TestServer::spawn_with_sources(MAILGUN_SOURCES).await;
+    let ts = now_s().to_string();
+    let block = mailgun_block(&ts, "c4b3a2f1e0d9c8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0");
+    let first = post(
+        &server,
+        "mailgun",
+        &mailgun_body(&block, "evt-A", "delivered"),
+        &[],
+    )
+    .await;
+    assert_eq!(first.code, 200, "{first:?}");
+    assert_eq!(first.body["status"], "applied", "{first:?}");
+    // The same signature block under other unsigned event ids and content: each a
+    // duplicate of the first delivery, keyed by what the signature covers.
+    for (id, event) in [
+        ("evt-B", "delivered"),
+        ("evt-C", "opened"),
+        ("evt-A", "failed"),
+    ] {
+        let reply = post(&server, "mailgun", &mailgun_body(&block, id, event), &[]).await;
+        assert_eq!(reply.code, 200, "{id}: {reply:?}");
+        assert_eq!(reply.body["status"], "duplicate", "{id}: {reply:?}");
+        assert_eq!(reply.body["event_id"], id, "{reply:?}");
+    }
+    let logged: Vec<_> = server
+        .logged()
+        .await
+        .into_iter()
+        .filter(|e| e.source == "mailgun")
+        .collect();
+    assert_eq!(
+        logged.len(),
+        1,
+        "one signature block, one event: {logged:?}"
+    );
+    assert_eq!(logged[0].event_id, "evt-A");
+
+    // A new delivery (Mailgun signs a fresh token each time) is a new event, even one
+    // that repeats the first one's unsigned event id... which its event id dedups.
+    let fresh = mailgun_block(&ts, "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a6978");
+    let reply = post(
+        &server,
+        "mailgun",
+        &mailgun_body(&fresh, "evt-D", "delivered"),
+        &[],
+    )
+    .await;
+    assert_eq!(reply.body["status"], "applied", "{reply:?}");
+    let reply = post(
+        &server,
+        "mailgun",
+        &mailgun_body(&fresh, "evt-D", "delivered"),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        reply.body["status"], "duplicate",
+        "the retry of a delivery: {reply:?}"
+    );
+
+    // Told once at start, per such source, naming the source and what is unsigned, never the key.
+    let log = std::fs::read_to_string(server.dir().join("server.log")).unwrap();
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("does not cover the body"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{log}");
+    assert!(
+        warned[0].contains("mailgun")
+            && warned[0].contains("{timestamp}{pointer:/signature/token}"),
+        "{}",
+        warned[0]
+    );
+    assert!(!log.contains(MAILGUN_KEY), "{log}");
+    assert!(!log.contains("signs-body-secret"), "{log}");
+}
+
+#[tokio::test]
+async fn blank_and_short_shared_secrets_stop_the_server_naming_the_source_never_the_value() {
+    for (scheme_keys, secret, why) in [
+        (
+            "signature = \"token\"\ntoken_header = \"X-Token\"",
+            "t",
+            "shorter than 16 bytes",
+        ),
+        (
+            "signature = \"token\"\ntoken_query = \"token\"",
+            "fifteen-bytes!!",
+            "shorter than 16 bytes",
+        ),
+        ("signature = \"basic\"", ":", "user"),
+        ("signature = \"basic\"", ":a-long-enough-password", "user"),
+        ("signature = \"basic\"", "hook:pw", "password"),
+        ("signature = \"basic\"", "hook:fifteen-bytes!!", "password"),
+        (
+            "signature = \"hmac\"\nsignature_header = \"X-Sig\"",
+            "",
+            "has no secret",
+        ),
+        (
+            "signature = \"hmac\"\nsignature_header = \"X-Sig\"",
+            "   ",
+            "blank",
+        ),
+    ] {
+        // The first secret is a good one: the error names the second by its position.
+        let good = if scheme_keys.contains("basic") {
+            "hook:ok-password-0123456789"
+        } else {
+            "ok-secret-0123456789"
+        };
+        let sources = format!(
+            "[[sources]]\nname = \"weak\"\nkind = \"json\"\n{scheme_keys}\nsecrets = [{good:?}, {secret:?}]\nevent_id = \"/id\"\nordering = \"unordered\"\n"
+        );
+        let server = TestServer::unstarted("", "", &sources).await;
+        let (ok, out) = server.cli(&["serve"]);
+        assert!(!ok, "{secret:?} started: {out}");
+        assert!(
+            out.contains("source \"weak\"")
+                && (secret.is_empty() || out.contains("secret #1"))
+                && out.contains(why),
+            "{secret:?}: {out}"
+        );
+        if secret.trim().len() > 1 {
+            assert!(!out.contains(secret), "{out}");
+        }
+    }
+    // The shortest accepted: 16 bytes of token, a user and 16 bytes of password.
+    for (scheme_keys, secret) in [
+        (
+            "signature = \"token\"\ntoken_header = \"X-Token\"",
+            "sixteen-bytes-ok",
+        ),
+        ("signature = \"basic\"", "u:sixteen-bytes-ok"),
+    ] {
+        let sources = format!(
+            "[[sources]]\nname = \"fine\"\nkind = \"json\"\nmode = \"sync\"\n{scheme_keys}\nsecrets = [{secret:?}]\nevent_id = \"/id\"\nordering = \"unordered\"\n"
+        );
+        let server = TestServer::spawn_with_sources(&sources).await;
+        assert_eq!(server.get("/healthz").await.code, 200, "{secret:?}");
+    }
 }

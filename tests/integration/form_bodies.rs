@@ -335,3 +335,104 @@ async fn send_posts_a_form_body_and_verify_reads_it() {
         "{out}"
     );
 }
+
+/// Twilio's auth token in the test below.
+const TWILIO_TOKEN: &str = "twilio-auth-token-0123456789abcdef";
+
+/// `X-Twilio-Signature` for `pairs` posted to `/webhooks/twilio` (public_url
+/// `https://hooks.example.com`): base64 of the HMAC-SHA1 of the URL, then each name and
+/// value sorted by name, computed here by hand.
+fn twilio_signature(pairs: &[(&str, &str)]) -> String {
+    use base64::Engine;
+    use hmac::{Hmac, Mac};
+    let mut sorted = pairs.to_vec();
+    sorted.sort();
+    let mut signed = "https://hooks.example.com/webhooks/twilio".to_owned();
+    for (name, value) in sorted {
+        signed += name;
+        signed += value;
+    }
+    let mut mac = Hmac::<sha1::Sha1>::new_from_slice(TWILIO_TOKEN.as_bytes()).unwrap();
+    mac.update(signed.as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+}
+
+#[tokio::test]
+async fn twilio_one_signed_delivery_in_any_of_its_equivalent_forms_is_one_event() {
+    let server = TestServer::spawn_top_and_sources(
+        "public_url = \"https://hooks.example.com\"",
+        &format!(
+            "[[sources]]\nname = \"twilio\"\npreset = \"twilio\"\nmode = \"sync\"\nsecrets = [\"{TWILIO_TOKEN}\"]\n"
+        ),
+    )
+    .await;
+    let pairs = [
+        ("AccountSid", "AC1"),
+        ("MessageSid", "SM1342fe1b2c904d1ab04f0fc7a58abca9"),
+        ("MessageStatus", "sent"),
+    ];
+    let signature = twilio_signature(&pairs);
+    let canonical = form(&pairs);
+    // One signed delivery, and what its signature still verifies for: a trailing `&`,
+    // the fields reordered, `%41` for `A`, a field repeated. Each under a new (unsigned)
+    // idempotency token, as a replayer would send it.
+    let variants = [
+        canonical.clone(),
+        format!("{canonical}&"),
+        "MessageStatus=sent&MessageSid=SM1342fe1b2c904d1ab04f0fc7a58abca9&AccountSid=AC1"
+            .to_owned(),
+        canonical.replacen("AccountSid", "%41ccountSid", 1),
+        format!("AccountSid=AC1&{canonical}"),
+    ];
+    for (i, body) in variants.iter().enumerate() {
+        let headers = [
+            ("x-twilio-signature", signature.clone()),
+            ("i-twilio-idempotency-token", format!("idem-{i}")),
+            ("content-type", FORM.to_owned()),
+        ];
+        let reply = server.post_raw("twilio", body.as_bytes(), &headers).await;
+        assert_eq!(reply.code, 200, "{body}: {reply:?}");
+    }
+    let logged = server.logged().await;
+    let twilio: Vec<_> = logged.iter().filter(|e| e.source == "twilio").collect();
+    assert_eq!(
+        twilio.len(),
+        1,
+        "one signed delivery, one event: {twilio:?}"
+    );
+    assert_eq!(twilio[0].event_id, "idem-0");
+
+    // Twilio's own retry (same fields, same idempotency token) stays a duplicate, and a
+    // new status of the message is a new event.
+    let headers = |token: &str, signature: String| {
+        [
+            ("x-twilio-signature", signature),
+            ("i-twilio-idempotency-token", token.to_owned()),
+            ("content-type", FORM.to_owned()),
+        ]
+    };
+    let reply = server
+        .post_raw(
+            "twilio",
+            canonical.as_bytes(),
+            &headers("idem-0", signature.clone()),
+        )
+        .await;
+    assert_eq!(reply.code, 200, "{reply:?}");
+    let delivered = [pairs[0], pairs[1], ("MessageStatus", "delivered")];
+    let reply = server
+        .post_raw(
+            "twilio",
+            form(&delivered).as_bytes(),
+            &headers("idem-9", twilio_signature(&delivered)),
+        )
+        .await;
+    assert_eq!(reply.code, 200, "{reply:?}");
+    let count = server
+        .logged()
+        .await
+        .iter()
+        .filter(|e| e.source == "twilio")
+        .count();
+    assert_eq!(count, 2);
+}

@@ -268,7 +268,7 @@ async fn report_the_cost_of_arrivals_with_many_held_events() {
                 headers: &[],
                 limits: IngestLimits::NONE,
                 ignored: false,
-                dedup_by_body: false,
+                body_key: inhook::store::BodyKey::None,
             };
             let logged = store.ingest(new, SettleAt::Worker).await.unwrap();
             assert!(matches!(logged, Admission::Logged { .. }));

@@ -703,3 +703,25 @@ async fn a_top_level_array_on_a_source_with_event_types_is_malformed() {
     assert_eq!(array.body["error"], "invalid_payload", "{array:?}");
     assert_eq!(array.body["details"][0]["field"], "$", "{array:?}");
 }
+
+#[tokio::test]
+async fn a_body_that_is_no_object_is_one_problem_on_the_whole_body_without_event_types() {
+    let server = server().await;
+    // "ordered" locates /id, /account and /seq and lists no event_types: a top-level
+    // array or a bare value is one problem on `$`, not one per location.
+    for body in [
+        json!([{"id": "o1", "account": "acc", "seq": 1}]),
+        json!(7),
+        json!("text"),
+    ] {
+        let reply = post(&server, "ordered", &body).await;
+        assert_eq!(reply.code, 400, "{body}: {reply:?}");
+        assert_eq!(reply.body["error"], "invalid_payload", "{reply:?}");
+        assert_eq!(
+            reply.body["details"],
+            json!([{"field": "$", "problem": "must be a JSON object"}]),
+            "{body}: {reply:?}"
+        );
+    }
+    assert_eq!(server.count().await, 0, "nothing is logged");
+}

@@ -120,7 +120,7 @@ fn rows() -> Vec<Row> {
         },
         Row {
             preset: "gitlab",
-            secret: "gl-token",
+            secret: "gl-token-0123456789",
             body: |_, n| {
                 to_vec(json!({"object_kind": "issue", "event_type": "issue",
                 "project": {"id": 15, "path_with_namespace": "group/project"},
@@ -648,7 +648,7 @@ fn rows() -> Vec<Row> {
         },
         Row {
             preset: "postmark",
-            secret: "hooks:pm-password",
+            secret: "hooks:pm-password-0123456",
             body: |_, n| {
                 to_vec(
                     json!({"RecordType": "Delivery", "ServerID": 23, "MessageStream": "outbound",
@@ -1106,8 +1106,8 @@ async fn preset_sources_answer_their_publishers_handshakes() {
         ("twitch-eventsub", "twitch-secret-0123"),
         ("x-activity", "x-consumer-secret"),
         ("dropbox", "dropbox-secret"),
-        ("msgraph", "graph-token"),
-        ("okta-event-hooks", "okta-token"),
+        ("msgraph", "graph-token-0123456789"),
+        ("okta-event-hooks", "okta-token-0123456789"),
     ] {
         sources += &format!(
             "\n[[sources]]\nname = \"{preset}\"\npreset = \"{preset}\"\nsecrets = [\"{secret}\"]\n"
@@ -1225,7 +1225,7 @@ async fn preset_sources_answer_their_publishers_handshakes() {
 
     let reply = client
         .get(url("okta-event-hooks"))
-        .header("authorization", "okta-token")
+        .header("authorization", "okta-token-0123456789")
         .header("x-okta-verification-challenge", "okta-challenge")
         .send()
         .await

@@ -309,7 +309,7 @@ async fn log(h: &Harness, player: &str, event_id: &str) {
         headers: &[],
         limits: IngestLimits::NONE,
         ignored: false,
-        dedup_by_body: false,
+        body_key: inhook::store::BodyKey::None,
     };
     h.store.ingest(new, SettleAt::Worker).await.unwrap();
 }

@@ -174,6 +174,7 @@ conformance! {
     ingest::max_held_per_aggregate_refuses_only_events_ahead_of_the_gap,
     ingest::a_body_without_event_id_is_kept_under_its_delivery_id,
     ingest::a_resent_body_under_a_new_delivery_id_is_a_duplicate_by_body,
+    ingest::a_delivery_carrying_a_logged_signed_content_is_a_duplicate_whatever_its_body,
     settle::sync_ingest_answers_applied_stale_held_and_dead,
     settle::async_events_are_due_until_settled,
     settle::a_gap_is_skipped_after_the_hold_timeout,

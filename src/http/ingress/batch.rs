@@ -9,8 +9,8 @@ use axum::http::HeaderMap;
 use tracing::warn;
 
 use super::{
-    answer_logged, log_decision, refund_rate_token, take_rate_token, verify_signature, Answer,
-    ReadBody, Target,
+    answer_logged, body_key, log_decision, refund_rate_tokens, take_rate_tokens, verify_signature,
+    Answer, ReadBody, Target,
 };
 use crate::config::SourceConfig;
 use crate::http::AppState;
@@ -69,8 +69,10 @@ pub(super) async fn check_and_log(
     if parsed.iter().all(Option::is_none) {
         return answer(state, source, &parsed, Vec::new());
     }
-    // One delivery, one rate token, whatever the batch holds.
-    let charged = match take_rate_token(state, source) {
+    // A rate limit counts events: one token per element to log, all or none, so a batch
+    // over the tokens left is refused whole and keeps nothing (docs/contract.md, batches).
+    let events = parsed.iter().flatten().count() as u64;
+    let charged = match take_rate_tokens(state, source, events) {
         Ok(charged) => charged,
         Err(wait) => {
             return Answer::RateLimited {
@@ -82,19 +84,25 @@ pub(super) async fn check_and_log(
     let counted = parsed.iter().flatten().any(|(_, ignored)| !ignored);
     if counted && backlog >= source.max_backlog {
         warn!(source = %source.name, backlog, "backlog over max_backlog: batch refused");
-        refund_rate_token(state, source, charged);
+        refund_rate_tokens(state, source, charged);
         return Answer::BacklogFull;
     }
     let rules = crate::store::SourceRules::for_source(source, &state.config.destinations);
     let kept = crate::kept_headers::keep(headers, &source.keep_headers);
-    let events: Vec<(&EventFields, bool, &[u8])> = parsed
+    // A signed content is the whole batch's: each element's key adds its place in the array.
+    let batch_key = body_key(source, &verified);
+    let events: Vec<(&EventFields, bool, &[u8], usize)> = parsed
         .iter()
         .zip(&elements)
-        .filter_map(|(p, element)| p.as_ref().map(|(e, ignored)| (e, *ignored, *element)))
+        .enumerate()
+        .filter_map(|(index, (p, element))| {
+            p.as_ref()
+                .map(|(e, ignored)| (e, *ignored, *element, index))
+        })
         .collect();
     let new: Vec<NewEvent<'_>> = events
         .iter()
-        .map(|(event, ignored, element)| NewEvent {
+        .map(|(event, ignored, element, index)| NewEvent {
             headers: &kept,
             source: &source.name,
             event,
@@ -103,17 +111,17 @@ pub(super) async fn check_and_log(
             signed_at: verified.signed_at,
             limits: crate::store::IngestLimits::for_source(source),
             ignored: *ignored,
-            dedup_by_body: source.verifier.dedups_by_body(),
+            body_key: batch_key.for_element(*index),
         })
         .collect();
     let settle: Vec<SettleAt<'_>> = events
         .iter()
-        .map(|(_, ignored, _)| super::settle_at(source, (!ignored).then_some(&rules)))
+        .map(|(_, ignored, _, _)| super::settle_at(source, (!ignored).then_some(&rules)))
         .collect();
     let admissions = match state.store.ingest_batch(&new, &settle).await {
         Ok(BatchAdmission::Logged(admissions)) => admissions,
         Ok(BatchAdmission::Refused { index, refusal }) => {
-            refund_rate_token(state, source, charged);
+            refund_rate_tokens(state, source, charged);
             warn!(source = %source.name, index, "a limit refused a batch element: batch refused");
             return match refusal {
                 Refusal::BacklogFull => Answer::BacklogFull,
@@ -121,15 +129,17 @@ pub(super) async fn check_and_log(
             };
         }
         Err(err) => {
-            refund_rate_token(state, source, charged);
+            refund_rate_tokens(state, source, charged);
             return super::store_failed(source, err, "batch");
         }
     };
-    // As for one delivery: only a batch that logged something new (or resent an id with
-    // another body) spends the token.
-    if !admissions.iter().any(super::spends_rate_token) {
-        refund_rate_token(state, source, charged);
-    }
+    // As for one delivery: only an element logged new (or an id resent with another body)
+    // spends its token; the duplicates' come back.
+    let unspent = admissions
+        .iter()
+        .filter(|admission| !super::spends_rate_token(admission))
+        .count() as u64;
+    refund_rate_tokens(state, source, unspent.min(charged));
     answer(state, source, &parsed, admissions)
 }
 

@@ -743,12 +743,7 @@ impl JsonContract {
             // A body that is no object (a top-level array, a bare value) has no type to
             // read: it is malformed, not a type outside the list (docs/contract.md, `event_types`).
             if event_type.is_none() && !body.is_object() && read.problems.is_empty() {
-                return Err(ContractError {
-                    problems: vec![FieldProblem {
-                        field: "$".into(),
-                        problem: "must be a JSON object".into(),
-                    }],
-                });
+                return Err(not_an_object());
             }
             let accepted = event_type
                 .as_ref()
@@ -787,6 +782,12 @@ impl JsonContract {
             .and_then(|at| read.id(at, false, IdempotencyKey::parse_located));
         let (mut aggregate, sequence) = self.place(&mut read);
         let (Some(event_id), true) = (event_id, problems.is_empty()) else {
+            // A top-level array or a bare value that none of the locations reaches into is
+            // one problem on the whole body, not one per location it cannot hold
+            // (docs/contract.md, json sources).
+            if self.cannot_read(&body) {
+                return Err(not_an_object());
+            }
             return Err(ContractError { problems });
         };
         if self.aggregate.is_empty() {
@@ -847,6 +848,41 @@ impl JsonContract {
         self.state.as_deref().unwrap_or(WHOLE)
     }
 
+    /// Whether `body` cannot be what the source reads: it is no object, and the source reads
+    /// fields of the body by keys only (`/id`), none by an array index (`/0/sg_event_id`)
+    /// nor the whole body. A source that reads nothing of the body takes any JSON.
+    fn cannot_read(&self, body: &Value) -> bool {
+        if body.is_object() {
+            return false;
+        }
+        let located = self
+            .event_id
+            .iter()
+            .chain(&self.idempotency_key)
+            .chain(&self.aggregate)
+            .chain(&self.sequence)
+            .chain(&self.event_type)
+            .flat_map(Alternatives::locations)
+            .filter_map(|at| match at {
+                Location::Pointer { tokens, .. } => Some(tokens.as_slice()),
+                Location::Header { .. } => None,
+            });
+        let state = self.state.iter().flatten().map(Vec::as_slice);
+        let mut reads_the_body = false;
+        for tokens in located.chain(state) {
+            reads_the_body = true;
+            let takes_it = match (tokens.first(), body) {
+                (None, _) => true,
+                (Some(first), Value::Array(_)) => array_index(first).is_some(),
+                (Some(_), _) => false,
+            };
+            if takes_it {
+                return false;
+            }
+        }
+        reads_the_body
+    }
+
     /// The aggregate parts and the sequence, each problem recorded in `read`.
     fn place(&self, read: &mut Read<'_>) -> (Vec<Ident>, Option<JsonSequence>) {
         let mut aggregate = Vec::with_capacity(self.aggregate.len().max(1));
@@ -883,6 +919,16 @@ impl JsonContract {
                 )
             })
             .ok()
+    }
+}
+
+/// The one problem of a body that is not a JSON object.
+fn not_an_object() -> ContractError {
+    ContractError {
+        problems: vec![FieldProblem {
+            field: "$".into(),
+            problem: "must be a JSON object".into(),
+        }],
     }
 }
 
@@ -1076,6 +1122,60 @@ mod tests {
             body_event_id(b""),
             "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
         );
+    }
+
+    #[test]
+    fn a_body_that_is_no_object_is_one_problem_on_the_whole_body() {
+        let whole = vec![FieldProblem {
+            field: "$".into(),
+            problem: "must be a JSON object".into(),
+        }];
+        // Without event_types, and with them for an accepted type read from a header.
+        let plain = contract(
+            "event_id = \"/id\"\naggregate = \"/a\"\nsequence = \"/seq\"\nordering = \"in-order\"",
+        );
+        let typed = contract(
+            "event_id = \"/id\"\naggregate = \"/a\"\nordering = \"unordered\"\n\
+             event_type = \"header:X-Type\"\nevent_types = [\"a.*\"]",
+        );
+        let accepted = headers(&[("x-type", "a.b")]);
+        for body in [
+            &br#"[{"id":"e1","a":"k","seq":1}]"#[..],
+            b"7",
+            b"\"text\"",
+            b"null",
+            b"[]",
+        ] {
+            for (c, h) in [(&plain, &headers(&[])), (&typed, &accepted)] {
+                let err = c.parse_bytes(body, h, None).unwrap_err();
+                assert_eq!(err.problems, whole, "{}", String::from_utf8_lossy(body));
+            }
+        }
+        // A type outside the list is ignored, whatever the body holds.
+        let outside = headers(&[("x-type", "z")]);
+        assert!(matches!(
+            typed.parse_bytes(b"[1]", &outside, None),
+            Ok(JsonParsed::Ignored { .. })
+        ));
+        // A source whose locations reach into an array takes one, and names what it misses.
+        let array = contract("event_id = \"/0/id\"\nordering = \"unordered\"");
+        assert!(array
+            .parse_bytes(br#"[{"id":"e1"}]"#, &headers(&[]), None)
+            .is_ok());
+        let err = array
+            .parse_bytes(br#"[{"other":1}]"#, &headers(&[]), None)
+            .unwrap_err();
+        assert_eq!(err.problems[0].field, "/0/id", "{err}");
+        // A source that reads nothing of the body takes any JSON, as before.
+        let headers_only = contract("event_id = \"header:X-Id\"\nordering = \"unordered\"");
+        assert!(headers_only
+            .parse_bytes(b"[]", &headers(&[("x-id", "e1")]), None)
+            .is_ok());
+        // Without its header, it names the header, not the body.
+        let err = headers_only
+            .parse_bytes(b"[]", &headers(&[]), None)
+            .unwrap_err();
+        assert_eq!(err.problems[0].field, "header:X-Id", "{err}");
     }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {

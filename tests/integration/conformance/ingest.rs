@@ -1,7 +1,7 @@
 //! Admission: dedup keys, the out-of-order flag and the hard ingest limits.
 
 use inhook::domain::{EventId, EventStatus};
-use inhook::store::{Admission, DedupKey, EventFilter, IngestLimits, Refusal, Store};
+use inhook::store::{Admission, BodyKey, DedupKey, EventFilter, IngestLimits, Refusal, Store};
 use serde_json::json;
 
 use super::{
@@ -238,7 +238,7 @@ pub async fn a_body_without_event_id_is_kept_under_its_delivery_id(store: &dyn S
     body.as_object_mut().unwrap().remove("event_id");
     let raw = serde_json::to_vec(&body).unwrap();
     let event = super::fields(&rules, &raw, Some("msg_1"));
-    let post = |at_ms| super::ingest_raw(store, SAVES, (&event, &raw), at_ms, false);
+    let post = |at_ms| super::ingest_raw(store, SAVES, (&event, &raw), at_ms, BodyKey::None);
     logged(&post(T0).await.unwrap());
     assert_eq!(
         post(T0 + 1).await.unwrap(),
@@ -268,7 +268,12 @@ pub async fn a_resent_body_under_a_new_delivery_id_is_a_duplicate_by_body(store:
         let event = super::fields(&rules, &raw, Some(delivery_id));
         let raw = raw.clone();
         async move {
-            super::ingest_raw(store, super::PRESENCE, (&event, &raw), at_ms, dedup_by_body)
+            let key = if dedup_by_body {
+                BodyKey::RawBody
+            } else {
+                BodyKey::None
+            };
+            super::ingest_raw(store, super::PRESENCE, (&event, &raw), at_ms, key)
                 .await
                 .unwrap()
         }
@@ -301,4 +306,58 @@ pub async fn a_resent_body_under_a_new_delivery_id_is_a_duplicate_by_body(store:
     assert!(all_events(store, &EventFilter::default()).await.is_empty());
     assert_eq!(post("d4", T0 + 20, true).await, by_body);
     assert!(all_events(store, &EventFilter::default()).await.is_empty());
+}
+
+/// For a source that dedups by what its signature covers (Mailgun's timestamp and token,
+/// Twilio's sorted fields), a delivery whose signed content is a logged one's is a
+/// duplicate (`key = body`) whatever its raw body and delivery id, also once the original
+/// is purged; a raw body's key never matches a signed content's, and the elements of one
+/// signed batch have keys of their own.
+pub async fn a_delivery_carrying_a_logged_signed_content_is_a_duplicate_whatever_its_body(
+    store: &dyn Store,
+) {
+    let rules = super::presence_rules();
+    let body = |presence: &str| {
+        format!(r#"{{"user_id":"usr_signed","presence":"{presence}","sequence_number":7}}"#)
+            .into_bytes()
+    };
+    let post = |delivery_id: &'static str, raw: Vec<u8>, at_ms: i64, key: BodyKey| {
+        let event = super::fields(&rules, &raw, Some(delivery_id));
+        async move {
+            super::ingest_raw(store, super::PRESENCE, (&event, &raw), at_ms, key)
+                .await
+                .unwrap()
+        }
+    };
+    let signed = BodyKey::SignedContent([7; 32]);
+    logged(&post("s1", body("BUSY"), T0, signed).await);
+    let by_signature = Admission::Duplicate {
+        key: DedupKey::Body,
+        original: id("s1"),
+        body_differs: false,
+    };
+    // Other bytes under another delivery id, the same signature: the same delivery.
+    assert_eq!(post("s2", body("AWAY"), T0 + 1, signed).await, by_signature);
+    // The raw body of s1 keyed as a raw body, and another signed content: new events.
+    logged(&post("s3", body("BUSY"), T0 + 2, BodyKey::RawBody).await);
+    logged(&post("s4", body("AWAY"), T0 + 3, BodyKey::SignedContent([8; 32])).await);
+    // One signed batch: each element is told apart by its place.
+    assert_ne!(signed.for_element(0), signed.for_element(1));
+    assert_ne!(signed.for_element(0), signed);
+    assert_eq!(BodyKey::RawBody.for_element(3), BodyKey::RawBody);
+    logged(&post("s5", body("ONLINE"), T0 + 4, signed.for_element(0)).await);
+    logged(&post("s6", body("ONLINE"), T0 + 5, signed.for_element(1)).await);
+    assert_eq!(all_events(store, &EventFilter::default()).await.len(), 5);
+    // Decided and purged, the signed content stays known until the dedup window ends.
+    store.settle(&rules, "usr_signed", T0 + 6).await.unwrap();
+    store
+        .purge(T0 + 10, T0 + 60_000, T0 + 10, 100)
+        .await
+        .unwrap();
+    let left = all_events(store, &EventFilter::default()).await.len();
+    assert_eq!(
+        post("s7", body("OFFLINE"), T0 + 20, signed).await,
+        by_signature
+    );
+    assert_eq!(all_events(store, &EventFilter::default()).await.len(), left);
 }

@@ -16,7 +16,9 @@ use inhook::kind::presence::PresenceState;
 use inhook::kind::save::SaveState;
 use inhook::kind::SourceKind;
 use inhook::kind::{Delivery, EventFields};
-use inhook::store::{Admission, IngestLimits, NewEvent, SettleAt, SourceRules, Store, StoreError};
+use inhook::store::{
+    Admission, BodyKey, IngestLimits, NewEvent, SettleAt, SourceRules, Store, StoreError,
+};
 use serde_json::{json, Value};
 
 /// A fixed base time, unix milliseconds: every check passes times explicitly.
@@ -141,7 +143,7 @@ pub async fn ingest_at(
                 signed_at: None,
                 limits,
                 ignored: false,
-                dedup_by_body: false,
+                body_key: BodyKey::None,
             },
             settle,
         )
@@ -149,14 +151,15 @@ pub async fn ingest_at(
         .expect("ingest")
 }
 
-/// Logs `raw`, parsed as `event`, in `source` for the worker, without limits; a copy of a
-/// logged body is a duplicate when `dedup_by_body`.
+/// Logs `raw`, parsed as `event`, in `source` for the worker, without limits; a delivery
+/// with the body key of a logged one (`body_key`: its raw body, its signed content) is a
+/// duplicate.
 pub async fn ingest_raw(
     store: &dyn Store,
     source: &str,
     (event, raw): (&EventFields, &[u8]),
     at_ms: i64,
-    dedup_by_body: bool,
+    body_key: BodyKey,
 ) -> Result<Admission, StoreError> {
     store
         .ingest(
@@ -169,7 +172,7 @@ pub async fn ingest_raw(
                 signed_at: None,
                 limits: IngestLimits::NONE,
                 ignored: false,
-                dedup_by_body,
+                body_key,
             },
             SettleAt::Worker,
         )

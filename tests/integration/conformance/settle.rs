@@ -446,7 +446,7 @@ pub async fn a_json_source_settles_through_the_generic_aggregate_state(store: &d
                         signed_at: None,
                         limits: IngestLimits::NONE,
                         ignored: false,
-                        dedup_by_body: false,
+                        body_key: inhook::store::BodyKey::None,
                     },
                     inhook::store::SettleAt::Worker,
                 )
