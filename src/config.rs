@@ -1149,6 +1149,9 @@ fn source_of(
         }
         raw => handshake(&s.name, raw, &secrets, secret_rule)?,
     };
+    if let Some(h) = handshake {
+        handshake_fits(&s.name, h, &verifier, kind.as_ref())?;
+    }
     // The source's own signature or token header is a credential like the built-in ones.
     for header in verifier.secret_headers() {
         if crate::kept_headers::is_kept(header, &[]) {
@@ -1270,6 +1273,45 @@ fn handshake(
         )));
     }
     Ok(Some(handshake))
+}
+
+/// A handshake answered with an HMAC of the source's secret, or answered before a
+/// delivery's checks, is allowed only with its publisher's scheme
+/// ([`crate::handshake::Handshake::allowed_with`]): on another, a challenge's answer could be
+/// a valid signature of a forged delivery. X's CRC also needs JSON bodies: a token can be a
+/// form body (`a=b`), never a JSON one.
+fn handshake_fits(
+    name: &str,
+    handshake: crate::handshake::Handshake,
+    verifier: &crate::signature::Verifier,
+    kind: &dyn Kind,
+) -> Result<(), ConfigError> {
+    let Some(scheme) = handshake.publisher_scheme() else {
+        return Ok(());
+    };
+    let form = kind
+        .locations()
+        .and_then(|spec| spec.body_format)
+        .is_some_and(|f| f != BodyFormat::Json);
+    let json_only = handshake == crate::handshake::Handshake::XCrc;
+    let has = if !handshake.allowed_with(verifier) {
+        let base = match handshake {
+            crate::handshake::Handshake::Msgraph => Scheme::Token,
+            _ => Scheme::Hmac,
+        };
+        if verifier.scheme() == base {
+            format!("this source's signature = \"{base}\" has other settings")
+        } else {
+            format!("this source has signature = \"{}\"", verifier.scheme())
+        }
+    } else if json_only && form {
+        "this source has body_format = \"form\"".to_owned()
+    } else {
+        return Ok(());
+    };
+    Err(ConfigError(format!(
+        "source {name:?}: handshake = \"{handshake}\" is allowed only with its publisher's signature scheme, {scheme}; {has} (a handshake's answer must never be a valid signature of a delivery, nor an echo for anyone: docs/configuration.md, handshakes)"
+    )))
 }
 
 /// A source's `allow_ips`: `None` (everyone) when unset; an empty list would refuse
@@ -2486,8 +2528,8 @@ mod tests {
     fn a_handshake_is_parsed_at_start_and_an_unknown_one_names_the_key() {
         use crate::handshake::Handshake;
         for h in Handshake::ALL {
-            let config =
-                configurable(&format!("signature = \"basic\"\nhandshake = \"{h}\"")).unwrap();
+            let scheme = publisher_scheme_lines(h).unwrap_or("signature = \"basic\"");
+            let config = configurable(&format!("{scheme}\nhandshake = \"{h}\"")).unwrap();
             assert_eq!(config.sources[0].handshake, Some(h));
         }
         let config = configurable("signature = \"basic\"").unwrap();
@@ -2515,10 +2557,110 @@ mod tests {
         );
         assert!(handshake("z", Some("x-crc"), &[], Secrets::Required).is_err());
         assert!(handshake("z", Some("dropbox"), &[], Secrets::Required).is_ok());
-        let config = Config::from_parts(Some(text), &env(&[("INHOOK_Z_SECRET", "zs")])).unwrap();
+        let text = text.replace("signature = \"github\"\n", &format!("{ZOOM_LINES}\n"));
+        let config = Config::from_parts(Some(&text), &env(&[("INHOOK_Z_SECRET", "zs")])).unwrap();
         assert_eq!(
             config.sources[0].handshake,
             Some(crate::handshake::Handshake::Zoom)
         );
+    }
+
+    const X_LINES: &str =
+        "signature = \"hmac\"\nsignature_header = \"x-twitter-webhooks-signature\"\n\
+                           signature_prefix = \"sha256=\"\nsignature_encoding = \"base64\"";
+    const ZOOM_LINES: &str = "signature = \"hmac\"\nsignature_header = \"x-zm-signature\"\n\
+                              signature_prefix = \"v0=\"\ntimestamp = \"header:x-zm-request-timestamp\"\n\
+                              signed_content = \"v0:{timestamp}:{body}\"";
+    const GRAPH_LINES: &str = "signature = \"token\"\ntoken_query = \"token\"";
+
+    /// The scheme lines of a handshake's publisher, for one allowed only with it.
+    fn publisher_scheme_lines(h: crate::handshake::Handshake) -> Option<&'static str> {
+        use crate::handshake::Handshake;
+        match h {
+            Handshake::XCrc => Some(X_LINES),
+            Handshake::Zoom => Some(ZOOM_LINES),
+            Handshake::Msgraph => Some(GRAPH_LINES),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_handshake_answered_with_the_secret_is_allowed_only_with_its_publishers_scheme() {
+        use crate::handshake::Handshake;
+        // The red team's forgeries: x-crc on github and stripe sources (a crc answer is
+        // the HMAC of any token, so of "{t}.{body}" too), zoom on another hmac.
+        for (h, lines, has) in [
+            (Handshake::XCrc, "signature = \"github\"", "has signature = \"github\""),
+            (Handshake::XCrc, "signature = \"stripe\"", "has signature = \"stripe\""),
+            (
+                Handshake::XCrc,
+                "signature = \"hmac\"\nsignature_header = \"x-twitter-webhooks-signature\"\n\
+                 signature_prefix = \"sha256=\"\nsignature_encoding = \"base64\"\n\
+                 timestamp = \"header:X-Ts\"\nsigned_content = \"{timestamp}.{body}\"",
+                "signature = \"hmac\" has other settings",
+            ),
+            (Handshake::XCrc, ZOOM_LINES, "other settings"),
+            (
+                Handshake::XCrc,
+                &format!("{X_LINES}\nbody_format = \"form\""),
+                "has body_format = \"form\"",
+            ),
+            (Handshake::Zoom, "signature = \"slack\"", "has signature = \"slack\""),
+            (Handshake::Zoom, X_LINES, "other settings"),
+            (
+                Handshake::Zoom,
+                "signature = \"hmac\"\nsignature_header = \"x-zm-signature\"\nsignature_prefix = \"v0=\"",
+                "other settings",
+            ),
+            (Handshake::Msgraph, "signature = \"basic\"", "has signature = \"basic\""),
+            (
+                Handshake::Msgraph,
+                "signature = \"token\"\ntoken_header = \"X-Graph-Token\"",
+                "signature = \"token\" has other settings",
+            ),
+        ] {
+            let err = configurable(&format!("{lines}\nhandshake = \"{h}\""))
+                .unwrap_err()
+                .to_string();
+            let allowed = h.publisher_scheme().unwrap();
+            assert!(
+                err.starts_with(&format!("source \"c\": handshake = \"{h}\" is allowed only with"))
+                    && err.contains(allowed)
+                    && err.contains(has),
+                "{h} with {lines}: {err}"
+            );
+        }
+        // Echo handshakes answer nothing computed with the secret: any scheme.
+        for h in [
+            Handshake::Slack,
+            Handshake::Discord,
+            Handshake::Twitch,
+            Handshake::Dropbox,
+            Handshake::Okta,
+            Handshake::Websub,
+        ] {
+            assert!(h.publisher_scheme().is_none());
+            configurable(&format!("signature = \"github\"\nhandshake = \"{h}\"")).unwrap();
+        }
+        // A preset's handshake comes with its scheme; written over, the error names the preset.
+        for (preset, over) in [
+            ("x-activity", "signature_encoding = \"hex\""),
+            ("zoom", "signed_content = \"{timestamp}.{body}\""),
+            ("msgraph", ""),
+        ] {
+            let text = format!("[[sources]]\nname = \"p\"\npreset = \"{preset}\"\n");
+            Config::from_parts(Some(&text), &env(&[("INHOOK_P_SECRET", "s3cret-value")])).unwrap();
+            if over.is_empty() {
+                continue;
+            }
+            let text = format!("{text}{over}\n");
+            let err = Config::from_parts(Some(&text), &env(&[("INHOOK_P_SECRET", "s3cret-value")]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("is allowed only with") && err.contains(preset),
+                "{preset}: {err}"
+            );
+        }
     }
 }

@@ -7,6 +7,13 @@
 //!
 //! Every echoed value is bounded ([`MAX_ECHO_BYTES`], no control characters) and answered
 //! as `text/plain; charset=utf-8` or `application/json`, never as HTML.
+//!
+//! A handshake answered with an HMAC of the source's secret (X's CRC, Zoom's) is a MAC
+//! oracle unless two rules hold, and both do here: it is allowed only with its publisher's
+//! own signature scheme ([`Handshake::allowed_with`], checked at start), and the value it
+//! MACs is an opaque token ([`opaque_token`]: base64 characters, at most [`MAX_TOKEN_BYTES`],
+//! not a JSON value) that can never be what that scheme signs for a delivery (a JSON body,
+//! `v0:{ts}:{body}`).
 
 use std::fmt;
 
@@ -15,15 +22,32 @@ use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::signature::Secret;
+use crate::signature::configurable::{Algorithm, Encoding, Format, HmacConfig, TimestampAt};
+use crate::signature::template::Part;
+use crate::signature::token::TokenConfig;
+use crate::signature::{Secret, Verifier};
 
 /// Most bytes of a value a handshake echoes back.
 pub const MAX_ECHO_BYTES: usize = 512;
+
+/// Most bytes of an opaque token answered with an HMAC (X's `crc_token`, Zoom's
+/// `plainToken`): both publishers send a few dozen characters.
+pub const MAX_TOKEN_BYTES: usize = 128;
+
+/// What Microsoft Graph sends as its `validationToken`, before the request id (a GUID).
+pub const GRAPH_VALIDATION_PREFIX: &str =
+    "Validation: Testing client application reachability for subscription Request-Id: ";
 
 /// The header Twitch names its message type in.
 pub const TWITCH_TYPE_HEADER: &str = "Twitch-Eventsub-Message-Type";
 /// Twitch's message type of a callback verification.
 pub const TWITCH_VERIFICATION: &str = "webhook_callback_verification";
+/// Twitch's message type of an event.
+pub const TWITCH_NOTIFICATION: &str = "notification";
+/// Twitch's message type of a revoked subscription.
+pub const TWITCH_REVOCATION: &str = "revocation";
+/// The `subscription.status` of a callback verification's body.
+pub const TWITCH_VERIFICATION_PENDING: &str = "webhook_callback_verification_pending";
 /// The header Okta sends its one-time verification challenge in.
 pub const OKTA_CHALLENGE_HEADER: &str = "X-Okta-Verification-Challenge";
 
@@ -39,11 +63,15 @@ pub enum Handshake {
     Zoom,
     /// Signed body `{"type":1}` (an interactions PING) → `{"type":1}`.
     Discord,
-    /// Signed, `Twitch-Eventsub-Message-Type: webhook_callback_verification` → the challenge.
+    /// Signed body `{"challenge":C,"subscription":{"status":"webhook_callback_verification_pending",…}}`
+    /// → the challenge. Every Twitch message's type is read from its signed body
+    /// ([`twitch_message`]); an unsigned `Twitch-Eventsub-Message-Type` that says otherwise
+    /// is refused.
     Twitch,
     /// X (Twitter) CRC: `GET ?crc_token=T` → an HMAC of T with the source's first secret.
     XCrc,
-    /// Microsoft Graph: `POST ?validationToken=T` → T.
+    /// Microsoft Graph: `POST ?validationToken=T`, with the source's token → T, when T is
+    /// Graph's validation text.
     Msgraph,
     /// Dropbox: `GET ?challenge=C` → C.
     Dropbox,
@@ -99,7 +127,7 @@ impl Handshake {
             Handshake::Slack | Handshake::Zoom | Handshake::Discord | Handshake::Twitch => {
                 Stage::SignedPost
             }
-            Handshake::Msgraph => Stage::UnsignedPost,
+            Handshake::Msgraph => Stage::EarlyPost,
             Handshake::Okta => Stage::SignedGet,
             Handshake::XCrc | Handshake::Dropbox | Handshake::Websub => Stage::UnsignedGet,
         }
@@ -115,6 +143,89 @@ impl Handshake {
     pub fn needs_secret(self) -> bool {
         matches!(self, Handshake::Zoom | Handshake::XCrc)
     }
+
+    /// Whether a source verified by `verifier` may answer this handshake
+    /// (docs/configuration.md, handshakes). A handshake answered with an HMAC of the source's
+    /// secret (`x-crc`, `zoom`) is allowed only with its publisher's own scheme: on another,
+    /// its answer could be that scheme's signature of a forged delivery (a Stripe `v1` is
+    /// the HMAC of `{t}.{body}`, whatever token would spell that). `msgraph` needs the token
+    /// Graph carries in its `notificationUrl`, the only credential on its validation request.
+    pub fn allowed_with(self, verifier: &Verifier) -> bool {
+        match self {
+            Handshake::XCrc => matches!(verifier, Verifier::Hmac(c) if is_x_scheme(c)),
+            Handshake::Zoom => matches!(verifier, Verifier::Hmac(c) if is_zoom_scheme(c)),
+            Handshake::Msgraph => {
+                matches!(verifier, Verifier::Token(TokenConfig::Query { .. }))
+            }
+            Handshake::Slack
+            | Handshake::Discord
+            | Handshake::Twitch
+            | Handshake::Dropbox
+            | Handshake::Okta
+            | Handshake::Websub => true,
+        }
+    }
+
+    /// The scheme [`Handshake::allowed_with`] allows, as a config error names it; `None`
+    /// when any scheme is.
+    pub fn publisher_scheme(self) -> Option<&'static str> {
+        match self {
+            Handshake::XCrc => Some(
+                "X's: signature = \"hmac\", signature_header = \"x-twitter-webhooks-signature\", \
+                 signature_prefix = \"sha256=\", signature_encoding = \"base64\", signature_algorithm \
+                 sha256 and signed_content = \"{body}\" (the defaults), no timestamp, JSON bodies \
+                 (preset = \"x-activity\")",
+            ),
+            Handshake::Zoom => Some(
+                "Zoom's: signature = \"hmac\", signature_header = \"x-zm-signature\", \
+                 signature_prefix = \"v0=\", signature_encoding hex and signature_algorithm sha256 \
+                 (the defaults), timestamp = \"header:x-zm-request-timestamp\", \
+                 signed_content = \"v0:{timestamp}:{body}\" (preset = \"zoom\")",
+            ),
+            Handshake::Msgraph => Some(
+                "Microsoft Graph's: signature = \"token\" with token_query, the token written in \
+                 the subscription's notificationUrl (preset = \"msgraph\")",
+            ),
+            _ => None,
+        }
+    }
+}
+
+/// X's `x-twitter-webhooks-signature: sha256=<base64 HMAC-SHA256 of the body>`: the only
+/// content it signs is the body, which a CRC token cannot be.
+fn is_x_scheme(c: &HmacConfig) -> bool {
+    c.public_key.is_none()
+        && c.location.is_none()
+        && c.header == "x-twitter-webhooks-signature"
+        && c.prefix == "sha256="
+        && c.encoding == Encoding::Base64
+        && c.algorithm == Algorithm::Sha256
+        && c.format == Format::Plain
+        && c.timestamp.is_none()
+        && c.content.parts() == [Part::Body]
+}
+
+/// Zoom's `x-zm-signature: v0=<hex HMAC-SHA256 of "v0:{ts}:{body}">`: what it signs starts
+/// with `v0:`, which a plainToken cannot.
+fn is_zoom_scheme(c: &HmacConfig) -> bool {
+    let timestamp_header = c.timestamp.as_ref().is_some_and(
+        |t| matches!(&t.at, TimestampAt::Header(h) if h.as_str() == "x-zm-request-timestamp"),
+    );
+    c.public_key.is_none()
+        && c.location.is_none()
+        && c.header == "x-zm-signature"
+        && c.prefix == "v0="
+        && c.encoding == Encoding::Hex
+        && c.algorithm == Algorithm::Sha256
+        && c.format == Format::Plain
+        && timestamp_header
+        && c.content.parts()
+            == [
+                Part::Literal("v0:".into()),
+                Part::Timestamp,
+                Part::Literal(":".into()),
+                Part::Body,
+            ]
 }
 
 impl fmt::Display for Handshake {
@@ -128,8 +239,9 @@ impl fmt::Display for Handshake {
 pub enum Stage {
     /// A `POST` whose signature verified with the source's scheme first.
     SignedPost,
-    /// A `POST` answered before any signature check (the publisher signs nothing).
-    UnsignedPost,
+    /// A `POST` answered before its content type is checked (Graph's validation comes as
+    /// `text/plain`), once the source's token in its query verified.
+    EarlyPost,
     /// A `GET` whose token or signature verified with the source's scheme first.
     SignedGet,
     /// A `GET` answered without a signature check.
@@ -198,9 +310,29 @@ pub enum Refusal {
         /// Where it was.
         what: &'static str,
     },
+    /// The value is not what the publisher sends (an opaque token, Graph's validation
+    /// text): never answered, so that the answer is never anything but the publisher's.
+    NotShape {
+        /// Where it was.
+        what: &'static str,
+        /// What the publisher sends there.
+        expected: &'static str,
+    },
+    /// A Twitch message whose unsigned `Twitch-Eventsub-Message-Type` is not the type of its
+    /// signed body ([`twitch_message`]).
+    TwitchType {
+        /// The type of the signed body.
+        body: &'static str,
+    },
     /// The answer needs a secret and the source has none.
     NoSecret,
 }
+
+/// What an opaque token answered with an HMAC is, as a refusal names it.
+const TOKEN_SHAPE: &str = "an opaque token: 1 to 128 characters of A-Z, a-z, 0-9, '+', '/', '=', '_' and '-', not a JSON value";
+
+/// What Graph's validation token is, as a refusal names it.
+const GRAPH_SHAPE: &str = "Microsoft Graph's validation text: \"Validation: Testing client application reachability for subscription Request-Id: \" and a GUID";
 
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -212,6 +344,11 @@ impl fmt::Display for Refusal {
             Refusal::NotText { what } => write!(
                 f,
                 "{what} is not UTF-8 text without control characters (TAB, CR and LF included)"
+            ),
+            Refusal::NotShape { what, expected } => write!(f, "{what} is not {expected}"),
+            Refusal::TwitchType { body } => write!(
+                f,
+                "the signed body is a Twitch {body} message and the (unsigned) {TWITCH_TYPE_HEADER} header says otherwise"
             ),
             Refusal::NoSecret => f.write_str("the source has no secret to answer with"),
         }
@@ -328,7 +465,7 @@ fn zoom(body: &[u8], secret: Option<&Secret>) -> Found {
         .and_then(|p| p.get("plainToken"))
         .and_then(|t| t.as_str())
         .map(str::as_bytes);
-    let plain = echoable(token, "the body's payload.plainToken")?;
+    let plain = opaque_token(token, "the body's payload.plainToken")?;
     let secret = secret.ok_or(Refusal::NoSecret)?;
     let encrypted = hex::encode(hmac_sha256(secret, plain.as_bytes()));
     Ok(Some(json(&serde_json::json!({
@@ -357,16 +494,49 @@ fn discord(body: &[u8]) -> Found {
 }
 
 fn twitch(headers: &HeaderMap, body: &[u8]) -> Found {
-    let is_verification = headers
-        .get(TWITCH_TYPE_HEADER)
-        .is_some_and(|v| v.as_bytes() == TWITCH_VERIFICATION.as_bytes());
-    if !is_verification {
+    // The type header is not signed: the signed body says what the message is, and a header
+    // that says otherwise is refused (a captured verification resent as a `notification`
+    // must not become an event). Without the header, the body alone decides.
+    let said = headers.get(TWITCH_TYPE_HEADER).map(|v| v.as_bytes());
+    let map = object(body).unwrap_or_default();
+    let Some(signed) = twitch_message(&map) else {
+        if said == Some(TWITCH_VERIFICATION.as_bytes()) {
+            return Err(Refusal::Missing {
+                what: "the body's challenge",
+            });
+        }
+        // A body of no known shape: the contract says what is wrong with it.
+        return Ok(None);
+    };
+    if said.is_some_and(|said| said != signed.as_bytes()) {
+        return Err(Refusal::TwitchType { body: signed });
+    }
+    if signed != TWITCH_VERIFICATION {
         // `notification` and `revocation` messages are ordinary events.
         return Ok(None);
     }
-    let map = object(body).unwrap_or_default();
     let challenge = echoable(member(&map, "challenge"), "the body's challenge")?;
     Ok(Some(text(challenge)))
+}
+
+/// The type of a Twitch EventSub message, read from its signed body: a
+/// `webhook_callback_verification` carries `challenge` (and `subscription.status` =
+/// `webhook_callback_verification_pending`), a `notification` its `event` (or `events`), a
+/// `revocation` a `subscription` with its `status` and no event. `None`: none of these.
+pub fn twitch_message(body: &serde_json::Map<String, serde_json::Value>) -> Option<&'static str> {
+    let status = body
+        .get("subscription")
+        .and_then(|s| s.get("status"))
+        .and_then(serde_json::Value::as_str);
+    if body.contains_key("challenge") || status == Some(TWITCH_VERIFICATION_PENDING) {
+        Some(TWITCH_VERIFICATION)
+    } else if body.contains_key("event") || body.contains_key("events") {
+        Some(TWITCH_NOTIFICATION)
+    } else if status.is_some() {
+        Some(TWITCH_REVOCATION)
+    } else {
+        None
+    }
 }
 
 fn x_crc(parts: &Parts<'_>, secret: Option<&Secret>) -> Found {
@@ -374,7 +544,7 @@ fn x_crc(parts: &Parts<'_>, secret: Option<&Secret>) -> Found {
         return Ok(None);
     }
     let token = query(parts.path_and_query, "crc_token");
-    let token = echoable(token.as_deref(), "the query parameter crc_token")?;
+    let token = opaque_token(token.as_deref(), "the query parameter crc_token")?;
     let secret = secret.ok_or(Refusal::NoSecret)?;
     let mac =
         base64::engine::general_purpose::STANDARD.encode(hmac_sha256(secret, token.as_bytes()));
@@ -391,11 +561,62 @@ fn msgraph(parts: &Parts<'_>) -> Found {
         // A notification: an ordinary delivery.
         return Ok(None);
     };
-    let token = echoable(
-        Some(token.as_slice()),
-        "the query parameter validationToken",
-    )?;
+    let token = graph_validation(Some(token.as_slice()))?;
     Ok(Some(text(token)))
+}
+
+/// Whether `parts` is Microsoft Graph's validation request (`POST ?validationToken=`),
+/// whatever its token: the HTTP layer verifies the source's token before answering it.
+pub fn is_graph_validation(parts: &Parts<'_>) -> bool {
+    parts.method == "POST" && query(parts.path_and_query, "validationToken").is_some()
+}
+
+/// Graph's validation token, echoed only when it is what Graph sends: its fixed text and
+/// a GUID ([`GRAPH_VALIDATION_PREFIX`]), so that the echo reflects nothing of a caller's.
+fn graph_validation(value: Option<&[u8]>) -> Result<&str, Refusal> {
+    let what = "the query parameter validationToken";
+    let text = echoable(value, what)?;
+    let fits = text
+        .strip_prefix(GRAPH_VALIDATION_PREFIX)
+        .is_some_and(is_guid);
+    if !fits {
+        return Err(Refusal::NotShape {
+            what,
+            expected: GRAPH_SHAPE,
+        });
+    }
+    Ok(text)
+}
+
+/// `8-4-4-4-12` hex digits, either case.
+fn is_guid(text: &str) -> bool {
+    let groups: Vec<&str> = text.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, len)| g.len() == len && g.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// A token answered with an HMAC of the source's secret (X's `crc_token`, Zoom's
+/// `plainToken`): 1 to [`MAX_TOKEN_BYTES`] of base64 or base64url characters, and not a JSON
+/// value (`123`, `true`). Such a token is never a body a delivery carries, nor `v0:{ts}:…`,
+/// `{t}.{body}` or any other content a scheme signs: its HMAC signs nothing but itself.
+pub fn opaque_token<'v>(value: Option<&'v [u8]>, what: &'static str) -> Result<&'v str, Refusal> {
+    let text = echoable(value, what)?;
+    let alphabet = text
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"+/=_-".contains(&b));
+    if text.len() > MAX_TOKEN_BYTES
+        || !alphabet
+        || serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok()
+    {
+        return Err(Refusal::NotShape {
+            what,
+            expected: TOKEN_SHAPE,
+        });
+    }
+    Ok(text)
 }
 
 fn okta(parts: &Parts<'_>) -> Found {
@@ -593,9 +814,11 @@ mod tests {
         let plain = |headers: &HeaderMap| {
             detect(Handshake::Twitch, &parts("POST", "/", headers, body, None))
         };
-        assert_eq!(plain(&headers), Outcome::NotHandshake);
-        headers.insert(TWITCH_TYPE_HEADER, HeaderValue::from_static("revocation"));
-        assert_eq!(plain(&headers), Outcome::NotHandshake);
+        // Without the (unsigned) type header, the signed body decides.
+        assert_eq!(
+            answer(plain(&headers)),
+            (ContentType::Text, "pogchamp-kappa-360noscope-vohiyo".into())
+        );
         headers.insert(
             TWITCH_TYPE_HEADER,
             HeaderValue::from_static(TWITCH_VERIFICATION),
@@ -603,6 +826,84 @@ mod tests {
         assert_eq!(
             answer(plain(&headers)),
             (ContentType::Text, "pogchamp-kappa-360noscope-vohiyo".into())
+        );
+    }
+
+    /// Twitch signs the message id, timestamp and body, not `Twitch-Eventsub-Message-Type`:
+    /// a captured verification resent as a `notification` (or `revocation`) is refused, not
+    /// logged as an event; each type is read from the signed body.
+    #[test]
+    fn twitch_reads_the_message_type_from_the_signed_body() {
+        let verification = br#"{"challenge":"c-1","subscription":{"id":"s","status":"webhook_callback_verification_pending","type":"channel.follow"}}"#;
+        let notification = br#"{"subscription":{"id":"s","status":"enabled","type":"channel.follow"},"event":{"user_id":"1"}}"#;
+        let batched = br#"{"subscription":{"id":"s","status":"enabled","type":"drop.entitlement.grant"},"events":[{"id":"1"}]}"#;
+        let revocation = br#"{"subscription":{"id":"s","status":"authorization_revoked","type":"channel.follow"}}"#;
+        let run = |said: Option<&'static str>, body: &[u8]| {
+            let mut headers = HeaderMap::new();
+            if let Some(said) = said {
+                headers.insert(TWITCH_TYPE_HEADER, HeaderValue::from_static(said));
+            }
+            detect(Handshake::Twitch, &parts("POST", "/", &headers, body, None))
+        };
+        let refused = |body| Outcome::Refused(Refusal::TwitchType { body });
+        // The replay of the red team: a verification under another type.
+        for said in [
+            Some(TWITCH_NOTIFICATION),
+            Some(TWITCH_REVOCATION),
+            Some("NOTIFICATION"),
+        ] {
+            assert_eq!(
+                run(said, verification),
+                refused(TWITCH_VERIFICATION),
+                "{said:?}"
+            );
+        }
+        assert_eq!(
+            answer(run(Some(TWITCH_VERIFICATION), verification)).1,
+            "c-1"
+        );
+        // The pending status alone makes a verification too, whose challenge must be there.
+        let no_challenge =
+            br#"{"subscription":{"status":"webhook_callback_verification_pending"}}"#;
+        assert_eq!(
+            run(Some(TWITCH_NOTIFICATION), no_challenge),
+            refused(TWITCH_VERIFICATION)
+        );
+        assert!(matches!(
+            run(Some(TWITCH_VERIFICATION), no_challenge),
+            Outcome::Refused(Refusal::Missing { .. })
+        ));
+        // Events and revocations are ordinary deliveries under their own type only.
+        for (body, kind) in [
+            (&notification[..], TWITCH_NOTIFICATION),
+            (&batched[..], TWITCH_NOTIFICATION),
+            (&revocation[..], TWITCH_REVOCATION),
+        ] {
+            assert_eq!(run(Some(kind), body), Outcome::NotHandshake, "{kind}");
+            assert_eq!(run(None, body), Outcome::NotHandshake, "{kind}");
+            for other in [TWITCH_VERIFICATION, TWITCH_NOTIFICATION, TWITCH_REVOCATION] {
+                if other != kind {
+                    assert_eq!(run(Some(other), body), refused(kind), "{kind} as {other}");
+                }
+            }
+        }
+        // A body of no known shape is left to the contract, unless it claims a verification.
+        assert_eq!(run(Some(TWITCH_NOTIFICATION), b"{}"), Outcome::NotHandshake);
+        assert_eq!(
+            run(Some(TWITCH_NOTIFICATION), b"not json"),
+            Outcome::NotHandshake
+        );
+        assert!(matches!(
+            run(Some(TWITCH_VERIFICATION), b"{}"),
+            Outcome::Refused(Refusal::Missing { .. })
+        ));
+        // The refusal names the types, never the header's value.
+        let shown = Refusal::TwitchType {
+            body: TWITCH_VERIFICATION,
+        }
+        .to_string();
+        assert!(
+            shown.contains("webhook_callback_verification") && shown.contains(TWITCH_TYPE_HEADER)
         );
     }
 
@@ -622,28 +923,160 @@ mod tests {
         ));
     }
 
+    /// A CRC answer is `HMAC-SHA256(secret, T)`: X's signature of a body T. A token that
+    /// could be a body (a JSON object or value), `{t}.{body}` (Stripe) or `v0:{ts}:{body}`
+    /// (Slack, Zoom) is never answered.
+    #[test]
+    fn x_crc_never_signs_what_a_delivery_could_carry() {
+        let headers = HeaderMap::new();
+        let forged = [
+            // {"id":"evt_1","for_user_id":"1"}
+            "%7B%22id%22%3A%22evt_1%22%2C%22for_user_id%22%3A%221%22%7D",
+            // 1700000000.{"id":1}
+            "1700000000.%7B%22id%22%3A1%7D",
+            // v0:1700000000:{}
+            "v0%3A1700000000%3A%7B%7D",
+            "%5B1%5D",
+            "123",
+            "-1",
+            "1e5",
+            "true",
+            "null",
+            "a+b",
+            "a%20b",
+            "a,b",
+        ];
+        for token in forged {
+            assert!(
+                matches!(
+                    get(
+                        Handshake::XCrc,
+                        &format!("/w/x?crc_token={token}"),
+                        &headers
+                    ),
+                    Outcome::Refused(Refusal::NotShape { .. })
+                ),
+                "{token}"
+            );
+        }
+        let longest = "A".repeat(MAX_TOKEN_BYTES);
+        assert!(matches!(
+            get(Handshake::XCrc, &format!("/?crc_token={longest}"), &headers),
+            Outcome::Answer(_)
+        ));
+        assert!(matches!(
+            get(
+                Handshake::XCrc,
+                &format!("/?crc_token={longest}A"),
+                &headers
+            ),
+            Outcome::Refused(Refusal::NotShape { .. })
+        ));
+        for fine in [
+            "crc-token%2B1",
+            "NDY2YjFjNzctZTQ4MC00ZjVh",
+            "a_b-c%2Fd%3D%3D",
+            "1a",
+        ] {
+            assert!(
+                matches!(
+                    get(Handshake::XCrc, &format!("/?crc_token={fine}"), &headers),
+                    Outcome::Answer(_)
+                ),
+                "{fine}"
+            );
+        }
+    }
+
+    /// Zoom's encryptedToken is `HMAC-SHA256(secret, plainToken)`; its scheme signs
+    /// `v0:{ts}:{body}`, which a plainToken never is.
+    #[test]
+    fn zoom_answers_an_opaque_plain_token_only() {
+        for plain in [
+            "v0:1700000000:{\\\"event\\\":\\\"meeting.started\\\"}",
+            "v0:1700000000:x",
+            "a b",
+            "12",
+        ] {
+            let body = format!(
+                r#"{{"event":"endpoint.url_validation","payload":{{"plainToken":"{plain}"}}}}"#
+            );
+            assert!(
+                matches!(
+                    post(Handshake::Zoom, &body),
+                    Outcome::Refused(Refusal::NotShape { .. })
+                ),
+                "{plain}: {body}"
+            );
+        }
+    }
+
+    const GRAPH_TOKEN: &str = "Validation%3a+Testing+client+application+reachability+for+subscription+Request-Id%3a+877cb92e-a60b-483b-8a39-79aa5f64f5a3";
+
     #[test]
     fn msgraph_echoes_the_validation_token_of_a_post() {
         let headers = HeaderMap::new();
-        let out = detect(
-            Handshake::Msgraph,
-            &parts(
-                "POST",
-                "/w/g?validationToken=Validation%3a+Testing+client",
-                &headers,
-                b"",
-                None,
-            ),
-        );
+        let path = format!("/w/g?token=t&validationToken={GRAPH_TOKEN}");
+        let validation = parts("POST", &path, &headers, b"", None);
+        assert!(is_graph_validation(&validation));
         assert_eq!(
-            answer(out),
-            (ContentType::Text, "Validation: Testing client".into())
+            answer(detect(Handshake::Msgraph, &validation)),
+            (
+                ContentType::Text,
+                format!("{GRAPH_VALIDATION_PREFIX}877cb92e-a60b-483b-8a39-79aa5f64f5a3")
+            )
         );
-        let notification = detect(
-            Handshake::Msgraph,
-            &parts("POST", "/w/g", &headers, b"{\"value\":[]}", None),
+        let notification = parts("POST", "/w/g", &headers, b"{\"value\":[]}", None);
+        assert!(!is_graph_validation(&notification));
+        assert_eq!(
+            detect(Handshake::Msgraph, &notification),
+            Outcome::NotHandshake
         );
-        assert_eq!(notification, Outcome::NotHandshake);
+    }
+
+    /// Graph's validation is unsigned: only its own text is ever echoed, so that the echo
+    /// reflects nothing a caller chose beyond a GUID's hex digits.
+    #[test]
+    fn msgraph_echoes_nothing_but_graphs_validation_text() {
+        let headers = HeaderMap::new();
+        let upper = GRAPH_TOKEN.replace("877cb92e", "877CB92E");
+        assert!(matches!(
+            detect(
+                Handshake::Msgraph,
+                &parts(
+                    "POST",
+                    &format!("/?validationToken={upper}"),
+                    &headers,
+                    b"",
+                    None
+                )
+            ),
+            Outcome::Answer(_)
+        ));
+        let prefix =
+            "Validation%3a+Testing+client+application+reachability+for+subscription+Request-Id%3a+";
+        for bad in [
+            "Validation%3a+Testing+client".to_owned(),
+            "%3Cscript%3Ealert(1)%3C%2Fscript%3E".to_owned(),
+            "%7B%22id%22%3A%22evt_1%22%7D".to_owned(),
+            format!("{prefix}877cb92e-a60b-483b-8a39-79aa5f64f5a3%3Cb%3E"),
+            format!("{prefix}877cb92e-a60b-483b-8a39-79aa5f64f5a"),
+            format!("{prefix}877cb92e-a60b-483b-8a39-79aa5f64f5ag"),
+            format!("{prefix}877cb92ea60b-483b-8a39-79aa5f64f5a3a"),
+            format!("x{prefix}877cb92e-a60b-483b-8a39-79aa5f64f5a3"),
+        ] {
+            let path = format!("/?validationToken={bad}");
+            assert!(
+                matches!(
+                    detect(
+                        Handshake::Msgraph,
+                        &parts("POST", &path, &headers, b"", None)
+                    ),
+                    Outcome::Refused(Refusal::NotShape { .. })
+                ),
+                "{bad}"
+            );
+        }
     }
 
     #[test]
@@ -756,6 +1189,18 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// Whatever a token is, one answered with an HMAC holds no character of any signed
+        /// content around a body (`{`, `"`, `:`, `.`, `,`, a space) and is no JSON value.
+        #[test]
+        fn an_answered_token_is_never_json_nor_a_signed_content(value in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            if let Ok(token) = opaque_token(Some(&value), "t") {
+                proptest::prop_assert!(token.len() <= MAX_TOKEN_BYTES);
+                proptest::prop_assert!(serde_json::from_str::<serde_json::Value>(token).is_err());
+                let signed_content_chars = ['{', '[', '"', ':', '.', ',', ' '];
+                proptest::prop_assert!(!token.contains(signed_content_chars), "{}", token);
+            }
+        }
+
         /// Whatever bytes come, an echoed value is 1 to 512 bytes of text without a control
         /// character, and the value itself when it is one.
         #[test]

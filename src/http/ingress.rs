@@ -40,7 +40,7 @@ use crate::store::{Admission, BodyKey, Decided, NewEvent, Refusal, SettleAt, Sto
             own `response` (status, content type and body, any 2xx) replaces the delivery bodies",
             content((IngressBody = "application/json"), (String = "text/plain"))),
         (status = 202, description = "Logged durably; applied later (a batch: some element is)", body = IngressBody),
-        (status = 400, description = "`invalid_payload`, each bad field named (a batch: the element's `index` too); or `invalid_handshake`: a handshake's value to echo is missing, empty, over 512 bytes or holds a control character", body = ErrorBody),
+        (status = 400, description = "`invalid_payload`, each bad field named (a batch: the element's `index` too); or `invalid_handshake`: a handshake's value to echo is missing, empty, over 512 bytes or holds a control character, is not the publisher's shape (Zoom's plainToken an opaque token, Graph's validationToken its validation text), or a Twitch message's `Twitch-Eventsub-Message-Type` is not the type of its signed body", body = ErrorBody),
         (status = 401, description = "`missing_signature`, `invalid_signature` or `timestamp_out_of_tolerance`",
             body = ErrorBody),
         (status = 403, description = "`forbidden_peer`: the client address is not in the source's `allow_ips`; nothing read. \
@@ -190,9 +190,9 @@ async fn check_and_log(
         Ok(read) => read,
         Err(refused) => return refused,
     };
-    // Microsoft Graph's validation signs nothing and comes as text/plain: answered before
-    // the content type is checked (docs/contract.md, handshakes).
-    if let Some(answer) = unsigned_post_handshake(state, source, target, headers, &read.body) {
+    // Microsoft Graph's validation comes as text/plain: answered, once the source's token
+    // verified, before the content type is checked (docs/contract.md, handshakes).
+    if let Some(answer) = early_post_handshake(state, source, target, headers, &read.body).await {
         return answer;
     }
     if let Err(refused) = check_content_type(source, headers) {
@@ -796,14 +796,14 @@ fn signature_rejected(source: &SourceConfig, err: signature::SignatureError) -> 
 #[utoipa::path(get, path = "/webhooks/{source}", tag = "ingress", security(()),
     params(("source" = String, Path, description = "A configured source with a GET handshake", example = "dropbox"),
         ("challenge" = Option<String>, Query, description = "Dropbox: echoed as text/plain"),
-        ("crc_token" = Option<String>, Query, description = "X: answered with its HMAC"),
+        ("crc_token" = Option<String>, Query, description = "X: an opaque token (base64 characters, at most 128), answered with its HMAC"),
         ("hub.mode" = Option<String>, Query, description = "WebSub: `subscribe`"),
         ("hub.challenge" = Option<String>, Query, description = "WebSub: echoed as text/plain"),
         ("X-Okta-Verification-Challenge" = Option<String>, Header, description = "Okta: echoed in `verification`")),
     responses(
         (status = 200, description = "The handshake answered (`X-Content-Type-Options: nosniff`); nothing stored",
             content((String = "text/plain"), (super::answer::HandshakeBody = "application/json"))),
-        (status = 400, description = "`invalid_handshake`: the value to echo is missing, empty, over 512 bytes or holds a control character",
+        (status = 400, description = "`invalid_handshake`: the value to echo is missing, empty, over 512 bytes or holds a control character; X's crc_token is not an opaque token (1 to 128 characters of A-Z, a-z, 0-9, `+`, `/`, `=`, `_`, `-`, not a JSON value)",
             body = ErrorBody),
         (status = 401, description = "Okta: `missing_signature` or `invalid_signature` (the source's token)",
             body = ErrorBody),
@@ -894,18 +894,20 @@ async fn get_handshake(
     })
 }
 
-/// Microsoft Graph's `POST ?validationToken=T`, answered before anything else is checked: the
-/// publisher signs nothing.
-fn unsigned_post_handshake(
+/// Microsoft Graph's `POST ?validationToken=T`, answered before its content type is checked
+/// (Graph posts it as `text/plain`), once the source's token (in the query of the
+/// subscription's `notificationUrl`) verified: Graph signs nothing, and an echo for anyone
+/// would be an open reflector.
+async fn early_post_handshake(
     state: &AppState,
     source: &SourceConfig,
     target: &Target<'_>,
     headers: &HeaderMap,
-    body: &[u8],
+    body: &axum::body::Bytes,
 ) -> Option<Answer> {
     let handshake = source
         .handshake
-        .filter(|h| h.stage() == handshake::Stage::UnsignedPost)?;
+        .filter(|h| h.stage() == handshake::Stage::EarlyPost)?;
     let parts = handshake::Parts {
         method: target.method,
         path_and_query: target.path_and_query,
@@ -913,6 +915,16 @@ fn unsigned_post_handshake(
         body,
         secret: None,
     };
+    if !handshake::is_graph_validation(&parts) {
+        // A notification: an ordinary delivery, its token checked at step 5.
+        return None;
+    }
+    let received_at_ms = state.clock.now_ms();
+    if let Err(refused) =
+        verify_signature(state, source, target, headers, body, received_at_ms).await
+    {
+        return Some(refused);
+    }
     handshake_answer(state, source, handshake, &parts)
 }
 

@@ -98,7 +98,7 @@ name = "graph"
 kind = "json"
 mode = "sync"
 signature = "token"
-token_header = "X-Graph-Token"
+token_query = "token"
 secrets = ["{GRAPH_TOKEN}"]
 event_id = "/id"
 aggregate = "/id"
@@ -286,6 +286,16 @@ fn hex_headers(header: &'static str, secret: &str, body: &[u8]) -> Vec<(&'static
 const JSON: &str = "application/json";
 const TEXT: &str = "text/plain; charset=utf-8";
 
+/// What Microsoft Graph sends as its validationToken, as it comes in the query and decoded.
+const GRAPH_VALIDATION: &str = "Validation%3a+Testing+client+application+reachability+for+subscription+Request-Id%3a+877cb92e-a60b-483b-8a39-79aa5f64f5a3";
+const GRAPH_VALIDATION_TEXT: &str = "Validation: Testing client application reachability for subscription Request-Id: 877cb92e-a60b-483b-8a39-79aa5f64f5a3";
+
+/// Graph's validation request: the subscription's notificationUrl (the source's token in its
+/// query) with `validationToken` added.
+fn graph_validation(token: &str, validation: &str) -> String {
+    format!("/webhooks/graph?token={token}&validationToken={validation}")
+}
+
 #[tokio::test]
 async fn every_handshake_is_answered_exactly_and_never_stored_nor_forwarded() {
     let (server, received) = server().await;
@@ -365,16 +375,17 @@ async fn every_handshake_is_answered_exactly_and_never_stored_nor_forwarded() {
             &format!(r#"{{"response_token":"sha256={expected}"}}"#),
         );
 
-    // Microsoft Graph: a POST with validationToken, as text, whatever its (empty) body's type.
+    // Microsoft Graph: a POST with validationToken, to the notificationUrl with its token,
+    // as text, whatever its (empty) body's type.
     post(
         &server,
-        "/webhooks/graph?validationToken=Validation%3a+Testing+client+application+reachability",
+        &graph_validation(GRAPH_TOKEN, GRAPH_VALIDATION),
         b"",
         &[],
         "text/plain",
     )
     .await
-    .assert_answer(TEXT, "Validation: Testing client application reachability");
+    .assert_answer(TEXT, GRAPH_VALIDATION_TEXT);
 
     // Dropbox and WebSub: the challenge as text.
     get(&server, "/webhooks/dropbox?challenge=dbx-challenge-42", &[])
@@ -533,6 +544,27 @@ async fn a_handshake_whose_signature_or_token_fails_is_401_and_not_answered() {
     .await
     .assert_error(401, "missing_signature");
 
+    // Graph's validation carries the token of the subscription's notificationUrl: without
+    // it, the echo is no one's to get.
+    post(
+        &server,
+        &format!("/webhooks/graph?validationToken={GRAPH_VALIDATION}"),
+        b"",
+        &[],
+        "text/plain",
+    )
+    .await
+    .assert_error(401, "missing_signature");
+    post(
+        &server,
+        &graph_validation("wrong", GRAPH_VALIDATION),
+        b"",
+        &[],
+        "text/plain",
+    )
+    .await
+    .assert_error(401, "invalid_signature");
+
     let text = server.get_text("/metrics").await;
     assert!(!text.contains("inhook_handshakes_total"), "{text}");
     assert_eq!(server.count().await, 0);
@@ -578,7 +610,7 @@ async fn echoed_values_are_bounded_and_never_carry_control_characters() {
         .assert_error(400, "invalid_handshake");
         post(
             &server,
-            &format!("/webhooks/graph?validationToken={bad}"),
+            &graph_validation(GRAPH_TOKEN, bad),
             b"",
             &[],
             "text/plain",
@@ -661,9 +693,9 @@ async fn get_keeps_its_405_where_no_handshake_comes_as_a_get_and_events_stay_eve
     let body = br#"{"id":"g-1"}"#;
     let reply = post(
         &server,
-        "/webhooks/graph",
+        &format!("/webhooks/graph?token={GRAPH_TOKEN}"),
         body,
-        &[("X-Graph-Token", GRAPH_TOKEN.into())],
+        &[],
         JSON,
     )
     .await;
@@ -741,5 +773,322 @@ allow_ips = ["192.0.2.0/24"]
     get(&server, "/webhooks/fenced?challenge=c", &[])
         .await
         .assert_error(403, "forbidden_peer");
+    assert_eq!(server.count().await, 0);
+}
+
+/// The X CRC was a signing oracle: `GET ?crc_token=T` answered `sha256=base64(HMAC(secret,
+/// T))`, exactly the `x-twitter-webhooks-signature` of a body T. The red team's attack,
+/// replayed: ask the CRC for a JSON event, post that event with the answer as its signature.
+/// The CRC now answers only an opaque token, so there is no answer to post.
+#[tokio::test]
+async fn a_crc_answer_is_never_the_signature_of_a_delivery() {
+    let (server, received) = server().await;
+    for (n, event) in [
+        r#"{"id":"forged-1","for_user_id":"2244994945"}"#.to_owned(),
+        // A compact event with every field the source reads, well under 512 bytes.
+        format!(
+            r#"{{"id":"forged-2","for_user_id":"1","tweet_create_events":[{{"text":"{}"}}]}}"#,
+            "x".repeat(300)
+        ),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let token =
+            percent_encoding::utf8_percent_encode(event, percent_encoding::NON_ALPHANUMERIC);
+        let crc = get(&server, &format!("/webhooks/x?crc_token={token}"), &[]).await;
+        let signature = crc.json()["response_token"]
+            .as_str()
+            .unwrap_or("sha256=")
+            .to_owned();
+        let forged = post(
+            &server,
+            "/webhooks/x",
+            event.as_bytes(),
+            &[("x-twitter-webhooks-signature", signature)],
+            JSON,
+        )
+        .await;
+        assert_eq!(
+            forged.code,
+            401,
+            "forgery #{n} answered {}: {}",
+            forged.code,
+            forged.text()
+        );
+        crc.assert_error(400, "invalid_handshake");
+        let detail = crc.json()["detail"].as_str().unwrap().to_owned();
+        assert!(
+            detail.contains("crc_token") && detail.contains("opaque token"),
+            "{detail}"
+        );
+        assert!(
+            !detail.contains("forged"),
+            "the refusal never shows the value: {detail}"
+        );
+    }
+    // X's own tokens are still answered, and an event X signs is still logged.
+    let reply = get(
+        &server,
+        "/webhooks/x?crc_token=NDY2YjFjNzctZTQ4MC00ZjVhLWJk%2BNzY%3D",
+        &[],
+    )
+    .await;
+    assert_eq!(reply.code, 200, "{}", reply.text());
+    let event = br#"{"id":"x-1","for_user_id":"2244994945"}"#;
+    let signature = format!(
+        "sha256={}",
+        base64::engine::general_purpose::STANDARD.encode(hmac256(X_SECRETS[0], event))
+    );
+    let logged = post(
+        &server,
+        "/webhooks/x",
+        event,
+        &[("x-twitter-webhooks-signature", signature)],
+        JSON,
+    )
+    .await;
+    assert_eq!(logged.json()["status"], "applied", "{}", logged.text());
+    assert_eq!(server.count().await, 1, "only X's own event is stored");
+    server
+        .wait_for("/v1/destinations/app/deliveries?status=delivered", |r| {
+            r.body["items"]
+                .as_array()
+                .is_some_and(|items| !items.is_empty())
+        })
+        .await;
+    assert_eq!(
+        received.lock().unwrap().len(),
+        1,
+        "only X's own event is forwarded"
+    );
+}
+
+/// `handshake = "x-crc"` on a GitHub or Stripe source made the CRC their signing oracle too:
+/// a GitHub signature is the HMAC of the body, a Stripe `v1` that of `{t}.{body}`, each
+/// whatever token spells it. Such a source no longer starts; were it to, the forgery over
+/// HTTP would have to be refused.
+#[tokio::test]
+async fn x_crc_on_another_scheme_does_not_start() {
+    const GITHUB_SECRET: &str = "github-webhook-secret";
+    const STRIPE_SECRET: &str = "whsec_stripe_endpoint_secret";
+    let sources = format!(
+        r#"
+[[sources]]
+name = "gh"
+kind = "json"
+mode = "sync"
+signature = "github"
+secrets = ["{GITHUB_SECRET}"]
+event_id = "/id"
+aggregate = "/repo"
+ordering = "unordered"
+handshake = "x-crc"
+
+[[sources]]
+name = "pay"
+kind = "json"
+mode = "sync"
+signature = "stripe"
+secrets = ["{STRIPE_SECRET}"]
+event_id = "/id"
+aggregate = "/object"
+ordering = "unordered"
+handshake = "x-crc"
+"#
+    );
+    let mut server = TestServer::unstarted("", "", &sources).await;
+    let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| server.start())).is_ok();
+    if started {
+        // The red team's forgeries, each an event the source stores.
+        let crc = |token: String| {
+            let server = &server;
+            async move {
+                let token = percent_encoding::utf8_percent_encode(
+                    &token,
+                    percent_encoding::NON_ALPHANUMERIC,
+                );
+                let answer = get(server, &format!("/webhooks/gh?crc_token={token}"), &[]).await;
+                let answer = answer.json()["response_token"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned();
+                let mac = base64::engine::general_purpose::STANDARD
+                    .decode(answer.trim_start_matches("sha256="))
+                    .unwrap_or_default();
+                hex::encode(mac)
+            }
+        };
+        let body = r#"{"id":"forged-gh","repo":"acme/app"}"#;
+        let mac = crc(body.to_owned()).await;
+        let github = post(
+            &server,
+            "/webhooks/gh",
+            body.as_bytes(),
+            &[
+                ("x-hub-signature-256", format!("sha256={mac}")),
+                ("x-github-event", "push".into()),
+                ("x-github-delivery", "d-1".into()),
+            ],
+            JSON,
+        )
+        .await;
+        // The CRC of the github source answers with its own secret: Stripe's forgery needs
+        // the stripe source's own CRC.
+        let t = now_s();
+        let body = r#"{"id":"forged-pay","object":"ch_1"}"#;
+        let token = percent_encoding::utf8_percent_encode(
+            &format!("{t}.{body}"),
+            percent_encoding::NON_ALPHANUMERIC,
+        )
+        .to_string();
+        let answer = get(&server, &format!("/webhooks/pay?crc_token={token}"), &[]).await;
+        let answer = answer.json()["response_token"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        let mac = hex::encode(
+            base64::engine::general_purpose::STANDARD
+                .decode(answer.trim_start_matches("sha256="))
+                .unwrap_or_default(),
+        );
+        let stripe = post(
+            &server,
+            "/webhooks/pay",
+            body.as_bytes(),
+            &[("stripe-signature", format!("t={t},v1={mac}"))],
+            JSON,
+        )
+        .await;
+        panic!(
+            "a github and a stripe source started with handshake = \"x-crc\"; forged deliveries \
+             answered {} {} and {} {}; {} stored",
+            github.code,
+            github.text(),
+            stripe.code,
+            stripe.text(),
+            server.count().await
+        );
+    }
+    let (ok, out) = server.cli(&["serve"]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("source \"gh\": handshake = \"x-crc\" is allowed only with")
+            && out.contains("x-twitter-webhooks-signature")
+            && out.contains("preset = \"x-activity\"")
+            && out.contains("has signature = \"github\""),
+        "{out}"
+    );
+    // Each source is named: with the first fixed, the second stops the start.
+    server.replace_in_config("handshake = \"x-crc\"\n\n[[sources]]", "\n[[sources]]");
+    let (ok, out) = server.cli(&["serve"]);
+    assert!(
+        !ok && out.contains("source \"pay\": handshake = \"x-crc\"")
+            && out.contains("has signature = \"stripe\""),
+        "{out}"
+    );
+}
+
+/// Twitch signs the message id, timestamp and body, not `Twitch-Eventsub-Message-Type`: a
+/// captured callback verification resent as a `notification` was logged and forwarded as an
+/// event. The type is read from the signed body; a header that disagrees is 400.
+#[tokio::test]
+async fn a_twitch_verification_resent_as_a_notification_is_refused() {
+    let (server, received) = server().await;
+    let verification = br#"{"challenge":"pogchamp-kappa-360noscope-vohiyo","subscription":{"id":"f1c2a387","status":"webhook_callback_verification_pending","type":"channel.follow","version":"1","cost":1,"condition":{"broadcaster_user_id":"12826"},"transport":{"method":"webhook","callback":"https://example.com/webhooks/callback"},"created_at":"2019-11-16T10:11:12.634234626Z"}}"#;
+    let captured = twitch_headers(TWITCH_SECRET, verification, "webhook_callback_verification");
+    post(&server, "/webhooks/twitch", verification, &captured, JSON)
+        .await
+        .assert_answer(TEXT, "pogchamp-kappa-360noscope-vohiyo");
+    for kind in ["notification", "revocation"] {
+        let resent: Vec<(&str, String)> = captured
+            .iter()
+            .map(|(name, value)| match *name {
+                "Twitch-Eventsub-Message-Type" => (*name, kind.to_owned()),
+                _ => (*name, value.clone()),
+            })
+            .collect();
+        let reply = post(&server, "/webhooks/twitch", verification, &resent, JSON).await;
+        reply.assert_error(400, "invalid_handshake");
+        let detail = reply.json()["detail"].as_str().unwrap().to_owned();
+        assert!(
+            detail.contains("webhook_callback_verification")
+                && detail.contains("Twitch-Eventsub-Message-Type"),
+            "{detail}"
+        );
+    }
+    // A notification under another type is refused the same way; under its own, logged.
+    let notification = br#"{"subscription":{"id":"f1c2a387","status":"enabled","type":"channel.follow"},"event":{"user_id":"1337","broadcaster_user_id":"12826"}}"#;
+    post(
+        &server,
+        "/webhooks/twitch",
+        notification,
+        &twitch_headers(TWITCH_SECRET, notification, "revocation"),
+        JSON,
+    )
+    .await
+    .assert_error(400, "invalid_handshake");
+    let logged = post(
+        &server,
+        "/webhooks/twitch",
+        notification,
+        &twitch_headers(TWITCH_SECRET, notification, "notification"),
+        JSON,
+    )
+    .await;
+    assert_eq!(logged.json()["status"], "applied", "{}", logged.text());
+    assert_eq!(server.count().await, 1, "only the notification is stored");
+    server
+        .wait_for("/v1/destinations/app/deliveries?status=delivered", |r| {
+            r.body["items"]
+                .as_array()
+                .is_some_and(|items| !items.is_empty())
+        })
+        .await;
+    let received = received.lock().unwrap();
+    assert_eq!(received.len(), 1, "only the notification is forwarded");
+    assert_eq!(received[0].1, notification);
+}
+
+/// Graph's validation signs nothing: it was an open text reflector. It is answered only with
+/// the source's token (in the subscription's notificationUrl) and only for Graph's own text.
+#[tokio::test]
+async fn graph_validation_echoes_only_graphs_text_with_the_sources_token() {
+    let (server, _received) = server().await;
+    for reflected in [
+        "%3Chtml%3E%3Cscript%3Ealert(1)%3C%2Fscript%3E",
+        "%7B%22id%22%3A%22evt_1%22%7D",
+        "Validation%3a+Testing+client+application+reachability",
+        &format!("{GRAPH_VALIDATION}%3Cb%3E"),
+    ] {
+        post(
+            &server,
+            &graph_validation(GRAPH_TOKEN, reflected),
+            b"",
+            &[],
+            "text/plain",
+        )
+        .await
+        .assert_error(400, "invalid_handshake");
+        // Without the token, not even that is said.
+        post(
+            &server,
+            &format!("/webhooks/graph?validationToken={reflected}"),
+            b"",
+            &[],
+            "text/plain",
+        )
+        .await
+        .assert_error(401, "missing_signature");
+    }
+    post(
+        &server,
+        &graph_validation(GRAPH_TOKEN, GRAPH_VALIDATION),
+        b"",
+        &[],
+        "text/plain",
+    )
+    .await
+    .assert_answer(TEXT, GRAPH_VALIDATION_TEXT);
     assert_eq!(server.count().await, 0);
 }

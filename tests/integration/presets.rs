@@ -1215,13 +1215,18 @@ async fn preset_sources_answer_their_publishers_handshakes() {
         .unwrap();
     assert_eq!(text(reply).await, (200, "dbx-challenge".into()));
 
+    // Graph posts its validation to the notificationUrl, the preset's token in its query.
+    let graph = "Validation: Testing client application reachability for subscription Request-Id: 522a8e7e-096a-494c-aaf1-ac0dcfca45b7";
     let reply = client
-        .post(url("msgraph?validationToken=graph%20validation"))
+        .post(url(&format!(
+            "msgraph?token=graph-token&validationToken={}",
+            percent_encoding::utf8_percent_encode(graph, percent_encoding::NON_ALPHANUMERIC)
+        )))
         .header("content-type", "text/plain")
         .send()
         .await
         .unwrap();
-    assert_eq!(text(reply).await, (200, "graph validation".into()));
+    assert_eq!(text(reply).await, (200, graph.into()));
 
     let reply = client
         .get(url("okta-event-hooks"))
