@@ -256,6 +256,13 @@ mod tests {
                 preset.name
             );
             assert!(!keys.contains_key("name"), "{} sets a name", preset.name);
+            // docs/contract.md, missing locations: a preset never refuses a verified body.
+            assert_eq!(
+                keys.get("missing_locations").and_then(|v| v.as_str()),
+                Some("unordered"),
+                "{}",
+                preset.name
+            );
             assert!(
                 !keys.contains_key("secrets"),
                 "{} sets secrets",

@@ -350,6 +350,7 @@ CREATE INDEX events_by_source_status ON events (source, status, id)
         SQLITE_DELIVERY_COUNTS,
     ),
     (15, SQLITE_ENCRYPTION),
+    (16, UNORDERED_EVENTS),
 ];
 
 /// `(version, SQL)` in order, for PostgreSQL; the same schema as [`SQLITE`].
@@ -782,7 +783,13 @@ $fn$;
         POSTGRES_DELIVERY_COUNTS,
     ),
     (15, POSTGRES_ENCRYPTION),
+    (16, UNORDERED_EVENTS),
 ];
+
+/// Why an event was applied unordered though its source orders events: its type carries no
+/// version, or its body lacks a location (docs/contract.md, missing locations), version 16
+/// of both stores. NULL for ordered events and for every row of older releases.
+const UNORDERED_EVENTS: &str = "ALTER TABLE events ADD COLUMN unordered TEXT;";
 
 /// A raw body equal to a logged one of the source is a duplicate when its scheme signs
 /// neither a delivery id nor a timestamp (docs/contract.md, duplicates): the body's
