@@ -236,3 +236,95 @@ async fn every_example_of_githubs_catalogs_is_accepted_by_the_github_preset() {
         "{detail:?}"
     );
 }
+
+/// A hand-written source keyed like a publisher's, strict or opted in to the preset rule.
+fn hand_written(name: &str, opt_in: bool) -> String {
+    let missing = if opt_in {
+        "missing_locations = \"unordered\"\n"
+    } else {
+        ""
+    };
+    format!(
+        "[[sources]]\nname = \"{name}\"\nkind = \"json\"\nmode = \"sync\"\nsignature = \"hmac-timestamped\"\n\
+         secrets = [\"s3cret\"]\n{missing}event_id = \"/id\"\nevent_type = \"/type\"\n\
+         aggregate = \"/object/id\"\nsequence = \"/object/version\"\nordering = \"latest-wins\"\n\
+         state = \"/object\"\n"
+    )
+}
+
+#[tokio::test]
+async fn a_hand_written_source_is_strict_unless_it_opts_in_and_the_log_says_why_an_event_is_unordered(
+) {
+    use crate::support::signed;
+    use inhook::signature::Scheme;
+    let server = TestServer::spawn_with_sources(&format!(
+        "{}\n{}",
+        hand_written("strict", false),
+        hand_written("lenient", true)
+    ))
+    .await;
+    let post = |source: &'static str, body: Value| {
+        let server = &server;
+        async move {
+            let bytes = serde_json::to_vec(&body).unwrap();
+            let headers = signed(
+                Scheme::HmacTimestamped,
+                "s3cret",
+                &bytes,
+                crate::support::now_s(),
+            );
+            server.post_raw(source, &bytes, &headers).await
+        }
+    };
+    let versioned = json!({"id": "e1", "type": "thing.updated", "object": {"id": "t1", "version": 5, "v": "five"}});
+    let unversioned =
+        json!({"id": "e2", "type": "thing.touched", "object": {"id": "t1", "v": "late"}});
+    // Strict: the missing version is a 400 naming it; opted in: applied, unordered.
+    let refused = post("strict", unversioned.clone()).await;
+    assert_eq!(refused.code, 400, "{refused:?}");
+    assert!(
+        refused.body.to_string().contains("/object/version"),
+        "{refused:?}"
+    );
+    for body in [&versioned, &unversioned] {
+        let reply = post("lenient", body.clone()).await;
+        assert_eq!(
+            (reply.code, reply.body["status"].as_str()),
+            (200, Some("applied")),
+            "{reply:?}"
+        );
+    }
+    assert_eq!(
+        post("lenient", unversioned.clone()).await.body["status"],
+        "duplicate"
+    );
+    // The late unversioned event did not roll back what the versioned one wrote.
+    let state = server.get("/v1/sources/lenient/aggregates/t1").await;
+    assert_eq!(
+        state.body["state"],
+        json!({"id": "t1", "version": 5, "v": "five"}),
+        "{state:?}"
+    );
+    let detail = server.get("/v1/events/lenient/e2").await;
+    assert_eq!(
+        (
+            detail.body["unordered"].clone(),
+            detail.body["sequence"].clone()
+        ),
+        (json!("no version: /object/version is absent"), json!(0)),
+        "{detail:?}"
+    );
+    assert_eq!(
+        server.get("/v1/events/lenient/e1").await.body["unordered"],
+        Value::Null
+    );
+    // Even a body without the aggregate is the publisher's: under its type, unordered.
+    let bare = post("lenient", json!({"id": "e3", "type": "thing.pinged"})).await;
+    assert_eq!(bare.body["status"], "applied", "{bare:?}");
+    let detail = server.get("/v1/events/lenient/e3").await;
+    assert_eq!(detail.body["aggregate"], "thing.pinged", "{detail:?}");
+    assert!(detail.body["unordered"]
+        .as_str()
+        .unwrap()
+        .contains("/object/id is absent"));
+}
