@@ -413,7 +413,7 @@ async fn events_of_a_previous_release_are_ordered_as_they_were_after_the_unorder
     let mut server = previous_release_store().await;
     server.start();
     // Version 16 adds the column; no event of the previous release is unordered.
-    assert!(inhook::store::SCHEMA_VERSION >= 16);
+    const { assert!(inhook::store::SCHEMA_VERSION >= 16) };
     assert_eq!(
         server
             .query_i64("SELECT COUNT(*) FROM events WHERE unordered IS NOT NULL")
