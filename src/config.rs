@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::kind::json::contract::{AggregateLocations, BodyFormat, JsonSourceSpec};
+use crate::kind::json::contract::{
+    AggregateLocations, BodyFormat, JsonSourceSpec, MissingLocations, TypeSpec,
+};
 use crate::kind::Kind;
 use crate::kind::SourceKind;
 use crate::retry::RetryPolicy;
@@ -466,6 +468,8 @@ struct FileSource {
     state: Option<String>,
     body_format: Option<BodyFormat>,
     unwrap: Option<String>,
+    missing_locations: Option<MissingLocations>,
+    types: Option<Vec<TypeSpec>>,
     batch: Option<bool>,
     batch_max_events: Option<usize>,
     response: Option<response::FileResponse>,
@@ -667,6 +671,8 @@ impl FileSource {
             state: self.state.clone(),
             body_format: self.body_format,
             unwrap: self.unwrap.clone(),
+            missing_locations: self.missing_locations,
+            types: self.types.clone(),
         };
         let given = [
             ("event_id", spec.event_id.is_some()),
@@ -679,6 +685,8 @@ impl FileSource {
             ("state", spec.state.is_some()),
             ("body_format", spec.body_format.is_some()),
             ("unwrap", spec.unwrap.is_some()),
+            ("missing_locations", spec.missing_locations.is_some()),
+            ("types", spec.types.is_some()),
         ]
         .into_iter()
         .filter_map(|(key, set)| set.then_some(key))
@@ -715,6 +723,8 @@ impl FileSource {
             state: None,
             body_format: None,
             unwrap: None,
+            missing_locations: None,
+            types: None,
             batch: None,
             batch_max_events: None,
             response: None,

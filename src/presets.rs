@@ -163,6 +163,10 @@ impl Preset {
         ));
         out.push_str("[[sources]]\n");
         out.push_str(&format!("name = {:?}\n", self.name));
+        // The `[[types]]` tables go last, as `[[sources.types]]`: a key written after them
+        // would be one of the last entry's.
+        let mut tables = String::new();
+        let mut in_table = false;
         for line in self.text.lines() {
             if line.trim_start().starts_with("[about]") {
                 break;
@@ -170,8 +174,14 @@ impl Preset {
             if line.trim().is_empty() {
                 continue;
             }
-            out.push_str(line);
-            out.push('\n');
+            if line.trim() == "[[types]]" {
+                in_table = true;
+                tables.push_str("\n[[sources.types]]\n");
+                continue;
+            }
+            let to = if in_table { &mut tables } else { &mut out };
+            to.push_str(line);
+            to.push('\n');
         }
         let env = secret_env_var(self.name);
         match (&about.public_key, &about.topics) {
@@ -196,6 +206,7 @@ impl Preset {
                 "# public_url = \"https://hooks.example.com\"   # required: the base URL the publisher calls (top level or here)\n",
             );
         }
+        out.push_str(&tables);
         Ok(out)
     }
 }
@@ -264,6 +275,13 @@ mod tests {
                 preset.name
             );
             assert!(!keys.contains_key("name"), "{} sets a name", preset.name);
+            // docs/contract.md, missing locations: a preset never refuses a verified body.
+            assert_eq!(
+                keys.get("missing_locations").and_then(|v| v.as_str()),
+                Some("unordered"),
+                "{}",
+                preset.name
+            );
             assert!(
                 !keys.contains_key("secrets"),
                 "{} sets secrets",
@@ -338,6 +356,16 @@ mod tests {
             !text.contains("secrets") && !text.contains("public_keys"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_pasted_preset_keeps_its_types_under_the_source() {
+        let text = Preset::find("github").unwrap().paste().unwrap();
+        let parsed: toml::Table = toml::from_str(&text).unwrap();
+        let source = parsed["sources"].as_array().unwrap()[0].as_table().unwrap();
+        let keys = Preset::find("github").unwrap().keys().unwrap();
+        assert_eq!(source["types"], keys["types"]);
+        assert!(!parsed.contains_key("types"));
     }
 
     #[test]

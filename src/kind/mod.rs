@@ -148,6 +148,9 @@ pub struct EventFields {
     pub event_type: String,
     /// Whether the rules may hold it for a gap (an in-order event).
     pub may_hold: bool,
+    /// Why a source that orders its events applies this one unordered (docs/contract.md,
+    /// missing locations); `None`: ordered as its source says.
+    pub unordered: Option<String>,
     /// The kind's own parse of the body, for settling at ingest without parsing it again.
     pub parsed: Option<ParsedBody>,
 }
@@ -224,6 +227,8 @@ pub struct PendingRow {
     pub replayed: bool,
     /// Whether it was already held before this step.
     pub was_held: bool,
+    /// Whether it is applied unordered though its source orders events: it carries no version.
+    pub unordered: bool,
     /// The kind's parse of the body when the row arrives in this request, not read back.
     pub parsed: Option<ParsedBody>,
 }

@@ -21,8 +21,8 @@ use crate::encryption::{Binding, Column};
 pub(crate) const LOG_EVENT: &str =
     "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
          idempotency_key, body, signature_valid, signed_at, received_at, status,
-         headers, decided_at, attempts, body_sha256, data_key)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, TRUE, $8, $9, $10, $11, $12, $13, $14, $15)
+         headers, decided_at, attempts, body_sha256, data_key, unordered)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, TRUE, $8, $9, $10, $11, $12, $13, $14, $15, $16)
      ON CONFLICT DO NOTHING";
 
 /// The aggregate's highest received sequence.
@@ -99,7 +99,8 @@ pub(crate) async fn log_one<I: Tx>(
             out_of_order: false,
         });
     }
-    let out_of_order = record_received(io, logged).await?;
+    // An unordered event has no sequence to raise the aggregate's highest with.
+    let out_of_order = logged.unordered.is_none() && record_received(io, logged).await?;
     let decided = match settle {
         SettleAt::Ingest(rules) => {
             let settled = settle::settle(io, rules, &logged.aggregate, logged.received_at).await?;
@@ -224,7 +225,8 @@ async fn decide_and_log<I: Tx>(
         vault::drop_unused_key(io, logged).await?;
         return find_duplicate(io, logged).await.map(Some);
     };
-    let out_of_order = record_received(io, logged).await?;
+    // An unordered event has no sequence to raise the aggregate's highest with.
+    let out_of_order = logged.unordered.is_none() && record_received(io, logged).await?;
     let decided = plan.write_logged(io, rules, &[row]).await?.pop();
     Ok(Some(Admission::Logged {
         row,
@@ -258,6 +260,7 @@ async fn insert<I: Tx>(
         Param::Int(attempts),
         Param::opt_text(logged.body_sha256.as_deref()),
         Param::OptInt(logged.data_key()),
+        Param::opt_text(logged.unordered.as_deref()),
     ];
     io.insert_row(LOG_EVENT, &params).await
 }

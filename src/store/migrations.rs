@@ -351,6 +351,7 @@ CREATE INDEX events_by_source_status ON events (source, status, id)
     ),
     (15, SQLITE_ENCRYPTION),
     (16, FAILED_ATTEMPTS),
+    (17, UNORDERED_EVENTS),
 ];
 
 /// `(version, SQL)` in order, for PostgreSQL; the same schema as [`SQLITE`].
@@ -784,6 +785,7 @@ $fn$;
     ),
     (15, POSTGRES_ENCRYPTION),
     (16, FAILED_ATTEMPTS),
+    (17, UNORDERED_EVENTS),
 ];
 
 /// A broker's confirmed publish has no HTTP status: the index of failed attempts (a
@@ -795,6 +797,12 @@ DROP INDEX delivery_attempts_failed;
 CREATE INDEX delivery_attempts_failed ON delivery_attempts (id)
     WHERE (http_status IS NULL AND result <> 'delivered') OR http_status < 200 OR http_status > 299;
 ";
+
+
+/// Why an event was applied unordered though its source orders events: its type carries no
+/// version, or its body lacks a location (docs/contract.md, missing locations), version 17
+/// of both stores. NULL for ordered events and for every row of older releases.
+const UNORDERED_EVENTS: &str = "ALTER TABLE events ADD COLUMN unordered TEXT;";
 
 /// A raw body equal to a logged one of the source is a duplicate when its scheme signs
 /// neither a delivery id nor a timestamp (docs/contract.md, duplicates): the body's

@@ -292,6 +292,8 @@ pub struct EventRow {
     pub(crate) may_hold: bool,
     /// Whether it is logged already decided, `ignored_unsupported` ([`NewEvent::ignored`]).
     pub(crate) ignored: bool,
+    /// Why a source that orders events applies it unordered (docs/contract.md).
+    pub(crate) unordered: Option<String>,
     /// The kind's parse of the body, for settling at ingest.
     pub(crate) parsed: Option<crate::kind::ParsedBody>,
     /// What the row stores instead of its body and headers when encryption is on.
@@ -376,6 +378,7 @@ impl EventRow {
             limits: event.limits,
             may_hold: event.event.may_hold,
             ignored: event.ignored,
+            unordered: event.event.unordered.clone(),
             parsed: event.event.parsed.clone(),
             sealed: None,
         }
@@ -407,6 +410,7 @@ impl EventRow {
             received_at_ms: self.received_at,
             replayed: false,
             was_held: false,
+            unordered: self.unordered.is_some(),
             parsed: self.parsed.clone(),
         }
     }
@@ -656,6 +660,8 @@ pub struct EventRecord {
     pub replays: i64,
     /// The kept request headers, as a JSON object text.
     pub headers: Option<String>,
+    /// Why it was applied unordered though its source orders events (docs/contract.md).
+    pub unordered: Option<String>,
     /// Failures and replays, oldest first (filled by [`Store::event`] only).
     pub history: Vec<AttemptRecord>,
     /// Whether a sealed column did not open (tampered with, or moved from another row):

@@ -226,6 +226,7 @@ async fn log_batch(
     let received_at: Vec<i64> = rows.iter().map(|r| r.received_at).collect();
     let headers: Vec<Option<&str>> = rows.iter().map(|r| r.stored_headers()).collect();
     let data_keys: Vec<Option<i64>> = rows.iter().map(|r| r.data_key()).collect();
+    let unordered: Vec<Option<&str>> = rows.iter().map(|r| r.unordered.as_deref()).collect();
     write_new_keys(&tx, &rows).await?;
     let body_sha256: Vec<Option<&str>> = rows.iter().map(|r| r.body_sha256.as_deref()).collect();
     // In batch order, so that of two deliveries with one key the first is the one logged;
@@ -237,16 +238,17 @@ async fn log_batch(
         .cached_query(
             "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
                  idempotency_key, body, signature_valid, signed_at, received_at, status, headers,
-                 decided_at, attempts, body_sha256, data_key)
+                 decided_at, attempts, body_sha256, data_key, unordered)
              SELECT b.source, b.event_id, b.event_type, b.aggregate, b.sequence,
                     b.idempotency_key, b.body, TRUE, b.signed_at, b.received_at, b.status, b.headers,
-                    b.decided_at, b.attempts, b.body_sha256, b.data_key
+                    b.decided_at, b.attempts, b.body_sha256, b.data_key, b.unordered
              FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[], $6::text[],
                          $7::bytea[], $8::int8[], $9::int8[], $10::text[], $11::text[],
-                         $12::int8[], $13::int8[], $14::text[], $15::int8[]) WITH ORDINALITY
+                         $12::int8[], $13::int8[], $14::text[], $15::int8[], $16::text[])
+                  WITH ORDINALITY
                   AS b(source, event_id, event_type, aggregate, sequence, idempotency_key, body,
                        signed_at, received_at, headers, status, decided_at, attempts, body_sha256,
-                       data_key, ord)
+                       data_key, unordered, ord)
              -- A row sealed under a data key erased since it was cached is kept out
              -- (docs/encryption.md): `not_inserted` tells it from a duplicate.
              WHERE (b.data_key IS NULL
@@ -276,6 +278,7 @@ async fn log_batch(
                 &attempts,
                 &body_sha256,
                 &data_keys,
+                &unordered,
             ],
         )
         .await
@@ -339,9 +342,13 @@ async fn log_batch(
                 *count += 1;
             }
         }
-        let seen = highest.entry(id).or_insert(r.sequence);
-        let out_of_order = r.sequence < *seen;
-        *seen = (*seen).max(r.sequence);
+        // An unordered event has no sequence to compare (docs/contract.md).
+        let out_of_order = r.unordered.is_none() && {
+            let seen = highest.entry(id).or_insert(r.sequence);
+            let below = r.sequence < *seen;
+            *seen = (*seen).max(r.sequence);
+            below
+        };
         accepted.push(r);
         admissions.push(Admission::Logged {
             row,

@@ -145,6 +145,7 @@ pub(crate) fn pending_row(
         sequence: c.int()?,
         event_type: c.text()?,
         idempotency_key: c.opt_text()?,
+        unordered: c.boolean()?,
         was_held,
         parsed: None,
     })
@@ -183,6 +184,7 @@ pub(crate) fn event_record(c: &mut Columns, keys: &KeySet) -> Result<EventRecord
     let decided_at_ms = c.opt_int()?;
     let replays = c.int()?;
     let headers = keys.open_opt_text(c.opt_text()?, at(Column::Headers));
+    let unordered = c.opt_text()?;
     let undecryptable = body.is_err() || last_error.is_err() || headers.is_err();
     Ok(EventRecord {
         row,
@@ -204,6 +206,7 @@ pub(crate) fn event_record(c: &mut Columns, keys: &KeySet) -> Result<EventRecord
         decided_at_ms,
         replays,
         headers: headers.unwrap_or_default(),
+        unordered,
         history: Vec::new(),
         undecryptable,
     })

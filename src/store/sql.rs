@@ -64,7 +64,8 @@ pub(crate) const ADD_CHANGE: &str = "INSERT INTO state_changes (source, aggregat
 /// The columns of a [`crate::kind::PendingRow`], in the order the stores read them.
 macro_rules! pending_columns {
     () => {
-        "id, body, received_at, replays > 0, event_id, sequence, event_type, idempotency_key"
+        "id, body, received_at, replays > 0, event_id, sequence, event_type, idempotency_key,
+         unordered IS NOT NULL"
     };
 }
 
@@ -194,7 +195,7 @@ pub(crate) static DUE_WITH_FAILURES: std::sync::LazyLock<String> = std::sync::La
 /// The columns each store's `event_record` reads, in this order.
 pub(crate) const EVENT_COLUMNS: &str = "id, source, event_id, event_type, aggregate, sequence,
     idempotency_key, body, signature_valid, signed_at, received_at, status, attempts,
-    next_attempt_at, last_error, dead_reason, decided_at, replays, headers";
+    next_attempt_at, last_error, dead_reason, decided_at, replays, headers, unordered";
 
 /// An `events` row's failed attempts since it was last replayed (or ever, if never), as
 /// an SQL expression over `events.id`: a replay gives an event a fresh attempt budget

@@ -841,6 +841,7 @@ mod tests {
             },
             may_hold: false,
             ignored: false,
+            unordered: None,
             parsed: None,
             sealed: None,
         };

@@ -11,6 +11,7 @@ mod asymmetric_signatures;
 mod aws_sns;
 mod bench;
 mod body_ids_and_batches;
+mod catalogs;
 mod command_line;
 mod configurable_signatures;
 mod conformance;

@@ -939,7 +939,7 @@ pub fn official_one(scheme: Scheme, secret: &str, body: &str, timestamp: i64, id
 /// from `schema_migrations` too, and the next start migrates it again. Migration 6's
 /// tables (deliveries), migration 7's indexes and counts and migration 9's index and
 /// backlog decrements, migration 12's upgrade steps, 13's body keys, 14's delivery
-/// counts and 15's keys, which come after it, are dropped first (migration 11's column goes with the
+/// counts, 15's keys and 17's unordered column, which come after it, are dropped first (migration 11's column goes with the
 /// generic table, 14's PostgreSQL trigger function with the deliveries).
 pub const UNDO_MIGRATION_5: (&str, &str) = (
     "DROP TABLE pending_upgrade_steps;
@@ -949,6 +949,7 @@ pub const UNDO_MIGRATION_5: (&str, &str) = (
      DROP TABLE delivery_counts; DROP TABLE delivery_count_deltas; DROP TABLE blocked_queues;
      DROP TABLE data_keys; DROP TABLE store_keys; ALTER TABLE events DROP COLUMN data_key;
      DROP INDEX state_changes_aggregate;
+     ALTER TABLE events DROP COLUMN unordered;
      DROP INDEX events_body; ALTER TABLE events DROP COLUMN body_sha256;
      CREATE TABLE presence_state AS
          SELECT source, aggregate AS user_id, json_extract(state, '$.presence') AS presence,
@@ -974,6 +975,7 @@ pub const UNDO_MIGRATION_5: (&str, &str) = (
      DROP TABLE delivery_counts; DROP TABLE delivery_count_deltas;
      DROP TABLE data_keys; DROP TABLE store_keys; ALTER TABLE events DROP COLUMN data_key;
      DROP INDEX state_changes_aggregate;
+     ALTER TABLE events DROP COLUMN unordered;
      DROP INDEX events_body; ALTER TABLE events DROP COLUMN body_sha256;
      CREATE TABLE presence_state AS
          SELECT source, aggregate AS user_id, state::json->>'presence' AS presence,

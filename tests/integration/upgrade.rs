@@ -406,3 +406,28 @@ async fn credential_headers_stored_by_older_releases_leave_the_store() {
     );
     assert!(server.count().await as i64 >= rows, "no event lost");
 }
+
+#[tokio::test]
+async fn events_of_a_previous_release_are_ordered_as_they_were_after_the_unordered_column_is_added()
+{
+    let mut server = previous_release_store().await;
+    server.start();
+    // Version 17 adds the column; no event of the previous release is unordered.
+    const { assert!(inhook::store::SCHEMA_VERSION >= 17) };
+    assert_eq!(
+        server
+            .query_i64("SELECT COUNT(*) FROM events WHERE unordered IS NOT NULL")
+            .await,
+        0
+    );
+    assert!(server.query_i64("SELECT COUNT(*) FROM events").await > 0);
+    let page = server.get("/v1/events?limit=500").await;
+    let items = page.body["items"].as_array().unwrap();
+    assert!(!items.is_empty());
+    assert!(
+        items
+            .iter()
+            .all(|e| e.get("unordered") == Some(&Value::Null)),
+        "{page:?}"
+    );
+}

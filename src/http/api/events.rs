@@ -46,8 +46,12 @@ pub(crate) struct EventView {
     /// The aggregate, in text form (docs/contract.md, json sources): a user id, or
     /// `player/slot`, with `%` and `/` inside an id written `%25` and `%2F`.
     aggregate: String,
-    /// The publisher's per-aggregate sequence.
+    /// The publisher's per-aggregate sequence (0 for an unordered event).
     sequence: i64,
+    /// Why the event was applied unordered though its source orders events: its type
+    /// carries no version, or its body lacks a location (docs/contract.md, missing
+    /// locations); null when it was ordered as its source says.
+    unordered: Option<String>,
     /// The publisher's idempotency key, if any.
     idempotency_key: Option<String>,
     /// Where it is in its life.
@@ -117,6 +121,7 @@ fn event_view(record: &EventRecord) -> EventView {
         event_type: record.event_type.clone(),
         aggregate: AggregateKey::text_of_stored(&record.aggregate),
         sequence: record.sequence,
+        unordered: record.unordered.clone(),
         idempotency_key: record.idempotency_key.clone(),
         status: record.status,
         dead_reason: record.dead_reason,

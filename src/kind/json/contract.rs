@@ -41,6 +41,54 @@ pub struct JsonSourceSpec {
     pub body_format: Option<BodyFormat>,
     /// A JSON Pointer to a string holding JSON, which becomes the document the locations read.
     pub unwrap: Option<String>,
+    /// What a verified delivery whose body lacks a location becomes: refused (`None`, a
+    /// hand-written source's default) or logged unordered (every preset).
+    pub missing_locations: Option<MissingLocations>,
+    /// Locations per event type (`[[types]]`): the first entry whose pattern matches the
+    /// delivery's type gives its aggregate, sequence and state.
+    pub types: Option<Vec<TypeSpec>>,
+}
+
+/// `missing_locations`: what a verified delivery whose body lacks a location (or holds
+/// one that does not read) becomes (docs/contract.md, missing locations).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MissingLocations {
+    /// `"refuse"`: 400 naming the field, the strict contract of a hand-written source.
+    #[default]
+    Refuse,
+    /// `"unordered"`: logged, deduplicated and applied unordered under the entity the body
+    /// names, the event log saying why; every preset's rule.
+    Unordered,
+}
+
+impl<'de> Deserialize<'de> for MissingLocations {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match String::deserialize(deserializer)?.as_str() {
+            "refuse" => Ok(MissingLocations::Refuse),
+            "unordered" => Ok(MissingLocations::Unordered),
+            other => Err(serde::de::Error::custom(format!(
+                "missing_locations must be \"refuse\" or \"unordered\", got {other:?}"
+            ))),
+        }
+    }
+}
+
+/// One `[[types]]` entry as written: the event types it covers and their locations. An
+/// entry says all of its types' locations: a key it omits is not taken from the source
+/// (no `sequence`: the types carry no version and are applied unordered; no `state`: the
+/// whole body; no `aggregate`: each event its own).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TypeSpec {
+    /// The event types, as `*` globs (`"check_*"`, `"customers/*"`): one or a list.
+    #[serde(rename = "match")]
+    pub matches: AggregateLocations,
+    /// Where these types' aggregate key parts are.
+    pub aggregate: Option<AggregateLocations>,
+    /// Where these types' version is; `None`: they carry none.
+    pub sequence: Option<String>,
+    /// The part of these types' bodies kept as state.
+    pub state: Option<String>,
 }
 
 /// `event_id = "body"`: the event id is the hex SHA-256 of the raw body, for publishers that
@@ -181,11 +229,28 @@ pub enum Location {
         /// The header.
         name: HeaderName,
     },
+    /// `=text`: the text itself, which tells apart aggregates of different entities whose
+    /// ids may coincide (a check run's and a release's: docs/configuration.md).
+    Literal {
+        /// The location as written.
+        text: String,
+        /// The text it stands for.
+        value: String,
+    },
 }
 
 impl Location {
     /// Parses a location as written in the configuration, or says why it is not one.
     pub fn parse(raw: &str) -> Result<Self, String> {
+        if let Some(value) = raw.strip_prefix('=') {
+            if value.is_empty() {
+                return Err(format!("{raw:?} names no text"));
+            }
+            return Ok(Location::Literal {
+                text: raw.to_owned(),
+                value: value.to_owned(),
+            });
+        }
         if let Some(name) = raw.strip_prefix("header:") {
             if name.is_empty() {
                 return Err(format!("{raw:?} names no header"));
@@ -230,18 +295,21 @@ impl Location {
     /// The location as written, which names the field in problems.
     pub fn as_str(&self) -> &str {
         match self {
-            Location::Pointer { text, .. } | Location::Header { text, .. } => text,
+            Location::Pointer { text, .. }
+            | Location::Header { text, .. }
+            | Location::Literal { text, .. } => text,
         }
     }
 
     /// The value at this location: `Ok(None)` when absent (or JSON null).
     fn resolve<'a>(
-        &self,
+        &'a self,
         body: &'a Value,
         headers: &'a HeaderMap,
     ) -> Result<Option<Found<'a>>, String> {
         match self {
             Location::Pointer { tokens, .. } => Ok(resolve_pointer(body, tokens).map(Found::Json)),
+            Location::Literal { value, .. } => Ok(Some(Found::Text(value))),
             Location::Header { name, .. } => {
                 let mut values = headers.get_all(name).iter();
                 let Some(value) = values.next() else {
@@ -315,11 +383,11 @@ impl Alternatives {
 
     /// The first alternative present, with its value; an alternative that cannot be read
     /// (a header sent twice) is a problem, not skipped, so that no later one is guessed.
-    fn resolve<'a, 'l>(
-        &'l self,
+    fn resolve<'a>(
+        &'a self,
         body: &'a Value,
         headers: &'a HeaderMap,
-    ) -> Result<Option<(&'l Location, Found<'a>)>, (&'l Location, String)> {
+    ) -> Result<Option<(&'a Location, Found<'a>)>, (&'a Location, String)> {
         for at in &self.locations {
             match at.resolve(body, headers) {
                 Ok(Some(found)) => return Ok(Some((at, found))),
@@ -338,6 +406,10 @@ fn pointer_tokens(key: &str, at: &Location) -> Result<Vec<String>, ContractConfi
         Location::Header { text, .. } => Err(ContractConfigError::new(
             key,
             format!("{text:?} must be a JSON Pointer into the body, not a header"),
+        )),
+        Location::Literal { text, .. } => Err(ContractConfigError::new(
+            key,
+            format!("{text:?} must be a JSON Pointer into the body, not a literal"),
         )),
     }
 }
@@ -478,6 +550,9 @@ pub struct JsonEvent {
     pub event_type: Option<Ident>,
     /// The value kept as the aggregate's state; `None` when its location is absent.
     pub state: Option<Value>,
+    /// Why a source that orders its events applies this one unordered: its type carries no
+    /// version, or its body lacks a location (`missing_locations = "unordered"`).
+    pub unordered: Option<String>,
 }
 
 /// What a `json` source's contract makes of one delivery.
@@ -507,6 +582,76 @@ pub struct IgnoredPlace {
     pub sequence: i64,
 }
 
+/// Where an event's aggregate, sequence and state are: the source's own keys, or a
+/// `[[types]]` entry's.
+#[derive(Debug, Clone)]
+struct Locations {
+    aggregate: Vec<Alternatives>,
+    sequence: Option<Alternatives>,
+    /// The state's pointer tokens, one list per alternative; compile refuses a header here.
+    state: Option<Vec<Vec<String>>>,
+}
+
+impl Locations {
+    /// Compiles one set of keys; `at` prefixes the key in errors (`types[2].`).
+    fn compile(
+        at: &str,
+        aggregate: Option<&AggregateLocations>,
+        sequence: Option<&str>,
+        state: Option<&str>,
+    ) -> Result<Self, ContractConfigError> {
+        let key = |name: &str| format!("{at}{name}");
+        let location = |name: &str, raw: Option<&str>| {
+            raw.map(|raw| {
+                Alternatives::parse(raw).map_err(|p| ContractConfigError::new(&key(name), p))
+            })
+            .transpose()
+        };
+        let aggregate = match aggregate {
+            None => Vec::new(),
+            Some(locations) => {
+                if locations.as_slice().is_empty() {
+                    return Err(ContractConfigError::new(
+                        &key("aggregate"),
+                        "must name at least one location",
+                    ));
+                }
+                locations
+                    .as_slice()
+                    .iter()
+                    .map(|raw| {
+                        Alternatives::parse(raw)
+                            .map_err(|p| ContractConfigError::new(&key("aggregate"), p))
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+        };
+        let sequence = location("sequence", sequence)?;
+        let state = match location("state", state)? {
+            None => None,
+            Some(alternatives) => Some(
+                alternatives
+                    .locations()
+                    .iter()
+                    .map(|at| pointer_tokens(&key("state"), at))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+        };
+        Ok(Self {
+            aggregate,
+            sequence,
+            state,
+        })
+    }
+}
+
+/// A compiled `[[types]]` entry.
+#[derive(Debug, Clone)]
+struct TypeLocations {
+    globs: Vec<Glob>,
+    locations: Locations,
+}
+
 /// A `json` source's contract, compiled once from its [`JsonSourceSpec`].
 #[derive(Debug, Clone)]
 pub struct JsonContract {
@@ -514,13 +659,16 @@ pub struct JsonContract {
     /// `event_id = "body"`: the id is the raw body's SHA-256 ([`body_event_id`]).
     event_id_from_body: bool,
     idempotency_key: Option<Alternatives>,
-    aggregate: Vec<Alternatives>,
-    sequence: Option<Alternatives>,
+    /// The source's own aggregate, sequence and state.
+    base: Locations,
+    /// The `[[types]]` entries, tried in order before `base`.
+    types: Vec<TypeLocations>,
+    /// Every place the state may come from, for masking.
+    state_places: Vec<Vec<String>>,
+    missing: MissingLocations,
     event_type: Option<Alternatives>,
     event_types: Option<Vec<Glob>>,
     ordering: JsonOrdering,
-    /// The state's pointer tokens, one list per alternative; compile refuses a header here.
-    state: Option<Vec<Vec<String>>>,
     /// How the raw body is read.
     body_format: BodyFormat,
     /// The string holding the document, as written and as pointer tokens.
@@ -558,37 +706,54 @@ impl JsonContract {
             false => location("event_id", &spec.event_id)?,
         };
         let idempotency_key = location("idempotency_key", &spec.idempotency_key)?;
-        let aggregate = match &spec.aggregate {
-            None => Vec::new(),
-            Some(locations) => {
-                if locations.as_slice().is_empty() {
+        let base = Locations::compile(
+            "",
+            spec.aggregate.as_ref(),
+            spec.sequence.as_deref(),
+            spec.state.as_deref(),
+        )?;
+        let event_type = location("event_type", &spec.event_type)?;
+        let types = spec
+            .types
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, entry)| {
+                let at = format!("types[{i}].");
+                let patterns = entry.matches.as_slice();
+                if patterns.is_empty() || patterns.iter().any(String::is_empty) {
                     return Err(ContractConfigError::new(
-                        "aggregate",
-                        "must name at least one location",
+                        &format!("{at}match"),
+                        "must hold at least one pattern, none empty",
                     ));
                 }
-                locations
-                    .as_slice()
-                    .iter()
-                    .map(|raw| {
-                        Alternatives::parse(raw)
-                            .map_err(|p| ContractConfigError::new("aggregate", p))
-                    })
-                    .collect::<Result<_, _>>()?
+                Ok(TypeLocations {
+                    globs: patterns.iter().map(|p| Glob::new(p)).collect(),
+                    locations: Locations::compile(
+                        &at,
+                        entry.aggregate.as_ref(),
+                        entry.sequence.as_deref(),
+                        entry.state.as_deref(),
+                    )?,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if !types.is_empty() && event_type.is_none() {
+            return Err(ContractConfigError::new(
+                "types",
+                "needs `event_type`, the location the type is read from",
+            ));
+        }
+        let mut state_places: Vec<Vec<String>> = Vec::new();
+        for locations in std::iter::once(&base).chain(types.iter().map(|t| &t.locations)) {
+            let places = locations.state.clone().unwrap_or_else(|| vec![Vec::new()]);
+            for place in places {
+                if !state_places.contains(&place) {
+                    state_places.push(place);
+                }
             }
-        };
-        let sequence = location("sequence", &spec.sequence)?;
-        let event_type = location("event_type", &spec.event_type)?;
-        let state = match location("state", &spec.state)? {
-            None => None,
-            Some(alternatives) => Some(
-                alternatives
-                    .locations()
-                    .iter()
-                    .map(|at| pointer_tokens("state", at))
-                    .collect::<Result<Vec<_>, _>>()?,
-            ),
-        };
+        }
+        let (aggregate, sequence) = (&base.aggregate, &base.sequence);
         let unwrap = match spec.unwrap.as_deref() {
             None => None,
             Some(raw) => {
@@ -638,12 +803,13 @@ impl JsonContract {
             event_id,
             event_id_from_body,
             idempotency_key,
-            aggregate,
-            sequence,
+            base,
+            types,
+            state_places,
+            missing: spec.missing_locations.unwrap_or_default(),
             event_type,
             event_types,
             ordering,
-            state,
             body_format: spec.body_format.unwrap_or_default(),
             unwrap,
         })
@@ -691,9 +857,21 @@ impl JsonContract {
         self.ordering
     }
 
-    /// Whether the source locates a sequence (an unordered source may not).
+    /// Whether the source locates a sequence (an unordered source may not), for any type.
     pub fn locates_sequence(&self) -> bool {
-        self.sequence.is_some()
+        self.base.sequence.is_some() || self.types.iter().any(|t| t.locations.sequence.is_some())
+    }
+
+    /// The locations of events of type `event_type`: the first `[[types]]` entry that
+    /// matches it, else the source's own.
+    fn locations_for(&self, event_type: Option<&str>) -> &Locations {
+        event_type
+            .and_then(|t| {
+                self.types
+                    .iter()
+                    .find(|entry| entry.globs.iter().any(|g| g.matches(t)))
+            })
+            .map_or(&self.base, |entry| &entry.locations)
     }
 
     /// Whether the event id is the raw body's SHA-256 (`event_id = "body"`).
@@ -727,6 +905,7 @@ impl JsonContract {
         headers: &HeaderMap,
         delivery_id: Option<&str>,
     ) -> Result<JsonParsed, ContractError> {
+        let lenient = self.missing == MissingLocations::Unordered;
         let mut problems = Vec::new();
         let mut read = Read {
             body: &body,
@@ -739,6 +918,10 @@ impl JsonContract {
             .event_type
             .as_ref()
             .and_then(|at| read.id(at, false, Ident::parse_located));
+        if lenient {
+            // A type that does not read is no type: the delivery is still the publisher's.
+            read.problems.clear();
+        }
         if let Some(globs) = &self.event_types {
             // A body that is no object (a top-level array, a bare value) has no type to
             // read: it is malformed, not a type outside the list (docs/contract.md, `event_types`).
@@ -758,16 +941,20 @@ impl JsonContract {
                 };
                 let event_id = self.event_id(&mut quiet, delivery_id);
                 let mut misplaced = Vec::new();
-                let (aggregate, sequence) = self.place(&mut Read {
-                    body: &body,
-                    headers,
-                    problems: &mut misplaced,
-                });
-                let place =
-                    (misplaced.is_empty() && !self.aggregate.is_empty()).then(|| IgnoredPlace {
+                let (aggregate, sequence) = self.place(
+                    &self.base,
+                    &mut Read {
+                        body: &body,
+                        headers,
+                        problems: &mut misplaced,
+                    },
+                );
+                let place = (misplaced.is_empty() && !self.base.aggregate.is_empty()).then(|| {
+                    IgnoredPlace {
                         aggregate,
                         sequence: sequence.map_or(0, |s| s.value.get()),
-                    });
+                    }
+                });
                 return Ok(JsonParsed::Ignored {
                     event_id,
                     event_type,
@@ -775,12 +962,21 @@ impl JsonContract {
                 });
             }
         }
-        let event_id = self.event_id(&mut read, delivery_id);
-        let idempotency_key = self
-            .idempotency_key
-            .as_ref()
-            .and_then(|at| read.id(at, false, IdempotencyKey::parse_located));
-        let (mut aggregate, sequence) = self.place(&mut read);
+        let locations = self.locations_for(event_type.as_ref().map(Ident::as_str));
+        let (event_id, idempotency_key, mut aggregate, sequence, unordered) = if lenient {
+            let read =
+                self.read_leniently(locations, &body, headers, delivery_id, event_type.as_ref());
+            (Some(read.0), read.1, read.2, read.3, read.4)
+        } else {
+            let event_id = self.event_id(&mut read, delivery_id);
+            let idempotency_key = self
+                .idempotency_key
+                .as_ref()
+                .and_then(|at| read.id(at, false, IdempotencyKey::parse_located));
+            let (aggregate, sequence) = self.place(locations, &mut read);
+            let unordered = self.unversioned(locations, event_type.as_ref());
+            (event_id, idempotency_key, aggregate, sequence, unordered)
+        };
         let (Some(event_id), true) = (event_id, problems.is_empty()) else {
             // A top-level array or a bare value that none of the locations reaches into is
             // one problem on the whole body, not one per location it cannot hold
@@ -790,7 +986,7 @@ impl JsonContract {
             }
             return Err(ContractError { problems });
         };
-        if self.aggregate.is_empty() {
+        if locations.aggregate.is_empty() {
             // Each event its own aggregate; an event id always passes the part rule,
             // which is the same rule.
             match Ident::parse_located(event_id.as_str()) {
@@ -809,28 +1005,125 @@ impl JsonContract {
                 }
             }
         }
-        let state = self.take_state(&mut body);
+        let state = Self::take_state(locations, &mut body);
         Ok(JsonParsed::Event(JsonEvent {
             event_id,
             idempotency_key,
             aggregate,
-            sequence,
+            sequence: sequence.filter(|_| unordered.is_none()),
             event_type,
             state: state.filter(|v| !v.is_null()),
+            unordered,
         }))
+    }
+
+    /// Why an event of a source that orders its events is unordered though every location
+    /// read: its `[[types]]` entry names no sequence, so its payload carries no version.
+    fn unversioned(&self, locations: &Locations, event_type: Option<&Ident>) -> Option<String> {
+        (self.ordering != JsonOrdering::Unordered && locations.sequence.is_none()).then(|| {
+            format!(
+                "no version: a {:?} payload carries none",
+                event_type.map_or("", Ident::as_str)
+            )
+        })
+    }
+
+    /// Reads a delivery under `missing_locations = "unordered"` (docs/contract.md, missing
+    /// locations): nothing its body lacks is a problem. An event id that does not read is
+    /// the scheme's delivery id, else the body's SHA-256; an aggregate part that does not
+    /// read is the event type (else the event id); an idempotency key that does not read is
+    /// none. An event whose sequence or any aggregate part did not read is unordered, and
+    /// the reason says which.
+    fn read_leniently(
+        &self,
+        locations: &Locations,
+        body: &Value,
+        headers: &HeaderMap,
+        delivery_id: Option<&str>,
+        event_type: Option<&Ident>,
+    ) -> (
+        EventId,
+        Option<IdempotencyKey>,
+        Vec<Ident>,
+        Option<JsonSequence>,
+        Option<String>,
+    ) {
+        let mut problems = Vec::new();
+        let mut read = Read {
+            body,
+            headers,
+            problems: &mut problems,
+        };
+        let event_id = self
+            .event_id(&mut read, delivery_id)
+            .or_else(|| delivery_id.and_then(|id| EventId::parse_located(id).ok()))
+            .or_else(|| {
+                // Serialized again, the same body gives the same text: a redelivery is a duplicate.
+                let text = serde_json::to_vec(body).unwrap_or_default();
+                EventId::parse_located(&body_event_id(&text)).ok()
+            })
+            .expect("a SHA-256 in hex is a valid event id");
+        let idempotency_key = self
+            .idempotency_key
+            .as_ref()
+            .and_then(|at| read.id(at, false, IdempotencyKey::parse_located));
+        let mut reasons = Vec::new();
+        let mut aggregate = Vec::with_capacity(locations.aggregate.len().max(1));
+        for at in &locations.aggregate {
+            read.problems.clear();
+            match read.id(at, true, Ident::parse_located) {
+                Some(part) => aggregate.push(part),
+                None => {
+                    let stand_in = event_type.cloned().unwrap_or_else(|| {
+                        Ident::parse_located(event_id.as_str())
+                            .expect("an event id is a valid aggregate part")
+                    });
+                    reasons.push(format!(
+                        "aggregate part {} {}: {:?} stands in for it",
+                        at.as_str(),
+                        absent(read.problems),
+                        stand_in.as_str()
+                    ));
+                    aggregate.push(stand_in);
+                }
+            }
+        }
+        let ordered = self.ordering != JsonOrdering::Unordered;
+        let sequence = match &locations.sequence {
+            Some(at) => {
+                read.problems.clear();
+                let sequence = read.sequence(at, self.ordering);
+                if sequence.is_none() && ordered {
+                    reasons.push(format!(
+                        "no version: {} {}",
+                        at.as_str(),
+                        absent(read.problems)
+                    ));
+                }
+                sequence
+            }
+            None => {
+                reasons.extend(self.unversioned(locations, event_type));
+                None
+            }
+        };
+        let unordered = (ordered && !reasons.is_empty()).then(|| reasons.join("; "));
+        (event_id, idempotency_key, aggregate, sequence, unordered)
     }
 
     /// The value a stored body keeps as its aggregate's state (`None` when absent or
     /// null): what settling reads again from the log, which holds no headers.
-    pub fn state_of(&self, body: &[u8]) -> Result<Option<Value>, ContractError> {
+    /// `event_type` is the logged type, which picks the `[[types]]` entry.
+    pub fn state_of(&self, body: &[u8], event_type: &str) -> Result<Option<Value>, ContractError> {
         let mut body = self.document(body)?;
-        Ok(self.take_state(&mut body).filter(|v| !v.is_null()))
+        let locations = self.locations_for((!event_type.is_empty()).then_some(event_type));
+        Ok(Self::take_state(locations, &mut body).filter(|v| !v.is_null()))
     }
 
     /// The state out of a document: the whole document without `state` (a form
     /// source's fields object), else the first alternative present.
-    fn take_state(&self, body: &mut Value) -> Option<Value> {
-        match &self.state {
+    fn take_state(locations: &Locations, body: &mut Value) -> Option<Value> {
+        match &locations.state {
             None => Some(body.take()),
             Some(alternatives) => {
                 let tokens = alternatives
@@ -844,8 +1137,7 @@ impl JsonContract {
     /// Where the state may sit in the document, as keys, one list per alternative (masking
     /// counts paths from the document's root); the whole document without `state`.
     pub fn state_locations(&self) -> &[Vec<String>] {
-        const WHOLE: &[Vec<String>] = &[Vec::new()];
-        self.state.as_deref().unwrap_or(WHOLE)
+        &self.state_places
     }
 
     /// Whether `body` cannot be what the source reads: it is no object, and the source reads
@@ -859,15 +1151,18 @@ impl JsonContract {
             .event_id
             .iter()
             .chain(&self.idempotency_key)
-            .chain(&self.aggregate)
-            .chain(&self.sequence)
             .chain(&self.event_type)
+            .chain(
+                std::iter::once(&self.base)
+                    .chain(self.types.iter().map(|t| &t.locations))
+                    .flat_map(|l| l.aggregate.iter().chain(&l.sequence)),
+            )
             .flat_map(Alternatives::locations)
             .filter_map(|at| match at {
                 Location::Pointer { tokens, .. } => Some(tokens.as_slice()),
                 Location::Header { .. } => None,
             });
-        let state = self.state.iter().flatten().map(Vec::as_slice);
+        let state = self.state_places.iter().map(Vec::as_slice);
         let mut reads_the_body = false;
         for tokens in located.chain(state) {
             reads_the_body = true;
@@ -883,15 +1178,19 @@ impl JsonContract {
         reads_the_body
     }
 
-    /// The aggregate parts and the sequence, each problem recorded in `read`.
-    fn place(&self, read: &mut Read<'_>) -> (Vec<Ident>, Option<JsonSequence>) {
-        let mut aggregate = Vec::with_capacity(self.aggregate.len().max(1));
-        for at in &self.aggregate {
+    /// The aggregate parts and the sequence at `locations`, each problem recorded in `read`.
+    fn place(
+        &self,
+        locations: &Locations,
+        read: &mut Read<'_>,
+    ) -> (Vec<Ident>, Option<JsonSequence>) {
+        let mut aggregate = Vec::with_capacity(locations.aggregate.len().max(1));
+        for at in &locations.aggregate {
             if let Some(part) = read.id(at, true, Ident::parse_located) {
                 aggregate.push(part);
             }
         }
-        let sequence = self
+        let sequence = locations
             .sequence
             .as_ref()
             .and_then(|at| read.sequence(at, self.ordering));
@@ -932,6 +1231,15 @@ fn not_an_object() -> ContractError {
     }
 }
 
+/// What a location that did not read is, for a reason in the event log: "is absent", or
+/// its problem.
+fn absent(problems: &[FieldProblem]) -> String {
+    match problems.first().map(|p| p.problem.as_str()) {
+        None | Some("is required") => "is absent".to_owned(),
+        Some(problem) => problem.to_owned(),
+    }
+}
+
 /// One delivery being read, with the problems found so far.
 struct Read<'a> {
     body: &'a Value,
@@ -953,7 +1261,10 @@ impl<'a> Read<'a> {
         &mut self,
         at: &'l Alternatives,
         required: bool,
-    ) -> Option<(Found<'a>, &'l Location)> {
+    ) -> Option<(Found<'l>, &'l Location)>
+    where
+        'a: 'l,
+    {
         match at.resolve(self.body, self.headers) {
             Ok(Some((location, found))) => Some((found, location)),
             Ok(None) => {
@@ -1211,6 +1522,163 @@ mod tests {
         sequence = "/seq"
         ordering = "latest-wins"
     "#;
+
+    /// A GitHub-like source: pull requests ordered, check runs by their own locations,
+    /// stars with no version.
+    const TYPED: &str = r#"
+        event_id = "header:X-Delivery"
+        event_type = "header:X-Event"
+        aggregate = ["/repo", "/pull/number"]
+        sequence = "/pull/updated_at"
+        ordering = "latest-wins"
+        [[types]]
+        match = "check_*"
+        aggregate = ["/repo", "=check_run", "/check_run/id"]
+        sequence = "/check_run/completed_at|/check_run/started_at"
+        state = "/check_run"
+        [[types]]
+        match = ["star", "fork"]
+        aggregate = ["/repo", "/sender"]
+    "#;
+
+    fn typed_event(c: &JsonContract, kind: &str, body: Value) -> Result<JsonEvent, Vec<String>> {
+        let h = headers(&[("X-Delivery", "d1"), ("X-Event", kind)]);
+        match c.parse(body, &h, None) {
+            Ok(JsonParsed::Event(e)) => Ok(e),
+            Ok(other) => panic!("an event, got {other:?}"),
+            Err(e) => Err(e.problems.into_iter().map(|p| p.field).collect()),
+        }
+    }
+
+    #[test]
+    fn a_types_entry_gives_its_types_locations_and_literals_tell_entities_apart() {
+        let c = contract(TYPED);
+        let run = typed_event(
+            &c,
+            "check_run",
+            json!({"repo": "o/r", "check_run": {"id": 4, "started_at": "2024-01-01T00:00:00Z"}}),
+        )
+        .unwrap();
+        let parts: Vec<&str> = run.aggregate.iter().map(Ident::as_str).collect();
+        assert_eq!(parts, ["o/r", "check_run", "4"]);
+        assert_eq!(run.sequence.unwrap().source, SequenceSource::Timestamp);
+        assert_eq!(
+            run.state,
+            Some(json!({"id": 4, "started_at": "2024-01-01T00:00:00Z"}))
+        );
+        assert_eq!(run.unordered, None);
+        // A pull request keeps the source's own locations.
+        let pull = typed_event(
+            &c,
+            "pull_request",
+            json!({"repo": "o/r", "pull": {"number": 4, "updated_at": 7}}),
+        )
+        .unwrap();
+        assert_eq!(pull.aggregate.len(), 2);
+        assert_eq!(pull.sequence.unwrap().value.get(), 7);
+        // A type whose entry names no sequence is unordered, and says why.
+        let star = typed_event(&c, "star", json!({"repo": "o/r", "sender": "u"})).unwrap();
+        assert_eq!(star.sequence, None);
+        assert!(star
+            .unordered
+            .unwrap()
+            .contains("\"star\" payload carries none"));
+        // The state of a logged row is read by its logged type.
+        let body = br#"{"repo":"o/r","check_run":{"id":4}}"#;
+        assert_eq!(
+            c.state_of(body, "check_suite").unwrap(),
+            Some(json!({"id": 4}))
+        );
+        assert!(c
+            .state_of(body, "push")
+            .unwrap()
+            .unwrap()
+            .get("repo")
+            .is_some());
+        assert!(c.state_locations().contains(&vec!["check_run".to_owned()]));
+    }
+
+    #[test]
+    fn a_strict_source_refuses_a_missing_location_and_an_opted_in_one_applies_it_unordered() {
+        let strict = contract(TYPED);
+        let body = json!({"repo": "o/r", "check_run": {"id": 4}});
+        assert_eq!(
+            typed_event(&strict, "check_run", body.clone()).unwrap_err(),
+            ["/check_run/completed_at|/check_run/started_at"]
+        );
+        let lenient = contract(&format!("missing_locations = \"unordered\"\n{TYPED}"));
+        let run = typed_event(&lenient, "check_run", body).unwrap();
+        assert_eq!(run.sequence, None);
+        let why = run.unordered.unwrap();
+        assert!(
+            why.contains("no version: /check_run/completed_at|/check_run/started_at is absent"),
+            "{why}"
+        );
+        // An aggregate part the body lacks: the type stands in, and the event is unordered
+        // even though a sequence read (it versions another entity).
+        let other = typed_event(
+            &lenient,
+            "deployment",
+            json!({"repo": "o/r", "pull": {"updated_at": 3}}),
+        )
+        .unwrap();
+        let parts: Vec<&str> = other.aggregate.iter().map(Ident::as_str).collect();
+        assert_eq!(parts, ["o/r", "deployment"]);
+        assert_eq!(other.sequence, None);
+        assert!(other.unordered.unwrap().contains("/pull/number is absent"));
+        // A malformed value is no refusal either.
+        let odd = typed_event(
+            &lenient,
+            "pull_request",
+            json!({"repo": {"x": 1}, "pull": {"number": 1, "updated_at": 1}}),
+        )
+        .unwrap();
+        assert_eq!(odd.aggregate[0].as_str(), "pull_request");
+        assert!(odd.unordered.is_some());
+    }
+
+    #[test]
+    fn an_event_id_the_body_lacks_is_the_delivery_id_else_the_bodys_hash() {
+        let c = contract(
+            "missing_locations = \"unordered\"\nordering = \"unordered\"\nevent_id = \"/event_id\"\naggregate = \"/team_id\"",
+        );
+        let body = json!({"type": "app_rate_limited", "team_id": "T1"});
+        let hashed = event(&c, body.clone(), &headers(&[]), None);
+        assert_eq!(hashed.event_id.as_str().len(), 64);
+        assert_eq!(
+            event(&c, body.clone(), &headers(&[]), None).event_id,
+            hashed.event_id
+        );
+        assert_eq!(hashed.unordered, None, "an unordered source says nothing");
+        assert_eq!(
+            event(&c, body, &headers(&[]), Some("d9")).event_id.as_str(),
+            "d9"
+        );
+        // Strict, the same body is refused.
+        let strict = contract(
+            "ordering = \"unordered\"\nevent_id = \"/event_id\"\naggregate = \"/team_id\"",
+        );
+        assert!(strict
+            .parse(json!({"team_id": "T1"}), &headers(&[]), None)
+            .is_err());
+    }
+
+    #[test]
+    fn types_and_missing_locations_are_checked_at_start() {
+        for (text, key) in [
+            ("ordering = \"unordered\"\n[[types]]\nmatch = \"a\"", "types"),
+            ("ordering = \"unordered\"\nevent_type = \"/t\"\n[[types]]\nmatch = []", "types[0].match"),
+            ("ordering = \"unordered\"\nevent_type = \"/t\"\n[[types]]\nmatch = \"a\"\nstate = \"header:X\"", "types[0].state"),
+            ("ordering = \"unordered\"\nevent_type = \"/t\"\n[[types]]\nmatch = \"a\"\nsequence = \"x\"", "types[0].sequence"),
+        ] {
+            assert_eq!(config_error(text).key, key, "{text}");
+        }
+        assert!(toml::from_str::<JsonSourceSpec>("missing_locations = \"maybe\"").is_err());
+        assert!(
+            toml::from_str::<JsonSourceSpec>("[[types]]\nmatch = \"a\"\nordering = \"x\"").is_err()
+        );
+        assert!(Location::parse("=").is_err());
+    }
 
     #[test]
     fn aggregate_is_one_location_or_a_list() {
@@ -1532,7 +2000,7 @@ mod tests {
         let body = json!({"a/b": {"m~n": [10, {"": "deep"}]}, "": 1, "items": ["x", "y"]});
         let at = |p: &str| match Location::parse(p).unwrap() {
             Location::Pointer { tokens, .. } => resolve_pointer(&body, &tokens).cloned(),
-            Location::Header { .. } => unreachable!(),
+            Location::Header { .. } | Location::Literal { .. } => unreachable!(),
         };
         assert_eq!(at(""), Some(body.clone()));
         assert_eq!(at("/"), Some(json!(1)));
@@ -2079,7 +2547,7 @@ mod tests {
         // A form source without `unwrap` keeps the fields object.
         let c = contract("body_format = \"form\"\nevent_id = \"/id\"\nordering = \"unordered\"");
         assert_eq!(
-            c.state_of(b"id=e2&a=1&a=2").unwrap(),
+            c.state_of(b"id=e2&a=1&a=2", "").unwrap(),
             Some(json!({"id": "e2", "a": ["1", "2"]}))
         );
         // A JSON source does not read forms.

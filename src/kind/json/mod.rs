@@ -54,6 +54,8 @@ impl JsonKind {
 #[derive(Debug, Clone, PartialEq)]
 struct Applied {
     sequence: i64,
+    /// Whether it carried a version: an unordered event's state is stored without a sequence.
+    versioned: bool,
     event_id: String,
     event_type: String,
     state: Value,
@@ -64,6 +66,7 @@ impl Applied {
     fn of(row: &PendingRow, state: Value, at_ms: i64) -> Self {
         Self {
             sequence: row.sequence,
+            versioned: !row.unordered,
             event_id: row.event_id.clone(),
             event_type: row.event_type.clone(),
             state,
@@ -71,9 +74,12 @@ impl Applied {
         }
     }
 
+    /// The stored event applied last, when a versioned event wrote it: a state an
+    /// unordered event wrote has no sequence, and any versioned event replaces it.
     fn from_stored(stored: &AggregateState) -> Option<Self> {
         Some(Self {
             sequence: stored.sequence?,
+            versioned: true,
             event_id: stored.event_id.clone()?,
             event_type: stored.event_type.clone().unwrap_or_default(),
             state: stored.state.clone(),
@@ -155,7 +161,7 @@ impl JsonKind {
         for row in rows {
             let state = match row.parsed_as::<LocatedState>() {
                 Some(LocatedState(state)) => Ok(state.clone()),
-                None => self.contract.state_of(&row.body),
+                None => self.contract.state_of(&row.body, &row.event_type),
             };
             match state {
                 Ok(state) => located.push((row, state.unwrap_or(Value::Null))),
@@ -175,7 +181,7 @@ impl JsonKind {
         AggregateState {
             aggregate: aggregate.to_owned(),
             sequence: applied
-                .filter(|_| self.contract.locates_sequence())
+                .filter(|a| a.versioned && self.contract.locates_sequence())
                 .map(|a| a.sequence),
             event_id: applied.map(|a| a.event_id.clone()),
             event_type: applied
@@ -189,10 +195,29 @@ impl JsonKind {
         }
     }
 
+    /// The unordered rows of a source that orders events (docs/contract.md, missing
+    /// locations): each applied, in arrival order; the last is the state to write where no
+    /// versioned event has written one, never over one that has.
+    fn settle_unversioned(
+        loose: Vec<(&PendingRow, Value)>,
+        now_ms: i64,
+        decisions: &mut Vec<(i64, Outcome)>,
+    ) -> Option<Applied> {
+        let mut last = None;
+        for (row, state) in loose {
+            decisions.push((row.row, Outcome::Applied));
+            last = Some(Applied::of(row, state, now_ms));
+        }
+        last
+    }
+
     fn settle_in_order(&self, input: &SettleInput<'_>) -> KindPlan {
         let mut decisions = Vec::new();
-        let pending = self
+        let (loose, ordered): (Vec<_>, Vec<_>) = self
             .located(input.rows, &mut decisions)
+            .into_iter()
+            .partition(|(row, _)| row.unordered);
+        let pending = ordered
             .into_iter()
             .map(|(row, state)| PendingEvent {
                 row: row.row,
@@ -221,14 +246,24 @@ impl JsonKind {
             input.hold_timeout_ms,
         );
         decisions.extend(settlement.decisions);
+        let loose = Self::settle_unversioned(loose, input.now_ms, &mut decisions);
         let state = settlement.state;
-        let stored = (input.before.is_some() || state != before).then(|| {
-            self.stored_of(
-                input.aggregate,
-                state.applied.as_ref(),
-                Some(state.watermark),
-                Some(&state.skipped_gaps),
-            )
+        let applied = state.applied.as_ref().or(loose.as_ref());
+        let stored = (input.before.is_some() || state != before || loose.is_some()).then(|| {
+            match (applied, input.before) {
+                // The state an unordered event wrote, kept until a versioned event replaces it.
+                (None, Some(kept)) => AggregateState {
+                    watermark: Some(state.watermark),
+                    skipped_gaps: Some(state.skipped_gaps.to_stored()),
+                    ..kept.clone()
+                },
+                _ => self.stored_of(
+                    input.aggregate,
+                    applied,
+                    Some(state.watermark),
+                    Some(&state.skipped_gaps),
+                ),
+            }
         });
         KindPlan {
             state: stored,
@@ -242,7 +277,10 @@ impl JsonKind {
 
     fn settle_latest(&self, input: &SettleInput<'_>, unordered: bool) -> KindPlan {
         let mut decisions = Vec::new();
-        let mut located = self.located(input.rows, &mut decisions);
+        let (loose, mut located): (Vec<_>, Vec<_>) = self
+            .located(input.rows, &mut decisions)
+            .into_iter()
+            .partition(|(row, _)| row.unordered && !unordered);
         if !unordered {
             located.sort_by_key(|(row, _)| (row.sequence, row.row));
         }
@@ -269,13 +307,21 @@ impl JsonKind {
             }
             decisions.push((row.row, outcome));
         }
+        let current_sequence = applied.as_ref().map(|a| a.sequence);
+        if let Some(last) = Self::settle_unversioned(loose, input.now_ms, &mut decisions) {
+            // A state a versioned event wrote stays: an unordered event cannot roll it back.
+            if applied.is_none() {
+                applied = Some(last);
+                changed = true;
+            }
+        }
         let stored = if changed {
             Some(self.stored_of(input.aggregate, applied.as_ref(), None, None))
         } else {
             input.before.cloned()
         };
         KindPlan {
-            current_sequence: applied.as_ref().map(|a| a.sequence),
+            current_sequence,
             state: stored,
             decisions,
             gaps_skipped: 0,
@@ -311,7 +357,8 @@ impl Kind for JsonKind {
                         .event_type
                         .map(|t| t.as_str().to_owned())
                         .unwrap_or_default(),
-                    may_hold: self.ordering() == JsonOrdering::InOrder,
+                    may_hold: self.ordering() == JsonOrdering::InOrder && event.unordered.is_none(),
+                    unordered: event.unordered,
                     parsed: Some(ParsedBody::new(LocatedState(event.state))),
                 }),
                 JsonParsed::Ignored {
@@ -337,6 +384,7 @@ impl Kind for JsonKind {
                             sequence,
                             event_type: event_type.clone().unwrap_or_default(),
                             may_hold: false,
+                            unordered: None,
                             parsed: None,
                         })
                     });
@@ -449,6 +497,7 @@ mod tests {
             received_at_ms: 0,
             replayed: false,
             was_held: false,
+            unordered: false,
             parsed: None,
         }
     }
@@ -743,6 +792,87 @@ mod tests {
             .copied()
             .filter(|e| seen.insert(*e))
             .collect()
+    }
+
+    /// Rows of a latest-wins aggregate, each versioned (`Some(sequence)`) or not, settled
+    /// in the batches `splits` cuts: what ends in the state.
+    fn settle_mixed(
+        ordering: &str,
+        events: &[Option<i64>],
+        splits: &[bool],
+    ) -> (Vec<Outcome>, AggregateState) {
+        let k = kind(ordering);
+        let mut state: Option<AggregateState> = None;
+        let mut outcomes = vec![None; events.len()];
+        let mut batch = Vec::new();
+        let mut occupied = BTreeSet::new();
+        for (i, version) in events.iter().enumerate() {
+            let mut r = row(i as i64 + 1, version.unwrap_or(0));
+            r.unordered = version.is_none();
+            batch.push(r);
+            if splits[i] || i + 1 == events.len() {
+                let plan = settle(&k, state.as_ref(), &batch, &occupied, 0);
+                for (decided, outcome) in plan.decisions {
+                    outcomes[decided as usize - 1] = Some(outcome);
+                    occupied.insert(events[decided as usize - 1].unwrap_or(0));
+                }
+                batch.retain(|r| outcomes[r.row as usize - 1] == Some(Outcome::Held));
+                if plan.state.is_some() {
+                    state = plan.state;
+                }
+            }
+        }
+        (
+            outcomes.into_iter().map(Option::unwrap).collect(),
+            state.unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_late_unversioned_event_is_applied_but_never_rolls_back_a_versioned_state() {
+        let (outcomes, state) = settle_mixed("latest-wins", &[Some(5), None], &[true, true]);
+        assert_eq!(outcomes, [Outcome::Applied, Outcome::Applied]);
+        assert_eq!((state.sequence, state.state), (Some(5), json!({"row": 1})));
+        // Before any versioned event, it is the state; the first versioned one replaces it.
+        let (_, state) = settle_mixed("latest-wins", &[None], &[true]);
+        assert_eq!(
+            (state.sequence, state.state.clone()),
+            (None, json!({"row": 1}))
+        );
+        let (_, state) = settle_mixed("latest-wins", &[None, Some(1)], &[true, true]);
+        assert_eq!((state.sequence, state.state), (Some(1), json!({"row": 2})));
+        // In-order: applied, never held, and the watermark is the versioned events'.
+        let (outcomes, state) =
+            settle_mixed("in-order", &[Some(1), None, Some(2)], &[true, true, true]);
+        assert_eq!(outcomes, vec![Outcome::Applied; 3]);
+        assert_eq!((state.watermark, state.state), (Some(2), json!({"row": 3})));
+        let (_, state) = settle_mixed("in-order", &[None], &[true]);
+        assert_eq!((state.watermark, state.state), (Some(0), json!({"row": 1})));
+    }
+
+    proptest! {
+        /// Versioned and unversioned events of one aggregate, in any order and batches: every
+        /// unversioned event is applied; the state is the highest versioned event's (the
+        /// last received of its ties) whenever there is one, else the last unversioned one.
+        #[test]
+        fn unversioned_events_never_roll_back_what_a_versioned_one_wrote(
+            events in proptest::collection::vec(proptest::option::of(1i64..5), 1..14),
+            splits in proptest::collection::vec(any::<bool>(), 14),
+        ) {
+            let (outcomes, state) = settle_mixed("latest-wins", &events, &splits);
+            for (version, outcome) in events.iter().zip(&outcomes) {
+                if version.is_none() {
+                    prop_assert_eq!(outcome, &Outcome::Applied);
+                }
+            }
+            let highest = events.iter().flatten().max().copied();
+            let winner = match highest {
+                Some(h) => events.iter().rposition(|v| *v == Some(h)).unwrap(),
+                None => events.len() - 1,
+            };
+            prop_assert_eq!(state.sequence, highest);
+            prop_assert_eq!(state.state, json!({"row": winner + 1}));
+        }
     }
 
     proptest! {

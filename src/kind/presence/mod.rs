@@ -45,6 +45,7 @@ impl PresenceEvent {
             sequence: self.sequence.get(),
             event_type: EVENT_TYPE.to_owned(),
             may_hold: false,
+            unordered: None,
             parsed: None,
         }
     }

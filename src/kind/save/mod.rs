@@ -35,6 +35,7 @@ impl SaveEvent {
             sequence: self.sequence.get(),
             event_type: self.event_type.as_str().to_owned(),
             may_hold: matches!(self.change, SaveChange::InventoryUpdated { .. }),
+            unordered: None,
             parsed: None,
         }
     }

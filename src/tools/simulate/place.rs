@@ -14,6 +14,8 @@ pub enum Place {
     Header(String),
     /// The scheme's delivery id (an event id the source does not locate).
     DeliveryId,
+    /// Nowhere: a literal location (`=text`) reads no request.
+    Nowhere,
 }
 
 impl Place {
@@ -22,6 +24,8 @@ impl Place {
         match location {
             Location::Pointer { tokens, .. } => Place::Body(tokens.clone()),
             Location::Header { name, .. } => Place::Header(name.as_str().to_owned()),
+            // A literal is the configuration's own text: nothing in the request carries it.
+            Location::Literal { .. } => Place::Nowhere,
         }
     }
 
@@ -43,7 +47,7 @@ impl Place {
                 headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
                 headers.push((name.clone(), text));
             }
-            Place::DeliveryId => {}
+            Place::DeliveryId | Place::Nowhere => {}
         }
     }
 }
