@@ -273,7 +273,10 @@ pub(super) async fn stream(
     let changes = feed.changes.subscribe();
     // Without a resume point: the current end, as released (a later commit of a lower id
     // still comes through the feed), or `last` ids before it.
-    let look_back = query.last.map(|n| i64::from(n.min(MAX_LAST))).filter(|n| *n > 0);
+    let look_back = query
+        .last
+        .map(|n| i64::from(n.min(MAX_LAST)))
+        .filter(|n| *n > 0);
     let cursor = resume.unwrap_or_else(|| (feed.released() - look_back.unwrap_or(0)).max(0));
     let follower = Follower {
         store: Arc::clone(&state.store),

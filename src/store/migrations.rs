@@ -798,7 +798,6 @@ CREATE INDEX delivery_attempts_failed ON delivery_attempts (id)
     WHERE (http_status IS NULL AND result <> 'delivered') OR http_status < 200 OR http_status > 299;
 ";
 
-
 /// Why an event was applied unordered though its source orders events: its type carries no
 /// version, or its body lacks a location (docs/contract.md, missing locations), version 17
 /// of both stores. NULL for ordered events and for every row of older releases.

@@ -173,7 +173,11 @@ async fn sink_nats_publishes_each_event_once_in_order() {
     // publish, which has no HTTP status, once showed as `last_error: "delivered"`).
     let listed = server.get("/v1/destinations").await.body;
     assert_eq!(listed["items"][0]["name"], "bus", "{listed}");
-    assert_eq!(listed["items"][0]["last_error"], serde_json::Value::Null, "{listed}");
+    assert_eq!(
+        listed["items"][0]["last_error"],
+        serde_json::Value::Null,
+        "{listed}"
+    );
     let created = test
         .jetstream
         .get_stream(&test.name)

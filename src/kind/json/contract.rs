@@ -1160,7 +1160,7 @@ impl JsonContract {
             .flat_map(Alternatives::locations)
             .filter_map(|at| match at {
                 Location::Pointer { tokens, .. } => Some(tokens.as_slice()),
-                Location::Header { .. } => None,
+                Location::Header { .. } | Location::Literal { .. } => None,
             });
         let state = self.state_places.iter().map(Vec::as_slice);
         let mut reads_the_body = false;
