@@ -2659,14 +2659,21 @@ mod tests {
             ("msgraph", ""),
         ] {
             let text = format!("[[sources]]\nname = \"p\"\npreset = \"{preset}\"\n");
-            Config::from_parts(Some(&text), &env(&[("INHOOK_P_SECRET", "s3cret-value")])).unwrap();
+            Config::from_parts(
+                Some(&text),
+                &env(&[("INHOOK_P_SECRET", "s3cret-value-of-24-bytes")]),
+            )
+            .unwrap();
             if over.is_empty() {
                 continue;
             }
             let text = format!("{text}{over}\n");
-            let err = Config::from_parts(Some(&text), &env(&[("INHOOK_P_SECRET", "s3cret-value")]))
-                .unwrap_err()
-                .to_string();
+            let err = Config::from_parts(
+                Some(&text),
+                &env(&[("INHOOK_P_SECRET", "s3cret-value-of-24-bytes")]),
+            )
+            .unwrap_err()
+            .to_string();
             assert!(
                 err.contains("is allowed only with") && err.contains(preset),
                 "{preset}: {err}"

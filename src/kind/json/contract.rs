@@ -1162,7 +1162,10 @@ impl JsonContract {
                 Location::Pointer { tokens, .. } => Some(tokens.as_slice()),
                 Location::Header { .. } | Location::Literal { .. } => None,
             });
-        let state = self.state_places.iter().map(Vec::as_slice);
+        let state = std::iter::once(&self.base)
+            .chain(self.types.iter().map(|t| &t.locations))
+            .flat_map(|l| l.state.iter().flatten())
+            .map(Vec::as_slice);
         let mut reads_the_body = false;
         for tokens in located.chain(state) {
             reads_the_body = true;
