@@ -104,6 +104,9 @@ pub struct SourceConfig {
     pub secrets: Vec<Secret>,
     /// Whether `secrets` came from `INHOOK_<SOURCE>_SECRET`: edits to the file's then change nothing.
     pub secrets_from_environment: bool,
+    /// The environment variable the secrets are read from: `secrets_env`, else
+    /// `INHOOK_<SOURCE>_SECRET`.
+    pub secrets_var: String,
     /// Allowed distance between a signed timestamp and the time of receipt.
     pub tolerance_s: u64,
     /// The first sequence of every aggregate.
@@ -449,6 +452,9 @@ struct FileSource {
     signature: Option<Scheme>,
     #[serde(default)]
     secrets: Vec<String>,
+    /// The environment variable the secrets come from, instead of `INHOOK_<NAME>_SECRET`, so
+    /// that several sources of one publisher's app share one (docs/configuration.md).
+    secrets_env: Option<String>,
     tolerance_s: Option<u64>,
     first_sequence: Option<i64>,
     hold_timeout_s: Option<u64>,
@@ -704,6 +710,7 @@ impl FileSource {
             decide_at_ingest: None,
             signature: None,
             secrets: Vec::new(),
+            secrets_env: None,
             tolerance_s: None,
             first_sequence: None,
             hold_timeout_s: None,
@@ -788,7 +795,9 @@ pub fn signing_secret(
     flag_name: &str,
     config: Option<&Config>,
 ) -> Result<Secret, ConfigError> {
-    let var = secret_env_var(source);
+    let var = config
+        .and_then(|c| c.source(source))
+        .map_or_else(|| secret_env_var(source), |s| s.secrets_var.clone());
     if let Some(raw) = flag.map(str::to_owned).or_else(|| std::env::var(&var).ok()) {
         return Ok(Secret::new(
             raw.split(',').next().unwrap_or_default().trim(),
@@ -835,9 +844,8 @@ impl Config {
     }
 
     fn load_with(path: Option<&Path>, secrets: Secrets) -> Result<Self, ConfigError> {
-        let env: HashMap<String, String> = std::env::vars()
-            .filter(|(k, _)| k.starts_with("INHOOK_"))
-            .collect();
+        // Every variable, not only INHOOK_*: a source's `secrets_env` may name any.
+        let env: HashMap<String, String> = std::env::vars().collect();
         let text = match path {
             Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
                 ConfigError(format!("cannot read config file {}: {e}", path.display()))
@@ -1103,6 +1111,7 @@ fn source_of(
             s.kind.as_str()
         ))
     })?;
+    let secrets_var = secrets_var(&s)?;
     let (secrets, secrets_from_environment) = match scheme.public_key() {
         Some(algorithm) => source_public_keys(&s, env, algorithm)?,
         None => {
@@ -1210,6 +1219,7 @@ fn source_of(
         verifier,
         secrets,
         secrets_from_environment,
+        secrets_var,
         tolerance_s: s.tolerance_s.unwrap_or(defaults::TOLERANCE_S),
         first_sequence,
         hold_timeout_s: s.hold_timeout_s.unwrap_or(defaults::HOLD_TIMEOUT_S),
@@ -1402,14 +1412,35 @@ fn source_public_keys(
     Ok((keys, from_env))
 }
 
-/// A source's secrets as written (`INHOOK_<SOURCE>_SECRET`, several comma-separated, else
-/// the file's), and whether they came from the environment. None is an error when required.
+/// The environment variable a source's secrets come from: its `secrets_env`, which must be a
+/// variable name, else `INHOOK_<SOURCE>_SECRET`.
+fn secrets_var(s: &FileSource) -> Result<String, ConfigError> {
+    let Some(named) = &s.secrets_env else {
+        return Ok(secret_env_var(&s.name));
+    };
+    let mut chars = named.chars();
+    let valid = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        return Err(ConfigError(format!(
+            "source {:?}: secrets_env {named:?} is not an environment variable name \
+             (letters, digits and _, not starting with a digit)",
+            s.name
+        )));
+    }
+    Ok(named.clone())
+}
+
+/// A source's secrets as written (`secrets_env` or `INHOOK_<SOURCE>_SECRET`, several
+/// comma-separated, else the file's), and whether they came from the environment. None is an error when required.
 fn source_secrets(
     s: &FileSource,
     env: &HashMap<String, String>,
     secret_rule: Secrets,
 ) -> Result<(Vec<String>, bool), ConfigError> {
-    let var = secret_env_var(&s.name);
+    let var = secrets_var(s)?;
     let secrets: Vec<String> = match env.get(&var) {
         Some(list) => list
             .split(',')
@@ -1685,6 +1716,34 @@ pub(crate) fn test_env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
 mod tests {
     use super::*;
     use test_env as env;
+
+    #[test]
+    fn sources_may_share_a_secret_variable_and_a_bad_name_is_refused() {
+        let text = "[[sources]]\nname = \"a\"\nkind = \"presence\"\nsecrets_env = \"SHARED_SECRET\"\n\
+                    [[sources]]\nname = \"b\"\nkind = \"presence\"\nsecrets_env = \"SHARED_SECRET\"\n";
+        let config = Config::from_parts(
+            Some(text),
+            &env(&[("SHARED_SECRET", "shared-one, shared-two")]),
+        )
+        .unwrap();
+        for source in &config.sources {
+            assert_eq!(source.secrets_var, "SHARED_SECRET");
+            assert!(source.secrets_from_environment);
+            assert_eq!(source.secrets.len(), 2, "{}", source.name);
+        }
+        let err = Config::from_parts(Some(text), &env(&[("INHOOK_A_SECRET", "not-this")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("SHARED_SECRET"), "{err}");
+        let bad = text.replace("SHARED_SECRET", "1-not a name");
+        let err = Config::from_parts(Some(&bad), &env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("secrets_env") && err.contains("not an environment variable name"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn a_store_is_named_without_credentials() {

@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::clock;
-use crate::config::{public_keys_env_var, secret_env_var, Config, SourceConfig};
+use crate::config::{public_keys_env_var, Config, SourceConfig};
 use crate::kind::Delivery;
 use crate::signature::{self, Scheme, SignatureError, Verified, Verifier};
 
@@ -67,7 +67,7 @@ pub fn verify(config_path: Option<&Path>, args: VerifyArgs) -> anyhow::Result<()
         bail!(
             "source {:?} has no secret: set {} (several comma-separated) or `secrets` in the config file",
             source.name,
-            secret_env_var(&source.name)
+            source.secrets_var
         );
     }
     let text = std::fs::read_to_string(&args.headers)

@@ -5,7 +5,8 @@
 use std::io::BufRead;
 use std::process::{Command, Stdio};
 
-use crate::support::{run_cli, TestServer, PRESENCE_SECRET, SAVE_SECRETS};
+use crate::support::{now_s, run_cli, signed, TestServer, PRESENCE_SECRET, SAVE_SECRETS};
+use inhook::signature::Scheme;
 
 #[test]
 fn serve_help_lists_the_environment_and_the_admin_token() {
@@ -110,4 +111,68 @@ fn the_start_up_lines_name_the_store_without_credentials() {
     let _ = child.wait();
     assert!(first.starts_with("inhook listening on http://"), "{first}");
     assert_eq!(second, format!("inhook store: sqlite:{}", db.display()));
+}
+
+/// The three Slack presets of one app sign with one secret: each source names the variable
+/// it reads (`secrets_env`), so it is set once.
+#[tokio::test]
+async fn sources_can_share_one_secret_variable() {
+    const SECRET: &str = "one-slack-signing-secret-for-the-app";
+    let sources = r#"
+[[sources]]
+name = "slack-events"
+preset = "slack-events"
+secrets_env = "SLACK_SIGNING_SECRET"
+
+[[sources]]
+name = "slack-commands"
+preset = "slack-commands"
+secrets_env = "SLACK_SIGNING_SECRET"
+"#;
+    let server =
+        TestServer::spawn_with_sources_env(sources, &[("SLACK_SIGNING_SECRET", SECRET)]).await;
+    let event = br#"{"token":"t","team_id":"T1","api_app_id":"A1","type":"event_callback","event_id":"Ev1","event_time":1796649298,"event":{"type":"app_mention","user":"U1","text":"hi","ts":"1796649298.000100","channel":"C1","event_ts":"1796649298.000100"}}"#;
+    let mut headers = signed(Scheme::Slack, SECRET, event, now_s());
+    headers.push(("content-type", "application/json".into()));
+    let reply = server.post_raw("slack-events", event, &headers).await;
+    assert_eq!(reply.code, 202, "{:?}", reply.body);
+    let command = b"team_id=T1&command=%2Fdeploy&text=web&trigger_id=tr.1&user_id=U1";
+    let mut headers = signed(Scheme::Slack, SECRET, command, now_s());
+    headers.retain(|(name, _)| !name.eq_ignore_ascii_case("content-type"));
+    headers.push(("content-type", "application/x-www-form-urlencoded".into()));
+    let reply = server.post_raw("slack-commands", command, &headers).await;
+    assert_eq!(reply.code, 200, "{:?}", reply.body);
+    // Another secret verifies on neither.
+    let mut headers = signed(
+        Scheme::Slack,
+        "another-secret-of-the-same-size",
+        event,
+        now_s(),
+    );
+    headers.push(("content-type", "application/json".into()));
+    assert_eq!(
+        server.post_raw("slack-events", event, &headers).await.code,
+        401
+    );
+    assert_eq!(server.count().await, 2);
+}
+
+#[test]
+fn a_missing_shared_secret_names_its_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("inhook.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "database = \"sqlite://{}\"\n[[sources]]\nname = \"slack-events\"\npreset = \"slack-events\"\nsecrets_env = \"SLACK_SIGNING_SECRET_UNSET\"\n",
+            dir.path().join("s.db").display()
+        ),
+    )
+    .unwrap();
+    let (ok, out) = run_cli(
+        &["serve".as_ref(), "--config".as_ref(), config.as_os_str()],
+        &[],
+    );
+    assert!(!ok, "{out}");
+    assert!(out.contains("SLACK_SIGNING_SECRET_UNSET"), "{out}");
 }
