@@ -17,6 +17,7 @@ mod configurable_signatures;
 mod conformance;
 mod connections;
 mod crash;
+mod docs;
 mod durability;
 mod encryption;
 mod event_log;
