@@ -1647,7 +1647,15 @@ pub const MIN_ADMIN_TOKEN_BYTES: usize = crate::signature::MIN_SHARED_SECRET_BYT
 fn toml_problem(text: &str, err: &toml::de::Error) -> String {
     let line = err
         .span()
-        .map(|span| text[..span.start.min(text.len())].lines().count().max(1));
+        // The line the span starts on: one more than the line breaks before it (a span at
+        // the start of a line follows a break that `lines()` would not count).
+        .map(|span| {
+            text.as_bytes()[..span.start.min(text.len())]
+                .iter()
+                .filter(|b| **b == b'\n')
+                .count()
+                + 1
+        });
     let mut message = String::new();
     let mut quoted = false;
     for c in err.message().chars() {
@@ -1743,6 +1751,24 @@ mod tests {
             err.contains("secrets_env") && err.contains("not an environment variable name"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_top_level_key_after_a_table_names_its_own_line() {
+        let text = "[[sources]]\nname = \"p\"\nkind = \"presence\"\nsecrets = [\"s3cret-value-long-enough\"]\n\nlisten = \"127.0.0.1:0\"\n";
+        let err = Config::from_parts(Some(text), &env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("config file, line 6: unknown field `listen`"),
+            "{err}"
+        );
+        assert!(err.contains("top-level keys go before"), "{err}");
+        let first = "listen = 12\n";
+        let err = Config::from_parts(Some(first), &env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("config file, line 1: "), "{err}");
     }
 
     #[test]
