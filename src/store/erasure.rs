@@ -43,7 +43,6 @@ pub(crate) async fn forget<I: Tx>(
     now_ms: i64,
 ) -> Result<ForgetReport, StoreError> {
     io.lock_aggregates(&[(source, aggregate)]).await?;
-    io.query(I::SCRUB_ON, &[]).await?;
     let at = [text(source), text(aggregate)];
     io.execute(
         "UPDATE event_attempts SET error = NULL
@@ -84,7 +83,6 @@ pub(crate) async fn forget<I: Tx>(
         )
         .await?
         > 0;
-    io.query(I::SCRUB_OFF, &[]).await?;
     io.wake_workers().await?;
     Ok(ForgetReport {
         events_erased,
@@ -275,11 +273,9 @@ pub(crate) async fn encrypt_step<I: Tx>(
             aggregates.push(pair);
         }
     }
-    io.query(I::SCRUB_ON, &[]).await?;
     for (source, aggregate) in &aggregates {
         step.done += encrypt_aggregate(io, source, aggregate).await?;
     }
-    io.query(I::SCRUB_OFF, &[]).await?;
     if found.len() < batch {
         // The events are done; states and change rows whose events were purged are next.
         step.next = Some(i64::MAX);
@@ -307,12 +303,10 @@ async fn encrypt_leftovers<I: Tx>(io: &I, batch: usize) -> Result<KeyStep, Store
             .await?;
     }
     let mut step = KeyStep::default();
-    io.query(I::SCRUB_ON, &[]).await?;
     for row in &found {
         encrypt_aggregate(io, &string(row, 0)?, &string(row, 1)?).await?;
         step.done += 1;
     }
-    io.query(I::SCRUB_OFF, &[]).await?;
     step.next = (!found.is_empty()).then_some(i64::MAX);
     Ok(step)
 }
