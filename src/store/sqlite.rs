@@ -224,8 +224,9 @@ fn secure_delete(conn: &Connection) -> Result<(), StoreError> {
 }
 
 /// Times a truncating checkpoint is tried before an erasure reports the WAL untouched:
-/// a reader in the middle of a snapshot (a scrape, another process) holds it back.
-const CHECKPOINT_TRIES: usize = 20;
+/// a reader in the middle of a snapshot (a scrape, another process) holds it back, each
+/// try waiting for it up to the busy timeout.
+const CHECKPOINT_TRIES: usize = 3;
 
 /// Copies the write-ahead log into the database and truncates it to nothing, so that no
 /// older page image (what an erasure or a rekey just overwrote) is left in it; waits
@@ -861,6 +862,95 @@ mod tests {
             SqliteStore::open(&dir.path().join("inhook.db"), Duration::from_secs(1)).unwrap();
         store.migrate().await.unwrap();
         (dir, store)
+    }
+
+    /// Every connection zeroes what it frees, from the start; a new store has nothing
+    /// for the scrub of older stores to do, and records the release that wrote it.
+    #[tokio::test]
+    async fn a_new_store_deletes_securely_and_needs_no_scrub() {
+        let (_dir, store) = migrated_store().await;
+        for conn in [&store.backend.conn, &store.backend.reader] {
+            let conn = conn.lock().await;
+            let on: i64 = conn
+                .query_row("PRAGMA secure_delete", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(on, 1);
+        }
+        let conn = store.backend.conn.lock().await;
+        let pending: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM pending_upgrade_steps WHERE step = ?1",
+                [crate::store::SCRUB_STEP],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(pending, 0);
+        let release: String = conn
+            .query_row(
+                "SELECT release FROM schema_migrations WHERE version = 16",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(release, env!("CARGO_PKG_VERSION"));
+    }
+
+    /// A store written by a release without `secure_delete` (schema 15 and older) gets
+    /// the one-time scrub queued; the first scrub rewrites the file and drops it.
+    #[tokio::test]
+    async fn an_older_store_is_scrubbed_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("inhook.db");
+        {
+            // Schema 15 as the previous release left it.
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE schema_migrations (
+                     version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+            )
+            .unwrap();
+            for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v <= 15) {
+                conn.execute_batch(sql).unwrap();
+                conn.execute(
+                    "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, 0)",
+                    [version],
+                )
+                .unwrap();
+            }
+        }
+        let store = SqliteStore::open(&path, Duration::from_secs(1)).unwrap();
+        store.migrate().await.unwrap();
+        let pending = || async {
+            let conn = store.backend.conn.lock().await;
+            conn.query_row(
+                "SELECT COUNT(*) FROM pending_upgrade_steps WHERE step = ?1",
+                [crate::store::SCRUB_STEP],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap()
+        };
+        assert_eq!(pending().await, 1);
+        store
+            .backend
+            .scrub(Scrub::Erasure {
+                data_key_destroyed: false,
+            })
+            .await
+            .unwrap();
+        assert_eq!(pending().await, 0);
+        let conn = store.backend.conn.lock().await;
+        let releases: Vec<(i64, Option<String>)> = conn
+            .prepare("SELECT version, release FROM schema_migrations WHERE version >= 15")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(
+            releases,
+            [(15, None), (16, Some(env!("CARGO_PKG_VERSION").to_owned()))],
+            "only the versions this release applied name it"
+        );
     }
 
     /// The plan SQLite picks for `statement` on a migrated store without statistics, as
