@@ -118,7 +118,7 @@ pub async fn forget(config_path: Option<PathBuf>, args: ForgetArgs) -> anyhow::R
     let report = store
         .forget(&args.source, &storage, clock::now_ms())
         .await?;
-    if report == Default::default() {
+    if !report.found() {
         bail!(
             "nothing is stored for aggregate {} of source {}",
             args.aggregate,
@@ -157,6 +157,12 @@ pub async fn forget(config_path: Option<PathBuf>, args: ForgetArgs) -> anyhow::R
         "{}",
         crate::store::erasure::backups_note(store.encrypting())
     );
+    if let Some(why) = &report.unscrubbed {
+        eprintln!(
+            "warning: the database's files were not rid of the erased copies: {why}; the \
+             next erasure or rekey tries again"
+        );
+    }
     Ok(())
 }
 

@@ -712,7 +712,7 @@ impl<B: Backend> Store for SqlStore<B> {
     ) -> Result<ForgetReport, StoreError> {
         let (source, aggregate) = (source.to_owned(), aggregate.to_owned());
         let (s, a) = (source.clone(), aggregate.clone());
-        let report = self
+        let mut report = self
             .write(move |io| Box::pin(async move { erasure::forget(io, &s, &a, now_ms).await }))
             .await?;
         self.backend.vault().forget_cached(&source, &aggregate);
@@ -726,8 +726,9 @@ impl<B: Backend> Store for SqlStore<B> {
             tracing::warn!(
                 error = %err,
                 "the database's files were not scrubbed after an erasure: the erased \
-                 aggregate's old copies stay in them until the next erasure or rekey"
+                 aggregate's old copies may stay in them until the next erasure or rekey"
             );
+            report.unscrubbed = Some(err.to_string());
         }
         Ok(report)
     }

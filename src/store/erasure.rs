@@ -21,6 +21,21 @@ pub struct ForgetReport {
     /// Whether its data key was destroyed (encryption on): what any copy of the store
     /// holds of it no longer decrypts.
     pub data_key_destroyed: bool,
+    /// Why the database's files were not rid of the erased copies once the erasure had
+    /// committed (docs/encryption.md, what an erasure leaves in the files), if they were
+    /// not: the erasure itself stands.
+    #[serde(skip)]
+    pub unscrubbed: Option<String>,
+}
+
+impl ForgetReport {
+    /// Whether anything was stored for the aggregate to erase.
+    pub fn found(&self) -> bool {
+        self.events_erased > 0
+            || self.state_deleted
+            || self.deliveries_skipped > 0
+            || self.data_key_destroyed
+    }
 }
 
 /// What a backup taken before an erasure still holds, by whether the store encrypts.
@@ -89,6 +104,7 @@ pub(crate) async fn forget<I: Tx>(
         state_deleted,
         deliveries_skipped,
         data_key_destroyed,
+        unscrubbed: None,
     })
 }
 

@@ -702,7 +702,7 @@ impl Postgres {
     /// waiting at most `lock_timeout` (the busy timeout) for the transactions using it. A
     /// table larger than `at_most` bytes, or one it cannot lock in time, gets a plain
     /// `VACUUM` instead (no lock that stops anyone; most dead versions' bytes go, not
-    /// all), and a warning for an operator to rewrite it in a quiet moment.
+    /// all), and the answer says so, for an operator to rewrite it at a quiet hour.
     async fn rewrite_tables(
         &self,
         tables: &[&str],
@@ -710,48 +710,47 @@ impl Postgres {
     ) -> Result<(), StoreError> {
         let client = self.client().await?;
         wait_for_older_snapshots(&client).await?;
+        let mut left = Vec::new();
         for table in tables {
-            if let Some(at_most) = at_most {
-                let size: i64 = client
-                    .query_one(
-                        "SELECT pg_total_relation_size($1::text::regclass)",
-                        &[table],
-                    )
-                    .await
-                    .map_err(pg_err)?
-                    .get(0);
-                if size > at_most {
-                    tracing::warn!(
-                        table,
-                        bytes = size,
-                        "not rewritten after the erasure, to spare ingest the lock (a plain \
-                         VACUUM instead): the erased key's old row version may stay in the \
-                         table's files until VACUUM FULL (docs/encryption.md, erasure)"
-                    );
-                    client
-                        .batch_execute(&format!("VACUUM {table}"))
-                        .await
-                        .map_err(pg_err)?;
-                    continue;
-                }
-            }
-            if let Err(err) = client
-                .batch_execute(&format!("VACUUM (FULL) {table}"))
+            let size: i64 = client
+                .query_one(
+                    "SELECT pg_total_relation_size($1::text::regclass)",
+                    &[table],
+                )
                 .await
-            {
-                tracing::warn!(
-                    table,
-                    error = %err,
-                    "VACUUM FULL did not run (a plain VACUUM instead): the old row versions \
-                     may stay in the table's files until it does (docs/encryption.md, erasure)"
-                );
+                .map_err(pg_err)?
+                .get(0);
+            let rewritten = if at_most.is_some_and(|most| size > most) {
+                Err(format!(
+                    "{table} ({} MB) is not rewritten after an erasure, to spare ingest its lock",
+                    size >> 20
+                ))
+            } else {
+                client
+                    .batch_execute(&format!("VACUUM (FULL) {table}"))
+                    .await
+                    .map_err(|err| format!("VACUUM FULL {table} did not run: {err}"))
+            };
+            if let Err(why) = rewritten {
                 client
                     .batch_execute(&format!("VACUUM {table}"))
                     .await
                     .map_err(pg_err)?;
+                left.push(why);
             }
         }
-        Ok(())
+        if left.is_empty() {
+            return Ok(());
+        }
+        Err(StoreError::Unavailable(
+            format!(
+                "{}: old row versions may stay in the files until `VACUUM FULL {}` runs \
+                 (docs/encryption.md, what an erasure leaves in the files)",
+                left.join("; "),
+                tables.join(", ")
+            )
+            .into(),
+        ))
     }
 
     /// Logs one delivery: batched, or in a transaction of its own.
@@ -875,8 +874,9 @@ impl Backend for Postgres {
     async fn scrub(&self, after: Scrub) -> Result<(), StoreError> {
         match after {
             // The data key's deleted row: with it in the files (and the master key), what
-            // the erased aggregate's dead rows hold decrypts. A small table, rewritten in
-            // moments; the erased rows' dead versions elsewhere go at autovacuum's pace.
+            // the erased aggregate's dead rows hold decrypts. Rewritten while it is small
+            // (a lock of a second or two); the erased rows' dead versions elsewhere, sealed
+            // under the destroyed key, go at autovacuum's pace.
             Scrub::Erasure {
                 data_key_destroyed: true,
             } => {
@@ -886,7 +886,6 @@ impl Backend for Postgres {
             Scrub::Erasure {
                 data_key_destroyed: false,
             } => Ok(()),
-            // Every key's version wrapped under the retired master key.
             // Every key's version wrapped under the retired master key: a rekey is planned
             // work, and the rewrite is what lets that master key go.
             Scrub::Rekey => {

@@ -202,7 +202,7 @@ pub(crate) async fn aggregate_forget(
         .store
         .forget(&source.name, &key.storage_key(), crate::clock::now_ms())
         .await?;
-    if report == ForgetReport::default() {
+    if !report.found() {
         return Err(Answer::NotFound("unknown_aggregate"));
     }
     let encrypted = state.store.encrypting();
