@@ -11,6 +11,7 @@ use crate::app::open_existing_store;
 use crate::clock;
 use crate::config::Config;
 use crate::domain::AggregateKey;
+use crate::store::backend::Scrub;
 use crate::store::erasure::KeyStep;
 use crate::store::{Store, StoreError};
 
@@ -66,6 +67,11 @@ async fn rewrap_all(store: &dyn Store, first: &str) -> anyhow::Result<()> {
     if left > 0 {
         bail!("rekey: {left} data keys are still wrapped under other keys: run it again");
     }
+    // The keys' versions wrapped under the older master keys leave the database's files
+    // too (SQLite: the write-ahead log; PostgreSQL: the key tables' dead rows).
+    store.scrub(Scrub::Rekey).await.context(
+        "rekey: scrubbing the keys' old versions from the database's files (run it again)",
+    )?;
     println!("rekey: done; every data key is wrapped under {first}: the older keys can be dropped");
     Ok(())
 }
@@ -112,7 +118,7 @@ pub async fn forget(config_path: Option<PathBuf>, args: ForgetArgs) -> anyhow::R
     let report = store
         .forget(&args.source, &storage, clock::now_ms())
         .await?;
-    if report == Default::default() {
+    if !report.found() {
         bail!(
             "nothing is stored for aggregate {} of source {}",
             args.aggregate,
@@ -151,11 +157,17 @@ pub async fn forget(config_path: Option<PathBuf>, args: ForgetArgs) -> anyhow::R
         "{}",
         crate::store::erasure::backups_note(store.encrypting())
     );
+    if let Some(why) = &report.unscrubbed {
+        eprintln!(
+            "warning: the database's files were not rid of the erased copies: {why}; the \
+             next erasure or rekey tries again"
+        );
+    }
     Ok(())
 }
 
 /// Who ran the command, for the audit line: the login name the environment gives.
-fn invoking_user() -> String {
+pub(super) fn invoking_user() -> String {
     let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME"));
     format!(
         "command line (user {})",

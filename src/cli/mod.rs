@@ -15,6 +15,7 @@ mod keys;
 mod listen;
 mod presets;
 mod replay;
+mod reset;
 mod send;
 mod serve;
 mod verify;
@@ -60,6 +61,9 @@ pub enum Command {
     Rekey(keys::RekeyArgs),
     /// Erase one aggregate on request: its bodies, headers and state, for good.
     Forget(keys::ForgetArgs),
+    /// Reset one aggregate's state and version on request, so that its next event applies
+    /// (a publisher sent a version far ahead); its events stay in the log.
+    Reset(reset::ResetArgs),
     /// List a destination's deliveries.
     Deliveries(deliveries::DeliveriesArgs),
     /// A local endpoint for development: verifies forwarded requests and prints them.
@@ -155,6 +159,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Replay(args) => replay::replay(cli.config, args).await,
         Command::Rekey(args) => keys::rekey(cli.config, args).await,
         Command::Forget(args) => keys::forget(cli.config, args).await,
+        Command::Reset(args) => reset::reset(cli.config, args).await,
         Command::Migrate => serve::migrate(cli.config.as_deref()).await,
         Command::Send(args) => send::send(cli.config, args).await,
         #[cfg(feature = "tools")]

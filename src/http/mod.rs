@@ -224,7 +224,11 @@ impl TokenBucket {
 #[openapi(
     info(title = "inhook", description = "A webhook receiver that is correct under retries, duplicates and reordering."),
     modifiers(&AdminTokenScheme),
-    paths(api::aggregates::aggregate_one, api::aggregates::aggregate_forget),
+    paths(
+        api::aggregates::aggregate_one,
+        api::aggregates::aggregate_forget,
+        api::aggregates::aggregate_reset
+    ),
     tags(
         (name = "ingress", description = "Signed deliveries from publishers"),
         (name = "state", description = "The projections: every source's aggregates, and the typed presence and save slot views"),
@@ -268,7 +272,9 @@ fn documented_routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::Op
         .route(
             "/v1/sources/{source}/aggregates/{*key}",
             axum::routing::get(api::aggregates::aggregate_one)
-                .delete(api::aggregates::aggregate_forget),
+                .delete(api::aggregates::aggregate_forget)
+                // `…/{key}/reset`: the key's parts end where `/reset` begins.
+                .post(api::aggregates::aggregate_reset),
         )
         .routes(routes!(api::overview::overview))
         .routes(routes!(stream::stream))

@@ -80,10 +80,20 @@ pub trait Backend: Clone + Send + Sync + 'static {
         settle: SettleAt<'a>,
     ) -> impl Future<Output = Result<Admission, StoreError>> + Send + 'a;
 
-    /// Leaves nothing deleted or overwritten in the database's files: SQLite checkpoints
-    /// its write-ahead log into the database (and with `vacuum`, rewrites the database);
-    /// PostgreSQL leaves old row versions to VACUUM.
-    fn compact(&self, _vacuum: bool) -> impl Future<Output = Result<(), StoreError>> + Send {
+    /// Rewrites the database's files so that nothing deleted or overwritten is left in
+    /// them: SQLite `VACUUM`s the database and truncates its write-ahead log; PostgreSQL
+    /// leaves old row versions to VACUUM.
+    fn compact(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        std::future::ready(Ok(()))
+    }
+
+    /// Rids the database's files of what an erasure or a rekey just deleted or overwrote
+    /// (docs/encryption.md), once it has committed. SQLite zeroes what it frees as it
+    /// goes (`secure_delete`, on every connection): it truncates its write-ahead log,
+    /// whose older page images still hold it, and rewrites the file once for a store
+    /// written by a release without `secure_delete` ([`super::SCRUB_STEP`]). PostgreSQL
+    /// rewrites the key tables (`VACUUM FULL`), whose dead row versions hold the keys.
+    fn scrub(&self, _after: Scrub) -> impl Future<Output = Result<(), StoreError>> + Send {
         std::future::ready(Ok(()))
     }
 
@@ -92,6 +102,18 @@ pub trait Backend: Clone + Send + Sync + 'static {
 
     /// Wakes `wake` whenever another node writes deliveries for the senders.
     fn subscribe_deliveries(&self, _wake: Arc<Notify>) {}
+}
+
+/// What [`Backend::scrub`] follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scrub {
+    /// An erasure, which destroyed the aggregate's data key or not (encryption off).
+    Erasure {
+        /// Whether a data key was deleted.
+        data_key_destroyed: bool,
+    },
+    /// A rekey: every data key and the store's own keys rewrapped under the first master key.
+    Rekey,
 }
 
 /// A bound value of a statement written once for both stores. Texts and bytes may
@@ -157,12 +179,6 @@ pub trait Tx: Sync {
     /// Whether the triggers keep each destination's blocked aggregates among its delivery
     /// counts (SQLite's one writer can); otherwise they are counted from the dead deliveries.
     const COUNTS_BLOCKED_AGGREGATES: bool;
-    /// A query that makes what the transaction deletes or overwrites unreadable in the
-    /// database's files (SQLite: `secure_delete`; PostgreSQL: nothing to do, its old row
-    /// versions go at the next VACUUM), for an erasure.
-    const SCRUB_ON: &'static str;
-    /// The query that turns [`Tx::SCRUB_ON`] off again.
-    const SCRUB_OFF: &'static str;
     /// The query answering `(source, status, n)` for every status of every source.
     const STATUS_COUNTS: &'static str;
     /// Like [`Tx::STATUS_COUNTS`], for the undecided statuses only.

@@ -7,12 +7,13 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::sync::Notify;
 
-use super::backend::{Backend, Commit, Tx};
+use super::backend::{Backend, Commit, Scrub, Tx};
 use super::erasure::{self, ForgetReport, KeyStep};
 use super::forwarding::{
     self, ClaimCursors, DeliveryFilter, DeliveryPage, DeliveryRecord, DeliveryReplay,
     DeliveryReplayJob, DeliverySkip, DestinationStats, PendingVerdict,
 };
+use super::reset::{self, ResetReport};
 use super::vault::{is_stale_key, Vault};
 use super::{bulk, ingest, reads, settle, upkeep};
 use super::{
@@ -711,14 +712,23 @@ impl<B: Backend> Store for SqlStore<B> {
     ) -> Result<ForgetReport, StoreError> {
         let (source, aggregate) = (source.to_owned(), aggregate.to_owned());
         let (s, a) = (source.clone(), aggregate.clone());
-        let report = self
+        let mut report = self
             .write(move |io| Box::pin(async move { erasure::forget(io, &s, &a, now_ms).await }))
             .await?;
         self.backend.vault().forget_cached(&source, &aggregate);
-        // The erased rows' old pages leave the write-ahead log now, not at some checkpoint;
-        // the erasure is committed whatever comes of it.
-        if let Err(err) = self.backend.compact(false).await {
-            tracing::warn!(error = %err, "the write-ahead log was not checkpointed after an erasure");
+        // What the erasure overwrote leaves the files now (SQLite: the write-ahead log's
+        // older page images; PostgreSQL: the key's dead row version), not at some later
+        // checkpoint or vacuum; the erasure is committed whatever comes of it.
+        let scrub = Scrub::Erasure {
+            data_key_destroyed: report.data_key_destroyed,
+        };
+        if let Err(err) = self.backend.scrub(scrub).await {
+            tracing::warn!(
+                error = %err,
+                "the database's files were not scrubbed after an erasure: the erased \
+                 aggregate's old copies may stay in them until the next erasure or rekey"
+            );
+            report.unscrubbed = Some(err.to_string());
         }
         Ok(report)
     }
@@ -746,6 +756,20 @@ impl<B: Backend> Store for SqlStore<B> {
     }
 
     async fn compact(&self) -> Result<(), StoreError> {
-        self.backend.compact(true).await
+        self.backend.compact().await
+    }
+
+    async fn scrub(&self, after: Scrub) -> Result<(), StoreError> {
+        self.backend.scrub(after).await
+    }
+
+    async fn reset_aggregate(
+        &self,
+        source: &str,
+        aggregate: &str,
+    ) -> Result<ResetReport, StoreError> {
+        let (source, aggregate) = (source.to_owned(), aggregate.to_owned());
+        self.write(move |io| Box::pin(async move { reset::reset(io, &source, &aggregate).await }))
+            .await
     }
 }

@@ -21,6 +21,21 @@ pub struct ForgetReport {
     /// Whether its data key was destroyed (encryption on): what any copy of the store
     /// holds of it no longer decrypts.
     pub data_key_destroyed: bool,
+    /// Why the database's files were not rid of the erased copies once the erasure had
+    /// committed (docs/encryption.md, what an erasure leaves in the files), if they were
+    /// not: the erasure itself stands.
+    #[serde(skip)]
+    pub unscrubbed: Option<String>,
+}
+
+impl ForgetReport {
+    /// Whether anything was stored for the aggregate to erase.
+    pub fn found(&self) -> bool {
+        self.events_erased > 0
+            || self.state_deleted
+            || self.deliveries_skipped > 0
+            || self.data_key_destroyed
+    }
 }
 
 /// What a backup taken before an erasure still holds, by whether the store encrypts.
@@ -43,7 +58,6 @@ pub(crate) async fn forget<I: Tx>(
     now_ms: i64,
 ) -> Result<ForgetReport, StoreError> {
     io.lock_aggregates(&[(source, aggregate)]).await?;
-    io.query(I::SCRUB_ON, &[]).await?;
     let at = [text(source), text(aggregate)];
     io.execute(
         "UPDATE event_attempts SET error = NULL
@@ -84,13 +98,13 @@ pub(crate) async fn forget<I: Tx>(
         )
         .await?
         > 0;
-    io.query(I::SCRUB_OFF, &[]).await?;
     io.wake_workers().await?;
     Ok(ForgetReport {
         events_erased,
         state_deleted,
         deliveries_skipped,
         data_key_destroyed,
+        unscrubbed: None,
     })
 }
 
@@ -275,11 +289,9 @@ pub(crate) async fn encrypt_step<I: Tx>(
             aggregates.push(pair);
         }
     }
-    io.query(I::SCRUB_ON, &[]).await?;
     for (source, aggregate) in &aggregates {
         step.done += encrypt_aggregate(io, source, aggregate).await?;
     }
-    io.query(I::SCRUB_OFF, &[]).await?;
     if found.len() < batch {
         // The events are done; states and change rows whose events were purged are next.
         step.next = Some(i64::MAX);
@@ -307,12 +319,10 @@ async fn encrypt_leftovers<I: Tx>(io: &I, batch: usize) -> Result<KeyStep, Store
             .await?;
     }
     let mut step = KeyStep::default();
-    io.query(I::SCRUB_ON, &[]).await?;
     for row in &found {
         encrypt_aggregate(io, &string(row, 0)?, &string(row, 1)?).await?;
         step.done += 1;
     }
-    io.query(I::SCRUB_OFF, &[]).await?;
     step.next = (!found.is_empty()).then_some(i64::MAX);
     Ok(step)
 }

@@ -352,6 +352,15 @@ CREATE INDEX events_by_source_status ON events (source, status, id)
     (15, SQLITE_ENCRYPTION),
     (16, FAILED_ATTEMPTS),
     (17, UNORDERED_EVENTS),
+    (
+        18,
+        // The release that applied each version, so that an older binary refuses a store
+        // a newer one wrote and names it; and, for a store written before every connection
+        // had `secure_delete` on, the one-time scrub of what those releases deleted
+        // (`SqliteStore::migrate` drops it for a new store, which has nothing to scrub).
+        "ALTER TABLE schema_migrations ADD COLUMN release TEXT;
+INSERT INTO pending_upgrade_steps (step) VALUES ('scrub_deleted_data');",
+    ),
 ];
 
 /// `(version, SQL)` in order, for PostgreSQL; the same schema as [`SQLITE`].
@@ -786,6 +795,12 @@ $fn$;
     (15, POSTGRES_ENCRYPTION),
     (16, FAILED_ATTEMPTS),
     (17, UNORDERED_EVENTS),
+    (
+        18,
+        // As SQLite's version 18, without the scrub: PostgreSQL's files are rewritten by
+        // VACUUM (docs/encryption.md, erasure).
+        "ALTER TABLE schema_migrations ADD COLUMN release TEXT;",
+    ),
 ];
 
 /// A broker's confirmed publish has no HTTP status: the index of failed attempts (a
@@ -802,6 +817,43 @@ CREATE INDEX delivery_attempts_failed ON delivery_attempts (id)
 /// version, or its body lacks a location (docs/contract.md, missing locations), version 17
 /// of both stores. NULL for ordered events and for every row of older releases.
 const UNORDERED_EVENTS: &str = "ALTER TABLE events ADD COLUMN unordered TEXT;";
+
+/// The release this binary is, as it records itself beside the schema versions it applies.
+pub(crate) const RELEASE: &str = env!("CARGO_PKG_VERSION");
+
+/// The highest schema version `chain` knows.
+pub(crate) fn latest(chain: &[(i64, &str)]) -> i64 {
+    chain.last().map_or(0, |(version, _)| *version)
+}
+
+/// Why a store whose schema is at `version`, above every version of `chain`, is not
+/// opened: a newer release wrote it (`release`, when it recorded itself), and this one
+/// would read and write it as a schema it does not know.
+pub(crate) fn newer_schema(
+    version: i64,
+    release: Option<String>,
+    chain: &[(i64, &str)],
+) -> super::StoreError {
+    let (writer, run) = match release {
+        Some(release) => (
+            format!("inhook {release}"),
+            format!("run inhook {release} or later on it"),
+        ),
+        None => (
+            "a newer inhook release (which did not record itself)".to_owned(),
+            "run the release that wrote it, or a later one".to_owned(),
+        ),
+    };
+    super::StoreError::Internal(
+        format!(
+            "the store's schema version {version} was written by {writer}; this inhook {RELEASE} \
+             knows schema versions up to {}, and does not open a store it cannot read and \
+             write correctly: {run} (a schema is never migrated back)",
+            latest(chain)
+        )
+        .into(),
+    )
+}
 
 /// A raw body equal to a logged one of the source is a duplicate when its scheme signs
 /// neither a delivery id nor a timestamp (docs/contract.md, duplicates): the body's
@@ -994,3 +1046,30 @@ CREATE TABLE store_keys (
 ALTER TABLE events ADD COLUMN data_key BIGINT;
 CREATE INDEX state_changes_aggregate ON state_changes (source, aggregate);
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scrub_step_queued_is_the_one_the_store_runs() {
+        let (_, sixteen) = SQLITE[15];
+        assert!(sixteen.contains(&format!("'{}'", super::super::SCRUB_STEP)));
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused_naming_its_version_and_release() {
+        let refused = newer_schema(99, Some("9.8.7".into()), SQLITE).to_string();
+        assert!(
+            refused.contains("schema version 99 was written by inhook 9.8.7"),
+            "{refused}"
+        );
+        assert!(
+            refused.contains(&format!("up to {}", latest(SQLITE))),
+            "{refused}"
+        );
+        assert!(refused.contains("run inhook 9.8.7 or later"), "{refused}");
+        let unknown = newer_schema(99, None, POSTGRES).to_string();
+        assert!(unknown.contains("a newer inhook release"), "{unknown}");
+    }
+}

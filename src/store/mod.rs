@@ -14,6 +14,7 @@ mod migrations;
 pub mod postgres;
 pub mod postgres_tls;
 mod reads;
+pub mod reset;
 mod rows;
 pub(crate) mod settle;
 mod sql;
@@ -1080,6 +1081,19 @@ pub trait Store: Send + Sync + 'static {
     /// Rewrites the database's files so that nothing deleted or overwritten is left in
     /// them (SQLite: VACUUM and a WAL checkpoint; PostgreSQL: nothing, VACUUM is the DBA's).
     async fn compact(&self) -> Result<(), StoreError>;
+
+    /// Rids the database's files of what a rekey overwrote (an erasure does it itself):
+    /// [`backend::Backend::scrub`].
+    async fn scrub(&self, after: backend::Scrub) -> Result<(), StoreError>;
+
+    /// Resets one aggregate on request (docs/contract.md, a publisher's bad version): its
+    /// state and its highest received sequence are deleted, so that its next event applies
+    /// as a new aggregate's first would; its events stay as they are.
+    async fn reset_aggregate(
+        &self,
+        source: &str,
+        aggregate: &str,
+    ) -> Result<reset::ResetReport, StoreError>;
 }
 
 /// What an event's stored request headers (JSON text) become, given its source; `None`
@@ -1088,6 +1102,11 @@ pub type HeaderFilter = dyn Fn(&str, &str) -> Option<String> + Send + Sync;
 
 /// The upgrade step that applies the kept-headers allowlist to rows of older releases.
 pub const PRUNE_HEADERS_STEP: &str = "prune_stored_headers";
+
+/// The upgrade step migration 18 queues on a SQLite store written by a release without
+/// `secure_delete`: the file is rewritten once (`VACUUM`), at the first erasure, rekey or
+/// `rekey --encrypt-existing` (docs/encryption.md, erasure).
+pub const SCRUB_STEP: &str = "scrub_deleted_data";
 
 /// The outcome of a stored event row, for answers and tests.
 pub fn status_of(outcome: &Outcome) -> (crate::domain::EventStatus, Option<DeadReason>) {

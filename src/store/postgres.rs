@@ -17,11 +17,11 @@ use tokio_postgres::Row;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::backend::Param;
-use super::backend::{Backend, Cell, Commit, FlowFuture, Tx};
+use super::backend::{Backend, Cell, Commit, FlowFuture, Scrub, Tx};
 use super::batch::BatchQueue;
 use super::engine::SqlStore;
 use super::ingest::{self, Guard};
-use super::migrations::POSTGRES as MIGRATIONS;
+use super::migrations::{self, POSTGRES as MIGRATIONS};
 use super::settle;
 use super::sql;
 use super::vault::Vault;
@@ -681,13 +681,83 @@ impl Postgres {
                 .map_err(pg_err)?,
             0,
         )?;
+        if current > migrations::latest(MIGRATIONS) {
+            let release = match tx.query_opt(sql::WRITTEN_BY, &[&current]).await {
+                Ok(row) => row.and_then(|r| r.get::<_, Option<String>>(0)),
+                Err(_) => None,
+            };
+            return Err(migrations::newer_schema(current, release, MIGRATIONS));
+        }
         for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
             tx.batch_execute(sql).await.map_err(pg_err)?;
             tx.cached_execute(sql::RECORD_MIGRATION, &[version, &crate::clock::now_ms()])
                 .await
                 .map_err(pg_err)?;
         }
+        if current < migrations::latest(MIGRATIONS) {
+            // Not a cached statement: the column is new to this connection's plans.
+            tx.execute(sql::RECORD_RELEASE, &[&migrations::RELEASE, &current])
+                .await
+                .map_err(pg_err)?;
+        }
         tx.commit().await.map_err(pg_err)
+    }
+
+    /// Rewrites `tables` (`VACUUM FULL`), so that no dead row version of theirs is left in
+    /// the database's files: what an erasure deleted or a rekey overwrote. It locks each
+    /// table while it copies it (every sealed ingest reads `data_keys`, and waits), after
+    /// waiting at most `lock_timeout` (the busy timeout) for the transactions using it. A
+    /// table larger than `at_most` bytes, or one it cannot lock in time, gets a plain
+    /// `VACUUM` instead (no lock that stops anyone; most dead versions' bytes go, not
+    /// all), and the answer says so, for an operator to rewrite it at a quiet hour.
+    async fn rewrite_tables(
+        &self,
+        tables: &[&str],
+        at_most: Option<i64>,
+    ) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        wait_for_older_snapshots(&client).await?;
+        let mut left = Vec::new();
+        for table in tables {
+            let size: i64 = client
+                .query_one(
+                    "SELECT pg_total_relation_size($1::text::regclass)",
+                    &[table],
+                )
+                .await
+                .map_err(pg_err)?
+                .get(0);
+            let rewritten = if at_most.is_some_and(|most| size > most) {
+                Err(format!(
+                    "{table} ({} MB) is not rewritten after an erasure, to spare ingest its lock",
+                    size >> 20
+                ))
+            } else {
+                client
+                    .batch_execute(&format!("VACUUM (FULL) {table}"))
+                    .await
+                    .map_err(|err| format!("VACUUM FULL {table} did not run: {err}"))
+            };
+            if let Err(why) = rewritten {
+                client
+                    .batch_execute(&format!("VACUUM {table}"))
+                    .await
+                    .map_err(pg_err)?;
+                left.push(why);
+            }
+        }
+        if left.is_empty() {
+            return Ok(());
+        }
+        Err(StoreError::Unavailable(
+            format!(
+                "{}: old row versions may stay in the files until `VACUUM FULL {}` runs \
+                 (docs/encryption.md, what an erasure leaves in the files)",
+                left.join("; "),
+                tables.join(", ")
+            )
+            .into(),
+        ))
     }
 
     /// Logs one delivery: batched, or in a transaction of its own.
@@ -709,6 +779,57 @@ impl Postgres {
             tx.commit().await.map_err(pg_err)?;
         }
         Ok(admission)
+    }
+}
+
+/// The largest `data_keys` (with its indexes) an erasure rewrites: about 250 000
+/// aggregates, a second or two of ingest waiting on the table's lock (docs/encryption.md,
+/// erasure). A larger one gets a plain VACUUM.
+const ERASURE_REWRITE_AT_MOST: i64 = 64 << 20;
+
+/// How long a scrub waits for the transactions that began before it to end.
+const SNAPSHOTS_WAIT: Duration = Duration::from_secs(10);
+
+/// Waits until no transaction that began before now is still running (in any database
+/// of the server: a snapshot's horizon, `VACUUM FULL`'s own included, is the oldest one
+/// running anywhere), nor any snapshot of this database taken before now: `VACUUM FULL`
+/// copies every row version such a snapshot may still see, so a deleted key's version
+/// would outlive the rewrite. The transactions in hand (an ingest batch, a settle) end
+/// in milliseconds; one still open after [`SNAPSHOTS_WAIT`] is reported, and the rewrite
+/// goes on without waiting for it.
+async fn wait_for_older_snapshots(client: &deadpool_postgres::Object) -> Result<(), StoreError> {
+    // A transaction id assigned now: every transaction that began before has a lower one.
+    let now: String = client
+        .query_one("SELECT pg_current_xact_id()::text", &[])
+        .await
+        .map_err(pg_err)?
+        .get(0);
+    let deadline = tokio::time::Instant::now() + SNAPSHOTS_WAIT;
+    loop {
+        let clear: bool = client
+            .query_one(
+                "SELECT pg_snapshot_xmin(pg_current_snapshot()) >= $1::text::xid8
+                    AND NOT EXISTS (
+                        SELECT 1 FROM pg_stat_activity
+                        WHERE datname = current_database() AND pid <> pg_backend_pid()
+                          AND age(backend_xmin)
+                              > age((($1::text::numeric % 4294967296)::bigint)::text::xid))",
+                &[&now],
+            )
+            .await
+            .map_err(pg_err)?
+            .get(0);
+        if clear {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            tracing::warn!(
+                "a transaction that began before the scrub is still open: the row versions \
+                 it may see stay in the files until the next VACUUM FULL"
+            );
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -755,6 +876,30 @@ impl Backend for Postgres {
         settle: SettleAt<'a>,
     ) -> impl Future<Output = Result<Admission, StoreError>> + Send + 'a {
         self.ingest_now(row, settle)
+    }
+
+    async fn scrub(&self, after: Scrub) -> Result<(), StoreError> {
+        match after {
+            // The data key's deleted row: with it in the files (and the master key), what
+            // the erased aggregate's dead rows hold decrypts. Rewritten while it is small
+            // (a lock of a second or two); the erased rows' dead versions elsewhere, sealed
+            // under the destroyed key, go at autovacuum's pace.
+            Scrub::Erasure {
+                data_key_destroyed: true,
+            } => {
+                self.rewrite_tables(&["data_keys"], Some(ERASURE_REWRITE_AT_MOST))
+                    .await
+            }
+            Scrub::Erasure {
+                data_key_destroyed: false,
+            } => Ok(()),
+            // Every key's version wrapped under the retired master key: a rekey is planned
+            // work, and the rewrite is what lets that master key go.
+            Scrub::Rekey => {
+                self.rewrite_tables(&["data_keys", "store_keys"], None)
+                    .await
+            }
+        }
     }
 
     fn subscribe(&self, wake: Arc<Notify>) {
@@ -1080,8 +1225,6 @@ impl<'a> PgIo<'a> {
 
 impl Tx for PgIo<'_> {
     const LOCK_ROWS: &'static str = " FOR UPDATE";
-    const SCRUB_ON: &'static str = "SELECT 1";
-    const SCRUB_OFF: &'static str = "SELECT 1";
     // Kept by triggers (migration 7): the folded counts plus the deltas since.
     const STATUS_COUNTS: &'static str = "SELECT source, status, SUM(n)::BIGINT FROM (
              SELECT source, status, n FROM event_counts

@@ -102,6 +102,20 @@ pub(crate) const CURRENT_VERSION: &str = "SELECT COALESCE(MAX(version), 0) FROM 
 pub(crate) const RECORD_MIGRATION: &str =
     "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)";
 
+/// Names the release (`$1`) that applied the migrations after version `$2` (migration 18
+/// added the column; older versions' rows have none).
+pub(crate) const RECORD_RELEASE: &str =
+    "UPDATE schema_migrations SET release = $1 WHERE version > $2";
+
+/// The release that applied schema version `$1`, if recorded.
+pub(crate) const WRITTEN_BY: &str = "SELECT release FROM schema_migrations WHERE version = $1";
+
+/// Whether the one-time upgrade step `$1` is still to be done.
+pub(crate) const UPGRADE_STEP_PENDING: &str = "SELECT 1 FROM pending_upgrade_steps WHERE step = $1";
+
+/// Records that the upgrade step `$1` is done.
+pub(crate) const FINISH_UPGRADE_STEP: &str = "DELETE FROM pending_upgrade_steps WHERE step = $1";
+
 /// Whether the store answers.
 pub(crate) const PING: &str = "SELECT 1";
 

@@ -12,11 +12,11 @@ use rusqlite::{params, params_from_iter, Connection, ErrorCode};
 use send_wrapper::SendWrapper;
 
 use super::backend::Param;
-use super::backend::{Backend, Cell, Commit, FlowFuture, Tx};
+use super::backend::{Backend, Cell, Commit, FlowFuture, Scrub, Tx};
 use super::batch::BatchQueue;
 use super::engine::SqlStore;
 use super::ingest::{self, Guard};
-use super::migrations::SQLITE as MIGRATIONS;
+use super::migrations::{self, SQLITE as MIGRATIONS};
 use super::sql;
 use super::vault::Vault;
 use super::Failure;
@@ -204,6 +204,62 @@ fn create_private(path: &Path) -> Result<(), StoreError> {
     }
 }
 
+/// Zeroes whatever the connection deletes, overwrites or moves, from now on: a cell
+/// freed in a page, a page freed whole, an overflow page (docs/encryption.md, erasure).
+/// Without it, every row an update rewrote (an event decided, a state replaced, a key
+/// row moved by a page split) left its old copy in the file until the space was reused,
+/// and an erasure could not reach them. Its cost on ingest is in docs/benchmarks.md.
+fn secure_delete(conn: &Connection) -> Result<(), StoreError> {
+    conn.pragma_update(None, "secure_delete", "ON")
+        .map_err(map_err)?;
+    let on: i64 = conn
+        .query_row("PRAGMA secure_delete", [], |r| r.get(0))
+        .map_err(map_err)?;
+    if on != 1 {
+        return Err(StoreError::Internal(
+            "SQLite refused PRAGMA secure_delete = ON".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Times a truncating checkpoint is tried before an erasure reports the WAL untouched:
+/// a reader in the middle of a snapshot (a scrape, another process) holds it back, each
+/// try waiting for it up to the busy timeout.
+const CHECKPOINT_TRIES: usize = 3;
+
+/// Copies the write-ahead log into the database and truncates it to nothing, so that no
+/// older page image (what an erasure or a rekey just overwrote) is left in it; waits
+/// out the readers that hold it back (the busy timeout each try, then a short pause).
+fn checkpoint_truncate(conn: &Connection) -> Result<(), StoreError> {
+    for _ in 0..CHECKPOINT_TRIES {
+        // (busy, frames in the log, frames checkpointed); busy = 1: a reader or writer
+        // kept it from finishing, and the log was left as it was.
+        let busy: i64 = conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
+            .map_err(map_err)?;
+        if busy == 0 {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(StoreError::Unavailable(
+        "the write-ahead log could not be checkpointed: a reader held it throughout".into(),
+    ))
+}
+
+/// Rewrites the whole file (`VACUUM`, under `secure_delete`): nothing deleted before is
+/// left in it, whichever release deleted it. The one-time scrub of a store written by a
+/// release without `secure_delete` is done by it.
+fn vacuum(conn: &Connection) -> Result<(), StoreError> {
+    conn.execute_batch("VACUUM").map_err(map_err)?;
+    conn.prepare_cached(&sqlite(sql::FINISH_UPGRADE_STEP))
+        .map_err(map_err)?
+        .execute(params![super::SCRUB_STEP])
+        .map_err(map_err)?;
+    Ok(())
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the database file at `path`.
     pub fn open(path: &Path, busy_timeout: Duration) -> Result<Self, StoreError> {
@@ -218,12 +274,14 @@ impl SqliteStore {
         // FULL fsyncs the WAL at every commit: an answered delivery survives power loss.
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(map_err)?;
+        secure_delete(&conn)?;
         let reader = Connection::open_with_flags(
             path,
             rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(map_err)?;
         reader.busy_timeout(busy_timeout).map_err(map_err)?;
+        secure_delete(&reader)?;
         Ok(SqlStore::over(Sqlite {
             conn: Arc::new(tokio::sync::Mutex::new(conn)),
             reader: Arc::new(tokio::sync::Mutex::new(reader)),
@@ -367,19 +425,33 @@ impl Backend for Sqlite {
         self.read_snapshot(move |conn| ready(flow(&SqliteIo::of(conn, &vault))))
     }
 
-    fn compact(&self, vacuum: bool) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.run(move |conn| {
-            if vacuum {
-                // secure_delete, so that VACUUM's own free pages hold nothing either.
-                conn.pragma_update(None, "secure_delete", "ON")
-                    .map_err(map_err)?;
-                let vacuumed = conn.execute_batch("VACUUM").map_err(map_err);
-                conn.pragma_update(None, "secure_delete", "OFF")
-                    .map_err(map_err)?;
-                vacuumed?;
+    fn compact(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.run(|conn| {
+            vacuum(conn)?;
+            checkpoint_truncate(conn)
+        })
+    }
+
+    fn scrub(&self, _after: Scrub) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.run(|conn| {
+            // A store written by a release without `secure_delete` still holds, in freed
+            // cells and pages, what that release deleted or moved (migration 18 queued
+            // this): the first erasure or rekey since rewrites the file, once.
+            let pending = conn
+                .prepare_cached(&sqlite(sql::UPGRADE_STEP_PENDING))
+                .map_err(map_err)?
+                .exists(params![super::SCRUB_STEP])
+                .map_err(map_err)?;
+            if pending {
+                let started = std::time::Instant::now();
+                vacuum(conn)?;
+                tracing::info!(
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "the database file was rewritten once, to scrub what releases without \
+                     secure_delete left in it"
+                );
             }
-            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
-                .map_err(map_err)
+            checkpoint_truncate(conn)
         })
     }
 
@@ -396,11 +468,34 @@ impl Backend for Sqlite {
                 .map_err(map_err)?
                 .query_row([], |r| r.get(0))
                 .map_err(map_err)?;
+            if current > migrations::latest(MIGRATIONS) {
+                let release = tx
+                    .query_row(&sqlite(sql::WRITTEN_BY), params![current], |r| {
+                        r.get::<_, Option<String>>(0)
+                    })
+                    .ok()
+                    .flatten();
+                return Err(migrations::newer_schema(current, release, MIGRATIONS));
+            }
             for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
                 tx.execute_batch(sql).map_err(map_err)?;
                 tx.prepare_cached(&sqlite(sql::RECORD_MIGRATION))
                     .map_err(map_err)?
                     .execute(params![version, crate::clock::now_ms()])
+                    .map_err(map_err)?;
+            }
+            if current < migrations::latest(MIGRATIONS) {
+                tx.prepare_cached(&sqlite(sql::RECORD_RELEASE))
+                    .map_err(map_err)?
+                    .execute(params![migrations::RELEASE, current])
+                    .map_err(map_err)?;
+            }
+            if current == 0 {
+                // A new store: every connection has had `secure_delete` on from the start,
+                // so there is nothing for the scrub of older stores to do.
+                tx.prepare_cached(&sqlite(sql::FINISH_UPGRADE_STEP))
+                    .map_err(map_err)?
+                    .execute(params![super::SCRUB_STEP])
                     .map_err(map_err)?;
             }
             tx.commit().map_err(map_err)
@@ -597,8 +692,6 @@ impl<'a> SqliteIo<'a> {
 
 impl Tx for SqliteIo<'_> {
     const LOCK_ROWS: &'static str = "";
-    const SCRUB_ON: &'static str = "PRAGMA secure_delete = ON";
-    const SCRUB_OFF: &'static str = "PRAGMA secure_delete = OFF";
     const SKIP_LOCKED: &'static str = "";
     const LOCK_KEY: &'static str = "SELECT 1 WHERE $1 IS NOT NULL";
     const COUNTS_BLOCKED_AGGREGATES: bool = true;
@@ -769,6 +862,100 @@ mod tests {
             SqliteStore::open(&dir.path().join("inhook.db"), Duration::from_secs(1)).unwrap();
         store.migrate().await.unwrap();
         (dir, store)
+    }
+
+    /// Every connection zeroes what it frees, from the start; a new store has nothing
+    /// for the scrub of older stores to do, and records the release that wrote it.
+    #[tokio::test]
+    async fn a_new_store_deletes_securely_and_needs_no_scrub() {
+        let (_dir, store) = migrated_store().await;
+        for conn in [&store.backend.conn, &store.backend.reader] {
+            let conn = conn.lock().await;
+            let on: i64 = conn
+                .query_row("PRAGMA secure_delete", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(on, 1);
+        }
+        let conn = store.backend.conn.lock().await;
+        let pending: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM pending_upgrade_steps WHERE step = ?1",
+                [crate::store::SCRUB_STEP],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(pending, 0);
+        let release: String = conn
+            .query_row(
+                "SELECT release FROM schema_migrations WHERE version = 18",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(release, env!("CARGO_PKG_VERSION"));
+    }
+
+    /// A store written by a release without `secure_delete` (schema 15 and older) gets
+    /// the one-time scrub queued; the first scrub rewrites the file and drops it.
+    #[tokio::test]
+    async fn an_older_store_is_scrubbed_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("inhook.db");
+        {
+            // Schema 15 as the previous release left it.
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE schema_migrations (
+                     version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+            )
+            .unwrap();
+            for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v <= 15) {
+                conn.execute_batch(sql).unwrap();
+                conn.execute(
+                    "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, 0)",
+                    [version],
+                )
+                .unwrap();
+            }
+        }
+        let store = SqliteStore::open(&path, Duration::from_secs(1)).unwrap();
+        store.migrate().await.unwrap();
+        let pending = || async {
+            let conn = store.backend.conn.lock().await;
+            conn.query_row(
+                "SELECT COUNT(*) FROM pending_upgrade_steps WHERE step = ?1",
+                [crate::store::SCRUB_STEP],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap()
+        };
+        assert_eq!(pending().await, 1);
+        store
+            .backend
+            .scrub(Scrub::Erasure {
+                data_key_destroyed: false,
+            })
+            .await
+            .unwrap();
+        assert_eq!(pending().await, 0);
+        let conn = store.backend.conn.lock().await;
+        let releases: Vec<(i64, Option<String>)> = conn
+            .prepare("SELECT version, release FROM schema_migrations WHERE version >= 15")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(
+            releases,
+            [
+                (15, None),
+                (16, Some(env!("CARGO_PKG_VERSION").to_owned())),
+                (17, Some(env!("CARGO_PKG_VERSION").to_owned())),
+                (18, Some(env!("CARGO_PKG_VERSION").to_owned())),
+            ],
+            "only the versions this release applied name it"
+        );
     }
 
     /// The plan SQLite picks for `statement` on a migrated store without statistics, as

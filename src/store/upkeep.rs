@@ -277,21 +277,15 @@ async fn requeue<I: Tx>(
 /// Whether the one-time upgrade step `step` (queued by a migration) is still to be done.
 pub(crate) async fn upgrade_step_pending<I: Tx>(io: &I, step: &str) -> Result<bool, StoreError> {
     let rows = io
-        .query(
-            "SELECT 1 FROM pending_upgrade_steps WHERE step = $1",
-            &[text(step)],
-        )
+        .query(super::sql::UPGRADE_STEP_PENDING, &[text(step)])
         .await?;
     Ok(!rows.is_empty())
 }
 
 /// Records that the upgrade step `step` is done.
 pub(crate) async fn finish_upgrade_step<I: Tx>(io: &I, step: &str) -> Result<(), StoreError> {
-    io.execute(
-        "DELETE FROM pending_upgrade_steps WHERE step = $1",
-        &[text(step)],
-    )
-    .await?;
+    io.execute(super::sql::FINISH_UPGRADE_STEP, &[text(step)])
+        .await?;
     Ok(())
 }
 

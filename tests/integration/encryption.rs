@@ -419,3 +419,119 @@ async fn a_forget_on_one_node_takes_effect_on_another_that_cached_the_key() {
         .await;
     assert_eq!(keys, 1);
 }
+
+/// Text that only the erased aggregate's events carry: in their bodies, kept header and
+/// states, and so in its change-feed rows.
+const ERASED_MARKER: &str = "zq7-erased-c0ffee";
+
+/// Aggregates written around the erased one, so that its rows and its key's row share
+/// pages with others' and move when those pages split: all of them once, then a few
+/// again with each of its events.
+const NEIGHBOURS: usize = 300;
+const BUSY_NEIGHBOURS: usize = 20;
+
+/// An event of `customer` whose state names `note`, padded so that rows fill pages fast.
+fn padded_body(id: &str, customer: &str, seq: i64, note: &str) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "id": id,
+        "customer": customer,
+        "seq": seq,
+        "type": "customer.updated",
+        "data": {"email": format!("{note}@example.com"), "name": note, "pad": "p".repeat(300)},
+    }))
+    .unwrap()
+}
+
+/// An aggregate written six times among hundreds of others (each event's row moved when the
+/// worker decides it, its state rewritten, its change rows appended, its key's row moved
+/// by page splits), then erased: once the server has stopped cleanly, no copy of what it
+/// held is anywhere in the database's files, nor (encrypted) its wrapped data key. On
+/// PostgreSQL the key table's files are scanned: a deleted key's row version must not
+/// outlive the erasure there either (the plaintext rows' dead versions do, docs/encryption.md).
+async fn an_erased_aggregate_leaves_no_copy_in_the_files(top: &str) {
+    let encrypting = !top.is_empty();
+    let postgres = crate::support::Backend::fresh_kind() == "postgres";
+    let mut server =
+        TestServer::spawn_top_and_sources(top, &sources("http://127.0.0.1:9/hooks")).await;
+    for seq in 1..=6 {
+        let note = format!("{ERASED_MARKER}-{seq}");
+        let sent = padded_body(&format!("gone-{seq}"), "cus-gone", seq, &note);
+        let answer = post(&server, "vault-async", &sent, &note).await;
+        assert!(answer.code < 300, "{answer:?}");
+        let neighbours = if seq == 1 {
+            NEIGHBOURS
+        } else {
+            BUSY_NEIGHBOURS
+        };
+        for other in 0..neighbours {
+            let id = format!("other-{other}-{seq}");
+            let sent = padded_body(&id, &format!("cus-{other}"), seq, "someone-else");
+            let answer = post(&server, "vault-async", &sent, "someone-else").await;
+            assert!(answer.code < 300, "{answer:?}");
+        }
+        // Decided (its row rewritten) before the next one rewrites its state.
+        server
+            .wait_status("vault-async", &format!("gone-{seq}"), "processed")
+            .await;
+    }
+    let last = format!("other-{}-6", BUSY_NEIGHBOURS - 1);
+    server.wait_status("vault-async", &last, "processed").await;
+    let state = server
+        .get("/v1/sources/vault-async/aggregates/cus-gone")
+        .await;
+    assert_eq!(
+        state.body["state"]["name"],
+        format!("{ERASED_MARKER}-6"),
+        "{state:?}"
+    );
+    let mut needles = vec![ERASED_MARKER.as_bytes().to_vec()];
+    if encrypting {
+        let wrapped = server
+            .query_hex("SELECT wrapped FROM data_keys WHERE aggregate = 'cus-gone'")
+            .await;
+        needles.push(hex::decode(wrapped).unwrap());
+    }
+    // The scan finds what is there: before the erasure, the files hold it.
+    let tables = ["data_keys"];
+    if !postgres || encrypting {
+        let last = needles.last().unwrap();
+        if let Some(found) = server.files_holding(last, &tables).await {
+            assert!(
+                !found.is_empty(),
+                "the scan found nothing before the erasure"
+            );
+        }
+    }
+    let answer = forget(&server, "vault-async", "cus-gone").await;
+    assert_eq!(answer.code, 200, "{answer:?}");
+    assert_eq!(answer.body["events_erased"], 6, "{answer:?}");
+    assert_eq!(answer.body["data_key_destroyed"], encrypting, "{answer:?}");
+    assert!(server.terminate(), "the server did not stop cleanly");
+    if postgres && !encrypting {
+        // The deleted rows' dead versions stay in the files until a vacuum
+        // (docs/encryption.md, erasure): only the live rows can be checked.
+        assert!(holders_of(&server, ERASED_MARKER.as_bytes())
+            .await
+            .is_empty());
+        return;
+    }
+    for needle in &needles {
+        if let Some(found) = server.files_holding(needle, &tables).await {
+            assert!(
+                found.is_empty(),
+                "{:?} of the erased aggregate is still in {found:?}",
+                String::from_utf8_lossy(needle)
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_erased_aggregate_leaves_no_plaintext_in_the_files() {
+    an_erased_aggregate_leaves_no_copy_in_the_files("").await;
+}
+
+#[tokio::test]
+async fn an_erased_aggregate_leaves_no_wrapped_key_in_the_files() {
+    an_erased_aggregate_leaves_no_copy_in_the_files(&encrypted(&[K1])).await;
+}

@@ -184,3 +184,108 @@ async fn a_store_of_the_previous_release_is_sealed_in_place_keeping_every_event_
     crate::upgrade::assert_answers_as_recorded(&server).await;
     crate::upgrade::assert_dedup_keys_kept(&server).await;
 }
+
+/// The second master key under a longer id: a data key rewrapped under it takes more
+/// room than it did, so its row moves within its page or to another one.
+const K2_LONGER_ID: &str = "k2-2026:ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=";
+
+/// Every wrapped key the store holds now: the data keys and the store's own.
+async fn wrapped_keys(server: &TestServer) -> Vec<Vec<u8>> {
+    let mut keys = server.query_bytes("SELECT wrapped FROM data_keys").await;
+    keys.extend(server.query_bytes("SELECT wrapped FROM store_keys").await);
+    keys
+}
+
+/// The keys of `old` still found in the database's files (SQLite: whole; PostgreSQL:
+/// the key tables' files); `None` where they cannot be read.
+async fn old_keys_in_files(server: &TestServer, old: &[Vec<u8>]) -> Option<Vec<String>> {
+    let mut found = Vec::new();
+    for (at, key) in old.iter().enumerate() {
+        let holders = server
+            .files_holding(key, &["data_keys", "store_keys"])
+            .await?;
+        found.extend(holders.into_iter().map(|h| format!("key {at} in {h}")));
+    }
+    Some(found)
+}
+
+#[tokio::test]
+async fn a_rekey_leaves_no_key_wrapped_under_the_old_master_key_in_the_files() {
+    let mut server = TestServer::spawn_top_and_sources(&encrypted(&[K1]), SOURCE).await;
+    for n in 0..150 {
+        let account = format!("acct{n:03}");
+        post(&server, &format!("{account}-1"), &account, 1).await;
+    }
+    let old = wrapped_keys(&server).await;
+    assert_eq!(old.len(), 151, "150 data keys and the body-hash key");
+    // The scan finds what is there.
+    if let Some(found) = old_keys_in_files(&server, &old[..1]).await {
+        assert!(!found.is_empty(), "the scan found no key before the rekey");
+    }
+    assert!(server.terminate());
+    server.replace_in_config(&encrypted(&[K1]), &encrypted(&[K2_LONGER_ID, K1]));
+    server.start();
+    let (ok, out) = server.cli(&["rekey"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("150 data keys to rewrap under k2-2026"),
+        "{out}"
+    );
+    let new = wrapped_keys(&server).await;
+    assert!(
+        new.iter().all(|key| !old.contains(key)),
+        "a key was not rewrapped"
+    );
+    // While the server still runs (its write-ahead log open), then once it has stopped.
+    if let Some(found) = old_keys_in_files(&server, &old).await {
+        assert!(found.is_empty(), "after the rekey: {found:?}");
+    }
+    assert!(server.terminate());
+    if let Some(found) = old_keys_in_files(&server, &old).await {
+        assert!(found.is_empty(), "after the server stopped: {found:?}");
+    }
+    server.replace_in_config(&encrypted(&[K2_LONGER_ID, K1]), &encrypted(&[K2_LONGER_ID]));
+    server.start();
+    assert_all_readable(&server, &["acct000", "acct149"]).await;
+}
+
+#[tokio::test]
+async fn aggregates_erased_after_a_rekey_leave_neither_of_their_wrapped_keys_in_the_files() {
+    let mut server = TestServer::spawn_top_and_sources(&encrypted(&[K1]), SOURCE).await;
+    for n in 0..150 {
+        let account = format!("acct{n:03}");
+        post(&server, &format!("{account}-1"), &account, 1).await;
+    }
+    // Every seventh account is erased once its key has been rewrapped (its row moved).
+    let erased: Vec<String> = (0..150).step_by(7).map(|n| format!("acct{n:03}")).collect();
+    let key_of =
+        |account: &str| format!("SELECT wrapped FROM data_keys WHERE aggregate = '{account}'");
+    let mut wrapped = Vec::new();
+    for account in &erased {
+        wrapped.extend(server.query_bytes(&key_of(account)).await);
+    }
+    assert!(server.terminate());
+    server.replace_in_config(&encrypted(&[K1]), &encrypted(&[K2_LONGER_ID, K1]));
+    server.start();
+    let (ok, out) = server.cli(&["rekey"]);
+    assert!(ok, "{out}");
+    for account in &erased {
+        wrapped.extend(server.query_bytes(&key_of(account)).await);
+        let answer = crate::encryption::forget(&server, "accounts", account).await;
+        assert_eq!(answer.code, 200, "{answer:?}");
+        assert_eq!(answer.body["data_key_destroyed"], true, "{answer:?}");
+    }
+    assert_eq!(
+        wrapped.len(),
+        2 * erased.len(),
+        "a key before and after the rekey each"
+    );
+    assert!(server.terminate());
+    let mut found = Vec::new();
+    for (at, key) in wrapped.iter().enumerate() {
+        if let Some(holders) = server.files_holding(key, &["data_keys"]).await {
+            found.extend(holders.into_iter().map(|h| format!("key {at} in {h}")));
+        }
+    }
+    assert!(found.is_empty(), "destroyed keys left: {found:?}");
+}

@@ -5,6 +5,7 @@ mod support;
 
 mod admin_auth;
 mod aggregate_keys;
+mod aggregate_reset;
 mod allowed_peers;
 mod application;
 mod asymmetric_signatures;

@@ -39,6 +39,7 @@ async fn the_openapi_document_lists_every_route_and_its_answers() {
         ("get", "/v1/sources/{source}/aggregates"),
         ("get", "/v1/sources/{source}/aggregates/{key}"),
         ("delete", "/v1/sources/{source}/aggregates/{key}"),
+        ("post", "/v1/sources/{source}/aggregates/{key}/reset"),
         ("get", "/v1/events"),
         ("get", "/v1/events/{source}/{event_id}"),
         ("post", "/v1/events/{source}/{event_id}/replay"),

@@ -243,6 +243,18 @@ impl Store for FlakyStore {
     async fn compact(&self) -> Result<(), StoreError> {
         self.inner.compact().await
     }
+
+    async fn scrub(&self, after: backend::Scrub) -> Result<(), StoreError> {
+        self.inner.scrub(after).await
+    }
+
+    async fn reset_aggregate(
+        &self,
+        source: &str,
+        aggregate: &str,
+    ) -> Result<reset::ResetReport, StoreError> {
+        self.inner.reset_aggregate(source, aggregate).await
+    }
 }
 
 struct Harness {

@@ -700,6 +700,72 @@ secrets = ["{s0}", "{s1}"]
         }
     }
 
+    /// The bytes of the first column of every row `sql` returns (the same SQL on both stores).
+    pub async fn query_bytes(&self, sql: &str) -> Vec<Vec<u8>> {
+        match &self.backend {
+            Backend::Sqlite => {
+                let conn = rusqlite::Connection::open(self.db_path()).expect("open db");
+                let mut statement = conn.prepare(sql).expect(sql);
+                let rows = statement.query_map([], |row| row.get(0)).expect(sql);
+                rows.collect::<rusqlite::Result<_>>().expect(sql)
+            }
+            Backend::Postgres { .. } => {
+                let (client, driver) = self.postgres().await;
+                let rows = client.query(sql, &[]).await.expect(sql);
+                let read = rows.iter().map(|row| row.get::<_, Vec<u8>>(0)).collect();
+                drop(client);
+                let _ = driver.await;
+                read
+            }
+        }
+    }
+
+    /// The files of the database that may hold `needle` in bytes, and those that do.
+    /// SQLite: the database file, its write-ahead log and shared memory, whole. PostgreSQL:
+    /// the heap files of `tables`, flushed by a `CHECKPOINT` first (a dead row version stays
+    /// in them until a vacuum rewrites the table); `None` when the server's data directory
+    /// is not on this machine.
+    pub async fn files_holding(&self, needle: &[u8], tables: &[&str]) -> Option<Vec<String>> {
+        let paths: Vec<String> = match &self.backend {
+            Backend::Sqlite => ["", "-wal", "-shm"]
+                .iter()
+                .map(|suffix| format!("{}{suffix}", self.db_path().display()))
+                .collect(),
+            Backend::Postgres { .. } => {
+                let (client, driver) = self.postgres().await;
+                client
+                    .batch_execute("CHECKPOINT")
+                    .await
+                    .expect("CHECKPOINT");
+                let mut paths = Vec::new();
+                for table in tables {
+                    let sql = format!(
+                        "SELECT current_setting('data_directory') || '/' || pg_relation_filepath('{table}')"
+                    );
+                    let path: String = client.query_one(&sql, &[]).await.expect(&sql).get(0);
+                    paths.push(path);
+                }
+                drop(client);
+                let _ = driver.await;
+                if !paths.iter().all(|p| Path::new(p).exists()) {
+                    eprintln!(
+                        "PostgreSQL's data directory is not on this machine: files not scanned"
+                    );
+                    return None;
+                }
+                paths
+            }
+        };
+        let holding = paths
+            .into_iter()
+            .filter(|path| {
+                std::fs::read(path)
+                    .is_ok_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle))
+            })
+            .collect();
+        Some(holding)
+    }
+
     /// A connection to the server's PostgreSQL database, and the task that drives it
     /// (awaited after the client is dropped).
     async fn postgres(
@@ -939,10 +1005,12 @@ pub fn official_one(scheme: Scheme, secret: &str, body: &str, timestamp: i64, id
 /// from `schema_migrations` too, and the next start migrates it again. Migration 6's
 /// tables (deliveries), migration 7's indexes and counts and migration 9's index and
 /// backlog decrements, migration 12's upgrade steps, 13's body keys, 14's delivery
-/// counts, 15's keys and 17's unordered column, which come after it, are dropped first (migration 11's column goes with the
-/// generic table, 14's PostgreSQL trigger function with the deliveries).
+/// counts, 15's keys, 17's unordered column and 18's `schema_migrations.release`, which come
+/// after it, are dropped first (migration 11's column goes with the generic table, 14's
+/// PostgreSQL trigger function with the deliveries).
 pub const UNDO_MIGRATION_5: (&str, &str) = (
-    "DROP TABLE pending_upgrade_steps;
+    "ALTER TABLE schema_migrations DROP COLUMN release;
+     DROP TABLE pending_upgrade_steps;
      DROP INDEX events_by_status; DROP INDEX events_by_source_status; DROP INDEX events_by_source;
      DROP INDEX events_arriving;
      DROP TABLE delivery_replay_jobs; DROP TABLE delivery_attempts; DROP TABLE deliveries;
@@ -964,7 +1032,8 @@ pub const UNDO_MIGRATION_5: (&str, &str) = (
                 json_extract(state, '$.achievements') AS achievements, updated_at
          FROM aggregate_state WHERE watermark IS NOT NULL;
      DROP TABLE aggregate_state;",
-    "DROP TABLE pending_upgrade_steps;
+    "ALTER TABLE schema_migrations DROP COLUMN release;
+     DROP TABLE pending_upgrade_steps;
      DROP INDEX events_by_status; DROP INDEX events_by_source_status; DROP INDEX events_by_source;
      DROP INDEX events_arriving;
      DROP TRIGGER event_counts_insert ON events; DROP TRIGGER event_counts_update ON events;

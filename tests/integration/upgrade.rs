@@ -383,7 +383,7 @@ async fn credential_headers_stored_by_older_releases_leave_the_store() {
     // `serve` runs the step in the background: it is done once its queue entry is gone.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while server
-        .query_i64("SELECT COUNT(*) FROM pending_upgrade_steps")
+        .query_i64("SELECT COUNT(*) FROM pending_upgrade_steps WHERE step = 'prune_stored_headers'")
         .await
         > 0
     {
@@ -429,5 +429,163 @@ async fn events_of_a_previous_release_are_ordered_as_they_were_after_the_unorder
             .iter()
             .all(|e| e.get("unordered") == Some(&Value::Null)),
         "{page:?}"
+    );
+}
+
+/// What only the event a previous release moved carries.
+const MOVED_MARKER: &str = "zq7-moved-by-an-older-release";
+
+#[tokio::test]
+async fn an_erasure_scrubs_what_a_release_without_secure_delete_left_in_the_file() {
+    if Backend::fresh_kind() != "sqlite" {
+        eprintln!("skipped: a scan of the database file is SQLite's");
+        return;
+    }
+    let mut server = previous_release_store().await;
+    // As the previous release wrote without `secure_delete`: an event logged, another
+    // after it, then the first decided: its row grew and moved, leaving its old copy
+    // in the page.
+    let body = format!(
+        r#"{{"note":"{MOVED_MARKER}","event_id":"evt_moved","user_id":"usr_moved","presence":"ONLINE","sequence_number":1,"timestamp":1711928400,"pad":"{}"}}"#,
+        "p".repeat(600)
+    );
+    let older = format!(
+        "INSERT INTO events (source, event_id, event_type, aggregate, sequence, body,
+             signature_valid, received_at, status)
+         VALUES ('presence', 'evt_moved', 'presence.changed', 'usr_moved', 1, CAST('{body}' AS BLOB),
+             1, 1796082340000, 'received');
+         INSERT INTO events (source, event_id, event_type, aggregate, sequence, body,
+             signature_valid, received_at, status)
+         VALUES ('presence', 'evt_after', 'presence.changed', 'usr_after', 1, CAST('{{}}' AS BLOB),
+             1, 1796082340000, 'processed');
+         UPDATE events SET status = 'processed', decided_at = 1796082340001, attempts = 1,
+             headers = '{{\"content-type\":\"application/json\"}}'
+         WHERE event_id = 'evt_moved';"
+    );
+    server.run_sql(&older, "").await;
+    let copies = std::fs::read(server.db_path())
+        .unwrap()
+        .windows(MOVED_MARKER.len())
+        .filter(|w| *w == MOVED_MARKER.as_bytes())
+        .count();
+    assert_eq!(copies, 2, "the row and the copy its move left");
+    server.start();
+    let answer = crate::encryption::forget(&server, "presence", "usr_moved").await;
+    assert_eq!(answer.code, 200, "{answer:?}");
+    assert_eq!(answer.body["events_erased"], 1, "{answer:?}");
+    assert!(server.terminate());
+    let holders = crate::encryption::holders_of(&server, MOVED_MARKER.as_bytes()).await;
+    assert!(
+        holders.is_empty(),
+        "the erased event is still in {holders:?}"
+    );
+    // The scrub is done once: the next erasure does not rewrite the file again.
+    assert_eq!(
+        server
+            .query_i64(
+                "SELECT COUNT(*) FROM pending_upgrade_steps WHERE step = 'scrub_deleted_data'"
+            )
+            .await,
+        0
+    );
+}
+
+/// Runs `inhook serve` on the server's config and waits up to 20 s for it to exit:
+/// its success and output, or `None` if it was still serving (then it is killed).
+fn serve_exits(server: &TestServer) -> Option<(bool, String)> {
+    use std::io::Read;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_inhook"))
+        .arg("serve")
+        .arg("--config")
+        .arg(server.config_path())
+        .env_remove("INHOOK_PRESENCE_SECRET")
+        .env_remove("INHOOK_SAVE_GAME_SECRET")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn inhook serve");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return None;
+    };
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    Some((status.success(), out))
+}
+
+#[tokio::test]
+async fn a_store_written_by_a_newer_release_is_refused_naming_its_schema_and_release() {
+    let mut server = TestServer::spawn().await;
+    // Each schema version records the release that wrote it.
+    let written = server
+        .query_rows(&format!(
+            "SELECT release FROM schema_migrations WHERE version = {}",
+            inhook::store::SCHEMA_VERSION
+        ))
+        .await;
+    assert_eq!(written, [[env!("CARGO_PKG_VERSION")]]);
+    // Serving (its shutdown signal listened for) before it is told to stop.
+    assert_eq!(server.get("/healthz").await.code, 200);
+    assert!(server.terminate());
+    // As a later release leaves it: a schema version this binary does not know.
+    let newer = inhook::store::SCHEMA_VERSION + 1;
+    let bump = format!(
+        "INSERT INTO schema_migrations (version, applied_at, release) VALUES ({newer}, 0, '9.8.7')"
+    );
+    server.run_sql(&bump, &bump).await;
+    let expected = [
+        format!("schema version {newer}"),
+        "inhook 9.8.7".to_owned(),
+        format!("up to {}", inhook::store::SCHEMA_VERSION),
+    ];
+    for command in ["migrate", "events", "forget"] {
+        let args: &[&str] = if command == "forget" {
+            &["forget", "--source", "presence", "--aggregate", "usr_A"]
+        } else {
+            &[command]
+        };
+        let (ok, out) = server.cli(args);
+        assert!(!ok, "{command}: {out}");
+        for words in &expected {
+            assert!(
+                out.contains(words.as_str()),
+                "{command}: {words:?} not in {out}"
+            );
+        }
+    }
+    let (ok, out) = serve_exits(&server).expect("serve served a store of a newer schema");
+    assert!(!ok, "{out}");
+    for words in &expected {
+        assert!(
+            out.contains(words.as_str()),
+            "serve: {words:?} not in {out}"
+        );
+    }
+    assert_eq!(
+        stored_schema_version(&server).await,
+        newer,
+        "the store was changed"
     );
 }

@@ -17,6 +17,7 @@ use crate::http::answer::{AdminFailures, Answer, ErrorBody};
 use crate::http::AppState;
 use crate::kind::aggregate_view;
 use crate::store::erasure::ForgetReport;
+use crate::store::reset::ResetReport;
 
 /// One aggregate's state, whatever its source's kind.
 #[derive(Debug, Serialize, ToSchema)]
@@ -201,7 +202,7 @@ pub(crate) async fn aggregate_forget(
         .store
         .forget(&source.name, &key.storage_key(), crate::clock::now_ms())
         .await?;
-    if report == ForgetReport::default() {
+    if !report.found() {
         return Err(Answer::NotFound("unknown_aggregate"));
     }
     let encrypted = state.store.encrypting();
@@ -222,6 +223,79 @@ pub(crate) async fn aggregate_forget(
         report,
         encrypted,
         backups: crate::store::erasure::backups_note(encrypted),
+    })
+    .into_response())
+}
+
+/// What `POST /v1/sources/{source}/aggregates/{key}/reset` did (docs/contract.md, a
+/// publisher's bad version).
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"status": "reset", "source": "stripe", "aggregate": "customer/cus_1",
+    "state_deleted": true, "sequence": 9_223_372_036_854_775_807_i64,
+    "highest_received": 9_223_372_036_854_775_807_i64}))]
+pub(crate) struct ResetDone {
+    /// Always `reset`.
+    status: &'static str,
+    /// The source.
+    source: String,
+    /// The aggregate's key in text form.
+    aggregate: String,
+    /// What was reset.
+    #[serde(flatten)]
+    report: ResetReport,
+}
+
+/// Resets one aggregate on request: its state and highest received sequence are deleted,
+/// so that its next event applies whatever its sequence (a publisher sent a version no
+/// later event could pass); its events stay in the log as they are. Routed on the
+/// aggregate's wildcard path: a POST whose path does not end in `/reset` is 405.
+#[utoipa::path(post, path = "/v1/sources/{source}/aggregates/{key}/reset", tag = "state",
+    security(("admin_token" = [])),
+    params(("source" = String, Path, description = "The configured source", example = "stripe"),
+        ("key" = String, Path, description = "The aggregate's key in text form, URL-encoded \
+            like any path", example = "customer%2Fcus_1")),
+    responses(
+        (status = 200, description = "The aggregate is reset", body = ResetDone),
+        (status = 400, description = "`bad_request`: the key is no aggregate key's text form", body = ErrorBody),
+        (status = 404, description = "`unknown_aggregate` (nothing stored for it) or `unknown_source`", body = ErrorBody),
+        AdminFailures,
+    ))]
+pub(crate) async fn aggregate_reset(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path((source, path)): Path<(String, String)>,
+) -> Result<Response, Answer> {
+    let Some(key) = path.strip_suffix("/reset") else {
+        return Ok((
+            axum::http::StatusCode::METHOD_NOT_ALLOWED,
+            [(axum::http::header::ALLOW, "GET,HEAD,DELETE")],
+        )
+            .into_response());
+    };
+    let (source, key) = source_and_key(&state, &source, key)?;
+    let report = state
+        .store
+        .reset_aggregate(&source.name, &key.storage_key())
+        .await?;
+    if !report.found() {
+        return Err(Answer::NotFound("unknown_aggregate"));
+    }
+    let shown = |n: Option<i64>| n.map_or_else(|| "none".to_owned(), |n| n.to_string());
+    tracing::warn!(
+        target: "inhook::audit",
+        source = %source.name,
+        aggregate = %key,
+        by = "admin API",
+        peer = %peer.ip(),
+        sequence = %shown(report.sequence),
+        highest_received = %shown(report.highest_received),
+        "aggregate reset on request"
+    );
+    Ok(Json(ResetDone {
+        status: "reset",
+        source: source.name.clone(),
+        aggregate: key.to_string(),
+        report,
     })
     .into_response())
 }
