@@ -1053,8 +1053,9 @@ mod tests {
 
     #[test]
     fn the_scrub_step_queued_is_the_one_the_store_runs() {
-        let (_, sixteen) = SQLITE[15];
-        assert!(sixteen.contains(&format!("'{}'", super::super::SCRUB_STEP)));
+        let (version, eighteen) = SQLITE[17];
+        assert_eq!(version, 18);
+        assert!(eighteen.contains(&format!("'{}'", super::super::SCRUB_STEP)));
     }
 
     #[test]
