@@ -443,3 +443,75 @@ async fn stripe_shopify_and_slack_presets_accept_their_documented_catalogs() {
     let limited = of("slack-events", "app_rate_limited");
     assert_eq!(limited.event_id.len(), 64);
 }
+
+/// The `X-Gitlab-Event` header GitLab sends with each kind of its catalog
+/// (https://docs.gitlab.com/user/project/integrations/webhook_events/).
+fn gitlab_hook(kind: &str) -> &'static str {
+    match kind {
+        "push" => "Push Hook",
+        "tag_push" => "Tag Push Hook",
+        "issue" | "work_item" => "Issue Hook",
+        "note" => "Note Hook",
+        "merge_request" => "Merge Request Hook",
+        "wiki_page" => "Wiki Page Hook",
+        "pipeline" => "Pipeline Hook",
+        "build" => "Job Hook",
+        "deployment" => "Deployment Hook",
+        "feature_flag" => "Feature Flag Hook",
+        "release" => "Release Hook",
+        "milestone" => "Milestone Hook",
+        "emoji" => "Emoji Hook",
+        "access_token" => "Resource Access Token Hook",
+        "vulnerability" => "Vulnerability Hook",
+        "project_create" | "project_destroy" => "Project Hook",
+        "subgroup_create" | "subgroup_destroy" => "Subgroup Hook",
+        member if member.starts_with("user_") => "Member Hook",
+        other => panic!("no GitLab hook for {other}"),
+    }
+}
+
+#[tokio::test]
+async fn every_kind_of_gitlabs_catalog_is_accepted_by_the_gitlab_preset() {
+    let gitlab = signed_catalog("gitlab", |kind, _, i| {
+        vec![
+            ("x-gitlab-token", "gitlab-catalog-token".to_owned()),
+            ("x-gitlab-event", gitlab_hook(kind).to_owned()),
+            ("x-gitlab-event-uuid", format!("gl-event-{i}")),
+            ("x-gitlab-webhook-uuid", "gl-hook-1".to_owned()),
+            ("idempotency-key", format!("gl-idem-{i}")),
+        ]
+    });
+    // Every kind of the page: both project and group webhooks' events.
+    let kinds: BTreeSet<&str> = gitlab.iter().map(|e| e.event_type.as_str()).collect();
+    assert!(kinds.len() >= 25, "{kinds:?}");
+    let server =
+        TestServer::spawn_with_sources(&preset_source("gitlab", "gitlab-catalog-token")).await;
+    post_catalog(&server, "gitlab", &gitlab).await;
+    let logged = server.logged().await;
+    let of = |t: &str| -> Vec<_> { logged.iter().filter(|e| e.event_type == t).collect() };
+    // The kinds that carry a version are ordered by it, whichever way GitLab writes it.
+    for kind in ["issue", "work_item", "note", "merge_request", "milestone", "deployment"] {
+        for event in of(kind) {
+            assert!(
+                event.unordered.is_none() && event.sequence > 0,
+                "{kind}: {event:?}"
+            );
+        }
+    }
+    let mr = of("merge_request");
+    assert!(mr[0].sequence > mr[1].sequence, "{mr:?}");
+    assert_eq!(mr[0].aggregate, mr[1].aggregate);
+    // A job orders once it has started; created, it carries no time to order by.
+    let jobs = of("build");
+    assert!(jobs[0].unordered.is_none() && jobs[1].unordered.is_some());
+    for kind in ["push", "pipeline", "release", "wiki_page", "emoji", "project_create"] {
+        let event = of(kind)[0];
+        assert_eq!(
+            event.unordered.as_deref(),
+            Some(format!("no version: a {kind:?} payload carries none").as_str()),
+            "{event:?}"
+        );
+    }
+    let deployment = of("deployment")[0];
+    assert_eq!(deployment.sequence, 1_619_639_400_000_000);
+}
