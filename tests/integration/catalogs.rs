@@ -515,3 +515,22 @@ async fn every_kind_of_gitlabs_catalog_is_accepted_by_the_gitlab_preset() {
     let deployment = of("deployment")[0];
     assert_eq!(deployment.sequence, 1_619_639_400_000_000);
 }
+
+#[tokio::test]
+async fn paddles_catalog_is_accepted_by_the_paddle_preset() {
+    let server = TestServer::spawn_with_sources(&preset_source("paddle", "pdl_ntfset_catalog")).await;
+    // Signed last: Paddle allows five seconds, and re-signs a retry, which these do not.
+    let now = crate::support::now_s();
+    let paddle = signed_catalog("paddle", |_, body, _| {
+        let content = [format!("{now}:").as_bytes(), body].concat();
+        let h1 = hex::encode(hmac_sha256(b"pdl_ntfset_catalog", &content));
+        vec![("paddle-signature", format!("ts={now};h1={h1}"))]
+    });
+    post_catalog(&server, "paddle", &paddle).await;
+    // Every Paddle event carries its entity's id and `occurred_at`: all are ordered.
+    let logged = server.logged().await;
+    assert!(
+        logged.iter().all(|e| e.unordered.is_none() && e.sequence > 0),
+        "{logged:?}"
+    );
+}
