@@ -534,3 +534,61 @@ async fn paddles_catalog_is_accepted_by_the_paddle_preset() {
         "{logged:?}"
     );
 }
+
+#[tokio::test]
+async fn postmark_and_linear_presets_accept_their_documented_catalogs() {
+    use base64::Engine;
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("hooks:pm-catalog-password")
+    );
+    let postmark = signed_catalog("postmark", |_, _, _| {
+        vec![("authorization", basic.clone())]
+    });
+    let server = TestServer::spawn_with_sources(&format!(
+        "{}\n{}",
+        preset_source("postmark", "hooks:pm-catalog-password"),
+        preset_source("linear", "lin_wh_catalog"),
+    ))
+    .await;
+    // Linear checks `webhookTimestamp` is within a minute: the page's is set to now.
+    let now_ms = crate::support::now_s() * 1000;
+    let linear: Vec<Example> = fixture_catalog("linear")
+        .into_iter()
+        .enumerate()
+        .map(|(i, (event_type, entity, body))| {
+            let mut body: Value = serde_json::from_slice(&body).unwrap();
+            body["webhookTimestamp"] = json!(now_ms);
+            let body = serde_json::to_vec(&body).unwrap();
+            let signature = hex::encode(hmac_sha256(b"lin_wh_catalog", &body));
+            Example {
+                headers: vec![
+                    ("content-type", "application/json".to_owned()),
+                    ("linear-signature", signature),
+                    ("linear-event", event_type.clone()),
+                    ("linear-delivery", format!("lin-dlv-{i}")),
+                ],
+                event_type,
+                body,
+                entity,
+            }
+        })
+        .collect();
+    post_catalog(&server, "postmark", &postmark).await;
+    post_catalog(&server, "linear", &linear).await;
+    let logged = server.logged().await;
+    let of = |t: &str| {
+        logged
+            .iter()
+            .find(|e| e.source == "linear" && e.event_type == t)
+            .unwrap_or_else(|| panic!("linear {t}"))
+    };
+    // Data changes are ordered by their entity's updatedAt; an SLA by the time of its
+    // action; a revoked app carries no version.
+    assert!(of("Issue").unordered.is_none() && of("IssueSLA").unordered.is_none());
+    assert_eq!(of("IssueSLA").aggregate, "IssueSLA\u{1f}539068e2-ae88-4d09-bd75-22eb4a59612f");
+    assert_eq!(
+        of("OAuthApp").unordered.as_deref(),
+        Some("no version: a \"OAuthApp\" payload carries none")
+    );
+}
