@@ -490,7 +490,14 @@ async fn every_kind_of_gitlabs_catalog_is_accepted_by_the_gitlab_preset() {
     let logged = server.logged().await;
     let of = |t: &str| -> Vec<_> { logged.iter().filter(|e| e.event_type == t).collect() };
     // The kinds that carry a version are ordered by it, whichever way GitLab writes it.
-    for kind in ["issue", "work_item", "note", "merge_request", "milestone", "deployment"] {
+    for kind in [
+        "issue",
+        "work_item",
+        "note",
+        "merge_request",
+        "milestone",
+        "deployment",
+    ] {
         for event in of(kind) {
             assert!(
                 event.unordered.is_none() && event.sequence > 0,
@@ -504,7 +511,14 @@ async fn every_kind_of_gitlabs_catalog_is_accepted_by_the_gitlab_preset() {
     // A job orders once it has started; created, it carries no time to order by.
     let jobs = of("build");
     assert!(jobs[0].unordered.is_none() && jobs[1].unordered.is_some());
-    for kind in ["push", "pipeline", "release", "wiki_page", "emoji", "project_create"] {
+    for kind in [
+        "push",
+        "pipeline",
+        "release",
+        "wiki_page",
+        "emoji",
+        "project_create",
+    ] {
         let event = of(kind)[0];
         assert_eq!(
             event.unordered.as_deref(),
@@ -518,7 +532,8 @@ async fn every_kind_of_gitlabs_catalog_is_accepted_by_the_gitlab_preset() {
 
 #[tokio::test]
 async fn paddles_catalog_is_accepted_by_the_paddle_preset() {
-    let server = TestServer::spawn_with_sources(&preset_source("paddle", "pdl_ntfset_catalog")).await;
+    let server =
+        TestServer::spawn_with_sources(&preset_source("paddle", "pdl_ntfset_catalog")).await;
     // Signed last: Paddle allows five seconds, and re-signs a retry, which these do not.
     let now = crate::support::now_s();
     let paddle = signed_catalog("paddle", |_, body, _| {
@@ -530,7 +545,9 @@ async fn paddles_catalog_is_accepted_by_the_paddle_preset() {
     // Every Paddle event carries its entity's id and `occurred_at`: all are ordered.
     let logged = server.logged().await;
     assert!(
-        logged.iter().all(|e| e.unordered.is_none() && e.sequence > 0),
+        logged
+            .iter()
+            .all(|e| e.unordered.is_none() && e.sequence > 0),
         "{logged:?}"
     );
 }
@@ -542,9 +559,7 @@ async fn postmark_and_linear_presets_accept_their_documented_catalogs() {
         "Basic {}",
         base64::engine::general_purpose::STANDARD.encode("hooks:pm-catalog-password")
     );
-    let postmark = signed_catalog("postmark", |_, _, _| {
-        vec![("authorization", basic.clone())]
-    });
+    let postmark = signed_catalog("postmark", |_, _, _| vec![("authorization", basic.clone())]);
     let server = TestServer::spawn_with_sources(&format!(
         "{}\n{}",
         preset_source("postmark", "hooks:pm-catalog-password"),
@@ -586,7 +601,10 @@ async fn postmark_and_linear_presets_accept_their_documented_catalogs() {
     // Data changes are ordered by their entity's updatedAt; an SLA by the time of its
     // action; a revoked app carries no version.
     assert!(of("Issue").unordered.is_none() && of("IssueSLA").unordered.is_none());
-    assert_eq!(of("IssueSLA").aggregate, "IssueSLA\u{1f}539068e2-ae88-4d09-bd75-22eb4a59612f");
+    assert_eq!(
+        of("IssueSLA").aggregate,
+        "IssueSLA\u{1f}539068e2-ae88-4d09-bd75-22eb4a59612f"
+    );
     assert_eq!(
         of("OAuthApp").unordered.as_deref(),
         Some("no version: a \"OAuthApp\" payload carries none")
