@@ -553,17 +553,23 @@ async fn paddles_catalog_is_accepted_by_the_paddle_preset() {
 }
 
 #[tokio::test]
-async fn postmark_and_linear_presets_accept_their_documented_catalogs() {
+async fn postmark_linear_and_typeform_presets_accept_their_documented_catalogs() {
     use base64::Engine;
     let basic = format!(
         "Basic {}",
         base64::engine::general_purpose::STANDARD.encode("hooks:pm-catalog-password")
     );
     let postmark = signed_catalog("postmark", |_, _, _| vec![("authorization", basic.clone())]);
+    let typeform = signed_catalog("typeform", |_, body, _| {
+        let mac = hmac_sha256(b"typeform-catalog", body);
+        let signature = base64::engine::general_purpose::STANDARD.encode(mac);
+        vec![("typeform-signature", format!("sha256={signature}"))]
+    });
     let server = TestServer::spawn_with_sources(&format!(
-        "{}\n{}",
+        "{}\n{}\n{}",
         preset_source("postmark", "hooks:pm-catalog-password"),
         preset_source("linear", "lin_wh_catalog"),
+        preset_source("typeform", "typeform-catalog"),
     ))
     .await;
     // Linear checks `webhookTimestamp` is within a minute: the page's is set to now.
@@ -591,6 +597,7 @@ async fn postmark_and_linear_presets_accept_their_documented_catalogs() {
         .collect();
     post_catalog(&server, "postmark", &postmark).await;
     post_catalog(&server, "linear", &linear).await;
+    post_catalog(&server, "typeform", &typeform).await;
     let logged = server.logged().await;
     let of = |t: &str| {
         logged
