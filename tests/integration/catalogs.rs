@@ -443,3 +443,181 @@ async fn stripe_shopify_and_slack_presets_accept_their_documented_catalogs() {
     let limited = of("slack-events", "app_rate_limited");
     assert_eq!(limited.event_id.len(), 64);
 }
+
+/// The `X-Gitlab-Event` header GitLab sends with each kind of its catalog
+/// (https://docs.gitlab.com/user/project/integrations/webhook_events/).
+fn gitlab_hook(kind: &str) -> &'static str {
+    match kind {
+        "push" => "Push Hook",
+        "tag_push" => "Tag Push Hook",
+        "issue" | "work_item" => "Issue Hook",
+        "note" => "Note Hook",
+        "merge_request" => "Merge Request Hook",
+        "wiki_page" => "Wiki Page Hook",
+        "pipeline" => "Pipeline Hook",
+        "build" => "Job Hook",
+        "deployment" => "Deployment Hook",
+        "feature_flag" => "Feature Flag Hook",
+        "release" => "Release Hook",
+        "milestone" => "Milestone Hook",
+        "emoji" => "Emoji Hook",
+        "access_token" => "Resource Access Token Hook",
+        "vulnerability" => "Vulnerability Hook",
+        "project_create" | "project_destroy" => "Project Hook",
+        "subgroup_create" | "subgroup_destroy" => "Subgroup Hook",
+        member if member.starts_with("user_") => "Member Hook",
+        other => panic!("no GitLab hook for {other}"),
+    }
+}
+
+#[tokio::test]
+async fn every_kind_of_gitlabs_catalog_is_accepted_by_the_gitlab_preset() {
+    let gitlab = signed_catalog("gitlab", |kind, _, i| {
+        vec![
+            ("x-gitlab-token", "gitlab-catalog-token".to_owned()),
+            ("x-gitlab-event", gitlab_hook(kind).to_owned()),
+            ("x-gitlab-event-uuid", format!("gl-event-{i}")),
+            ("x-gitlab-webhook-uuid", "gl-hook-1".to_owned()),
+            ("idempotency-key", format!("gl-idem-{i}")),
+        ]
+    });
+    // Every kind of the page: both project and group webhooks' events.
+    let kinds: BTreeSet<&str> = gitlab.iter().map(|e| e.event_type.as_str()).collect();
+    assert!(kinds.len() >= 25, "{kinds:?}");
+    let server =
+        TestServer::spawn_with_sources(&preset_source("gitlab", "gitlab-catalog-token")).await;
+    post_catalog(&server, "gitlab", &gitlab).await;
+    let logged = server.logged().await;
+    let of = |t: &str| -> Vec<_> { logged.iter().filter(|e| e.event_type == t).collect() };
+    // The kinds that carry a version are ordered by it, whichever way GitLab writes it.
+    for kind in [
+        "issue",
+        "work_item",
+        "note",
+        "merge_request",
+        "milestone",
+        "deployment",
+    ] {
+        for event in of(kind) {
+            assert!(
+                event.unordered.is_none() && event.sequence > 0,
+                "{kind}: {event:?}"
+            );
+        }
+    }
+    let mr = of("merge_request");
+    assert!(mr[0].sequence > mr[1].sequence, "{mr:?}");
+    assert_eq!(mr[0].aggregate, mr[1].aggregate);
+    // A job orders once it has started; created, it carries no time to order by.
+    let jobs = of("build");
+    assert!(jobs[0].unordered.is_none() && jobs[1].unordered.is_some());
+    for kind in [
+        "push",
+        "pipeline",
+        "release",
+        "wiki_page",
+        "emoji",
+        "project_create",
+    ] {
+        let event = of(kind)[0];
+        assert_eq!(
+            event.unordered.as_deref(),
+            Some(format!("no version: a {kind:?} payload carries none").as_str()),
+            "{event:?}"
+        );
+    }
+    let deployment = of("deployment")[0];
+    assert_eq!(deployment.sequence, 1_619_639_400_000_000);
+}
+
+#[tokio::test]
+async fn paddles_catalog_is_accepted_by_the_paddle_preset() {
+    // Paddle allows five seconds and re-signs a retry; these redeliveries keep the first
+    // signature, so the source allows more than the whole catalog takes to post twice.
+    let server = TestServer::spawn_with_sources(&format!(
+        "{}tolerance_s = 300\n",
+        preset_source("paddle", "pdl_ntfset_catalog")
+    ))
+    .await;
+    let now = crate::support::now_s();
+    let paddle = signed_catalog("paddle", |_, body, _| {
+        let content = [format!("{now}:").as_bytes(), body].concat();
+        let h1 = hex::encode(hmac_sha256(b"pdl_ntfset_catalog", &content));
+        vec![("paddle-signature", format!("ts={now};h1={h1}"))]
+    });
+    post_catalog(&server, "paddle", &paddle).await;
+    // Every Paddle event carries its entity's id and `occurred_at`: all are ordered.
+    let logged = server.logged().await;
+    assert!(
+        logged
+            .iter()
+            .all(|e| e.unordered.is_none() && e.sequence > 0),
+        "{logged:?}"
+    );
+}
+
+#[tokio::test]
+async fn postmark_linear_and_typeform_presets_accept_their_documented_catalogs() {
+    use base64::Engine;
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("hooks:pm-catalog-password")
+    );
+    let postmark = signed_catalog("postmark", |_, _, _| vec![("authorization", basic.clone())]);
+    let typeform = signed_catalog("typeform", |_, body, _| {
+        let mac = hmac_sha256(b"typeform-catalog", body);
+        let signature = base64::engine::general_purpose::STANDARD.encode(mac);
+        vec![("typeform-signature", format!("sha256={signature}"))]
+    });
+    let server = TestServer::spawn_with_sources(&format!(
+        "{}\n{}\n{}",
+        preset_source("postmark", "hooks:pm-catalog-password"),
+        preset_source("linear", "lin_wh_catalog"),
+        preset_source("typeform", "typeform-catalog"),
+    ))
+    .await;
+    // Linear checks `webhookTimestamp` is within a minute: the page's is set to now.
+    let now_ms = crate::support::now_s() * 1000;
+    let linear: Vec<Example> = fixture_catalog("linear")
+        .into_iter()
+        .enumerate()
+        .map(|(i, (event_type, entity, body))| {
+            let mut body: Value = serde_json::from_slice(&body).unwrap();
+            body["webhookTimestamp"] = json!(now_ms);
+            let body = serde_json::to_vec(&body).unwrap();
+            let signature = hex::encode(hmac_sha256(b"lin_wh_catalog", &body));
+            Example {
+                headers: vec![
+                    ("content-type", "application/json".to_owned()),
+                    ("linear-signature", signature),
+                    ("linear-event", event_type.clone()),
+                    ("linear-delivery", format!("lin-dlv-{i}")),
+                ],
+                event_type,
+                body,
+                entity,
+            }
+        })
+        .collect();
+    post_catalog(&server, "postmark", &postmark).await;
+    post_catalog(&server, "linear", &linear).await;
+    post_catalog(&server, "typeform", &typeform).await;
+    let logged = server.logged().await;
+    let of = |t: &str| {
+        logged
+            .iter()
+            .find(|e| e.source == "linear" && e.event_type == t)
+            .unwrap_or_else(|| panic!("linear {t}"))
+    };
+    // Data changes are ordered by their entity's updatedAt; an SLA by the time of its
+    // action; a revoked app carries no version.
+    assert!(of("Issue").unordered.is_none() && of("IssueSLA").unordered.is_none());
+    assert_eq!(
+        of("IssueSLA").aggregate,
+        "IssueSLA\u{1f}539068e2-ae88-4d09-bd75-22eb4a59612f"
+    );
+    assert_eq!(
+        of("OAuthApp").unordered.as_deref(),
+        Some("no version: a \"OAuthApp\" payload carries none")
+    );
+}

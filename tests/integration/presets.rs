@@ -124,7 +124,7 @@ fn rows() -> Vec<Row> {
             body: |_, n| {
                 to_vec(json!({"object_kind": "issue", "event_type": "issue",
                 "project": {"id": 15, "path_with_namespace": "group/project"},
-                "object_attributes": {"iid": 23, "title": format!("mark-{n}")}}))
+                "object_attributes": {"iid": 23, "title": format!("mark-{n}"), "updated_at": day(n)}}))
             },
             sign: |secret, _, _, id| {
                 vec![
@@ -133,7 +133,7 @@ fn rows() -> Vec<Row> {
                 ]
             },
             new_id_on_retry: true,
-            key: |_| vec!["group/project".into(), "23".into()],
+            key: |_| vec!["group/project".into(), "issue".into(), "23".into()],
             form: false,
         },
         Row {

@@ -1372,9 +1372,12 @@ fn sequence_of_text(text: &str) -> Result<JsonSequence, String> {
             source: SequenceSource::Integer,
         });
     }
-    let at = OffsetDateTime::parse(text, &Rfc3339).map_err(|_| {
-        "must be an integer, a string of digits or an RFC 3339 timestamp".to_owned()
-    })?;
+    let at = OffsetDateTime::parse(text, &Rfc3339)
+        .ok()
+        .or_else(|| OffsetDateTime::parse(&ruby_time_as_rfc3339(text)?, &Rfc3339).ok())
+        .ok_or_else(|| {
+            "must be an integer, a string of digits or an RFC 3339 timestamp".to_owned()
+        })?;
     let micros = at.unix_timestamp_nanos() / 1_000;
     i64::try_from(micros)
         .ok()
@@ -1384,6 +1387,22 @@ fn sequence_of_text(text: &str) -> Result<JsonSequence, String> {
             source: SequenceSource::Timestamp,
         })
         .ok_or_else(|| "must not be before 1970-01-01T00:00:00Z".to_owned())
+}
+
+/// Ruby's `Time#to_s` (`2015-05-17 18:08:09 UTC`, `2021-04-28 21:50:00 +0200`), the form
+/// GitLab sends most of its times in, as RFC 3339: the same instant as its RFC 3339
+/// spelling, so that a publisher mixing both still orders (docs/contract.md, sequence).
+fn ruby_time_as_rfc3339(text: &str) -> Option<String> {
+    let (date_time, zone) = text.split_at_checked(19)?;
+    let (date, time) = date_time.split_once(' ')?;
+    let offset = match zone.strip_prefix(' ')? {
+        "UTC" => "Z".to_owned(),
+        hhmm if hhmm.len() == 5 && hhmm.is_ascii() && matches!(&hhmm[..1], "+" | "-") => {
+            format!("{}:{}", &hhmm[..3], &hhmm[3..])
+        }
+        _ => return None,
+    };
+    Some(format!("{date}T{time}{offset}"))
 }
 
 #[cfg(test)]
@@ -1948,6 +1967,15 @@ mod tests {
             seq(json!("2024-03-01T12:00:00.123456789+01:00")),
             stamp(1_709_290_800_123_456)
         );
+        // GitLab's Ruby-written times: the instants their RFC 3339 spellings name.
+        assert_eq!(
+            seq(json!("2015-05-17 18:08:09 UTC")),
+            seq(json!("2015-05-17T18:08:09Z"))
+        );
+        assert_eq!(
+            seq(json!("2021-04-28 21:50:00 +0200")),
+            seq(json!("2021-04-28T19:50:00Z"))
+        );
 
         let bad = [
             (json!(-1), "must not be negative"),
@@ -1957,6 +1985,8 @@ mod tests {
             (json!("-1"), "RFC 3339"),
             (json!(""), "RFC 3339"),
             (json!("2024-03-01 12:00"), "RFC 3339"),
+            (json!("2015-05-17 18:08:09 CEST"), "RFC 3339"),
+            (json!("2015-05-17 18:08:09 +02"), "RFC 3339"),
             (json!("1969-12-31T23:59:59Z"), "before 1970"),
             (json!(true), "got a boolean"),
         ];
