@@ -8,7 +8,7 @@ use anyhow::bail;
 
 use super::keys::invoking_user;
 use super::parse_aggregate;
-use crate::app::open_store;
+use crate::app::open_existing_store;
 use crate::clock;
 use crate::config::Config;
 use crate::domain::AggregateKey;
@@ -34,7 +34,7 @@ pub async fn reset(config_path: Option<PathBuf>, args: ResetArgs) -> anyhow::Res
             args.source
         );
     }
-    let store = open_store(&config).await?;
+    let store = open_existing_store(&config).await?;
     let report = store
         .reset_aggregate(&args.source, &args.aggregate.storage_key())
         .await?;

@@ -45,6 +45,7 @@ fn a_command_that_reads_a_store_never_creates_one() {
         vec!["deliveries", "--destination", "app"],
         vec!["replay", "--source", "presence", "--event-id", "evt_1"],
         vec!["forget", "--source", "presence", "--aggregate", "usr_A"],
+        vec!["reset", "--source", "presence", "--aggregate", "usr_A"],
     ] {
         let mut all: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
         all.extend([std::ffi::OsStr::new("--config"), config.as_os_str()]);
