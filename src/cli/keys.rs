@@ -125,16 +125,14 @@ pub async fn forget(config_path: Option<PathBuf>, args: ForgetArgs) -> anyhow::R
             args.source
         );
     }
-    // The audit line on standard error, where a command's log goes; the server's own
-    // erasures log theirs under the target `inhook::audit`.
-    eprintln!(
-        "audit: aggregate erased on request: source={} aggregate={} by={} at={} events_erased={} data_key_destroyed={}",
-        args.source,
-        args.aggregate,
-        invoking_user(),
-        clock::rfc3339(clock::now_ms()),
-        report.events_erased,
-        report.data_key_destroyed
+    audit(
+        "aggregate erased on request",
+        &args.source,
+        &args.aggregate,
+        &format!(
+            "events_erased={} data_key_destroyed={}",
+            report.events_erased, report.data_key_destroyed
+        ),
     );
     println!(
         "erased {}/{}: {} events erased, state {}, {} forwards skipped, data key {}",
@@ -166,8 +164,19 @@ pub async fn forget(config_path: Option<PathBuf>, args: ForgetArgs) -> anyhow::R
     Ok(())
 }
 
+/// Writes a command's audit line on standard error, where a command's log goes (the
+/// server's own admin actions log theirs under the target `inhook::audit`): what was done
+/// to which aggregate, by whom, when, and `details`.
+pub(super) fn audit(what: &str, source: &str, aggregate: &AggregateKey, details: &str) {
+    eprintln!(
+        "audit: {what}: source={source} aggregate={aggregate} by={} at={} {details}",
+        invoking_user(),
+        clock::rfc3339(clock::now_ms()),
+    );
+}
+
 /// Who ran the command, for the audit line: the login name the environment gives.
-pub(super) fn invoking_user() -> String {
+fn invoking_user() -> String {
     let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME"));
     format!(
         "command line (user {})",

@@ -6,10 +6,9 @@ use std::path::PathBuf;
 
 use anyhow::bail;
 
-use super::keys::invoking_user;
+use super::keys::audit;
 use super::parse_aggregate;
 use crate::app::open_existing_store;
-use crate::clock;
 use crate::config::Config;
 use crate::domain::AggregateKey;
 
@@ -46,16 +45,15 @@ pub async fn reset(config_path: Option<PathBuf>, args: ResetArgs) -> anyhow::Res
         );
     }
     let shown = |n: Option<i64>| n.map_or_else(|| "none".to_owned(), |n| n.to_string());
-    // The audit line on standard error, where a command's log goes; the server's own
-    // resets log theirs under the target `inhook::audit`.
-    eprintln!(
-        "audit: aggregate reset on request: source={} aggregate={} by={} at={} sequence={} highest_received={}",
-        args.source,
-        args.aggregate,
-        invoking_user(),
-        clock::rfc3339(clock::now_ms()),
-        shown(report.sequence),
-        shown(report.highest_received),
+    audit(
+        "aggregate reset on request",
+        &args.source,
+        &args.aggregate,
+        &format!(
+            "sequence={} highest_received={}",
+            shown(report.sequence),
+            shown(report.highest_received)
+        ),
     );
     let state = if report.state_deleted {
         format!("state deleted (sequence {})", shown(report.sequence))

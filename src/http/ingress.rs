@@ -98,7 +98,7 @@ pub(super) async fn receive(
         path_and_query: uri.path_and_query().map_or("/", |p| p.as_str()),
         client: client.budget_key(),
     };
-    let answer = answer(&state, config, client.budget_key(), &target, &headers, body)
+    let answer = answer(&state, config, &target, &headers, body)
         .instrument(span)
         .await;
     let response = match &config.response {
@@ -133,7 +133,8 @@ fn custom_response(custom: &crate::config::SourceResponse) -> Response {
 
 /// What a delivery was sent to: what the configurable schemes may sign besides headers
 /// and body (`{method}`, `{url}`), or read a token from (docs/configuration.md); and the
-/// client address it came from, which bounds the SNS certificate fetches it may start.
+/// address its per-client budgets are kept under (its body buffer, the SNS certificate
+/// fetches it may start).
 struct Target<'a> {
     method: &'a str,
     path_and_query: &'a str,
@@ -144,12 +145,11 @@ struct Target<'a> {
 async fn answer(
     state: &AppState,
     source: &SourceConfig,
-    client: std::net::IpAddr,
     target: &Target<'_>,
     headers: &HeaderMap,
     body: Body,
 ) -> Answer {
-    let answer = check_and_log(state, source, client, target, headers, body).await;
+    let answer = check_and_log(state, source, target, headers, body).await;
     if answer.is_rejection() {
         if let Some(suppressed) = REJECTED_LOG.admit() {
             info!(source = %source.name, decision = answer.decision(), suppressed, "delivery rejected");
@@ -181,12 +181,11 @@ fn unknown_source() -> Response {
 async fn check_and_log(
     state: &AppState,
     source: &SourceConfig,
-    client: std::net::IpAddr,
     target: &Target<'_>,
     headers: &HeaderMap,
     body: Body,
 ) -> Answer {
-    let read = match read_body(state, source, client, headers, body).await {
+    let read = match read_body(state, source, target.client, headers, body).await {
         Ok(read) => read,
         Err(refused) => return refused,
     };

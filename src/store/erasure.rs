@@ -78,13 +78,7 @@ pub(crate) async fn forget<I: Tx>(
             ],
         )
         .await?;
-    let state_deleted = io
-        .execute(
-            "DELETE FROM aggregate_state WHERE source = $1 AND aggregate = $2",
-            &at,
-        )
-        .await?
-        > 0;
+    let state_deleted = super::reset::delete_state(io, &at).await?;
     io.execute(
         "DELETE FROM state_changes WHERE source = $1 AND aggregate = $2",
         &at,

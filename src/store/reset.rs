@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use super::backend::{int, opt_int, text, Tx};
+use super::backend::{int, opt_int, text, Param, Tx};
 use super::StoreError;
 
 /// What resetting one aggregate did.
@@ -51,13 +51,7 @@ pub(crate) async fn reset<I: Tx>(
             &at,
         )
         .await?;
-    let state_deleted = io
-        .execute(
-            "DELETE FROM aggregate_state WHERE source = $1 AND aggregate = $2",
-            &at,
-        )
-        .await?
-        > 0;
+    let state_deleted = delete_state(io, &at).await?;
     io.execute(
         "DELETE FROM aggregate_seen WHERE source = $1 AND aggregate = $2",
         &at,
@@ -73,4 +67,16 @@ pub(crate) async fn reset<I: Tx>(
             .flatten(),
         highest_received: seen.first().map(|row| int(row, 0)).transpose()?,
     })
+}
+
+/// Deletes the aggregate's state (`at`: its source and key), as a reset and an erasure both
+/// do; answers whether it had one.
+pub(super) async fn delete_state<I: Tx>(io: &I, at: &[Param<'_>]) -> Result<bool, StoreError> {
+    Ok(io
+        .execute(
+            "DELETE FROM aggregate_state WHERE source = $1 AND aggregate = $2",
+            at,
+        )
+        .await?
+        > 0)
 }
