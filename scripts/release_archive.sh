@@ -2,7 +2,7 @@
 # Builds a release archive of inhook for one Linux target (docs/install.md):
 #   scripts/release_archive.sh                                  # this machine's target
 #   scripts/release_archive.sh aarch64-unknown-linux-gnu        # cross, see docs/install.md
-# Writes target/dist/inhook-VERSION-TARGET.tar.gz (the binary, README, LICENSE notice and
+# Writes target/archives/inhook-VERSION-TARGET.tar.gz (the binary, README, LICENSE notice and
 # docs/) and its .sha256 beside it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,13 +19,14 @@ case "$target" in
         ;;
 esac
 
-cargo build --release --locked --bin inhook --target "$target"
+# The dist profile (Cargo.toml): fat LTO, one codegen unit, symbols stripped.
+cargo build --profile dist --locked --bin inhook --target "$target"
 
-dist=target/dist
+dist=target/archives
 stage="$dist/$name"
 rm -rf "$stage"
 mkdir -p "$stage"
-cp "target/$target/release/inhook" "$stage/"
+cp "target/$target/dist/inhook" "$stage/"
 cp README.md "$stage/"
 cp -r docs "$stage/docs"
 printf 'inhook %s for %s\nLicense: MIT OR Apache-2.0\n' "$version" "$target" > "$stage/LICENSE"

@@ -114,7 +114,7 @@ pub fn connect_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
 /// A bound, ready-to-run inhook.
 pub struct Application {
     listener: TcpListener,
-    /// One per configured destination (docs/contract.md, forwarding), started with the server.
+    /// One per configured destination (docs/forwarding.md), started with the server.
     senders: Vec<Sender>,
     state: AppState,
 }

@@ -158,7 +158,7 @@ pub struct Config {
     pub log_json: bool,
     /// The sources, in config order.
     pub sources: Vec<SourceConfig>,
-    /// Where applied events are forwarded (docs/contract.md, forwarding), in config order.
+    /// Where applied events are forwarded (docs/forwarding.md), in config order.
     pub destinations: std::sync::Arc<[DestinationConfig]>,
     /// Aggregates processed in parallel.
     pub workers: usize,

@@ -17,7 +17,7 @@
 //! - [`store`]: the [`store::Store`] trait and its SQLite and PostgreSQL (over
 //!   TLS) implementations: the event log with its unique keys, and the
 //!   projections, transactionally; both share the settle plan of `store::settle`.
-//! - [`forward`]: forwarding to `[[destinations]]` (docs/contract.md, forwarding): what is sent, in
+//! - [`forward`]: forwarding to `[[destinations]]` (docs/forwarding.md): what is sent, in
 //!   which order, signed how, and what an answer means; pure rules under the sender.
 //! - [`mask`]: `mask_fields` applied to anything inhook shows; [`kept_headers`]: which request
 //!   headers are kept with an event and shown.

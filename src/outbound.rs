@@ -1,4 +1,4 @@
-//! The one outbound HTTP client setup (docs/contract.md, forwarding; TLS): the forwarder, `inhook
+//! The one outbound HTTP client setup (docs/forwarding.md; TLS): the forwarder, `inhook
 //! send`, `simulate` and `bench` all reach `https://` URLs through rustls (ring), trusting the
 //! system's root certificates plus, optionally, a private CA's PEM file. None follows a
 //! redirect (it would re-send a signed delivery to wherever the answer points) or takes a

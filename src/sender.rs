@@ -1,4 +1,4 @@
-//! The sender (docs/contract.md, forwarding): one task per destination claims the deliveries the
+//! The sender (docs/forwarding.md): one task per destination claims the deliveries the
 //! store's queue rules let go (one per aggregate at a time, in applied order), POSTs each
 //! event's body byte for byte, signed, and records the verdict. The rules live in the
 //! pure modules of [`crate::forward`]; this is the thin I/O layer around them.
@@ -306,7 +306,7 @@ impl Sender {
     }
 
     /// Prepares every sender's sink at once (a broker's stream or exchange), each within its
-    /// destination's `timeout_s`. Nothing stops the start (docs/contract.md, sinks): a broker
+    /// destination's `timeout_s`. Nothing stops the start (docs/forwarding.md, sinks): a broker
     /// that cannot be reached, or lacks what a key names, is logged, and its deliveries
     /// retry until it can take them.
     pub async fn prepare_all(senders: &[Sender]) {

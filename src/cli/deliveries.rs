@@ -1,4 +1,4 @@
-//! `inhook deliveries` (docs/contract.md, forwarding): a destination's deliveries from the store.
+//! `inhook deliveries` (docs/forwarding.md): a destination's deliveries from the store.
 
 use std::path::Path;
 

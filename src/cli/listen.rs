@@ -1,4 +1,4 @@
-//! `inhook listen` (docs/contract.md, forwarding): a local application for development that
+//! `inhook listen` (docs/forwarding.md): a local application for development that
 //! verifies forwarded requests and prints one line each.
 
 use anyhow::Context;

@@ -55,6 +55,21 @@ pub struct SendArgs {
     pub file: PathBuf,
 }
 
+/// How long `send` keeps trying a server that refuses the connection.
+const CONNECT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Whether the server's port refused the connection (nothing was sent).
+fn refused(error: &reqwest::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::ConnectionRefused;
+        }
+        cause = e.source();
+    }
+    false
+}
+
 fn parse_scheme(raw: &str) -> Result<Scheme, signature::UnknownScheme> {
     raw.parse()
 }
@@ -291,7 +306,25 @@ pub async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Resul
     {
         request = request.header(extra.name.clone(), extra.value.clone());
     }
-    let response = request.body(body).send().await.map_err(|e| {
+    let request = request.body(body);
+    // A server started a moment before (`inhook serve &`, then `inhook send`, as the docs'
+    // examples run) may not listen yet: a refused connection carried nothing, so it is
+    // tried again for a few seconds before send gives up.
+    let patience = tokio::time::Instant::now() + CONNECT_PATIENCE;
+    let response = loop {
+        let attempt = request
+            .try_clone()
+            .expect("a body of bytes clones")
+            .send()
+            .await;
+        match attempt {
+            Err(e) if refused(&e) && tokio::time::Instant::now() < patience => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            attempt => break attempt,
+        }
+    }
+    .map_err(|e| {
         anyhow::anyhow!(
             "posting to {}",
             crate::outbound::cli_failure(&url, &e.without_url())

@@ -1,4 +1,4 @@
-//! `[[destinations]]` (docs/contract.md, forwarding): where applied events are forwarded, read from
+//! `[[destinations]]` (docs/forwarding.md): where applied events are forwarded, read from
 //! the file and the environment and validated at start. Every refusal names the key.
 
 use std::collections::HashMap;

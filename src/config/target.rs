@@ -1,4 +1,4 @@
-//! A destination's `type` and the keys of that type (docs/configuration.md, sinks): where its
+//! A destination's `type` and the keys of that type (docs/forwarding.md, sinks): where its
 //! messages go, checked when the config is read. A new type is one variant here and its sink.
 
 use super::defaults;

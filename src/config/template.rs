@@ -1,4 +1,4 @@
-//! A sink's name template (docs/configuration.md, sinks): a NATS subject, an AMQP routing key or
+//! A sink's name template (docs/forwarding.md, sinks): a NATS subject, an AMQP routing key or
 //! a Redis stream written with `{source}`, `{aggregate}` and `{event_type}`. Checked when the
 //! config is read, so that no event can render a name its broker refuses; rendered per message.
 
@@ -36,7 +36,7 @@ pub const MAX_ROUTING_KEY: usize = 255;
 /// Bytes a value may not bring into a subject or routing key as they are: `.` would add
 /// a token, `*`, `>` and `#` are wildcards, space and controls end the name, `%` so that
 /// the value decodes back, and non-ASCII is written as its UTF-8 bytes
-/// (docs/configuration.md, sinks).
+/// (docs/forwarding.md, sinks).
 const VALUE_ESCAPED: &AsciiSet = &CONTROLS
     .add(b' ')
     .add(b'%')

@@ -1,4 +1,4 @@
-//! What an attempt's result means (docs/contract.md, forwarding): a 2xx (or a broker's
+//! What an attempt's result means (docs/forwarding.md): a 2xx (or a broker's
 //! confirm) is delivered; anything else, a timeout or a connection error is retried with the destination's backoff and jitter
 //! ([`RetryPolicy`], shared with event processing), a `Retry-After` on 429 or 503
 //! honoured up to `retry_max_delay_s`; after `max_attempts` requests in all the

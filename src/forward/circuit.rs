@@ -1,4 +1,4 @@
-//! A destination's circuit breaker (docs/contract.md, forwarding): after many failed requests in a
+//! A destination's circuit breaker (docs/forwarding.md): after many failed requests in a
 //! row across several aggregates, the destination is paused (open), probed with one
 //! request after a pause that grows with each failed probe, and resumed (closed) on
 //! a success. Failures of one aggregate alone never open it: a poison event must

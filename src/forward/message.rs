@@ -1,4 +1,4 @@
-//! A forwarded request (docs/contract.md, forwarding): its stable `webhook-id`, and the headers of
+//! A forwarded request (docs/forwarding.md): its stable `webhook-id`, and the headers of
 //! one attempt, signed with Standard Webhooks v1 by the signing code ingress verifies with.
 
 use std::fmt;

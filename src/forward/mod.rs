@@ -1,4 +1,4 @@
-//! Forwarding applied events to the user's application (docs/contract.md, forwarding), as pure
+//! Forwarding applied events to the user's application (docs/forwarding.md), as pure
 //! rules the store and the sender build on. No I/O here: the store persists delivery
 //! rows in the decision's transaction and asks these modules what to write; the
 //! sender asks what to send next and what an answer means.

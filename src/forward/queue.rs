@@ -1,4 +1,4 @@
-//! The rules of one (destination, aggregate) queue (docs/contract.md, forwarding): one request at a
+//! The rules of one (destination, aggregate) queue (docs/forwarding.md): one request at a
 //! time, in the order the events were applied; a later delivery is not sent before
 //! the earlier one got a 2xx or was given up; a dead in-order delivery blocks the
 //! queue until it is replayed or skipped; a replayed latest-wins delivery is never

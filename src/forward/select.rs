@@ -1,4 +1,4 @@
-//! What is forwarded (docs/contract.md, forwarding): every event the source's rules apply, to every
+//! What is forwarded (docs/forwarding.md): every event the source's rules apply, to every
 //! destination that names its source and whose `event_types` match; nothing
 //! else (duplicates, stale, held, dead and ignored events). Each delivery carries the order
 //! its source's kind gives it ([`crate::kind::DeliveryOrder`]).

@@ -63,7 +63,7 @@ pub struct AppState {
     /// One permit per core for costly signature checks (ed25519, lists of signatures), which
     /// run on blocking threads: a flood of them waits here instead of taking every core.
     pub costly_checks: Arc<tokio::sync::Semaphore>,
-    /// Each destination's circuit breaker on this node (docs/contract.md, forwarding), for `GET
+    /// Each destination's circuit breaker on this node (docs/forwarding.md), for `GET
     /// /v1/destinations`.
     pub circuits: crate::sender::Circuits,
 }

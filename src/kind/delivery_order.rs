@@ -1,5 +1,5 @@
 //! How a forwarded delivery is ordered within its (destination, aggregate)
-//! (docs/contract.md, forwarding), which decides what a dead one blocks. Each kind says
+//! (docs/forwarding.md), which decides what a dead one blocks. Each kind says
 //! how its events are ordered ([`super::Kind::delivery_order`]); forwarding only reads
 //! the order, never a kind's event types.
 

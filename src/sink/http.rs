@@ -1,4 +1,4 @@
-//! The HTTP sink (docs/contract.md, forwarding): a `POST` of the body to the destination's
+//! The HTTP sink (docs/forwarding.md): a `POST` of the body to the destination's
 //! `url`, through inhook's outbound TLS, following no redirect; the answer's status and
 //! `Retry-After` are what the rules judge.
 

@@ -1,4 +1,4 @@
-//! Where forwarded events go (docs/contract.md, sinks): one module per destination type,
+//! Where forwarded events go (docs/forwarding.md, sinks): one module per destination type,
 //! each behind [`Sink`]. The sender's loop (claims under a lease, the circuit, verdicts)
 //! and the store do not know the type; a sink only sends one message and says how the
 //! attempt ended.
@@ -42,7 +42,7 @@ pub enum Unsendable {
 }
 
 impl Unsendable {
-    /// The dead delivery's `last_error` (docs/contract.md, sinks): the reason alone, the
+    /// The dead delivery's `last_error` (docs/forwarding.md, sinks): the reason alone, the
     /// details going to the log.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -53,7 +53,7 @@ impl Unsendable {
 }
 
 /// Why a sink is not ready to send, found when the node starts. Neither stops the start
-/// (docs/contract.md, sinks): deliveries retry until the broker can take them, and the log
+/// (docs/forwarding.md, sinks): deliveries retry until the broker can take them, and the log
 /// says why they cannot yet.
 #[derive(Debug, thiserror::Error)]
 pub enum Unready {

@@ -1,4 +1,4 @@
-//! The NATS sink (docs/contract.md, sinks): each message is published to JetStream on the
+//! The NATS sink (docs/forwarding.md, sinks): each message is published to JetStream on the
 //! destination's rendered `subject`, its metadata as NATS headers and `Nats-Msg-Id` set to
 //! its `webhook-id`, so that a resend inside the stream's duplicate window is dropped by the
 //! server. The attempt is delivered on the stream's PubAck (a duplicate's too), the broker

@@ -1,4 +1,4 @@
-//! The RabbitMQ sink (docs/contract.md, sinks): each message is published to the destination's
+//! The RabbitMQ sink (docs/forwarding.md, sinks): each message is published to the destination's
 //! `exchange` with its rendered `routing_key`, persistent (delivery mode 2), `mandatory` and
 //! with `message_id` = `webhook-id`, on a channel in publisher-confirm mode. It is delivered
 //! when the broker confirms it; a message no queue is bound for comes back and is a refusal,

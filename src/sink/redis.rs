@@ -1,4 +1,4 @@
-//! The Redis Streams sink (docs/contract.md, sinks): each message is one `XADD` to the
+//! The Redis Streams sink (docs/forwarding.md, sinks): each message is one `XADD` to the
 //! stream its template names, its metadata as the entry's fields and its raw body as the
 //! `body` field; delivered on the server's reply (the entry id). A resend after a crash or a
 //! lost reply can add an entry twice: consumers dedupe by `webhook-id`.

@@ -27,7 +27,7 @@ pub enum Commit {
     Durable,
     /// Forwarding's bookkeeping (a claim, a verdict): a power cut may lose it only as a
     /// crash during the request would (the delivery is sent again with the same
-    /// `webhook-id`, docs/contract.md, forwarding); a process crash loses nothing.
+    /// `webhook-id`, docs/forwarding.md); a process crash loses nothing.
     Relaxed,
 }
 

@@ -1,5 +1,5 @@
 //! The one runner of bulk replays, of events (docs/api.md, replay) and of a
-//! destination's deliveries (docs/contract.md, forwarding): a job walks the
+//! destination's deliveries (docs/forwarding.md): a job walks the
 //! aggregates its filter matches in `(source, aggregate)` order, a few per step,
 //! keeping its cursor in its row, so that a step is one short transaction, a node
 //! that dies mid-job leaves it resumable, and two nodes never advance one job at once.

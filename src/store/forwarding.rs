@@ -1,4 +1,4 @@
-//! Forwarding's store flows (docs/contract.md, forwarding), written once for every store over
+//! Forwarding's store flows (docs/forwarding.md), written once for every store over
 //! the backend's `Tx`: delivery rows written with the decision, claims under a lease,
 //! verdicts, listings, replay and skip. What may be sent, and what a replay does,
 //! is decided by the pure rules of [`crate::forward::queue`]; these flows load a

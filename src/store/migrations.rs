@@ -203,7 +203,7 @@ DROP TABLE save_state;
     ),
     (
         6,
-        // Forwarding (docs/contract.md, forwarding): one row per (destination, applied event),
+        // Forwarding (docs/forwarding.md): one row per (destination, applied event),
         // written in the decision's transaction; rising id is the applied order a queue sends in. A
         // queue is (destination, source, aggregate). A claim leases its in-flight row.
         r#"

@@ -537,7 +537,7 @@ pub struct SettleReport {
     pub gaps_skipped: u64,
     /// Events applied on a sequence equal to the current one (latest-wins `json`).
     pub ties: u64,
-    /// Delivery rows written for destinations (docs/contract.md, forwarding): the senders are woken
+    /// Delivery rows written for destinations (docs/forwarding.md): the senders are woken
     /// when any were.
     pub deliveries: u64,
     /// For each decided event, milliseconds from receipt to decision.
@@ -909,7 +909,7 @@ pub trait Store: Send + Sync + 'static {
     async fn advance_replay_jobs(&self, now_ms: i64, aggregates: usize) -> Result<u64, StoreError>;
 
     /// Claims up to `limit` deliveries of `destination` that may be sent at `now_ms`
-    /// (docs/contract.md, forwarding): per queue (destination, source, aggregate) only what
+    /// (docs/forwarding.md): per queue (destination, source, aggregate) only what
     /// [`crate::forward::queue::next_send`] allows, marking superseded replays skipped on
     /// the way; each claimed one is `in_flight`, its attempts counted, leased to `owner`
     /// until `lease_until_ms`. An expired lease (a dead node) is claimed again, same

@@ -1,5 +1,5 @@
 //! `inhook bench --forward NAME`: follows forwarding to one destination during and after
-//! a bench run (docs/contract.md, forwarding): its backlog every second, how long it takes to drain
+//! a bench run (docs/forwarding.md): its backlog every second, how long it takes to drain
 //! once ingest ends, and from the delivery rows' own timestamps the deliveries per second and
 //! each delivery's applied → delivered time.
 

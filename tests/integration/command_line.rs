@@ -177,3 +177,85 @@ fn a_missing_shared_secret_names_its_variable() {
     assert!(!ok, "{out}");
     assert!(out.contains("SLACK_SIGNING_SECRET_UNSET"), "{out}");
 }
+
+/// `inhook serve &` then `inhook send`, as the docs' examples run: a server that starts
+/// listening a moment after send begins still gets the delivery; a port nobody opens fails
+/// within the patience, naming the address.
+#[test]
+fn send_waits_for_a_server_that_is_starting() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let body = dir.path().join("online.json");
+    std::fs::write(
+        &body,
+        r#"{"event_id":"evt_w","user_id":"usr_W","presence":"ONLINE","sequence_number":1}"#,
+    )
+    .unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    let send = Command::new(env!("CARGO_BIN_EXE_inhook"))
+        .args([
+            "send",
+            "--url",
+            &url,
+            "--source",
+            "presence",
+            "--secret",
+            PRESENCE_SECRET,
+        ])
+        .arg(&body)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The port opens a second later; the one answer it gives is the request's proof.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let (mut conn, _) = listener.accept().unwrap();
+    let mut request = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&request).contains("evt_w") {
+        let n = std::io::Read::read(&mut conn, &mut buf).unwrap();
+        assert!(n > 0, "the request ended early");
+        request.extend_from_slice(&buf[..n]);
+    }
+    std::io::Write::write_all(
+        &mut conn,
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 20\r\nconnection: close\r\n\r\n{\"status\":\"applied\"}",
+    )
+    .unwrap();
+    let output = send.wait_with_output().unwrap();
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(printed.trim(), r#"200 {"status":"applied"}"#);
+    assert!(String::from_utf8_lossy(&request).starts_with("POST /webhooks/presence "));
+
+    drop(listener);
+    let started = std::time::Instant::now();
+    let (ok, out) = run_cli(
+        &[
+            "send".as_ref(),
+            "--url".as_ref(),
+            url.as_ref(),
+            "--source".as_ref(),
+            "presence".as_ref(),
+            "--secret".as_ref(),
+            PRESENCE_SECRET.as_ref(),
+            body.as_os_str(),
+        ],
+        &[],
+    );
+    assert!(!ok, "{out}");
+    assert!(out.contains(&format!("127.0.0.1:{port}")), "{out}");
+    assert!(
+        started.elapsed() >= std::time::Duration::from_secs(5),
+        "it waited its patience"
+    );
+}

@@ -1,4 +1,4 @@
-//! Issue #12, forwarding through crashes (docs/contract.md, forwarding): the real server binary
+//! Issue #12, forwarding through crashes (docs/forwarding.md): the real server binary
 //! forwards a chaotic stream of both seed sources to the recording application while it is
 //! SIGKILLed and restarted, or while one of three nodes on one PostgreSQL database is
 //! killed. Every applied event is accepted at least once, per aggregate the first

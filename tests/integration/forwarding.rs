@@ -1,4 +1,4 @@
-//! Forwarding (docs/contract.md, forwarding): what the application receives verifies with the
+//! Forwarding (docs/forwarding.md): what the application receives verifies with the
 //! official Standard Webhooks library, as docs/contract.md (forwarding) promises ("so the
 //! publishers' official libraries verify it").
 

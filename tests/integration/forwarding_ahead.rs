@@ -1,4 +1,4 @@
-//! The sender's buffer (docs/contract.md, forwarding): a sender claims up to `concurrency`
+//! The sender's buffer (docs/forwarding.md): a sender claims up to `concurrency`
 //! deliveries ahead of its free request slots, so that a slot whose request ends sends the next at
 //! once. What it claimed but never sent is given back at shutdown, so that the next node sends it
 //! at once rather than when its lease runs out; and claiming ahead never breaks the order

@@ -1,4 +1,4 @@
-//! Issue #27, NATS destinations (docs/contract.md, sinks): the real server binary publishes
+//! Issue #27, NATS destinations (docs/forwarding.md, sinks): the real server binary publishes
 //! the seed sources' chaotic streams to the machine's NATS JetStream, through outages, kills
 //! and several nodes, and the test reads the stream back: every applied event once (the
 //! `Nats-Msg-Id` dropping a resend), per aggregate in applied order, body byte for byte,

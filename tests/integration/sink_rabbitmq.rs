@@ -1,4 +1,4 @@
-//! Issue #27, the RabbitMQ sink (docs/contract.md, sinks): the real server binary forwards the
+//! Issue #27, the RabbitMQ sink (docs/forwarding.md, sinks): the real server binary forwards the
 //! seed sources' chaotic streams to a `type = "rabbitmq"` destination on the machine's broker
 //! (127.0.0.1:5672, guest/guest), and a consumer of the test's own reads the messages back:
 //! each applied event arrives (once when nothing fails), per aggregate in applied order, its

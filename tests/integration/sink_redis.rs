@@ -1,4 +1,4 @@
-//! Issue #27, the Redis Streams sink (docs/contract.md, sinks): the real server binary
+//! Issue #27, the Redis Streams sink (docs/forwarding.md, sinks): the real server binary
 //! forwards chaotic streams of both seed sources to the machine's Redis (127.0.0.1:6379)
 //! with `XADD`, and the tests read the streams back as a consumer would: each entry's
 //! fields are the message's headers, its `body` field the raw body. Redis may hold an entry
@@ -263,7 +263,7 @@ async fn sink_redis_three_nodes_one_killed_lose_nothing_and_keep_order() {
 }
 
 /// A fixed stream name whose key holds another type, and a Redis that cannot be reached:
-/// the server starts either way (docs/contract.md, sinks), the log names the key, and the
+/// the server starts either way (docs/forwarding.md, sinks), the log names the key, and the
 /// WRONGTYPE delivery retries with the reason and counts toward the circuit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_redis_a_stream_key_of_another_type_is_logged_and_retried() {

@@ -1,6 +1,6 @@
 //! What the broker-sink tests (sink_nats.rs, sink_rabbitmq.rs, sink_redis.rs) share, apart
 //! from the broker: a message as read back from any broker, one audit of those messages
-//! against the store's deliveries and event log (docs/contract.md, sinks), and the steps
+//! against the store's deliveries and event log (docs/forwarding.md, sinks), and the steps
 //! of the chaotic scenarios. Each sink_<type>.rs keeps only its broker's side (creating,
 //! reading back and removing its stream, exchange or keys) and its tests.
 
@@ -20,7 +20,7 @@ use crate::crash::{chaos_publisher, chaos_stream_of};
 use crate::forward_crash::{converged, deliveries_to, publish};
 use crate::support::TestServer;
 
-/// The headers every message carries (docs/contract.md, sinks); `inhook-event-type` only
+/// The headers every message carries (docs/forwarding.md, sinks); `inhook-event-type` only
 /// for an event with a type, as over HTTP.
 pub(crate) const HEADERS: [&str; 8] = [
     "webhook-id",

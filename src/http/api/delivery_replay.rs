@@ -1,4 +1,4 @@
-//! Replaying and skipping a destination's deliveries (docs/contract.md, forwarding): one at a time,
+//! Replaying and skipping a destination's deliveries (docs/forwarding.md): one at a time,
 //! or a persisted bulk job by filter. What may be replayed is decided by
 //! [`crate::forward::queue::replay`]; these routes only answer what it said.
 

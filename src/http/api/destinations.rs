@@ -1,4 +1,4 @@
-//! `/v1/destinations`: forwarding's destinations (docs/contract.md, forwarding), their figures and
+//! `/v1/destinations`: forwarding's destinations (docs/forwarding.md), their figures and
 //! deliveries.
 
 use axum::extract::State;

@@ -1,4 +1,4 @@
-//! Forwarding's store (docs/contract.md, forwarding): delivery rows written with the decision,
+//! Forwarding's store (docs/forwarding.md): delivery rows written with the decision,
 //! claims under a lease in applied order with one request in flight per aggregate,
 //! verdicts, blocking, replay and skip, listings and a destination's figures.
 
