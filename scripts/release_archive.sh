@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-target=${1:-$(rustc -vV | sed -n 's/^host: //p')}
+host=$(rustc -vV | sed -n 's/^host: //p')
+target=${1:-$host}
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 name="inhook-$version-$target"
 
@@ -19,14 +20,22 @@ case "$target" in
         ;;
 esac
 
-# The dist profile (Cargo.toml): fat LTO, one codegen unit, symbols stripped.
-cargo build --profile dist --locked --bin inhook --target "$target"
+# The dist profile (Cargo.toml): fat LTO, one codegen unit, symbols stripped. This
+# machine's own target builds where `cargo build --profile dist` puts it.
+out=${CARGO_TARGET_DIR:-target}
+if [ "$target" = "$host" ]; then
+    cargo build --profile dist --locked --bin inhook
+    built="$out/dist/inhook"
+else
+    cargo build --profile dist --locked --bin inhook --target "$target"
+    built="$out/$target/dist/inhook"
+fi
 
 dist=target/archives
 stage="$dist/$name"
 rm -rf "$stage"
 mkdir -p "$stage"
-cp "target/$target/dist/inhook" "$stage/"
+cp "$built" "$stage/"
 cp README.md "$stage/"
 cp -r docs "$stage/docs"
 printf 'inhook %s for %s\nLicense: MIT OR Apache-2.0\n' "$version" "$target" > "$stage/LICENSE"

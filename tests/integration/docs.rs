@@ -632,19 +632,21 @@ fn slug(heading: &str) -> String {
         .collect()
 }
 
+/// The lines of a page outside its code blocks.
+fn prose(text: &str) -> impl Iterator<Item = &str> {
+    let mut in_code = false;
+    text.lines().filter(move |line| {
+        let fence = line.trim_start().starts_with("```");
+        in_code ^= fence;
+        !in_code && !fence
+    })
+}
+
 /// The anchors of a page's headings (a repeated heading's later ones end in `-1`, `-2`, …).
 fn anchors(text: &str) -> BTreeSet<String> {
     let mut seen: HashMap<String, usize> = HashMap::new();
     let mut anchors = BTreeSet::new();
-    let mut in_code = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            in_code = !in_code;
-            continue;
-        }
-        if in_code {
-            continue;
-        }
+    for line in prose(text) {
         // An anchor of its own: `<a id="name"></a>`.
         let mut rest = line;
         while let Some(at) = rest.find("<a id=\"") {
@@ -675,15 +677,7 @@ fn anchors(text: &str) -> BTreeSet<String> {
 /// The relative link targets of a page, outside code.
 fn links(text: &str) -> Vec<String> {
     let mut found = Vec::new();
-    let mut in_code = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            in_code = !in_code;
-            continue;
-        }
-        if in_code {
-            continue;
-        }
+    for line in prose(text) {
         let mut rest = line;
         while let Some(at) = rest.find("](") {
             rest = &rest[at + 2..];
