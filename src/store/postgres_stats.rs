@@ -14,7 +14,7 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use deadpool_postgres::Pool;
+use deadpool_postgres::{Pool, Timeouts};
 
 /// Advisory lock key of the node analyzing: one at a time, the others skip their turn.
 const ANALYZE_LOCK: i64 = 0x696e_686f_6f61;
@@ -69,9 +69,18 @@ impl StatsTender {
     }
 }
 
-/// Analyzes every grown table, unless another node is doing so now.
+/// Analyzes every grown table, unless another node is doing so now. Only with a connection
+/// to spare, taken without waiting: a request never waits for the look.
 async fn analyze_grown(pool: &Pool) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let mut client = pool.get().await?;
+    if pool.status().available < 2 {
+        return Ok(());
+    }
+    let spare = Timeouts {
+        wait: Some(Duration::ZERO),
+        create: Some(Duration::from_secs(1)),
+        recycle: Some(Duration::from_secs(1)),
+    };
+    let mut client = pool.timeout_get(&spare).await?;
     let tx = client.transaction().await?;
     let mine: bool = tx
         .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&ANALYZE_LOCK])

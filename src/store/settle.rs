@@ -689,3 +689,65 @@ impl Settled {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(aggregate: &str, sequence: i64) -> StateRow {
+        StateRow {
+            source: "save-game".into(),
+            aggregate: aggregate.into(),
+            sequence: Some(sequence),
+            event_id: None,
+            event_type: None,
+            state: "{}".into(),
+            tag: None,
+            watermark: Some(sequence),
+            updated_at_ms: sequence,
+            skipped_gaps: None,
+        }
+    }
+
+    fn writes(states: Vec<StateRow>, decisions: Vec<(i64, Vec<(i64, Outcome)>)>) -> Writes {
+        Writes {
+            states,
+            changes: Vec::new(),
+            decisions,
+        }
+    }
+
+    #[test]
+    fn a_step_writes_each_aggregate_once_and_its_decisions_by_hold_timeout() {
+        let mut step = Writes::default();
+        step.append(writes(
+            vec![state("a", 1)],
+            vec![(100, vec![(1, Outcome::Applied)])],
+        ));
+        step.append(writes(
+            vec![state("b", 1)],
+            vec![(200, vec![(2, Outcome::Held)])],
+        ));
+        step.append(writes(
+            vec![state("a", 2)],
+            vec![(100, vec![(3, Outcome::Stale)])],
+        ));
+        let sequences: Vec<(&str, Option<i64>)> = step
+            .states
+            .iter()
+            .map(|s| (s.aggregate.as_str(), s.sequence))
+            .collect();
+        assert_eq!(
+            sequences,
+            [("a", Some(2)), ("b", Some(1))],
+            "an upsert touches a row once: the later state of `a` replaces the earlier"
+        );
+        assert_eq!(
+            step.decisions,
+            [
+                (100, vec![(1, Outcome::Applied), (3, Outcome::Stale)]),
+                (200, vec![(2, Outcome::Held)]),
+            ]
+        );
+    }
+}
