@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
+use super::settle::{ChangeRow, StateRow};
 use super::vault::Vault;
 use super::{Admission, EventRow, SettleAt, StoreError};
 use crate::ordering::Outcome;
@@ -243,6 +244,20 @@ pub trait Tx: Sync {
         decisions: &[(i64, Outcome)],
         now_ms: i64,
         hold_timeout_ms: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Saves aggregates' new states, each aggregate once, in as few statements as the
+    /// dialect allows ([`crate::store::settle::Writes`]).
+    fn save_states(
+        &self,
+        states: &[StateRow],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Appends applied changes for the stream, in the order given, in as few statements
+    /// as the dialect allows.
+    fn add_changes(
+        &self,
+        changes: &[ChangeRow],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Wakes the workers of every node once the transaction commits (SQLite's

@@ -308,15 +308,20 @@ impl<B: Backend> Store for SqlStore<B> {
                     .collect();
                 io.lock_aggregates(&keys).await?;
                 // Different aggregates touch different rows: where the backend pipelines
-                // statements (PostgreSQL), their settles share the round trips.
-                let settles = work
-                    .iter()
-                    .map(|(rules, aggregate)| settle::settle(io, rules, aggregate, now_ms));
-                futures_util::future::join_all(settles)
-                    .await
-                    .into_iter()
-                    .map(|settled| settled.map(|s| s.report))
-                    .collect()
+                // statements (PostgreSQL), their settles share the round trips, and their
+                // writes are made together, one statement per table (settle::Writes).
+                let settles = work.iter().map(|(rules, aggregate)| {
+                    settle::settle_deferred(io, rules, aggregate, now_ms)
+                });
+                let mut writes = settle::Writes::default();
+                let mut reports = Vec::with_capacity(work.len());
+                for settled in futures_util::future::join_all(settles).await {
+                    let (settled, more) = settled?;
+                    writes.append(more);
+                    reports.push(settled.report);
+                }
+                writes.apply(io, now_ms).await?;
+                Ok(reports)
             })
         })
         .await

@@ -12,6 +12,7 @@ pub mod forwarding;
 mod ingest;
 mod migrations;
 pub mod postgres;
+mod postgres_stats;
 pub mod postgres_tls;
 mod reads;
 pub mod reset;

@@ -22,7 +22,8 @@ use super::batch::BatchQueue;
 use super::engine::SqlStore;
 use super::ingest::{self, Guard};
 use super::migrations::{self, POSTGRES as MIGRATIONS};
-use super::settle;
+use super::postgres_stats::StatsTender;
+use super::settle::{self, ChangeRow, StateRow};
 use super::sql;
 use super::vault::Vault;
 use super::Failure;
@@ -126,6 +127,8 @@ pub struct Postgres {
     writers: Arc<tokio::sync::Semaphore>,
     /// The store's keys (docs/encryption.md).
     vault: Arc<Vault>,
+    /// Keeps the planner's statistics up with the tables' growth (`postgres_stats`).
+    stats: Arc<StatsTender>,
 }
 
 /// Most deliveries committed in one transaction.
@@ -471,22 +474,38 @@ async fn write_ready(
     logged_ids: &[i64],
     admissions: &mut [Admission],
 ) -> Result<usize, StoreError> {
-    let writes = ready.into_iter().map(|group| async move {
-        let ids: Vec<i64> = group.members.iter().map(|at| logged_ids[*at]).collect();
-        let each = group
-            .plan
-            .write_logged(&PgIo::of(tx, vault), group.rules, &ids)
-            .await;
-        (group.members, each)
+    let io = PgIo::of(tx, vault);
+    let writes = ready.into_iter().map(|group| {
+        let io = &io;
+        async move {
+            let ids: Vec<i64> = group.members.iter().map(|at| logged_ids[*at]).collect();
+            let now_ms = group.plan.now_ms();
+            let each = group
+                .plan
+                .write_logged_deferred(io, group.rules, &ids)
+                .await;
+            (group.members, now_ms, each)
+        }
     });
     let mut count = 0;
-    for (members, each) in futures_util::future::join_all(writes).await {
-        for (at, outcome) in members.into_iter().zip(each?) {
+    // The groups' state, change and event rows in one statement per table; the plans of
+    // one batch decided at different receipts, so the events' rows by time.
+    let mut all: Vec<(i64, settle::Writes)> = Vec::new();
+    for (members, now_ms, each) in futures_util::future::join_all(writes).await {
+        let (each, writes) = each?;
+        match all.iter_mut().find(|(at, _)| *at == now_ms) {
+            Some((_, same)) => same.append(writes),
+            None => all.push((now_ms, writes)),
+        }
+        for (at, outcome) in members.into_iter().zip(each) {
             if let Admission::Logged { decided, .. } = &mut admissions[at] {
                 *decided = Some(outcome);
                 count += 1;
             }
         }
+    }
+    for (now_ms, writes) in all {
+        writes.apply(&io, now_ms).await?;
     }
     Ok(count)
 }
@@ -554,6 +573,7 @@ impl PostgresStore {
             queue: Arc::default(),
             writers: Arc::new(tokio::sync::Semaphore::new(BATCH_WRITERS)),
             vault: Arc::default(),
+            stats: Arc::default(),
         }))
     }
 
@@ -591,6 +611,7 @@ impl Postgres {
     /// A task of its own, so that a caller that goes away never abandons a batch; started
     /// only when none is waiting ([`BatchQueue`]), so a second batch fills while one flushes.
     fn start_committer(&self) {
+        self.stats.tend(&self.pool);
         let this = self.clone();
         tokio::spawn(async move {
             let Ok(_writer) = this.writers.acquire().await else {
@@ -607,6 +628,7 @@ impl Postgres {
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.stats.tend(&self.pool);
         self.pool.get().await.map_err(no_connection)
     }
 
@@ -1314,6 +1336,14 @@ impl Tx for PgIo<'_> {
         record_decisions(self.tx, decisions, now_ms, hold_timeout_ms).await
     }
 
+    async fn save_states(&self, states: &[StateRow]) -> Result<(), StoreError> {
+        save_states(self.tx, states).await
+    }
+
+    async fn add_changes(&self, changes: &[ChangeRow]) -> Result<(), StoreError> {
+        add_changes(self.tx, changes).await
+    }
+
     async fn wake_workers(&self) -> Result<(), StoreError> {
         notify(self.tx, CHANNEL).await
     }
@@ -1361,6 +1391,76 @@ fn cells(row: &Row) -> Result<Vec<Cell>, StoreError> {
             Ok(cell.unwrap_or(Cell::Null))
         })
         .collect()
+}
+
+/// Saves aggregates' states in one statement, however many (each aggregate once: an
+/// upsert may not touch one row twice).
+async fn save_states(tx: &dyn CachedStatements, states: &[StateRow]) -> Result<(), StoreError> {
+    if let [one] = states {
+        tx.cached_execute(sql::SAVE_AGGREGATE, &refs(&one.params()))
+            .await
+            .map_err(pg_err)?;
+        return Ok(());
+    }
+    let column = |f: fn(&StateRow) -> &str| states.iter().map(f).collect::<Vec<_>>();
+    let opt_column = |f: fn(&StateRow) -> Option<&str>| states.iter().map(f).collect::<Vec<_>>();
+    let int_column = |f: fn(&StateRow) -> Option<i64>| states.iter().map(f).collect::<Vec<_>>();
+    tx.cached_execute(
+        "INSERT INTO aggregate_state
+             (source, aggregate, sequence, event_id, event_type, state, tag, watermark,
+              updated_at, skipped_gaps)
+         SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::text[], $5::text[],
+                              $6::text[], $7::text[], $8::int8[], $9::int8[], $10::text[])
+         ON CONFLICT (source, aggregate) DO UPDATE SET
+             sequence = EXCLUDED.sequence, event_id = EXCLUDED.event_id,
+             event_type = EXCLUDED.event_type, state = EXCLUDED.state, tag = EXCLUDED.tag,
+             watermark = EXCLUDED.watermark, updated_at = EXCLUDED.updated_at,
+             skipped_gaps = EXCLUDED.skipped_gaps",
+        &[
+            &column(|s| &s.source),
+            &column(|s| &s.aggregate),
+            &int_column(|s| s.sequence),
+            &opt_column(|s| s.event_id.as_deref()),
+            &opt_column(|s| s.event_type.as_deref()),
+            &column(|s| &s.state),
+            &opt_column(|s| s.tag.as_deref()),
+            &int_column(|s| s.watermark),
+            &int_column(|s| Some(s.updated_at_ms)),
+            &opt_column(|s| s.skipped_gaps.as_deref()),
+        ],
+    )
+    .await
+    .map_err(pg_err)?;
+    Ok(())
+}
+
+/// Appends changes for the stream in one statement, their ids in the order given.
+async fn add_changes(tx: &dyn CachedStatements, changes: &[ChangeRow]) -> Result<(), StoreError> {
+    if let [one] = changes {
+        tx.cached_execute(sql::ADD_CHANGE, &refs(&one.params()))
+            .await
+            .map_err(pg_err)?;
+        return Ok(());
+    }
+    let column = |f: fn(&ChangeRow) -> &str| changes.iter().map(f).collect::<Vec<_>>();
+    let at: Vec<i64> = changes.iter().map(|c| c.at_ms).collect();
+    tx.cached_execute(
+        "INSERT INTO state_changes (source, aggregate, kind, at, state)
+         SELECT source, aggregate, kind, at, state
+         FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int8[], $5::text[])
+              WITH ORDINALITY AS c(source, aggregate, kind, at, state, ord)
+         ORDER BY ord",
+        &[
+            &column(|c| &c.source),
+            &column(|c| &c.aggregate),
+            &column(|c| c.kind),
+            &at,
+            &column(|c| &c.state),
+        ],
+    )
+    .await
+    .map_err(pg_err)?;
+    Ok(())
 }
 
 /// Writes a settle's decisions: one statement for the held events and one for the

@@ -124,32 +124,154 @@ async fn occupied<I: Tx>(
     found.iter().map(|row| int(row, 0)).collect()
 }
 
-/// Saves the aggregate's new state, its state text sealed under `key` when encryption is on.
-async fn save_state<I: Tx>(
-    io: &I,
-    source: &str,
-    state: &AggregateState,
-    key: Option<&DataKey>,
-) -> Result<(), StoreError> {
+/// The aggregate's new state as a row to save, its state text sealed under `key` when
+/// encryption is on.
+fn state_row(source: &str, state: &AggregateState, key: Option<&DataKey>) -> StateRow {
     let shown = state.state.to_string();
     let stored = match key {
         Some(key) => key.seal_text(&shown, Binding::event(Column::State, &state.aggregate)),
         None => shown,
     };
-    let params = [
-        text(source),
-        text(&state.aggregate),
-        Param::OptInt(state.sequence),
-        Param::opt_text(state.event_id.as_deref()),
-        Param::opt_text(state.event_type.as_deref()),
-        Param::owned(stored),
-        Param::opt_text(state.tag.as_deref()),
-        Param::OptInt(state.watermark),
-        Param::Int(state.updated_at_ms),
-        Param::opt_text(state.skipped_gaps.as_deref()),
-    ];
-    io.execute(sql::SAVE_AGGREGATE, &params).await?;
-    Ok(())
+    StateRow {
+        source: source.to_owned(),
+        aggregate: state.aggregate.clone(),
+        sequence: state.sequence,
+        event_id: state.event_id.clone(),
+        event_type: state.event_type.clone(),
+        state: stored,
+        tag: state.tag.clone(),
+        watermark: state.watermark,
+        updated_at_ms: state.updated_at_ms,
+        skipped_gaps: state.skipped_gaps.clone(),
+    }
+}
+
+/// An aggregate's new state, as [`sql::SAVE_AGGREGATE`] writes it (the state text sealed
+/// already when encryption is on).
+#[derive(Debug, Clone)]
+pub struct StateRow {
+    /// The source.
+    pub source: String,
+    /// The aggregate, as stored.
+    pub aggregate: String,
+    /// The current sequence.
+    pub sequence: Option<i64>,
+    /// The event that made the state.
+    pub event_id: Option<String>,
+    /// Its type.
+    pub event_type: Option<String>,
+    /// The state text, sealed when encryption is on.
+    pub state: String,
+    /// The kind's tag of the state.
+    pub tag: Option<String>,
+    /// The highest sequence applied without a gap.
+    pub watermark: Option<i64>,
+    /// When the state was written.
+    pub updated_at_ms: i64,
+    /// The gaps skipped past.
+    pub skipped_gaps: Option<String>,
+}
+
+impl StateRow {
+    /// The parameters of [`sql::SAVE_AGGREGATE`].
+    pub fn params(&self) -> [Param<'_>; 10] {
+        [
+            text(&self.source),
+            text(&self.aggregate),
+            Param::OptInt(self.sequence),
+            Param::opt_text(self.event_id.as_deref()),
+            Param::opt_text(self.event_type.as_deref()),
+            text(&self.state),
+            Param::opt_text(self.tag.as_deref()),
+            Param::OptInt(self.watermark),
+            Param::Int(self.updated_at_ms),
+            Param::opt_text(self.skipped_gaps.as_deref()),
+        ]
+    }
+}
+
+/// An applied change for the stream, as [`sql::ADD_CHANGE`] writes it.
+#[derive(Debug, Clone)]
+pub struct ChangeRow {
+    /// The source.
+    pub source: String,
+    /// The aggregate, as stored.
+    pub aggregate: String,
+    /// The change stream's label of the source's kind.
+    pub kind: &'static str,
+    /// When the change was applied.
+    pub at_ms: i64,
+    /// The state as the stream shows it, sealed when encryption is on.
+    pub state: String,
+}
+
+impl ChangeRow {
+    /// The parameters of [`sql::ADD_CHANGE`].
+    pub fn params(&self) -> [Param<'_>; 5] {
+        [
+            text(&self.source),
+            text(&self.aggregate),
+            text(self.kind),
+            Param::Int(self.at_ms),
+            text(&self.state),
+        ]
+    }
+}
+
+/// What settles decided, not written yet: a worker step of many aggregates (and a batch
+/// deciding at ingest) writes each table once for all of them, so that PostgreSQL runs one
+/// statement per table, and its statement triggers fire once, however many aggregates the
+/// step settled (docs/benchmarks.md, issue #45). The settles of one step touch different
+/// aggregates, and none reads what another writes.
+#[derive(Default)]
+pub(crate) struct Writes {
+    states: Vec<StateRow>,
+    changes: Vec<ChangeRow>,
+    /// Decisions by the hold timeout of their source.
+    decisions: Vec<(i64, Vec<(i64, Outcome)>)>,
+}
+
+impl Writes {
+    /// Adds `other`'s writes after these.
+    pub fn append(&mut self, other: Writes) {
+        // An upsert may touch a row once: an aggregate settled twice keeps its last state.
+        for state in other.states {
+            let same =
+                |s: &&mut StateRow| s.source == state.source && s.aggregate == state.aggregate;
+            match self.states.iter_mut().find(same) {
+                Some(earlier) => *earlier = state,
+                None => self.states.push(state),
+            }
+        }
+        self.changes.extend(other.changes);
+        for (hold_timeout_ms, decisions) in other.decisions {
+            match self
+                .decisions
+                .iter_mut()
+                .find(|(h, _)| *h == hold_timeout_ms)
+            {
+                Some((_, all)) => all.extend(decisions),
+                None => self.decisions.push((hold_timeout_ms, decisions)),
+            }
+        }
+    }
+
+    /// Writes everything held, at `now_ms` (every settle of a step decides at one time).
+    pub async fn apply<I: Tx>(self, io: &I, now_ms: i64) -> Result<(), StoreError> {
+        if !self.states.is_empty() {
+            io.save_states(&self.states).await?;
+        }
+        if !self.changes.is_empty() {
+            io.add_changes(&self.changes).await?;
+        }
+        for (hold_timeout_ms, decisions) in &self.decisions {
+            if !decisions.is_empty() {
+                io.record_decisions(decisions, now_ms, *hold_timeout_ms)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Settles one aggregate inside the store's transaction: the one settle flow.
@@ -159,6 +281,19 @@ pub(crate) async fn settle<I: Tx>(
     aggregate: &str,
     now_ms: i64,
 ) -> Result<Settled, StoreError> {
+    let (settled, writes) = settle_deferred(io, rules, aggregate, now_ms).await?;
+    writes.apply(io, now_ms).await?;
+    Ok(settled)
+}
+
+/// [`settle`], its writes to the state, change and event rows handed back for the caller
+/// to apply together with other aggregates' ([`Writes`]).
+pub(crate) async fn settle_deferred<I: Tx>(
+    io: &I,
+    rules: &SourceRules,
+    aggregate: &str,
+    now_ms: i64,
+) -> Result<(Settled, Writes), StoreError> {
     let planned = plan_gated(io, rules, aggregate, now_ms, None, None)
         .await?
         .ok_or_else(|| StoreError::Internal("an ungated settle was left to the worker".into()))?;
@@ -220,11 +355,25 @@ impl UnloggedPlan {
     /// Writes the plan once the events are logged, already decided, as rows `logged` (in
     /// the order given to [`plan_unlogged`]); the outcome of each.
     pub async fn write_logged<I: Tx>(
-        mut self,
+        self,
         io: &I,
         rules: &SourceRules,
         logged: &[i64],
     ) -> Result<Vec<Decided>, StoreError> {
+        let now_ms = self.now_ms;
+        let (decided, writes) = self.write_logged_deferred(io, rules, logged).await?;
+        writes.apply(io, now_ms).await?;
+        Ok(decided)
+    }
+
+    /// [`Self::write_logged`], its state, change and event writes handed back ([`Writes`]),
+    /// to be applied at the plan's time ([`Self::now_ms`]).
+    pub async fn write_logged_deferred<I: Tx>(
+        mut self,
+        io: &I,
+        rules: &SourceRules,
+        logged: &[i64],
+    ) -> Result<(Vec<Decided>, Writes), StoreError> {
         let renumbered: HashMap<i64, i64> = self
             .stand_ins
             .iter()
@@ -245,7 +394,7 @@ impl UnloggedPlan {
             .decisions
             .iter_mut()
             .for_each(|(row, _)| renumber(row));
-        let settled = write_planned(
+        let (settled, writes) = write_planned(
             io,
             rules,
             &self.aggregate,
@@ -254,7 +403,12 @@ impl UnloggedPlan {
             logged,
         )
         .await?;
-        settled.decided_each(logged)
+        Ok((settled.decided_each(logged)?, writes))
+    }
+
+    /// The time the plan decided at.
+    pub fn now_ms(&self) -> i64 {
+        self.now_ms
     }
 }
 
@@ -347,8 +501,9 @@ async fn plan_gated<I: Tx>(
     }))
 }
 
-/// The writing half of the settle flow. `logged`: rows logged already decided, whose
-/// decisions are not to be recorded again.
+/// The writing half of the settle flow, but for the state, change and event rows it hands
+/// back ([`Writes`]). `logged`: rows logged already decided, whose decisions are not to be
+/// recorded again.
 async fn write_planned<I: Tx>(
     io: &I,
     rules: &SourceRules,
@@ -356,7 +511,7 @@ async fn write_planned<I: Tx>(
     now_ms: i64,
     planned: Planned,
     logged: &[i64],
-) -> Result<Settled, StoreError> {
+) -> Result<(Settled, Writes), StoreError> {
     let Planned {
         before,
         rows,
@@ -384,34 +539,30 @@ async fn write_planned<I: Tx>(
         Some(key) => sealed_details(&plan.decisions, &rows, key).into(),
         None => (&plan.decisions[..]).into(),
     };
+    let mut writes = Writes::default();
     if let Some(state) = plan.state.as_ref().filter(|_| changed) {
-        save_state(io, &rules.name, state, key.as_deref()).await?;
+        writes
+            .states
+            .push(state_row(&rules.name, state, key.as_deref()));
         let mut shown = kind.stream_text(&rules.name, state, now_ms);
         if let Some(key) = &key {
             shown = key.seal_text(&shown, Binding::event(Column::Change, aggregate));
         }
-        let change = [
-            text(&rules.name),
-            text(aggregate),
-            text(kind.source_kind().label()),
-            Param::Int(now_ms),
-            Param::owned(shown),
-        ];
-        io.execute(sql::ADD_CHANGE, &change).await?;
+        writes.changes.push(ChangeRow {
+            source: rules.name.clone(),
+            aggregate: aggregate.to_owned(),
+            kind: kind.source_kind().label(),
+            at_ms: now_ms,
+            state: shown,
+        });
     }
-    if logged.is_empty() {
-        io.record_decisions(&decisions, now_ms, rules.hold_timeout_ms)
-            .await?;
-    } else {
-        let others: Vec<(i64, Outcome)> = decisions
-            .iter()
-            .filter(|(row, _)| !logged.contains(row))
-            .cloned()
-            .collect();
-        if !others.is_empty() {
-            io.record_decisions(&others, now_ms, rules.hold_timeout_ms)
-                .await?;
-        }
+    let recorded: Vec<(i64, Outcome)> = decisions
+        .iter()
+        .filter(|(row, _)| !logged.contains(row))
+        .cloned()
+        .collect();
+    if !recorded.is_empty() {
+        writes.decisions.push((rules.hold_timeout_ms, recorded));
     }
     let deliveries =
         forwarding::write_deliveries(io, rules, aggregate, &rows, &plan.decisions, now_ms).await?;
@@ -419,11 +570,12 @@ async fn write_planned<I: Tx>(
         deliveries,
         ..report(&rows, &plan, now_ms)
     };
-    Ok(Settled {
+    let settled = Settled {
         report,
         decisions: plan.decisions,
         current_sequence: plan.current_sequence,
-    })
+    };
+    Ok((settled, writes))
 }
 
 /// `decisions` with each dead event's detail sealed under the aggregate's `key`, bound
@@ -535,5 +687,67 @@ impl Settled {
             report: self.report,
             current_sequence: self.current_sequence,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(aggregate: &str, sequence: i64) -> StateRow {
+        StateRow {
+            source: "save-game".into(),
+            aggregate: aggregate.into(),
+            sequence: Some(sequence),
+            event_id: None,
+            event_type: None,
+            state: "{}".into(),
+            tag: None,
+            watermark: Some(sequence),
+            updated_at_ms: sequence,
+            skipped_gaps: None,
+        }
+    }
+
+    fn writes(states: Vec<StateRow>, decisions: Vec<(i64, Vec<(i64, Outcome)>)>) -> Writes {
+        Writes {
+            states,
+            changes: Vec::new(),
+            decisions,
+        }
+    }
+
+    #[test]
+    fn a_step_writes_each_aggregate_once_and_its_decisions_by_hold_timeout() {
+        let mut step = Writes::default();
+        step.append(writes(
+            vec![state("a", 1)],
+            vec![(100, vec![(1, Outcome::Applied)])],
+        ));
+        step.append(writes(
+            vec![state("b", 1)],
+            vec![(200, vec![(2, Outcome::Held)])],
+        ));
+        step.append(writes(
+            vec![state("a", 2)],
+            vec![(100, vec![(3, Outcome::Stale)])],
+        ));
+        let sequences: Vec<(&str, Option<i64>)> = step
+            .states
+            .iter()
+            .map(|s| (s.aggregate.as_str(), s.sequence))
+            .collect();
+        assert_eq!(
+            sequences,
+            [("a", Some(2)), ("b", Some(1))],
+            "an upsert touches a row once: the later state of `a` replaces the earlier"
+        );
+        assert_eq!(
+            step.decisions,
+            [
+                (100, vec![(1, Outcome::Applied), (3, Outcome::Stale)]),
+                (200, vec![(2, Outcome::Held)]),
+            ]
+        );
     }
 }

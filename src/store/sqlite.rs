@@ -17,6 +17,7 @@ use super::batch::BatchQueue;
 use super::engine::SqlStore;
 use super::ingest::{self, Guard};
 use super::migrations::{self, SQLITE as MIGRATIONS};
+use super::settle::{ChangeRow, StateRow};
 use super::sql;
 use super::vault::Vault;
 use super::Failure;
@@ -774,6 +775,29 @@ impl Tx for SqliteIo<'_> {
             record_decision(conn, *row, outcome, now_ms, hold_timeout_ms)
         });
         std::future::ready(recorded)
+    }
+
+    fn save_states(
+        &self,
+        states: &[StateRow],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        // Row by row: SQLite's cost is the b-tree writes, which a multi-row statement keeps.
+        let saved = states.iter().try_for_each(|state| {
+            self.execute_now(sql::SAVE_AGGREGATE, &state.params())
+                .map(drop)
+        });
+        std::future::ready(saved)
+    }
+
+    fn add_changes(
+        &self,
+        changes: &[ChangeRow],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let added = changes.iter().try_for_each(|change| {
+            self.execute_now(sql::ADD_CHANGE, &change.params())
+                .map(drop)
+        });
+        std::future::ready(added)
     }
 
     fn wake_workers(&self) -> impl Future<Output = Result<(), StoreError>> + Send {

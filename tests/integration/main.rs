@@ -39,6 +39,7 @@ mod metrics;
 mod multinode;
 mod openapi;
 mod outbound_tls;
+mod pg_statistics;
 mod postgres_outage;
 mod postgres_tls;
 mod presence;
