@@ -593,3 +593,35 @@ fn the_prometheus_rules_and_the_grafana_dashboard_name_only_metrics_inhook_expor
     assert_eq!(rules.matches("expr:").count(), alerts);
     assert_eq!(rules.matches("summary:").count(), alerts);
 }
+
+#[tokio::test]
+async fn notices_older_than_retention_s_are_purged_with_the_events() {
+    let received = Received::default();
+    let port = recording_application(&received).await;
+    let server = TestServer::spawn_full_with(
+        &format!("{TICK}\nretention_s = 1\npurge_interval_s = 1"),
+        "",
+        &format!(
+            r#"{}
+[[alerts]]
+name = "quiet"
+on = "source_silent"
+source = "save-game"
+after_s = 1
+destination = "ops"
+"#,
+            ops_destination(port)
+        ),
+    )
+    .await;
+    let kept = listed_at_least(&server, 1).await;
+    assert_eq!(kept[0]["alert"], "quiet");
+    // Past retention_s, the next purge deletes it: the history empties.
+    server
+        .wait_for("/v1/alerts", |r| r.body["items"] == json!([]))
+        .await;
+    assert!(
+        !received.lock().unwrap().is_empty(),
+        "the notice was sent before"
+    );
+}
