@@ -116,6 +116,8 @@ pub struct Application {
     listener: TcpListener,
     /// One per configured destination (docs/forwarding.md), started with the server.
     senders: Vec<Sender>,
+    /// The `[[alerts]]` channels, started with the server.
+    alerts: crate::alerts::send::Outbox,
     state: AppState,
 }
 
@@ -133,6 +135,7 @@ impl Application {
         Sender::set_media_types(&mut senders, &config.sources);
         Sender::prepare_all(&senders).await;
         let circuits = Circuits::of(&senders);
+        let alerts = crate::alerts::send::Outbox::of(&config, &secrets)?;
         let wake = Arc::new(Notify::new());
         store.subscribe(Arc::clone(&wake));
         let feed_start = store
@@ -154,6 +157,7 @@ impl Application {
         Ok(Self {
             listener,
             senders,
+            alerts,
             state: AppState {
                 config: Arc::new(config),
                 store,
@@ -238,6 +242,19 @@ impl Application {
                 .store
                 .subscribe_deliveries(Arc::clone(&forward_wake));
             background.spawn(Sender::run_all(self.senders, forward_wake, stop_rx.clone()));
+        }
+        if !self.state.config.alerts.is_empty() {
+            let outbox = self.alerts.start(&mut background, &stop_rx);
+            background.spawn(
+                crate::alerts::AlertWatch {
+                    config: Arc::clone(&self.state.config),
+                    store: Arc::clone(&self.state.store),
+                    circuits: self.state.circuits.clone(),
+                    clock: self.state.clock,
+                    outbox,
+                }
+                .run(stop_rx.clone()),
+            );
         }
         background.spawn(Arc::clone(&self.state.feed).run(
             Arc::clone(&self.state.store),

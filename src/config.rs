@@ -26,6 +26,7 @@ macro_rules! changed_keys {
     };
 }
 
+pub mod alerts;
 pub mod defaults;
 mod destination;
 pub mod env_vars;
@@ -160,6 +161,10 @@ pub struct Config {
     pub sources: Vec<SourceConfig>,
     /// Where applied events are forwarded (docs/forwarding.md), in config order.
     pub destinations: std::sync::Arc<[DestinationConfig]>,
+    /// The `[[alerts]]` rules (docs/configuration.md, alerts).
+    pub alerts: std::sync::Arc<[alerts::AlertRule]>,
+    /// How often the alert rules are evaluated, in milliseconds.
+    pub alert_tick_ms: u64,
     /// Aggregates processed in parallel.
     pub workers: usize,
     /// How failed processing is retried.
@@ -319,6 +324,8 @@ struct FileConfig {
     log_format: Option<String>,
     sources: Option<Vec<FileSource>>,
     destinations: Option<Vec<destination::FileDestination>>,
+    alerts: Option<Vec<alerts::FileAlert>>,
+    alert_tick_ms: Option<u64>,
     workers: Option<usize>,
     retry_base_s: Option<u64>,
     retry_max_delay_s: Option<u64>,
@@ -894,7 +901,7 @@ impl Config {
             secret_rule,
         )?;
         let retry = retry(&file);
-        let destinations = destination::destinations(
+        let destinations: std::sync::Arc<[DestinationConfig]> = destination::destinations(
             file.destinations.take().unwrap_or_default(),
             env,
             &sources,
@@ -902,6 +909,17 @@ impl Config {
             secret_rule == Secrets::Required,
         )?
         .into();
+        let alerts = alerts::alerts(
+            file.alerts.take().unwrap_or_default(),
+            &sources,
+            &destinations,
+        )?
+        .into();
+        let alert_tick_ms = match file.alert_tick_ms {
+            Some(0) => return Err(ConfigError("alert_tick_ms: must be at least 1".into())),
+            Some(ms) => ms,
+            None => defaults::ALERT_TICK_MS,
+        };
         let bodies = bodies(&file)?;
         let (max_connections, max_connections_per_peer) = connections(&file)?;
         let trusted_proxies = crate::peers::CidrList::parse(
@@ -922,6 +940,8 @@ impl Config {
             otlp_endpoint: server.otlp_endpoint,
             sources,
             destinations,
+            alerts,
+            alert_tick_ms,
             retry,
             max_body_bytes: bodies.max_body_bytes,
             max_buffered_body_bytes: bodies.max_buffered_body_bytes,

@@ -35,8 +35,11 @@
 //!   keys, sealing bound to a row; pure, the store holds the keys.
 //! - [`presets`]: the publishers' presets (docs/providers.md), one TOML table each, merged
 //!   under a source that names one.
+//! - [`alerts`]: `[[alerts]]` rules (pure evaluation in `alerts::rules`), the task that
+//!   gathers their figures each tick, and the channels notices go out on.
 //! - [`domain`]: ids, sequences, statuses shared by all of the above.
 
+pub mod alerts;
 pub mod app;
 pub mod cli;
 pub mod clock;

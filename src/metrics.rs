@@ -67,6 +67,7 @@ pub fn render() -> Option<String> {
 
 /// One answered delivery.
 pub fn request(source: &str, code: u16, seconds: f64) {
+    crate::alerts::counters::answered(source, code);
     counter!("inhook_requests_total", "source" => source.to_owned(), "code" => code.to_string())
         .increment(1);
     histogram!("inhook_ingest_duration_seconds", "source" => source.to_owned()).record(seconds);
@@ -79,6 +80,7 @@ pub fn handshake(source: &str, kind: &'static str) {
 
 /// A delivery whose signature or timestamp was rejected.
 pub fn signature_failure(source: &str, reason: &'static str) {
+    crate::alerts::counters::bad_signature(source);
     counter!("inhook_signature_failures_total", "source" => source.to_owned(), "reason" => reason)
         .increment(1);
 }

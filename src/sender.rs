@@ -247,6 +247,15 @@ impl Circuits {
         ))
     }
 
+    /// The breaker's position for `destination` and its failed requests in a row; none when
+    /// no sender runs for it here.
+    pub fn watch(&self, destination: &str) -> Option<(CircuitState, u32)> {
+        self.0.get(destination).map(|c| {
+            let circuit = c.lock().expect("circuit");
+            (circuit.state(), circuit.failures())
+        })
+    }
+
     /// The breaker's position for `destination`; none when no sender runs for it here.
     pub fn state(&self, destination: &str) -> Option<CircuitState> {
         self.0

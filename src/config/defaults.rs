@@ -113,3 +113,5 @@ pub const FORWARD_POLL_MS: u64 = 1_000;
 pub const METRICS_PUBLIC: bool = false;
 /// `bench_ceiling`: off, the endpoint is for benchmarks only.
 pub const BENCH_CEILING: bool = false;
+/// `alert_tick_ms`: the alert rules are evaluated every ten seconds.
+pub const ALERT_TICK_MS: u64 = 10_000;

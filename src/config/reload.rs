@@ -284,6 +284,9 @@ impl Config {
             "bench_ceiling" => bench_ceiling,
             "forward_poll_ms" => forward_poll_ms,
             "otlp_endpoint" => otlp_endpoint,
+            // The alert watcher and its channels are set up at start.
+            "alerts" => alerts,
+            "alert_tick_ms" => alert_tick_ms,
         ]);
         let token_changed = token(self) != token(other);
         // The store's keys are taken at start (docs/encryption.md, rotating).
@@ -362,6 +365,23 @@ mod tests {
             assert!(err.contains("\"s\"") && err.contains("missing"), "{err}");
             assert!(!err.contains("s-secret"), "{err}");
         }
+    }
+
+    #[test]
+    fn changed_alert_rules_need_a_restart() {
+        let with = |over: u64| {
+            format!(
+                "alert_tick_ms = 500\n{RUNNING}\n[[alerts]]\nname = \"a\"\non = \"backlog\"\n\
+                 over = {over}\nslack_webhook_url = \"https://hooks.slack.com/services/x\"\n"
+            )
+        };
+        let running = config(&with(10), &[]);
+        assert!(check_reload(&running, &config(&with(10), &[])).is_ok());
+        let err = check_reload(&running, &config(&with(20), &[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("alerts"), "{err}");
+        assert!(!err.contains("hooks.slack.com"), "{err}");
     }
 
     #[test]

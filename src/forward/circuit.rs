@@ -102,6 +102,11 @@ impl Circuit {
         }
     }
 
+    /// Failed requests in a row since the last success (the `destination_failing` alert).
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
     /// A request was answered 2xx: the destination is up.
     pub fn on_success(&mut self) {
         self.state = CircuitState::Closed;

@@ -291,6 +291,7 @@ fn documented_routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::Op
         .routes(routes!(api::delivery_replay::delivery_skip))
         .routes(routes!(api::delivery_replay::destination_replay_bulk))
         .routes(routes!(api::delivery_replay::destination_replay_job))
+        .routes(routes!(api::alerts::alerts_list))
         // Admin bodies are small filters: anything larger is refused (413), not stored.
         .route_layer(DefaultBodyLimit::max(ADMIN_MAX_BODY_BYTES))
         .route_layer(middleware::from_fn(refuse_nul_in_url))

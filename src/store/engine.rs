@@ -777,4 +777,29 @@ impl<B: Backend> Store for SqlStore<B> {
         self.write(move |io| Box::pin(async move { reset::reset(io, &source, &aggregate).await }))
             .await
     }
+
+    async fn record_alert(&self, alert: &super::alerts::AlertRecord) -> Result<i64, StoreError> {
+        let alert = alert.clone();
+        self.write(move |io| Box::pin(async move { super::alerts::insert(io, &alert).await }))
+            .await
+    }
+
+    async fn alerts(
+        &self,
+        before: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<super::alerts::AlertRecord>, StoreError> {
+        self.backend
+            .read_aside(move |io| Box::pin(super::alerts::page(io, before, limit)))
+            .await
+    }
+
+    async fn source_marks(&self, source: &str) -> Result<super::alerts::SourceMarks, StoreError> {
+        let source = source.to_owned();
+        self.backend
+            .read_aside(move |io| {
+                Box::pin(async move { super::alerts::source_marks(io, &source).await })
+            })
+            .await
+    }
 }

@@ -361,6 +361,23 @@ CREATE INDEX events_by_source_status ON events (source, status, id)
         "ALTER TABLE schema_migrations ADD COLUMN release TEXT;
 INSERT INTO pending_upgrade_steps (step) VALUES ('scrub_deleted_data');",
     ),
+    (
+        19,
+        // Every alert notice decided (docs/api.md, alerts), newest first by id.
+        "CREATE TABLE alerts (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    alert       TEXT    NOT NULL,
+    state       TEXT    NOT NULL,
+    on_kind     TEXT    NOT NULL,
+    source      TEXT,
+    destination TEXT,
+    since       INTEGER NOT NULL,
+    at          INTEGER NOT NULL,
+    repeated    INTEGER NOT NULL,
+    summary     TEXT    NOT NULL,
+    figures     TEXT    NOT NULL
+);",
+    ),
 ];
 
 /// `(version, SQL)` in order, for PostgreSQL; the same schema as [`SQLITE`].
@@ -800,6 +817,23 @@ $fn$;
         // As SQLite's version 18, without the scrub: PostgreSQL's files are rewritten by
         // VACUUM (docs/encryption.md, erasure).
         "ALTER TABLE schema_migrations ADD COLUMN release TEXT;",
+    ),
+    (
+        19,
+        // As SQLite's version 19.
+        "CREATE TABLE alerts (
+    id          BIGSERIAL PRIMARY KEY,
+    alert       TEXT    NOT NULL,
+    state       TEXT    NOT NULL,
+    on_kind     TEXT    NOT NULL,
+    source      TEXT,
+    destination TEXT,
+    since       BIGINT  NOT NULL,
+    at          BIGINT  NOT NULL,
+    repeated    BIGINT  NOT NULL,
+    summary     TEXT    NOT NULL,
+    figures     TEXT    NOT NULL
+);",
     ),
 ];
 

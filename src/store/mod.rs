@@ -2,6 +2,7 @@
 //! stores only load and save; what to decide comes from [`crate::ordering`],
 //! so every implementation applies the same rules.
 
+pub mod alerts;
 pub mod backend;
 mod batch;
 mod bulk;
@@ -1095,6 +1096,20 @@ pub trait Store: Send + Sync + 'static {
         source: &str,
         aggregate: &str,
     ) -> Result<reset::ResetReport, StoreError>;
+
+    /// Keeps one alert notice (docs/api.md, alerts); the new row's id.
+    async fn record_alert(&self, alert: &alerts::AlertRecord) -> Result<i64, StoreError>;
+
+    /// Kept alert notices, newest first, before the id `before` when given.
+    async fn alerts(
+        &self,
+        before: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<alerts::AlertRecord>, StoreError>;
+
+    /// When `source` last received a delivery and holds its oldest held event, for the
+    /// alert rules.
+    async fn source_marks(&self, source: &str) -> Result<alerts::SourceMarks, StoreError>;
 }
 
 /// What an event's stored request headers (JSON text) become, given its source; `None`

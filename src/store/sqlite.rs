@@ -977,6 +977,7 @@ mod tests {
                 (16, Some(env!("CARGO_PKG_VERSION").to_owned())),
                 (17, Some(env!("CARGO_PKG_VERSION").to_owned())),
                 (18, Some(env!("CARGO_PKG_VERSION").to_owned())),
+                (19, Some(env!("CARGO_PKG_VERSION").to_owned())),
             ],
             "only the versions this release applied name it"
         );

@@ -240,6 +240,10 @@ pub(crate) async fn purge<I: Tx>(
         &[Param::Int(before_ms), Param::Int(batch as i64)],
     )
     .await?;
+    // Alert notices go with the events of their time (docs/api.md, alerts): a handful
+    // per state change of a rule, so one statement takes them.
+    io.execute("DELETE FROM alerts WHERE at < $1", &[Param::Int(before_ms)])
+        .await?;
     Ok(PurgeReport { events, dedup_keys })
 }
 

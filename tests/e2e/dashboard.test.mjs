@@ -44,7 +44,7 @@ const WAIT = 15_000;
  * `crm` (latest-wins, keyed by org and user id, `email` masked), plus `extra` (more
  * configuration); resolves once it prints its address.
  */
-async function startServer({ adminToken, json = false, extra = '', generated = false }) {
+async function startServer({ adminToken, json = false, extra = '', generated = false, top = '' }) {
   const dir = mkdtempSync(path.join(tmpdir(), 'inhook-e2e-'));
   const crm = `
 [[sources]]
@@ -65,6 +65,7 @@ listen = "127.0.0.1:0"
 database = "sqlite://${path.join(dir, 'inhook.db')}"
 ${adminToken ? `admin_token = "${adminToken}"` : (generated ? '' : 'admin_open_to_loopback = true')}
 ${json ? 'mask_fields = ["email"]' : ''}
+${top}
 
 [[sources]]
 name = "presence"
@@ -1118,5 +1119,56 @@ secrets = ["dropbox-e2e-secret"]
   // A source without a preset or a handshake shows neither.
   const seed = await page.textContent('.card[data-source="save-game"]');
   assert.ok(!seed.includes('preset') && !seed.includes('handshake'), seed);
+  assert.deepEqual(problems, []);
+});
+
+test('dashboard: the alerts tab lists a rule firing and resolving, and counts what fires', async (t) => {
+  // A Slack stand-in: what the rule's notices reach.
+  const app = await startApplication();
+  const server = await startServer({
+    adminToken: ADMIN_TOKEN,
+    top: 'alert_tick_ms = 200',
+    extra: `
+[[alerts]]
+name = "saves-silent"
+on = "source_silent"
+source = "save-game"
+after_s = 1
+slack_webhook_url = "http://127.0.0.1:${app.port}/slack"
+`,
+  });
+  const browser = await launch();
+  t.after(async () => {
+    await browser.close();
+    await server.stop();
+    await app.close();
+  });
+  const page = browser.context.pages()[0] || await browser.context.newPage();
+  const problems = watch(page);
+  await page.goto(server.url + '/');
+  await page.locator('#login').waitFor();
+  await page.fill('#token', ADMIN_TOKEN);
+  await page.click('#login-button');
+  await page.locator('#tabs').waitFor();
+
+  // Silent for over a second: the rule fires, the badge counts it on every tab.
+  await page.waitForFunction(() => document.getElementById('alert-count').textContent === '1'
+    && !document.getElementById('alert-count').hidden, null, { timeout: WAIT });
+  await page.click('#tabs a[data-tab="alerts"]');
+  await waitText(page, '#alerts-body', ['saves-silent', 'source_silent', 'firing', 'save-game', 'no delivery from save-game']);
+  const slack = await waitFor('the firing message', async () => ({ ok: app.received.length >= 1, value: app.received }));
+  assert.match(JSON.parse(slack[0].body).text, /^\[inhook\] saves-silent firing \(save-game\)/);
+  await shot(page, 'alerts');
+
+  // A delivery ends the silence: a resolved row on top, and no alert left firing.
+  const r = await postSave(server, saveEvent('evt_alerts_0001', 'inventory.updated', 1, { added_items: [{ item_id: 'gem', qty: 1 }] }));
+  assert.equal(r.code, 202, JSON.stringify(r.body));
+  await waitText(page, '#alerts-body tbody tr:first-child', 'resolved');
+  await page.waitForFunction(() => document.getElementById('alert-count').hidden, null, { timeout: WAIT });
+  const rows = await page.locator('#alerts-body tbody tr').allInnerTexts();
+  assert.equal(rows.length, 2);
+  assert.match(rows[1], /firing/);
+  await waitFor('the resolved message', async () => ({ ok: app.received.length >= 2, value: app.received }));
+  assert.match(JSON.parse(app.received[1].body).text, /saves-silent resolved/);
   assert.deepEqual(problems, []);
 });

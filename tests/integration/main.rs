@@ -6,6 +6,7 @@ mod support;
 mod admin_auth;
 mod aggregate_keys;
 mod aggregate_reset;
+mod alerts;
 mod allowed_peers;
 mod application;
 mod asymmetric_signatures;

@@ -55,6 +55,7 @@ async fn the_openapi_document_lists_every_route_and_its_answers() {
         ("post", "/v1/destinations/{name}/deliveries/{id}/skip"),
         ("post", "/v1/destinations/{name}/replay"),
         ("get", "/v1/destinations/{name}/replay/{job_id}"),
+        ("get", "/v1/alerts"),
     ];
     let mut listed = operations.clone();
     listed.sort();

@@ -19,6 +19,8 @@ use inhook::worker::Worker;
 use serde_json::{json, Value};
 use tokio::sync::{watch, Notify};
 
+use inhook::store::alerts::{AlertRecord, SourceMarks};
+
 use crate::support::TestServer;
 
 /// Fails `settle` for aggregates whose key starts with `failing_prefix`, `failures` times.
@@ -254,6 +256,19 @@ impl Store for FlakyStore {
         aggregate: &str,
     ) -> Result<reset::ResetReport, StoreError> {
         self.inner.reset_aggregate(source, aggregate).await
+    }
+    async fn record_alert(&self, alert: &AlertRecord) -> Result<i64, StoreError> {
+        self.inner.record_alert(alert).await
+    }
+    async fn alerts(
+        &self,
+        before: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<AlertRecord>, StoreError> {
+        self.inner.alerts(before, limit).await
+    }
+    async fn source_marks(&self, source: &str) -> Result<SourceMarks, StoreError> {
+        self.inner.source_marks(source).await
     }
 }
 

@@ -463,3 +463,64 @@ async fn sink_redis_tls_with_a_private_ca() {
         "{out}"
     );
 }
+
+#[tokio::test]
+async fn an_alert_notice_is_an_entry_of_the_stream_its_destination_names_signed_as_events_are() {
+    if !crate::support::broker_available("Redis", REDIS) {
+        return;
+    }
+    let keys = Keys::new();
+    let table = format!(
+        r#"
+[[destinations]]
+name = "ops"
+type = "redis"
+url = "redis://{REDIS}/0"
+stream = "{}"
+sources = ["presence"]
+secret = "{DEST_SECRET}"
+
+[[alerts]]
+name = "quiet"
+on = "source_silent"
+source = "save-game"
+after_s = 1
+destination = "ops"
+"#,
+        keys.template()
+    );
+    let server = TestServer::spawn_full_with("alert_tick_ms = 100", "", &table).await;
+    // Placed under the rule's source: `{source}` is save-game.
+    let deadline = Instant::now() + WITHIN;
+    let entry = loop {
+        if let Some(entry) = entries(&keys.stream("save-game")).into_iter().next() {
+            break entry;
+        }
+        assert!(Instant::now() < deadline, "no notice in the stream");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let body: serde_json::Value = serde_json::from_slice(&entry.body).unwrap();
+    assert_eq!(body["alert"], "quiet");
+    assert_eq!(body["state"], "firing");
+    assert_eq!(body["on"], "source_silent");
+    let mut headers = axum::http::HeaderMap::new();
+    for (name, value) in &entry.headers {
+        if let (Ok(name), Ok(value)) = (
+            axum::http::HeaderName::from_bytes(name.as_bytes()),
+            axum::http::HeaderValue::from_str(value),
+        ) {
+            headers.insert(name, value);
+        }
+    }
+    assert_eq!(headers["inhook-alert"], "quiet");
+    assert!(inhook::signature::verify(
+        inhook::signature::Scheme::StandardWebhooks,
+        &headers,
+        &entry.body,
+        &[inhook::signature::Secret::new(DEST_SECRET)],
+        crate::support::now_s(),
+        300,
+    )
+    .is_ok());
+    drop(server);
+}

@@ -195,6 +195,29 @@ impl TestServer {
         server
     }
 
+    /// Starts a server with `top` TOML lines, `extra` in the save-game source, and `sources`
+    /// (whole `[[sources]]`, `[[destinations]]` or `[[alerts]]` tables) after the seed sources.
+    pub async fn spawn_full_with(top: &str, extra: &str, sources: &str) -> Self {
+        Self::spawn_full(top, extra, sources).await
+    }
+
+    /// The name of this server's PostgreSQL database; none on SQLite.
+    pub fn database_name(&self) -> Option<String> {
+        match &self.backend {
+            Backend::Postgres { database, .. } => Some(database.clone()),
+            Backend::Sqlite => None,
+        }
+    }
+
+    /// Runs `sql` on the PostgreSQL server's admin database rather than this server's own
+    /// (e.g. to close the latter to connections). Only on PostgreSQL.
+    pub async fn run_admin_sql(&self, sql: &str) {
+        match &self.backend {
+            Backend::Postgres { admin_url, .. } => admin(admin_url, sql).await,
+            Backend::Sqlite => panic!("run_admin_sql needs PostgreSQL"),
+        }
+    }
+
     async fn spawn_full(top: &str, extra: &str, sources: &str) -> Self {
         let mut server = Self::unstarted(top, extra, sources).await;
         server.start();
@@ -1005,11 +1028,12 @@ pub fn official_one(scheme: Scheme, secret: &str, body: &str, timestamp: i64, id
 /// from `schema_migrations` too, and the next start migrates it again. Migration 6's
 /// tables (deliveries), migration 7's indexes and counts and migration 9's index and
 /// backlog decrements, migration 12's upgrade steps, 13's body keys, 14's delivery
-/// counts, 15's keys, 17's unordered column and 18's `schema_migrations.release`, which come
+/// counts, 15's keys, 17's unordered column, 18's `schema_migrations.release` and 19's alerts, which come
 /// after it, are dropped first (migration 11's column goes with the generic table, 14's
 /// PostgreSQL trigger function with the deliveries).
 pub const UNDO_MIGRATION_5: (&str, &str) = (
-    "ALTER TABLE schema_migrations DROP COLUMN release;
+    "DROP TABLE alerts;
+     ALTER TABLE schema_migrations DROP COLUMN release;
      DROP TABLE pending_upgrade_steps;
      DROP INDEX events_by_status; DROP INDEX events_by_source_status; DROP INDEX events_by_source;
      DROP INDEX events_arriving;
@@ -1032,7 +1056,8 @@ pub const UNDO_MIGRATION_5: (&str, &str) = (
                 json_extract(state, '$.achievements') AS achievements, updated_at
          FROM aggregate_state WHERE watermark IS NOT NULL;
      DROP TABLE aggregate_state;",
-    "ALTER TABLE schema_migrations DROP COLUMN release;
+    "DROP TABLE alerts;
+     ALTER TABLE schema_migrations DROP COLUMN release;
      DROP TABLE pending_upgrade_steps;
      DROP INDEX events_by_status; DROP INDEX events_by_source_status; DROP INDEX events_by_source;
      DROP INDEX events_arriving;

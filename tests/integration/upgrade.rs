@@ -589,3 +589,23 @@ async fn a_store_written_by_a_newer_release_is_refused_naming_its_schema_and_rel
         "the store was changed"
     );
 }
+
+#[tokio::test]
+async fn a_store_of_a_previous_release_gains_an_empty_alert_history() {
+    let mut server = previous_release_store().await;
+    server.start();
+    // Version 19 adds the alerts' table.
+    const { assert!(inhook::store::SCHEMA_VERSION >= 19) };
+    assert_eq!(
+        stored_schema_version(&server).await,
+        inhook::store::SCHEMA_VERSION
+    );
+    let alerts = server.get("/v1/alerts").await;
+    assert_eq!(alerts.code, 200, "{alerts:?}");
+    assert_eq!(alerts.body["items"], Value::Array(vec![]));
+    assert_eq!(server.query_i64("SELECT COUNT(*) FROM alerts").await, 0);
+    assert!(
+        server.count().await > 0,
+        "the previous release's events stay"
+    );
+}

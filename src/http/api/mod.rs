@@ -3,6 +3,7 @@
 //! answered once, page sizes, source lookup, aggregate filters and masking.
 
 pub(super) mod aggregates;
+pub(super) mod alerts;
 pub(super) mod delivery_replay;
 pub(super) mod destinations;
 pub(super) mod events;

@@ -1,0 +1,626 @@
+//! Alerts (docs/configuration.md, alerts): each rule fires once when its condition starts,
+//! resolves once when it ends, and the receiver gets the notice in its format (a
+//! destination's signed JSON, Slack's message, an email); `GET /v1/alerts` keeps them all.
+
+use std::time::{Duration, Instant};
+
+use inhook::signature::{Scheme, Secret};
+use serde_json::{json, Value};
+
+use crate::application::{recording_application, Received, DEST_SECRET};
+use crate::support::{now_s, TestServer};
+
+/// Alerts are evaluated every 100 ms in these tests.
+const TICK: &str = "alert_tick_ms = 100";
+
+fn save_event(event_id: &str, seq: i64, slot: &str) -> Value {
+    json!({"event_id": event_id, "event_type": "inventory.updated", "payload_version": 1,
+           "occurred_at": "2026-06-28T10:15:21Z", "player_id": "player_1024",
+           "save_slot": slot, "sequence": seq, "idempotency_key": event_id,
+           "data": {"added_items": [{"item_id": "gem", "qty": 1}]}})
+}
+
+/// The JSON bodies the receiver got, once it got at least `n`, oldest first.
+async fn received_at_least(received: &Received, n: usize) -> Vec<(axum::http::HeaderMap, Value)> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got: Vec<_> = received
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(headers, body)| {
+                (
+                    headers.clone(),
+                    serde_json::from_slice(body).expect("a JSON body"),
+                )
+            })
+            .collect();
+        if got.len() >= n {
+            return got;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the receiver got {} notices, not {n}: {got:?}",
+            got.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The notices `GET /v1/alerts` lists, once it lists at least `n` (newest first).
+async fn listed_at_least(server: &TestServer, n: usize) -> Vec<Value> {
+    let reply = server
+        .wait_for("/v1/alerts", |r| {
+            r.body["items"].as_array().is_some_and(|a| a.len() >= n)
+        })
+        .await;
+    reply.body["items"].as_array().unwrap().clone()
+}
+
+/// A destination named `ops` at `port` for the notices (its own `sources` are never posted).
+fn ops_destination(port: u16) -> String {
+    format!(
+        r#"
+[[destinations]]
+name = "ops"
+url = "http://127.0.0.1:{port}/hooks"
+sources = ["presence"]
+secret = "{DEST_SECRET}"
+"#
+    )
+}
+
+/// Asserts that the `at`th request `received` got verifies with the destination's secret.
+fn assert_signed(received: &Received, at: usize) {
+    let (headers, raw) = received.lock().unwrap()[at].clone();
+    assert!(inhook::signature::verify(
+        Scheme::StandardWebhooks,
+        &headers,
+        &raw,
+        &[Secret::new(DEST_SECRET)],
+        now_s(),
+        300,
+    )
+    .is_ok());
+}
+
+#[tokio::test]
+async fn a_gap_held_and_a_backlog_fire_signed_notices_to_a_destination_and_resolve_when_it_fills() {
+    let received = Received::default();
+    let port = recording_application(&received).await;
+    let server = TestServer::spawn_full_with(
+        &format!("{TICK}\nretry_base_s = 1"),
+        "hold_timeout_s = 600",
+        &format!(
+            r#"{}
+[[alerts]]
+name = "gap"
+on = "gap_held"
+source = "save-game"
+after_s = 1
+destination = "ops"
+
+[[alerts]]
+name = "backlog"
+on = "backlog"
+over = 0
+destination = "ops"
+"#,
+            ops_destination(port)
+        ),
+    )
+    .await;
+    // 3 arrives first: held for 1 and 2, so the backlog stays above 0 until both came.
+    server.post_save(&save_event("g3", 3, "slot_a")).await;
+    server.wait_status("save-game", "g3", "held").await;
+    let fired = received_at_least(&received, 2).await;
+    let first: Vec<_> = fired
+        .iter()
+        .map(|(_, b)| (b["alert"].clone(), b["state"].clone()))
+        .collect();
+    // The backlog fires at once; the gap once it was held longer than a second.
+    assert_eq!(first[0], (json!("backlog"), json!("firing")));
+    assert_eq!(first[1], (json!("gap"), json!("firing")));
+    let (headers, gap) = &fired[1];
+    assert_signed(&received, 1);
+    assert_eq!(headers["inhook-alert"], "gap");
+    assert!(headers["webhook-id"].to_str().unwrap().starts_with("msg_"));
+    assert_eq!(gap["on"], "gap_held");
+    assert_eq!(gap["source"], "save-game");
+    assert!(gap["figures"]["held_for_s"].as_i64().unwrap() > 1, "{gap}");
+    assert!(gap["summary"].as_str().unwrap().contains("held for a gap"));
+    assert_eq!(fired[0].1["figures"]["backlog"], 1);
+
+    // The gap fills: both resolve, once each, naming when they started.
+    server.post_save(&save_event("g1", 1, "slot_a")).await;
+    server.post_save(&save_event("g2", 2, "slot_a")).await;
+    let all = received_at_least(&received, 4).await;
+    let mut resolved: Vec<_> = all[2..]
+        .iter()
+        .map(|(_, b)| {
+            format!(
+                "{} {}",
+                b["alert"].as_str().unwrap(),
+                b["state"].as_str().unwrap()
+            )
+        })
+        .collect();
+    resolved.sort();
+    assert_eq!(resolved, ["backlog resolved", "gap resolved"]);
+    for (at, (_, body)) in all.iter().enumerate().skip(2) {
+        assert_signed(&received, at);
+        let started = all[..2]
+            .iter()
+            .find(|(_, b)| b["alert"] == body["alert"])
+            .unwrap();
+        assert_eq!(body["since"], started.1["since"]);
+    }
+    // The history holds the four, newest first.
+    let listed = listed_at_least(&server, 4).await;
+    let states: Vec<_> = listed
+        .iter()
+        .map(|a| a["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["resolved", "resolved", "firing", "firing"]);
+    assert!(listed[0]["id"].as_i64() > listed[3]["id"].as_i64());
+}
+
+#[tokio::test]
+async fn a_dead_event_fires_a_slack_message_and_resolves_when_its_aggregate_is_forgotten() {
+    let slack = Received::default();
+    let port = recording_application(&slack).await;
+    let server = TestServer::spawn_full_with(
+        TICK,
+        "hold_timeout_s = 1",
+        &format!(
+            r#"
+[[alerts]]
+name = "dead-saves"
+on = "dead"
+source = "save-game"
+slack_webhook_url = "http://127.0.0.1:{port}/hooks"
+repeat_s = 1
+"#
+        ),
+    )
+    .await;
+    // 3 waits for 2, the gap is skipped after a second, and 2 arrives too late: dead.
+    server.post_save(&save_event("d1", 1, "slot_d")).await;
+    server.post_save(&save_event("d3", 3, "slot_d")).await;
+    server.wait_status("save-game", "d3", "processed").await;
+    server.post_save(&save_event("d2", 2, "slot_d")).await;
+    server.wait_status("save-game", "d2", "dead").await;
+    // The firing message, then (repeat_s = 1) a repeat a second or more later.
+    let messages = received_at_least(&slack, 2).await;
+    let text = messages[0].1["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("[inhook] dead-saves firing (save-game): 1 dead events"),
+        "{text}"
+    );
+    assert_eq!(messages[0].1["blocks"][0]["type"], "section");
+    assert!(messages[1].1["text"]
+        .as_str()
+        .unwrap()
+        .contains("still firing"));
+    let forgotten = server
+        .delete("/v1/sources/save-game/aggregates/player_1024/slot_d")
+        .await;
+    assert_eq!(forgotten.code, 200, "{forgotten:?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = received_at_least(&slack, 2).await;
+        let last = &got.last().unwrap().1;
+        if last["text"]
+            .as_str()
+            .unwrap()
+            .contains("dead-saves resolved")
+        {
+            assert!(last["text"].as_str().unwrap().contains("0 dead events"));
+            break;
+        }
+        assert!(Instant::now() < deadline, "no resolved message: {got:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let listed = listed_at_least(&server, 3).await;
+    assert_eq!(listed[0]["state"], "resolved");
+    assert_eq!(listed[0]["on"], "dead");
+    assert_eq!(listed[0]["figures"]["dead"], 0);
+    assert!(listed.iter().any(|a| a["repeat"] == true));
+}
+
+#[tokio::test]
+async fn bad_signatures_over_a_rate_fire_and_resolve_once_the_window_passes() {
+    let received = Received::default();
+    let port = recording_application(&received).await;
+    let server = TestServer::spawn_full_with(
+        TICK,
+        "",
+        &format!(
+            r#"{}
+[[alerts]]
+name = "forged"
+on = "rejections"
+rejected = "signature"
+source = "save-game"
+over = 1
+per_s = 2
+destination = "ops"
+"#,
+            ops_destination(port)
+        ),
+    )
+    .await;
+    let body = serde_json::to_vec(&save_event("f1", 1, "slot_f")).unwrap();
+    let mut forged = inhook::signature::sign(
+        Scheme::HmacTimestamped,
+        &body,
+        &Secret::new("not-the-secret"),
+        now_s(),
+    );
+    forged.push(("content-type", "application/json".to_owned()));
+    for _ in 0..3 {
+        let reply = server.post_raw("save-game", &body, &forged).await;
+        assert_eq!(reply.code, 401, "{reply:?}");
+    }
+    let got = received_at_least(&received, 2).await;
+    assert_eq!(got[0].1["state"], "firing");
+    assert_eq!(got[0].1["on"], "rejections");
+    assert!(got[0].1["figures"]["rejected"].as_i64().unwrap() >= 2);
+    // Two seconds later the window holds none of them.
+    assert_eq!(got[1].1["state"], "resolved");
+    assert_eq!(got[1].1["figures"]["rejected"], 0);
+}
+
+#[tokio::test]
+async fn a_silent_source_fires_and_its_next_delivery_resolves_it() {
+    let received = Received::default();
+    let port = recording_application(&received).await;
+    let server = TestServer::spawn_full_with(
+        TICK,
+        "",
+        &format!(
+            r#"{}
+[[alerts]]
+name = "quiet"
+on = "source_silent"
+source = "save-game"
+after_s = 1
+destination = "ops"
+"#,
+            ops_destination(port)
+        ),
+    )
+    .await;
+    let fired = received_at_least(&received, 1).await;
+    assert_eq!(fired[0].1["state"], "firing");
+    assert_eq!(fired[0].1["on"], "source_silent");
+    assert!(fired[0].1["figures"]["silent_for_s"].as_i64().unwrap() > 1);
+    server.post_save(&save_event("s1", 1, "slot_s")).await;
+    let got = received_at_least(&received, 2).await;
+    assert_eq!(got[1].1["state"], "resolved");
+    assert_eq!(got[1].1["since"], got[0].1["since"]);
+}
+
+#[tokio::test]
+async fn a_failing_destination_fires_its_circuit_opens_and_both_resolve_when_it_recovers() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    // The application answers 500 until it is fixed.
+    let broken = Arc::new(AtomicBool::new(true));
+    let app = axum::Router::new().route(
+        "/hooks",
+        axum::routing::post({
+            let broken = Arc::clone(&broken);
+            move || async move {
+                if broken.load(Ordering::SeqCst) {
+                    axum::http::StatusCode::INTERNAL_SERVER_ERROR
+                } else {
+                    axum::http::StatusCode::NO_CONTENT
+                }
+            }
+        }),
+    );
+    let app_port = crate::application::serve_application(app).await;
+    let slack = Received::default();
+    let slack_port = recording_application(&slack).await;
+    let server = TestServer::spawn_full_with(
+        &format!("{TICK}\nretry_base_s = 1\nretry_max_delay_s = 1\nmax_attempts = 100"),
+        "",
+        &format!(
+            r#"
+[[destinations]]
+name = "app"
+url = "http://127.0.0.1:{app_port}/hooks"
+sources = ["save-game"]
+secret = "{DEST_SECRET}"
+
+[[alerts]]
+name = "failing"
+on = "destination_failing"
+over = 2
+slack_webhook_url = "http://127.0.0.1:{slack_port}/hooks"
+
+[[alerts]]
+name = "circuit"
+on = "circuit_open"
+slack_webhook_url = "http://127.0.0.1:{slack_port}/hooks"
+"#
+        ),
+    )
+    .await;
+    // Ten failures over three aggregates open the circuit.
+    for slot in 0..12 {
+        server
+            .post_save(&save_event(&format!("c{slot}"), 1, &format!("slot_{slot}")))
+            .await;
+    }
+    let fired = received_at_least(&slack, 2).await;
+    let texts: Vec<String> = fired
+        .iter()
+        .map(|(_, m)| m["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        texts[0].starts_with("[inhook] failing firing (app)"),
+        "{texts:?}"
+    );
+    assert!(texts[0].contains("HTTP 500"), "{texts:?}");
+    assert!(
+        texts[1].starts_with("[inhook] circuit firing (app)"),
+        "{texts:?}"
+    );
+    broken.store(false, Ordering::SeqCst);
+    let got = received_at_least(&slack, 4).await;
+    let mut resolved: Vec<String> = got[2..]
+        .iter()
+        .map(|(_, m)| m["text"].as_str().unwrap().to_owned())
+        .collect();
+    resolved.sort();
+    assert!(
+        resolved[0].starts_with("[inhook] circuit resolved (app)"),
+        "{resolved:?}"
+    );
+    assert!(
+        resolved[1].starts_with("[inhook] failing resolved (app)"),
+        "{resolved:?}"
+    );
+    let listed = listed_at_least(&server, 4).await;
+    assert!(listed
+        .iter()
+        .all(|a| a["destination"] == "app" && a["source"].is_null()));
+}
+
+#[tokio::test]
+async fn an_unreachable_store_fires_and_resolves_when_it_answers_again() {
+    if std::env::var_os("INHOOK_TEST_DATABASE").is_none() {
+        // SQLite is a file the node holds open: it does not become unreachable.
+        eprintln!("store_unavailable runs on PostgreSQL (INHOOK_TEST_DATABASE)");
+        return;
+    }
+    let slack = Received::default();
+    let port = recording_application(&slack).await;
+    let server = TestServer::spawn_full_with(
+        TICK,
+        "",
+        &format!(
+            r#"
+[[alerts]]
+name = "store"
+on = "store_unavailable"
+slack_webhook_url = "http://127.0.0.1:{port}/hooks"
+"#
+        ),
+    )
+    .await;
+    let database = server.database_name().expect("a PostgreSQL test database");
+    // No new connection to the test's own database, and its open ones cut.
+    let cut = format!(
+        "ALTER DATABASE \"{database}\" ALLOW_CONNECTIONS false;
+         SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}';"
+    );
+    server.run_admin_sql(&cut).await;
+    let fired = received_at_least(&slack, 1).await;
+    assert!(fired[0].1["text"]
+        .as_str()
+        .unwrap()
+        .starts_with("[inhook] store firing: the store is unreachable"));
+    server
+        .run_admin_sql(&format!(
+            "ALTER DATABASE \"{database}\" ALLOW_CONNECTIONS true;"
+        ))
+        .await;
+    let got = received_at_least(&slack, 2).await;
+    assert!(got[1].1["text"]
+        .as_str()
+        .unwrap()
+        .starts_with("[inhook] store resolved"));
+    // The firing notice could not be kept while the store was down; the resolved one is.
+    let listed = listed_at_least(&server, 1).await;
+    assert_eq!(listed[0]["on"], "store_unavailable");
+}
+
+/// A tiny SMTP server: takes every message and records its DATA; answers its port.
+async fn smtp_listener(mails: std::sync::Arc<std::sync::Mutex<Vec<String>>>) -> u16 {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((socket, _)) = listener.accept().await else {
+                return;
+            };
+            let mails = std::sync::Arc::clone(&mails);
+            tokio::spawn(async move {
+                let (read, mut write) = socket.into_split();
+                let mut lines = BufReader::new(read).lines();
+                write.write_all(b"220 test ESMTP\r\n").await.unwrap();
+                let mut data: Option<String> = None;
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if let Some(text) = data.as_mut() {
+                        if line == "." {
+                            mails.lock().unwrap().push(data.take().unwrap());
+                            write.write_all(b"250 queued\r\n").await.unwrap();
+                        } else {
+                            text.push_str(&line);
+                            text.push('\n');
+                        }
+                        continue;
+                    }
+                    let verb = line.get(..4).unwrap_or("").to_ascii_uppercase();
+                    let answer: &[u8] = match verb.as_str() {
+                        "EHLO" | "HELO" => b"250 test\r\n",
+                        "DATA" => {
+                            data = Some(String::new());
+                            b"354 go ahead\r\n"
+                        }
+                        "QUIT" => {
+                            let _ = write.write_all(b"221 bye\r\n").await;
+                            return;
+                        }
+                        _ => b"250 ok\r\n",
+                    };
+                    write.write_all(answer).await.unwrap();
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn an_email_goes_over_smtp_when_a_source_falls_silent_and_when_it_speaks_again() {
+    let mails = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let port = smtp_listener(std::sync::Arc::clone(&mails)).await;
+    let server = TestServer::spawn_full_with(
+        TICK,
+        "",
+        &format!(
+            r#"
+[[alerts]]
+name = "quiet"
+on = "source_silent"
+source = "save-game"
+after_s = 1
+smtp_url = "smtp://127.0.0.1:{port}"
+email_to = ["ops@example.com"]
+email_from = "inhook@example.com"
+"#
+        ),
+    )
+    .await;
+    let got = |n: usize| {
+        let mails = std::sync::Arc::clone(&mails);
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let now: Vec<String> = mails.lock().unwrap().clone();
+                if now.len() >= n {
+                    return now;
+                }
+                assert!(Instant::now() < deadline, "{} emails, not {n}", now.len());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let firing = got(1).await;
+    assert!(firing[0].contains("To: ops@example.com"), "{}", firing[0]);
+    assert!(firing[0].contains("quiet firing"), "{}", firing[0]);
+    assert!(firing[0].contains("on: source_silent"), "{}", firing[0]);
+    server.post_save(&save_event("m1", 1, "slot_m")).await;
+    let both = got(2).await;
+    assert!(both[1].contains("quiet resolved"), "{}", both[1]);
+    assert!(both[1].contains("state: resolved"), "{}", both[1]);
+}
+
+/// The metric names `text` uses: every `inhook_…` word, a histogram's series suffixes cut.
+fn metric_names(text: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("inhook_") {
+        let word: String = rest[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        rest = &rest[at + word.len()..];
+        let base = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| word.strip_suffix(suffix))
+            .unwrap_or(&word);
+        names.insert(base.to_owned());
+    }
+    names
+}
+
+#[test]
+fn the_prometheus_rules_and_the_grafana_dashboard_name_only_metrics_inhook_exports() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let exported = metric_names(&std::fs::read_to_string(root.join("src/metrics.rs")).unwrap());
+    let documented = metric_names(&std::fs::read_to_string(root.join("docs/api.md")).unwrap());
+    assert!(exported.contains("inhook_requests_total") && exported.len() > 15);
+    let rules = std::fs::read_to_string(root.join("docs/prometheus/alerts.yml")).unwrap();
+    let dashboard = std::fs::read_to_string(root.join("docs/grafana/inhook.json")).unwrap();
+    let dashboard: Value = serde_json::from_str(&dashboard).expect("the dashboard is JSON");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    let mut queries = String::new();
+    for panel in panels {
+        assert!(panel["title"].is_string(), "{panel}");
+        for target in panel["targets"].as_array().expect("targets") {
+            queries.push_str(target["expr"].as_str().expect("an expr"));
+            queries.push('\n');
+        }
+    }
+    queries.push_str(&dashboard["templating"].to_string());
+    for (file, text) in [
+        ("alerts.yml", rules.as_str()),
+        ("inhook.json", queries.as_str()),
+    ] {
+        let used = metric_names(text);
+        assert!(used.len() >= 8, "{file} uses {used:?}");
+        for name in &used {
+            assert!(
+                exported.contains(name),
+                "{file}: {name} is not a metric of src/metrics.rs"
+            );
+            assert!(
+                documented.contains(name),
+                "{file}: {name} is not in docs/api.md"
+            );
+        }
+    }
+    // Each rule has a name, an expression and a summary (promtool checks the rest in CI).
+    let alerts = rules.matches("- alert: ").count();
+    assert!(alerts >= 8);
+    assert_eq!(rules.matches("expr:").count(), alerts);
+    assert_eq!(rules.matches("summary:").count(), alerts);
+}
+
+#[tokio::test]
+async fn notices_older_than_retention_s_are_purged_with_the_events() {
+    let received = Received::default();
+    let port = recording_application(&received).await;
+    let server = TestServer::spawn_full_with(
+        &format!("{TICK}\nretention_s = 1\npurge_interval_s = 1"),
+        "",
+        &format!(
+            r#"{}
+[[alerts]]
+name = "quiet"
+on = "source_silent"
+source = "save-game"
+after_s = 1
+destination = "ops"
+"#,
+            ops_destination(port)
+        ),
+    )
+    .await;
+    let kept = listed_at_least(&server, 1).await;
+    assert_eq!(kept[0]["alert"], "quiet");
+    // Past retention_s, the next purge deletes it: the history empties.
+    server
+        .wait_for("/v1/alerts", |r| r.body["items"] == json!([]))
+        .await;
+    assert!(
+        !received.lock().unwrap().is_empty(),
+        "the notice was sent before"
+    );
+}
