@@ -35,6 +35,7 @@
 //!   keys, sealing bound to a row; pure, the store holds the keys.
 //! - [`presets`]: the publishers' presets (docs/providers.md), one TOML table each, merged
 //!   under a source that names one.
+//! - [`stats`]: figures over time, counted per minute in memory and flushed to the store.
 //! - [`domain`]: ids, sequences, statuses shared by all of the above.
 
 pub mod app;
@@ -61,6 +62,7 @@ pub mod retry;
 pub mod sender;
 pub mod signature;
 pub mod sink;
+pub mod stats;
 pub mod store;
 pub mod telemetry;
 #[cfg(feature = "tools")]

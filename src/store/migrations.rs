@@ -361,6 +361,7 @@ CREATE INDEX events_by_source_status ON events (source, status, id)
         "ALTER TABLE schema_migrations ADD COLUMN release TEXT;
 INSERT INTO pending_upgrade_steps (step) VALUES ('scrub_deleted_data');",
     ),
+    (19, STATS),
 ];
 
 /// `(version, SQL)` in order, for PostgreSQL; the same schema as [`SQLITE`].
@@ -801,6 +802,7 @@ $fn$;
         // VACUUM (docs/encryption.md, erasure).
         "ALTER TABLE schema_migrations ADD COLUMN release TEXT;",
     ),
+    (19, STATS),
 ];
 
 /// A broker's confirmed publish has no HTTP status: the index of failed attempts (a
@@ -817,6 +819,20 @@ CREATE INDEX delivery_attempts_failed ON delivery_attempts (id)
 /// version, or its body lacks a location (docs/contract.md, missing locations), version 17
 /// of both stores. NULL for ordered events and for every row of older releases.
 const UNORDERED_EVENTS: &str = "ALTER TABLE events ADD COLUMN unordered TEXT;";
+
+/// Figures over time (docs/api.md, stats), version 19 of both stores: one row per minute and
+/// figure, which every node's flush adds to; pruned by minute after `stats_retention_days`.
+const STATS: &str = "
+CREATE TABLE stats (
+    scope TEXT NOT NULL,
+    name TEXT NOT NULL,
+    minute BIGINT NOT NULL,
+    figure TEXT NOT NULL,
+    value BIGINT NOT NULL,
+    PRIMARY KEY (scope, name, minute, figure)
+);
+CREATE INDEX stats_by_minute ON stats (minute);
+";
 
 /// The release this binary is, as it records itself beside the schema versions it applies.
 pub(crate) const RELEASE: &str = env!("CARGO_PKG_VERSION");
