@@ -299,3 +299,61 @@ async fn two_nodes_on_one_database_add_their_figures_up() {
         json!({"invalid_signature": 4})
     );
 }
+
+#[tokio::test]
+async fn a_destination_counts_what_it_forwarded_and_what_failed() {
+    use crate::application::{serve_application, DEST_SECRET};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    let calls = Arc::new(AtomicUsize::new(0));
+    let port = serve_application(
+        axum::Router::new()
+            .route(
+                "/hooks",
+                axum::routing::post(
+                    |axum::extract::State(calls): axum::extract::State<Arc<AtomicUsize>>| async move {
+                        // The first attempt fails: one failed, then one forwarded.
+                        if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                            axum::http::StatusCode::SERVICE_UNAVAILABLE
+                        } else {
+                            axum::http::StatusCode::NO_CONTENT
+                        }
+                    },
+                ),
+            )
+            .with_state(Arc::clone(&calls)),
+    )
+    .await;
+    let server = TestServer::spawn_with_sources(&format!(
+        r#"
+[[destinations]]
+name = "app"
+url = "http://127.0.0.1:{port}/hooks"
+sources = ["presence"]
+secret = "{DEST_SECRET}"
+retry_base_s = 1
+"#
+    ))
+    .await;
+    assert_eq!(
+        server.post_presence(&presence("f1", "f", 1)).await.code,
+        200
+    );
+    let stats = server
+        .wait_for("/v1/stats?destination=app", |r| {
+            total(&r.body, "forwarded") == 1
+        })
+        .await
+        .body;
+    assert_eq!(stats["destination"], "app");
+    assert_eq!(total(&stats, "failed"), 1);
+    assert_eq!(total(&stats, "dead"), 0);
+    assert!(points(&stats).iter().any(|p| p["lag_p99_ms"].is_u64()));
+    // The source's own figures are apart from the destination's.
+    let source = server.get("/v1/stats?source=presence").await.body;
+    assert_eq!(
+        (total(&source, "applied"), total(&source, "forwarded")),
+        (1, 0)
+    );
+}
