@@ -3,8 +3,8 @@
 # N decided events (scripts/seed_reads.sh), then runs an ingest burst of BURST events and
 # measures the drain time (from the burst's first request until no event is undecided, read
 # straight from the store by its partial index) with the dashboard's periodic reads polled
-# every 0.5 s (/v1/overview, the event log's first page, the dead letters' first page and
-# /metrics) and without, alternately ROUNDS times each on a fresh copy of the seeded store,
+# every 0.5 s (/v1/overview, the event log's first page, the dead letters' first page,
+# /metrics and the overview's chart of the last hour, /v1/stats) and without, alternately ROUNDS times each on a fresh copy of the seeded store,
 # and prints both and their ratio (target: polled within 1.2x of quiet).
 # Usage: scripts/bench_reads.sh [N] [BURST] [CONNECTIONS]
 # SQLite by default; with BENCH_DATABASE=postgres://USER@HOST:PORT/DB on PostgreSQL (databases
@@ -56,7 +56,8 @@ echo "seeded $N events"
 # poll URL: the dashboard's periodic reads every 0.5 s, until killed.
 poll() {
     while true; do
-        for path in /v1/overview '/v1/events?limit=50' '/v1/events?status=dead&limit=50' /metrics; do
+        for path in /v1/overview '/v1/events?limit=50' '/v1/events?status=dead&limit=50' /metrics \
+            '/v1/stats?source=save-game'; do
             curl -fs -o /dev/null "$1$path" || true
         done
         sleep 0.5

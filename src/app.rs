@@ -216,6 +216,11 @@ impl Application {
         background.spawn(worker.run_retention(stop_rx.clone()));
         background.spawn(watch_backlog(self.state.clone(), stop_rx.clone()));
         background.spawn(metrics_upkeep(stop_rx.clone()));
+        background.spawn(crate::stats::run_flush(
+            Arc::clone(&self.state.store),
+            Arc::clone(&self.state.config),
+            stop_rx.clone(),
+        ));
         let (store, config) = (
             Arc::clone(&self.state.store),
             Arc::clone(&self.state.config),
@@ -294,6 +299,10 @@ impl Application {
             max_connections,
             max_connections_per_peer,
         };
+        let (stats_store, stats_config) = (
+            Arc::clone(&self.state.store),
+            Arc::clone(&self.state.config),
+        );
         let app = router(self.state);
         let stopping = {
             let stop_tx = stop_tx.clone();
@@ -323,6 +332,12 @@ impl Application {
                 "shutdown timeout: abandoning worker steps (their transactions roll back)"
             );
         }
+        // After the work in hand: what it counted is flushed too.
+        let _ = tokio::time::timeout(
+            grace,
+            crate::stats::flush_all(stats_store.as_ref(), &stats_config),
+        )
+        .await;
         Ok(())
     }
 }

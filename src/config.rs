@@ -175,6 +175,8 @@ pub struct Config {
     pub dedup_window_s: u64,
     /// How often the retention task runs.
     pub purge_interval_s: u64,
+    /// Figures over time older than this many days are pruned (docs/api.md, stats).
+    pub stats_retention_days: u64,
     /// How long shutdown waits for in-flight requests and steps.
     pub shutdown_timeout_s: u64,
     /// A request's head must arrive within this; also how long an idle keep-alive connection stays open.
@@ -333,6 +335,7 @@ struct FileConfig {
     retention_s: Option<u64>,
     dedup_window_s: Option<u64>,
     purge_interval_s: Option<u64>,
+    stats_retention_days: Option<u64>,
     shutdown_timeout_s: Option<u64>,
     header_read_timeout_s: Option<u64>,
     body_read_timeout_s: Option<u64>,
@@ -964,6 +967,7 @@ impl Config {
             retention_s: processing.retention_s,
             dedup_window_s: processing.dedup_window_s,
             purge_interval_s: processing.purge_interval_s,
+            stats_retention_days: processing.stats_retention_days,
             shutdown_timeout_s: processing.shutdown_timeout_s,
             forward_poll_ms: processing.forward_poll_ms,
             metrics_public: processing.metrics_public,
@@ -1561,6 +1565,7 @@ struct Processing {
     retention_s: u64,
     dedup_window_s: u64,
     purge_interval_s: u64,
+    stats_retention_days: u64,
     shutdown_timeout_s: u64,
     forward_poll_ms: u64,
     metrics_public: bool,
@@ -1579,6 +1584,9 @@ fn processing(file: FileConfig) -> Processing {
         retention_s: file.retention_s.unwrap_or(defaults::RETENTION_S),
         dedup_window_s: file.dedup_window_s.unwrap_or(defaults::DEDUP_WINDOW_S),
         purge_interval_s: file.purge_interval_s.unwrap_or(defaults::PURGE_INTERVAL_S),
+        stats_retention_days: file
+            .stats_retention_days
+            .unwrap_or(defaults::STATS_RETENTION_DAYS),
         shutdown_timeout_s: file
             .shutdown_timeout_s
             .unwrap_or(defaults::SHUTDOWN_TIMEOUT_S),

@@ -37,6 +37,7 @@
 //!   under a source that names one.
 //! - [`alerts`]: `[[alerts]]` rules (pure evaluation in `alerts::rules`), the task that
 //!   gathers their figures each tick, and the channels notices go out on.
+//! - [`stats`]: figures over time, counted per minute in memory and flushed to the store.
 //! - [`domain`]: ids, sequences, statuses shared by all of the above.
 
 pub mod alerts;
@@ -64,6 +65,7 @@ pub mod retry;
 pub mod sender;
 pub mod signature;
 pub mod sink;
+pub mod stats;
 pub mod store;
 pub mod telemetry;
 #[cfg(feature = "tools")]

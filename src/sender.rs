@@ -800,17 +800,19 @@ impl Sender {
             }
             match &finished.verdict {
                 Verdict::Delivered => {
-                    crate::metrics::forward_lag(
-                        name,
-                        now_ms.saturating_sub(delivery.created_at_ms),
-                    );
+                    let lag_ms = now_ms.saturating_sub(delivery.created_at_ms);
+                    crate::metrics::forward_lag(name, lag_ms);
+                    crate::stats::forwarded(name, crate::stats::Forwarded::Delivered { lag_ms });
                 }
                 Verdict::Dead { error } => {
                     crate::metrics::forward_dead(name);
+                    crate::stats::forwarded(name, crate::stats::Forwarded::Dead);
                     warn!(destination = %name, delivery = delivery.id, source = %delivery.source,
                           event_id = %delivery.event_id, error = %error, "delivery dead");
                 }
-                Verdict::RetryAt { .. } => {}
+                Verdict::RetryAt { .. } => {
+                    crate::stats::forwarded(name, crate::stats::Forwarded::Failed);
+                }
             }
         }
     }

@@ -29,6 +29,9 @@ const AGGREGATES_PER_STEP: usize = 32;
 const BATCH: usize = 256;
 /// Pause after a store failure before trying again.
 const STORE_BACKOFF: Duration = Duration::from_secs(1);
+/// A day, in milliseconds (`stats_retention_days`).
+const DAY_MS: i64 = 86_400_000;
+
 /// Events deleted per retention transaction, so that ingress never waits long.
 const PURGE_BATCH: usize = 1_000;
 
@@ -235,6 +238,11 @@ impl Worker {
             }
             if purged > 0 {
                 info!(events = purged, "retention: purged decided events");
+            }
+            let stats_before_ms = now_ms
+                .saturating_sub((self.config.stats_retention_days as i64).saturating_mul(DAY_MS));
+            if let Err(err) = self.store.purge_stats(stats_before_ms).await {
+                warn!(error = %err, "figures over time not pruned; will retry");
             }
             pause(&mut shutdown, interval, None).await;
         }

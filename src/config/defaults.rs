@@ -105,6 +105,8 @@ pub const RETENTION_S: u64 = 30 * DAY_S;
 pub const DEDUP_WINDOW_S: u64 = 30 * DAY_S;
 /// `purge_interval_s`: hourly, so the log never grows far past `retention_s`.
 pub const PURGE_INTERVAL_S: u64 = HOUR_S;
+/// `stats_retention_days`: two weeks of figures per minute, enough to compare a week with the last.
+pub const STATS_RETENTION_DAYS: u64 = 14;
 /// `shutdown_timeout_s`: within the grace a supervisor usually gives before killing.
 pub const SHUTDOWN_TIMEOUT_S: u64 = 10;
 /// `forward_poll_ms`: a second; a safety net only, as commits and due retries wake a sender.

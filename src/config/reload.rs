@@ -264,6 +264,7 @@ impl Config {
             "retention_s" => retention_s,
             "dedup_window_s" => dedup_window_s,
             "purge_interval_s" => purge_interval_s,
+            "stats_retention_days" => stats_retention_days,
             "shutdown_timeout_s" => shutdown_timeout_s,
             "header_read_timeout_s" => header_read_timeout_s,
             "body_read_timeout_s" => body_read_timeout_s,

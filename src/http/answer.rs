@@ -277,6 +277,37 @@ impl Answer {
         })
     }
 
+    /// How the figures over time count this answer to a delivery (docs/api.md, stats): a
+    /// refusal by its `error` code.
+    pub fn counted(&self) -> crate::stats::Answered<'static> {
+        use crate::stats::Answered;
+        match self {
+            Answer::Duplicate { .. } => Answered::Logged {
+                accepted: 0,
+                duplicate: 1,
+            },
+            Answer::Batch { events } => {
+                let duplicate = events
+                    .iter()
+                    .filter(|e| matches!(e, DeliveryBody::Duplicate { .. }))
+                    .count() as u64;
+                Answered::Logged {
+                    accepted: events.len() as u64 - duplicate,
+                    duplicate,
+                }
+            }
+            answer if answer.is_logged_delivery() => Answered::Logged {
+                accepted: 1,
+                duplicate: 0,
+            },
+            Answer::SnsConfirmed { .. } | Answer::NotStored { .. } | Answer::Handshake(_) => {
+                Answered::Other
+            }
+            Answer::SignatureRejected(err) => Answered::Rejected(err.code()),
+            answer => Answered::Rejected(answer.decision()),
+        }
+    }
+
     /// Whether the delivery was refused before it reached the event log.
     pub fn is_rejection(&self) -> bool {
         matches!(

@@ -77,6 +77,11 @@ pub(super) async fn receive(
         .as_ref()
         .is_some_and(|allowed| !client.is_in(allowed))
     {
+        crate::stats::delivery(
+            &config.name,
+            Answer::FORBIDDEN_PEER.counted(),
+            crate::clock::now_ms(),
+        );
         let response = Answer::FORBIDDEN_PEER.into_response();
         metrics::request(
             &config.name,
@@ -101,6 +106,7 @@ pub(super) async fn receive(
     let answer = answer(&state, config, &target, &headers, body)
         .instrument(span)
         .await;
+    crate::stats::delivery(&config.name, answer.counted(), state.clock.now_ms());
     let response = match &config.response {
         // The publisher reads or shows the source's own answer; errors keep their JSON.
         Some(custom) if answer.is_logged_delivery() => custom_response(custom),

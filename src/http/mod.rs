@@ -277,6 +277,7 @@ fn documented_routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::Op
                 .post(api::aggregates::aggregate_reset),
         )
         .routes(routes!(api::overview::overview))
+        .routes(routes!(api::stats::stats))
         .routes(routes!(stream::stream))
         .routes(routes!(api::events::events_list))
         .routes(routes!(api::events::event_one))

@@ -661,6 +661,46 @@ impl<B: Backend> Store for SqlStore<B> {
         .await
     }
 
+    async fn add_stats(&self, rows: Vec<super::stats::StatRow>) -> Result<(), StoreError> {
+        // Relaxed: a power cut may lose the last minute's figures, never an event.
+        self.backend
+            .write(Commit::Relaxed, move |io| {
+                Box::pin(async move { super::stats::add(io, &rows).await })
+            })
+            .await
+    }
+
+    async fn stats_series(
+        &self,
+        scope: super::stats::StatScope,
+        name: &str,
+        window: (i64, i64, i64),
+    ) -> Result<Vec<super::stats::StatCell>, StoreError> {
+        let name = name.to_owned();
+        self.backend
+            .read_aside(move |io| {
+                Box::pin(async move { super::stats::series(io, scope, &name, window).await })
+            })
+            .await
+    }
+
+    async fn source_stats(
+        &self,
+        names: Vec<String>,
+        since_ms: i64,
+    ) -> Result<super::stats::SourceStats, StoreError> {
+        self.backend
+            .read_aside(move |io| {
+                Box::pin(async move { super::stats::source_stats(io, &names, since_ms).await })
+            })
+            .await
+    }
+
+    async fn purge_stats(&self, before_ms: i64) -> Result<u64, StoreError> {
+        self.write(move |io| Box::pin(async move { super::stats::purge(io, before_ms).await }))
+            .await
+    }
+
     async fn upgrade_step_pending(&self, step: &str) -> Result<bool, StoreError> {
         let step = step.to_owned();
         self.backend

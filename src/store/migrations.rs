@@ -378,6 +378,7 @@ INSERT INTO pending_upgrade_steps (step) VALUES ('scrub_deleted_data');",
     figures     TEXT    NOT NULL
 );",
     ),
+    (20, STATS),
 ];
 
 /// `(version, SQL)` in order, for PostgreSQL; the same schema as [`SQLITE`].
@@ -835,6 +836,7 @@ $fn$;
     figures     TEXT    NOT NULL
 );",
     ),
+    (20, STATS),
 ];
 
 /// A broker's confirmed publish has no HTTP status: the index of failed attempts (a
@@ -851,6 +853,20 @@ CREATE INDEX delivery_attempts_failed ON delivery_attempts (id)
 /// version, or its body lacks a location (docs/contract.md, missing locations), version 17
 /// of both stores. NULL for ordered events and for every row of older releases.
 const UNORDERED_EVENTS: &str = "ALTER TABLE events ADD COLUMN unordered TEXT;";
+
+/// Figures over time (docs/api.md, stats), version 19 of both stores: one row per minute and
+/// figure, which every node's flush adds to; pruned by minute after `stats_retention_days`.
+const STATS: &str = "
+CREATE TABLE stats (
+    scope TEXT NOT NULL,
+    name TEXT NOT NULL,
+    minute BIGINT NOT NULL,
+    figure TEXT NOT NULL,
+    value BIGINT NOT NULL,
+    PRIMARY KEY (scope, name, minute, figure)
+);
+CREATE INDEX stats_by_minute ON stats (minute);
+";
 
 /// The release this binary is, as it records itself beside the schema versions it applies.
 pub(crate) const RELEASE: &str = env!("CARGO_PKG_VERSION");

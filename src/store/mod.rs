@@ -21,6 +21,7 @@ mod rows;
 pub(crate) mod settle;
 mod sql;
 pub mod sqlite;
+pub mod stats;
 mod upkeep;
 pub mod vault;
 
@@ -517,6 +518,13 @@ impl SettleReport {
         for lag_ms in &self.lags_ms {
             crate::metrics::processing_lag(source, *lag_ms);
         }
+        crate::stats::settled(
+            source,
+            self.applied,
+            self.stale,
+            self.dead.len() as u64,
+            &self.lags_ms,
+        );
     }
 }
 
@@ -1034,6 +1042,29 @@ pub trait Store: Send + Sync + 'static {
         now_ms: i64,
         batch: usize,
     ) -> Result<PurgeReport, StoreError>;
+
+    /// Adds one flush of per-minute figures (docs/api.md, stats) in one transaction.
+    async fn add_stats(&self, rows: Vec<stats::StatRow>) -> Result<(), StoreError>;
+
+    /// The figures of one source or destination in `[from_ms, to_ms)`, summed per step of
+    /// `step_ms` counted from `from_ms`.
+    async fn stats_series(
+        &self,
+        scope: stats::StatScope,
+        name: &str,
+        window: (i64, i64, i64),
+    ) -> Result<Vec<stats::StatCell>, StoreError>;
+
+    /// Per source of `names`: its rejections by reason since `since_ms` (`(source,
+    /// figure, count)`) and the time of its last delivery, as flushed.
+    async fn source_stats(
+        &self,
+        names: Vec<String>,
+        since_ms: i64,
+    ) -> Result<stats::SourceStats, StoreError>;
+
+    /// Deletes the figures of minutes before `before_ms`.
+    async fn purge_stats(&self, before_ms: i64) -> Result<u64, StoreError>;
 
     /// Whether the one-time upgrade step `step` (queued by a migration) is still to be done.
     async fn upgrade_step_pending(&self, step: &str) -> Result<bool, StoreError>;

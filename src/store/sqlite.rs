@@ -970,15 +970,15 @@ mod tests {
             .unwrap()
             .collect::<rusqlite::Result<_>>()
             .unwrap();
+        // Every version from 16 on, up to the last, was applied by this release.
+        let expected: Vec<(i64, Option<String>)> = std::iter::once((15, None))
+            .chain(
+                (16..=crate::store::SCHEMA_VERSION)
+                    .map(|v| (v, Some(env!("CARGO_PKG_VERSION").to_owned()))),
+            )
+            .collect();
         assert_eq!(
-            releases,
-            [
-                (15, None),
-                (16, Some(env!("CARGO_PKG_VERSION").to_owned())),
-                (17, Some(env!("CARGO_PKG_VERSION").to_owned())),
-                (18, Some(env!("CARGO_PKG_VERSION").to_owned())),
-                (19, Some(env!("CARGO_PKG_VERSION").to_owned())),
-            ],
+            releases, expected,
             "only the versions this release applied name it"
         );
     }

@@ -1172,3 +1172,53 @@ slack_webhook_url = "http://127.0.0.1:${app.port}/slack"
   assert.match(JSON.parse(app.received[1].body).text, /saves-silent resolved/);
   assert.deepEqual(problems, []);
 });
+
+test('dashboard: each source charts its last hour, with its last delivery and rejections by reason', async (t) => {
+  const server = await startServer({ adminToken: ADMIN_TOKEN });
+  const browser = await launch();
+  t.after(async () => {
+    await browser.close();
+    await server.stop();
+  });
+  for (let seq = 1; seq <= 5; seq += 1) {
+    const reply = await postPresence(server, { event_id: `chart_${seq}`, user_id: 'u_chart', presence: 'ONLINE', sequence_number: seq });
+    assert.equal(reply.code, 200, JSON.stringify(reply.body));
+  }
+  // The most common incident: a publisher signing with a wrong secret.
+  const body = JSON.stringify({ event_id: 'chart_bad', user_id: 'u_chart', presence: 'AWAY', sequence_number: 6 });
+  const refused = await fetch(`${server.url}/webhooks/presence`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', 'X-Signature': hmacHex('not-the-secret', body) },
+    body,
+  });
+  assert.equal(refused.status, 401);
+  const page = browser.context.pages()[0] || await browser.context.newPage();
+  const problems = watch(page);
+  await page.goto(server.url + '/');
+  await page.fill('#token', ADMIN_TOKEN);
+  await page.click('#login-button');
+  const card = '.card[data-source="presence"]';
+  await waitText(page, card, ['last delivery', 'invalid signature · 1']);
+  await waitText(page, '.card[data-source="save-game"]', ['no delivery yet', 'no rejections in 24 h']);
+  await page.waitForSelector(`${card} [data-chart="lag"] [data-series="p50"] :is(polyline, circle)`, { timeout: WAIT });
+  // Each line carries the sum of what it draws: the figures the server counted.
+  const totals = await page.evaluate((sel) => Object.fromEntries(
+    [...document.querySelectorAll(`${sel} [data-series]`)]
+      .map((g) => [`${g.closest('[data-chart]').dataset.chart}.${g.dataset.series}`, Number(g.dataset.total)]),
+  ), card);
+  assert.equal(totals['rate.received'], 6, JSON.stringify(totals));
+  assert.equal(totals['rate.applied'], 5, JSON.stringify(totals));
+  assert.equal(totals['rate.rejected'], 1, JSON.stringify(totals));
+  assert.ok(totals['lag.p50'] >= 1 && totals['lag.p99'] >= totals['lag.p50'], JSON.stringify(totals));
+  // Drawn, not only counted: the received line rises off the axis at the current minute.
+  const highest = await page.evaluate((sel) => {
+    const line = document.querySelector(`${sel} [data-chart="rate"] [data-series="received"] polyline`);
+    return Math.min(...line.getAttribute('points').split(' ').map((p) => Number(p.split(',')[1])));
+  }, card);
+  assert.ok(highest < 10, `the received line peaks at y=${highest}`);
+  const box = await page.locator(`${card} [data-chart="rate"] svg`).boundingBox();
+  assert.ok(box && box.width > 200 && box.height >= 40, JSON.stringify(box));
+  assert.ok(await noHorizontalScroll(page));
+  await shot(page, 'overview-charts', { fullPage: true });
+  assert.deepEqual(problems, []);
+});

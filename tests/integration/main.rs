@@ -57,6 +57,7 @@ mod sink_rabbitmq;
 mod sink_redis;
 mod sinks;
 mod slow_clients;
+mod stats;
 mod store_conformance;
 mod stream;
 mod telemetry;

@@ -46,6 +46,7 @@ async fn the_openapi_document_lists_every_route_and_its_answers() {
         ("post", "/v1/replay"),
         ("get", "/v1/replay/{job_id}"),
         ("get", "/v1/overview"),
+        ("get", "/v1/stats"),
         ("get", "/v1/stream"),
         ("post", "/v1/admin/reload"),
         ("get", "/v1/destinations"),

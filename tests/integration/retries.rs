@@ -188,6 +188,31 @@ impl Store for FlakyStore {
         self.inner.purge(b, d, now, n).await
     }
 
+    async fn add_stats(&self, rows: Vec<stats::StatRow>) -> Result<(), StoreError> {
+        self.inner.add_stats(rows).await
+    }
+
+    async fn stats_series(
+        &self,
+        scope: stats::StatScope,
+        name: &str,
+        window: (i64, i64, i64),
+    ) -> Result<Vec<stats::StatCell>, StoreError> {
+        self.inner.stats_series(scope, name, window).await
+    }
+
+    async fn source_stats(
+        &self,
+        names: Vec<String>,
+        since_ms: i64,
+    ) -> Result<stats::SourceStats, StoreError> {
+        self.inner.source_stats(names, since_ms).await
+    }
+
+    async fn purge_stats(&self, before_ms: i64) -> Result<u64, StoreError> {
+        self.inner.purge_stats(before_ms).await
+    }
+
     async fn upgrade_step_pending(&self, step: &str) -> Result<bool, StoreError> {
         self.inner.upgrade_step_pending(step).await
     }

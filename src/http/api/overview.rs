@@ -6,11 +6,14 @@ use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use std::collections::{BTreeMap, HashMap};
+
 use crate::clock;
 use crate::domain::EventStatus;
 use crate::http::answer::{AdminFailures, Answer, ErrorBody};
 use crate::http::AppState;
 use crate::kind::SourceKind;
+use crate::store::stats::StatScope;
 
 /// Prometheus text; the backlog gauges are read from the store at each scrape.
 #[utoipa::path(get, path = "/metrics", tag = "observability", security((), ("admin_token" = [])),
@@ -107,6 +110,11 @@ pub(crate) struct SourceOverview {
     /// handshake only.
     #[serde(skip_serializing_if = "Option::is_none")]
     handshakes: Option<u64>,
+    /// When the last delivery arrived, whatever its answer (RFC 3339); null when none did
+    /// within `stats_retention_days`.
+    last_delivery_at: Option<String>,
+    /// Deliveries refused in the last 24 hours by every node, by the answer's `error` code.
+    rejected: BTreeMap<String, u64>,
 }
 
 /// Per source, events by status.
@@ -126,6 +134,8 @@ pub(crate) struct Overview {
     ))]
 pub(crate) async fn overview(State(state): State<AppState>) -> Result<Response, Answer> {
     let counts = state.store.status_counts().await?;
+    let now_ms = clock::now_ms();
+    let figures = recent_figures(&state, now_ms).await?;
     let duplicates = state
         .duplicates
         .lock()
@@ -170,12 +180,64 @@ pub(crate) async fn overview(State(state): State<AppState>) -> Result<Response, 
                 handshakes: source
                     .handshake
                     .map(|_| handshakes.get(&source.name).copied().unwrap_or(0)),
+                last_delivery_at: figures
+                    .get(&source.name)
+                    .and_then(|f| f.last_at)
+                    .map(clock::rfc3339),
+                rejected: figures
+                    .get(&source.name)
+                    .map(|f| f.rejected.clone())
+                    .unwrap_or_default(),
             }
         })
         .collect();
     Ok(Json(Overview {
         sources,
-        generated_at: clock::rfc3339(clock::now_ms()),
+        generated_at: clock::rfc3339(now_ms),
     })
     .into_response())
+}
+
+/// How long back the overview counts rejections.
+const REJECTED_SPAN_MS: i64 = 86_400_000;
+
+/// Per source, its rejections of the last day and its last delivery, stored or not yet
+/// flushed (docs/api.md, stats).
+async fn recent_figures(
+    state: &AppState,
+    now_ms: i64,
+) -> Result<HashMap<String, crate::stats::Figures>, Answer> {
+    let names: Vec<String> = state
+        .config
+        .sources
+        .iter()
+        .map(|s| s.name.clone())
+        .collect();
+    let since_ms = crate::stats::minute_of(now_ms - REJECTED_SPAN_MS);
+    let stored = state.store.source_stats(names.clone(), since_ms).await?;
+    let mut figures: HashMap<String, crate::stats::Figures> = HashMap::new();
+    for (source, figure, n) in &stored.rejected {
+        figures
+            .entry(source.clone())
+            .or_default()
+            .add_stored(figure, *n, *n);
+    }
+    for (source, at) in &stored.last_delivery {
+        let f = figures.entry(source.clone()).or_default();
+        f.last_at = f.last_at.max(Some(*at));
+    }
+    let recorder = crate::stats::recorder();
+    for name in names {
+        let unflushed = recorder.unflushed(StatScope::Source, &name, (i64::MIN, i64::MAX));
+        let f = figures.entry(name).or_default();
+        for (minute, counted) in &unflushed {
+            f.last_at = f.last_at.max(counted.last_at);
+            if *minute >= since_ms {
+                for (reason, n) in &counted.rejected {
+                    *f.rejected.entry(reason.clone()).or_insert(0) += n;
+                }
+            }
+        }
+    }
+    Ok(figures)
 }
