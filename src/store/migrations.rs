@@ -854,7 +854,7 @@ CREATE INDEX delivery_attempts_failed ON delivery_attempts (id)
 /// of both stores. NULL for ordered events and for every row of older releases.
 const UNORDERED_EVENTS: &str = "ALTER TABLE events ADD COLUMN unordered TEXT;";
 
-/// Figures over time (docs/api.md, stats), version 19 of both stores: one row per minute and
+/// Figures over time (docs/api.md, stats), version 20 of both stores: one row per minute and
 /// figure, which every node's flush adds to; pruned by minute after `stats_retention_days`.
 const STATS: &str = "
 CREATE TABLE stats (
