@@ -319,6 +319,7 @@ impl SourceConfig {
             "batch" => batch,
             "response" => response,
             "handshake" => handshake,
+            "search_fields" => search_fields,
         ])
     }
 }

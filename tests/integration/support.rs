@@ -1005,12 +1005,12 @@ pub fn official_one(scheme: Scheme, secret: &str, body: &str, timestamp: i64, id
 /// from `schema_migrations` too, and the next start migrates it again. Migration 6's
 /// tables (deliveries), migration 7's indexes and counts and migration 9's index and
 /// backlog decrements, migration 12's upgrade steps, 13's body keys, 14's delivery
-/// counts, 15's keys, 17's unordered column and 18's `schema_migrations.release`, which come
+/// counts, 15's keys, 17's unordered column, 18's `schema_migrations.release` and 19's search index, which come
 /// after it, are dropped first (migration 11's column goes with the generic table, 14's
 /// PostgreSQL trigger function with the deliveries).
 pub const UNDO_MIGRATION_5: (&str, &str) = (
     "ALTER TABLE schema_migrations DROP COLUMN release;
-     DROP TABLE pending_upgrade_steps;
+     DROP TABLE pending_upgrade_steps; DROP TABLE event_search;
      DROP INDEX events_by_status; DROP INDEX events_by_source_status; DROP INDEX events_by_source;
      DROP INDEX events_arriving;
      DROP TABLE delivery_replay_jobs; DROP TABLE delivery_attempts; DROP TABLE deliveries;
@@ -1033,7 +1033,7 @@ pub const UNDO_MIGRATION_5: (&str, &str) = (
          FROM aggregate_state WHERE watermark IS NOT NULL;
      DROP TABLE aggregate_state;",
     "ALTER TABLE schema_migrations DROP COLUMN release;
-     DROP TABLE pending_upgrade_steps;
+     DROP TABLE pending_upgrade_steps; DROP TABLE event_search;
      DROP INDEX events_by_status; DROP INDEX events_by_source_status; DROP INDEX events_by_source;
      DROP INDEX events_arriving;
      DROP TRIGGER event_counts_insert ON events; DROP TRIGGER event_counts_update ON events;

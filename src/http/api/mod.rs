@@ -12,6 +12,7 @@ pub(super) mod overview;
 pub(super) mod presence;
 pub(super) mod replay;
 pub(super) mod saves;
+pub(super) mod search;
 
 use serde::Deserialize;
 use utoipa::IntoParams;
