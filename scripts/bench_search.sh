@@ -15,7 +15,14 @@ ROWS=${2:-1000000}
 CUSTOMERS=${3:-100000}
 BIN=${INHOOK_BIN:-target/release/inhook}
 DIR=$(mktemp -d)
-trap 'kill "$SERVER" 2>/dev/null || true; rm -rf "$DIR"' EXIT
+SERVER=
+DROP=
+cleanup() {
+  if [ -n "$SERVER" ]; then kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; fi
+  [ -n "$DROP" ] && psql -q "$ADMIN" -c "DROP DATABASE IF EXISTS $NAME" || true
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
 NOW_MS=$(( $(date +%s) * 1000 - ROWS ))
 case $STORE in
   sqlite) DATABASE="sqlite://$DIR/inhook.db" ;;
@@ -23,13 +30,14 @@ case $STORE in
     DATABASE=${BENCH_DATABASE:-postgres://root@127.0.0.1:5432/inhook_search_bench}
     ADMIN=${DATABASE%/*}/postgres
     NAME=${DATABASE##*/}
-    psql -q "$ADMIN" -c "DROP DATABASE IF EXISTS $NAME" -c "CREATE DATABASE $NAME" ;;
+    psql -q "$ADMIN" -c "DROP DATABASE IF EXISTS $NAME" -c "CREATE DATABASE $NAME"
+    DROP=1 ;;
   *) echo "usage: $0 sqlite|postgres [ROWS] [CUSTOMERS]" >&2; exit 2 ;;
 esac
 cat > "$DIR/inhook.toml" <<TOML
 listen = "127.0.0.1:0"
 database = "$DATABASE"
-admin_token = "bench-token"
+admin_token = "bench-token-0123456789abcdef"
 
 [[sources]]
 name = "shop"
@@ -78,10 +86,10 @@ URL=$(sed -n 's/^inhook listening on //p' "$DIR/out")
 probe() {
   local what=$1 query=$2
   # The first read warms the caches; the best of five after it is reported.
-  curl -sf -o /dev/null -H "Authorization: Bearer bench-token" "$URL/v1/events?$query"
+  curl -sf -o /dev/null -H "Authorization: Bearer bench-token-0123456789abcdef" "$URL/v1/events?$query"
   local best=999
   for _ in 1 2 3 4 5; do
-    t=$(curl -sf -o "$DIR/page" -w '%{time_total}' -H "Authorization: Bearer bench-token" "$URL/v1/events?$query")
+    t=$(curl -sf -o "$DIR/page" -w '%{time_total}' -H "Authorization: Bearer bench-token-0123456789abcdef" "$URL/v1/events?$query")
     best=$(echo "$t $best" | awk '{print ($1 < $2) ? $1 : $2}')
   done
   printf '%-44s %8.1f ms  %s items\n' "$what" "$(echo "$best * 1000" | bc -l)" \
@@ -91,5 +99,10 @@ C=$(( CUSTOMERS / 2 ))
 probe "where=/customer=cus_$C (indexed)" "where=/customer=cus_$C"
 probe "where + source + type=invoice.*" "source=shop&where=/customer=cus_$C&type=invoice.*"
 probe "event_id (with source)" "source=shop&event_id=ev_$(( ROWS / 2 ))"
+probe "event_id (without source: a scan)" "event_id=ev_$(( ROWS / 2 ))"
+probe "type=charge.* (newest page)" "type=charge.*"
+FROM_T=$(date -u -d "@$(( (NOW_MS + ROWS / 2) / 1000 ))" +%Y-%m-%dT%H:%M:%SZ)
+probe "from=<the middle> (newest page)" "from=$FROM_T"
+probe "to=<the middle> (newest page before it)" "to=$FROM_T"
 probe "where=/note=... (undeclared: scan, bounded)" "where=/note=n$(( ROWS - 5 ))"
 probe "the log, no filter" ""
