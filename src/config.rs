@@ -135,6 +135,9 @@ pub struct SourceConfig {
     pub preset: Option<String>,
     /// The endpoint handshake answered for the publisher (docs/configuration.md, `handshake`).
     pub handshake: Option<crate::handshake::Handshake>,
+    /// JSON pointers whose values are indexed at ingest, for searching the log by them
+    /// (docs/configuration.md, `search_fields`).
+    pub search_fields: Vec<crate::search::SearchField>,
 }
 
 /// The validated configuration of one inhook process.
@@ -474,6 +477,7 @@ struct FileSource {
     rate_limit_per_s: Option<u32>,
     allow_ips: Option<Vec<String>>,
     keep_headers: Option<Vec<String>>,
+    search_fields: Option<Vec<String>>,
     event_id: Option<String>,
     idempotency_key: Option<String>,
     aggregate: Option<AggregateLocations>,
@@ -730,6 +734,7 @@ impl FileSource {
             rate_limit_per_s: None,
             allow_ips: None,
             keep_headers: None,
+            search_fields: None,
             event_id: None,
             idempotency_key: None,
             aggregate: None,
@@ -1181,6 +1186,7 @@ fn source_of(
     }
     let keep_headers = source_keep_headers(&s.name, keep_headers, s.keep_headers)?;
     let allow_ips = allow_ips(&s.name, s.allow_ips.as_deref())?;
+    let search_fields = search_fields(&s.name, s.search_fields.as_deref().unwrap_or_default())?;
     let handshake = match s.handshake.as_deref() {
         // The aws-sns scheme confirms its subscriptions itself (docs/configuration.md, AWS SNS).
         Some(AWS_SNS_HANDSHAKE) if scheme == Scheme::AwsSns => None,
@@ -1234,6 +1240,7 @@ fn source_of(
     Ok(SourceConfig {
         keep_headers,
         allow_ips,
+        search_fields,
         preset: s.preset,
         handshake,
         name: s.name,
@@ -1256,6 +1263,25 @@ fn source_of(
         batch,
         response,
     })
+}
+
+/// A source's `search_fields`: JSON pointers, each once.
+fn search_fields(
+    name: &str,
+    raw: &[String],
+) -> Result<Vec<crate::search::SearchField>, ConfigError> {
+    let mut fields = Vec::with_capacity(raw.len());
+    for pointer in raw {
+        let field = crate::search::SearchField::parse(pointer)
+            .map_err(|e| ConfigError(format!("source {name:?}: search_fields: {e}")))?;
+        if fields.contains(&field) {
+            return Err(ConfigError(format!(
+                "source {name:?}: search_fields: {pointer} is listed twice"
+            )));
+        }
+        fields.push(field);
+    }
+    Ok(fields)
 }
 
 /// A source's `batch` settings: the most events a batch may hold, `None` without

@@ -477,6 +477,9 @@ pub fn sealed_text_key_id(value: &str) -> Option<i64> {
 /// on: a plain SHA-256 would let whoever holds the database test a guessed body.
 pub struct BodyHasher {
     key: ring::hmac::Key,
+    /// The search index's own key, derived from this one: rotation rewraps the stored
+    /// key and never changes it, so a search after `inhook rekey` finds the old events.
+    search: ring::hmac::Key,
     raw: [u8; KEY_BYTES],
 }
 
@@ -485,6 +488,9 @@ impl fmt::Debug for BodyHasher {
         f.write_str("BodyHasher")
     }
 }
+
+/// What the search key is derived from the body hasher's key with.
+const SEARCH_KEY_LABEL: &[u8] = b"inhook search index v1";
 
 /// The name the body hasher's key is stored under, as the associated data of its wrapping.
 pub const BODY_HASH_KEY: &str = "body_hash";
@@ -496,10 +502,23 @@ impl BodyHasher {
     }
 
     fn from_raw(raw: [u8; KEY_BYTES]) -> Self {
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &raw);
+        let derived = ring::hmac::sign(&key, SEARCH_KEY_LABEL);
         Self {
-            key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &raw),
+            search: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, derived.as_ref()),
+            key,
             raw,
         }
+    }
+
+    /// The keyed hash a search index row holds for the value `value` at the pointer
+    /// `field`, in hex: the field is length-prefixed, so no two pairs share a message.
+    pub fn search_hash(&self, field: &str, value: &str) -> String {
+        let mut ctx = ring::hmac::Context::with_key(&self.search);
+        ctx.update(&(field.len() as u64).to_be_bytes());
+        ctx.update(field.as_bytes());
+        ctx.update(value.as_bytes());
+        hex::encode(ctx.sign().as_ref())
     }
 
     /// The hash of `body`, in hex.
@@ -640,6 +659,22 @@ mod tests {
         assert_eq!(hasher.hash(b"body"), again.hash(b"body"));
         assert_ne!(hasher.hash(b"body"), BodyHasher::generate().hash(b"body"));
         assert_eq!(hasher.hash(b"body").len(), 64);
+        assert_eq!(
+            hasher.search_hash("/a", "x"),
+            again.search_hash("/a", "x"),
+            "the search key survives rewrapping"
+        );
+    }
+
+    #[test]
+    fn the_search_hash_is_keyed_and_apart_from_the_body_hash() {
+        let hasher = BodyHasher::generate();
+        let h = hasher.search_hash("/a", "bc");
+        assert_eq!(h.len(), 64);
+        assert_ne!(h, hasher.search_hash("/ab", "c"), "the field is delimited");
+        assert_ne!(h, hasher.search_hash("/a", "bd"));
+        assert_ne!(h, BodyHasher::generate().search_hash("/a", "bc"));
+        assert_ne!(h, hasher.hash(b"/abc"));
     }
 
     #[test]

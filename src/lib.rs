@@ -62,6 +62,7 @@ pub mod peers;
 pub mod presets;
 pub mod replays;
 pub mod retry;
+pub mod search;
 pub mod sender;
 pub mod signature;
 pub mod sink;

@@ -9,6 +9,7 @@ use crate::app::open_existing_store;
 use crate::clock;
 use crate::config::Config;
 use crate::domain::{AggregateKey, EventStatus};
+use crate::search::{resolve, TypePattern, Where};
 use crate::store::{EventFilter, ReplayOutcome};
 
 /// Arguments of `inhook replay`.
@@ -27,6 +28,13 @@ pub struct ReplayArgs {
     /// and `/` inside an id written `%25` and `%2F`.
     #[arg(long, value_parser = parse_aggregate)]
     pub aggregate: Option<AggregateKey>,
+    /// Only events of this type, or of every type a `prefix*` pattern starts (`invoice.*`).
+    #[arg(long = "type", value_parser = TypePattern::parse)]
+    pub event_type: Option<TypePattern>,
+    /// `/pointer=value`, repeatable: only events whose body holds the value at a pointer of
+    /// the source's `search_fields` (docs/api.md, search).
+    #[arg(long = "where", value_parser = Where::parse)]
+    pub wheres: Vec<Where>,
 }
 
 /// Runs `inhook replay`.
@@ -47,10 +55,20 @@ pub async fn replay(config_path: Option<PathBuf>, args: ReplayArgs) -> anyhow::R
     if !matches!(args.status, EventStatus::Dead | EventStatus::Retrying) {
         bail!("only dead or retrying events can be replayed");
     }
+    let (search, _) = resolve(
+        &config,
+        store.as_ref(),
+        args.source.as_deref(),
+        args.wheres,
+        false,
+    )
+    .map_err(anyhow::Error::msg)?;
     let filter = EventFilter {
         source: args.source,
         status: Some(args.status),
         aggregate: args.aggregate.as_ref().map(AggregateKey::storage_key),
+        event_type: args.event_type,
+        search,
         ..EventFilter::default()
     };
     let job = store.create_replay_job(&filter, now_ms).await?;

@@ -323,6 +323,7 @@ impl SourceConfig {
             "batch" => batch,
             "response" => response,
             "handshake" => handshake,
+            "search_fields" => search_fields,
         ])
     }
 }

@@ -548,6 +548,7 @@ async fn ingest(
         limits: crate::store::IngestLimits::for_source(source),
         ignored: delivery.ignored,
         body_key: delivery.body_key,
+        search_fields: &source.search_fields,
     };
     state.store.ingest(new, settle).await
 }

@@ -192,6 +192,10 @@ impl<B: Backend> Store for SqlStore<B> {
             .await
     }
 
+    fn keys(&self) -> Option<&super::vault::Vault> {
+        Some(self.backend.vault())
+    }
+
     fn subscribe(&self, wake: Arc<Notify>) {
         self.backend.subscribe(wake);
     }

@@ -65,6 +65,13 @@ pub(crate) async fn forget<I: Tx>(
         &at,
     )
     .await?;
+    // Its values go with its bodies: a plain store indexed them in clear.
+    io.execute(
+        "DELETE FROM event_search
+         WHERE event_row IN (SELECT id FROM events WHERE source = $1 AND aggregate = $2)",
+        &at,
+    )
+    .await?;
     let events_erased = io
         .execute(
             "UPDATE events SET status = 'erased', body = $3, headers = NULL, last_error = NULL,
@@ -375,6 +382,26 @@ async fn encrypt_aggregate<I: Tx>(
             ],
         )
         .await?;
+        // Its search index rows held the values in clear, as a plain store indexes them:
+        // keyed now, as a sealed event's are (docs/api.md, search).
+        let indexed = io
+            .query(
+                "SELECT field, value FROM event_search WHERE event_row = $1",
+                &[Param::Int(id)],
+            )
+            .await?;
+        for entry in &indexed {
+            let (field, value) = (string(entry, 0)?, string(entry, 1)?);
+            io.execute(
+                "UPDATE event_search SET value = $3 WHERE event_row = $1 AND field = $2",
+                &[
+                    Param::Int(id),
+                    text(&field),
+                    Param::owned(vault.search_key(&field, &value)),
+                ],
+            )
+            .await?;
+        }
         let history = io
             .query(
                 "SELECT id, error FROM event_attempts WHERE event_row = $1 AND error IS NOT NULL",

@@ -5,6 +5,7 @@
 use super::backend::{text, Param};
 use super::{sql, EventFilter, Failure, StoreError};
 use crate::domain::{EventId, EventStatus};
+use crate::search::TypePattern;
 
 /// History kind recorded on an event when its `event_id` is resent with another body.
 pub(crate) const CONFLICTING_DUPLICATE: &str = "conflicting_duplicate";
@@ -34,10 +35,68 @@ pub(crate) fn filter_sql<'f>(
     if let Some(to) = filter.received_to_ms {
         push("received_at", "<", Param::Int(to));
     }
+    if let Some(event_id) = &filter.event_id {
+        push("event_id", "=", text(event_id));
+    }
+    match &filter.event_type {
+        Some(TypePattern::Exact(t)) => push("event_type", "=", text(t)),
+        Some(TypePattern::Prefix(p)) if !p.is_empty() => {
+            // Characters on both stores; a literal count, the prefix a parameter.
+            let n = p.chars().count();
+            push(&format!("substr(event_type, 1, {n})"), "=", text(p));
+        }
+        Some(TypePattern::Prefix(_)) | None => {}
+    }
     if let Some(status) = filter.status {
         clauses.push(status_condition(status));
     }
+    for m in &filter.search {
+        values.extend([text(&m.field), text(&m.key)]);
+        let (field, key) = (placeholder(values.len() - 1), placeholder(values.len()));
+        let source = match &filter.source {
+            Some(source) => {
+                values.push(text(source));
+                format!(" AND source = {}", placeholder(values.len()))
+            }
+            None => String::new(),
+        };
+        // The index's key prefix (field, value[, source]) finds the rows; the events'
+        // primary key the events.
+        clauses.push(format!(
+            "id IN (SELECT event_row FROM event_search WHERE field = {field} AND value = {key}{source})"
+        ));
+    }
     (clauses, values)
+}
+
+/// Writes `logged`'s search index rows (its declared fields' values) for its event `row`,
+/// in the transaction that logs it.
+pub(crate) async fn write_search<I: super::backend::Tx>(
+    io: &I,
+    row: i64,
+    logged: &super::EventRow,
+) -> Result<(), StoreError> {
+    if logged.search.is_empty() {
+        return Ok(());
+    }
+    let mut params = Vec::with_capacity(logged.search.len() * 2 + 2);
+    params.extend([text(&logged.source), Param::Int(row)]);
+    let mut tuples = Vec::with_capacity(logged.search.len());
+    for (field, key) in &logged.search {
+        params.extend([text(field), text(key)]);
+        let n = params.len();
+        tuples.push(format!("(${}, ${n}, $1, $2)", n - 1));
+    }
+    io.execute(
+        &format!(
+            "INSERT INTO event_search (field, value, source, event_row) VALUES {}
+             ON CONFLICT DO NOTHING",
+            tuples.join(", ")
+        ),
+        &params,
+    )
+    .await
+    .map(drop)
 }
 
 /// `status = 'x'` written as a literal (a closed set, so no injection), with its partial

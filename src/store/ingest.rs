@@ -262,7 +262,11 @@ async fn insert<I: Tx>(
         Param::OptInt(logged.data_key()),
         Param::opt_text(logged.unordered.as_deref()),
     ];
-    io.insert_row(LOG_EVENT, &params).await
+    let row = io.insert_row(LOG_EVENT, &params).await?;
+    if let Some(row) = row {
+        super::filter::write_search(io, row, logged).await?;
+    }
+    Ok(row)
 }
 
 /// Raises the aggregate's highest received sequence; says whether `logged` came in below it.

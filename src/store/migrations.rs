@@ -379,6 +379,7 @@ INSERT INTO pending_upgrade_steps (step) VALUES ('scrub_deleted_data');",
 );",
     ),
     (20, STATS),
+    (21, SQLITE_SEARCH),
 ];
 
 /// `(version, SQL)` in order, for PostgreSQL; the same schema as [`SQLITE`].
@@ -837,7 +838,35 @@ $fn$;
 );",
     ),
     (20, STATS),
+    (21, POSTGRES_SEARCH),
 ];
+
+/// The search index (docs/api.md, search), version 21 of SQLite: one row per declared
+/// field an event's body holds, written with the event; the value in clear, or its keyed
+/// hash when encryption is on. A lookup by field and value (and source) reads its key's
+/// prefix; a purge or an erasure deletes an event's rows by `event_row`.
+const SQLITE_SEARCH: &str = "
+CREATE TABLE event_search (
+    field     TEXT    NOT NULL,
+    value     TEXT    NOT NULL,
+    source    TEXT    NOT NULL,
+    event_row INTEGER NOT NULL,
+    PRIMARY KEY (field, value, source, event_row)
+) WITHOUT ROWID;
+CREATE INDEX event_search_row ON event_search (event_row);
+";
+
+/// PostgreSQL's version 21, as SQLite's (texts compared by bytes, as every key since version 4).
+const POSTGRES_SEARCH: &str = r#"
+CREATE TABLE event_search (
+    field     TEXT COLLATE "C" NOT NULL,
+    value     TEXT COLLATE "C" NOT NULL,
+    source    TEXT COLLATE "C" NOT NULL,
+    event_row BIGINT NOT NULL,
+    PRIMARY KEY (field, value, source, event_row)
+);
+CREATE INDEX event_search_row ON event_search (event_row);
+"#;
 
 /// A broker's confirmed publish has no HTTP status: the index of failed attempts (a
 /// destination's `last_error`) leaves it out by its result (`forward::answer::CONFIRMED`),

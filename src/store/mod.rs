@@ -207,6 +207,9 @@ pub struct NewEvent<'a> {
     /// What besides its ids makes it a duplicate of a logged event of the source: its raw
     /// body, what its signature covers, or nothing (docs/contract.md, duplicates).
     pub body_key: BodyKey,
+    /// The source's `search_fields`: the values its body holds there are indexed with it
+    /// (docs/api.md, search).
+    pub search_fields: &'a [crate::search::SearchField],
 }
 
 /// The body key of a delivery: what, besides its `event_id` and `idempotency_key`, makes
@@ -302,6 +305,9 @@ pub struct EventRow {
     pub(crate) parsed: Option<crate::kind::ParsedBody>,
     /// What the row stores instead of its body and headers when encryption is on.
     pub(crate) sealed: Option<SealedRow>,
+    /// Its search index rows: each declared field its body holds, with the value's
+    /// index key ([`vault::Vault::search_key`]).
+    pub(crate) search: Vec<(String, String)>,
 }
 
 /// A row's body and headers sealed under its aggregate's data key (docs/encryption.md).
@@ -385,6 +391,13 @@ impl EventRow {
             unordered: event.event.unordered.clone(),
             parsed: event.event.parsed.clone(),
             sealed: None,
+            search: crate::search::values(event.search_fields, event.body)
+                .into_iter()
+                .map(|(field, value)| {
+                    let key = vault.search_key(field.as_str(), &value);
+                    (field.as_str().to_owned(), key)
+                })
+                .collect(),
         }
     }
 
@@ -617,6 +630,26 @@ pub struct EventFilter {
     /// Only events received before this time, unix milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub received_to_ms: Option<i64>,
+    /// Only the event of this id (with `source`, of that source).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<String>,
+    /// Only events whose type fits this pattern (`invoice.paid`, `invoice.*`).
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub event_type: Option<crate::search::TypePattern>,
+    /// Only events whose indexed fields hold these values (docs/api.md, search).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub search: Vec<SearchMatch>,
+}
+
+/// One condition on the search index: the events whose body holds, at a declared
+/// `search_fields` pointer, the value whose index key is `key` ([`vault::Vault::search_key`]:
+/// the value itself, or its keyed hash when encryption is on).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SearchMatch {
+    /// The pointer.
+    pub field: String,
+    /// The value's index key.
+    pub key: String,
 }
 
 /// One entry of an event's attempt history.
@@ -770,6 +803,12 @@ pub trait Store: Send + Sync + 'static {
 
     /// Whether the store answers.
     async fn ping(&self) -> Result<(), StoreError>;
+
+    /// The store's keys, where it has them: a search keys its values as ingest indexed
+    /// them (docs/api.md, search). None: no keys, values indexed in clear.
+    fn keys(&self) -> Option<&vault::Vault> {
+        None
+    }
 
     /// Wakes `wake` whenever another process logs work (a no-op for a single-process store).
     fn subscribe(&self, wake: std::sync::Arc<tokio::sync::Notify>) {

@@ -365,6 +365,7 @@ async fn log_batch(
             .map_err(pg_err)?;
     }
     raise_highest_received(&tx, &accepted).await?;
+    write_search_rows(&tx, jobs, &logged_ids, &refused).await?;
     let decided = write_ready(&tx, vault, ready, &logged_ids, &mut admissions).await?;
     // A decided event needs no worker; its deliveries notify the senders themselves.
     if decided < accepted.len() {
@@ -372,6 +373,41 @@ async fn log_batch(
     }
     tx.commit().await.map_err(pg_err)?;
     Ok(admissions)
+}
+
+/// Writes the search index rows of the batch's logged events (docs/api.md, search) in one
+/// multi-row insert; `logged_ids[at]` is job `at`'s row (0: not logged), `refused` the rows
+/// deleted again.
+async fn write_search_rows(
+    tx: &dyn CachedStatements,
+    jobs: &[PgJob],
+    logged_ids: &[i64],
+    refused: &[i64],
+) -> Result<(), StoreError> {
+    let (mut fields, mut values, mut sources, mut rows) = (vec![], vec![], vec![], vec![]);
+    for (job, &row) in jobs.iter().zip(logged_ids) {
+        if row == 0 || refused.contains(&row) {
+            continue;
+        }
+        for (field, key) in &job.row.search {
+            fields.push(field.as_str());
+            values.push(key.as_str());
+            sources.push(job.row.source.as_str());
+            rows.push(row);
+        }
+    }
+    if rows.is_empty() {
+        return Ok(());
+    }
+    tx.cached_execute(
+        "INSERT INTO event_search (field, value, source, event_row)
+         SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int8[])
+         ON CONFLICT DO NOTHING",
+        &[&fields, &values, &sources, &rows],
+    )
+    .await
+    .map_err(pg_err)?;
+    Ok(())
 }
 
 /// Writes the data keys made for aggregates that had none, before the rows they seal.

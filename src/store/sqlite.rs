@@ -1056,6 +1056,7 @@ mod tests {
             unordered: None,
             parsed: None,
             sealed: None,
+            search: Vec::new(),
         };
         let job = IngestJob {
             row,

@@ -230,6 +230,11 @@ pub(crate) async fn purge<I: Tx>(
         I::in_ids("event_row", 1)
     );
     io.execute(&history, std::slice::from_ref(&chosen)).await?;
+    let search = format!(
+        "DELETE FROM event_search WHERE {}",
+        I::in_ids("event_row", 1)
+    );
+    io.execute(&search, std::slice::from_ref(&chosen)).await?;
     let events = format!("DELETE FROM events WHERE {}", I::in_ids("id", 1));
     let events = io.execute(&events, &[chosen]).await?;
     let dedup_keys = io

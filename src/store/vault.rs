@@ -299,6 +299,16 @@ impl Vault {
         }
     }
 
+    /// What a search index row holds for the (normalised) `value` at `field`: the value
+    /// itself, or its keyed hash when encryption is on, so that the store never holds a
+    /// sealed body's value in clear (docs/api.md, search).
+    pub fn search_key(&self, field: &str, value: &str) -> String {
+        match self.body_hasher.get() {
+            Some(hasher) => hasher.search_hash(field, value),
+            None => value.to_owned(),
+        }
+    }
+
     /// The body key of a delivery deduplicated by what its signature covers: `signed:`
     /// and the signed content's SHA-256 (`digest`), that SHA-256 keyed when encryption is
     /// on. The prefix keeps it apart from a raw body's hash, and lets [`Vault::rehash`]

@@ -672,6 +672,86 @@ test('dashboard: the aggregates view reads every source, json ones included', as
   assert.deepEqual(problems, [], 'no page errors, console errors or dialogs');
 });
 
+test('dashboard: the event log searches by what events say, by type and by id', async (t) => {
+  const SHOP_SECRET = 'shop-e2e-secret';
+  const shop = `
+[[sources]]
+name = "shop"
+kind = "json"
+mode = "sync"
+signature = "github"
+secrets = ["${SHOP_SECRET}"]
+event_id = "/id"
+event_type = "/type"
+aggregate = "/invoice"
+sequence = "/version"
+ordering = "latest-wins"
+state = "/data"
+search_fields = ["/data/customer"]
+`;
+  const server = await startServer({ adminToken: ADMIN_TOKEN, extra: shop });
+  const browser = await launch();
+  t.after(async () => {
+    await browser.close();
+    await server.stop();
+  });
+  const page = browser.context.pages()[0] || await browser.context.newPage();
+  const problems = watch(page);
+  // Every event-log read the page makes, as the server sees it.
+  const reads = [];
+  page.on('request', (req) => {
+    const url = new URL(req.url());
+    if (url.pathname === '/v1/events') reads.push(url.search);
+  });
+  const post = (id, type, invoice, customer, note) => postGithubSigned(server, 'shop', SHOP_SECRET,
+    { id, type, invoice, version: 1, data: { customer, note } });
+  assert.equal((await post('sh_1', 'invoice.created', 'in_1', 'cus_1', 'first')).body.status, 'applied');
+  assert.equal((await post('sh_2', 'invoice.paid', 'in_2', 'cus_1', 'second')).body.status, 'applied');
+  assert.equal((await post('sh_3', 'charge.succeeded', 'in_3', 'cus_2', 'third')).body.status, 'applied');
+
+  await page.goto(server.url + '/');
+  await page.fill('#token', ADMIN_TOKEN);
+  await page.click('#login-button');
+  await page.locator('#tabs').waitFor();
+  await page.click('#tabs a[data-tab="events"]');
+  await waitText(page, '#events-body', ['sh_1', 'sh_2', 'sh_3']);
+  const waitRows = (n) => page.waitForFunction((want) => document.querySelectorAll('#events-body tbody tr').length === want, n, { timeout: WAIT });
+  // Exactly the rows of these event ids, in this order.
+  const waitOnly = (ids) => page.waitForFunction((want) => {
+    const rows = [...document.querySelectorAll('#events-body tbody tr')];
+    return rows.length === want.length && rows.every((r, i) => r.textContent.includes(want[i]));
+  }, ids, { timeout: WAIT });
+
+  await t.test('a /pointer=value finds the events whose body holds it', async () => {
+    await page.fill('#events-search', '/data/customer=cus_1');
+    await waitOnly(['sh_2', 'sh_1']);
+    assert.ok(reads.some((q) => new URLSearchParams(q).get('where') === '/data/customer=cus_1'), reads.join('|'));
+    await shot(page, 'event-search');
+  });
+
+  await t.test('with a type pattern beside it, both hold', async () => {
+    await page.fill('#event-filters input[name="type"]', 'invoice.p*');
+    await waitOnly(['sh_2']);
+  });
+
+  await t.test('any other text is an event id; an undeclared field is scanned', async () => {
+    await page.fill('#event-filters input[name="type"]', '');
+    await page.fill('#events-search', 'sh_3');
+    await waitOnly(['sh_3']);
+    assert.ok(reads.some((q) => new URLSearchParams(q).get('event_id') === 'sh_3'), reads.join('|'));
+    await page.fill('#events-search', '/data/note=first');
+    await waitOnly(['sh_1']);
+  });
+
+  await t.test('a search that is not valid says why', async () => {
+    await page.fill('#event-filters input[name="type"]', 'in*voice');
+    await waitText(page, '#events-body', 'may only end');
+    await page.click('#events-reset');
+    await waitOnly(['sh_3', 'sh_2', 'sh_1']);
+  });
+  assert.deepEqual(problems.filter((p) => !/status of 400/.test(p)), []);
+});
+
 test('dashboard: with no admin_token, an empty token works from loopback', async (t) => {
   const server = await startServer({ adminToken: null });
   const browser = await launch();

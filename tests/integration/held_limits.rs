@@ -269,6 +269,7 @@ async fn report_the_cost_of_arrivals_with_many_held_events() {
                 limits: IngestLimits::NONE,
                 ignored: false,
                 body_key: inhook::store::BodyKey::None,
+                search_fields: &[],
             };
             let logged = store.ingest(new, SettleAt::Worker).await.unwrap();
             assert!(matches!(logged, Admission::Logged { .. }));

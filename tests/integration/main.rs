@@ -50,6 +50,7 @@ mod rejections;
 mod retries;
 mod revocation;
 mod save_game;
+mod search;
 mod signatures;
 mod simulate;
 mod sink_nats;

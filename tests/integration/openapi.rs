@@ -118,4 +118,18 @@ async fn the_openapi_document_lists_every_route_and_its_answers() {
         doc["paths"]["/webhooks/{source}"]["post"]["security"],
         json!([{}])
     );
+
+    // The event log's search parameters (docs/api.md, search), `where` repeatable.
+    let params = doc["paths"]["/v1/events"]["get"]["parameters"]
+        .as_array()
+        .unwrap();
+    let named = |name: &str| params.iter().find(|p| p["name"] == name).cloned();
+    for name in ["event_id", "type", "from", "to", "where"] {
+        assert!(named(name).is_some(), "GET /v1/events has no {name}");
+    }
+    assert_eq!(named("where").unwrap()["schema"]["type"], "array");
+    let replay = &doc["components"]["schemas"]["ReplayRequest"]["properties"];
+    for name in ["event_id", "type", "where"] {
+        assert!(replay.get(name).is_some(), "POST /v1/replay has no {name}");
+    }
 }

@@ -362,6 +362,7 @@ async fn log(h: &Harness, player: &str, event_id: &str) {
         limits: IngestLimits::NONE,
         ignored: false,
         body_key: inhook::store::BodyKey::None,
+        search_fields: &[],
     };
     h.store.ingest(new, SettleAt::Worker).await.unwrap();
 }

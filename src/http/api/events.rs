@@ -1,18 +1,22 @@
 //! `/v1/events`: the event log, a page or one event at a time.
 
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{Path, Query};
+use super::replay::rfc3339_ms;
+use super::search;
 use super::{aggregate_filter, page_size, status_filter};
 use crate::clock;
 use crate::domain::{AggregateKey, EventStatus};
 use crate::http::answer::{AdminFailures, Answer, ErrorBody};
 use crate::http::AppState;
 use crate::mask::mask;
+use crate::search::ScanView;
+use crate::search::TypePattern;
 use crate::store::{EventFilter, EventRecord};
 
 /// `?source=&status=&aggregate=&limit=&cursor=` of the event log listing.
@@ -32,6 +36,18 @@ pub(crate) struct EventsQuery {
     limit: Option<u64>,
     /// `next_cursor` of the previous page.
     cursor: Option<i64>,
+    /// Only the event of this id.
+    event_id: Option<String>,
+    /// Only events of this type, or of every type a `prefix*` pattern starts (`invoice.*`).
+    #[serde(rename = "type")]
+    #[param(rename = "type", example = "invoice.*")]
+    event_type: Option<String>,
+    /// Only events received at or after this time (RFC 3339).
+    #[param(format = DateTime)]
+    from: Option<String>,
+    /// Only events received before this time (RFC 3339).
+    #[param(format = DateTime)]
+    to: Option<String>,
 }
 
 /// An event as the event log shows it.
@@ -111,6 +127,10 @@ pub(crate) struct EventPage {
     items: Vec<EventView>,
     /// Pass as `cursor` for the next page; null on the last.
     next_cursor: Option<i64>,
+    /// Present when a `where` named a field no source declares in `search_fields` and the
+    /// bodies were scanned (a store without encryption at rest; docs/api.md, search).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scan: Option<ScanView>,
 }
 
 fn event_view(record: &EventRecord) -> EventView {
@@ -168,33 +188,84 @@ fn event_detail(
     }
 }
 
-/// The event log, newest first.
+/// The event log, newest first; `where=/pointer=value` (repeatable) searches it by what
+/// events say (docs/api.md, search).
 #[utoipa::path(get, path = "/v1/events", tag = "events", security(("admin_token" = [])),
-    params(EventsQuery),
+    params(EventsQuery,
+        ("where" = Option<Vec<String>>, Query, explode = true,
+            description = "`/pointer=value`, repeatable: only events whose body holds the value \
+                at the JSON pointer (a string as its text, a number or boolean as its JSON text). \
+                A pointer in the source's `search_fields` is looked up in the index; another is \
+                400 on a store with encryption at rest, and a bounded scan (`scan`) on one without.",
+            example = "/data/object/customer=cus_123")),
     responses(
         (status = 200, description = "A page of the event log", body = EventPage),
         AdminFailures,
     ))]
 pub(crate) async fn events_list(
     State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
     Query(query): Query<EventsQuery>,
 ) -> Result<Response, Answer> {
     let limit = page_size(query.limit)?;
+    let source = query.source.filter(|s| !s.is_empty());
+    let wheres = search::wheres_of_query(raw.as_deref())?;
+    if query.event_id.as_deref().is_some_and(|t| t.contains('\0')) {
+        return Err(Answer::BadRequest(
+            "event_id cannot hold a NUL character".into(),
+        ));
+    }
+    let (matches, scans) = crate::search::resolve(
+        &state.config,
+        state.store.as_ref(),
+        source.as_deref(),
+        wheres,
+        true,
+    )
+    .map_err(Answer::BadRequest)?;
     let filter = EventFilter {
-        source: query.source.filter(|s| !s.is_empty()),
+        source,
         status: status_filter(
             query.status.as_deref(),
             &EventStatus::ALL,
             EventStatus::as_str,
         )?,
         aggregate: aggregate_filter(query.aggregate.as_deref())?,
-        ..EventFilter::default()
+        received_from_ms: rfc3339_ms("from", query.from.as_deref())?,
+        received_to_ms: rfc3339_ms("to", query.to.as_deref())?,
+        event_id: query.event_id.filter(|s| !s.is_empty()),
+        event_type: query
+            .event_type
+            .as_deref()
+            .filter(|t| !t.is_empty())
+            .map(TypePattern::parse)
+            .transpose()
+            .map_err(Answer::BadRequest)?,
+        search: matches,
     };
+    if !scans.is_empty() {
+        let (found, next_cursor, scan) = crate::search::scan_page(
+            state.store.as_ref(),
+            &filter,
+            &scans,
+            limit,
+            query.cursor,
+            crate::search::SCAN_LIMIT,
+        )
+        .await?;
+        return Ok(Json(EventPage {
+            items: found.iter().map(event_view).collect(),
+            next_cursor,
+            scan: Some(scan),
+        })
+        .into_response());
+    }
     let page = state.store.events(&filter, limit, query.cursor).await?;
     let items: Vec<_> = page.items.iter().map(event_view).collect();
     Ok(Json(EventPage {
         items,
         next_cursor: page.next_cursor,
+        scan: None,
     })
     .into_response())
 }

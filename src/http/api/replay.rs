@@ -94,6 +94,17 @@ pub(crate) struct ReplayRequest {
     /// Only events received before this time (RFC 3339).
     #[schema(format = DateTime)]
     received_before: Option<String>,
+    /// Only the event of this id.
+    event_id: Option<String>,
+    /// Only events of this type, or of every type a `prefix*` pattern starts (`invoice.*`).
+    #[serde(rename = "type")]
+    #[schema(rename = "type", example = "invoice.*")]
+    event_type: Option<String>,
+    /// `/pointer=value` conditions, as `GET /v1/events` takes them (docs/api.md, search); each
+    /// pointer must be in the source's `search_fields` (400 otherwise).
+    #[serde(rename = "where", default)]
+    #[schema(rename = "where", example = json!(["/data/object/customer=cus_123"]))]
+    wheres: Vec<String>,
 }
 
 /// The statuses a bulk replay can take events from.
@@ -127,7 +138,7 @@ pub(crate) struct ReplayJobView {
 }
 
 /// Unix milliseconds of an optional RFC 3339 `field`, or a 400 naming it.
-fn rfc3339_ms(field: &str, raw: Option<&str>) -> Result<Option<i64>, Answer> {
+pub(super) fn rfc3339_ms(field: &str, raw: Option<&str>) -> Result<Option<i64>, Answer> {
     use time::format_description::well_known::Rfc3339;
     raw.map(|raw| {
         time::OffsetDateTime::parse(raw, &Rfc3339)
@@ -151,25 +162,47 @@ pub(crate) async fn replay_bulk(
     State(state): State<AppState>,
     Json(request): Json<ReplayRequest>,
 ) -> Result<Response, Answer> {
-    let texts = [&request.source, &request.aggregate];
+    let texts = [&request.source, &request.aggregate, &request.event_id];
     if texts
         .iter()
         .any(|t| t.as_deref().is_some_and(|t| t.contains('\0')))
     {
         return Err(Answer::BadRequest(
-            "source and aggregate cannot hold a NUL character".into(),
+            "source, aggregate and event_id cannot hold a NUL character".into(),
         ));
     }
     let status = request.status.map(|s| match s {
         Replayable::Dead => EventStatus::Dead,
         Replayable::Retrying => EventStatus::Retrying,
     });
+    let wheres = request
+        .wheres
+        .iter()
+        .map(|w| crate::search::Where::parse(w))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Answer::BadRequest)?;
+    let (search, _) = crate::search::resolve(
+        &state.config,
+        state.store.as_ref(),
+        request.source.as_deref(),
+        wheres,
+        false,
+    )
+    .map_err(Answer::BadRequest)?;
     let filter = EventFilter {
         source: request.source,
         status,
         aggregate: aggregate_filter(request.aggregate.as_deref())?,
         received_from_ms: rfc3339_ms("received_after", request.received_after.as_deref())?,
         received_to_ms: rfc3339_ms("received_before", request.received_before.as_deref())?,
+        event_id: request.event_id,
+        event_type: request
+            .event_type
+            .as_deref()
+            .map(crate::search::TypePattern::parse)
+            .transpose()
+            .map_err(Answer::BadRequest)?,
+        search,
     };
     let job = state
         .store

@@ -112,6 +112,7 @@ pub(super) async fn check_and_log(
             limits: crate::store::IngestLimits::for_source(source),
             ignored: *ignored,
             body_key: batch_key.for_element(*index),
+            search_fields: &source.search_fields,
         })
         .collect();
     let settle: Vec<SettleAt<'_>> = events

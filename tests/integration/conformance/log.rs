@@ -3,6 +3,7 @@
 
 use inhook::domain::EventStatus;
 use inhook::retry::RetryPolicy;
+use inhook::search::TypePattern;
 use inhook::store::{Admission, DedupKey, EventFilter, PurgeReport, Store};
 use serde_json::json;
 
@@ -114,6 +115,43 @@ pub async fn listings_filter_and_page_newest_first(store: &dyn Store) {
                 ..all.clone()
             },
             vec![],
+        ),
+        (
+            EventFilter {
+                event_id: Some("s2".into()),
+                ..all.clone()
+            },
+            vec!["s2"],
+        ),
+        (
+            EventFilter {
+                source: Some(PRESENCE.into()),
+                event_id: Some("s2".into()),
+                ..all.clone()
+            },
+            vec![],
+        ),
+        (
+            EventFilter {
+                event_type: Some(TypePattern::parse("quest.*").unwrap()),
+                ..all.clone()
+            },
+            vec!["u1"],
+        ),
+        (
+            EventFilter {
+                event_type: Some(TypePattern::parse("presence.changed").unwrap()),
+                ..all.clone()
+            },
+            vec!["p2", "p1"],
+        ),
+        (
+            EventFilter {
+                event_type: Some(TypePattern::parse("*").unwrap()),
+                source: Some(PRESENCE.into()),
+                ..all.clone()
+            },
+            vec!["p2", "p1"],
         ),
     ];
     for (filter, expected) in cases {

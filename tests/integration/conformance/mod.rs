@@ -144,6 +144,7 @@ pub async fn ingest_at(
                 limits,
                 ignored: false,
                 body_key: BodyKey::None,
+                search_fields: &[],
             },
             settle,
         )
@@ -173,6 +174,7 @@ pub async fn ingest_raw(
                 limits: IngestLimits::NONE,
                 ignored: false,
                 body_key,
+                search_fields: &[],
             },
             SettleAt::Worker,
         )

@@ -447,6 +447,7 @@ pub async fn a_json_source_settles_through_the_generic_aggregate_state(store: &d
                         limits: IngestLimits::NONE,
                         ignored: false,
                         body_key: inhook::store::BodyKey::None,
+                        search_fields: &[],
                     },
                     inhook::store::SettleAt::Worker,
                 )
