@@ -170,6 +170,19 @@ pub fn describe_error(err: &(dyn StdError + 'static)) -> String {
     text
 }
 
+/// Whether the peer's port refused the connection, so that nothing of the request was sent
+/// and trying again cannot deliver it twice.
+pub fn connection_refused(err: &(dyn StdError + 'static)) -> bool {
+    let mut cause = Some(err);
+    while let Some(err) = cause {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::ConnectionRefused;
+        }
+        cause = err.source();
+    }
+    false
+}
+
 /// The TLS certificate check that refused a request, if that is why it failed: no
 /// retry can succeed, so the commands stop at once and say which check it was.
 pub fn certificate_problem(err: &(dyn StdError + 'static)) -> Option<String> {

@@ -15,16 +15,26 @@ fn counts() -> std::sync::MutexGuard<'static, HashMap<String, (u64, u64)>> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// `source`'s counts, to add to: its name is copied only the first time, not on every
+/// rejection of a flood of forged deliveries.
+fn count(source: &str, add: impl FnOnce(&mut (u64, u64))) {
+    let mut counts = counts();
+    match counts.get_mut(source) {
+        Some(counted) => add(counted),
+        None => add(counts.entry(source.to_owned()).or_default()),
+    }
+}
+
 /// A delivery to `source` was answered `code`: a 4xx counts as a rejection.
 pub fn answered(source: &str, code: u16) {
     if (400..500).contains(&code) {
-        counts().entry(source.to_owned()).or_default().0 += 1;
+        count(source, |c| c.0 += 1);
     }
 }
 
 /// A delivery to `source` failed its signature check.
 pub fn bad_signature(source: &str) {
-    counts().entry(source.to_owned()).or_default().1 += 1;
+    count(source, |c| c.1 += 1);
 }
 
 /// `source`'s counts: (rejected, bad signatures).

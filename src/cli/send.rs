@@ -58,18 +58,6 @@ pub struct SendArgs {
 /// How long `send` keeps trying a server that refuses the connection.
 const CONNECT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Whether the server's port refused the connection (nothing was sent).
-fn refused(error: &reqwest::Error) -> bool {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = cause {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            return io.kind() == std::io::ErrorKind::ConnectionRefused;
-        }
-        cause = e.source();
-    }
-    false
-}
-
 fn parse_scheme(raw: &str) -> Result<Scheme, signature::UnknownScheme> {
     raw.parse()
 }
@@ -318,7 +306,10 @@ pub async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Resul
             .send()
             .await;
         match attempt {
-            Err(e) if refused(&e) && tokio::time::Instant::now() < patience => {
+            Err(e)
+                if crate::outbound::connection_refused(&e)
+                    && tokio::time::Instant::now() < patience =>
+            {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
             attempt => break attempt,

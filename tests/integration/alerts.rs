@@ -271,12 +271,11 @@ destination = "ops"
     assert_eq!(got[1].1["figures"]["rejected"], 0);
 }
 
-#[tokio::test]
-async fn a_silent_source_fires_and_its_next_delivery_resolves_it() {
-    let received = Received::default();
-    let port = recording_application(&received).await;
-    let server = TestServer::spawn_full_with(
-        TICK,
+/// A server with `top` and one rule, `quiet`: save-game silent for a second, told to the
+/// `ops` destination on `port`.
+async fn serve_quiet_save_game(top: &str, port: u16) -> TestServer {
+    TestServer::spawn_full_with(
+        top,
         "",
         &format!(
             r#"{}
@@ -290,7 +289,14 @@ destination = "ops"
             ops_destination(port)
         ),
     )
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn a_silent_source_fires_and_its_next_delivery_resolves_it() {
+    let received = Received::default();
+    let port = recording_application(&received).await;
+    let server = serve_quiet_save_game(TICK, port).await;
     let fired = received_at_least(&received, 1).await;
     assert_eq!(fired[0].1["state"], "firing");
     assert_eq!(fired[0].1["on"], "source_silent");
@@ -597,20 +603,9 @@ fn the_prometheus_rules_and_the_grafana_dashboard_name_only_metrics_inhook_expor
 async fn notices_older_than_retention_s_are_purged_with_the_events() {
     let received = Received::default();
     let port = recording_application(&received).await;
-    let server = TestServer::spawn_full_with(
+    let server = serve_quiet_save_game(
         &format!("{TICK}\nretention_s = 1\npurge_interval_s = 1"),
-        "",
-        &format!(
-            r#"{}
-[[alerts]]
-name = "quiet"
-on = "source_silent"
-source = "save-game"
-after_s = 1
-destination = "ops"
-"#,
-            ops_destination(port)
-        ),
+        port,
     )
     .await;
     let kept = listed_at_least(&server, 1).await;
