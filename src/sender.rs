@@ -17,11 +17,11 @@ use tracing::{debug, error, warn};
 use crate::clock::Clock;
 use crate::config::template::Placed;
 use crate::config::DestinationConfig;
+use crate::contract::body::BodyFormat;
 use crate::domain::AggregateKey;
 use crate::forward::answer::{judge, AttemptRecord, Verdict};
 use crate::forward::circuit::{Circuit, CircuitPolicy, CircuitState};
 use crate::forward::message::{request_headers, ForwardedEvent, WebhookId};
-use crate::kind::json::contract::BodyFormat;
 use crate::sink::{Outgoing, Sink, SinkError, Sinks, Unready};
 use crate::store::{DeliveryQueue, DeliveryRecord, PendingVerdict, Store};
 use crate::worker::pause;
@@ -304,7 +304,7 @@ impl Sender {
         let media_types: std::collections::HashMap<String, &'static str> = sources
             .iter()
             .filter_map(|source| {
-                let format = source.kind.locations()?.body_format?;
+                let format = source.kind.body_format();
                 (format != BodyFormat::Json).then(|| (source.name.clone(), format.media_type()))
             })
             .collect();

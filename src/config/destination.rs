@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::target::{FileTarget, Target};
 use super::{defaults, ConfigError, SourceConfig};
-use crate::kind::json::contract::Glob;
+use crate::contract::glob::Glob;
 use crate::retry::RetryPolicy;
 use crate::signature::standard_webhooks::Key;
 use crate::signature::Secret;

@@ -175,7 +175,7 @@ fn source_problems(running: &Config, fresh: &Config, problems: &mut Vec<String>)
                 next.kind.source_kind()
             ));
         }
-        if next.kind.locations() != source.kind.locations() {
+        if next.kind.contract_settings() != source.kind.contract_settings() {
             // A json source's locations decide its aggregate keys and sequences: a change
             // would split logged aggregates from new ones. Nothing about them is trivially safe.
             problems.push(format!(
