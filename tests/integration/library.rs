@@ -316,3 +316,28 @@ async fn post(base: &str, event_id: &str, account: &str, seq: i64) -> (u16, Valu
     let code = response.status().as_u16();
     (code, response.json().await.unwrap_or(Value::Null))
 }
+
+/// The text between the `docs-snippet` lines of `examples/embed.rs`, which CI compiles.
+fn example_snippet() -> String {
+    let example =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/embed.rs")).unwrap();
+    let start = example
+        .find("// docs-snippet: start")
+        .expect("the start line");
+    let end = example.find("// docs-snippet: end").expect("the end line");
+    let (_, snippet) = example[start..end].split_once('\n').unwrap();
+    snippet.trim_end().to_owned()
+}
+
+#[test]
+fn the_snippet_of_docs_library_md_is_the_compiled_example() {
+    let page =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/library.md")).unwrap();
+    let (_, after) = page.split_once("```rust\n").expect("a rust block");
+    let (block, _) = after.split_once("\n```").unwrap();
+    assert_eq!(
+        block,
+        example_snippet(),
+        "docs/library.md shows examples/embed.rs between its docs-snippet lines"
+    );
+}
