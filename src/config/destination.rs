@@ -569,6 +569,37 @@ mod tests {
     }
 
     #[test]
+    fn an_in_process_destination_takes_no_url_secret_or_ca_file() {
+        let text =
+            with_destination("type = \"in_process\"\nsources = [\"stripe\"]\nmax_attempts = 3\n");
+        let config = Config::from_parts(Some(&text), &env(&[])).unwrap();
+        let app = config.destination("app").unwrap();
+        assert_eq!(app.target, Target::InProcess);
+        assert_eq!(app.url_for_display(), "in-process:app");
+        assert_eq!(app.retry.max_attempts, 3);
+        assert!(app.secret.expose().is_empty(), "nothing to sign");
+        for (key, line) in [
+            ("url", "url = \"https://app.example/hooks\""),
+            ("tls_ca_file", "tls_ca_file = \"ca.pem\""),
+        ] {
+            let refused = error(&format!(
+                "type = \"in_process\"\nsources = [\"stripe\"]\n{line}\n"
+            ));
+            assert!(
+                refused.contains(&format!("{key} is not for type = \"in_process\"")),
+                "{refused}"
+            );
+        }
+        let from_env = Config::from_parts(
+            Some(&text),
+            &env(&[("INHOOK_DEST_APP_URL", "https://app.example/hooks")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(from_env.contains("url is not for type"), "{from_env}");
+    }
+
+    #[test]
     fn a_destination_takes_every_key_and_defaults_to_the_top_level_retry_keys() {
         let ca = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(

@@ -303,13 +303,24 @@ async fn next(events: &mut inhook::AppliedEvents) -> inhook::Pending {
 /// Posts one signed ledger entry to the service at `base`, inhook under `/hooks`;
 /// answers the status code and body.
 async fn post(base: &str, event_id: &str, account: &str, seq: i64) -> (u16, Value) {
+    post_signed(base, SECRET, event_id, account, seq).await
+}
+
+/// [`post`], signed with `secret`.
+async fn post_signed(
+    base: &str,
+    secret: &str,
+    event_id: &str,
+    account: &str,
+    seq: i64,
+) -> (u16, Value) {
     let body = json!({"event_id": event_id, "type": "entry.posted", "account": account,
                       "seq": seq, "amount_cents": seq * 100})
     .to_string();
     let mut request = reqwest::Client::new()
         .post(format!("{base}/hooks/webhooks/ledger"))
         .body(body.clone());
-    for (name, value) in signed(Scheme::HmacHex, SECRET, body.as_bytes(), now_s()) {
+    for (name, value) in signed(Scheme::HmacHex, secret, body.as_bytes(), now_s()) {
         request = request.header(name, value);
     }
     let response = request.send().await.expect("inhook answers");
@@ -340,4 +351,111 @@ fn the_snippet_of_docs_library_md_is_the_compiled_example() {
         example_snippet(),
         "docs/library.md shows examples/embed.rs between its docs-snippet lines"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_full_router_serves_the_read_api_behind_the_token_and_reloads_in_code() {
+    const TOKEN: &str = "library-admin-token-0123456789";
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::fresh().await;
+    let settings = Settings::toml(CONFIG)
+        .database(backend.url(dir.path()))
+        .secret("ledger", SECRET)
+        .admin_token(TOKEN);
+
+    // A `type = "in_process"` table no consumer binds: nothing would ever take its events.
+    let unbound = Inhook::builder(settings.load().unwrap()).start().await;
+    let refused = format!("{:#}", unbound.err().expect("refused"));
+    assert!(
+        refused.contains("\"app\"") && refused.contains("in_process"),
+        "{refused}"
+    );
+
+    let inhook = Inhook::builder(settings.load().unwrap())
+        .on_applied("app", |_| async { Ok(()) })
+        // Bound in code alone: an in-process destination with the defaults.
+        .on_applied("audit", |_| async { Ok(()) })
+        .start()
+        .await
+        .unwrap();
+    let app = Router::new().nest("/hooks", inhook.full_router());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let url = format!("{base}/hooks");
+    let served = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap()
+    });
+    let client = reqwest::Client::new();
+    let anonymous = client
+        .get(format!("{url}/v1/destinations"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status().as_u16(), 401);
+    let listed: Value = client
+        .get(format!("{url}/v1/destinations"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let shown: Vec<(&str, &str, &str)> = listed["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{listed}"))
+        .iter()
+        .map(|d| {
+            (
+                d["name"].as_str().unwrap(),
+                d["type"].as_str().unwrap(),
+                d["url"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("app", "in_process", "in-process:app"),
+            ("audit", "in_process", "in-process:audit")
+        ]
+    );
+    let reload = client
+        .post(format!("{url}/v1/admin/reload"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reload.status().as_u16(), 422, "no file to read again");
+
+    // Rotation in code: the new secret verifies, the old one no longer does.
+    const NEW_SECRET: &str = "ledger-library-secret-2";
+    let rotated = Settings::toml(CONFIG)
+        .database(backend.url(dir.path()))
+        .secret("ledger", NEW_SECRET)
+        .admin_token(TOKEN);
+    let plan = inhook.reload_secrets(rotated.load().unwrap()).unwrap();
+    assert_eq!(plan.sources, 1);
+    let (code, _) = post_signed(&base, NEW_SECRET, "r-1", "acct-r", 1).await;
+    assert_eq!(code, 200, "the new secret verifies");
+    let (code, body) = post_signed(&base, SECRET, "r-2", "acct-r", 2).await;
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (401, Some("invalid_signature"))
+    );
+    let changed = Settings::toml(CONFIG.replace("max_attempts = 10", "max_attempts = 9"))
+        .database(backend.url(dir.path()))
+        .secret("ledger", SECRET)
+        .admin_token(TOKEN);
+    let refused = inhook.reload_secrets(changed.load().unwrap()).unwrap_err();
+    assert!(refused.to_string().contains("max_attempts"), "{refused}");
+
+    served.abort();
+    inhook.shutdown().await;
+    backend.drop_database().await;
 }
