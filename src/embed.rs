@@ -153,6 +153,8 @@ pub struct Builder {
     consumers: HashMap<String, Consumer>,
     /// Destination names in the order they were bound.
     order: Vec<String>,
+    /// A destination bound twice, refused by [`Builder::start`].
+    twice: Option<String>,
 }
 
 impl Builder {
@@ -162,6 +164,7 @@ impl Builder {
             config,
             consumers: HashMap::new(),
             order: Vec::new(),
+            twice: None,
         }
     }
 
@@ -199,12 +202,12 @@ impl Builder {
         if self
             .consumers
             .insert(destination.to_owned(), consumer)
-            .is_none()
+            .is_some()
         {
-            self.order.push(destination.to_owned());
+            // Said by `start`, which answers errors.
+            self.twice.get_or_insert_with(|| destination.to_owned());
         } else {
-            // Checked in `start`, which can say so.
-            self.order.push(format!("\0{destination}"));
+            self.order.push(destination.to_owned());
         }
     }
 
@@ -216,8 +219,9 @@ impl Builder {
             mut config,
             consumers,
             order,
+            twice,
         } = self;
-        if let Some(twice) = order.iter().find_map(|n| n.strip_prefix('\0')) {
+        if let Some(twice) = twice {
             anyhow::bail!("destination {twice:?}: a consumer is bound to it twice");
         }
         config = with_in_process(config, &order)?;

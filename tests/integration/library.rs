@@ -371,6 +371,14 @@ async fn the_full_router_serves_the_read_api_behind_the_token_and_reloads_in_cod
         "{refused}"
     );
 
+    let twice = Inhook::builder(settings.load().unwrap())
+        .on_applied("app", |_| async { Ok(()) })
+        .on_applied("app", |_| async { Ok(()) })
+        .start()
+        .await;
+    let refused = twice.err().expect("refused").to_string();
+    assert!(refused.contains("bound to it twice"), "{refused}");
+
     let inhook = Inhook::builder(settings.load().unwrap())
         .on_applied("app", |_| async { Ok(()) })
         // Bound in code alone: an in-process destination with the defaults.
