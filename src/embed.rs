@@ -4,7 +4,7 @@
 //! database, and mounts [`Inhook::router`] on its own axum `Router` and listener. The
 //! guarantees are those of `inhook serve` (docs/contract.md, G1–G7): the same store, the
 //! same handlers, the same forwarding queue; `inhook serve` itself is built from the same
-//! [`crate::app::Core`].
+//! wiring (`app::Core`).
 
 use std::collections::HashMap;
 use std::future::Future;
