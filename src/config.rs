@@ -36,7 +36,9 @@ pub mod response;
 pub mod target;
 pub mod template;
 
-pub use destination::{destination_secret_env_var, destination_url_env_var, DestinationConfig};
+pub use destination::{
+    destination_secret_env_var, destination_url_env_var, in_process_url, DestinationConfig,
+};
 pub use env_vars::{public_keys_env_var, secret_env_var, sns_topic_arns_env_var};
 pub use reload::{check_reload, LiveSecrets, ReloadPlan};
 pub use response::SourceResponse;
@@ -317,6 +319,13 @@ enum Secrets {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct ConfigError(String);
+
+impl ConfigError {
+    /// A refusal saying `why` (for layers above the config: the embedding facade).
+    pub(crate) fn new(why: impl Into<String>) -> Self {
+        Self(why.into())
+    }
+}
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

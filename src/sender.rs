@@ -272,8 +272,19 @@ impl Sender {
         clock: Clock,
         secrets: &crate::config::LiveSecrets,
     ) -> Result<Vec<Sender>, SendersError> {
+        Self::for_destinations_with(destinations, store, clock, secrets, Sinks::default())
+    }
+
+    /// [`Sender::for_destinations`], building their sinks with `sinks` (which holds the
+    /// consumers of in-process destinations).
+    pub fn for_destinations_with(
+        destinations: &[DestinationConfig],
+        store: &Arc<dyn Store>,
+        clock: Clock,
+        secrets: &crate::config::LiveSecrets,
+        mut sinks: Sinks,
+    ) -> Result<Vec<Sender>, SendersError> {
         let node_id: Arc<str> = node_id().into();
-        let mut sinks = Sinks::default();
         let mut senders = Vec::with_capacity(destinations.len());
         for destination in destinations {
             let sink = sinks
@@ -728,6 +739,8 @@ impl Sender {
                 aggregate: &aggregate,
                 event_type: &delivery.event_type,
             },
+            event_id: &delivery.event_id,
+            sequence: delivery.sequence,
         };
         let result = match self.sink.send(message, limit).await {
             Ok(result) => result,
