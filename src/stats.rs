@@ -363,6 +363,30 @@ pub fn delivery(source: &str, answered: Answered<'_>, at_ms: i64) {
     });
 }
 
+/// Counts a settle step's outcomes in the metrics and the figures of `source`.
+pub fn count_settled(source: &str, report: &crate::store::SettleReport) {
+    crate::metrics::attempts(source, "applied", report.applied);
+    crate::metrics::attempts(source, "stale", report.stale);
+    crate::metrics::attempts(source, "unsupported", report.unsupported);
+    crate::metrics::attempts(source, "dead", report.dead.len() as u64);
+    for reason in &report.dead {
+        crate::metrics::dead_event(source, *reason);
+    }
+    crate::metrics::stale_events(source, report.stale);
+    crate::metrics::sequence_ties(source, report.ties);
+    crate::metrics::gaps_skipped(source, report.gaps_skipped);
+    for lag_ms in &report.lags_ms {
+        crate::metrics::processing_lag(source, *lag_ms);
+    }
+    settled(
+        source,
+        report.applied,
+        report.stale,
+        report.dead.len() as u64,
+        &report.lags_ms,
+    );
+}
+
 /// Counts one settle step's decisions of `source`, with the receipt → decision lag of each.
 pub fn settled(source: &str, applied: u64, stale: u64, dead: u64, lags_ms: &[i64]) {
     if applied + stale + dead == 0 && lags_ms.is_empty() {

@@ -265,7 +265,7 @@ impl Retention {
 /// Metrics and decision lines of one settled aggregate (`aggregate` in stored form),
 /// whether a worker or the ingest transaction settled it.
 pub fn report_settled(source: &str, aggregate: &str, report: &crate::store::SettleReport) {
-    report.count(source);
+    crate::stats::count_settled(source, report);
     let lines = !report.decided.is_empty() && tracing::enabled!(tracing::Level::INFO);
     if !lines && report.gaps_skipped == 0 {
         // The key's text form is built only for a line that is written.

@@ -7,7 +7,8 @@ use crate::app::open_existing_store;
 use crate::clock;
 use crate::config::Config;
 use crate::domain::{AggregateKey, EventStatus};
-use crate::search::{resolve, scan_page, TypePattern, Where};
+use crate::http::api::search::{resolve, scan_page, SCAN_LIMIT};
+use crate::search::{TypePattern, Where};
 use crate::store::EventFilter;
 
 /// Arguments of `inhook events`.
@@ -66,15 +67,8 @@ pub async fn events(config_path: Option<PathBuf>, args: EventsArgs) -> anyhow::R
         let page = store.events(&filter, limit, None).await?;
         (page.items, page.next_cursor.is_some(), None)
     } else {
-        let (items, next, scan) = scan_page(
-            store.as_ref(),
-            &filter,
-            &scans,
-            limit,
-            None,
-            crate::search::SCAN_LIMIT,
-        )
-        .await?;
+        let (items, next, scan) =
+            scan_page(store.as_ref(), &filter, &scans, limit, None, SCAN_LIMIT).await?;
         (items, next.is_some(), Some(scan))
     };
     println!(

@@ -9,7 +9,8 @@ use crate::app::open_existing_store;
 use crate::clock;
 use crate::config::Config;
 use crate::domain::{AggregateKey, EventStatus};
-use crate::search::{resolve, TypePattern, Where};
+use crate::http::api::search::resolve;
+use crate::search::{TypePattern, Where};
 use crate::store::{EventFilter, ReplayOutcome};
 
 /// Arguments of `inhook replay`.

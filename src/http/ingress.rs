@@ -639,7 +639,7 @@ fn answer_new(
                 unsupported: 1,
                 ..Default::default()
             };
-            report.count(&source.name);
+            crate::stats::count_settled(&source.name, &report);
             Answer::Unsupported {
                 event_id: Some(event.event_id.clone()),
             }
@@ -668,7 +668,7 @@ fn answer_new(
             if decided.report.deliveries > 0 {
                 state.forward_wake.notify_one();
             }
-            decided.report.count(&source.name);
+            crate::stats::count_settled(&source.name, &decided.report);
             sync_answer(event, decided)
         }
     }

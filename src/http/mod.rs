@@ -3,7 +3,7 @@
 
 mod admin;
 pub mod answer;
-mod api;
+pub mod api;
 mod auth;
 mod dashboard;
 mod ingress;

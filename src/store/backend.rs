@@ -13,7 +13,6 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
-use super::settle::{ChangeRow, StateRow};
 use super::vault::Vault;
 use super::{Admission, EventRow, SettleAt, StoreError};
 use crate::ordering::Outcome;
@@ -338,4 +337,76 @@ pub(crate) fn one_int(rows: &[Vec<Cell>]) -> Result<i64, StoreError> {
         .first()
         .ok_or_else(|| StoreError::Internal("a query answered no row".into()))?;
     int(row, 0)
+}
+
+/// An aggregate's new state, as [`super::sql::SAVE_AGGREGATE`] writes it (the state text sealed
+/// already when encryption is on).
+#[derive(Debug, Clone)]
+pub struct StateRow {
+    /// The source.
+    pub source: String,
+    /// The aggregate, as stored.
+    pub aggregate: String,
+    /// The current sequence.
+    pub sequence: Option<i64>,
+    /// The event that made the state.
+    pub event_id: Option<String>,
+    /// Its type.
+    pub event_type: Option<String>,
+    /// The state text, sealed when encryption is on.
+    pub state: String,
+    /// The kind's tag of the state.
+    pub tag: Option<String>,
+    /// The highest sequence applied without a gap.
+    pub watermark: Option<i64>,
+    /// When the state was written.
+    pub updated_at_ms: i64,
+    /// The gaps skipped past.
+    pub skipped_gaps: Option<String>,
+}
+
+impl StateRow {
+    /// The parameters of [`super::sql::SAVE_AGGREGATE`].
+    pub fn params(&self) -> [Param<'_>; 10] {
+        [
+            text(&self.source),
+            text(&self.aggregate),
+            Param::OptInt(self.sequence),
+            Param::opt_text(self.event_id.as_deref()),
+            Param::opt_text(self.event_type.as_deref()),
+            text(&self.state),
+            Param::opt_text(self.tag.as_deref()),
+            Param::OptInt(self.watermark),
+            Param::Int(self.updated_at_ms),
+            Param::opt_text(self.skipped_gaps.as_deref()),
+        ]
+    }
+}
+
+/// An applied change for the stream, as [`super::sql::ADD_CHANGE`] writes it.
+#[derive(Debug, Clone)]
+pub struct ChangeRow {
+    /// The source.
+    pub source: String,
+    /// The aggregate, as stored.
+    pub aggregate: String,
+    /// The change stream's label of the source's kind.
+    pub kind: &'static str,
+    /// When the change was applied.
+    pub at_ms: i64,
+    /// The state as the stream shows it, sealed when encryption is on.
+    pub state: String,
+}
+
+impl ChangeRow {
+    /// The parameters of [`super::sql::ADD_CHANGE`].
+    pub fn params(&self) -> [Param<'_>; 5] {
+        [
+            text(&self.source),
+            text(&self.aggregate),
+            text(self.kind),
+            Param::Int(self.at_ms),
+            text(&self.state),
+        ]
+    }
 }

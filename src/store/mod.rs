@@ -529,32 +529,6 @@ pub struct Decided {
     pub current_sequence: Option<i64>,
 }
 
-impl SettleReport {
-    /// Counts the step's outcomes in the metrics of `source`.
-    pub fn count(&self, source: &str) {
-        crate::metrics::attempts(source, "applied", self.applied);
-        crate::metrics::attempts(source, "stale", self.stale);
-        crate::metrics::attempts(source, "unsupported", self.unsupported);
-        crate::metrics::attempts(source, "dead", self.dead.len() as u64);
-        for reason in &self.dead {
-            crate::metrics::dead_event(source, *reason);
-        }
-        crate::metrics::stale_events(source, self.stale);
-        crate::metrics::sequence_ties(source, self.ties);
-        crate::metrics::gaps_skipped(source, self.gaps_skipped);
-        for lag_ms in &self.lags_ms {
-            crate::metrics::processing_lag(source, *lag_ms);
-        }
-        crate::stats::settled(
-            source,
-            self.applied,
-            self.stale,
-            self.dead.len() as u64,
-            &self.lags_ms,
-        );
-    }
-}
-
 /// What settling one aggregate did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SettleReport {

@@ -18,12 +18,13 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::backend::Param;
 use super::backend::{Backend, Cell, Commit, FlowFuture, Scrub, Tx};
+use super::backend::{ChangeRow, StateRow};
 use super::batch::BatchQueue;
 use super::engine::SqlStore;
 use super::ingest::{self, Guard};
 use super::migrations::{self, POSTGRES as MIGRATIONS};
 use super::postgres_stats::StatsTender;
-use super::settle::{self, ChangeRow, StateRow};
+use super::settle;
 use super::sql;
 use super::vault::Vault;
 use super::Failure;

@@ -5,8 +5,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use super::backend::Param;
 use super::backend::{int, text, Tx};
+use super::backend::{ChangeRow, Param, StateRow};
 use super::vault::KeySet;
 use super::{forwarding, rows, sql};
 use super::{
@@ -143,78 +143,6 @@ fn state_row(source: &str, state: &AggregateState, key: Option<&DataKey>) -> Sta
         watermark: state.watermark,
         updated_at_ms: state.updated_at_ms,
         skipped_gaps: state.skipped_gaps.clone(),
-    }
-}
-
-/// An aggregate's new state, as [`sql::SAVE_AGGREGATE`] writes it (the state text sealed
-/// already when encryption is on).
-#[derive(Debug, Clone)]
-pub struct StateRow {
-    /// The source.
-    pub source: String,
-    /// The aggregate, as stored.
-    pub aggregate: String,
-    /// The current sequence.
-    pub sequence: Option<i64>,
-    /// The event that made the state.
-    pub event_id: Option<String>,
-    /// Its type.
-    pub event_type: Option<String>,
-    /// The state text, sealed when encryption is on.
-    pub state: String,
-    /// The kind's tag of the state.
-    pub tag: Option<String>,
-    /// The highest sequence applied without a gap.
-    pub watermark: Option<i64>,
-    /// When the state was written.
-    pub updated_at_ms: i64,
-    /// The gaps skipped past.
-    pub skipped_gaps: Option<String>,
-}
-
-impl StateRow {
-    /// The parameters of [`sql::SAVE_AGGREGATE`].
-    pub fn params(&self) -> [Param<'_>; 10] {
-        [
-            text(&self.source),
-            text(&self.aggregate),
-            Param::OptInt(self.sequence),
-            Param::opt_text(self.event_id.as_deref()),
-            Param::opt_text(self.event_type.as_deref()),
-            text(&self.state),
-            Param::opt_text(self.tag.as_deref()),
-            Param::OptInt(self.watermark),
-            Param::Int(self.updated_at_ms),
-            Param::opt_text(self.skipped_gaps.as_deref()),
-        ]
-    }
-}
-
-/// An applied change for the stream, as [`sql::ADD_CHANGE`] writes it.
-#[derive(Debug, Clone)]
-pub struct ChangeRow {
-    /// The source.
-    pub source: String,
-    /// The aggregate, as stored.
-    pub aggregate: String,
-    /// The change stream's label of the source's kind.
-    pub kind: &'static str,
-    /// When the change was applied.
-    pub at_ms: i64,
-    /// The state as the stream shows it, sealed when encryption is on.
-    pub state: String,
-}
-
-impl ChangeRow {
-    /// The parameters of [`sql::ADD_CHANGE`].
-    pub fn params(&self) -> [Param<'_>; 5] {
-        [
-            text(&self.source),
-            text(&self.aggregate),
-            text(self.kind),
-            Param::Int(self.at_ms),
-            text(&self.state),
-        ]
     }
 }
 

@@ -13,11 +13,11 @@ use send_wrapper::SendWrapper;
 
 use super::backend::Param;
 use super::backend::{Backend, Cell, Commit, FlowFuture, Scrub, Tx};
+use super::backend::{ChangeRow, StateRow};
 use super::batch::BatchQueue;
 use super::engine::SqlStore;
 use super::ingest::{self, Guard};
 use super::migrations::{self, SQLITE as MIGRATIONS};
-use super::settle::{ChangeRow, StateRow};
 use super::sql;
 use super::vault::Vault;
 use super::Failure;

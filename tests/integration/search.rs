@@ -5,7 +5,8 @@
 //! still finds old events after a key rotation; bulk replay and the command line by the
 //! same query; an old store migrated.
 
-use inhook::search::{scan_page, Where};
+use inhook::http::api::search::scan_page;
+use inhook::search::Where;
 use inhook::signature::Scheme;
 use inhook::store::EventFilter;
 use serde_json::{json, Value};

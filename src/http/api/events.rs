@@ -9,13 +9,13 @@ use utoipa::{IntoParams, ToSchema};
 use super::extract::{Path, Query};
 use super::replay::rfc3339_ms;
 use super::search;
+use super::search::ScanView;
 use super::{aggregate_filter, page_size, status_filter};
 use crate::clock;
 use crate::domain::{AggregateKey, EventStatus};
 use crate::http::answer::{AdminFailures, Answer, ErrorBody};
 use crate::http::AppState;
 use crate::mask::mask;
-use crate::search::ScanView;
 use crate::search::TypePattern;
 use crate::store::{EventFilter, EventRecord};
 
@@ -215,7 +215,7 @@ pub(crate) async fn events_list(
             "event_id cannot hold a NUL character".into(),
         ));
     }
-    let (matches, scans) = crate::search::resolve(
+    let (matches, scans) = search::resolve(
         &state.config,
         state.store.as_ref(),
         source.as_deref(),
@@ -244,13 +244,13 @@ pub(crate) async fn events_list(
         search: matches,
     };
     if !scans.is_empty() {
-        let (found, next_cursor, scan) = crate::search::scan_page(
+        let (found, next_cursor, scan) = search::scan_page(
             state.store.as_ref(),
             &filter,
             &scans,
             limit,
             query.cursor,
-            crate::search::SCAN_LIMIT,
+            search::SCAN_LIMIT,
         )
         .await?;
         return Ok(Json(EventPage {

@@ -13,7 +13,7 @@ pub(super) mod overview;
 pub(super) mod presence;
 pub(super) mod replay;
 pub(super) mod saves;
-pub(super) mod search;
+pub mod search;
 pub(super) mod stats;
 
 use serde::Deserialize;

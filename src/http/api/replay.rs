@@ -181,7 +181,7 @@ pub(crate) async fn replay_bulk(
         .map(|w| crate::search::Where::parse(w))
         .collect::<Result<Vec<_>, _>>()
         .map_err(Answer::BadRequest)?;
-    let (search, _) = crate::search::resolve(
+    let (search, _) = super::search::resolve(
         &state.config,
         state.store.as_ref(),
         request.source.as_deref(),
