@@ -274,21 +274,22 @@ async fn events_decided_at_ingest_are_forwarded_in_order() {
         accept_delay_ms: 0,
     });
     let port = serve_recording(&seen).await;
-    let mut server = crate::support::TestServer::unstarted(
-        "",
-        "decide_at_ingest = true",
-        &format!(
-            r#"
+    let mut server = crate::support::TestServer::in_process()
+        .unstarted(
+            "",
+            "decide_at_ingest = true",
+            &format!(
+                r#"
 [[destinations]]
 name = "app"
 url = "http://127.0.0.1:{port}/hooks"
 sources = ["save-game"]
 secret = "{DEST_SECRET}"
 "#
-        ),
-    )
-    .await;
-    server.start();
+            ),
+        )
+        .await;
+    server.start_in_process().await;
     let store = server.store().await;
     let bodies: Vec<Value> = (1..=3)
         .map(|seq| delta(&format!("fwd-at-ingest-{seq}"), "slot_a", seq, 1))

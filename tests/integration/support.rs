@@ -485,30 +485,32 @@ secrets = ["{s0}", "{s1}"]
                     .enable_all()
                     .build()
                     .expect("server runtime");
-                runtime.block_on(async move {
+                let clean = runtime.block_on(async move {
                     let app = match inhook::app::Application::build(config).await {
                         Ok(app) => app,
                         Err(err) => {
                             let _ = ready_tx.send(Err(format!("{err:#}")));
-                            return;
+                            return false;
                         }
                     };
                     let _ = ready_tx.send(app.local_addr().map_err(|e| e.to_string()));
-                    let stopped = async {
+                    let stopped = async move {
                         let _ = stop_rx.await;
                     };
                     tokio::select! {
                         outcome = app.run_until_stopped(stopped) => {
-                            if let Err(err) = outcome {
+                            if let Err(err) = &outcome {
                                 eprintln!("in-process server failed: {err:#}");
                             }
+                            outcome.is_ok()
                         }
                         // Dropped with the test: end now, like the child's SIGKILL.
-                        _ = kill_rx => {}
+                        _ = kill_rx => false,
                     }
                 });
                 // Tasks still in a store call are not waited for: the test is over.
                 runtime.shutdown_background();
+                clean
             })
             .expect("server thread");
         let addr = match ready_rx.await {
@@ -524,20 +526,15 @@ secrets = ["{s0}", "{s1}"]
         });
     }
 
-    /// Stops an in-process server as SIGTERM stops the child: no new connections, work in
-    /// hand finished, then `run_until_stopped` returns. Returns whether it stopped cleanly.
-    pub async fn stop_in_process(&mut self) -> bool {
-        let mut running = self.running.take().expect("in-process server running");
-        let _ = running.stop.take().expect("stop sender").send(());
-        let thread = running.thread.take().expect("server thread");
-        tokio::task::spawn_blocking(move || thread.join().is_ok())
-            .await
-            .expect("join server thread")
-    }
-
     /// Sends SIGTERM and waits for the process to exit; returns whether it exited successfully.
+    /// In process: the graceful stop `run_until_stopped` makes on its shutdown signal
+    /// (no new connections, work in hand finished), waited for; whether it returned `Ok`.
     pub fn terminate(&mut self) -> bool {
-        self.needs_process("terminate");
+        if let Some(mut running) = self.running.take() {
+            let _ = running.stop.take().expect("stop sender").send(());
+            let thread = running.thread.take().expect("server thread");
+            return thread.join().expect("server thread panicked");
+        }
         let mut child = self.child.take().expect("server running");
         Command::new("kill")
             .arg("-TERM")
@@ -1023,7 +1020,8 @@ struct InProcessServer {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     /// Ends the server at once: its runtime is dropped.
     kill: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// The server's thread: whether `run_until_stopped` returned `Ok`.
+    thread: Option<std::thread::JoinHandle<bool>>,
 }
 
 impl Drop for InProcessServer {
