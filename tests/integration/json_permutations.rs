@@ -128,7 +128,7 @@ fn customer(seed: u64, event: usize, created: i64) -> Value {
 
 #[tokio::test]
 async fn shuffled_latest_wins_streams_end_at_the_last_received_of_the_highest_sequence() {
-    let server = TestServer::in_process().spawn_with_sources(SOURCES).await;
+    let server = TestServer::spawn_with_sources(SOURCES).await;
     let (mut ties, mut async_ties_at_least, mut redelivered) = (0.0, 0.0, 0.0);
     for seed in SEEDS {
         let stream = Shuffled::with_ties(seed);
@@ -243,7 +243,7 @@ async fn shuffled_latest_wins_streams_end_at_the_last_received_of_the_highest_se
 
 #[tokio::test]
 async fn shuffled_in_order_streams_apply_every_event_once() {
-    let server = TestServer::in_process().spawn_with_sources(SOURCES).await;
+    let server = TestServer::spawn_with_sources(SOURCES).await;
     for seed in SEEDS {
         let stream = Shuffled::new(seed, (1..=7).collect(), 3);
         let account = format!("acct_{seed}");

@@ -341,9 +341,7 @@ async fn sink_nats_missing_stream_is_logged_and_retried_until_it_exists() {
     }
     let test = TestStream::fresh().await;
     let url = format!("nats://{NATS}");
-    let server = TestServer::in_process()
-        .spawn_with_sources(&test.destination("bus", &url, ""))
-        .await;
+    let server = TestServer::spawn_with_sources(&test.destination("bus", &url, "")).await;
     let stream_word = format!("stream \"{}\" does not exist", test.name);
     wait_logged(&server, &["bus", &stream_word, "create_stream"]).await;
     let chaos = Chaos::new(Endpoint::new(&server.url), (0x0027_0005, 80, 8), 4, 2_000);
@@ -367,9 +365,7 @@ async fn sink_nats_missing_stream_is_logged_and_retried_until_it_exists() {
     narrow
         .create(&[format!("{}.presence.>", narrow.prefix)])
         .await;
-    let server = TestServer::in_process()
-        .spawn_with_sources(&narrow.destination("bus", &url, ""))
-        .await;
+    let server = TestServer::spawn_with_sources(&narrow.destination("bus", &url, "")).await;
     wait_logged(
         &server,
         &["subject ", "is not within the subjects", &narrow.name],

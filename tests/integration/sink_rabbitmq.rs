@@ -278,14 +278,13 @@ async fn sink_rabbitmq_forwards_a_chaotic_stream_once_each_in_order() {
         return;
     }
     let broker = Broker::new(false).await;
-    let server = TestServer::in_process()
-        .spawn_with_sources(&destination(
-            "amqp",
-            &amqp_url(BROKER),
-            &broker.exchange,
-            "declare = true",
-        ))
-        .await;
+    let server = TestServer::spawn_with_sources(&destination(
+        "amqp",
+        &amqp_url(BROKER),
+        &broker.exchange,
+        "declare = true",
+    ))
+    .await;
     assert!(broker.exchange_exists().await, "declare = true made it");
     broker.bind().await;
     let chaos = Chaos::new(Endpoint::new(&server.url), (0x0027_a001, 600, 30), 8, 400);
@@ -322,14 +321,13 @@ async fn sink_rabbitmq_outage_opens_the_circuit_and_loses_nothing() {
     }
     let broker = Broker::bound().await;
     let proxy = TcpProxy::start(BROKER.parse().unwrap()).await;
-    let server = TestServer::in_process()
-        .spawn_with_sources(&destination(
-            "amqp",
-            &amqp_url(&proxy.addr().to_string()),
-            &broker.exchange,
-            "",
-        ))
-        .await;
+    let server = TestServer::spawn_with_sources(&destination(
+        "amqp",
+        &amqp_url(&proxy.addr().to_string()),
+        &broker.exchange,
+        "",
+    ))
+    .await;
     let chaos = Chaos::new(Endpoint::new(&server.url), (0x0027_a002, 600, 30), 8, 150);
     let sending = chaos.send();
     // Some deliveries first, so the outage starts mid-run.
@@ -420,14 +418,13 @@ async fn sink_rabbitmq_a_missing_exchange_is_logged_at_start_and_retried_until_i
         return;
     }
     let broker = Broker::new(false).await;
-    let server = TestServer::in_process()
-        .spawn_with_sources(&destination(
-            "amqp",
-            &amqp_url(BROKER),
-            &broker.exchange,
-            "",
-        ))
-        .await;
+    let server = TestServer::spawn_with_sources(&destination(
+        "amqp",
+        &amqp_url(BROKER),
+        &broker.exchange,
+        "",
+    ))
+    .await;
     let log = wait_logged(&server, &["declare = true creates it"]).await;
     let line = line_with(&log, "declare = true creates it", "missing exchange");
     assert!(line.contains("exchange"), "{line}");
@@ -471,14 +468,13 @@ async fn sink_rabbitmq_a_missing_exchange_is_logged_at_start_and_retried_until_i
         )
         .await
         .expect("declare a direct exchange");
-    let mismatched = TestServer::in_process()
-        .spawn_with_sources(&destination(
-            "amqp",
-            &amqp_url(BROKER),
-            &direct.exchange,
-            "declare = true",
-        ))
-        .await;
+    let mismatched = TestServer::spawn_with_sources(&destination(
+        "amqp",
+        &amqp_url(BROKER),
+        &direct.exchange,
+        "declare = true",
+    ))
+    .await;
     let log = wait_logged(&mismatched, &["was refused by the broker"]).await;
     let line = line_with(&log, "was refused by the broker", "mismatched exchange");
     assert!(line.contains("exchange"), "{line}");
@@ -544,7 +540,7 @@ async fn sink_rabbitmq_unroutable_messages_die_and_a_replay_delivers_them_in_ord
     let broker = Broker::new(true).await;
     let config = destination("amqp", &amqp_url(BROKER), &broker.exchange, "")
         .replace("max_attempts = 50", "max_attempts = 2");
-    let server = TestServer::in_process().spawn_with_sources(&config).await;
+    let server = TestServer::spawn_with_sources(&config).await;
     let chaos = Chaos::new(Endpoint::new(&server.url), (0x0027_a005, 60, 4), 4, 200);
     chaos.send_all().await;
     crate::forward_crash::converged(&chaos.publisher, &chaos.stream, Duration::from_secs(15)).await;
@@ -665,14 +661,13 @@ async fn sink_rabbitmq_a_routing_key_one_event_makes_too_long_is_a_dead_delivery
         return;
     }
     let broker = Broker::bound().await;
-    let server = TestServer::in_process()
-        .spawn_with_sources(&destination(
-            "amqp",
-            &amqp_url(BROKER),
-            &broker.exchange,
-            "",
-        ))
-        .await;
+    let server = TestServer::spawn_with_sources(&destination(
+        "amqp",
+        &amqp_url(BROKER),
+        &broker.exchange,
+        "",
+    ))
+    .await;
     // 128 bytes, the longest id; each `.` and `*` written %2E or %2A in a routing key:
     // 384 bytes.
     let long_user = "*.".repeat(64);

@@ -39,7 +39,7 @@ pub(crate) async fn read_until_closed(stream: &mut (impl AsyncRead + Unpin)) -> 
 
 #[tokio::test]
 async fn a_silent_or_trickling_client_is_cut_off_after_the_head_timeout() {
-    let server = TestServer::in_process().spawn_configured(LIMITS, "").await;
+    let server = TestServer::spawn_configured(LIMITS, "").await;
 
     let mut silent = connect(&server).await;
     let (mut trickle_read, mut trickle_write) = connect(&server).await.into_split();
@@ -85,7 +85,7 @@ async fn a_silent_or_trickling_client_is_cut_off_after_the_head_timeout() {
 
 #[tokio::test]
 async fn a_body_that_stalls_gets_408_and_nothing_is_stored() {
-    let server = TestServer::in_process().spawn_configured(LIMITS, "").await;
+    let server = TestServer::spawn_configured(LIMITS, "").await;
     let body = serde_json::to_vec(&json!({"event_id": "slow", "event_type": "progress.saved",
         "player_id": "p", "save_slot": "s", "sequence": 1, "idempotency_key": "slow",
         "data": {}}))
@@ -117,7 +117,7 @@ async fn a_body_that_stalls_gets_408_and_nothing_is_stored() {
 
 #[tokio::test]
 async fn unparsable_or_oversized_heads_get_400_or_431_with_a_json_body() {
-    let server = TestServer::in_process().spawn().await;
+    let server = TestServer::spawn().await;
     let huge = format!(
         "POST /webhooks/save-game HTTP/1.1\r\nHost: x\r\nx-padding: {}\r\n\r\n",
         "a".repeat(64 * 1024)
@@ -197,9 +197,9 @@ async fn trickling_bodies_that_declare_the_limit_do_not_block_a_genuine_delivery
 
 #[tokio::test]
 async fn a_body_slower_than_the_minimum_rate_is_cut_long_before_the_timeout() {
-    let server = TestServer::in_process()
-        .spawn_configured("body_read_timeout_s = 60\nmin_body_bytes_per_s = 1024", "")
-        .await;
+    let server =
+        TestServer::spawn_configured("body_read_timeout_s = 60\nmin_body_bytes_per_s = 1024", "")
+            .await;
     let (mut read, mut write) = connect(&server).await.into_split();
     write
         .write_all(
