@@ -81,7 +81,7 @@ async fn an_empty_admin_token_is_a_startup_error_naming_the_key() {
 
 #[tokio::test]
 async fn without_a_token_only_direct_loopback_clients_are_served() {
-    let server = TestServer::spawn().await;
+    let server = TestServer::in_process().spawn().await;
     let client = reqwest::Client::new();
     let events = format!("{}/v1/events", server.url);
 
@@ -143,7 +143,7 @@ async fn an_ipv4_client_of_a_dual_stack_listener_is_loopback() {
 
 #[tokio::test]
 async fn cross_site_state_changes_are_refused_and_change_nothing() {
-    let server = TestServer::spawn().await;
+    let server = TestServer::in_process().spawn().await;
     let client = reqwest::Client::new();
     let reload = format!("{}/v1/admin/reload", server.url);
     let rotated = "save-test-secret-csrf-rotated";
@@ -202,7 +202,9 @@ async fn cross_site_state_changes_are_refused_and_change_nothing() {
 #[tokio::test]
 async fn with_a_token_the_bearer_decides_and_origins_are_still_checked() {
     let token = "admin-auth-test-token";
-    let server = TestServer::spawn_configured(&format!("admin_token = \"{token}\""), "").await;
+    let server = TestServer::in_process()
+        .spawn_configured(&format!("admin_token = \"{token}\""), "")
+        .await;
     let client = reqwest::Client::new();
     let events = format!("{}/v1/events", server.url);
     for wrong in ["", "admin-auth-test", "admin-auth-test-token-and-more", "x"] {
@@ -359,6 +361,8 @@ async fn a_peer_guessing_tokens_must_wait_and_cannot_tell_a_right_guess() {
         assert_eq!(headers["retry-after"], "1");
         assert_admin_headers(&headers, "429");
     }
+    // The lockout's own length (Retry-After: 1), not a condition to poll: a call during it
+    // would be part of what it counts.
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     assert_eq!(call(client.get(&events).bearer_auth(token)).await.0, 200);
     // The right token cleared the count: the next wrong ones are free again.

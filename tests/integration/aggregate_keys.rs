@@ -37,7 +37,7 @@ fn ids(page: &Value) -> Vec<&str> {
 
 #[tokio::test]
 async fn a_user_id_holding_a_slash_is_one_aggregate_everywhere() {
-    let server = TestServer::spawn().await;
+    let server = TestServer::in_process().spawn().await;
     // Filtered by the query-encoded text form before anything arrives.
     let mut stream = reqwest::Client::new()
         .get(format!("{}/v1/stream?aggregate=team%252Falice", server.url))
@@ -91,7 +91,7 @@ async fn a_user_id_holding_a_slash_is_one_aggregate_everywhere() {
 
 #[tokio::test]
 async fn a_save_slot_whose_player_holds_slash_and_percent_is_found_and_replayed() {
-    let server = TestServer::spawn().await;
+    let server = TestServer::in_process().spawn().await;
     const TEXT: &str = "p%2F1%25/a";
     const QUERY: &str = "p%252F1%2525/a";
     // The slot of player `p/1%`, and a decoy: slot `a` of player `p`. Each loses a

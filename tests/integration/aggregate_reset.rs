@@ -126,7 +126,7 @@ async fn a_reset_unfreezes_an_aggregate_a_far_future_version_froze_and_keeps_the
 
 #[tokio::test]
 async fn a_reset_of_nothing_stored_or_of_an_unknown_source_is_404_and_a_bad_key_400() {
-    let server = TestServer::spawn_with_sources(SOURCE).await;
+    let server = TestServer::in_process().spawn_with_sources(SOURCE).await;
     let unknown = reset(&server, "never-seen").await;
     assert_eq!(unknown.code, 404, "{unknown:?}");
     assert_eq!(unknown.body["error"], "unknown_aggregate");
@@ -158,7 +158,7 @@ async fn a_reset_of_nothing_stored_or_of_an_unknown_source_is_404_and_a_bad_key_
 
 #[tokio::test]
 async fn reset_on_the_command_line_names_the_aggregate_and_audits() {
-    let server = TestServer::spawn_with_sources(SOURCE).await;
+    let server = TestServer::in_process().spawn_with_sources(SOURCE).await;
     assert_eq!(
         post(&server, "v9", "item/2", 9_999_123_456_789).await.code,
         200

@@ -42,7 +42,9 @@ fn server_log(server: &TestServer) -> String {
 
 #[tokio::test]
 async fn a_listed_peer_is_served() {
-    let server = TestServer::spawn_with_sources(&gated(r#"["127.0.0.1/32"]"#)).await;
+    let server = TestServer::in_process()
+        .spawn_with_sources(&gated(r#"["127.0.0.1/32"]"#))
+        .await;
     let reply = post(&server, "evt_1", &[]).await;
     assert_eq!(reply.code, 200, "{:?}", reply.body);
     assert_eq!(reply.body["status"], "applied");
@@ -87,11 +89,12 @@ async fn another_peer_is_refused_before_anything_is_read() {
 
 #[tokio::test]
 async fn a_trusted_proxy_names_the_client() {
-    let server = TestServer::spawn_top_and_sources(
-        r#"trusted_proxies = ["127.0.0.1/32"]"#,
-        &gated(r#"["192.0.2.0/24"]"#),
-    )
-    .await;
+    let server = TestServer::in_process()
+        .spawn_top_and_sources(
+            r#"trusted_proxies = ["127.0.0.1/32"]"#,
+            &gated(r#"["192.0.2.0/24"]"#),
+        )
+        .await;
     // The proxy itself is not allowed.
     let reply = post(&server, "evt_1", &[]).await;
     assert_eq!((reply.code, &reply.body), (403, &forbidden()));
@@ -122,11 +125,12 @@ async fn a_trusted_proxy_names_the_client() {
 /// does not parse used to drop the chain and make the client the proxy, which passed.
 #[tokio::test]
 async fn an_unparseable_hop_never_passes_as_the_proxy() {
-    let server = TestServer::spawn_top_and_sources(
-        r#"trusted_proxies = ["127.0.0.1/32"]"#,
-        &gated(r#"["127.0.0.0/8", "192.0.2.0/24"]"#),
-    )
-    .await;
+    let server = TestServer::in_process()
+        .spawn_top_and_sources(
+            r#"trusted_proxies = ["127.0.0.1/32"]"#,
+            &gated(r#"["127.0.0.0/8", "192.0.2.0/24"]"#),
+        )
+        .await;
     for (i, (name, value)) in [
         ("x-forwarded-for", "junk"),
         ("x-forwarded-for", "192.0.2.7, junk"),
@@ -162,11 +166,12 @@ async fn an_unparseable_hop_never_passes_as_the_proxy() {
 
 #[tokio::test]
 async fn an_untrusted_peers_forwarding_headers_are_ignored() {
-    let server = TestServer::spawn_top_and_sources(
-        r#"trusted_proxies = ["10.0.0.0/8"]"#,
-        &gated(r#"["192.0.2.0/24"]"#),
-    )
-    .await;
+    let server = TestServer::in_process()
+        .spawn_top_and_sources(
+            r#"trusted_proxies = ["10.0.0.0/8"]"#,
+            &gated(r#"["192.0.2.0/24"]"#),
+        )
+        .await;
     let reply = post(&server, "evt_1", &[("x-forwarded-for", "192.0.2.7")]).await;
     assert_eq!((reply.code, &reply.body), (403, &forbidden()));
     let reply = post(&server, "evt_2", &[("forwarded", "for=192.0.2.7")]).await;
@@ -197,18 +202,20 @@ fn stalled_request(client: &str, length: usize, sent: usize) -> String {
 async fn behind_a_trusted_proxy_each_client_has_its_own_body_budget() {
     use tokio::io::AsyncReadExt;
     const LIMIT: usize = 16 * 1024;
-    let server = TestServer::spawn_configured(
-        &format!(
-            "trusted_proxies = [\"127.0.0.1/32\"]\nmax_body_bytes = {LIMIT}\n\
+    let server = TestServer::in_process()
+        .spawn_configured(
+            &format!(
+                "trusted_proxies = [\"127.0.0.1/32\"]\nmax_body_bytes = {LIMIT}\n\
              max_buffered_body_bytes = {}\nmax_buffered_body_bytes_per_peer = {LIMIT}\n\
              body_read_timeout_s = 20\nmin_body_bytes_per_s = 0",
-            8 * LIMIT
-        ),
-        "",
-    )
-    .await;
+                8 * LIMIT
+            ),
+            "",
+        )
+        .await;
     // 192.0.2.7, through the proxy, stalls a body just short of its share.
     let stalled = send_raw(&server, stalled_request("192.0.2.7", LIMIT, LIMIT - 100)).await;
+    // A short bounded wait for the server to buffer that body: no answer marks it read.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     // Its next body does not fit its share, though it comes over the same proxy as others.
     let mut second = send_raw(&server, stalled_request("192.0.2.7", 2048, 2048)).await;

@@ -159,8 +159,9 @@ async fn post(server: &TestServer, source: &str, body: &[u8], headers: &[(&str, 
 async fn discord_ed25519_accepts_any_listed_key_and_refuses_tampering() {
     let (_, sendgrid_public) = sendgrid_key();
     let keys = format!(r#"["{}", "{}"]"#, discord_public(1), discord_public(2));
-    let server =
-        TestServer::spawn_with_sources(&sources(&keys, &format!(r#"["{sendgrid_public}"]"#))).await;
+    let server = TestServer::in_process()
+        .spawn_with_sources(&sources(&keys, &format!(r#"["{sendgrid_public}"]"#)))
+        .await;
     let now = now_s();
     let body = discord_body("i-1", "ping");
     let reply = post(
@@ -251,9 +252,9 @@ async fn sendgrid_ecdsa_p256_accepts_any_listed_key_and_refuses_tampering() {
         &new_public[..64],
         &new_public[64..]
     );
-    let server =
-        TestServer::spawn_with_sources(&sources(&format!(r#"["{}"]"#, discord_public(1)), &keys))
-            .await;
+    let server = TestServer::in_process()
+        .spawn_with_sources(&sources(&format!(r#"["{}"]"#, discord_public(1)), &keys))
+        .await;
     let now = now_s();
     let body = sendgrid_body("sg-1");
     let reply = post(
@@ -397,11 +398,12 @@ fn a_bad_public_key_refuses_the_start_naming_source_key_and_entry() {
 #[tokio::test]
 async fn twilio_signs_the_url_and_sorted_form_parameters_or_the_body_hash() {
     let (_, sendgrid_public) = sendgrid_key();
-    let server = TestServer::spawn_with_sources(&sources(
-        &format!(r#"["{}"]"#, discord_public(1)),
-        &format!(r#"["{sendgrid_public}"]"#),
-    ))
-    .await;
+    let server = TestServer::in_process()
+        .spawn_with_sources(&sources(
+            &format!(r#"["{}"]"#, discord_public(1)),
+            &format!(r#"["{sendgrid_public}"]"#),
+        ))
+        .await;
     let params = [
         ("ToCountry", "US"),
         ("SmsMessageSid", "SM1"),
@@ -631,8 +633,9 @@ public_url = "https://hooks.example.com"
 secrets = ["twilio-new-token"]
 "#
     );
-    let server =
-        TestServer::spawn_with_sources(&(sources(&discord_keys, &sendgrid_keys) + &presets)).await;
+    let server = TestServer::in_process()
+        .spawn_with_sources(&(sources(&discord_keys, &sendgrid_keys) + &presets))
+        .await;
     let now = now_s();
     let discord = String::from_utf8(discord_body("o-1", "ping")).unwrap();
     let sendgrid = String::from_utf8(sendgrid_body("o-2")).unwrap();

@@ -283,7 +283,7 @@ async fn a_batch_logs_each_element_as_its_own_event_with_its_own_bytes() {
 
 #[tokio::test]
 async fn a_bad_element_is_named_by_its_index_and_nothing_of_the_batch_is_kept() {
-    let server = TestServer::spawn_with_sources(SOURCES).await;
+    let server = TestServer::in_process().spawn_with_sources(SOURCES).await;
     let mut bad = sendgrid_event("sg-12", "cy@example.com", "bounce", 1_513_299_700);
     bad.as_object_mut().unwrap().remove("sg_event_id");
     let body = batch(&[
@@ -341,7 +341,7 @@ async fn a_bad_element_is_named_by_its_index_and_nothing_of_the_batch_is_kept() 
 
 #[tokio::test]
 async fn a_sync_batch_answers_each_elements_decision() {
-    let server = TestServer::spawn_with_sources(SOURCES).await;
+    let server = TestServer::in_process().spawn_with_sources(SOURCES).await;
     let body = batch(&[
         sendgrid_event("s-2", "gil@example.com", "delivered", 20),
         sendgrid_event("s-1", "gil@example.com", "processed", 10),
@@ -399,7 +399,7 @@ async fn post_for_text(
 
 #[tokio::test]
 async fn a_source_response_replaces_accepted_answers_and_errors_keep_json() {
-    let server = TestServer::spawn_with_sources(SOURCES).await;
+    let server = TestServer::in_process().spawn_with_sources(SOURCES).await;
     const FORM: &str = "application/x-www-form-urlencoded";
     let body = b"team_id=T1&command=%2Fdeploy&text=web&trigger_id=tr.1";
     for _ in 0..2 {
@@ -469,16 +469,17 @@ async fn forwarded_events_carry_the_content_type_they_were_received_with() {
 
     let received: Received = Received::default();
     let port = recording_application(&received).await;
-    let server = TestServer::spawn_with_sources(&format!(
-        r#"{SOURCES}
+    let server = TestServer::in_process()
+        .spawn_with_sources(&format!(
+            r#"{SOURCES}
 [[destinations]]
 name = "app"
 url = "http://127.0.0.1:{port}/hooks"
 sources = ["zoom", "sendgrid"]
 secret = "{DEST_SECRET}"
 "#
-    ))
-    .await;
+        ))
+        .await;
     let body = zoom_event("111", "Retro");
     let r = post_at(
         &server,
@@ -564,11 +565,12 @@ async fn an_encrypted_store_logs_a_batch_sealed_and_reads_each_element_back() {
 
 #[tokio::test]
 async fn a_limit_refusing_one_element_keeps_nothing_of_the_batch() {
-    let server = TestServer::spawn_with_sources(&SOURCES.replace(
-        "batch_max_events = 5",
-        "batch_max_events = 5\nmax_backlog = 2",
-    ))
-    .await;
+    let server = TestServer::in_process()
+        .spawn_with_sources(&SOURCES.replace(
+            "batch_max_events = 5",
+            "batch_max_events = 5\nmax_backlog = 2",
+        ))
+        .await;
     let events: Vec<Value> = (0..3)
         .map(|i| sendgrid_event(&format!("b-{i}"), "max@example.com", "open", i))
         .collect();
@@ -580,7 +582,7 @@ async fn a_limit_refusing_one_element_keeps_nothing_of_the_batch() {
 
 #[tokio::test]
 async fn a_batch_spends_one_rate_token_per_event_and_one_over_the_tokens_keeps_nothing() {
-    let server = TestServer::spawn_with_sources(SOURCES).await;
+    let server = TestServer::in_process().spawn_with_sources(SOURCES).await;
     let event = |i: i64| sendgrid_event(&format!("rl-{i}"), "rl@example.com", "open", i);
     // rate_limit_per_s = 2: a full bucket holds 2 tokens, and a batch of 2 spends both.
     let r = post_json(
@@ -619,7 +621,7 @@ async fn a_batch_spends_one_rate_token_per_event_and_one_over_the_tokens_keeps_n
 
 #[tokio::test]
 async fn a_batch_larger_than_the_burst_takes_a_full_bucket_and_leaves_a_debt() {
-    let server = TestServer::spawn_with_sources(SOURCES).await;
+    let server = TestServer::in_process().spawn_with_sources(SOURCES).await;
     let event = |i: i64| sendgrid_event(&format!("debt-{i}"), "debt@example.com", "open", i);
     // Five events on a bucket of 2: taken whole on a full bucket, never refused for ever...
     let five: Vec<Value> = (1..=5).map(event).collect();

@@ -257,12 +257,13 @@ async fn a_hand_written_source_is_strict_unless_it_opts_in_and_the_log_says_why_
 ) {
     use crate::support::signed;
     use inhook::signature::Scheme;
-    let server = TestServer::spawn_with_sources(&format!(
-        "{}\n{}",
-        hand_written("strict", false),
-        hand_written("lenient", true)
-    ))
-    .await;
+    let server = TestServer::in_process()
+        .spawn_with_sources(&format!(
+            "{}\n{}",
+            hand_written("strict", false),
+            hand_written("lenient", true)
+        ))
+        .await;
     let post = |source: &'static str, body: Value| {
         let server = &server;
         async move {

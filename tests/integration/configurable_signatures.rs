@@ -100,7 +100,7 @@ ordering = "unordered"
 "#;
 
 async fn server() -> TestServer {
-    TestServer::spawn_with_sources(SOURCES).await
+    TestServer::in_process().spawn_with_sources(SOURCES).await
 }
 
 fn hmac256(key: &str, message: &[u8]) -> Vec<u8> {

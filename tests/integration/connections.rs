@@ -308,6 +308,7 @@ async fn one_peer_holds_at_most_its_share_of_the_body_budget() {
         )
         .await
         .unwrap();
+    // A short bounded wait for the server to buffer that body: no answer marks it read.
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Its next body does not fit its share: 503, though the budget has room for six more.
     let mut second = connect_from(&server, "127.0.0.2").await;

@@ -79,7 +79,7 @@ fn form(pairs: &[(&str, &str)]) -> String {
 
 #[tokio::test]
 async fn alternatives_read_pull_requests_and_issues_from_one_source() {
-    let server = TestServer::spawn_with_sources(SOURCES).await;
+    let server = TestServer::in_process().spawn_with_sources(SOURCES).await;
     let gh = |body: &Value, event: &'static str, id: &'static str| {
         let body = body.to_string();
         let server = &server;
@@ -199,7 +199,7 @@ async fn a_form_source_keeps_its_fields_and_refuses_json() {
 
 #[tokio::test]
 async fn unwrap_reads_the_payload_field_as_the_document() {
-    let server = TestServer::spawn_with_sources(SOURCES).await;
+    let server = TestServer::in_process().spawn_with_sources(SOURCES).await;
     let payload = json!({"type": "block_actions", "trigger_id": "tr.9",
                          "user": {"id": "U7"}, "actions": [{"action_id": "approve", "value": "yes"}]});
     let body = form(&[("payload", &payload.to_string())]);
@@ -253,16 +253,17 @@ async fn a_form_source_is_forwarded_byte_for_byte_with_its_media_type() {
 
     let received: Received = Received::default();
     let port = recording_application(&received).await;
-    let server = TestServer::spawn_with_sources(&format!(
-        r#"{SOURCES}
+    let server = TestServer::in_process()
+        .spawn_with_sources(&format!(
+            r#"{SOURCES}
 [[destinations]]
 name = "app"
 url = "http://127.0.0.1:{port}/hooks"
 sources = ["commands", "gh"]
 secret = "{DEST_SECRET}"
 "#
-    ))
-    .await;
+        ))
+        .await;
     let body = form(&[("team_id", "T2"), ("trigger_id", "tr.f"), ("text", "a b")]);
     let r = post(
         &server,

@@ -716,8 +716,9 @@ async fn get_keeps_its_405_where_no_handshake_comes_as_a_get_and_events_stay_eve
 
 #[tokio::test]
 async fn handshakes_skip_the_store_limits_but_not_allow_ips() {
-    let server = TestServer::spawn_with_sources(&format!(
-        r#"
+    let server = TestServer::in_process()
+        .spawn_with_sources(&format!(
+            r#"
 [[sources]]
 name = "slack"
 kind = "json"
@@ -744,8 +745,8 @@ ordering = "unordered"
 handshake = "dropbox"
 allow_ips = ["192.0.2.0/24"]
 "#
-    ))
-    .await;
+        ))
+        .await;
     // No backlog nor rate check: a source that refuses every delivery still answers them.
     let body = br#"{"type":"url_verification","challenge":"c"}"#;
     for _ in 0..3 {

@@ -64,7 +64,9 @@ async fn counter(server: &TestServer, name: &str, source: &str) -> f64 {
 
 #[tokio::test]
 async fn three_hundred_held_events_apply_in_order_once_the_gap_fills() {
-    let server = TestServer::spawn_with("hold_timeout_s = 600").await;
+    let server = TestServer::in_process()
+        .spawn_with("hold_timeout_s = 600")
+        .await;
     for chunk in (2..=301).collect::<Vec<i64>>().chunks(50) {
         let replies = join_all(chunk.iter().map(|seq| send(&server, delta("many", *seq)))).await;
         assert!(replies.iter().all(|r| r.code == 202), "{replies:?}");
@@ -90,7 +92,9 @@ async fn three_hundred_held_events_apply_in_order_once_the_gap_fills() {
 
 #[tokio::test]
 async fn an_aggregate_over_max_held_per_aggregate_gets_429_and_others_do_not() {
-    let server = TestServer::spawn_with("hold_timeout_s = 600\nmax_held_per_aggregate = 5").await;
+    let server = TestServer::in_process()
+        .spawn_with("hold_timeout_s = 600\nmax_held_per_aggregate = 5")
+        .await;
     // Concurrent deliveries ahead of a gap: the store decides each in its transaction.
     let replies: Vec<Reply> =
         join_all((2..=41).map(|seq| send(&server, delta("capped", seq)))).await;
@@ -130,11 +134,12 @@ async fn an_aggregate_over_max_held_per_aggregate_gets_429_and_others_do_not() {
 #[tokio::test]
 async fn max_backlog_holds_under_400_concurrent_sends() {
     // 400 connections from one client: above the default per-peer connection cap.
-    let server = TestServer::spawn_configured(
-        "max_connections_per_peer = 1024",
-        "hold_timeout_s = 600\nmax_backlog = 50",
-    )
-    .await;
+    let server = TestServer::in_process()
+        .spawn_configured(
+            "max_connections_per_peer = 1024",
+            "hold_timeout_s = 600\nmax_backlog = 50",
+        )
+        .await;
     // Each on its own aggregate, each ahead of a gap: no worker can decide any of them.
     let replies: Vec<Reply> =
         join_all((0..400).map(|i| send(&server, delta(&format!("p{i}"), 2)))).await;

@@ -84,11 +84,12 @@ async fn store_old_headers(server: &TestServer, event_id: &str, headers: &Value)
 
 #[tokio::test]
 async fn only_allowlisted_and_configured_headers_are_stored_and_shown() {
-    let server = TestServer::spawn_configured(
-        r#"keep_headers = ["X-Tenant"]"#,
-        r#"keep_headers = ["x-region"]"#,
-    )
-    .await;
+    let server = TestServer::in_process()
+        .spawn_configured(
+            r#"keep_headers = ["X-Tenant"]"#,
+            r#"keep_headers = ["x-region"]"#,
+        )
+        .await;
     let body = save_body("hdr1", 1);
     let mut headers = signed(Scheme::HmacTimestamped, SAVE_SECRETS[0], &body, now_s());
     headers.extend(CREDENTIALS.map(|(name, value)| (name, value.to_owned())));
@@ -262,7 +263,9 @@ async fn a_long_v1a_list_is_checked_only_up_to_the_cap() {
 
 #[tokio::test]
 async fn replays_of_a_captured_delivery_do_not_spend_the_publishers_budget() {
-    let server = TestServer::spawn_with("rate_limit_per_s = 2").await;
+    let server = TestServer::in_process()
+        .spawn_with("rate_limit_per_s = 2")
+        .await;
     let captured = save_body("rl_captured", 1);
     let headers = signed(Scheme::HmacTimestamped, SAVE_SECRETS[0], &captured, now_s());
     assert_eq!(

@@ -642,11 +642,9 @@ fn an_inconsistent_json_source_does_not_start_and_names_the_key() {
 
 #[tokio::test]
 async fn the_stream_carries_json_changes_masked_at_their_state_location() {
-    let server = TestServer::spawn_top_and_sources(
-        "mask_fields = [\"data.object.name\", \"email\"]",
-        SOURCES,
-    )
-    .await;
+    let server = TestServer::in_process()
+        .spawn_top_and_sources("mask_fields = [\"data.object.name\", \"email\"]", SOURCES)
+        .await;
     let mut stream = crate::stream::connect(&server, None).await;
     let body = customer("st1", "cus_s", json!(1), "e@secret.example");
     assert_eq!(post(&server, "latest", &body).await.code, 200);

@@ -8,7 +8,7 @@ use crate::support::{TestServer, PRESENCE_SECRET, SAVE_SECRETS};
 
 /// A server behind an HTTPS front of a fresh test CA; the front's `https://localhost` URL.
 async fn behind_https() -> (TestServer, TestCa, String) {
-    let server = TestServer::spawn().await;
+    let server = TestServer::in_process().spawn().await;
     let ca = TestCa::new();
     let upstream = server.url.strip_prefix("http://").unwrap().parse().unwrap();
     let port = ca.https_front(upstream);

@@ -31,7 +31,7 @@ async fn a_grown_event_log_is_analyzed_and_every_event_still_decided() {
         eprintln!("the planner's statistics are PostgreSQL's: set INHOOK_TEST_DATABASE");
         return;
     }
-    let server = TestServer::spawn().await;
+    let server = TestServer::in_process().spawn().await;
     let analyzed = "SELECT COUNT(*) FROM pg_stat_user_tables
                     WHERE relname = 'events' AND last_analyze IS NOT NULL";
     assert_eq!(server.query_i64(analyzed).await, 0, "a fresh log");

@@ -96,12 +96,15 @@ async fn a_stream_through_a_postgres_outage_loses_nothing() {
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The stream is flowing (events logged) before the store goes away.
+    crate::support::eventually("events logged before the outage", || async {
+        server.count().await > 0
+    })
+    .await;
     let _restart = RestartOnDrop;
     pg_ctl("stop");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let ready = server.get("/readyz").await;
-    assert_eq!(ready.code, 503, "/readyz fails while PostgreSQL is down");
+    server.wait_for("/readyz", |r| r.code == 503).await;
+    // The outage's length, not a wait for a condition: publishers meet 503s meanwhile.
     tokio::time::sleep(Duration::from_secs(2)).await;
     pg_ctl("start");
     for publisher in publishers {

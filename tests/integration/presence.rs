@@ -11,7 +11,7 @@ fn presence(event_id: &str, presence: &str, seq: i64) -> serde_json::Value {
 
 #[tokio::test]
 async fn the_first_seed_story_ends_offline() {
-    let server = TestServer::spawn().await;
+    let server = TestServer::in_process().spawn().await;
 
     let online = server
         .post_presence(&presence("evt_1", "ONLINE", 101))
@@ -67,7 +67,7 @@ async fn the_first_seed_story_ends_offline() {
 
 #[tokio::test]
 async fn presence_lists_filter_by_status_and_page_with_a_cursor() {
-    let server = TestServer::spawn().await;
+    let server = TestServer::in_process().spawn().await;
     for (i, status) in ["BUSY", "AWAY", "BUSY", "BUSY"].iter().enumerate() {
         let body = json!({"event_id": format!("e{i}"), "user_id": format!("u{i}"),
                           "presence": status, "sequence_number": 1});
@@ -93,7 +93,7 @@ async fn presence_lists_filter_by_status_and_page_with_a_cursor() {
 
 #[tokio::test]
 async fn a_presence_idempotency_key_deduplicates_across_event_ids() {
-    let server = TestServer::spawn().await;
+    let server = TestServer::in_process().spawn().await;
     let mut first = presence("evt_a", "BUSY", 5);
     first["idempotency_key"] = json!("usr_A:busy:5");
     let mut again = presence("evt_b", "BUSY", 5);

@@ -88,7 +88,9 @@ async fn server(presets: &[(&str, &str)]) -> TestServer {
             "\n[[sources]]\nname = \"{preset}\"\npreset = \"{preset}\"\nmode = \"sync\"\nsecrets = [\"{secret}\"]\n"
         );
     }
-    TestServer::spawn_top_and_sources(&config, "").await
+    TestServer::in_process()
+        .spawn_top_and_sources(&config, "")
+        .await
 }
 
 /// Posts `body` with `headers` (and a JSON content type) to the preset's source;

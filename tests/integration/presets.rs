@@ -869,7 +869,9 @@ async fn outcome(
 #[tokio::test]
 async fn every_preset_verifies_dedups_orders_and_keeps_the_publishers_events() {
     let rows = rows();
-    let server = TestServer::spawn_top_and_sources(&config(&rows), "").await;
+    let server = TestServer::in_process()
+        .spawn_top_and_sources(&config(&rows), "")
+        .await;
     for row in &rows {
         let name = row.preset;
         let now = now_s();
@@ -1113,7 +1115,9 @@ async fn preset_sources_answer_their_publishers_handshakes() {
             "\n[[sources]]\nname = \"{preset}\"\npreset = \"{preset}\"\nsecrets = [\"{secret}\"]\n"
         );
     }
-    let server = TestServer::spawn_top_and_sources("", &sources).await;
+    let server = TestServer::in_process()
+        .spawn_top_and_sources("", &sources)
+        .await;
     let client = reqwest::Client::new();
     let url = |path: &str| format!("{}/webhooks/{path}", server.url);
     let text = |r: reqwest::Response| async move {

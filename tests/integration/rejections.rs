@@ -14,7 +14,7 @@ fn save_body() -> Vec<u8> {
 
 #[tokio::test]
 async fn bad_signatures_are_401_with_the_reason_and_store_nothing() {
-    let server = TestServer::spawn().await;
+    let server = TestServer::in_process().spawn().await;
     let body = save_body();
     let now = now_s();
 
@@ -67,7 +67,7 @@ async fn bad_signatures_are_401_with_the_reason_and_store_nothing() {
 
 #[tokio::test]
 async fn malformed_bodies_are_400_naming_the_field_and_store_nothing() {
-    let server = TestServer::spawn().await;
+    let server = TestServer::in_process().spawn().await;
     let base = json!({"event_id": "e1", "user_id": "u1", "presence": "BUSY", "sequence_number": 7});
     let with = |field: &str, value: serde_json::Value| {
         let mut body = base.clone();
@@ -151,7 +151,7 @@ async fn malformed_bodies_are_400_naming_the_field_and_store_nothing() {
 
 #[tokio::test]
 async fn a_save_repeating_a_key_deep_in_data_is_400_and_logs_nothing() {
-    let server = TestServer::spawn().await;
+    let server = TestServer::in_process().spawn().await;
     // One item with `qty` twice: one reader could add 1 gold, another 900.
     let body = br#"{"event_id":"evt_1","event_type":"inventory.updated","player_id":"p",
         "save_slot":"s","sequence":1,"idempotency_key":"k",
@@ -176,7 +176,7 @@ async fn a_save_repeating_a_key_deep_in_data_is_400_and_logs_nothing() {
 
 #[tokio::test]
 async fn unknown_source_size_and_content_type_are_checked_in_order() {
-    let server = TestServer::spawn().await;
+    let server = TestServer::in_process().spawn().await;
     let body = save_body();
     let headers = signed(Scheme::HmacTimestamped, SAVE_SECRETS[0], &body, now_s());
 
@@ -316,7 +316,9 @@ async fn secrets_rotate_through_the_admin_api_without_a_restart() {
 
 #[tokio::test]
 async fn a_source_over_its_rate_limit_gets_429_with_retry_after() {
-    let server = TestServer::spawn_with("rate_limit_per_s = 2").await;
+    let server = TestServer::in_process()
+        .spawn_with("rate_limit_per_s = 2")
+        .await;
     let mut codes = Vec::new();
     let mut refused = Vec::new();
     for i in 0..5 {
@@ -358,7 +360,9 @@ async fn a_source_over_its_rate_limit_gets_429_with_retry_after() {
 
 #[tokio::test]
 async fn an_event_id_resent_with_other_bodies_spends_the_rate_limit() {
-    let server = TestServer::spawn_with("rate_limit_per_s = 2").await;
+    let server = TestServer::in_process()
+        .spawn_with("rate_limit_per_s = 2")
+        .await;
     let save = |qty: i64| {
         json!({"event_id": "conflicted", "event_type": "inventory.updated",
                "player_id": "p", "save_slot": "s", "sequence": 1, "idempotency_key": "conflicted",

@@ -259,11 +259,12 @@ async fn history_kinds(server: &TestServer, event_id: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn a_replayed_exhausted_event_gets_a_fresh_attempt_budget_and_keeps_its_history() {
-    let server = TestServer::spawn_configured(
-        "max_attempts = 3\nretry_base_s = 1\nretry_max_delay_s = 60",
-        "",
-    )
-    .await;
+    let server = TestServer::in_process()
+        .spawn_configured(
+            "max_attempts = 3\nretry_base_s = 1\nretry_max_delay_s = 60",
+            "",
+        )
+        .await;
     break_projection(&server).await;
     let body = |id: &str, player: &str| {
         json!({"event_id": id, "event_type": "inventory.updated", "player_id": player,

@@ -267,11 +267,12 @@ async fn a_destination_secret_rotates_on_reload_and_sighup() {
 
 #[tokio::test]
 async fn a_reload_that_changes_more_than_secrets_names_the_keys_and_changes_nothing() {
-    let server = TestServer::spawn_configured(
-        &format!("admin_token = \"{TOKEN}\"\nmask_fields = [\"coins\"]"),
-        "",
-    )
-    .await;
+    let server = TestServer::in_process()
+        .spawn_configured(
+            &format!("admin_token = \"{TOKEN}\"\nmask_fields = [\"coins\"]"),
+            "",
+        )
+        .await;
     let running = std::fs::read_to_string(server.config_path()).unwrap();
     let top = |extra: &str| running.replacen("[[sources]]", &format!("{extra}\n[[sources]]"), 1);
     for (edited, named) in [

@@ -26,7 +26,7 @@ async fn wait_for_sequence(server: &TestServer, path: &str, seq: i64) -> Reply {
 
 #[tokio::test]
 async fn a_resend_with_a_new_event_id_and_the_same_idempotency_key_grants_once() {
-    let server = TestServer::spawn().await;
+    let server = TestServer::in_process().spawn().await;
     let key = "player_1024:slot_a:inventory:chapter3_reward";
     let grant = |event_id: &str| {
         save_event(
@@ -60,7 +60,7 @@ async fn a_resend_with_a_new_event_id_and_the_same_idempotency_key_grants_once()
 
 #[tokio::test]
 async fn a_resend_racing_the_first_delivery_still_grants_once() {
-    let server = TestServer::spawn().await;
+    let server = TestServer::in_process().spawn().await;
     for slot in 0..20 {
         let body = |event_id: String| {
             json!({"event_id": event_id, "event_type": "inventory.updated",
@@ -92,7 +92,9 @@ async fn a_resend_racing_the_first_delivery_still_grants_once() {
 #[tokio::test]
 async fn a_late_progress_never_overwrites_and_deltas_apply_in_order() {
     // The publisher's numbering of this slot starts at 184.
-    let server = TestServer::spawn_with("first_sequence = 184").await;
+    let server = TestServer::in_process()
+        .spawn_with("first_sequence = 184")
+        .await;
     let progress = |id: &str, seq: i64, chapter: i64| {
         save_event(
             id,
@@ -153,7 +155,7 @@ async fn a_late_progress_never_overwrites_and_deltas_apply_in_order() {
 
 #[tokio::test]
 async fn snapshots_achievements_and_unknown_types() {
-    let server = TestServer::spawn().await;
+    let server = TestServer::in_process().spawn().await;
     let events = [
         save_event(
             "e1",
@@ -230,7 +232,7 @@ async fn snapshots_achievements_and_unknown_types() {
 
 #[tokio::test]
 async fn a_delta_below_zero_is_dead_and_changes_nothing() {
-    let server = TestServer::spawn().await;
+    let server = TestServer::in_process().spawn().await;
     let add = save_event(
         "e1",
         "inventory.updated",
@@ -257,7 +259,9 @@ async fn a_delta_below_zero_is_dead_and_changes_nothing() {
 
 #[tokio::test]
 async fn a_gap_is_skipped_after_the_hold_timeout_and_a_late_delta_is_dead() {
-    let server = TestServer::spawn_with("hold_timeout_s = 1").await;
+    let server = TestServer::in_process()
+        .spawn_with("hold_timeout_s = 1")
+        .await;
     let delta = |id: &str, seq: i64| {
         save_event(
             id,
@@ -284,13 +288,13 @@ async fn a_gap_is_skipped_after_the_hold_timeout_and_a_late_delta_is_dead() {
 
 #[tokio::test]
 async fn unknown_saves_are_404() {
-    let server = TestServer::spawn().await;
+    let server = TestServer::in_process().spawn().await;
     assert_eq!(server.get("/v1/saves/nobody/slot_a").await.code, 404);
 }
 
 #[tokio::test]
 async fn a_backlog_over_max_backlog_is_answered_429_and_stores_nothing() {
-    let server = TestServer::spawn_with("max_backlog = 2").await;
+    let server = TestServer::in_process().spawn_with("max_backlog = 2").await;
     // Deltas ahead of a gap stay held: the backlog grows and does not drain.
     for seq in [5, 6] {
         let body = save_event(
@@ -333,7 +337,9 @@ async fn a_backlog_over_max_backlog_is_answered_429_and_stores_nothing() {
 /// once the gap fills.
 #[tokio::test]
 async fn an_in_order_event_is_decided_in_its_ingest_transaction() {
-    let server = TestServer::spawn_with("decide_at_ingest = true").await;
+    let server = TestServer::in_process()
+        .spawn_with("decide_at_ingest = true")
+        .await;
     let store = server.store().await;
     for seq in 1..=20 {
         let id = format!("evt_ready_{seq}");
@@ -388,11 +394,12 @@ async fn a_delta_resent_after_its_purge_is_stale_and_never_applied_twice() {
     use crate::support::{now_s, signed, SAVE_SECRETS};
     use inhook::signature::Scheme;
 
-    let server = TestServer::spawn_configured(
-        "retention_s = 1\ndedup_window_s = 1\npurge_interval_s = 1",
-        "hold_timeout_s = 1",
-    )
-    .await;
+    let server = TestServer::in_process()
+        .spawn_configured(
+            "retention_s = 1\ndedup_window_s = 1\npurge_interval_s = 1",
+            "hold_timeout_s = 1",
+        )
+        .await;
     let delta = |id: &str, seq: i64| {
         serde_json::to_vec(&save_event(
             id,
@@ -453,7 +460,18 @@ async fn a_delta_resent_after_its_purge_is_stale_and_never_applied_twice() {
         server.status("save-game", "d3").await.unwrap().1.as_deref(),
         Some("late_after_gap_skip")
     );
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // A later delta of the same save, granting nothing, applied: the worker has passed the
+    // aggregate since d3 was decided, so d3 applied after all would show by now.
+    let marker = serde_json::to_vec(&save_event(
+        "d5",
+        "inventory.updated",
+        5,
+        "d5",
+        json!({"added_items": []}),
+    ))
+    .unwrap();
+    assert_eq!(post(marker).await, 202);
+    wait_for_sequence(server, SAVE, 5).await;
     assert_eq!(
         server.get(SAVE).await.body["inventory"],
         json!({"gem": 150})

@@ -94,7 +94,9 @@ async fn post_six(server: &TestServer) {
 
 #[tokio::test]
 async fn declared_fields_are_found_by_value_with_every_other_filter() {
-    let server = TestServer::spawn_with_sources(&sources()).await;
+    let server = TestServer::in_process()
+        .spawn_with_sources(&sources())
+        .await;
     post_six(&server).await;
 
     let by = |query: &str| {
@@ -221,7 +223,9 @@ async fn declared_fields_are_found_by_value_with_every_other_filter() {
 
 #[tokio::test]
 async fn an_undeclared_field_is_scanned_within_a_bound_on_a_plain_store() {
-    let server = TestServer::spawn_with_sources(&sources()).await;
+    let server = TestServer::in_process()
+        .spawn_with_sources(&sources())
+        .await;
     post_six(&server).await;
     let reply = server
         .get("/v1/events?where=/data/object/note=note-e2")
@@ -334,7 +338,9 @@ async fn an_encrypted_store_indexes_keyed_hashes_and_finds_old_events_after_a_ro
 #[tokio::test]
 async fn a_bulk_replay_takes_the_events_a_search_finds() {
     // Dead events: a save-game source's removals of items the player does not have.
-    let server = TestServer::spawn_with(r#"search_fields = ["/player_id"]"#).await;
+    let server = TestServer::in_process()
+        .spawn_with(r#"search_fields = ["/player_id"]"#)
+        .await;
     let delta = |id: &str, player: &str| {
         json!({"event_id": id, "event_type": "inventory.updated", "player_id": player,
                "save_slot": "a", "sequence": 1, "idempotency_key": id,

@@ -97,7 +97,9 @@ async fn official_signatures_verify_with_every_listed_secret() {
     if !vectors_available() {
         return;
     }
-    let server = TestServer::spawn_with_sources(&sources_toml()).await;
+    let server = TestServer::in_process()
+        .spawn_with_sources(&sources_toml())
+        .await;
     let now = now_s();
     let private = sw_keypair().1;
     let mut sent = 0;
@@ -347,7 +349,9 @@ async fn a_delivery_id_event_is_applied() {
     if !vectors_available() {
         return;
     }
-    let server = TestServer::spawn_with_sources(&sources_toml()).await;
+    let server = TestServer::in_process()
+        .spawn_with_sources(&sources_toml())
+        .await;
     let body = json!({"user_id": "usr_hdr", "presence": "BUSY", "sequence_number": 4}).to_string();
     let headers = official_one(
         Scheme::StandardWebhooks,
@@ -372,7 +376,9 @@ async fn the_verify_command_explains_officially_signed_deliveries() {
     if !vectors_available() {
         return;
     }
-    let server = TestServer::spawn_with_sources(&sources_toml()).await;
+    let server = TestServer::in_process()
+        .spawn_with_sources(&sources_toml())
+        .await;
     let dir = server.dir();
     let body = presence("evt_cli", "usr_cli", 1);
     let then = now_s() - 1_000;

@@ -18,7 +18,9 @@ async fn ten_thousand_chaotic_events_converge_to_the_in_order_state() {
     // deliveries take minutes, and a reordered delta could arrive after the default 30 s
     // hold skipped its gap (then it is dead, as it should be): a window longer than the
     // run keeps this a test of convergence, not of the machine's speed.
-    let server = TestServer::spawn_with("hold_timeout_s = 900").await;
+    let server = TestServer::in_process()
+        .spawn_with("hold_timeout_s = 900")
+        .await;
     let started = Instant::now();
     let (ok, report) = server.cli(&[
         "simulate",
@@ -46,7 +48,7 @@ async fn ten_thousand_chaotic_events_converge_to_the_in_order_state() {
 
 #[tokio::test]
 async fn a_refused_delivery_is_reported_and_fails_the_run() {
-    let server = TestServer::spawn().await;
+    let server = TestServer::in_process().spawn().await;
     let (ok, report) = server.cli(&[
         "simulate",
         "--url",
@@ -223,7 +225,7 @@ async fn a_json_in_order_source_converges() {
 
 #[tokio::test]
 async fn a_json_unordered_source_converges() {
-    let server = TestServer::spawn_with_sources(UNORDERED).await;
+    let server = TestServer::in_process().spawn_with_sources(UNORDERED).await;
     let (ok, report) = simulate_json(&server, "audit", &[]);
     assert!(ok, "simulate failed:\n{report}");
     assert_eq!(mismatches(&report), Some("0"), "{report}");
@@ -244,7 +246,7 @@ async fn a_json_unordered_source_converges() {
 
 #[tokio::test]
 async fn a_json_run_whose_config_differs_from_the_servers_is_not_converged() {
-    let server = TestServer::spawn_with_sources(LATEST).await;
+    let server = TestServer::in_process().spawn_with_sources(LATEST).await;
     // The simulator now expects the whole `data` object as the state; the running server keeps `data.object`.
     server.replace_in_config(r#"state = "/data/object""#, r#"state = "/data""#);
     let (ok, report) = simulate_json(&server, "stripe-like", &["--settle-timeout-s", "2"]);
@@ -256,7 +258,7 @@ async fn a_json_run_whose_config_differs_from_the_servers_is_not_converged() {
 
 #[tokio::test]
 async fn simulate_refuses_a_source_that_is_not_json_or_not_configured() {
-    let server = TestServer::spawn().await;
+    let server = TestServer::in_process().spawn().await;
     let (ok, report) = simulate_json(&server, "presence", &[]);
     assert!(!ok);
     assert!(report.contains("not kind = \"json\""), "{report}");
@@ -270,7 +272,7 @@ async fn simulate_refuses_a_source_that_is_not_json_or_not_configured() {
 
 #[tokio::test]
 async fn send_to_a_json_source_signs_with_its_scheme_and_sends_a_delivery_id() {
-    let server = TestServer::spawn_with_sources(LATEST).await;
+    let server = TestServer::in_process().spawn_with_sources(LATEST).await;
     let body = r#"{"type":"customer.updated","created":"2026-06-01T10:00:00Z",
         "data":{"object":{"object":"customer","id":"cus_1","name":"Ada"}}}"#;
     let file = server.dir().join("event.json");

@@ -237,10 +237,17 @@ async fn sink_nats_outage_opens_the_circuit_and_loses_nothing() {
     let test = TestStream::created().await;
     let proxy = TcpProxy::start(NATS.parse::<SocketAddr>().unwrap()).await;
     let url = format!("nats://{}", proxy.addr());
-    let server = TestServer::spawn_with_sources(&test.destination("bus", &url, "")).await;
+    let server = TestServer::in_process()
+        .spawn_with_sources(&test.destination("bus", &url, ""))
+        .await;
     let chaos = Chaos::new(Endpoint::new(&server.url), (0x0027_0002, 400, 20), 4, 100);
     let sending = chaos.send();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Some deliveries first, so the outage starts mid-run.
+    server
+        .wait_for("/v1/destinations/bus/deliveries?status=delivered", |r| {
+            r.body["items"].as_array().map_or(0, Vec::len) >= 20
+        })
+        .await;
     proxy.cut();
     let open = server
         .wait_for("/v1/destinations", |r| {
@@ -256,6 +263,7 @@ async fn sink_nats_outage_opens_the_circuit_and_loses_nothing() {
         "{bus}"
     );
     assert!(!error.contains(&proxy.addr().port().to_string()), "{bus}");
+    // The outage's length, not a wait for a condition: deliveries keep failing meanwhile.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     proxy.restore();
     sent(sending).await;
@@ -467,7 +475,7 @@ async fn sink_nats_over_tls_verifies_against_tls_ca_file() {
         &format!("tls_ca_file = {:?}", ca.file().display().to_string()),
     );
     sources.push_str(&test.destination("untrusted", &url, ""));
-    let server = TestServer::spawn_with_sources(&sources).await;
+    let server = TestServer::in_process().spawn_with_sources(&sources).await;
     let chaos = Chaos::new(Endpoint::new(&server.url), (0x0027_0007, 80, 8), 4, 2_000);
     chaos.send_all().await;
     drain(&chaos, &server, "bus", &test, WITHIN).await;
@@ -497,9 +505,9 @@ async fn sink_nats_creates_its_stream_once_the_server_is_back() {
     let proxy = TcpProxy::start(NATS.parse::<SocketAddr>().unwrap()).await;
     proxy.cut();
     let url = format!("nats://{}", proxy.addr());
-    let server =
-        TestServer::spawn_with_sources(&test.destination("bus", &url, "create_stream = true"))
-            .await;
+    let server = TestServer::in_process()
+        .spawn_with_sources(&test.destination("bus", &url, "create_stream = true"))
+        .await;
     let chaos = Chaos::new(Endpoint::new(&server.url), (0x0027_0008, 80, 8), 4, 2_000);
     chaos.send_all().await;
     server

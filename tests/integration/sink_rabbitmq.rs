@@ -330,13 +330,19 @@ async fn sink_rabbitmq_outage_opens_the_circuit_and_loses_nothing() {
     .await;
     let chaos = Chaos::new(Endpoint::new(&server.url), (0x0027_a002, 600, 30), 8, 150);
     let sending = chaos.send();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Some deliveries first, so the outage starts mid-run.
+    server
+        .wait_for("/v1/destinations/amqp/deliveries?status=delivered", |r| {
+            r.body["items"].as_array().map_or(0, Vec::len) >= 20
+        })
+        .await;
     proxy.cut();
     let open = wait_listed(&server, "amqp", Duration::from_secs(10), |item| {
         item["circuit"] == "open"
     })
     .await;
     assert_eq!(open["type"], "rabbitmq", "{open}");
+    // The outage's length, not a wait for a condition: deliveries keep failing meanwhile.
     tokio::time::sleep(Duration::from_millis(500)).await;
     proxy.restore();
     sent(sending).await;
@@ -615,7 +621,9 @@ async fn sink_rabbitmq_amqps_trusts_the_tls_ca_file() {
         &format!("tls_ca_file = {:?}", ca.file().display().to_string()),
     );
     let untrusted = destination("untrusted", &url, &broker.exchange, "");
-    let server = TestServer::spawn_with_sources(&format!("{trusted}\n{untrusted}")).await;
+    let server = TestServer::in_process()
+        .spawn_with_sources(&format!("{trusted}\n{untrusted}"))
+        .await;
     let save = json!({"event_id": "evt_tls_1", "event_type": "progress.saved",
         "player_id": "tls", "save_slot": "s", "sequence": 1,
         "idempotency_key": "evt_tls_1", "data": {}});

@@ -145,7 +145,7 @@ async fn sink_redis_chaotic_streams_arrive_once_in_applied_order() {
     // "Once each": an ample timeout, so that a slow machine's late reply is no resend.
     let table =
         destination("stream", &url, &keys, &extra).replace("timeout_s = 1", "timeout_s = 5");
-    let server = TestServer::spawn_with_sources(&table).await;
+    let server = TestServer::in_process().spawn_with_sources(&table).await;
     let chaos = Chaos::new(Endpoint::new(&server.url), (0x0027_4ed1, 600, 40), 8, 400);
     chaos.send_all().await;
     drain(&chaos, &server, "stream", &keys, WITHIN).await;
@@ -174,7 +174,9 @@ async fn sink_redis_outage_opens_the_circuit_and_loses_nothing() {
     let upstream: SocketAddr = REDIS.parse().unwrap();
     let proxy = TcpProxy::start(upstream).await;
     let url = format!("redis://{}/0", proxy.addr());
-    let server = TestServer::spawn_with_sources(&destination("cache", &url, &keys, "")).await;
+    let server = TestServer::in_process()
+        .spawn_with_sources(&destination("cache", &url, &keys, ""))
+        .await;
     let chaos = Chaos::new(Endpoint::new(&server.url), (0x0027_0a7e, 500, 30), 6, 100);
     let sending = chaos.send();
     // Some entries first, so the outage starts mid-run.
@@ -196,6 +198,7 @@ async fn sink_redis_outage_opens_the_circuit_and_loses_nothing() {
         failed.iter().any(|d| d.status != DeliveryStatus::Delivered),
         "the outage held nothing back"
     );
+    // The outage's length, not a wait for a condition: deliveries keep failing meanwhile.
     tokio::time::sleep(Duration::from_millis(500)).await;
     proxy.restore();
     sent(sending).await;
@@ -433,7 +436,9 @@ async fn sink_redis_tls_with_a_private_ca() {
         &keys.template(),
         &format!("{}:untrusted:{{source}}", keys.prefix),
     );
-    let server = TestServer::spawn_with_sources(&(trusted + &untrusted)).await;
+    let server = TestServer::in_process()
+        .spawn_with_sources(&(trusted + &untrusted))
+        .await;
     for n in 0..3 {
         let body = serde_json::json!({"event_id": format!("t{n}"), "user_id": format!("u{n}"),
             "presence": "ONLINE", "sequence_number": 1});

@@ -87,7 +87,7 @@ async fn stored_change_ids(server: &TestServer) -> Vec<i64> {
 
 #[tokio::test]
 async fn every_change_streams_in_order_and_a_reconnect_resumes_without_gaps() {
-    let server = TestServer::spawn().await;
+    let server = TestServer::in_process().spawn().await;
     let mut live = connect(&server, None).await;
     server
         .post_presence(&presence("p1", "ana", "ONLINE", 1))
@@ -161,7 +161,7 @@ fn presence(id: &str, user: &str, status: &str, seq: i64) -> Value {
 
 #[tokio::test]
 async fn every_open_stream_receives_every_change() {
-    let server = TestServer::spawn().await;
+    let server = TestServer::in_process().spawn().await;
     let mut streams = Vec::new();
     for _ in 0..6 {
         streams.push(connect(&server, None).await);

@@ -1,5 +1,7 @@
-//! Spawns the real `inhook` binary on a random port with a fresh database,
-//! and talks to it over HTTP. The store is SQLite unless
+//! Runs the real server on a random port with a fresh database, and talks to
+//! it over HTTP: as a child process running the `inhook` binary, or (for tests
+//! that need no process of their own, [`TestServer::in_process`]) as
+//! `inhook::app::Application` on a thread of the test process. The store is SQLite unless
 //! `INHOOK_TEST_DATABASE` names a PostgreSQL server (e.g.
 //! `postgres://root@127.0.0.1:5432/test`): then every server gets a fresh
 //! database of its own there, dropped afterwards. Server logs go to a file in
@@ -30,6 +32,10 @@ pub const SAVE_SECRETS: [&str; 2] = ["save-test-secret-new", "save-test-secret-o
 pub struct TestServer {
     dir: tempfile::TempDir,
     child: Option<Child>,
+    /// Set when the server runs in this process rather than as a child.
+    in_process: bool,
+    /// The in-process server, while it runs.
+    running: Option<InProcessServer>,
     /// `http://127.0.0.1:PORT`.
     pub url: String,
     client: reqwest::Client,
@@ -147,58 +153,168 @@ pub struct Reply {
     pub retry_after: Option<String>,
 }
 
-impl TestServer {
+/// How [`TestServer`]'s constructors start the server: as a child process (the
+/// `TestServer::spawn*` functions) or in this process ([`TestServer::in_process`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Spawn {
+    in_process: bool,
+}
+
+impl Spawn {
     /// Starts a server with the two seed sources; `extra` is appended to each source table's settings.
-    pub async fn spawn() -> Self {
-        Self::spawn_with("").await
+    pub async fn spawn(self) -> TestServer {
+        self.spawn_with("").await
     }
 
     /// Starts a server whose save-game source gets `extra` TOML lines (e.g. `hold_timeout_s = 1`).
-    pub async fn spawn_with(extra: &str) -> Self {
-        Self::spawn_configured("", extra).await
+    pub async fn spawn_with(self, extra: &str) -> TestServer {
+        self.spawn_configured("", extra).await
     }
 
     /// Starts a server with `top` TOML lines at the top level and `extra` in the save-game source.
-    pub async fn spawn_configured(top: &str, extra: &str) -> Self {
-        Self::spawn_full(top, extra, "").await
+    pub async fn spawn_configured(self, top: &str, extra: &str) -> TestServer {
+        self.spawn_full_with(top, extra, "").await
     }
 
     /// Starts a server with the two seed sources followed by `sources`: whole `[[sources]]` tables.
-    pub async fn spawn_with_sources(sources: &str) -> Self {
-        Self::spawn_full("", "", sources).await
+    pub async fn spawn_with_sources(self, sources: &str) -> TestServer {
+        self.spawn_full_with("", "", sources).await
     }
 
     /// Starts a server with `top` TOML lines and the two seed sources followed by `sources`.
-    pub async fn spawn_top_and_sources(top: &str, sources: &str) -> Self {
-        Self::spawn_full(top, "", sources).await
+    pub async fn spawn_top_and_sources(self, top: &str, sources: &str) -> TestServer {
+        self.spawn_full_with(top, "", sources).await
     }
 
     /// Starts a server with `top` TOML lines and the environment variables `env` set
     /// (e.g. `INHOOK_SAVE_GAME_SECRET`, or `INHOOK_LISTEN` to bind another address).
-    pub async fn spawn_with_env(top: &str, env: &[(&str, &str)]) -> Self {
-        Self::spawn_full_env(top, "", env).await
+    /// In process, `env` is handed to the config loader, never set in this process.
+    pub async fn spawn_with_env(self, top: &str, env: &[(&str, &str)]) -> TestServer {
+        self.spawn_full_env(top, "", env).await
     }
 
     /// Starts a server with the two seed sources followed by `sources`, and the
     /// environment variables `env` set (e.g. the added sources' `INHOOK_<NAME>_SECRET`).
-    pub async fn spawn_with_sources_env(sources: &str, env: &[(&str, &str)]) -> Self {
-        Self::spawn_full_env("", sources, env).await
+    pub async fn spawn_with_sources_env(self, sources: &str, env: &[(&str, &str)]) -> TestServer {
+        self.spawn_full_env("", sources, env).await
     }
 
-    async fn spawn_full_env(top: &str, sources: &str, env: &[(&str, &str)]) -> Self {
-        let mut server = Self::unstarted(top, "", sources).await;
+    async fn spawn_full_env(self, top: &str, sources: &str, env: &[(&str, &str)]) -> TestServer {
+        let mut server = self.unstarted(top, "", sources).await;
         server.env = env
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        server.start();
+        server.start_any().await;
         server
     }
 
     /// Starts a server with `top` TOML lines, `extra` in the save-game source, and `sources`
     /// (whole `[[sources]]`, `[[destinations]]` or `[[alerts]]` tables) after the seed sources.
+    pub async fn spawn_full_with(self, top: &str, extra: &str, sources: &str) -> TestServer {
+        let mut server = self.unstarted(top, extra, sources).await;
+        server.start_any().await;
+        server
+    }
+
+    /// A server configured like [`Self::spawn_full_with`], not started yet: the test may fill
+    /// its store first (e.g. with [`TestServer::run_sql`]), then call [`TestServer::start`]
+    /// (a child process) or [`TestServer::start_in_process`].
+    pub async fn unstarted(self, top: &str, extra: &str, sources: &str) -> TestServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let server = TestServer {
+            dir,
+            child: None,
+            in_process: self.in_process,
+            running: None,
+            url: String::new(),
+            client: reqwest::Client::new(),
+            extra: extra.to_owned(),
+            top: top.to_owned(),
+            sources: sources.to_owned(),
+            backend: Backend::fresh().await,
+            owns_database: true,
+            store: tokio::sync::OnceCell::new(),
+            env: Vec::new(),
+        };
+        server.write_config("127.0.0.1:0");
+        server
+    }
+}
+
+impl TestServer {
+    /// The constructors of a server run in this process, on a thread and runtime of its own
+    /// (`Application::build`, then `run_until_stopped`), with the same config file and
+    /// handle API as the child process: `TestServer::in_process().spawn_with_sources(..)`.
+    /// For tests that need no process: not those that kill, restart or signal the server,
+    /// read its log or standard output, or read `/metrics` or `/v1/stats` (the metrics
+    /// recorder and the figures not yet flushed are one per process, shared by every
+    /// server in it).
+    pub fn in_process() -> Spawn {
+        Spawn { in_process: true }
+    }
+
+    /// The constructors of a server run as a child process (what `TestServer::spawn*` do).
+    pub fn process() -> Spawn {
+        Spawn { in_process: false }
+    }
+
+    /// Starts a server with the two seed sources; `extra` is appended to each source table's settings.
+    pub async fn spawn() -> Self {
+        Self::process().spawn().await
+    }
+
+    /// Starts a server whose save-game source gets `extra` TOML lines (e.g. `hold_timeout_s = 1`).
+    pub async fn spawn_with(extra: &str) -> Self {
+        Self::process().spawn_with(extra).await
+    }
+
+    /// Starts a server with `top` TOML lines at the top level and `extra` in the save-game source.
+    pub async fn spawn_configured(top: &str, extra: &str) -> Self {
+        Self::process().spawn_configured(top, extra).await
+    }
+
+    /// Starts a server with the two seed sources followed by `sources`: whole `[[sources]]` tables.
+    pub async fn spawn_with_sources(sources: &str) -> Self {
+        Self::process().spawn_with_sources(sources).await
+    }
+
+    /// Starts a server with `top` TOML lines and the two seed sources followed by `sources`.
+    pub async fn spawn_top_and_sources(top: &str, sources: &str) -> Self {
+        Self::process().spawn_top_and_sources(top, sources).await
+    }
+
+    /// Starts a server with `top` TOML lines and the environment variables `env` set
+    /// (e.g. `INHOOK_SAVE_GAME_SECRET`, or `INHOOK_LISTEN` to bind another address).
+    pub async fn spawn_with_env(top: &str, env: &[(&str, &str)]) -> Self {
+        Self::process().spawn_with_env(top, env).await
+    }
+
+    /// Starts a server with the two seed sources followed by `sources`, and the
+    /// environment variables `env` set (e.g. the added sources' `INHOOK_<NAME>_SECRET`).
+    pub async fn spawn_with_sources_env(sources: &str, env: &[(&str, &str)]) -> Self {
+        Self::process().spawn_with_sources_env(sources, env).await
+    }
+
+    /// Starts a server with `top` TOML lines, `extra` in the save-game source, and `sources`
+    /// (whole `[[sources]]`, `[[destinations]]` or `[[alerts]]` tables) after the seed sources.
     pub async fn spawn_full_with(top: &str, extra: &str, sources: &str) -> Self {
-        Self::spawn_full(top, extra, sources).await
+        Self::process().spawn_full_with(top, extra, sources).await
+    }
+
+    /// A child-process server configured like [`Self::spawn_full_with`], not started yet: the
+    /// test may fill its store first (e.g. with [`Self::run_sql`]), then call [`Self::start`].
+    pub async fn unstarted(top: &str, extra: &str, sources: &str) -> Self {
+        Self::process().unstarted(top, extra, sources).await
+    }
+
+    /// Starts the server the way it was made to run (child process or in process).
+    async fn start_any(&mut self) {
+        if self.in_process {
+            self.start_in_process().await;
+        } else {
+            self.start();
+        }
     }
 
     /// The name of this server's PostgreSQL database; none on SQLite.
@@ -218,33 +334,6 @@ impl TestServer {
         }
     }
 
-    async fn spawn_full(top: &str, extra: &str, sources: &str) -> Self {
-        let mut server = Self::unstarted(top, extra, sources).await;
-        server.start();
-        server
-    }
-
-    /// A server configured like [`Self::spawn_full`], not started yet: the test may fill
-    /// its store first (e.g. with [`Self::run_sql`]), then call [`Self::start`].
-    pub async fn unstarted(top: &str, extra: &str, sources: &str) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let server = Self {
-            dir,
-            child: None,
-            url: String::new(),
-            client: reqwest::Client::new(),
-            extra: extra.to_owned(),
-            top: top.to_owned(),
-            sources: sources.to_owned(),
-            backend: Backend::fresh().await,
-            owns_database: true,
-            store: tokio::sync::OnceCell::new(),
-            env: Vec::new(),
-        };
-        server.write_config("127.0.0.1:0");
-        server
-    }
-
     /// Starts another node on `first`'s PostgreSQL database, with the same settings, on its own port.
     pub async fn join(first: &TestServer) -> Self {
         Self::join_with_sources(first, &first.sources).await
@@ -260,6 +349,8 @@ impl TestServer {
         let mut server = Self {
             dir: tempfile::tempdir().expect("temp dir"),
             child: None,
+            in_process: false,
+            running: None,
             url: String::new(),
             client: reqwest::Client::new(),
             extra: first.extra.clone(),
@@ -330,6 +421,7 @@ secrets = ["{s0}", "{s1}"]
 
     /// Starts `inhook serve` on this server's config and waits for its listening line.
     pub fn start(&mut self) {
+        self.needs_process("start (an in-process server starts with start_in_process)");
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -365,8 +457,84 @@ secrets = ["{s0}", "{s1}"]
         self.child = Some(child);
     }
 
+    /// Starts the server on this server's config in this process: `Application::build` and
+    /// `run_until_stopped` on a thread with a runtime of its own, so that a test's blocking
+    /// calls (a SQLite query, a raw socket) never stall the server it talks to. The config
+    /// is the file the child process would read, with this process's environment minus the
+    /// seed sources' secret variables (as the child gets it) plus the test's `env`, handed
+    /// to the loader: nothing is set in this process's environment.
+    pub async fn start_in_process(&mut self) {
+        assert!(self.running.is_none(), "server already running");
+        let text = std::fs::read_to_string(self.config_path()).expect("read config");
+        let mut env: std::collections::HashMap<String, String> = std::env::vars()
+            .filter(|(k, _)| k != "INHOOK_PRESENCE_SECRET" && k != "INHOOK_SAVE_GAME_SECRET")
+            .collect();
+        env.extend(self.env.iter().cloned());
+        let mut config = Config::from_parts(Some(&text), &env).expect("test config");
+        config.loaded_from = Some(self.config_path());
+        // As `inhook serve` does: no token and no loopback opening makes a token for the run.
+        let _ = config.generate_admin_token();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (kill, kill_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("inhook-in-process".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .expect("server runtime");
+                let clean = runtime.block_on(async move {
+                    let app = match inhook::app::Application::build(config).await {
+                        Ok(app) => app,
+                        Err(err) => {
+                            let _ = ready_tx.send(Err(format!("{err:#}")));
+                            return false;
+                        }
+                    };
+                    let _ = ready_tx.send(app.local_addr().map_err(|e| e.to_string()));
+                    let stopped = async move {
+                        let _ = stop_rx.await;
+                    };
+                    tokio::select! {
+                        outcome = app.run_until_stopped(stopped) => {
+                            if let Err(err) = &outcome {
+                                eprintln!("in-process server failed: {err:#}");
+                            }
+                            outcome.is_ok()
+                        }
+                        // Dropped with the test: end now, like the child's SIGKILL.
+                        _ = kill_rx => false,
+                    }
+                });
+                // Tasks still in a store call are not waited for: the test is over.
+                runtime.shutdown_background();
+                clean
+            })
+            .expect("server thread");
+        let addr = match ready_rx.await {
+            Ok(Ok(addr)) => addr,
+            Ok(Err(err)) => panic!("in-process server did not start: {err}"),
+            Err(_) => panic!("in-process server thread ended before it started"),
+        };
+        self.url = format!("http://{addr}");
+        self.running = Some(InProcessServer {
+            stop: Some(stop),
+            kill: Some(kill),
+            thread: Some(thread),
+        });
+    }
+
     /// Sends SIGTERM and waits for the process to exit; returns whether it exited successfully.
+    /// In process: the graceful stop `run_until_stopped` makes on its shutdown signal
+    /// (no new connections, work in hand finished), waited for; whether it returned `Ok`.
     pub fn terminate(&mut self) -> bool {
+        if let Some(mut running) = self.running.take() {
+            let _ = running.stop.take().expect("stop sender").send(());
+            let thread = running.thread.take().expect("server thread");
+            return thread.join().expect("server thread panicked");
+        }
         let mut child = self.child.take().expect("server running");
         Command::new("kill")
             .arg("-TERM")
@@ -378,11 +546,13 @@ secrets = ["{s0}", "{s1}"]
 
     /// The server's process id (e.g. to count its open descriptors in `/proc`).
     pub fn pid(&self) -> u32 {
+        self.needs_process("pid");
         self.child.as_ref().expect("server running").id()
     }
 
     /// Sends SIGHUP: the server reloads its secrets from the config.
     pub fn hangup(&self) {
+        self.needs_process("hangup");
         let child = self.child.as_ref().expect("server running");
         let status = Command::new("kill")
             .arg("-HUP")
@@ -414,8 +584,23 @@ secrets = ["{s0}", "{s1}"]
         }
     }
 
+    /// Panics unless the server runs as a child process: `what` has no in-process form.
+    fn needs_process(&self, what: &str) {
+        assert!(
+            !self.in_process,
+            "{what} needs a child process: start this test's server with TestServer::spawn*"
+        );
+    }
+
     /// Kills the process with SIGKILL: no shutdown code runs.
     pub fn kill9(&mut self) {
+        self.needs_process("kill9");
+        self.end_now();
+    }
+
+    /// Ends the server at once, whichever way it runs (a child gets SIGKILL).
+    fn end_now(&mut self) {
+        drop(self.running.take());
         if let Some(mut child) = self.child.take() {
             child.kill().expect("SIGKILL");
             child.wait().expect("reap");
@@ -424,6 +609,7 @@ secrets = ["{s0}", "{s1}"]
 
     /// Starts the server again on the same database (on a new port).
     pub fn restart(&mut self) {
+        self.needs_process("restart");
         self.kill9();
         self.start();
     }
@@ -828,9 +1014,44 @@ impl StoreLock {
     }
 }
 
+/// A server running on a thread of the test process; see [`TestServer::start_in_process`].
+struct InProcessServer {
+    /// Asks for the graceful shutdown `run_until_stopped` performs.
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Ends the server at once: its runtime is dropped.
+    kill: Option<tokio::sync::oneshot::Sender<()>>,
+    /// The server's thread: whether `run_until_stopped` returned `Ok`.
+    thread: Option<std::thread::JoinHandle<bool>>,
+}
+
+impl Drop for InProcessServer {
+    fn drop(&mut self) {
+        if let Some(kill) = self.kill.take() {
+            let _ = kill.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Polls `check` until it holds, or panics naming `what` after 10 s: the wait for a
+/// condition that takes its time (a worker's step, a retry), never a fixed sleep.
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 impl Drop for TestServer {
     fn drop(&mut self) {
-        self.kill9();
+        self.end_now();
         if let (
             true,
             Backend::Postgres {
