@@ -285,6 +285,40 @@ impl Store for FlakyStore {
     async fn record_alert(&self, alert: &AlertRecord) -> Result<i64, StoreError> {
         self.inner.record_alert(alert).await
     }
+    async fn keep_alert(
+        &self,
+        alert: AlertRecord,
+        transition: inhook::store::alerts::Transition,
+        channels: Vec<String>,
+    ) -> Result<Option<AlertRecord>, StoreError> {
+        self.inner.keep_alert(alert, transition, channels).await
+    }
+    async fn alerts_firing(&self) -> Result<Vec<inhook::store::alerts::Firing>, StoreError> {
+        self.inner.alerts_firing().await
+    }
+    async fn claim_alert_notice(
+        &self,
+        channel: &str,
+        node: &str,
+        now_ms: i64,
+        lease_ms: i64,
+    ) -> Result<inhook::store::alerts::Claim, StoreError> {
+        self.inner
+            .claim_alert_notice(channel, node, now_ms, lease_ms)
+            .await
+    }
+    async fn alert_notice_attempted(
+        &self,
+        outbox_id: i64,
+        node: &str,
+        attempts: i64,
+        outcome: inhook::store::alerts::Attempted,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.inner
+            .alert_notice_attempted(outbox_id, node, attempts, outcome, now_ms)
+            .await
+    }
     async fn alerts(
         &self,
         before: Option<i64>,
