@@ -26,8 +26,8 @@ use crate::forward::circuit::CircuitState;
 use crate::sender::Circuits;
 use crate::store::alerts::{AlertRecord, Transition};
 use crate::store::Store;
-use send::LaneHandle;
 use rules::{evaluate, AlertBook, Condition, DestinationFigures, Figures, Notice, SourceFigures};
+use send::LaneHandle;
 
 /// The task that evaluates the rules each tick.
 pub struct AlertWatch {

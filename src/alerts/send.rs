@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, watch, Notify};
 use tracing::{info, warn};
 
 use super::notice::{email_text, headline, slack_message, NoticeBody};
+use crate::clock::Clock;
 use crate::config::alerts::Channel;
 use crate::config::template::Placed;
 use crate::config::{Config, DestinationConfig, LiveSecrets};
@@ -26,7 +27,6 @@ use crate::forward::message::WebhookId;
 use crate::retry::{NextStep, RetryPolicy};
 use crate::signature::{try_sign, Scheme, Secret};
 use crate::sink::{Outgoing, Sink, Sinks};
-use crate::clock::Clock;
 use crate::store::alerts::{AlertRecord, Attempted, Claim, Claimed};
 use crate::store::Store;
 
@@ -54,7 +54,9 @@ pub fn channel_key(channel: &Channel) -> String {
     match channel {
         Channel::Destination(name) => format!("destination:{name}"),
         Channel::Slack(url) => format!("slack#{}", short(&[url.expose()])),
-        Channel::Email { smtp_url, to, from, .. } => format!(
+        Channel::Email {
+            smtp_url, to, from, ..
+        } => format!(
             "email:{}#{}",
             to.join(","),
             short(&[smtp_url.expose(), from.as_bytes()])
@@ -187,10 +189,19 @@ async fn send_to_destination(
         .as_deref()
         .or(alert.destination.as_deref())
         .unwrap_or("");
-    // One id per notice, the same on every attempt: the receiver drops a repeat it took.
+    // One id per notice, the same on every attempt (and from any node): the receiver drops
+    // a repeat it took. Two nodes' own notices decided in the same millisecond differ by node.
+    let node = alert
+        .node
+        .as_deref()
+        .map(|node| format!("/{node}"))
+        .unwrap_or_default();
     let webhook_id = WebhookId::of(
         "inhook.alerts",
-        &format!("{}/{subject}/{}/{}", alert.alert, alert.state, alert.at_ms),
+        &format!(
+            "{}/{subject}/{}/{}{node}",
+            alert.alert, alert.state, alert.at_ms
+        ),
     );
     let secret = secrets
         .destination(&destination.name)
@@ -278,7 +289,7 @@ impl Lane {
                 .await;
             let wait_ms = match claim {
                 Ok(Claim::Taken(claimed)) => {
-                    self.attempt(&runner, claimed).await;
+                    self.attempt(&runner, *claimed).await;
                     continue;
                 }
                 Ok(Claim::Waiting(until)) => until.saturating_sub(now).clamp(1, poll_ms),

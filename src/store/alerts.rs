@@ -111,7 +111,7 @@ pub enum Claim {
     /// The head waits (for its next attempt, or another node's lease) until this time.
     Waiting(i64),
     /// This node holds the head's lease for one attempt.
-    Taken(Claimed),
+    Taken(Box<Claimed>),
 }
 
 /// An outbox row this node holds the lease of.
@@ -408,11 +408,11 @@ pub(crate) async fn claim<I: Tx>(
         .await?;
         return Ok(Claim::Waiting(now_ms));
     };
-    Ok(Claim::Taken(Claimed {
+    Ok(Claim::Taken(Box::new(Claimed {
         outbox_id,
         attempts,
         alert,
-    }))
+    })))
 }
 
 /// Records `node`'s attempt number `attempts` at the outbox row `outbox_id` and gives up

@@ -21,7 +21,10 @@ pub(crate) fn save_event(event_id: &str, seq: i64, slot: &str) -> Value {
 }
 
 /// The JSON bodies the receiver got, once it got at least `n`, oldest first.
-pub(crate) async fn received_at_least(received: &Received, n: usize) -> Vec<(axum::http::HeaderMap, Value)> {
+pub(crate) async fn received_at_least(
+    received: &Received,
+    n: usize,
+) -> Vec<(axum::http::HeaderMap, Value)> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let got: Vec<_> = received
@@ -614,7 +617,9 @@ async fn a_restarted_node_does_not_fire_again_an_alert_still_firing_and_resolves
         "the backlog fired again after the restart: {:?}",
         told(&got)
     );
-    let node = got[1].1["node"].as_str().expect("a node's own notice names it");
+    let node = got[1].1["node"]
+        .as_str()
+        .expect("a node's own notice names it");
     assert!(node.starts_with("node-"), "{node}");
     // The gap fills: the backlog resolves once, naming the since of the firing before the restart.
     server.post_save(&save_event("r1", 1, "slot_r")).await;
@@ -639,10 +644,7 @@ async fn a_restarted_node_does_not_fire_again_an_alert_still_firing_and_resolves
     let listed = server
         .wait_for("/v1/alerts", |r| {
             r.body["items"].as_array().is_some_and(|items| {
-                items.len() >= 3
-                    && items
-                        .iter()
-                        .all(|a| a["channels"][0]["state"] == "sent")
+                items.len() >= 3 && items.iter().all(|a| a["channels"][0]["state"] == "sent")
             })
         })
         .await;
@@ -651,7 +653,11 @@ async fn a_restarted_node_does_not_fire_again_an_alert_still_firing_and_resolves
         assert_eq!(channel["channel"], "destination:ops", "{item}");
         assert_eq!(channel["attempts"], 1, "{item}");
         assert!(channel["sent_at"].is_string(), "{item}");
-        assert_eq!(item["node"].is_string(), item["alert"] == "forged", "{item}");
+        assert_eq!(
+            item["node"].is_string(),
+            item["alert"] == "forged",
+            "{item}"
+        );
     }
     assert_eq!(
         server
@@ -724,7 +730,11 @@ destination = "ops"
         })
         .await;
     let items = sent.body["items"].as_array().unwrap();
-    assert_eq!(items.len(), 1, "the restarted node fired nothing again: {items:?}");
+    assert_eq!(
+        items.len(),
+        1,
+        "the restarted node fired nothing again: {items:?}"
+    );
     assert!(items[0]["channels"][0]["attempts"].as_i64().unwrap() >= 2);
     assert_eq!(taken.lock().unwrap().len(), 1, "sent once");
 }
@@ -803,14 +813,16 @@ fn smtp_over_tls(
     use tokio::io::AsyncWriteExt;
     let (mails, refused) = (std::sync::Arc::clone(mails), std::sync::Arc::clone(refused));
     ca.front(move |mut tcp, acceptor| {
-        let (mails, refused) = (std::sync::Arc::clone(&mails), std::sync::Arc::clone(&refused));
+        let (mails, refused) = (
+            std::sync::Arc::clone(&mails),
+            std::sync::Arc::clone(&refused),
+        );
         async move {
             if starttls {
                 if tcp.write_all(b"220 test ESMTP\r\n").await.is_err() {
                     return;
                 }
-                let Some(tcp) = smtp_session(tcp, std::sync::Arc::clone(&mails), true).await
-                else {
+                let Some(tcp) = smtp_session(tcp, std::sync::Arc::clone(&mails), true).await else {
                     return;
                 };
                 match acceptor.accept(tcp).await {
@@ -922,8 +934,8 @@ async fn an_email_goes_over_starttls_to_a_server_of_a_trusted_ca() {
 }
 
 #[tokio::test]
-async fn an_smtps_server_whose_certificate_is_not_trusted_gets_no_mail_and_the_notice_stays_pending()
-{
+async fn an_smtps_server_whose_certificate_is_not_trusted_gets_no_mail_and_the_notice_stays_pending(
+) {
     use std::sync::atomic::Ordering;
     let ca = crate::support::tls::TestCa::new();
     let mails = Mails::default();
@@ -949,8 +961,15 @@ async fn an_smtps_server_whose_certificate_is_not_trusted_gets_no_mail_and_the_n
         "{channel}"
     );
     let error = channel["error"].as_str().unwrap();
-    assert!(error.to_ascii_lowercase().contains("certificate"), "{error}");
-    assert!(!listed.body.to_string().contains("s3cret-pw"), "{}", listed.body);
+    assert!(
+        error.to_ascii_lowercase().contains("certificate"),
+        "{error}"
+    );
+    assert!(
+        !listed.body.to_string().contains("s3cret-pw"),
+        "{}",
+        listed.body
+    );
     assert!(refused.load(Ordering::SeqCst) >= 2);
     assert!(mails.lock().unwrap().is_empty(), "no mail went");
     let log = std::fs::read_to_string(server.dir().join("server.log")).unwrap_or_default();

@@ -129,10 +129,7 @@ destination = "ops"
     let listed = first
         .wait_for("/v1/alerts", |r| {
             r.body["items"].as_array().is_some_and(|items| {
-                items.len() >= 5
-                    && items
-                        .iter()
-                        .all(|a| a["channels"][0]["state"] == "sent")
+                items.len() >= 5 && items.iter().all(|a| a["channels"][0]["state"] == "sent")
             })
         })
         .await;
@@ -148,7 +145,11 @@ destination = "ops"
         .filter(|a| a["alert"] == "forged")
         .map(|a| a["node"].as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(nodes.len(), 3, "each node tells its own rejections: {items:?}");
+    assert_eq!(
+        nodes.len(),
+        3,
+        "each node tells its own rejections: {items:?}"
+    );
     let all = received_at_least(&received, all.len()).await;
     let told = told(&all);
     assert_eq!(
