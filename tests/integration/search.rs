@@ -387,10 +387,7 @@ async fn a_store_of_the_previous_release_gets_the_index_and_indexes_new_events()
     post(&server, "shop", &body("old", "invoice.paid", 1, "cus_1", 1)).await;
     assert!(server.terminate());
     server
-        .run_sql(
-            UNDO_MIGRATIONS_21_22,
-            UNDO_MIGRATIONS_21_22,
-        )
+        .run_sql(UNDO_MIGRATIONS_21_22, UNDO_MIGRATIONS_21_22)
         .await;
     server.start();
     post(&server, "shop", &body("new", "invoice.paid", 2, "cus_1", 1)).await;
