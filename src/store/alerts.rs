@@ -346,6 +346,58 @@ pub(crate) async fn firing<I: Tx>(io: &I) -> Result<Vec<Firing>, StoreError> {
     })
 }
 
+/// Where a channel's oldest pending row stands for `node` at `now_ms`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Head {
+    /// Nothing to take: [`Claim::Idle`] or [`Claim::Waiting`].
+    Not(Claim),
+    /// Due, and no other node's lease runs on it.
+    Due {
+        /// The outbox row.
+        outbox_id: i64,
+        /// Its notice.
+        alert_id: i64,
+        /// Attempts made so far.
+        attempts: i64,
+    },
+}
+
+/// Reads `channel`'s oldest pending row: whether `node` may take it now. A read, so that
+/// an idle channel's look costs no write transaction.
+pub(crate) async fn head<I: Tx>(
+    io: &I,
+    channel: &str,
+    node: &str,
+    now_ms: i64,
+) -> Result<Head, StoreError> {
+    let rows = io
+        .query(
+            "SELECT id, alert_id, attempts, next_attempt_at, leased_by, lease_until \
+             FROM alert_outbox WHERE channel = $1 AND state = 'pending' ORDER BY id LIMIT 1",
+            &[text(channel)],
+        )
+        .await?;
+    let Some(row) = rows.into_iter().next() else {
+        return Ok(Head::Not(Claim::Idle));
+    };
+    let mut c = Columns::of(row);
+    let (outbox_id, alert_id, attempts, next_attempt_ms) = (c.int()?, c.int()?, c.int()?, c.int()?);
+    let (leased_by, lease_until) = (c.opt_text()?, c.opt_int()?);
+    if next_attempt_ms > now_ms {
+        return Ok(Head::Not(Claim::Waiting(next_attempt_ms)));
+    }
+    if let (Some(holder), Some(until)) = (&leased_by, lease_until) {
+        if holder != node && until > now_ms {
+            return Ok(Head::Not(Claim::Waiting(until)));
+        }
+    }
+    Ok(Head::Due {
+        outbox_id,
+        alert_id,
+        attempts,
+    })
+}
+
 /// Takes the lease of `channel`'s oldest pending row for `node` until `now_ms + lease_ms`,
 /// unless it is not due yet or another node's lease on it runs: then it waits, and so do
 /// the rows behind it (a channel sends in order).
@@ -356,27 +408,14 @@ pub(crate) async fn claim<I: Tx>(
     now_ms: i64,
     lease_ms: i64,
 ) -> Result<Claim, StoreError> {
-    let rows = io
-        .query(
-            "SELECT id, alert_id, attempts, next_attempt_at, leased_by, lease_until \
-             FROM alert_outbox WHERE channel = $1 AND state = 'pending' ORDER BY id LIMIT 1",
-            &[text(channel)],
-        )
-        .await?;
-    let Some(row) = rows.into_iter().next() else {
-        return Ok(Claim::Idle);
+    let (outbox_id, alert_id, attempts) = match head(io, channel, node, now_ms).await? {
+        Head::Due {
+            outbox_id,
+            alert_id,
+            attempts,
+        } => (outbox_id, alert_id, attempts),
+        Head::Not(claim) => return Ok(claim),
     };
-    let mut c = Columns::of(row);
-    let (outbox_id, alert_id, attempts, next_attempt_ms) = (c.int()?, c.int()?, c.int()?, c.int()?);
-    let (leased_by, lease_until) = (c.opt_text()?, c.opt_int()?);
-    if next_attempt_ms > now_ms {
-        return Ok(Claim::Waiting(next_attempt_ms));
-    }
-    if let (Some(holder), Some(until)) = (&leased_by, lease_until) {
-        if holder != node && until > now_ms {
-            return Ok(Claim::Waiting(until));
-        }
-    }
     // Conditional: of two nodes that read the same free head, one takes it.
     let taken = io
         .execute(

@@ -854,6 +854,18 @@ impl<B: Backend> Store for SqlStore<B> {
         lease_ms: i64,
     ) -> Result<super::alerts::Claim, StoreError> {
         let (channel, node) = (channel.to_owned(), node.to_owned());
+        // A look first: an idle channel, or one waiting, takes no write transaction.
+        let head = {
+            let (channel, node) = (channel.clone(), node.clone());
+            self.backend
+                .read(move |io| {
+                    Box::pin(async move { super::alerts::head(io, &channel, &node, now_ms).await })
+                })
+                .await?
+        };
+        if let super::alerts::Head::Not(claim) = head {
+            return Ok(claim);
+        }
         // Relaxed: a lease lost to a power cut only lets another attempt go sooner.
         self.backend
             .write(Commit::Relaxed, move |io| {
