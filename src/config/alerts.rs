@@ -364,6 +364,15 @@ email_to = "oncall@example.com"
                 "alert \"a\": destination (or slack_webhook_url",
             ),
             (
+                "name = \"a\"\non = \"dead\"\ndestination = \"ops\"\nsmtp_tls_ca_file = \"/etc/hostname\"",
+                "alert \"a\": smtp_tls_ca_file is only for smtp_url",
+            ),
+            (
+                "name = \"a\"\non = \"dead\"\nsmtp_url = \"smtps://mail.example.com\"\n\
+                 email_to = \"ops@example.com\"\nsmtp_tls_ca_file = \"/nonexistent/ca.pem\"",
+                "alert \"a\": smtp_tls_ca_file /nonexistent/ca.pem: cannot be read",
+            ),
+            (
                 "name = \"a\"\non = \"backlog\"\ndestination = \"ops\"",
                 "alert \"a\": over is required for on = \"backlog\"",
             ),
