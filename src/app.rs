@@ -206,14 +206,21 @@ impl Application {
         let grace = Duration::from_secs(self.state.config.shutdown_timeout_s);
         let worker = Worker {
             config: Arc::clone(&self.state.config),
-            store: Arc::clone(&self.state.store),
+            store: self.state.store.clone(),
             wake: Arc::clone(&self.state.wake),
             forward_wake: Arc::clone(&self.state.forward_wake),
             clock: self.state.clock,
         };
         let mut background = tokio::task::JoinSet::new();
         background.spawn(worker.clone().run(stop_rx.clone()));
-        background.spawn(worker.run_retention(stop_rx.clone()));
+        background.spawn(
+            crate::worker::Retention {
+                config: Arc::clone(&self.state.config),
+                store: self.state.store.clone(),
+                clock: self.state.clock,
+            }
+            .run(stop_rx.clone()),
+        );
         background.spawn(watch_backlog(self.state.clone(), stop_rx.clone()));
         background.spawn(metrics_upkeep(stop_rx.clone()));
         background.spawn(crate::stats::run_flush(
@@ -232,7 +239,7 @@ impl Application {
         });
         background.spawn(
             BulkReplays {
-                store: Arc::clone(&self.state.store),
+                store: self.state.store.clone(),
                 worker_wake: Arc::clone(&self.state.wake),
                 forward_wake: Arc::clone(&self.state.forward_wake),
                 forwarding: !self.senders.is_empty(),

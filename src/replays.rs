@@ -11,7 +11,7 @@ use tokio::sync::{watch, Notify};
 use tracing::warn;
 
 use crate::clock::Clock;
-use crate::store::Store;
+use crate::store::Repairs;
 use crate::worker::pause;
 
 /// Aggregates (events) or queues (deliveries) a bulk replay requeues per step.
@@ -35,7 +35,7 @@ fn wait_after(requeued: Option<u64>) -> Duration {
 /// The node's bulk-replay task.
 pub struct BulkReplays {
     /// The store holding the jobs.
-    pub store: Arc<dyn Store>,
+    pub store: Arc<dyn Repairs>,
     /// Rung when events were requeued: the worker settles them.
     pub worker_wake: Arc<Notify>,
     /// Rung when deliveries were requeued: every sender of the node looks for them.

@@ -23,7 +23,7 @@ use crate::forward::circuit::{Circuit, CircuitPolicy, CircuitState};
 use crate::forward::message::{request_headers, ForwardedEvent, WebhookId};
 use crate::kind::json::contract::BodyFormat;
 use crate::sink::{Outgoing, Sink, SinkError, Sinks, Unready};
-use crate::store::{DeliveryRecord, PendingVerdict, Store};
+use crate::store::{DeliveryQueue, DeliveryRecord, PendingVerdict, Store};
 use crate::worker::pause;
 
 /// How long an idle destination waits before looking for due deliveries unasked, unless
@@ -96,8 +96,8 @@ impl RateLimit {
 pub struct Sender {
     /// The destination.
     pub destination: Arc<DestinationConfig>,
-    /// The store holding its deliveries.
-    pub store: Arc<dyn Store>,
+    /// The store holding its deliveries, as a sender works them.
+    pub store: Arc<dyn DeliveryQueue>,
     /// Where its deliveries go: the destination's transport.
     pub sink: Arc<dyn Sink>,
     /// This node's name in leases.
@@ -284,7 +284,7 @@ impl Sender {
                 })?;
             senders.push(Sender {
                 destination: Arc::new(destination.clone()),
-                store: Arc::clone(store),
+                store: store.clone(),
                 sink,
                 node_id: Arc::clone(&node_id),
                 clock,

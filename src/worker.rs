@@ -18,7 +18,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::domain::AggregateKey;
 use crate::metrics;
-use crate::store::{SourceRules, Store};
+use crate::store::{Settling, SourceRules, Upkeep};
 
 /// How often the dispatcher looks for due work without being woken (holds and retries fall due by time).
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
@@ -40,8 +40,8 @@ const PURGE_BATCH: usize = 1_000;
 pub struct Worker {
     /// The configuration (sources, retry policy, retention).
     pub config: Arc<Config>,
-    /// The store.
-    pub store: Arc<dyn Store>,
+    /// The store, as workers see it.
+    pub store: Arc<dyn Settling>,
     /// Woken by ingress when an async event is logged.
     pub wake: Arc<Notify>,
     /// Rung after a settle that wrote delivery rows, so the senders forward at once.
@@ -205,10 +205,23 @@ impl Worker {
             }
         }
     }
+}
 
+/// Retention: decided events past `retention_s` and figures past `stats_retention_days`
+/// deleted, a small transaction at a time.
+pub struct Retention {
+    /// The configuration (retention, dedup window, purge interval).
+    pub config: Arc<Config>,
+    /// The store, as retention sees it.
+    pub store: Arc<dyn Upkeep>,
+    /// Where "now" comes from.
+    pub clock: Clock,
+}
+
+impl Retention {
     /// Deletes decided events past `retention`, keeping their dedup keys for `dedup_window`.
     /// Works in small transactions so ingress never waits on it.
-    pub async fn run_retention(self, mut shutdown: watch::Receiver<bool>) {
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let interval = Duration::from_secs(self.config.purge_interval_s.max(1));
         while !*shutdown.borrow() {
             let now_ms = self.clock.now_ms();

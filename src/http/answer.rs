@@ -519,12 +519,12 @@ impl From<StoreError> for Answer {
     fn from(err: StoreError) -> Self {
         match err {
             StoreError::Unavailable(_) => Answer::StoreUnavailable,
-            err if crate::store::vault::is_undecryptable(&err) => {
+            StoreError::Undecryptable(err) => {
                 tracing::error!(detail = %err, "a stored value does not decrypt");
                 Answer::Undecryptable
             }
-            StoreError::Internal(detail) => {
-                tracing::error!(%detail, "store failed on a read");
+            err => {
+                tracing::error!(detail = %err, "store failed on a read");
                 Answer::Internal
             }
         }

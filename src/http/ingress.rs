@@ -469,8 +469,8 @@ fn store_failed(source: &SourceConfig, err: StoreError, what: &str) -> Answer {
             warn!(source = %source.name, %detail, "store unavailable; {what} not stored");
             Answer::StoreUnavailable
         }
-        StoreError::Internal(detail) => {
-            tracing::error!(source = %source.name, %detail, "store failed; {what} not stored");
+        err => {
+            tracing::error!(source = %source.name, detail = %err, "store failed; {what} not stored");
             Answer::Internal
         }
     }

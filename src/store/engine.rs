@@ -19,8 +19,9 @@ use super::{bulk, ingest, reads, settle, upkeep};
 use super::{
     Admission, AggregatePage, AggregateState, BatchAdmission, EventFilter, EventPage, EventRecord,
     EventRow, FailureReport, HeaderFilter, NewEvent, PurgeReport, ReplayJob, ReplayOutcome,
-    SettleAt, SettleReport, SourceRules, StateChange, Store, StoreError,
+    SettleAt, SettleReport, SourceRules, StateChange, StoreError,
 };
+use super::{AlertLog, DeliveryQueue, EventLog, Figures, Keys, Reads, Repairs, Settling, Upkeep};
 use crate::domain::EventStatus;
 use crate::encryption::DataKey;
 use crate::forward::answer::{AttemptRecord as DeliveryAttempt, Verdict};
@@ -181,27 +182,9 @@ impl<B: Backend> SqlStore<B> {
 }
 
 #[async_trait]
-impl<B: Backend> Store for SqlStore<B> {
-    async fn migrate(&self) -> Result<(), StoreError> {
-        self.backend.migrate().await
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        self.backend
-            .read_aside(|io| Box::pin(async move { reads::ping(io).await }))
-            .await
-    }
-
+impl<B: Backend> EventLog for SqlStore<B> {
     fn keys(&self) -> Option<&super::vault::Vault> {
         Some(self.backend.vault())
-    }
-
-    fn subscribe(&self, wake: Arc<Notify>) {
-        self.backend.subscribe(wake);
-    }
-
-    fn subscribe_deliveries(&self, wake: Arc<Notify>) {
-        self.backend.subscribe_deliveries(wake);
     }
 
     async fn ingest(
@@ -255,18 +238,18 @@ impl<B: Backend> Store for SqlStore<B> {
         }
         match logged {
             Ok(admissions) => Ok(BatchAdmission::Logged(admissions)),
-            Err(err) => {
-                let refused = std::error::Error::source(&err)
-                    .and_then(|cause| cause.downcast_ref::<ingest::BatchRefused>())
-                    .cloned();
-                match refused {
-                    Some(ingest::BatchRefused { index, refusal }) => {
-                        Ok(BatchAdmission::Refused { index, refusal })
-                    }
-                    None => Err(err),
-                }
+            Err(StoreError::BatchRefused { index, refusal }) => {
+                Ok(BatchAdmission::Refused { index, refusal })
             }
+            Err(err) => Err(err),
         }
+    }
+}
+
+#[async_trait]
+impl<B: Backend> Settling for SqlStore<B> {
+    fn subscribe(&self, wake: Arc<Notify>) {
+        self.backend.subscribe(wake);
     }
 
     async fn due_aggregates(
@@ -331,37 +314,6 @@ impl<B: Backend> Store for SqlStore<B> {
         .await
     }
 
-    async fn aggregate(
-        &self,
-        source: &str,
-        aggregate: &str,
-    ) -> Result<Option<AggregateState>, StoreError> {
-        let (source, aggregate) = (source.to_owned(), aggregate.to_owned());
-        self.backend
-            .read(move |io| {
-                Box::pin(async move { reads::aggregate(io, &source, &aggregate).await })
-            })
-            .await
-    }
-
-    async fn aggregates_page(
-        &self,
-        source: &str,
-        tag: Option<&str>,
-        limit: usize,
-        cursor: Option<&str>,
-    ) -> Result<AggregatePage, StoreError> {
-        let source = source.to_owned();
-        let (tag, cursor) = (tag.map(str::to_owned), cursor.map(str::to_owned));
-        self.backend
-            .read(move |io| {
-                Box::pin(
-                    async move { reads::aggregates_page(io, &source, tag, limit, cursor).await },
-                )
-            })
-            .await
-    }
-
     async fn record_failure(
         &self,
         rules: &SourceRules,
@@ -382,97 +334,12 @@ impl<B: Backend> Store for SqlStore<B> {
         })
         .await
     }
+}
 
-    async fn event(&self, source: &str, event_id: &str) -> Result<Option<EventRecord>, StoreError> {
-        let (source, event_id) = (source.to_owned(), event_id.to_owned());
-        self.backend
-            .read(move |io| Box::pin(async move { reads::event(io, &source, &event_id).await }))
-            .await
-    }
-
-    async fn events(
-        &self,
-        filter: &EventFilter,
-        limit: usize,
-        cursor: Option<i64>,
-    ) -> Result<EventPage, StoreError> {
-        let filter = filter.clone();
-        self.backend
-            .read(move |io| {
-                Box::pin(async move { reads::events(io, &filter, limit, cursor).await })
-            })
-            .await
-    }
-
-    async fn replay_event(
-        &self,
-        source: &str,
-        event_id: &str,
-        now_ms: i64,
-    ) -> Result<ReplayOutcome, StoreError> {
-        let (source, event_id) = (source.to_owned(), event_id.to_owned());
-        self.write(move |io| {
-            Box::pin(async move { upkeep::replay_event(io, &source, &event_id, now_ms).await })
-        })
-        .await
-    }
-
-    async fn create_replay_job(
-        &self,
-        filter: &EventFilter,
-        now_ms: i64,
-    ) -> Result<ReplayJob, StoreError> {
-        let filter = filter.clone();
-        self.write(move |io| {
-            Box::pin(async move { upkeep::create_replay_job(io, &filter, now_ms).await })
-        })
-        .await
-    }
-
-    async fn status_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
-        self.backend
-            .read_aside(|io| Box::pin(reads::status_counts(io)))
-            .await
-    }
-
-    async fn undecided_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
-        self.backend
-            .read(|io| Box::pin(reads::undecided_counts(io)))
-            .await
-    }
-
-    async fn last_change_id(&self) -> Result<i64, StoreError> {
-        self.backend
-            .read(|io| Box::pin(reads::last_change_id(io)))
-            .await
-    }
-
-    async fn changes_after(
-        &self,
-        after: i64,
-        source: Option<&str>,
-        aggregate: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<StateChange>, StoreError> {
-        let (source, aggregate) = (source.map(str::to_owned), aggregate.map(str::to_owned));
-        self.backend
-            .read(move |io| Box::pin(reads::changes_after(io, after, source, aggregate, limit)))
-            .await
-    }
-
-    async fn replay_job(&self, id: i64) -> Result<Option<ReplayJob>, StoreError> {
-        self.backend
-            .read(move |io| Box::pin(reads::replay_job(io, id)))
-            .await
-    }
-
-    async fn advance_replay_jobs(&self, now_ms: i64, aggregates: usize) -> Result<u64, StoreError> {
-        self.write(move |io| {
-            Box::pin(bulk::advance::<upkeep::EventReplayJob, _>(
-                io, now_ms, aggregates,
-            ))
-        })
-        .await
+#[async_trait]
+impl<B: Backend> DeliveryQueue for SqlStore<B> {
+    fn subscribe_deliveries(&self, wake: Arc<Notify>) {
+        self.backend.subscribe_deliveries(wake);
     }
 
     async fn claim_deliveries(
@@ -543,6 +410,111 @@ impl<B: Backend> Store for SqlStore<B> {
             .await
     }
 
+    async fn next_delivery_due(
+        &self,
+        destination: &str,
+        now_ms: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        let destination = destination.to_owned();
+        self.backend
+            .read(move |io| {
+                Box::pin(async move { forwarding::next_due(io, &destination, now_ms).await })
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl<B: Backend> Reads for SqlStore<B> {
+    async fn aggregate(
+        &self,
+        source: &str,
+        aggregate: &str,
+    ) -> Result<Option<AggregateState>, StoreError> {
+        let (source, aggregate) = (source.to_owned(), aggregate.to_owned());
+        self.backend
+            .read(move |io| {
+                Box::pin(async move { reads::aggregate(io, &source, &aggregate).await })
+            })
+            .await
+    }
+
+    async fn aggregates_page(
+        &self,
+        source: &str,
+        tag: Option<&str>,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<AggregatePage, StoreError> {
+        let source = source.to_owned();
+        let (tag, cursor) = (tag.map(str::to_owned), cursor.map(str::to_owned));
+        self.backend
+            .read(move |io| {
+                Box::pin(
+                    async move { reads::aggregates_page(io, &source, tag, limit, cursor).await },
+                )
+            })
+            .await
+    }
+
+    async fn event(&self, source: &str, event_id: &str) -> Result<Option<EventRecord>, StoreError> {
+        let (source, event_id) = (source.to_owned(), event_id.to_owned());
+        self.backend
+            .read(move |io| Box::pin(async move { reads::event(io, &source, &event_id).await }))
+            .await
+    }
+
+    async fn events(
+        &self,
+        filter: &EventFilter,
+        limit: usize,
+        cursor: Option<i64>,
+    ) -> Result<EventPage, StoreError> {
+        let filter = filter.clone();
+        self.backend
+            .read(move |io| {
+                Box::pin(async move { reads::events(io, &filter, limit, cursor).await })
+            })
+            .await
+    }
+
+    async fn status_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
+        self.backend
+            .read_aside(|io| Box::pin(reads::status_counts(io)))
+            .await
+    }
+
+    async fn undecided_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
+        self.backend
+            .read(|io| Box::pin(reads::undecided_counts(io)))
+            .await
+    }
+
+    async fn last_change_id(&self) -> Result<i64, StoreError> {
+        self.backend
+            .read(|io| Box::pin(reads::last_change_id(io)))
+            .await
+    }
+
+    async fn changes_after(
+        &self,
+        after: i64,
+        source: Option<&str>,
+        aggregate: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<StateChange>, StoreError> {
+        let (source, aggregate) = (source.map(str::to_owned), aggregate.map(str::to_owned));
+        self.backend
+            .read(move |io| Box::pin(reads::changes_after(io, after, source, aggregate, limit)))
+            .await
+    }
+
+    async fn replay_job(&self, id: i64) -> Result<Option<ReplayJob>, StoreError> {
+        self.backend
+            .read(move |io| Box::pin(reads::replay_job(io, id)))
+            .await
+    }
+
     async fn delivery(
         &self,
         destination: &str,
@@ -571,6 +543,67 @@ impl<B: Backend> Store for SqlStore<B> {
                 })
             })
             .await
+    }
+
+    async fn delivery_replay_job(&self, id: i64) -> Result<Option<DeliveryReplayJob>, StoreError> {
+        self.backend
+            .read(move |io| Box::pin(forwarding::replay_job(io, id)))
+            .await
+    }
+
+    async fn destination_stats(&self, destination: &str) -> Result<DestinationStats, StoreError> {
+        let destination = destination.to_owned();
+        self.backend
+            .read_aside(move |io| {
+                Box::pin(async move {
+                    io.fold_delivery_counts().await?;
+                    forwarding::stats(io, &destination).await
+                })
+            })
+            .await
+    }
+
+    async fn change_ids_after(&self, after: i64, limit: usize) -> Result<Vec<i64>, StoreError> {
+        self.backend
+            .read(move |io| Box::pin(reads::change_ids_after(io, after, limit)))
+            .await
+    }
+}
+
+#[async_trait]
+impl<B: Backend> Repairs for SqlStore<B> {
+    async fn replay_event(
+        &self,
+        source: &str,
+        event_id: &str,
+        now_ms: i64,
+    ) -> Result<ReplayOutcome, StoreError> {
+        let (source, event_id) = (source.to_owned(), event_id.to_owned());
+        self.write(move |io| {
+            Box::pin(async move { upkeep::replay_event(io, &source, &event_id, now_ms).await })
+        })
+        .await
+    }
+
+    async fn create_replay_job(
+        &self,
+        filter: &EventFilter,
+        now_ms: i64,
+    ) -> Result<ReplayJob, StoreError> {
+        let filter = filter.clone();
+        self.write(move |io| {
+            Box::pin(async move { upkeep::create_replay_job(io, &filter, now_ms).await })
+        })
+        .await
+    }
+
+    async fn advance_replay_jobs(&self, now_ms: i64, aggregates: usize) -> Result<u64, StoreError> {
+        self.write(move |io| {
+            Box::pin(bulk::advance::<upkeep::EventReplayJob, _>(
+                io, now_ms, aggregates,
+            ))
+        })
+        .await
     }
 
     async fn replay_delivery(
@@ -606,12 +639,6 @@ impl<B: Backend> Store for SqlStore<B> {
         .await
     }
 
-    async fn delivery_replay_job(&self, id: i64) -> Result<Option<DeliveryReplayJob>, StoreError> {
-        self.backend
-            .read(move |io| Box::pin(forwarding::replay_job(io, id)))
-            .await
-    }
-
     async fn advance_delivery_replay_jobs(
         &self,
         now_ms: i64,
@@ -621,121 +648,19 @@ impl<B: Backend> Store for SqlStore<B> {
             .await
     }
 
-    async fn next_delivery_due(
+    async fn reset_aggregate(
         &self,
-        destination: &str,
-        now_ms: i64,
-    ) -> Result<Option<i64>, StoreError> {
-        let destination = destination.to_owned();
-        self.backend
-            .read(move |io| {
-                Box::pin(async move { forwarding::next_due(io, &destination, now_ms).await })
-            })
+        source: &str,
+        aggregate: &str,
+    ) -> Result<ResetReport, StoreError> {
+        let (source, aggregate) = (source.to_owned(), aggregate.to_owned());
+        self.write(move |io| Box::pin(async move { reset::reset(io, &source, &aggregate).await }))
             .await
     }
+}
 
-    async fn destination_stats(&self, destination: &str) -> Result<DestinationStats, StoreError> {
-        let destination = destination.to_owned();
-        self.backend
-            .read_aside(move |io| {
-                Box::pin(async move {
-                    io.fold_delivery_counts().await?;
-                    forwarding::stats(io, &destination).await
-                })
-            })
-            .await
-    }
-
-    async fn purge(
-        &self,
-        before_ms: i64,
-        dedup_until_ms: i64,
-        now_ms: i64,
-        batch: usize,
-    ) -> Result<PurgeReport, StoreError> {
-        self.write(move |io| {
-            Box::pin(async move {
-                let report = upkeep::purge(io, before_ms, dedup_until_ms, now_ms, batch).await?;
-                // The retention task runs on every node whether anyone reads the counts or
-                // not: it keeps the deltas few.
-                io.fold_event_counts().await?;
-                Ok(report)
-            })
-        })
-        .await
-    }
-
-    async fn add_stats(&self, rows: Vec<super::stats::StatRow>) -> Result<(), StoreError> {
-        // Relaxed: a power cut may lose the last minute's figures, never an event.
-        self.backend
-            .write(Commit::Relaxed, move |io| {
-                Box::pin(async move { super::stats::add(io, &rows).await })
-            })
-            .await
-    }
-
-    async fn stats_series(
-        &self,
-        scope: super::stats::StatScope,
-        name: &str,
-        window: (i64, i64, i64),
-    ) -> Result<Vec<super::stats::StatCell>, StoreError> {
-        let name = name.to_owned();
-        self.backend
-            .read_aside(move |io| {
-                Box::pin(async move { super::stats::series(io, scope, &name, window).await })
-            })
-            .await
-    }
-
-    async fn source_stats(
-        &self,
-        names: Vec<String>,
-        since_ms: i64,
-    ) -> Result<super::stats::SourceStats, StoreError> {
-        self.backend
-            .read_aside(move |io| {
-                Box::pin(async move { super::stats::source_stats(io, &names, since_ms).await })
-            })
-            .await
-    }
-
-    async fn purge_stats(&self, before_ms: i64) -> Result<u64, StoreError> {
-        self.write(move |io| Box::pin(async move { super::stats::purge(io, before_ms).await }))
-            .await
-    }
-
-    async fn upgrade_step_pending(&self, step: &str) -> Result<bool, StoreError> {
-        let step = step.to_owned();
-        self.backend
-            .read(move |io| Box::pin(async move { upkeep::upgrade_step_pending(io, &step).await }))
-            .await
-    }
-
-    async fn finish_upgrade_step(&self, step: &str) -> Result<(), StoreError> {
-        let step = step.to_owned();
-        self.write(move |io| Box::pin(async move { upkeep::finish_upgrade_step(io, &step).await }))
-            .await
-    }
-
-    async fn prune_headers(
-        &self,
-        after: i64,
-        batch: usize,
-        keep: Arc<HeaderFilter>,
-    ) -> Result<(Option<i64>, u64), StoreError> {
-        self.write(move |io| {
-            Box::pin(async move { upkeep::prune_headers(io, after, batch, &*keep).await })
-        })
-        .await
-    }
-
-    async fn change_ids_after(&self, after: i64, limit: usize) -> Result<Vec<i64>, StoreError> {
-        self.backend
-            .read(move |io| Box::pin(reads::change_ids_after(io, after, limit)))
-            .await
-    }
-
+#[async_trait]
+impl<B: Backend> Keys for SqlStore<B> {
     async fn unlock(&self) -> Result<(), StoreError> {
         // Without keys it only reads (which master keys the store needs); with keys it
         // may write the body-hash key.
@@ -811,17 +736,110 @@ impl<B: Backend> Store for SqlStore<B> {
     async fn scrub(&self, after: Scrub) -> Result<(), StoreError> {
         self.backend.scrub(after).await
     }
+}
 
-    async fn reset_aggregate(
-        &self,
-        source: &str,
-        aggregate: &str,
-    ) -> Result<ResetReport, StoreError> {
-        let (source, aggregate) = (source.to_owned(), aggregate.to_owned());
-        self.write(move |io| Box::pin(async move { reset::reset(io, &source, &aggregate).await }))
+#[async_trait]
+impl<B: Backend> Upkeep for SqlStore<B> {
+    async fn migrate(&self) -> Result<(), StoreError> {
+        self.backend.migrate().await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.backend
+            .read_aside(|io| Box::pin(async move { reads::ping(io).await }))
             .await
     }
 
+    async fn purge(
+        &self,
+        before_ms: i64,
+        dedup_until_ms: i64,
+        now_ms: i64,
+        batch: usize,
+    ) -> Result<PurgeReport, StoreError> {
+        self.write(move |io| {
+            Box::pin(async move {
+                let report = upkeep::purge(io, before_ms, dedup_until_ms, now_ms, batch).await?;
+                // The retention task runs on every node whether anyone reads the counts or
+                // not: it keeps the deltas few.
+                io.fold_event_counts().await?;
+                Ok(report)
+            })
+        })
+        .await
+    }
+
+    async fn purge_stats(&self, before_ms: i64) -> Result<u64, StoreError> {
+        self.write(move |io| Box::pin(async move { super::stats::purge(io, before_ms).await }))
+            .await
+    }
+
+    async fn upgrade_step_pending(&self, step: &str) -> Result<bool, StoreError> {
+        let step = step.to_owned();
+        self.backend
+            .read(move |io| Box::pin(async move { upkeep::upgrade_step_pending(io, &step).await }))
+            .await
+    }
+
+    async fn finish_upgrade_step(&self, step: &str) -> Result<(), StoreError> {
+        let step = step.to_owned();
+        self.write(move |io| Box::pin(async move { upkeep::finish_upgrade_step(io, &step).await }))
+            .await
+    }
+
+    async fn prune_headers(
+        &self,
+        after: i64,
+        batch: usize,
+        keep: Arc<HeaderFilter>,
+    ) -> Result<(Option<i64>, u64), StoreError> {
+        self.write(move |io| {
+            Box::pin(async move { upkeep::prune_headers(io, after, batch, &*keep).await })
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl<B: Backend> Figures for SqlStore<B> {
+    async fn add_stats(&self, rows: Vec<super::stats::StatRow>) -> Result<(), StoreError> {
+        // Relaxed: a power cut may lose the last minute's figures, never an event.
+        self.backend
+            .write(Commit::Relaxed, move |io| {
+                Box::pin(async move { super::stats::add(io, &rows).await })
+            })
+            .await
+    }
+
+    async fn stats_series(
+        &self,
+        scope: super::stats::StatScope,
+        name: &str,
+        window: (i64, i64, i64),
+    ) -> Result<Vec<super::stats::StatCell>, StoreError> {
+        let name = name.to_owned();
+        self.backend
+            .read_aside(move |io| {
+                Box::pin(async move { super::stats::series(io, scope, &name, window).await })
+            })
+            .await
+    }
+
+    async fn source_stats(
+        &self,
+        names: Vec<String>,
+        since_ms: i64,
+    ) -> Result<super::stats::SourceStats, StoreError> {
+        self.backend
+            .read_aside(move |io| {
+                Box::pin(async move { super::stats::source_stats(io, &names, since_ms).await })
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl<B: Backend> AlertLog for SqlStore<B> {
     async fn record_alert(&self, alert: &super::alerts::AlertRecord) -> Result<i64, StoreError> {
         let alert = alert.clone();
         self.write(move |io| Box::pin(async move { super::alerts::insert(io, &alert).await }))

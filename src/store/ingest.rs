@@ -122,18 +122,10 @@ pub(crate) async fn log_one<I: Tx>(
     })
 }
 
-/// Why a batch's transaction rolled back: the limit that refused its element `index`.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("batch element {index} refused by a limit")]
-pub(crate) struct BatchRefused {
-    pub index: usize,
-    pub refusal: Refusal,
-}
-
 /// Logs every row of a batch inside the caller's one transaction, each as [`log_one`]
 /// does (`settle[i]` for `rows[i]`, `None`: by the worker). Every aggregate is locked
 /// first, in one sorted step, so that two batches never wait on each other's locks in
-/// opposite orders. A refused element fails the whole flow with [`BatchRefused`]: the
+/// opposite orders. A refused element fails the whole flow with [`StoreError::BatchRefused`]: the
 /// caller's transaction then rolls back and nothing of the batch is kept.
 pub(crate) async fn log_batch<I: Tx>(
     io: &I,
@@ -154,11 +146,7 @@ pub(crate) async fn log_batch<I: Tx>(
         };
         match log_one(io, row, at, Guard::Batch).await? {
             Admission::Refused(refusal) => {
-                let refused = BatchRefused { index, refusal };
-                return Err(StoreError::Internal(super::Failure::caused(
-                    refused.to_string(),
-                    refused,
-                )));
+                return Err(StoreError::BatchRefused { index, refusal });
             }
             admission => admissions.push(admission),
         }
@@ -168,7 +156,7 @@ pub(crate) async fn log_batch<I: Tx>(
 
 /// Writes the new data key `logged` was sealed under, or checks that the cached one it
 /// was sealed under is still stored: a key erased by another node since makes the
-/// delivery fail with [`vault::StaleKey`], to be sealed again (docs/encryption.md).
+/// delivery fail with [`StoreError::StaleKey`], to be sealed again (docs/encryption.md).
 pub(crate) async fn prepare_key<I: Tx>(io: &I, logged: &EventRow) -> Result<(), StoreError> {
     let Some(sealed) = &logged.sealed else {
         return Ok(());

@@ -61,41 +61,29 @@ mod schema_version_tests {
 }
 
 /// Why a store operation failed. Every variant means nothing was committed.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The database cannot be reached or is busy; the caller may retry later.
-    Unavailable(Failure),
+    #[error("store unavailable: {0}")]
+    Unavailable(#[source] Failure),
+    /// A stored value did not open under its key (answered 500 `undecryptable`).
+    #[error("store error: {0}")]
+    Undecryptable(#[source] crate::encryption::Undecryptable),
+    /// A delivery was sealed under a data key erased since it was cached (or that another
+    /// node's first delivery beat): the store seals it again and logs it.
+    #[error("store error: the data key a delivery was sealed under is gone")]
+    StaleKey,
+    /// A limit refused element `index` of a batch: nothing of the batch was kept.
+    #[error("store error: batch element {index} refused by a limit")]
+    BatchRefused {
+        /// The element refused.
+        index: usize,
+        /// The limit that refused it.
+        refusal: Refusal,
+    },
     /// Anything else: a bug or a corrupt database.
-    Internal(Failure),
-}
-
-impl fmt::Display for StoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StoreError::Unavailable(failure) => write!(f, "store unavailable: {failure}"),
-            StoreError::Internal(failure) => write!(f, "store error: {failure}"),
-        }
-    }
-}
-
-impl StoreError {
-    /// Whether the error that caused it is a `T`.
-    pub fn caused_by<T: std::error::Error + 'static>(&self) -> bool {
-        let (StoreError::Unavailable(failure) | StoreError::Internal(failure)) = self;
-        failure
-            .cause()
-            .is_some_and(|cause| cause.downcast_ref::<T>().is_some())
-    }
-}
-
-impl std::error::Error for StoreError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        let (StoreError::Unavailable(failure) | StoreError::Internal(failure)) = self;
-        failure
-            .cause
-            .as_deref()
-            .map(|cause| cause as &(dyn std::error::Error + 'static))
-    }
+    #[error("store error: {0}")]
+    Internal(#[source] Failure),
 }
 
 /// What failed, in words for the log, and the error that caused it when there is one
@@ -127,6 +115,14 @@ impl Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.detail)
+    }
+}
+
+impl std::error::Error for Failure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause
+            .as_deref()
+            .map(|cause| cause as &(dyn std::error::Error + 'static))
     }
 }
 
@@ -706,7 +702,7 @@ pub struct EventRecord {
     pub headers: Option<String>,
     /// Why it was applied unordered though its source orders events (docs/contract.md).
     pub unordered: Option<String>,
-    /// Failures and replays, oldest first (filled by [`Store::event`] only).
+    /// Failures and replays, oldest first (filled by [`Reads::event`] only).
     pub history: Vec<AttemptRecord>,
     /// Whether a sealed column did not open (tampered with, or moved from another row):
     /// its body, headers and error are left empty (docs/encryption.md).
@@ -795,30 +791,14 @@ pub struct StateChange {
     pub state: String,
 }
 
-/// The durable store behind inhook: event log, dedup keys, projections.
+/// The event log as ingress writes it: each delivery logged once, by its unique keys,
+/// before the answer.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
-    /// Creates or upgrades the schema.
-    async fn migrate(&self) -> Result<(), StoreError>;
-
-    /// Whether the store answers.
-    async fn ping(&self) -> Result<(), StoreError>;
-
+pub trait EventLog: Send + Sync {
     /// The store's keys, where it has them: a search keys its values as ingest indexed
     /// them (docs/api.md, search). None: no keys, values indexed in clear.
     fn keys(&self) -> Option<&vault::Vault> {
         None
-    }
-
-    /// Wakes `wake` whenever another process logs work (a no-op for a single-process store).
-    fn subscribe(&self, wake: std::sync::Arc<tokio::sync::Notify>) {
-        let _ = wake;
-    }
-
-    /// Wakes `wake` whenever another process commits delivery rows (a no-op for a
-    /// single-process store, whose committers wake this node's senders themselves).
-    fn subscribe_deliveries(&self, wake: std::sync::Arc<tokio::sync::Notify>) {
-        let _ = wake;
     }
 
     /// Logs a delivery unless its `event_id` or `idempotency_key` is known, and settles
@@ -831,7 +811,7 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Admission, StoreError>;
 
     /// Logs the elements of one batch (docs/contract.md, batches) in one transaction, each
-    /// as [`Store::ingest`] logs a delivery (its own dedup, `settle[i]` for `events[i]`):
+    /// as [`EventLog::ingest`] logs a delivery (its own dedup, `settle[i]` for `events[i]`):
     /// every element is logged or none is. Returns only after the commit.
     async fn ingest_batch(
         &self,
@@ -842,6 +822,15 @@ pub trait Store: Send + Sync + 'static {
         Err(StoreError::Internal(
             "this store does not log batches".into(),
         ))
+    }
+}
+
+/// What workers need: the aggregates due, and settling them.
+#[async_trait]
+pub trait Settling: Send + Sync {
+    /// Wakes `wake` whenever another process logs work (a no-op for a single-process store).
+    fn subscribe(&self, wake: std::sync::Arc<tokio::sync::Notify>) {
+        let _ = wake;
     }
 
     /// Aggregates with events to decide now: received, or held or retrying and due.
@@ -872,23 +861,6 @@ pub trait Store: Send + Sync + 'static {
         Ok(reports)
     }
 
-    /// One aggregate's stored state (`aggregate` in stored form).
-    async fn aggregate(
-        &self,
-        source: &str,
-        aggregate: &str,
-    ) -> Result<Option<AggregateState>, StoreError>;
-
-    /// Aggregate states of a source, optionally of one `tag`, ordered by stored key,
-    /// after `cursor` (a stored key).
-    async fn aggregates_page(
-        &self,
-        source: &str,
-        tag: Option<&str>,
-        limit: usize,
-        cursor: Option<&str>,
-    ) -> Result<AggregatePage, StoreError>;
-
     /// Records a failed attempt at an aggregate's due events: each is retried after the
     /// policy's backoff (with `jitter` in `[0, 1)`), or dead with `exhausted`.
     async fn record_failure(
@@ -900,62 +872,17 @@ pub trait Store: Send + Sync + 'static {
         policy: RetryPolicy,
         jitter: f64,
     ) -> Result<FailureReport, StoreError>;
+}
 
-    /// One event with its attempt history.
-    async fn event(&self, source: &str, event_id: &str) -> Result<Option<EventRecord>, StoreError>;
-
-    /// A page of the event log, newest first, before row `cursor`.
-    async fn events(
-        &self,
-        filter: &EventFilter,
-        limit: usize,
-        cursor: Option<i64>,
-    ) -> Result<EventPage, StoreError>;
-
-    /// Puts a dead or retrying event back in the queue.
-    async fn replay_event(
-        &self,
-        source: &str,
-        event_id: &str,
-        now_ms: i64,
-    ) -> Result<ReplayOutcome, StoreError>;
-
-    /// Persists a bulk replay of the dead or retrying events matching `filter`.
-    async fn create_replay_job(
-        &self,
-        filter: &EventFilter,
-        now_ms: i64,
-    ) -> Result<ReplayJob, StoreError>;
-
-    /// Events per source and status.
-    async fn status_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError>;
-
-    /// Undecided events (received, held, retrying) per source and status: what the
-    /// backlog limit and gauges need, read without scanning decided history.
-    async fn undecided_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError>;
-
-    /// The id of the latest applied state change (0 when there is none).
-    async fn last_change_id(&self) -> Result<i64, StoreError>;
-
-    /// Applied state changes after id `after`, oldest first, optionally of one source and aggregate.
-    async fn changes_after(
-        &self,
-        after: i64,
-        source: Option<&str>,
-        aggregate: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<StateChange>, StoreError>;
-
-    /// The ids of the applied state changes after id `after`, oldest first: what the
-    /// change feed follows while no stream listens, without opening a sealed state.
-    async fn change_ids_after(&self, after: i64, limit: usize) -> Result<Vec<i64>, StoreError>;
-
-    /// A bulk replay's progress.
-    async fn replay_job(&self, id: i64) -> Result<Option<ReplayJob>, StoreError>;
-
-    /// Moves running bulk replays forward by up to `aggregates` aggregates, each requeued
-    /// whole so the worker feeds it back in sequence order. Returns events requeued.
-    async fn advance_replay_jobs(&self, now_ms: i64, aggregates: usize) -> Result<u64, StoreError>;
+/// The forwarding queue as a sender works it (docs/forwarding.md): claims, releases,
+/// verdicts.
+#[async_trait]
+pub trait DeliveryQueue: Send + Sync {
+    /// Wakes `wake` whenever another process commits delivery rows (a no-op for a
+    /// single-process store, whose committers wake this node's senders themselves).
+    fn subscribe_deliveries(&self, wake: std::sync::Arc<tokio::sync::Notify>) {
+        let _ = wake;
+    }
 
     /// Claims up to `limit` deliveries of `destination` that may be sent at `now_ms`
     /// (docs/forwarding.md): per queue (destination, source, aggregate) only what
@@ -996,7 +923,7 @@ pub trait Store: Send + Sync + 'static {
         now_ms: i64,
     ) -> Result<bool, StoreError>;
 
-    /// Records several verdicts as [`Store::record_delivery_attempt`] does each, in one
+    /// Records several verdicts as [`DeliveryQueue::record_delivery_attempt`] does each, in one
     /// transaction where the store allows (a sender's finished requests, batched); answers,
     /// in order, whether each was recorded.
     async fn record_delivery_attempts(
@@ -1014,6 +941,73 @@ pub trait Store: Send + Sync + 'static {
         Ok(recorded)
     }
 
+    /// When, after `now_ms`, `destination`'s next delivery falls due by time: a retry's
+    /// next attempt or a lease running out. An idle sender sleeps until then at most.
+    async fn next_delivery_due(
+        &self,
+        destination: &str,
+        now_ms: i64,
+    ) -> Result<Option<i64>, StoreError>;
+}
+
+/// What the read API and the command line read: events, states, changes, deliveries,
+/// replays' progress.
+#[async_trait]
+pub trait Reads: Send + Sync {
+    /// One aggregate's stored state (`aggregate` in stored form).
+    async fn aggregate(
+        &self,
+        source: &str,
+        aggregate: &str,
+    ) -> Result<Option<AggregateState>, StoreError>;
+
+    /// Aggregate states of a source, optionally of one `tag`, ordered by stored key,
+    /// after `cursor` (a stored key).
+    async fn aggregates_page(
+        &self,
+        source: &str,
+        tag: Option<&str>,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<AggregatePage, StoreError>;
+
+    /// One event with its attempt history.
+    async fn event(&self, source: &str, event_id: &str) -> Result<Option<EventRecord>, StoreError>;
+
+    /// A page of the event log, newest first, before row `cursor`.
+    async fn events(
+        &self,
+        filter: &EventFilter,
+        limit: usize,
+        cursor: Option<i64>,
+    ) -> Result<EventPage, StoreError>;
+
+    /// Events per source and status.
+    async fn status_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError>;
+
+    /// Undecided events (received, held, retrying) per source and status: what the
+    /// backlog limit and gauges need, read without scanning decided history.
+    async fn undecided_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError>;
+
+    /// The id of the latest applied state change (0 when there is none).
+    async fn last_change_id(&self) -> Result<i64, StoreError>;
+
+    /// Applied state changes after id `after`, oldest first, optionally of one source and aggregate.
+    async fn changes_after(
+        &self,
+        after: i64,
+        source: Option<&str>,
+        aggregate: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<StateChange>, StoreError>;
+
+    /// The ids of the applied state changes after id `after`, oldest first: what the
+    /// change feed follows while no stream listens, without opening a sealed state.
+    async fn change_ids_after(&self, after: i64, limit: usize) -> Result<Vec<i64>, StoreError>;
+
+    /// A bulk replay's progress.
+    async fn replay_job(&self, id: i64) -> Result<Option<ReplayJob>, StoreError>;
+
     /// One delivery of `destination` with its attempts, oldest first.
     async fn delivery(
         &self,
@@ -1030,6 +1024,35 @@ pub trait Store: Send + Sync + 'static {
         cursor: Option<i64>,
     ) -> Result<DeliveryPage, StoreError>;
 
+    /// A bulk replay of deliveries' progress.
+    async fn delivery_replay_job(&self, id: i64) -> Result<Option<DeliveryReplayJob>, StoreError>;
+
+    /// `destination`'s backlog, in flight, dead, blocked aggregates and last error.
+    async fn destination_stats(&self, destination: &str) -> Result<DestinationStats, StoreError>;
+}
+
+/// An operator's repairs: replays of events and deliveries, skips, resets.
+#[async_trait]
+pub trait Repairs: Send + Sync {
+    /// Puts a dead or retrying event back in the queue.
+    async fn replay_event(
+        &self,
+        source: &str,
+        event_id: &str,
+        now_ms: i64,
+    ) -> Result<ReplayOutcome, StoreError>;
+
+    /// Persists a bulk replay of the dead or retrying events matching `filter`.
+    async fn create_replay_job(
+        &self,
+        filter: &EventFilter,
+        now_ms: i64,
+    ) -> Result<ReplayJob, StoreError>;
+
+    /// Moves running bulk replays forward by up to `aggregates` aggregates, each requeued
+    /// whole so the worker feeds it back in sequence order. Returns events requeued.
+    async fn advance_replay_jobs(&self, now_ms: i64, aggregates: usize) -> Result<u64, StoreError>;
+
     /// Replays a dead or skipped delivery as [`crate::forward::queue::replay`] decides.
     async fn replay_delivery(
         &self,
@@ -1041,7 +1064,7 @@ pub trait Store: Send + Sync + 'static {
     async fn skip_delivery(&self, destination: &str, id: i64) -> Result<DeliverySkip, StoreError>;
 
     /// Persists a bulk replay of `destination`'s deliveries matching `filter` (dead ones
-    /// when it names no status), advanced by [`Store::advance_delivery_replay_jobs`].
+    /// when it names no status), advanced by [`Repairs::advance_delivery_replay_jobs`].
     async fn create_delivery_replay_job(
         &self,
         destination: &str,
@@ -1049,11 +1072,8 @@ pub trait Store: Send + Sync + 'static {
         now_ms: i64,
     ) -> Result<DeliveryReplayJob, StoreError>;
 
-    /// A bulk replay of deliveries' progress.
-    async fn delivery_replay_job(&self, id: i64) -> Result<Option<DeliveryReplayJob>, StoreError>;
-
     /// Moves the oldest running bulk replay of deliveries on by up to `queues` queues,
-    /// each matching delivery replayed as [`Store::replay_delivery`] does, in applied
+    /// each matching delivery replayed as [`Repairs::replay_delivery`] does, in applied
     /// order. Returns deliveries requeued.
     async fn advance_delivery_replay_jobs(
         &self,
@@ -1061,66 +1081,20 @@ pub trait Store: Send + Sync + 'static {
         queues: usize,
     ) -> Result<u64, StoreError>;
 
-    /// When, after `now_ms`, `destination`'s next delivery falls due by time: a retry's
-    /// next attempt or a lease running out. An idle sender sleeps until then at most.
-    async fn next_delivery_due(
+    /// Resets one aggregate on request (docs/contract.md, a publisher's bad version): its
+    /// state and its highest received sequence are deleted, so that its next event applies
+    /// as a new aggregate's first would; its events stay as they are.
+    async fn reset_aggregate(
         &self,
-        destination: &str,
-        now_ms: i64,
-    ) -> Result<Option<i64>, StoreError>;
+        source: &str,
+        aggregate: &str,
+    ) -> Result<reset::ResetReport, StoreError>;
+}
 
-    /// `destination`'s backlog, in flight, dead, blocked aggregates and last error.
-    async fn destination_stats(&self, destination: &str) -> Result<DestinationStats, StoreError>;
-
-    /// Deletes up to `batch` decided events received before `before_ms`, keeping their
-    /// dedup keys until `dedup_until_ms`; and deletes dedup keys expired at `now_ms`.
-    async fn purge(
-        &self,
-        before_ms: i64,
-        dedup_until_ms: i64,
-        now_ms: i64,
-        batch: usize,
-    ) -> Result<PurgeReport, StoreError>;
-
-    /// Adds one flush of per-minute figures (docs/api.md, stats) in one transaction.
-    async fn add_stats(&self, rows: Vec<stats::StatRow>) -> Result<(), StoreError>;
-
-    /// The figures of one source or destination in `[from_ms, to_ms)`, summed per step of
-    /// `step_ms` counted from `from_ms`.
-    async fn stats_series(
-        &self,
-        scope: stats::StatScope,
-        name: &str,
-        window: (i64, i64, i64),
-    ) -> Result<Vec<stats::StatCell>, StoreError>;
-
-    /// Per source of `names`: its rejections by reason since `since_ms` (`(source,
-    /// figure, count)`) and the time of its last delivery, as flushed.
-    async fn source_stats(
-        &self,
-        names: Vec<String>,
-        since_ms: i64,
-    ) -> Result<stats::SourceStats, StoreError>;
-
-    /// Deletes the figures of minutes before `before_ms`.
-    async fn purge_stats(&self, before_ms: i64) -> Result<u64, StoreError>;
-
-    /// Whether the one-time upgrade step `step` (queued by a migration) is still to be done.
-    async fn upgrade_step_pending(&self, step: &str) -> Result<bool, StoreError>;
-
-    /// Records that the upgrade step `step` is done.
-    async fn finish_upgrade_step(&self, step: &str) -> Result<(), StoreError>;
-
-    /// Passes the stored request headers of up to `batch` events after row `after` through
-    /// `keep`, in one transaction; answers the last row read (none when no row was left)
-    /// and how many were rewritten.
-    async fn prune_headers(
-        &self,
-        after: i64,
-        batch: usize,
-        keep: std::sync::Arc<HeaderFilter>,
-    ) -> Result<(Option<i64>, u64), StoreError>;
-
+/// Keys and erasure (docs/encryption.md): unlocking, rekeying, sealing what was stored in
+/// clear, forgetting.
+#[async_trait]
+pub trait Keys: Send + Sync {
     /// Checks that every master key the store's data is wrapped under is configured, and
     /// loads the keyed body hasher: once at start (docs/encryption.md).
     async fn unlock(&self) -> Result<(), StoreError>;
@@ -1157,16 +1131,74 @@ pub trait Store: Send + Sync + 'static {
     /// Rids the database's files of what a rekey overwrote (an erasure does it itself):
     /// [`backend::Backend::scrub`].
     async fn scrub(&self, after: backend::Scrub) -> Result<(), StoreError>;
+}
 
-    /// Resets one aggregate on request (docs/contract.md, a publisher's bad version): its
-    /// state and its highest received sequence are deleted, so that its next event applies
-    /// as a new aggregate's first would; its events stay as they are.
-    async fn reset_aggregate(
+/// The schema, liveness, retention and one-time upgrade steps.
+#[async_trait]
+pub trait Upkeep: Send + Sync {
+    /// Creates or upgrades the schema.
+    async fn migrate(&self) -> Result<(), StoreError>;
+
+    /// Whether the store answers.
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Deletes up to `batch` decided events received before `before_ms`, keeping their
+    /// dedup keys until `dedup_until_ms`; and deletes dedup keys expired at `now_ms`.
+    async fn purge(
         &self,
-        source: &str,
-        aggregate: &str,
-    ) -> Result<reset::ResetReport, StoreError>;
+        before_ms: i64,
+        dedup_until_ms: i64,
+        now_ms: i64,
+        batch: usize,
+    ) -> Result<PurgeReport, StoreError>;
 
+    /// Deletes the figures of minutes before `before_ms`.
+    async fn purge_stats(&self, before_ms: i64) -> Result<u64, StoreError>;
+
+    /// Whether the one-time upgrade step `step` (queued by a migration) is still to be done.
+    async fn upgrade_step_pending(&self, step: &str) -> Result<bool, StoreError>;
+
+    /// Records that the upgrade step `step` is done.
+    async fn finish_upgrade_step(&self, step: &str) -> Result<(), StoreError>;
+
+    /// Passes the stored request headers of up to `batch` events after row `after` through
+    /// `keep`, in one transaction; answers the last row read (none when no row was left)
+    /// and how many were rewritten.
+    async fn prune_headers(
+        &self,
+        after: i64,
+        batch: usize,
+        keep: std::sync::Arc<HeaderFilter>,
+    ) -> Result<(Option<i64>, u64), StoreError>;
+}
+
+/// Figures over time (docs/api.md, stats): flushed per minute, read per step.
+#[async_trait]
+pub trait Figures: Send + Sync {
+    /// Adds one flush of per-minute figures (docs/api.md, stats) in one transaction.
+    async fn add_stats(&self, rows: Vec<stats::StatRow>) -> Result<(), StoreError>;
+
+    /// The figures of one source or destination in `[from_ms, to_ms)`, summed per step of
+    /// `step_ms` counted from `from_ms`.
+    async fn stats_series(
+        &self,
+        scope: stats::StatScope,
+        name: &str,
+        window: (i64, i64, i64),
+    ) -> Result<Vec<stats::StatCell>, StoreError>;
+
+    /// Per source of `names`: its rejections by reason since `since_ms` (`(source,
+    /// figure, count)`) and the time of its last delivery, as flushed.
+    async fn source_stats(
+        &self,
+        names: Vec<String>,
+        since_ms: i64,
+    ) -> Result<stats::SourceStats, StoreError>;
+}
+
+/// The alerts' history and the marks the alert rules read (docs/api.md, alerts).
+#[async_trait]
+pub trait AlertLog: Send + Sync {
     /// Keeps one alert notice (docs/api.md, alerts); the new row's id.
     async fn record_alert(&self, alert: &alerts::AlertRecord) -> Result<i64, StoreError>;
 
@@ -1212,6 +1244,28 @@ pub trait Store: Send + Sync + 'static {
     /// When `source` last received a delivery and holds its oldest held event, for the
     /// alert rules.
     async fn source_marks(&self, source: &str) -> Result<alerts::SourceMarks, StoreError>;
+}
+
+/// The durable store behind inhook: event log, dedup keys, projections; every role
+/// at once, for the wiring that hands each caller its own ([`EventLog`], [`Settling`],
+/// [`DeliveryQueue`], [`Reads`], [`Repairs`], [`Keys`], [`Upkeep`], [`Figures`], [`AlertLog`]).
+pub trait Store:
+    EventLog + Settling + DeliveryQueue + Reads + Repairs + Keys + Upkeep + Figures + AlertLog + 'static
+{
+}
+
+impl<T> Store for T where
+    T: EventLog
+        + Settling
+        + DeliveryQueue
+        + Reads
+        + Repairs
+        + Keys
+        + Upkeep
+        + Figures
+        + AlertLog
+        + 'static
+{
 }
 
 /// What an event's stored request headers (JSON text) become, given its source; `None`

@@ -855,7 +855,7 @@ fn record_decision(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{IngestLimits, Refusal, Store};
+    use crate::store::{IngestLimits, Refusal, Upkeep};
 
     #[test]
     fn a_database_error_keeps_its_cause() {

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use sha2::Digest as _;
 
 use super::backend::{opt_bytes, string, text, Cell, Param, Tx};
-use super::{Failure, StoreError};
+use super::StoreError;
 use crate::encryption::{
     is_sealed, is_sealed_text, sealed_key_id, sealed_text_key_id, Binding, BodyHasher, DataKey,
     MasterKeys, Undecryptable, BODY_HASH_KEY,
@@ -220,7 +220,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// The failure of a value that does not open, for the caller's answer.
 pub(crate) fn undecryptable_error(err: Undecryptable) -> StoreError {
-    StoreError::Internal(Failure::caused(err.to_string(), err))
+    StoreError::Undecryptable(err)
 }
 
 impl Vault {
@@ -509,28 +509,12 @@ impl NewDataKey {
     }
 }
 
-/// Whether `err` is a value that did not open (answered 500 `undecryptable`).
-pub fn is_undecryptable(err: &StoreError) -> bool {
-    err.caused_by::<Undecryptable>()
-}
-
-/// A row sealed under a data key that is gone (erased by another node since it was
-/// cached): the delivery is sealed again and logged.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the data key a delivery was sealed under is gone")]
-pub(crate) struct StaleKey;
-
-/// The error of a row whose data key is gone.
-pub(crate) fn stale_key() -> StoreError {
-    StoreError::Internal(Failure::caused(StaleKey.to_string(), StaleKey))
-}
-
-/// Whether `err` is [`StaleKey`].
+/// Whether `err` is [`StoreError::StaleKey`].
 pub(crate) fn is_stale_key(err: &StoreError) -> bool {
-    err.caused_by::<StaleKey>()
+    matches!(err, StoreError::StaleKey)
 }
 
-/// Fails with [`StaleKey`] when `row` was sealed under a data key that is not stored
+/// Fails with [`StoreError::StaleKey`] when `row` was sealed under a data key that is not stored
 /// (erased since it was cached, or a new one another delivery's key beat).
 pub(crate) async fn check_key<I: Tx>(io: &I, row: &super::EventRow) -> Result<(), StoreError> {
     let Some(id) = row.data_key() else {
@@ -538,7 +522,7 @@ pub(crate) async fn check_key<I: Tx>(io: &I, row: &super::EventRow) -> Result<()
     };
     let found = io.query(DATA_KEY_EXISTS, &[Param::Int(id)]).await?;
     if super::backend::one_int(&found)? == 0 {
-        return Err(stale_key());
+        return Err(StoreError::StaleKey);
     }
     Ok(())
 }

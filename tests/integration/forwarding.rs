@@ -624,7 +624,7 @@ async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
     let forward_wake = Arc::new(tokio::sync::Notify::new());
     let replays = tokio::spawn(
         inhook::replays::BulkReplays {
-            store: Arc::clone(&store),
+            store: store.clone(),
             worker_wake: Arc::new(tokio::sync::Notify::new()),
             forward_wake: Arc::clone(&forward_wake),
             forwarding: true,

@@ -19,29 +19,19 @@ use inhook::worker::Worker;
 use serde_json::{json, Value};
 use tokio::sync::{watch, Notify};
 
-use inhook::store::alerts::{AlertRecord, SourceMarks};
-
 use crate::support::TestServer;
 
-/// Fails `settle` for aggregates whose key starts with `failing_prefix`, `failures` times.
+/// The worker's view of a store whose `settle` fails for aggregates whose key starts with
+/// `failing_prefix`, `failures` times: one role, the rest of the store untouched.
 struct FlakyStore {
-    inner: SqliteStore,
+    inner: Arc<SqliteStore>,
     failing_prefix: &'static str,
     failures: u32,
     calls: AtomicU32,
 }
 
 #[async_trait]
-impl Store for FlakyStore {
-    async fn migrate(&self) -> Result<(), StoreError> {
-        self.inner.migrate().await
-    }
-    async fn ping(&self) -> Result<(), StoreError> {
-        self.inner.ping().await
-    }
-    async fn ingest(&self, e: NewEvent<'_>, s: SettleAt<'_>) -> Result<Admission, StoreError> {
-        self.inner.ingest(e, s).await
-    }
+impl Settling for FlakyStore {
     async fn due_aggregates(
         &self,
         now: i64,
@@ -59,18 +49,6 @@ impl Store for FlakyStore {
         }
         self.inner.settle(r, a, now).await
     }
-    async fn aggregate(&self, s: &str, a: &str) -> Result<Option<AggregateState>, StoreError> {
-        self.inner.aggregate(s, a).await
-    }
-    async fn aggregates_page(
-        &self,
-        s: &str,
-        t: Option<&str>,
-        l: usize,
-        c: Option<&str>,
-    ) -> Result<AggregatePage, StoreError> {
-        self.inner.aggregates_page(s, t, l, c).await
-    }
     async fn record_failure(
         &self,
         r: &SourceRules,
@@ -82,257 +60,11 @@ impl Store for FlakyStore {
     ) -> Result<FailureReport, StoreError> {
         self.inner.record_failure(r, a, e, now, p, j).await
     }
-    async fn event(&self, s: &str, e: &str) -> Result<Option<EventRecord>, StoreError> {
-        self.inner.event(s, e).await
-    }
-    async fn events(
-        &self,
-        f: &EventFilter,
-        l: usize,
-        c: Option<i64>,
-    ) -> Result<EventPage, StoreError> {
-        self.inner.events(f, l, c).await
-    }
-    async fn replay_event(&self, s: &str, e: &str, now: i64) -> Result<ReplayOutcome, StoreError> {
-        self.inner.replay_event(s, e, now).await
-    }
-    async fn create_replay_job(&self, f: &EventFilter, now: i64) -> Result<ReplayJob, StoreError> {
-        self.inner.create_replay_job(f, now).await
-    }
-    async fn status_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
-        self.inner.status_counts().await
-    }
-    async fn undecided_counts(&self) -> Result<Vec<(String, EventStatus, u64)>, StoreError> {
-        self.inner.undecided_counts().await
-    }
-    async fn last_change_id(&self) -> Result<i64, StoreError> {
-        self.inner.last_change_id().await
-    }
-    async fn changes_after(
-        &self,
-        a: i64,
-        s: Option<&str>,
-        g: Option<&str>,
-        l: usize,
-    ) -> Result<Vec<StateChange>, StoreError> {
-        self.inner.changes_after(a, s, g, l).await
-    }
-    async fn replay_job(&self, id: i64) -> Result<Option<ReplayJob>, StoreError> {
-        self.inner.replay_job(id).await
-    }
-    async fn advance_replay_jobs(&self, now: i64, n: usize) -> Result<u64, StoreError> {
-        self.inner.advance_replay_jobs(now, n).await
-    }
-    async fn claim_deliveries(
-        &self,
-        d: &str,
-        o: &str,
-        now: i64,
-        until: i64,
-        n: usize,
-    ) -> Result<Vec<DeliveryRecord>, StoreError> {
-        self.inner.claim_deliveries(d, o, now, until, n).await
-    }
-    async fn release_deliveries(&self, o: &str, ids: &[i64], now: i64) -> Result<u64, StoreError> {
-        self.inner.release_deliveries(o, ids, now).await
-    }
-    async fn record_delivery_attempt(
-        &self,
-        id: i64,
-        o: &str,
-        v: &inhook::forward::answer::Verdict,
-        a: &inhook::forward::answer::AttemptRecord,
-        now: i64,
-    ) -> Result<bool, StoreError> {
-        self.inner.record_delivery_attempt(id, o, v, a, now).await
-    }
-    async fn delivery(&self, d: &str, id: i64) -> Result<Option<DeliveryRecord>, StoreError> {
-        self.inner.delivery(d, id).await
-    }
-    async fn deliveries(
-        &self,
-        d: &str,
-        f: &DeliveryFilter,
-        n: usize,
-        c: Option<i64>,
-    ) -> Result<DeliveryPage, StoreError> {
-        self.inner.deliveries(d, f, n, c).await
-    }
-    async fn replay_delivery(&self, d: &str, id: i64) -> Result<DeliveryReplay, StoreError> {
-        self.inner.replay_delivery(d, id).await
-    }
-    async fn skip_delivery(&self, d: &str, id: i64) -> Result<DeliverySkip, StoreError> {
-        self.inner.skip_delivery(d, id).await
-    }
-    async fn create_delivery_replay_job(
-        &self,
-        d: &str,
-        f: &DeliveryFilter,
-        now: i64,
-    ) -> Result<DeliveryReplayJob, StoreError> {
-        self.inner.create_delivery_replay_job(d, f, now).await
-    }
-    async fn delivery_replay_job(&self, id: i64) -> Result<Option<DeliveryReplayJob>, StoreError> {
-        self.inner.delivery_replay_job(id).await
-    }
-    async fn advance_delivery_replay_jobs(&self, now: i64, n: usize) -> Result<u64, StoreError> {
-        self.inner.advance_delivery_replay_jobs(now, n).await
-    }
-    async fn next_delivery_due(&self, d: &str, now: i64) -> Result<Option<i64>, StoreError> {
-        self.inner.next_delivery_due(d, now).await
-    }
-    async fn destination_stats(&self, d: &str) -> Result<DestinationStats, StoreError> {
-        self.inner.destination_stats(d).await
-    }
-    async fn purge(&self, b: i64, d: i64, now: i64, n: usize) -> Result<PurgeReport, StoreError> {
-        self.inner.purge(b, d, now, n).await
-    }
-
-    async fn add_stats(&self, rows: Vec<stats::StatRow>) -> Result<(), StoreError> {
-        self.inner.add_stats(rows).await
-    }
-
-    async fn stats_series(
-        &self,
-        scope: stats::StatScope,
-        name: &str,
-        window: (i64, i64, i64),
-    ) -> Result<Vec<stats::StatCell>, StoreError> {
-        self.inner.stats_series(scope, name, window).await
-    }
-
-    async fn source_stats(
-        &self,
-        names: Vec<String>,
-        since_ms: i64,
-    ) -> Result<stats::SourceStats, StoreError> {
-        self.inner.source_stats(names, since_ms).await
-    }
-
-    async fn purge_stats(&self, before_ms: i64) -> Result<u64, StoreError> {
-        self.inner.purge_stats(before_ms).await
-    }
-
-    async fn upgrade_step_pending(&self, step: &str) -> Result<bool, StoreError> {
-        self.inner.upgrade_step_pending(step).await
-    }
-
-    async fn finish_upgrade_step(&self, step: &str) -> Result<(), StoreError> {
-        self.inner.finish_upgrade_step(step).await
-    }
-
-    async fn prune_headers(
-        &self,
-        after: i64,
-        batch: usize,
-        keep: Arc<inhook::store::HeaderFilter>,
-    ) -> Result<(Option<i64>, u64), StoreError> {
-        self.inner.prune_headers(after, batch, keep).await
-    }
-
-    async fn change_ids_after(&self, after: i64, limit: usize) -> Result<Vec<i64>, StoreError> {
-        self.inner.change_ids_after(after, limit).await
-    }
-
-    async fn unlock(&self) -> Result<(), StoreError> {
-        self.inner.unlock().await
-    }
-
-    fn encrypting(&self) -> bool {
-        self.inner.encrypting()
-    }
-
-    async fn forget(
-        &self,
-        source: &str,
-        aggregate: &str,
-        now_ms: i64,
-    ) -> Result<erasure::ForgetReport, StoreError> {
-        self.inner.forget(source, aggregate, now_ms).await
-    }
-
-    async fn rekey_step(&self, after: i64, batch: usize) -> Result<erasure::KeyStep, StoreError> {
-        self.inner.rekey_step(after, batch).await
-    }
-
-    async fn rekey_left(&self) -> Result<u64, StoreError> {
-        self.inner.rekey_left().await
-    }
-
-    async fn encrypt_step(&self, after: i64, batch: usize) -> Result<erasure::KeyStep, StoreError> {
-        self.inner.encrypt_step(after, batch).await
-    }
-
-    async fn plaintext_left(&self) -> Result<u64, StoreError> {
-        self.inner.plaintext_left().await
-    }
-
-    async fn compact(&self) -> Result<(), StoreError> {
-        self.inner.compact().await
-    }
-
-    async fn scrub(&self, after: backend::Scrub) -> Result<(), StoreError> {
-        self.inner.scrub(after).await
-    }
-
-    async fn reset_aggregate(
-        &self,
-        source: &str,
-        aggregate: &str,
-    ) -> Result<reset::ResetReport, StoreError> {
-        self.inner.reset_aggregate(source, aggregate).await
-    }
-    async fn record_alert(&self, alert: &AlertRecord) -> Result<i64, StoreError> {
-        self.inner.record_alert(alert).await
-    }
-    async fn keep_alert(
-        &self,
-        alert: AlertRecord,
-        transition: inhook::store::alerts::Transition,
-        channels: Vec<String>,
-    ) -> Result<Option<AlertRecord>, StoreError> {
-        self.inner.keep_alert(alert, transition, channels).await
-    }
-    async fn alerts_firing(&self) -> Result<Vec<inhook::store::alerts::Firing>, StoreError> {
-        self.inner.alerts_firing().await
-    }
-    async fn claim_alert_notice(
-        &self,
-        channel: &str,
-        node: &str,
-        now_ms: i64,
-        lease_ms: i64,
-    ) -> Result<inhook::store::alerts::Claim, StoreError> {
-        self.inner
-            .claim_alert_notice(channel, node, now_ms, lease_ms)
-            .await
-    }
-    async fn alert_notice_attempted(
-        &self,
-        outbox_id: i64,
-        node: &str,
-        attempts: i64,
-        outcome: inhook::store::alerts::Attempted,
-        now_ms: i64,
-    ) -> Result<bool, StoreError> {
-        self.inner
-            .alert_notice_attempted(outbox_id, node, attempts, outcome, now_ms)
-            .await
-    }
-    async fn alerts(
-        &self,
-        before: Option<i64>,
-        limit: usize,
-    ) -> Result<Vec<AlertRecord>, StoreError> {
-        self.inner.alerts(before, limit).await
-    }
-    async fn source_marks(&self, source: &str) -> Result<SourceMarks, StoreError> {
-        self.inner.source_marks(source).await
-    }
 }
 
 struct Harness {
-    store: Arc<FlakyStore>,
+    /// The whole store, as the test reads and logs through it.
+    store: Arc<SqliteStore>,
     clock: Clock,
     stop: watch::Sender<bool>,
     _dir: tempfile::TempDir,
@@ -354,8 +86,9 @@ async fn harness(failing_prefix: &'static str, failures: u32, max_attempts: u32)
     let config = Arc::new(Config::from_parts(Some(&text), &HashMap::new()).unwrap());
     let inner = SqliteStore::open(&dir.path().join("r.db"), Duration::from_secs(5)).unwrap();
     inner.migrate().await.unwrap();
-    let store = Arc::new(FlakyStore {
-        inner,
+    let store = Arc::new(inner);
+    let flaky = Arc::new(FlakyStore {
+        inner: Arc::clone(&store),
         failing_prefix,
         failures,
         calls: AtomicU32::new(0),
@@ -364,7 +97,7 @@ async fn harness(failing_prefix: &'static str, failures: u32, max_attempts: u32)
     let (stop, stop_rx) = watch::channel(false);
     let worker = Worker {
         config,
-        store: store.clone(),
+        store: flaky,
         wake: Arc::new(Notify::new()),
         forward_wake: Arc::new(Notify::new()),
         clock,

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use inhook::store::{PoolSettings, PostgresStore, SqliteStore, Store};
+use inhook::store::{PoolSettings, PostgresStore, SqliteStore, Store, Upkeep};
 
 use crate::support::Backend;
 
@@ -296,7 +296,7 @@ conformance_nodes! {
 /// advisory locks; SQLite's one writer has no such node).
 mod postgres_held_queues {
     use crate::conformance::forwarding;
-    use inhook::store::Store;
+    use inhook::store::Upkeep;
 
     #[tokio::test]
     async fn a_claim_passes_over_queues_another_node_holds() {

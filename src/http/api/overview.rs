@@ -62,7 +62,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-/// Events of `source` in any of the `wanted` statuses, from [`crate::store::Store::status_counts`].
+/// Events of `source` in any of the `wanted` statuses, from [`crate::store::Reads::status_counts`].
 fn count_of(counts: &[(String, EventStatus, u64)], source: &str, wanted: &[EventStatus]) -> u64 {
     counts
         .iter()
