@@ -15,6 +15,7 @@ use crate::http::server::{effective_max_connections, open_files_limit, serve, Co
 use crate::http::{router, AppState};
 use crate::replays::BulkReplays;
 use crate::sender::{Circuits, Sender};
+use crate::sink::Sinks;
 use crate::store::{PoolSettings, PostgresStore, SqliteStore, Store, StoreError};
 use crate::worker::Worker;
 
@@ -111,24 +112,33 @@ pub fn connect_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     Ok(store)
 }
 
-/// A bound, ready-to-run inhook.
-pub struct Application {
-    listener: TcpListener,
-    /// One per configured destination (docs/forwarding.md), started with the server.
+/// Everything one inhook runs, built and not started: the state the handlers share, the
+/// senders and the alert channels. `inhook serve` ([`Application`]) and a service embedding
+/// inhook ([`crate::embed`]) both build it here, and start it with [`Core::start`].
+pub(crate) struct Core {
+    /// What every handler shares.
+    pub(crate) state: AppState,
+    /// One per configured destination (docs/forwarding.md), started with the background work.
     senders: Vec<Sender>,
-    /// The `[[alerts]]` channels, started with the server.
+    /// The `[[alerts]]` channels, started with the background work.
     alerts: crate::alerts::send::Outbox,
-    state: AppState,
 }
 
-impl Application {
-    /// Opens the store, migrates it and binds the listen address (port 0 picks a free port).
-    pub async fn build(config: Config) -> anyhow::Result<Self> {
-        crate::metrics::install();
+impl Core {
+    /// Opens the store, migrates it and builds the state and senders of `config`; `sinks`
+    /// holds the consumers of its in-process destinations.
+    pub(crate) async fn build(config: Config, sinks: Sinks) -> anyhow::Result<Self> {
+        // A process holding another recorder keeps it (docs/library.md, limits).
+        crate::metrics::try_install();
         let store = open_store(&config).await?;
         let secrets = crate::config::LiveSecrets::of(&config);
-        let mut senders =
-            Sender::for_destinations(&config.destinations, &store, Clock::System, &secrets)?;
+        let mut senders = Sender::for_destinations_with(
+            &config.destinations,
+            &store,
+            Clock::System,
+            &secrets,
+            sinks,
+        )?;
         for sender in &mut senders {
             sender.poll = Duration::from_millis(config.forward_poll_ms);
         }
@@ -147,15 +157,11 @@ impl Application {
             config.max_streams,
             config.stream_buffer,
         ));
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("binding {}", config.listen))?;
         let body_budget = crate::http::BodyBudget::new(
             config.max_buffered_body_bytes,
             config.max_buffered_body_bytes_per_peer,
         );
         Ok(Self {
-            listener,
             senders,
             alerts,
             state: AppState {
@@ -181,29 +187,10 @@ impl Application {
         })
     }
 
-    /// The handle through which a config reload replaces the sources' and destinations' secrets.
-    pub fn secrets(&self) -> crate::config::LiveSecrets {
-        self.state.secrets.clone()
-    }
-
-    /// The running configuration, which a reload checks the config read against.
-    pub fn config(&self) -> Arc<Config> {
-        Arc::clone(&self.state.config)
-    }
-
-    /// The address actually bound.
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
-    }
-
-    /// Serves until `shutdown` resolves: then stops accepting, lets in-flight requests and
-    /// worker steps finish for up to `shutdown_timeout_s`, and returns.
-    pub async fn run_until_stopped(
-        self,
-        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-    ) -> anyhow::Result<()> {
+    /// Starts the background work: workers, retention, backlog, metrics upkeep, stats,
+    /// the headers upgrade step, bulk replays, senders, alerts and the change feed.
+    pub(crate) fn start(self) -> Running {
         let (stop_tx, stop_rx) = watch::channel(false);
-        let grace = Duration::from_secs(self.state.config.shutdown_timeout_s);
         let worker = Worker {
             config: Arc::clone(&self.state.config),
             store: self.state.store.clone(),
@@ -283,7 +270,97 @@ impl Application {
             crate::http::ChangeMask::of(&self.state.config),
             stop_rx.clone(),
         ));
-        let config = &self.state.config;
+        Running {
+            state: self.state,
+            stop: stop_tx,
+            background,
+        }
+    }
+}
+
+/// The background work of a started [`Core`], until [`Running::finish`].
+pub(crate) struct Running {
+    /// What every handler shares.
+    pub(crate) state: AppState,
+    /// Turned true to stop the background work.
+    pub(crate) stop: watch::Sender<bool>,
+    background: tokio::task::JoinSet<()>,
+}
+
+impl Running {
+    /// Tells the background work to stop and leaves it to end on its own (an
+    /// [`crate::embed::Inhook`] dropped without its shutdown).
+    pub(crate) fn detach(mut self) {
+        let _ = self.stop.send(true);
+        self.background.detach_all();
+    }
+
+    /// Stops the background work: lets worker steps and requests to destinations finish
+    /// for up to `shutdown_timeout_s` (their transactions roll back after it), then flushes
+    /// the figures they counted.
+    pub(crate) async fn finish(mut self) {
+        let _ = self.stop.send(true);
+        let grace = Duration::from_secs(self.state.config.shutdown_timeout_s);
+        let drained = tokio::time::timeout(grace, async {
+            while self.background.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                "shutdown timeout: abandoning worker steps (their transactions roll back)"
+            );
+        }
+        // After the work in hand: what it counted is flushed too.
+        let _ = tokio::time::timeout(
+            grace,
+            crate::stats::flush_all(self.state.store.as_ref(), &self.state.config),
+        )
+        .await;
+    }
+}
+
+/// A bound, ready-to-run inhook.
+pub struct Application {
+    listener: TcpListener,
+    core: Core,
+}
+
+impl Application {
+    /// Opens the store, migrates it and binds the listen address (port 0 picks a free port).
+    pub async fn build(config: Config) -> anyhow::Result<Self> {
+        let listen = config.listen;
+        let core = Core::build(config, Sinks::default()).await?;
+        let listener = TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("binding {listen}"))?;
+        Ok(Self { listener, core })
+    }
+
+    /// The handle through which a config reload replaces the sources' and destinations' secrets.
+    pub fn secrets(&self) -> crate::config::LiveSecrets {
+        self.core.state.secrets.clone()
+    }
+
+    /// The running configuration, which a reload checks the config read against.
+    pub fn config(&self) -> Arc<Config> {
+        Arc::clone(&self.core.state.config)
+    }
+
+    /// The address actually bound.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `shutdown` resolves: then stops accepting, lets in-flight requests and
+    /// worker steps finish for up to `shutdown_timeout_s`, and returns.
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let running = self.core.start();
+        let stop_rx = running.stop.subscribe();
+        let grace = Duration::from_secs(running.state.config.shutdown_timeout_s);
+        let config = &running.state.config;
         let pool = match config.database {
             Database::Postgres(_) => config.pool_size,
             Database::Sqlite(_) => 0,
@@ -316,13 +393,9 @@ impl Application {
             max_connections,
             max_connections_per_peer,
         };
-        let (stats_store, stats_config) = (
-            Arc::clone(&self.state.store),
-            Arc::clone(&self.state.config),
-        );
-        let app = router(self.state);
+        let app = router(running.state.clone());
         let stopping = {
-            let stop_tx = stop_tx.clone();
+            let stop_tx = running.stop.clone();
             async move {
                 shutdown.await;
                 tracing::info!("shutting down: no new connections; finishing work in hand");
@@ -339,22 +412,7 @@ impl Application {
             () = server => {}
             () = deadline => tracing::warn!("shutdown timeout: dropping open connections"),
         }
-        let _ = stop_tx.send(true);
-        let drained = tokio::time::timeout(grace, async {
-            while background.join_next().await.is_some() {}
-        })
-        .await;
-        if drained.is_err() {
-            tracing::warn!(
-                "shutdown timeout: abandoning worker steps (their transactions roll back)"
-            );
-        }
-        // After the work in hand: what it counted is flushed too.
-        let _ = tokio::time::timeout(
-            grace,
-            crate::stats::flush_all(stats_store.as_ref(), &stats_config),
-        )
-        .await;
+        running.finish().await;
         Ok(())
     }
 }

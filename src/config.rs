@@ -10,6 +10,7 @@ use serde::Deserialize;
 use crate::kind::json::contract::{
     AggregateLocations, BodyFormat, JsonSourceSpec, MissingLocations, TypeSpec,
 };
+use crate::kind::json::JsonKind;
 use crate::kind::Kind;
 use crate::kind::SourceKind;
 use crate::retry::RetryPolicy;
@@ -35,7 +36,9 @@ pub mod response;
 pub mod target;
 pub mod template;
 
-pub use destination::{destination_secret_env_var, destination_url_env_var, DestinationConfig};
+pub use destination::{
+    destination_secret_env_var, destination_url_env_var, in_process_url, DestinationConfig,
+};
 pub use env_vars::{public_keys_env_var, secret_env_var, sns_topic_arns_env_var};
 pub use reload::{check_reload, LiveSecrets, ReloadPlan};
 pub use response::SourceResponse;
@@ -261,7 +264,7 @@ impl Config {
                     source.name, source.verifier
                 ));
             }
-            let Some(spec) = source.kind.locations() else {
+            let Some(spec) = JsonKind::spec_of(source.kind.as_ref()) else {
                 continue;
             };
             let aggregate = spec.aggregate.iter().flat_map(|a| a.as_slice());
@@ -316,6 +319,13 @@ enum Secrets {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct ConfigError(String);
+
+impl ConfigError {
+    /// A refusal saying `why` (for layers above the config: the embedding facade).
+    pub(crate) fn new(why: impl Into<String>) -> Self {
+        Self(why.into())
+    }
+}
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -1219,7 +1229,7 @@ fn source_of(
                 s.name
             )));
         }
-        if let Some((key, _)) = kind.locations().and_then(|spec| {
+        if let Some((key, _)) = JsonKind::spec_of(kind.as_ref()).and_then(|spec| {
             let aggregate = spec.aggregate.iter().flat_map(|a| a.as_slice());
             spec.sequence
                 .iter()
@@ -1294,7 +1304,7 @@ fn batch(s: &FileSource, kind: &dyn Kind) -> Result<Option<usize>, ConfigError> 
         }
         return Ok(None);
     }
-    let Some(spec) = kind.locations() else {
+    let Some(spec) = JsonKind::spec_of(kind) else {
         return problem("batch is only for kind = \"json\"");
     };
     if spec.body_format.is_some_and(|f| f != BodyFormat::Json) {
@@ -1359,10 +1369,7 @@ fn handshake_fits(
     let Some(scheme) = handshake.publisher_scheme() else {
         return Ok(());
     };
-    let form = kind
-        .locations()
-        .and_then(|spec| spec.body_format)
-        .is_some_and(|f| f != BodyFormat::Json);
+    let form = kind.body_format() != BodyFormat::Json;
     let json_only = handshake == crate::handshake::Handshake::XCrc;
     let has = if !handshake.allowed_with(verifier) {
         let base = match handshake {
@@ -1957,7 +1964,11 @@ mod tests {
             let config = parsed.unwrap_or_else(|e| panic!("{}: {e}", preset.name));
             let source = config.source("s").unwrap();
             assert_eq!(source.preset.as_deref(), Some(preset.name));
-            assert!(source.kind.locations().is_some(), "{}", preset.name);
+            assert!(
+                JsonKind::spec_of(source.kind.as_ref()).is_some(),
+                "{}",
+                preset.name
+            );
             // Pasted as printed, no preset starts before its commented line is filled in:
             // the publisher's secret or keys, or (aws-sns, which needs no secret) its topics.
             let pasted = Config::from_parts(Some(&preset.paste().unwrap()), &env(&[]));

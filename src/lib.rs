@@ -39,6 +39,9 @@
 //!   gathers their figures each tick, and the channels notices go out on.
 //! - [`stats`]: figures over time, counted per minute in memory and flushed to the store.
 //! - [`domain`]: ids, sequences, statuses shared by all of the above.
+//! - [`embed`]: the public facade for a Rust service that mounts the receiver on its own
+//!   axum `Router` and consumes applied events in process (docs/library.md), re-exported
+//!   here: [`Settings`], [`Inhook`], [`Builder`], [`Applied`], [`AppliedEvents`], [`Pending`].
 
 pub mod alerts;
 pub mod app;
@@ -47,6 +50,7 @@ pub mod clock;
 pub mod config;
 pub mod contract;
 pub mod domain;
+pub mod embed;
 pub mod encryption;
 pub mod forward;
 pub mod handshake;
@@ -72,3 +76,5 @@ pub mod telemetry;
 #[cfg(feature = "tools")]
 pub mod tools;
 pub mod worker;
+
+pub use embed::{Applied, AppliedEvents, Builder, Inhook, Pending, Settings};

@@ -15,38 +15,56 @@ pub const UNKNOWN_SOURCE: &str = "_unknown";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
-/// Installs the process-wide Prometheus recorder (once); later calls reuse it.
-pub fn install() -> &'static PrometheusHandle {
-    HANDLE.get_or_init(|| {
-        PrometheusBuilder::new()
-            // Ingest is milliseconds; processing lag spans holds and retries, up to minutes.
-            .set_buckets_for_metric(
-                Matcher::Full("inhook_ingest_duration_seconds".into()),
+/// The recorder's settings: the buckets of each histogram.
+fn recorder() -> metrics_exporter_prometheus::PrometheusRecorder {
+    PrometheusBuilder::new()
+        // Ingest is milliseconds; processing lag spans holds and retries, up to minutes.
+        .set_buckets_for_metric(
+            Matcher::Full("inhook_ingest_duration_seconds".into()),
+            &[
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+            ],
+        )
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full("inhook_processing_lag_seconds".into()),
                 &[
-                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                    0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 1800.0,
                 ],
             )
-            .and_then(|b| {
-                b.set_buckets_for_metric(
-                    Matcher::Full("inhook_processing_lag_seconds".into()),
-                    &[
-                        0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 1800.0,
-                    ],
-                )
-            })
-            .and_then(|b| {
-                // Forwarding lag spans retries and replays, like processing's.
-                b.set_buckets_for_metric(
-                    Matcher::Full("inhook_forward_lag_seconds".into()),
-                    &[
-                        0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 1800.0,
-                    ],
-                )
-            })
-            .expect("bucket lists are non-empty")
-            .install_recorder()
-            .expect("no other metrics recorder is installed")
-    })
+        })
+        .and_then(|b| {
+            // Forwarding lag spans retries and replays, like processing's.
+            b.set_buckets_for_metric(
+                Matcher::Full("inhook_forward_lag_seconds".into()),
+                &[
+                    0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 1800.0,
+                ],
+            )
+        })
+        .expect("bucket lists are non-empty")
+        .build_recorder()
+}
+
+/// Installs the process-wide Prometheus recorder (once); later calls reuse it.
+pub fn install() -> &'static PrometheusHandle {
+    try_install().expect("no other metrics recorder is installed")
+}
+
+/// Installs the process-wide Prometheus recorder unless one is installed: inhook's, reused
+/// (two embedded instances share it), or none when the process holds another (a service
+/// embedding inhook with its own recorder: inhook's metrics go to that one, and `/metrics`
+/// renders nothing).
+pub fn try_install() -> Option<&'static PrometheusHandle> {
+    static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(handle) = HANDLE.get() {
+        return Some(handle);
+    }
+    let recorder = recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder).ok()?;
+    Some(HANDLE.get_or_init(|| handle))
 }
 
 /// How often histogram samples are folded into their buckets.

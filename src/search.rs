@@ -659,7 +659,10 @@ mod tests {
             let raw = serde_json::to_vec(&body).unwrap();
             let fields = [field.clone()];
             let streamed = values(&fields, &raw).pop().map(|(_, v)| v);
-            prop_assert_eq!(streamed, field.value_in(&body));
+            // The tree read from the same text: serde_json reads a float's text to the
+            // nearest double or one next to it, the same way on either path.
+            let tree: Value = serde_json::from_slice(&raw).unwrap();
+            prop_assert_eq!(streamed, field.value_in(&tree));
         }
 
         #[test]

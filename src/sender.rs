@@ -17,11 +17,11 @@ use tracing::{debug, error, warn};
 use crate::clock::Clock;
 use crate::config::template::Placed;
 use crate::config::DestinationConfig;
+use crate::contract::body::BodyFormat;
 use crate::domain::AggregateKey;
 use crate::forward::answer::{judge, AttemptRecord, Verdict};
 use crate::forward::circuit::{Circuit, CircuitPolicy, CircuitState};
 use crate::forward::message::{request_headers, ForwardedEvent, WebhookId};
-use crate::kind::json::contract::BodyFormat;
 use crate::sink::{Outgoing, Sink, SinkError, Sinks, Unready};
 use crate::store::{DeliveryQueue, DeliveryRecord, PendingVerdict, Store};
 use crate::worker::pause;
@@ -272,8 +272,19 @@ impl Sender {
         clock: Clock,
         secrets: &crate::config::LiveSecrets,
     ) -> Result<Vec<Sender>, SendersError> {
+        Self::for_destinations_with(destinations, store, clock, secrets, Sinks::default())
+    }
+
+    /// [`Sender::for_destinations`], building their sinks with `sinks` (which holds the
+    /// consumers of in-process destinations).
+    pub fn for_destinations_with(
+        destinations: &[DestinationConfig],
+        store: &Arc<dyn Store>,
+        clock: Clock,
+        secrets: &crate::config::LiveSecrets,
+        mut sinks: Sinks,
+    ) -> Result<Vec<Sender>, SendersError> {
         let node_id: Arc<str> = node_id().into();
-        let mut sinks = Sinks::default();
         let mut senders = Vec::with_capacity(destinations.len());
         for destination in destinations {
             let sink = sinks
@@ -304,7 +315,7 @@ impl Sender {
         let media_types: std::collections::HashMap<String, &'static str> = sources
             .iter()
             .filter_map(|source| {
-                let format = source.kind.locations()?.body_format?;
+                let format = source.kind.body_format();
                 (format != BodyFormat::Json).then(|| (source.name.clone(), format.media_type()))
             })
             .collect();
@@ -728,6 +739,8 @@ impl Sender {
                 aggregate: &aggregate,
                 event_type: &delivery.event_type,
             },
+            event_id: &delivery.event_id,
+            sequence: delivery.sequence,
         };
         let result = match self.sink.send(message, limit).await {
             Ok(result) => result,

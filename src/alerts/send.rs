@@ -236,6 +236,8 @@ async fn send_to_destination(
             aggregate: &alert.alert,
             event_type: NOTICE_EVENT_TYPE,
         },
+        event_id: webhook_id.as_str(),
+        sequence: 0,
     };
     let limit = Duration::from_secs(destination.timeout_s.max(1));
     match sink.send(message, limit).await {

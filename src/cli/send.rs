@@ -270,8 +270,7 @@ pub async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Resul
         .context("building the HTTP client")?;
     // A form source takes form bodies (docs/configuration.md, `body_format`).
     let media_type = source
-        .and_then(|s| s.kind.locations())
-        .and_then(|spec| spec.body_format)
+        .map(|s| s.kind.body_format())
         .unwrap_or_default()
         .media_type();
     let mut request = client.post(&url).header("content-type", media_type);

@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::target::{FileTarget, Target};
 use super::{defaults, ConfigError, SourceConfig};
-use crate::kind::json::contract::Glob;
+use crate::contract::glob::Glob;
 use crate::retry::RetryPolicy;
 use crate::signature::standard_webhooks::Key;
 use crate::signature::Secret;
@@ -226,11 +226,21 @@ fn destination(
         .check()
         .map_err(|refusal| refused(&name, refusal.key, refusal.why))?;
     let url_var = destination_url_env_var(&name);
-    let url = env.get(&url_var).cloned().or(d.url.take()).ok_or_else(|| {
-        let why = format!("is required (where messages go), in the file or {url_var}");
-        refused(&name, "url", why)
-    })?;
-    let tls = check_url(&url, &target).map_err(|why| refused(&name, "url", why))?;
+    let (url, tls) = if target == Target::InProcess {
+        // The consumer is code in this process (docs/library.md): nothing to reach.
+        if d.url.is_some() || env.contains_key(&url_var) {
+            let why = "is not for type = \"in_process\": its consumer is bound in code";
+            return Err(refused(&name, "url", why));
+        }
+        (in_process_url(&name), false)
+    } else {
+        let url = env.get(&url_var).cloned().or(d.url.take()).ok_or_else(|| {
+            let why = format!("is required (where messages go), in the file or {url_var}");
+            refused(&name, "url", why)
+        })?;
+        let tls = check_url(&url, &target).map_err(|why| refused(&name, "url", why))?;
+        (url, tls)
+    };
     let sources_named = forwarded_sources(&name, d.sources.take(), sources)?;
     let event_types = d.event_types.take();
     let event_type_globs = event_type_globs(&name, event_types.as_deref())?;
@@ -244,6 +254,10 @@ fn destination(
     )?;
     let sending = sending(&name, &d, retry)?;
     if let Some(path) = &d.tls_ca_file {
+        if target == Target::InProcess {
+            let why = "is not for type = \"in_process\": nothing goes over the network";
+            return Err(refused(&name, "tls_ca_file", why));
+        }
         if !tls {
             let [_, scheme] = target.schemes();
             let why = format!("is only for {scheme}:// urls");
@@ -267,6 +281,11 @@ fn destination(
         rate_limit_per_s: d.rate_limit_per_s.filter(|r| *r > 0),
         tls_ca_file: d.tls_ca_file,
     })
+}
+
+/// The `url` an in-process destination is shown with (`GET /v1/destinations`): it has none.
+pub fn in_process_url(name: &str) -> String {
+    format!("in-process:{name}")
 }
 
 /// A destination's `event_types` compiled: unset is every type, an empty list is refused.
@@ -547,6 +566,37 @@ mod tests {
             shown("http://127.0.0.1:9/hooks").0,
             "http://127.0.0.1:9/hooks"
         );
+    }
+
+    #[test]
+    fn an_in_process_destination_takes_no_url_secret_or_ca_file() {
+        let text =
+            with_destination("type = \"in_process\"\nsources = [\"stripe\"]\nmax_attempts = 3\n");
+        let config = Config::from_parts(Some(&text), &env(&[])).unwrap();
+        let app = config.destination("app").unwrap();
+        assert_eq!(app.target, Target::InProcess);
+        assert_eq!(app.url_for_display(), "in-process:app");
+        assert_eq!(app.retry.max_attempts, 3);
+        assert!(app.secret.expose().is_empty(), "nothing to sign");
+        for (key, line) in [
+            ("url", "url = \"https://app.example/hooks\""),
+            ("tls_ca_file", "tls_ca_file = \"ca.pem\""),
+        ] {
+            let refused = error(&format!(
+                "type = \"in_process\"\nsources = [\"stripe\"]\n{line}\n"
+            ));
+            assert!(
+                refused.contains(&format!("{key} is not for type = \"in_process\"")),
+                "{refused}"
+            );
+        }
+        let from_env = Config::from_parts(
+            Some(&text),
+            &env(&[("INHOOK_DEST_APP_URL", "https://app.example/hooks")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(from_env.contains("url is not for type"), "{from_env}");
     }
 
     #[test]

@@ -82,6 +82,15 @@ impl LiveSecrets {
         outcome
     }
 
+    /// Takes `fresh`'s secrets if it passes [`check_reload`] against `running`, as
+    /// [`LiveSecrets::reload`] does with a config it reads itself: for a service that
+    /// embeds inhook and builds its config in code (docs/library.md).
+    pub fn replace(&self, running: &Config, fresh: &Config) -> Result<ReloadPlan, ConfigError> {
+        let plan = check_reload(running, fresh)?;
+        self.take(running, fresh);
+        Ok(plan)
+    }
+
     /// The secrets in force for the source named `source`; none (nothing verifies) if unknown.
     pub fn source(&self, source: &str) -> Vec<Secret> {
         self.read().sources.get(source).cloned().unwrap_or_default()
@@ -175,7 +184,7 @@ fn source_problems(running: &Config, fresh: &Config, problems: &mut Vec<String>)
                 next.kind.source_kind()
             ));
         }
-        if next.kind.locations() != source.kind.locations() {
+        if next.kind.contract_settings() != source.kind.contract_settings() {
             // A json source's locations decide its aggregate keys and sequences: a change
             // would split logged aggregates from new ones. Nothing about them is trivially safe.
             problems.push(format!(

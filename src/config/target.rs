@@ -15,6 +15,9 @@ pub enum Target {
     Rabbitmq(RabbitmqTarget),
     /// `type = "redis"`: an `XADD` to a stream.
     Redis(RedisTarget),
+    /// `type = "in_process"`: the consumer a service embedding inhook binds in code
+    /// (docs/library.md): no URL, no network.
+    InProcess,
 }
 
 /// The keys of a `type = "nats"` destination.
@@ -60,6 +63,7 @@ impl Target {
             Target::Nats(_) => "nats",
             Target::Rabbitmq(_) => "rabbitmq",
             Target::Redis(_) => "redis",
+            Target::InProcess => "in_process",
         }
     }
 
@@ -76,13 +80,15 @@ impl Target {
             Target::Nats(_) => ["nats", "tls"],
             Target::Rabbitmq(_) => ["amqp", "amqps"],
             Target::Redis(_) => ["redis", "rediss"],
+            // Never read: an in-process destination takes no URL.
+            Target::InProcess => ["in-process", "in-process"],
         }
     }
 
     /// The target's keys that differ from `other`'s, by name.
     pub fn changed_keys(&self, other: &Target) -> Vec<&'static str> {
         match (self, other) {
-            (Target::Http, Target::Http) => vec![],
+            (Target::Http, Target::Http) | (Target::InProcess, Target::InProcess) => vec![],
             (Target::Nats(a), Target::Nats(b)) => changed_keys!(a, b, [
                 "subject" => subject,
                 "stream" => stream,
@@ -157,7 +163,7 @@ impl FileTarget {
             .iter()
             .find(|(_, set, types)| *set && !types.split(" or ").any(|t| t == type_name));
         if let Some((key, _, types)) = foreign {
-            if ["http", "nats", "rabbitmq", "redis"].contains(&type_name) {
+            if ["http", "nats", "rabbitmq", "redis", "in_process"].contains(&type_name) {
                 let why = format!("is only for type = {types:?}, not {type_name:?}");
                 return Err(refusal(key, why));
             }
@@ -167,9 +173,12 @@ impl FileTarget {
             "nats" => self.nats(),
             "rabbitmq" => self.rabbitmq(),
             "redis" => self.redis(),
+            "in_process" => Ok(Target::InProcess),
             other => Err(refusal(
                 "type",
-                format!("is {other:?}: expected \"http\", \"nats\", \"rabbitmq\" or \"redis\""),
+                format!(
+                    "is {other:?}: expected \"http\", \"nats\", \"rabbitmq\", \"redis\" or \"in_process\""
+                ),
             )),
         }
     }

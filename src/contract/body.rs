@@ -112,6 +112,47 @@ impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
     }
 }
 
+/// How a source's raw body becomes the document its contract reads (docs/configuration.md,
+/// `body_format`); every built-in kind reads JSON.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum BodyFormat {
+    /// `application/json`: the body is the document.
+    #[default]
+    Json,
+    /// `application/x-www-form-urlencoded`: the fields, as an object of strings.
+    Form,
+}
+
+impl<'de> Deserialize<'de> for BodyFormat {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // The message names the key: serde's own names only the line.
+        match String::deserialize(deserializer)?.as_str() {
+            "json" => Ok(BodyFormat::Json),
+            "form" => Ok(BodyFormat::Form),
+            other => Err(serde::de::Error::custom(format!(
+                "body_format must be \"json\" or \"form\", got {other:?}"
+            ))),
+        }
+    }
+}
+
+impl BodyFormat {
+    /// The media type a delivery of this format carries.
+    pub fn media_type(self) -> &'static str {
+        match self {
+            BodyFormat::Json => "application/json",
+            BodyFormat::Form => "application/x-www-form-urlencoded",
+        }
+    }
+
+    /// Whether a request's `content-type` (parameters such as `charset` aside) is this format's.
+    pub fn accepts(self, content_type: Option<&str>) -> bool {
+        content_type
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|mime| mime.trim().eq_ignore_ascii_case(self.media_type()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,7 @@
 
 pub mod body;
 pub(crate) mod fields;
+pub mod glob;
 
 use serde::Serialize;
 

@@ -15,8 +15,8 @@ mod batch;
 use super::answer::{Answer, ErrorBody, IngressBody};
 use super::AppState;
 use crate::config::{Mode, SourceConfig, BODY_RATE_GRACE_S};
+use crate::contract::body::BodyFormat;
 use crate::handshake::{self, Handshake};
-use crate::kind::json::contract::BodyFormat;
 use crate::kind::{Delivery, EventFields};
 use crate::metrics;
 use crate::ordering::Outcome;
@@ -262,11 +262,7 @@ async fn read_body(
 /// Step 4: a form source takes form bodies only, every other source JSON only
 /// (docs/configuration.md, `body_format`).
 fn check_content_type(source: &SourceConfig, headers: &HeaderMap) -> Result<(), Answer> {
-    let format = source
-        .kind
-        .locations()
-        .and_then(|spec| spec.body_format)
-        .unwrap_or_default();
+    let format = source.kind.body_format();
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
@@ -587,11 +583,10 @@ fn answer_logged(
 /// The key a duplicate is answered and counted under: with `event_id = "body"` the event
 /// id is the body's SHA-256, so a duplicate found by it was found by the body.
 fn answered_key(source: &SourceConfig, key: crate::store::DedupKey) -> crate::store::DedupKey {
-    let by_body = source.kind.locations().is_some_and(|spec| {
-        spec.event_id.as_deref() == Some(crate::kind::json::contract::BODY_EVENT_ID)
-    });
     match key {
-        crate::store::DedupKey::EventId if by_body => crate::store::DedupKey::Body,
+        crate::store::DedupKey::EventId if source.kind.ids_events_by_body() => {
+            crate::store::DedupKey::Body
+        }
         key => key,
     }
 }

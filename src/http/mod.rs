@@ -352,6 +352,19 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// Builds the router of `POST /webhooks/{source}` alone (and its `GET` handshakes): what a
+/// service embedding inhook mounts when it serves no read API (docs/library.md).
+pub fn ingress_router(state: AppState) -> Router {
+    Router::new()
+        .route(
+            "/webhooks/{source}",
+            post(ingress::receive).get(ingress::handshake_get),
+        )
+        // The ingress handler enforces each source's limit itself, after the 404 check.
+        .layer(DefaultBodyLimit::disable())
+        .with_state(state)
+}
+
 /// Refuses a URL holding a NUL character (`%00`): no id or name can hold one, and
 /// PostgreSQL cannot even compare text with it, so it is a 400 before any query.
 async fn refuse_nul_in_url(request: Request, next: Next) -> Response {

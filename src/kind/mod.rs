@@ -157,22 +157,26 @@ pub struct EventFields {
 
 /// A kind's own parse of a delivery's body, carried from ingress to the settle that
 /// decides the event at ingest, so that the body is parsed once (a second parse showed in
-/// the instruction counts: docs/benchmarks.md). Only the kind that made it reads it;
-/// every other layer passes it on. Rows read back from the store have none: their
-/// kind parses the stored body.
+/// the instruction counts: docs/benchmarks.md). One variant per kind; only the kind that
+/// made it reads it ([`Parsed`]), every other layer passes it on. Rows read back from the
+/// store have none: their kind parses the stored body.
 #[derive(Clone)]
-pub struct ParsedBody(Arc<dyn Any + Send + Sync>);
+pub enum ParsedBody {
+    /// A presence event.
+    Presence(Arc<presence::PresenceEvent>),
+    /// A save-game event.
+    Save(Arc<save::SaveEvent>),
+    /// The state a json event's body holds at its source's `state` location.
+    Json(Arc<json::LocatedState>),
+}
 
-impl ParsedBody {
-    /// Wraps a kind's parsed form.
-    pub fn new<T: Any + Send + Sync>(parsed: T) -> Self {
-        Self(Arc::new(parsed))
-    }
+/// A kind's parsed form: what it puts in a [`ParsedBody`] and finds there again.
+pub trait Parsed: Sized {
+    /// Wraps the parsed form.
+    fn into_parsed(self) -> ParsedBody;
 
-    /// The parsed form, if it is a `T`.
-    pub fn get<T: Any>(&self) -> Option<&T> {
-        self.0.downcast_ref()
-    }
+    /// The parsed form, if `parsed` holds this kind's.
+    fn from_parsed(parsed: &ParsedBody) -> Option<&Self>;
 }
 
 impl fmt::Debug for ParsedBody {
@@ -235,13 +239,13 @@ pub struct PendingRow {
 
 impl PendingRow {
     /// The kind's parse of the body carried from ingress, if it is a `T`.
-    pub fn parsed_as<T: Any>(&self) -> Option<&T> {
-        self.parsed.as_ref().and_then(ParsedBody::get)
+    pub fn parsed_as<T: Parsed>(&self) -> Option<&T> {
+        self.parsed.as_ref().and_then(T::from_parsed)
     }
 
     /// The kind's parse carried from ingress, else `parse` of the stored body and event id
     /// (a row read back from the store, after a restart or a replay).
-    pub fn parsed_or<T: Any + Clone, E>(
+    pub fn parsed_or<T: Parsed + Clone, E>(
         &self,
         parse: impl FnOnce(&[u8], &str) -> Result<T, E>,
     ) -> Result<T, E> {
@@ -302,11 +306,28 @@ pub trait Kind: Send + Sync + fmt::Debug + 'static {
     /// The `kind` a source of it is configured with.
     fn source_kind(&self) -> SourceKind;
 
-    /// Where a configured kind finds its fields (a `json` source's location keys); none for
-    /// a built-in kind, whose contract is fixed. A reload may not change them.
-    fn locations(&self) -> Option<&JsonSourceSpec> {
-        None
+    /// The format its deliveries' bodies come in: what ingress accepts, `inhook send` sends
+    /// and the forwarder labels them as.
+    fn body_format(&self) -> crate::contract::body::BodyFormat {
+        crate::contract::body::BodyFormat::Json
     }
+
+    /// Whether an event's id is the SHA-256 of its body, so that a duplicate found by its
+    /// id was found by its body (docs/configuration.md, `event_id = "body"`).
+    fn ids_events_by_body(&self) -> bool {
+        false
+    }
+
+    /// What decides how its deliveries are read (a configured kind's settings, in a form
+    /// that compares equal exactly when they are the same); empty for a built-in kind,
+    /// whose contract is fixed. A reload may not change it: it would split the aggregates
+    /// already logged from new ones.
+    fn contract_settings(&self) -> String {
+        String::new()
+    }
+
+    /// The kind itself, for code of that kind's own (its tools) to read its settings.
+    fn as_any(&self) -> &dyn Any;
 
     /// Parses a verified delivery, reading the body once: `delivery_id` is the
     /// signature scheme's, if it carries one.

@@ -4,6 +4,7 @@
 //! attempt ended.
 
 pub mod http;
+pub mod in_process;
 pub mod nats;
 pub mod rabbitmq;
 pub mod redis;
@@ -26,6 +27,10 @@ pub struct Outgoing<'a> {
     pub body: Vec<u8>,
     /// The source, aggregate and event type a subject, routing key or stream is named by.
     pub placed: Placed<'a>,
+    /// The logged event_id (an alert notice: its `webhook-id`), for an in-process consumer.
+    pub event_id: &'a str,
+    /// The logged sequence (an alert notice: 0), for an in-process consumer.
+    pub sequence: i64,
 }
 
 /// A message that cannot be sent at all: a bug, or a name its broker cannot take,
@@ -101,15 +106,42 @@ pub enum SinkError {
     /// A Redis destination's URL or TLS setup cannot be used.
     #[error(transparent)]
     Redis(#[from] redis::RedisSinkError),
+    /// An in-process destination with no consumer bound to it in this process.
+    #[error(
+        "type = \"in_process\" needs a consumer bound in code by the service that embeds \
+         inhook (docs/library.md); none is bound to it here"
+    )]
+    NoConsumer,
 }
 
 /// Builds the sinks of destinations, sharing what they can (one HTTP client per `tls_ca_file`).
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Sinks {
     http_clients: Vec<(Option<PathBuf>, reqwest::Client)>,
+    /// The consumers of in-process destinations, by destination name.
+    consumers: std::collections::HashMap<String, in_process::Consumer>,
+}
+
+impl std::fmt::Debug for Sinks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sinks")
+            .field("http_clients", &self.http_clients.len())
+            .field("consumers", &self.consumers.keys().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 impl Sinks {
+    /// Sinks whose in-process destinations call `consumers` (by destination name).
+    pub fn with_consumers(
+        consumers: std::collections::HashMap<String, in_process::Consumer>,
+    ) -> Self {
+        Self {
+            consumers,
+            ..Self::default()
+        }
+    }
+
     /// The sink of `destination`, by its type.
     pub fn for_destination(
         &mut self,
@@ -124,6 +156,11 @@ impl Sinks {
             Target::Nats(target) => Arc::new(nats::NatsSink::new(destination, target)?),
             Target::Rabbitmq(target) => Arc::new(rabbitmq::RabbitmqSink::new(destination, target)),
             Target::Redis(target) => Arc::new(redis::RedisSink::new(destination, target)?),
+            Target::InProcess => {
+                let consumer = self.consumers.get(&destination.name).cloned();
+                let consumer = consumer.ok_or(SinkError::NoConsumer)?;
+                Arc::new(in_process::InProcessSink::new(&destination.name, consumer))
+            }
         })
     }
 

@@ -445,6 +445,8 @@ mod tests {
                 aggregate: "player-7",
                 event_type: "",
             },
+            event_id: "evt_1",
+            sequence: 1,
         };
         let packed = sink.xadd("webhooks:stripe", &message).get_packed_command();
         let expected = ::redis::cmd("XADD")

@@ -61,20 +61,16 @@ mod schema_version_tests {
 }
 
 /// Why a store operation failed. Every variant means nothing was committed.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone)]
 pub enum StoreError {
     /// The database cannot be reached or is busy; the caller may retry later.
-    #[error("store unavailable: {0}")]
-    Unavailable(#[source] Failure),
+    Unavailable(Failure),
     /// A stored value did not open under its key (answered 500 `undecryptable`).
-    #[error("store error: {0}")]
-    Undecryptable(#[source] crate::encryption::Undecryptable),
+    Undecryptable(crate::encryption::Undecryptable),
     /// A delivery was sealed under a data key erased since it was cached (or that another
     /// node's first delivery beat): the store seals it again and logs it.
-    #[error("store error: the data key a delivery was sealed under is gone")]
     StaleKey,
     /// A limit refused element `index` of a batch: nothing of the batch was kept.
-    #[error("store error: batch element {index} refused by a limit")]
     BatchRefused {
         /// The element refused.
         index: usize,
@@ -82,8 +78,38 @@ pub enum StoreError {
         refusal: Refusal,
     },
     /// Anything else: a bug or a corrupt database.
-    #[error("store error: {0}")]
-    Internal(#[source] Failure),
+    Internal(Failure),
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Unavailable(failure) => write!(f, "store unavailable: {failure}"),
+            StoreError::Undecryptable(err) => write!(f, "store error: {err}"),
+            StoreError::StaleKey => {
+                f.write_str("store error: the data key a delivery was sealed under is gone")
+            }
+            StoreError::BatchRefused { index, .. } => {
+                write!(f, "store error: batch element {index} refused by a limit")
+            }
+            StoreError::Internal(failure) => write!(f, "store error: {failure}"),
+        }
+    }
+}
+
+/// The cause is the database's own error where there is one (a [`Failure`]'s words already
+/// describe it, so the failure itself is not a link of the chain).
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StoreError::Unavailable(failure) | StoreError::Internal(failure) => failure
+                .cause
+                .as_deref()
+                .map(|cause| cause as &(dyn std::error::Error + 'static)),
+            StoreError::Undecryptable(err) => Some(err),
+            StoreError::StaleKey | StoreError::BatchRefused { .. } => None,
+        }
+    }
 }
 
 /// What failed, in words for the log, and the error that caused it when there is one
@@ -115,14 +141,6 @@ impl Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.detail)
-    }
-}
-
-impl std::error::Error for Failure {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.cause
-            .as_deref()
-            .map(|cause| cause as &(dyn std::error::Error + 'static))
     }
 }
 

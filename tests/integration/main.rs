@@ -35,6 +35,7 @@ mod hygiene;
 mod json_permutations;
 mod json_sources;
 mod key_rotation;
+mod library;
 mod masking;
 mod metrics;
 mod multinode;

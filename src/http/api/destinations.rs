@@ -23,7 +23,7 @@ use crate::store::{DeliveryFilter, DeliveryRecord};
 pub(crate) struct DestinationView {
     /// The destination's name.
     name: String,
-    /// The destination's type: `http`, `nats`, `rabbitmq` or `redis`.
+    /// The destination's type: `http`, `nats`, `rabbitmq`, `redis` or `in_process`.
     #[serde(rename = "type")]
     type_name: &'static str,
     /// Where messages go, any `user:password@` shown as `***@` and query values as `***`.

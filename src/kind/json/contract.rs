@@ -104,45 +104,8 @@ pub fn body_event_id(body: &[u8]) -> String {
     hex::encode(Sha256::digest(body))
 }
 
-/// How a `json` source's raw body becomes the document its locations read.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum BodyFormat {
-    /// `application/json`: the body is the document.
-    #[default]
-    Json,
-    /// `application/x-www-form-urlencoded`: the fields, as an object of strings.
-    Form,
-}
-
-impl<'de> Deserialize<'de> for BodyFormat {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        // The message names the key: serde's own names only the line.
-        match String::deserialize(deserializer)?.as_str() {
-            "json" => Ok(BodyFormat::Json),
-            "form" => Ok(BodyFormat::Form),
-            other => Err(serde::de::Error::custom(format!(
-                "body_format must be \"json\" or \"form\", got {other:?}"
-            ))),
-        }
-    }
-}
-
-impl BodyFormat {
-    /// The media type a delivery of this format carries.
-    pub fn media_type(self) -> &'static str {
-        match self {
-            BodyFormat::Json => "application/json",
-            BodyFormat::Form => "application/x-www-form-urlencoded",
-        }
-    }
-
-    /// Whether a request's `content-type` (parameters such as `charset` aside) is this format's.
-    pub fn accepts(self, content_type: Option<&str>) -> bool {
-        content_type
-            .and_then(|v| v.split(';').next())
-            .is_some_and(|mime| mime.trim().eq_ignore_ascii_case(self.media_type()))
-    }
-}
+pub use crate::contract::body::BodyFormat;
+pub use crate::contract::glob::Glob;
 
 /// The `aggregate` key: publishers key aggregates by one field or by several.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -475,45 +438,6 @@ fn array_index(token: &str) -> Option<usize> {
 enum Found<'a> {
     Json(&'a Value),
     Text(&'a str),
-}
-
-/// An `event_types` pattern: `*` matches any run of characters, the rest is literal.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Glob {
-    /// The literal runs between the stars; one run means no star at all.
-    runs: Vec<String>,
-}
-
-impl Glob {
-    /// Compiles a pattern.
-    pub fn new(pattern: &str) -> Self {
-        Self {
-            runs: pattern.split('*').map(str::to_owned).collect(),
-        }
-    }
-
-    /// Whether `text` matches the pattern as a whole.
-    pub fn matches(&self, text: &str) -> bool {
-        let [first, middle @ .., last] = self.runs.as_slice() else {
-            return self.runs.first().is_some_and(|only| only == text);
-        };
-        if text.len() < first.len() + last.len()
-            || !text.starts_with(first.as_str())
-            || !text.ends_with(last.as_str())
-        {
-            return false;
-        }
-        // Taking each middle run at its leftmost place leaves the most room for
-        // the next, so a match exists exactly when this greedy walk finds one.
-        let mut rest = &text[first.len()..text.len() - last.len()];
-        for run in middle {
-            match rest.find(run.as_str()) {
-                Some(at) => rest = &rest[at + run.len()..],
-                None => return false,
-            }
-        }
-        true
-    }
 }
 
 /// Where a sequence came from, so the API can say what the integer means.

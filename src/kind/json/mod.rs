@@ -36,6 +36,12 @@ pub struct JsonKind {
 }
 
 impl JsonKind {
+    /// The settings it was compiled from, when `kind` is a json kind (for the tools that
+    /// write bodies a json source reads).
+    pub fn spec_of(kind: &dyn Kind) -> Option<&JsonSourceSpec> {
+        kind.as_any().downcast_ref::<Self>().map(|json| &json.spec)
+    }
+
     /// Compiles a source's keys, or names the key at fault.
     pub fn new(spec: &JsonSourceSpec) -> Result<Self, ContractConfigError> {
         Ok(Self {
@@ -148,7 +154,20 @@ impl InOrderState for InOrder {
 }
 
 /// The state a delivery's body holds at the source's `state` location, read at ingress.
-struct LocatedState(Option<Value>);
+pub struct LocatedState(Option<Value>);
+
+impl super::Parsed for LocatedState {
+    fn into_parsed(self) -> ParsedBody {
+        ParsedBody::Json(std::sync::Arc::new(self))
+    }
+
+    fn from_parsed(parsed: &ParsedBody) -> Option<&Self> {
+        match parsed {
+            ParsedBody::Json(state) => Some(state),
+            _ => None,
+        }
+    }
+}
 
 impl JsonKind {
     /// Each row with its state value; a row whose body no longer parses is dead.
@@ -336,8 +355,21 @@ impl Kind for JsonKind {
         SourceKind::Json
     }
 
-    fn locations(&self) -> Option<&JsonSourceSpec> {
-        Some(&self.spec)
+    fn body_format(&self) -> crate::contract::body::BodyFormat {
+        self.spec.body_format.unwrap_or_default()
+    }
+
+    fn ids_events_by_body(&self) -> bool {
+        self.spec.event_id.as_deref() == Some(contract::BODY_EVENT_ID)
+    }
+
+    fn contract_settings(&self) -> String {
+        // Every key of the spec counts: the Debug form lists them all, in declaration order.
+        format!("{:?}", self.spec)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 
     fn parse(
@@ -359,7 +391,7 @@ impl Kind for JsonKind {
                         .unwrap_or_default(),
                     may_hold: self.ordering() == JsonOrdering::InOrder && event.unordered.is_none(),
                     unordered: event.unordered,
-                    parsed: Some(ParsedBody::new(LocatedState(event.state))),
+                    parsed: Some(super::Parsed::into_parsed(LocatedState(event.state))),
                 }),
                 JsonParsed::Ignored {
                     event_id,

@@ -59,7 +59,7 @@ impl PresenceEvent {
     pub fn into_delivery(self) -> Delivery {
         let fields = self.fields();
         Delivery::Event(EventFields {
-            parsed: Some(ParsedBody::new(self)),
+            parsed: Some(super::Parsed::into_parsed(self)),
             ..fields
         })
     }
@@ -98,6 +98,10 @@ fn stored_of(aggregate: &str, state: &PresenceState, event_id: Option<String>) -
 }
 
 impl Kind for PresenceKind {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn source_kind(&self) -> SourceKind {
         SourceKind::Presence
     }
@@ -176,6 +180,19 @@ impl Kind for PresenceKind {
             stale_after_ms: i64::MAX,
         }
         .view(stored, now_ms)
+    }
+}
+
+impl super::Parsed for PresenceEvent {
+    fn into_parsed(self) -> ParsedBody {
+        ParsedBody::Presence(std::sync::Arc::new(self))
+    }
+
+    fn from_parsed(parsed: &ParsedBody) -> Option<&Self> {
+        match parsed {
+            ParsedBody::Presence(event) => Some(event),
+            _ => None,
+        }
     }
 }
 

@@ -49,7 +49,7 @@ impl SaveEvent {
     pub fn into_delivery(self) -> Delivery {
         let fields = self.fields();
         Delivery::Event(EventFields {
-            parsed: Some(ParsedBody::new(self)),
+            parsed: Some(super::Parsed::into_parsed(self)),
             ..fields
         })
     }
@@ -154,6 +154,10 @@ pub fn mask_view(view: &mut Value, mask_fields: &[String]) {
 }
 
 impl Kind for SaveKind {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn source_kind(&self) -> SourceKind {
         SourceKind::SaveGame
     }
@@ -276,6 +280,19 @@ fn last_event(
         None => input
             .before
             .map_or((None, None), |b| (b.event_id.clone(), b.event_type.clone())),
+    }
+}
+
+impl super::Parsed for SaveEvent {
+    fn into_parsed(self) -> ParsedBody {
+        ParsedBody::Save(std::sync::Arc::new(self))
+    }
+
+    fn from_parsed(parsed: &ParsedBody) -> Option<&Self> {
+        match parsed {
+            ParsedBody::Save(event) => Some(event),
+            _ => None,
+        }
     }
 }
 

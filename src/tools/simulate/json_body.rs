@@ -66,7 +66,7 @@ impl JsonTarget {
         format: SequenceFormat,
         unsupported_share: f64,
     ) -> anyhow::Result<Self> {
-        let Some(spec) = source.kind.locations() else {
+        let Some(spec) = crate::kind::json::JsonKind::spec_of(source.kind.as_ref()) else {
             bail!(
                 "source {} is not kind = \"json\": --source takes a json source (the built-in \
                  kinds are simulated without it)",
