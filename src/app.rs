@@ -243,7 +243,16 @@ impl Core {
             background.spawn(Sender::run_all(self.senders, forward_wake, stop_rx.clone()));
         }
         if !self.state.config.alerts.is_empty() {
-            let outbox = self.alerts.start(&mut background, &stop_rx);
+            // This node's name: on its own notices, and on the outbox rows it holds.
+            let node: Arc<str> = crate::sender::node_id().into();
+            let outbox = self.alerts.start(
+                &mut background,
+                &stop_rx,
+                Arc::clone(&self.state.store),
+                Arc::clone(&node),
+                self.state.clock,
+                Duration::from_millis(self.state.config.alert_tick_ms),
+            );
             background.spawn(
                 crate::alerts::AlertWatch {
                     config: Arc::clone(&self.state.config),
@@ -251,6 +260,7 @@ impl Core {
                     circuits: self.state.circuits.clone(),
                     clock: self.state.clock,
                     outbox,
+                    node,
                 }
                 .run(stop_rx.clone()),
             );

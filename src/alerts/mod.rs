@@ -2,7 +2,11 @@
 //! must hear about. [`rules`] decides, purely, which alerts start firing, repeat or resolve
 //! from the figures of one tick; the [`AlertWatch`] task gathers those figures (store counts
 //! and marks, circuits, rejection counters, the store's ping) every `alert_tick_ms`, keeps
-//! each notice in the store (`GET /v1/alerts`) and hands it to [`send`]'s channels.
+//! each notice in the store (`GET /v1/alerts`) with a pending row per channel, which
+//! [`send`]'s channels send. An alert over the shared store's figures (`dead`, `gap_held`,
+//! `backlog`, `source_silent`) is decided once across nodes: the watcher takes the store's
+//! word on what fires before each tick, and a transition is kept only by the node whose
+//! conditional write made it ([`crate::store::alerts::Transition`]).
 
 pub mod counters;
 pub mod notice;
@@ -13,16 +17,17 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::domain::EventStatus;
 use crate::forward::circuit::CircuitState;
 use crate::sender::Circuits;
-use crate::store::alerts::AlertRecord;
+use crate::store::alerts::{AlertRecord, Transition};
 use crate::store::Store;
 use rules::{evaluate, AlertBook, Condition, DestinationFigures, Figures, Notice, SourceFigures};
+use send::LaneHandle;
 
 /// The task that evaluates the rules each tick.
 pub struct AlertWatch {
@@ -34,8 +39,10 @@ pub struct AlertWatch {
     pub circuits: Circuits,
     /// Where "now" comes from.
     pub clock: Clock,
-    /// Per rule, the queues of its channels.
-    pub outbox: Vec<Vec<mpsc::UnboundedSender<Arc<AlertRecord>>>>,
+    /// Per rule, its channels.
+    pub outbox: Vec<Vec<LaneHandle>>,
+    /// This node's name, on the notices about its own view.
+    pub node: Arc<str>,
 }
 
 impl AlertWatch {
@@ -55,18 +62,72 @@ impl AlertWatch {
                 _ = tokio::time::sleep(tick) => {}
                 _ = stop.changed() => return,
             }
-            let figures = self.figures(started_ms).await;
+            let mut figures = self.figures(started_ms).await;
+            if !self.adopt_firing(&figures, &mut book).await {
+                // Without the store's word the shared rules keep their state this tick.
+                figures.sources = None;
+            }
             for notice in evaluate(&conditions, &figures, &mut book) {
                 self.deliver(notice).await;
             }
         }
     }
 
-    /// Keeps `notice` (a store that is down only loses its history line) and queues it on
-    /// its rule's channels.
+    /// Sets the book's shared alerts (those over the sources this tick read) as the store
+    /// holds them; false when it could not be read.
+    async fn adopt_firing(&self, figures: &Figures, book: &mut AlertBook) -> bool {
+        let Some(sources) = &figures.sources else {
+            return true;
+        };
+        let firing = match self.store.alerts_firing().await {
+            Ok(firing) => firing,
+            Err(err) => {
+                tracing::warn!(error = %err, "the alerts firing were not read");
+                return false;
+            }
+        };
+        for (index, rule) in self.config.alerts.iter().enumerate() {
+            if !rule.condition.on.shared() {
+                continue;
+            }
+            for source in sources {
+                let row = firing
+                    .iter()
+                    .find(|f| f.alert == rule.name && f.subject == source.name);
+                book.adopt(
+                    index,
+                    &source.name,
+                    row.map(|f| (f.since_ms, f.last_sent_ms)),
+                );
+            }
+        }
+        true
+    }
+
+    /// Keeps `notice` with a pending row per channel of its rule, when this node decides it
+    /// (a shared alert's transition is kept by the one node whose write made it). A notice
+    /// about the node's own view the store could not keep (it is down) is queued in memory
+    /// on its channels instead: sent, not listed.
     async fn deliver(&self, notice: Notice) {
         let rule = &self.config.alerts[notice.rule];
-        let mut record = AlertRecord {
+        let shared = notice.on.shared();
+        let subject = notice
+            .source
+            .clone()
+            .or_else(|| notice.destination.clone())
+            .unwrap_or_default();
+        let transition = match (shared, notice.state, notice.repeat) {
+            (false, _, _) => Transition::Own,
+            (true, rules::AlertState::Resolved, _) => Transition::Resolve { subject },
+            (true, rules::AlertState::Firing, false) => Transition::Fire { subject },
+            (true, rules::AlertState::Firing, true) => Transition::Repeat {
+                subject,
+                sent_before_ms: notice.at_ms.saturating_sub(
+                    (rule.condition.repeat_s.unwrap_or(0) as i64).saturating_mul(1000),
+                ),
+            },
+        };
+        let record = AlertRecord {
             id: 0,
             alert: rule.name.clone(),
             state: notice.state.as_str().to_owned(),
@@ -78,18 +139,39 @@ impl AlertWatch {
             repeat: notice.repeat,
             summary: notice.summary,
             figures: notice.figures,
+            node: (!shared).then(|| self.node.to_string()),
+            channels: Vec::new(),
         };
-        tracing::warn!(alert = %record.alert, state = %record.state, summary = %record.summary, "alert");
-        match self.store.record_alert(&record).await {
-            Ok(id) => record.id = id,
-            Err(err) => {
-                tracing::warn!(alert = %record.alert, error = %err, "alert not kept in the store")
+        let lanes = &self.outbox[notice.rule];
+        let keys = lanes.iter().map(|lane| lane.key.clone()).collect();
+        match self
+            .store
+            .keep_alert(record.clone(), transition.clone(), keys)
+            .await
+        {
+            Ok(Some(kept)) => {
+                tracing::warn!(alert = %kept.alert, state = %kept.state, summary = %kept.summary, "alert");
+                for lane in lanes {
+                    lane.wake.notify_one();
+                }
             }
-        }
-        let record = Arc::new(record);
-        for queue in &self.outbox[notice.rule] {
-            // A closed queue: the node is stopping.
-            let _ = queue.send(Arc::clone(&record));
+            Ok(None) => {
+                tracing::debug!(alert = %record.alert, state = %record.state, "alert decided by another node")
+            }
+            Err(err) if transition == Transition::Own => {
+                tracing::warn!(alert = %record.alert, state = %record.state, summary = %record.summary,
+                               error = %err, "alert not kept in the store; sent from memory");
+                let record = Arc::new(record);
+                for lane in lanes {
+                    // A closed queue: the node is stopping.
+                    let _ = lane.queue.send(Arc::clone(&record));
+                }
+            }
+            Err(err) => {
+                // The next tick takes the store's word again and decides anew.
+                tracing::warn!(alert = %record.alert, state = %record.state, error = %err,
+                               "alert not decided: the store did not answer");
+            }
         }
     }
 

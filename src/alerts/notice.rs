@@ -33,6 +33,9 @@ pub struct NoticeBody<'a> {
     pub summary: &'a str,
     /// The figures that fired it.
     pub figures: &'a BTreeMap<String, i64>,
+    /// The node that decided it, for a notice about that node's own view.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<&'a str>,
 }
 
 impl<'a> NoticeBody<'a> {
@@ -49,6 +52,7 @@ impl<'a> NoticeBody<'a> {
             repeat: alert.repeat,
             summary: &alert.summary,
             figures: &alert.figures,
+            node: alert.node.as_deref(),
         }
     }
 }
@@ -126,6 +130,9 @@ pub fn email_text(alert: &AlertRecord) -> String {
     if let Some(destination) = &alert.destination {
         text.push_str(&format!("destination: {destination}\n"));
     }
+    if let Some(node) = &alert.node {
+        text.push_str(&format!("node: {node}\n"));
+    }
     text.push_str(&format!(
         "since: {}\nat: {}\nfigures: {}\n",
         clock::rfc3339(alert.since_ms),
@@ -152,6 +159,8 @@ mod tests {
             repeat: false,
             summary: "2 dead events in stripe (alert over 0)".into(),
             figures: BTreeMap::from([("dead".into(), 2), ("over".into(), 0)]),
+            node: None,
+            channels: Vec::new(),
         }
     }
 
@@ -164,6 +173,7 @@ mod tests {
         assert_eq!(body["on"], "dead");
         assert_eq!(body["source"], "stripe");
         assert!(body.get("destination").is_none());
+        assert!(body.get("node").is_none(), "a shared alert names no node");
         assert_eq!(body["since"], "2023-11-14T22:13:20Z");
         assert_eq!(body["figures"]["dead"], 2);
     }

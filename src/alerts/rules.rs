@@ -60,6 +60,16 @@ impl On {
         Self::ALL.into_iter().find(|on| on.as_str() == name)
     }
 
+    /// Whether its alerts are decided once across nodes: its figures are the shared
+    /// store's. A destination's circuit and failures and the rejection counters are each
+    /// node's own, and a node that cannot reach the store cannot share a decision in it.
+    pub fn shared(self) -> bool {
+        matches!(
+            self,
+            On::Dead | On::GapHeld | On::Backlog | On::SourceSilent
+        )
+    }
+
     /// What one firing of the rule is about.
     fn scope(self) -> Scope {
         match self {
@@ -226,6 +236,20 @@ impl AlertBook {
         self.instances
             .get(&(rule, subject.to_owned()))
             .is_some_and(|i| i.firing_since_ms.is_some())
+    }
+
+    /// Takes the store's word on whether the alert of rule `rule` over `subject` fires
+    /// (`Some((since, last_sent))`) or not, for an alert decided across nodes: another node
+    /// may have fired, repeated or resolved it since this one last looked.
+    pub fn adopt(&mut self, rule: usize, subject: &str, firing: Option<(i64, i64)>) {
+        let instance = self
+            .instances
+            .entry((rule, subject.to_owned()))
+            .or_default();
+        instance.firing_since_ms = firing.map(|(since, _)| since);
+        if let Some((_, last_sent)) = firing {
+            instance.last_sent_ms = last_sent;
+        }
     }
 }
 
@@ -625,6 +649,24 @@ mod tests {
                 (On::Dead, AlertState::Resolved)
             ]
         );
+    }
+
+    #[test]
+    fn an_alert_another_node_fired_is_not_fired_again_and_resolves_with_its_since() {
+        let rules = [rule(On::Dead)];
+        let mut book = AlertBook::default();
+        let dead = SourceFigures {
+            dead: 1,
+            ..source("a")
+        };
+        book.adopt(0, "a", Some((500, 500)));
+        assert!(evaluate(&rules, &at(1_000, vec![dead]), &mut book).is_empty());
+        let resolved = evaluate(&rules, &at(2_000, vec![source("a")]), &mut book);
+        assert_eq!(resolved[0].state, AlertState::Resolved);
+        assert_eq!(resolved[0].since_ms, 500);
+        // Resolved elsewhere: a firing condition starts a new alert.
+        book.adopt(0, "a", None);
+        assert!(On::Dead.shared() && !On::Rejections.shared());
     }
 
     #[test]

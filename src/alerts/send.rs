@@ -1,7 +1,10 @@
 //! Where notices go (docs/configuration.md, alerts): one task per channel takes its notices
-//! in the order they were decided and sends each until it is taken or its attempts run out,
-//! backing off as forwarded events do, before the next. A notice is not queued in the store
-//! (a restart forgets those not yet sent; the history keeps them all).
+//! from the store's outbox in the order they were kept and sends each until it is taken or
+//! its attempts run out, backing off as forwarded events do, before the next. Each attempt
+//! holds the row's lease, so that of several nodes one sends a channel's head at a time;
+//! the attempts and their outcome are kept, so that a restart (of this node or another)
+//! goes on where it stopped. A notice the store could not keep (it was down) is queued in
+//! memory and sent first.
 //!
 //! To a `[[destinations]]` entry a notice goes through that destination's sink (HTTP, NATS,
 //! RabbitMQ, Redis), signed with Standard Webhooks under its secret as events are, with a
@@ -10,10 +13,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use sha2::Digest;
+use tokio::sync::{mpsc, watch, Notify};
 use tracing::{info, warn};
 
 use super::notice::{email_text, headline, slack_message, NoticeBody};
+use crate::clock::Clock;
 use crate::config::alerts::Channel;
 use crate::config::template::Placed;
 use crate::config::{Config, DestinationConfig, LiveSecrets};
@@ -22,12 +27,54 @@ use crate::forward::message::WebhookId;
 use crate::retry::{NextStep, RetryPolicy};
 use crate::signature::{try_sign, Scheme, Secret};
 use crate::sink::{Outgoing, Sink, Sinks};
-use crate::store::alerts::AlertRecord;
+use crate::store::alerts::{AlertRecord, Attempted, Claim, Claimed};
+use crate::store::Store;
 
 /// The event type a notice is placed under (a subject or stream template's `{event_type}`).
 pub const NOTICE_EVENT_TYPE: &str = "inhook.alert";
 /// How long one Slack or SMTP attempt may take.
 const ATTEMPT_LIMIT: Duration = Duration::from_secs(10);
+/// How much longer than its attempt a lease on an outbox row lasts (the store's writes
+/// around it): a node that dies mid-attempt leaves the row to another after this.
+const LEASE_MARGIN_MS: i64 = 5_000;
+/// How often at most a channel looks at its outbox for rows another node kept.
+const MAX_POLL: Duration = Duration::from_secs(1);
+
+/// The outbox's name of `channel`, shown in `GET /v1/alerts`: never a credential (Slack's
+/// URL and the SMTP URL are named by a short hash of what they hold).
+pub fn channel_key(channel: &Channel) -> String {
+    let short = |parts: &[&[u8]]| {
+        let mut hash = sha2::Sha256::new();
+        for part in parts {
+            hash.update(part);
+            hash.update([0]);
+        }
+        hex::encode(&hash.finalize()[..4])
+    };
+    match channel {
+        Channel::Destination(name) => format!("destination:{name}"),
+        Channel::Slack(url) => format!("slack#{}", short(&[url.expose()])),
+        Channel::Email {
+            smtp_url, to, from, ..
+        } => format!(
+            "email:{}#{}",
+            to.join(","),
+            short(&[smtp_url.expose(), from.as_bytes()])
+        ),
+    }
+}
+
+/// One channel as the watcher sees it: where the notices the store could not keep go, and
+/// the bell that tells it a notice was kept.
+#[derive(Debug, Clone)]
+pub struct LaneHandle {
+    /// The channel's outbox name ([`channel_key`]).
+    pub key: String,
+    /// Notices not kept in the store, sent from memory.
+    pub queue: mpsc::UnboundedSender<Arc<AlertRecord>>,
+    /// Rung when a notice for the channel was kept.
+    pub wake: Arc<Notify>,
+}
 
 /// Why one attempt did not deliver a notice.
 #[derive(Debug)]
@@ -142,10 +189,19 @@ async fn send_to_destination(
         .as_deref()
         .or(alert.destination.as_deref())
         .unwrap_or("");
-    // One id per notice, the same on every attempt: the receiver drops a repeat it took.
+    // One id per notice, the same on every attempt (and from any node): the receiver drops
+    // a repeat it took. Two nodes' own notices decided in the same millisecond differ by node.
+    let node = alert
+        .node
+        .as_deref()
+        .map(|node| format!("/{node}"))
+        .unwrap_or_default();
     let webhook_id = WebhookId::of(
         "inhook.alerts",
-        &format!("{}/{subject}/{}/{}", alert.alert, alert.state, alert.at_ms),
+        &format!(
+            "{}/{subject}/{}/{}{node}",
+            alert.alert, alert.state, alert.at_ms
+        ),
     );
     let secret = secrets
         .destination(&destination.name)
@@ -193,22 +249,128 @@ async fn send_to_destination(
 
 /// One channel's queue and what it sends with.
 struct Lane {
+    key: String,
     transport: Transport,
     retry: RetryPolicy,
     queue: mpsc::UnboundedReceiver<Arc<AlertRecord>>,
+    wake: Arc<Notify>,
+    /// How long one attempt's lease lasts.
+    lease_ms: i64,
+}
+
+/// What a lane waits for between its outbox's rows.
+enum Woken {
+    Unkept(Arc<AlertRecord>),
+    Look,
+    Stop,
+}
+
+/// What a lane's runs share: the store, this node's name, the clock and the poll.
+#[derive(Clone)]
+struct Runner {
+    store: Arc<dyn Store>,
+    node: Arc<str>,
+    clock: Clock,
+    poll: Duration,
 }
 
 impl Lane {
-    async fn run(mut self, mut stop: watch::Receiver<bool>) {
+    async fn run(mut self, runner: Runner, mut stop: watch::Receiver<bool>) {
+        let poll_ms = runner.poll.as_millis() as i64;
         loop {
-            let alert = tokio::select! {
-                next = self.queue.recv() => match next {
-                    Some(alert) => alert,
-                    None => return,
-                },
-                _ = stop.changed() => return,
+            while let Ok(alert) = self.queue.try_recv() {
+                self.deliver(&alert, &mut stop).await;
+            }
+            if *stop.borrow() {
+                return;
+            }
+            let now = runner.clock.now_ms();
+            let claim = runner
+                .store
+                .claim_alert_notice(&self.key, &runner.node, now, self.lease_ms)
+                .await;
+            let wait_ms = match claim {
+                Ok(Claim::Taken(claimed)) => {
+                    self.attempt(&runner, *claimed).await;
+                    continue;
+                }
+                Ok(Claim::Waiting(until)) => until.saturating_sub(now).clamp(1, poll_ms),
+                Ok(Claim::Idle) => poll_ms,
+                Err(err) => {
+                    warn!(channel = %self.transport.name(), error = %err, "the alert outbox was not read");
+                    poll_ms
+                }
             };
-            self.deliver(&alert, &mut stop).await;
+            let woken = tokio::select! {
+                next = self.queue.recv() => match next {
+                    Some(alert) => Woken::Unkept(alert),
+                    None => Woken::Stop,
+                },
+                _ = self.wake.notified() => Woken::Look,
+                _ = tokio::time::sleep(Duration::from_millis(wait_ms.max(1) as u64)) => Woken::Look,
+                _ = stop.changed() => Woken::Stop,
+            };
+            match woken {
+                Woken::Unkept(alert) => self.deliver(&alert, &mut stop).await,
+                Woken::Look => {}
+                Woken::Stop => return,
+            }
+        }
+    }
+
+    /// One attempt at the outbox row this node holds, and its outcome kept.
+    async fn attempt(&self, runner: &Runner, claimed: Claimed) {
+        let channel = self.transport.name();
+        let alert = &claimed.alert;
+        let attempt = claimed.attempts.saturating_add(1);
+        let tried = u32::try_from(attempt).unwrap_or(u32::MAX);
+        let outcome = match self.transport.send(alert, tried).await {
+            Ok(()) => {
+                info!(alert = %alert.alert, state = %alert.state, %channel, attempt, "alert notice sent");
+                Attempted::Sent
+            }
+            Err(Failed::Final(why)) => {
+                warn!(alert = %alert.alert, state = %alert.state, %channel, attempt, error = %why,
+                      "alert notice refused; not sent again");
+                Attempted::GaveUp { error: why }
+            }
+            Err(Failed::Retry(why)) => match self.retry.after_failure(tried, rand::random()) {
+                NextStep::RetryIn(delay_ms) => {
+                    warn!(alert = %alert.alert, %channel, attempt, error = %why, delay_ms,
+                          "alert notice not sent; retrying");
+                    Attempted::Retry {
+                        error: why,
+                        next_attempt_ms: runner.clock.now_ms().saturating_add(delay_ms.max(0)),
+                    }
+                }
+                NextStep::GiveUp => {
+                    warn!(alert = %alert.alert, state = %alert.state, %channel, attempt, error = %why,
+                          "alert notice not sent: no attempts left");
+                    Attempted::GaveUp {
+                        error: format!("no attempts left: {why}"),
+                    }
+                }
+            },
+        };
+        match runner
+            .store
+            .alert_notice_attempted(
+                claimed.outbox_id,
+                &runner.node,
+                attempt,
+                outcome,
+                runner.clock.now_ms(),
+            )
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                warn!(alert = %alert.alert, %channel, "the notice's lease had passed to another node")
+            }
+            // The lease runs out and the row is tried again (a sent notice may go twice).
+            Err(err) => {
+                warn!(alert = %alert.alert, %channel, error = %err, "the notice's attempt was not kept")
+            }
         }
     }
 
@@ -269,8 +431,8 @@ pub enum OutboxError {
 
 /// The channels of every rule, each with its queue: what the watcher hands notices to.
 pub struct Outbox {
-    /// Per rule, the queues of its channels.
-    by_rule: Vec<Vec<mpsc::UnboundedSender<Arc<AlertRecord>>>>,
+    /// Per rule, its channels.
+    by_rule: Vec<Vec<LaneHandle>>,
     lanes: Vec<Lane>,
 }
 
@@ -279,43 +441,103 @@ impl Outbox {
     /// that its notices go in the order they were decided.
     pub fn of(config: &Config, secrets: &LiveSecrets) -> Result<Self, OutboxError> {
         let mut sinks = Sinks::default();
-        let mut keys: Vec<(Channel, mpsc::UnboundedSender<Arc<AlertRecord>>)> = Vec::new();
+        let mut keys: Vec<(Channel, LaneHandle)> = Vec::new();
         let mut lanes = Vec::new();
         let mut by_rule = Vec::with_capacity(config.alerts.len());
         for rule in config.alerts.iter() {
             let mut queues = Vec::new();
             for channel in &rule.channels {
-                if let Some((_, queue)) = keys.iter().find(|(c, _)| c == channel) {
-                    queues.push(queue.clone());
+                if let Some((_, handle)) = keys.iter().find(|(c, _)| c == channel) {
+                    queues.push(handle.clone());
                     continue;
                 }
                 let (transport, retry) =
                     transport(config, secrets, &mut sinks, &rule.name, channel)?;
+                let attempt_ms = match channel {
+                    Channel::Destination(name) => config
+                        .destination(name)
+                        .map_or(ATTEMPT_LIMIT.as_millis() as i64, |d| {
+                            (d.timeout_s.max(1) as i64).saturating_mul(1000)
+                        }),
+                    _ => ATTEMPT_LIMIT.as_millis() as i64,
+                };
                 let (queue, receiver) = mpsc::unbounded_channel();
+                let handle = LaneHandle {
+                    key: channel_key(channel),
+                    queue,
+                    wake: Arc::new(Notify::new()),
+                };
                 lanes.push(Lane {
+                    key: handle.key.clone(),
                     transport,
                     retry,
                     queue: receiver,
+                    wake: Arc::clone(&handle.wake),
+                    lease_ms: attempt_ms.saturating_add(LEASE_MARGIN_MS),
                 });
-                keys.push((channel.clone(), queue.clone()));
-                queues.push(queue);
+                keys.push((channel.clone(), handle.clone()));
+                queues.push(handle);
             }
             by_rule.push(queues);
         }
         Ok(Self { by_rule, lanes })
     }
 
-    /// Starts one task per channel until `stop`; the senders of their queues.
+    /// Starts one task per channel until `stop`, sending the notices `store` keeps as
+    /// `node`, looking for those other nodes kept every `tick` (at most a second); per
+    /// rule, its channels.
     pub fn start(
         self,
         tasks: &mut tokio::task::JoinSet<()>,
         stop: &watch::Receiver<bool>,
-    ) -> Vec<Vec<mpsc::UnboundedSender<Arc<AlertRecord>>>> {
+        store: Arc<dyn Store>,
+        node: Arc<str>,
+        clock: Clock,
+        tick: Duration,
+    ) -> Vec<Vec<LaneHandle>> {
+        let runner = Runner {
+            store,
+            node,
+            clock,
+            poll: tick.clamp(Duration::from_millis(10), MAX_POLL),
+        };
         for lane in self.lanes {
-            tasks.spawn(lane.run(stop.clone()));
+            tasks.spawn(lane.run(runner.clone(), stop.clone()));
         }
         self.by_rule
     }
+}
+
+/// The TLS of the SMTP URL `url` (as lettre reads it: `smtps://` TLS from the start,
+/// `?tls=required` or `?tls=opportunistic` STARTTLS) trusting the PEM certificates of
+/// `ca_file` beside the system's; none for plain SMTP. The reasons never quote the URL.
+fn smtp_tls_with_ca(
+    url: &str,
+    ca_file: &std::path::Path,
+) -> Result<Option<lettre::transport::smtp::client::Tls>, String> {
+    use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
+    let parsed = reqwest::Url::parse(url).map_err(|_| "not a URL".to_owned())?;
+    let host = parsed.host_str().ok_or("no host")?.to_owned();
+    let pem = std::fs::read(ca_file)
+        .map_err(|err| format!("smtp_tls_ca_file {}: {err}", ca_file.display()))?;
+    let parameters = || -> Result<TlsParameters, String> {
+        let certificate = Certificate::from_pem(&pem)
+            .map_err(|err| format!("smtp_tls_ca_file {}: {err}", ca_file.display()))?;
+        TlsParameters::builder(host.clone())
+            .add_root_certificate(certificate)
+            .build_rustls()
+            .map_err(|err| err.to_string())
+    };
+    let mode = parsed
+        .query_pairs()
+        .find(|(key, _)| key == "tls")
+        .map(|(_, value)| value.into_owned());
+    Ok(match (parsed.scheme(), mode.as_deref()) {
+        ("smtps", _) => Some(Tls::Wrapper(parameters()?)),
+        ("smtp", Some("required")) => Some(Tls::Required(parameters()?)),
+        ("smtp", Some("opportunistic")) => Some(Tls::Opportunistic(parameters()?)),
+        _ => None,
+    })
 }
 
 fn transport(
@@ -354,13 +576,25 @@ fn transport(
             },
             config.retry,
         ),
-        Channel::Email { smtp_url, to, from } => {
+        Channel::Email {
+            smtp_url,
+            to,
+            from,
+            tls_ca_file,
+        } => {
             let url = std::str::from_utf8(smtp_url.expose())
                 .map_err(|_| OutboxError::Smtp(rule.to_owned(), "not text".into()))?;
-            let transport = lettre::AsyncSmtpTransport::<lettre::Tokio1Executor>::from_url(url)
+            let mut builder = lettre::AsyncSmtpTransport::<lettre::Tokio1Executor>::from_url(url)
                 .map_err(|err| OutboxError::Smtp(rule.to_owned(), err.to_string()))?
-                .timeout(Some(ATTEMPT_LIMIT))
-                .build();
+                .timeout(Some(ATTEMPT_LIMIT));
+            if let Some(path) = tls_ca_file {
+                let tls = smtp_tls_with_ca(url, path)
+                    .map_err(|why| OutboxError::Smtp(rule.to_owned(), why))?;
+                if let Some(tls) = tls {
+                    builder = builder.tls(tls);
+                }
+            }
+            let transport = builder.build();
             let mailbox = |address: &str| {
                 address
                     .parse::<lettre::message::Mailbox>()

@@ -25,6 +25,9 @@ pub enum Channel {
         to: Vec<String>,
         /// The sender address.
         from: String,
+        /// Certificates (PEM) trusted beside the system's for the SMTP server's TLS
+        /// (`smtp_tls_ca_file`): a private CA's.
+        tls_ca_file: Option<std::path::PathBuf>,
     },
 }
 
@@ -64,6 +67,7 @@ pub(super) struct FileAlert {
     smtp_url: Option<String>,
     email_to: Option<Recipients>,
     email_from: Option<String>,
+    smtp_tls_ca_file: Option<std::path::PathBuf>,
 }
 
 fn refused(rule: &str, key: &str, why: impl std::fmt::Display) -> ConfigError {
@@ -236,13 +240,33 @@ fn alert_rule(
                     "is required: the SMTP host is no mail domain",
                 ));
             }
+            if let Some(path) = &a.smtp_tls_ca_file {
+                let pem = std::fs::read(path).map_err(|err| {
+                    refused(
+                        &name,
+                        "smtp_tls_ca_file",
+                        format!("{}: cannot be read: {err}", path.display()),
+                    )
+                })?;
+                if lettre::transport::smtp::client::Certificate::from_pem(&pem).is_err() {
+                    return Err(refused(
+                        &name,
+                        "smtp_tls_ca_file",
+                        format!("{}: holds no PEM certificate", path.display()),
+                    ));
+                }
+            }
             channels.push(Channel::Email {
                 smtp_url: Secret::new(url),
                 to,
                 from,
+                tls_ca_file: a.smtp_tls_ca_file,
             });
         }
         (Some(_), None) => return Err(refused(&name, "email_to", "is required with smtp_url")),
+        (None, _) if a.smtp_tls_ca_file.is_some() => {
+            return Err(refused(&name, "smtp_tls_ca_file", "is only for smtp_url"))
+        }
         (None, Some(_)) => return Err(refused(&name, "smtp_url", "is required with email_to")),
         (None, None) => {}
     }
@@ -338,6 +362,15 @@ email_to = "oncall@example.com"
             (
                 "name = \"a\"\non = \"dead\"",
                 "alert \"a\": destination (or slack_webhook_url",
+            ),
+            (
+                "name = \"a\"\non = \"dead\"\ndestination = \"ops\"\nsmtp_tls_ca_file = \"/etc/hostname\"",
+                "alert \"a\": smtp_tls_ca_file is only for smtp_url",
+            ),
+            (
+                "name = \"a\"\non = \"dead\"\nsmtp_url = \"smtps://mail.example.com\"\n\
+                 email_to = \"ops@example.com\"\nsmtp_tls_ca_file = \"/nonexistent/ca.pem\"",
+                "alert \"a\": smtp_tls_ca_file /nonexistent/ca.pem: cannot be read",
             ),
             (
                 "name = \"a\"\non = \"backlog\"\ndestination = \"ops\"",

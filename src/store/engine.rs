@@ -846,6 +846,71 @@ impl<B: Backend> AlertLog for SqlStore<B> {
             .await
     }
 
+    async fn keep_alert(
+        &self,
+        alert: super::alerts::AlertRecord,
+        transition: super::alerts::Transition,
+        channels: Vec<String>,
+    ) -> Result<Option<super::alerts::AlertRecord>, StoreError> {
+        self.write(move |io| {
+            Box::pin(async move { super::alerts::keep(io, alert, &transition, &channels).await })
+        })
+        .await
+    }
+
+    async fn alerts_firing(&self) -> Result<Vec<super::alerts::Firing>, StoreError> {
+        self.backend
+            .read(|io| Box::pin(super::alerts::firing(io)))
+            .await
+    }
+
+    async fn claim_alert_notice(
+        &self,
+        channel: &str,
+        node: &str,
+        now_ms: i64,
+        lease_ms: i64,
+    ) -> Result<super::alerts::Claim, StoreError> {
+        let (channel, node) = (channel.to_owned(), node.to_owned());
+        // A look first: an idle channel, or one waiting, takes no write transaction.
+        let head = {
+            let (channel, node) = (channel.clone(), node.clone());
+            self.backend
+                .read(move |io| {
+                    Box::pin(async move { super::alerts::head(io, &channel, &node, now_ms).await })
+                })
+                .await?
+        };
+        if let super::alerts::Head::Not(claim) = head {
+            return Ok(claim);
+        }
+        // Relaxed: a lease lost to a power cut only lets another attempt go sooner.
+        self.backend
+            .write(Commit::Relaxed, move |io| {
+                Box::pin(async move {
+                    super::alerts::claim(io, &channel, &node, now_ms, lease_ms).await
+                })
+            })
+            .await
+    }
+
+    async fn alert_notice_attempted(
+        &self,
+        outbox_id: i64,
+        node: &str,
+        attempts: i64,
+        outcome: super::alerts::Attempted,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let node = node.to_owned();
+        self.write(move |io| {
+            Box::pin(async move {
+                super::alerts::attempted(io, outbox_id, &node, attempts, &outcome, now_ms).await
+            })
+        })
+        .await
+    }
+
     async fn alerts(
         &self,
         before: Option<i64>,

@@ -380,6 +380,7 @@ INSERT INTO pending_upgrade_steps (step) VALUES ('scrub_deleted_data');",
     ),
     (20, STATS),
     (21, SQLITE_SEARCH),
+    (22, SQLITE_ALERT_STATE),
 ];
 
 /// `(version, SQL)` in order, for PostgreSQL; the same schema as [`SQLITE`].
@@ -839,6 +840,7 @@ $fn$;
     ),
     (20, STATS),
     (21, POSTGRES_SEARCH),
+    (22, POSTGRES_ALERT_STATE),
 ];
 
 /// The search index (docs/api.md, search), version 21 of SQLite: one row per declared
@@ -866,6 +868,64 @@ CREATE TABLE event_search (
     PRIMARY KEY (field, value, source, event_row)
 );
 CREATE INDEX event_search_row ON event_search (event_row);
+"#;
+
+/// Alerts decided once across nodes and sent after a restart (docs/configuration.md, alerts),
+/// version 22 of SQLite: the alerts firing now, one row per rule and subject (a source, a
+/// destination or '' for the store), whose conditional writes decide which node tells a
+/// transition; the node a per-node notice was decided on; and the outbox, one row per
+/// notice and channel, sent in id order per channel by one node at a time (a lease).
+const SQLITE_ALERT_STATE: &str = "
+CREATE TABLE alerts_firing (
+    alert     TEXT    NOT NULL,
+    subject   TEXT    NOT NULL,
+    since     INTEGER NOT NULL,
+    last_sent INTEGER NOT NULL,
+    repeats   INTEGER NOT NULL,
+    PRIMARY KEY (alert, subject)
+);
+ALTER TABLE alerts ADD COLUMN node TEXT;
+CREATE TABLE alert_outbox (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    alert_id        INTEGER NOT NULL,
+    channel         TEXT    NOT NULL,
+    state           TEXT    NOT NULL,
+    attempts        INTEGER NOT NULL,
+    next_attempt_at INTEGER NOT NULL,
+    leased_by       TEXT,
+    lease_until     INTEGER,
+    sent_at         INTEGER,
+    error           TEXT
+);
+CREATE INDEX alert_outbox_pending ON alert_outbox (channel, id) WHERE state = 'pending';
+CREATE INDEX alert_outbox_alert ON alert_outbox (alert_id);
+";
+
+/// PostgreSQL's version 22, as SQLite's.
+const POSTGRES_ALERT_STATE: &str = r#"
+CREATE TABLE alerts_firing (
+    alert     TEXT COLLATE "C" NOT NULL,
+    subject   TEXT COLLATE "C" NOT NULL,
+    since     BIGINT NOT NULL,
+    last_sent BIGINT NOT NULL,
+    repeats   BIGINT NOT NULL,
+    PRIMARY KEY (alert, subject)
+);
+ALTER TABLE alerts ADD COLUMN node TEXT;
+CREATE TABLE alert_outbox (
+    id              BIGSERIAL PRIMARY KEY,
+    alert_id        BIGINT NOT NULL,
+    channel         TEXT COLLATE "C" NOT NULL,
+    state           TEXT   NOT NULL,
+    attempts        BIGINT NOT NULL,
+    next_attempt_at BIGINT NOT NULL,
+    leased_by       TEXT,
+    lease_until     BIGINT,
+    sent_at         BIGINT,
+    error           TEXT
+);
+CREATE INDEX alert_outbox_pending ON alert_outbox (channel, id) WHERE state = 'pending';
+CREATE INDEX alert_outbox_alert ON alert_outbox (alert_id);
 "#;
 
 /// A broker's confirmed publish has no HTTP status: the index of failed attempts (a

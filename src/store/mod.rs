@@ -1194,6 +1194,38 @@ pub trait AlertLog: Send + Sync {
     /// Keeps one alert notice (docs/api.md, alerts); the new row's id.
     async fn record_alert(&self, alert: &alerts::AlertRecord) -> Result<i64, StoreError>;
 
+    /// Keeps `alert` with one pending outbox row per channel of `channels` if `transition`'s
+    /// conditional write succeeds ([`alerts::keep`]): the notice kept, or none when another
+    /// node decided this transition.
+    async fn keep_alert(
+        &self,
+        alert: alerts::AlertRecord,
+        transition: alerts::Transition,
+        channels: Vec<String>,
+    ) -> Result<Option<alerts::AlertRecord>, StoreError>;
+
+    /// Every alert firing now (the alerts decided across nodes).
+    async fn alerts_firing(&self) -> Result<Vec<alerts::Firing>, StoreError>;
+
+    /// Takes the lease of `channel`'s next notice for `node` ([`alerts::claim`]).
+    async fn claim_alert_notice(
+        &self,
+        channel: &str,
+        node: &str,
+        now_ms: i64,
+        lease_ms: i64,
+    ) -> Result<alerts::Claim, StoreError>;
+
+    /// Records one attempt at an outbox row and gives its lease up ([`alerts::attempted`]).
+    async fn alert_notice_attempted(
+        &self,
+        outbox_id: i64,
+        node: &str,
+        attempts: i64,
+        outcome: alerts::Attempted,
+        now_ms: i64,
+    ) -> Result<bool, StoreError>;
+
     /// Kept alert notices, newest first, before the id `before` when given.
     async fn alerts(
         &self,

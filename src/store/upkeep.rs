@@ -246,7 +246,12 @@ pub(crate) async fn purge<I: Tx>(
     )
     .await?;
     // Alert notices go with the events of their time (docs/api.md, alerts): a handful
-    // per state change of a rule, so one statement takes them.
+    // per state change of a rule, so one statement takes them, and one their outbox rows.
+    io.execute(
+        "DELETE FROM alert_outbox WHERE alert_id IN (SELECT id FROM alerts WHERE at < $1)",
+        &[Param::Int(before_ms)],
+    )
+    .await?;
     io.execute("DELETE FROM alerts WHERE at < $1", &[Param::Int(before_ms)])
         .await?;
     Ok(PurgeReport { events, dedup_keys })

@@ -11,9 +11,9 @@ use crate::application::{recording_application, Received, DEST_SECRET};
 use crate::support::{now_s, TestServer};
 
 /// Alerts are evaluated every 100 ms in these tests.
-const TICK: &str = "alert_tick_ms = 100";
+pub(crate) const TICK: &str = "alert_tick_ms = 100";
 
-fn save_event(event_id: &str, seq: i64, slot: &str) -> Value {
+pub(crate) fn save_event(event_id: &str, seq: i64, slot: &str) -> Value {
     json!({"event_id": event_id, "event_type": "inventory.updated", "payload_version": 1,
            "occurred_at": "2026-06-28T10:15:21Z", "player_id": "player_1024",
            "save_slot": slot, "sequence": seq, "idempotency_key": event_id,
@@ -21,7 +21,10 @@ fn save_event(event_id: &str, seq: i64, slot: &str) -> Value {
 }
 
 /// The JSON bodies the receiver got, once it got at least `n`, oldest first.
-async fn received_at_least(received: &Received, n: usize) -> Vec<(axum::http::HeaderMap, Value)> {
+pub(crate) async fn received_at_least(
+    received: &Received,
+    n: usize,
+) -> Vec<(axum::http::HeaderMap, Value)> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let got: Vec<_> = received
@@ -58,7 +61,7 @@ async fn listed_at_least(server: &TestServer, n: usize) -> Vec<Value> {
 }
 
 /// A destination named `ops` at `port` for the notices (its own `sources` are never posted).
-fn ops_destination(port: u16) -> String {
+pub(crate) fn ops_destination(port: u16) -> String {
     format!(
         r#"
 [[destinations]]
@@ -535,6 +538,449 @@ email_from = "inhook@example.com"
     let both = got(2).await;
     assert!(both[1].contains("quiet resolved"), "{}", both[1]);
     assert!(both[1].contains("state: resolved"), "{}", both[1]);
+}
+
+/// A server holding `rules` (whole `[[alerts]]` tables) beside the `ops` destination on
+/// `port`; gaps are held for ten minutes, so an event that arrives early stays undecided.
+async fn serve_holding(port: u16, top: &str, rules: &str) -> TestServer {
+    TestServer::spawn_full_with(
+        &format!("{TICK}\n{top}"),
+        "hold_timeout_s = 600",
+        &format!("{}\n{rules}", ops_destination(port)),
+    )
+    .await
+}
+
+/// A backlog rule and a rule on forged deliveries to save-game, both told to `ops`.
+const BACKLOG_AND_FORGED: &str = r#"
+[[alerts]]
+name = "backlog"
+on = "backlog"
+over = 0
+destination = "ops"
+
+[[alerts]]
+name = "forged"
+on = "rejections"
+rejected = "signature"
+source = "save-game"
+destination = "ops"
+"#;
+
+/// Posts one save-game delivery signed with the wrong secret to `server`: a 401.
+pub(crate) async fn post_forged(server: &TestServer) {
+    let body = serde_json::to_vec(&save_event("forged", 1, "slot_x")).unwrap();
+    let mut forged = inhook::signature::sign(
+        Scheme::HmacTimestamped,
+        &body,
+        &Secret::new("not-the-secret"),
+        now_s(),
+    );
+    forged.push(("content-type", "application/json".to_owned()));
+    let reply = server.post_raw("save-game", &body, &forged).await;
+    assert_eq!(reply.code, 401, "{reply:?}");
+}
+
+/// `(alert, state)` of each notice `received` got, oldest first.
+pub(crate) fn told(got: &[(axum::http::HeaderMap, Value)]) -> Vec<(String, String)> {
+    got.iter()
+        .map(|(_, b)| {
+            (
+                b["alert"].as_str().unwrap().to_owned(),
+                b["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_restarted_node_does_not_fire_again_an_alert_still_firing_and_resolves_it_once() {
+    let received = Received::default();
+    let port = recording_application(&received).await;
+    let mut server = serve_holding(port, "", BACKLOG_AND_FORGED).await;
+    server.post_save(&save_event("r3", 3, "slot_r")).await;
+    server.wait_status("save-game", "r3", "held").await;
+    let fired = received_at_least(&received, 1).await;
+    assert_eq!(told(&fired), [("backlog".into(), "firing".into())]);
+    assert!(
+        fired[0].1.get("node").is_none(),
+        "decided across nodes: no node named"
+    );
+    // Told, and known to be: a node killed between the receiver's answer and its record
+    // sends the notice again (at least once), which is not what this test is about.
+    server
+        .wait_for("/v1/alerts", |r| {
+            r.body["items"][0]["channels"][0]["state"] == "sent"
+        })
+        .await;
+    server.restart();
+    // The restarted node's first rejection: its notice is kept after any of the backlog's
+    // that node decided in the same tick or before, and the channel sends in that order.
+    post_forged(&server).await;
+    let got = received_at_least(&received, 2).await;
+    assert_eq!(
+        told(&got)[1],
+        ("forged".into(), "firing".into()),
+        "the backlog fired again after the restart: {:?}",
+        told(&got)
+    );
+    let node = got[1].1["node"]
+        .as_str()
+        .expect("a node's own notice names it");
+    assert!(node.starts_with("node-"), "{node}");
+    // The gap fills: the backlog resolves once, naming the since of the firing before the restart.
+    server.post_save(&save_event("r1", 1, "slot_r")).await;
+    server.post_save(&save_event("r2", 2, "slot_r")).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let all = loop {
+        let all = received_at_least(&received, 3).await;
+        if told(&all).contains(&("backlog".into(), "resolved".into())) {
+            break all;
+        }
+        assert!(Instant::now() < deadline, "no resolve: {:?}", told(&all));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let backlog: Vec<_> = all
+        .iter()
+        .filter(|(_, b)| b["alert"] == "backlog")
+        .collect();
+    assert_eq!(backlog.len(), 2, "{:?}", told(&all));
+    assert_eq!(backlog[1].1["state"], "resolved");
+    assert_eq!(backlog[1].1["since"], backlog[0].1["since"]);
+    // The history lists each notice's channel, sent.
+    let listed = server
+        .wait_for("/v1/alerts", |r| {
+            r.body["items"].as_array().is_some_and(|items| {
+                items.len() >= 3 && items.iter().all(|a| a["channels"][0]["state"] == "sent")
+            })
+        })
+        .await;
+    for item in listed.body["items"].as_array().unwrap() {
+        let channel = &item["channels"][0];
+        assert_eq!(channel["channel"], "destination:ops", "{item}");
+        assert_eq!(channel["attempts"], 1, "{item}");
+        assert!(channel["sent_at"].is_string(), "{item}");
+        assert_eq!(
+            item["node"].is_string(),
+            item["alert"] == "forged",
+            "{item}"
+        );
+    }
+    assert_eq!(
+        server
+            .query_i64("SELECT COUNT(*) FROM alerts_firing WHERE alert = 'backlog'")
+            .await,
+        0,
+        "a resolved alert leaves no firing row"
+    );
+}
+
+#[tokio::test]
+async fn a_notice_pending_when_its_node_is_killed_is_sent_once_the_restarted_node_reaches_its_receiver(
+) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    // The receiver answers 503 until it is up; it records what it took.
+    let down = Arc::new(AtomicBool::new(true));
+    let taken = Received::default();
+    let app = axum::Router::new().route(
+        "/hooks",
+        axum::routing::post({
+            let (down, taken) = (Arc::clone(&down), Arc::clone(&taken));
+            move |headers: axum::http::HeaderMap, body: axum::body::Bytes| async move {
+                if down.load(Ordering::SeqCst) {
+                    return axum::http::StatusCode::SERVICE_UNAVAILABLE;
+                }
+                taken.lock().unwrap().push((headers, body.to_vec()));
+                axum::http::StatusCode::NO_CONTENT
+            }
+        }),
+    );
+    let port = crate::application::serve_application(app).await;
+    let mut server = serve_holding(
+        port,
+        "retry_base_s = 1\nretry_max_delay_s = 1\nmax_attempts = 100",
+        r#"
+[[alerts]]
+name = "backlog"
+on = "backlog"
+over = 0
+destination = "ops"
+"#,
+    )
+    .await;
+    server.post_save(&save_event("k3", 3, "slot_k")).await;
+    // Kept, tried and refused: pending, with the receiver's answer as its error.
+    let listed = server
+        .wait_for("/v1/alerts", |r| {
+            r.body["items"][0]["channels"][0]["attempts"]
+                .as_i64()
+                .is_some_and(|n| n >= 1)
+        })
+        .await;
+    let channel = &listed.body["items"][0]["channels"][0];
+    assert_eq!(channel["state"], "pending", "{channel}");
+    assert!(
+        channel["error"].as_str().unwrap().contains("503"),
+        "{channel}"
+    );
+    assert!(channel["sent_at"].is_null(), "{channel}");
+    server.kill9();
+    down.store(false, Ordering::SeqCst);
+    server.start();
+    let got = received_at_least(&taken, 1).await;
+    assert_eq!(told(&got), [("backlog".into(), "firing".into())]);
+    assert_signed(&taken, 0);
+    let sent = server
+        .wait_for("/v1/alerts", |r| {
+            r.body["items"][0]["channels"][0]["state"] == "sent"
+        })
+        .await;
+    let items = sent.body["items"].as_array().unwrap();
+    assert_eq!(
+        items.len(),
+        1,
+        "the restarted node fired nothing again: {items:?}"
+    );
+    assert!(items[0]["channels"][0]["attempts"].as_i64().unwrap() >= 2);
+    assert_eq!(taken.lock().unwrap().len(), 1, "sent once");
+}
+
+/// A small SMTP server's session on `stream` (its greeting already written): records the
+/// envelope, the login and the DATA of each message in `mails`; offers STARTTLS when
+/// `starttls`, and then answers the stream the client upgrades.
+async fn smtp_session<S>(stream: S, mails: Mails, starttls: bool) -> Option<S>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut stream = tokio::io::BufReader::new(stream);
+    let mut mail = String::new();
+    let mut in_data = false;
+    loop {
+        let mut line = String::new();
+        if stream.read_line(&mut line).await.ok()? == 0 {
+            return None;
+        }
+        let line = line.trim_end_matches(['\r', '\n']).to_owned();
+        if in_data {
+            if line == "." {
+                in_data = false;
+                mails.lock().unwrap().push(std::mem::take(&mut mail));
+                stream.write_all(b"250 queued\r\n").await.ok()?;
+            } else {
+                mail.push_str(&line);
+                mail.push('\n');
+            }
+            continue;
+        }
+        let verb = line.get(..4).unwrap_or("").to_ascii_uppercase();
+        let answer: &[u8] = match verb.as_str() {
+            "EHLO" if starttls => b"250-test\r\n250 STARTTLS\r\n",
+            "EHLO" | "HELO" => b"250-test\r\n250 AUTH PLAIN LOGIN\r\n",
+            "STAR" => {
+                stream.write_all(b"220 go ahead\r\n").await.ok()?;
+                return Some(stream.into_inner());
+            }
+            "AUTH" | "MAIL" | "RCPT" => {
+                mail.push_str(&line);
+                mail.push('\n');
+                if verb == "AUTH" {
+                    b"235 accepted\r\n"
+                } else {
+                    b"250 ok\r\n"
+                }
+            }
+            "DATA" => {
+                in_data = true;
+                b"354 go ahead\r\n"
+            }
+            "QUIT" => {
+                let _ = stream.write_all(b"221 bye\r\n").await;
+                return None;
+            }
+            _ => b"250 ok\r\n",
+        };
+        stream.write_all(answer).await.ok()?;
+    }
+}
+
+/// What an SMTP server took: per message, its envelope and login lines then its DATA.
+type Mails = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// An SMTP server of `ca`'s `localhost` certificate: TLS from the start (`smtps://`), or
+/// STARTTLS after a plain greeting; counts the TLS handshakes that failed in `refused`.
+fn smtp_over_tls(
+    ca: &crate::support::tls::TestCa,
+    mails: &Mails,
+    starttls: bool,
+    refused: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> u16 {
+    use std::sync::atomic::Ordering;
+    use tokio::io::AsyncWriteExt;
+    let (mails, refused) = (std::sync::Arc::clone(mails), std::sync::Arc::clone(refused));
+    ca.front(move |mut tcp, acceptor| {
+        let (mails, refused) = (
+            std::sync::Arc::clone(&mails),
+            std::sync::Arc::clone(&refused),
+        );
+        async move {
+            if starttls {
+                if tcp.write_all(b"220 test ESMTP\r\n").await.is_err() {
+                    return;
+                }
+                let Some(tcp) = smtp_session(tcp, std::sync::Arc::clone(&mails), true).await else {
+                    return;
+                };
+                match acceptor.accept(tcp).await {
+                    // After STARTTLS the client speaks first (EHLO again).
+                    Ok(tls) => {
+                        smtp_session(tls, mails, false).await;
+                    }
+                    Err(_) => {
+                        refused.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                return;
+            }
+            match acceptor.accept(tcp).await {
+                Ok(mut tls) => {
+                    if tls.write_all(b"220 test ESMTP\r\n").await.is_ok() {
+                        smtp_session(tls, mails, false).await;
+                    }
+                }
+                Err(_) => {
+                    refused.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+    })
+}
+
+/// A server telling `quiet` (save-game silent for a second) by email over `smtp_url`,
+/// trusting `ca_file` when given.
+async fn serve_quiet_by_email(smtp_url: &str, ca_file: Option<&std::path::Path>) -> TestServer {
+    let ca = ca_file
+        .map(|path| format!("smtp_tls_ca_file = {:?}", path.to_str().unwrap()))
+        .unwrap_or_default();
+    TestServer::spawn_full_with(
+        &format!("{TICK}\nretry_base_s = 1\nretry_max_delay_s = 1\nmax_attempts = 100"),
+        "",
+        &format!(
+            r#"
+[[alerts]]
+name = "quiet"
+on = "source_silent"
+source = "save-game"
+after_s = 1
+smtp_url = "{smtp_url}"
+email_to = ["ops@example.com", "oncall@example.com"]
+email_from = "inhook@example.com"
+{ca}
+"#
+        ),
+    )
+    .await
+}
+
+/// The mails `mails` holds once it holds at least `n`.
+async fn mails_at_least(mails: &Mails, n: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now: Vec<String> = mails.lock().unwrap().clone();
+        if now.len() >= n {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "{} emails, not {n}", now.len());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Asserts what the firing email of `quiet` says and to whom it went, and that it logged in.
+fn assert_quiet_email(mail: &str) {
+    assert!(mail.contains("RCPT TO:<ops@example.com>"), "{mail}");
+    assert!(mail.contains("RCPT TO:<oncall@example.com>"), "{mail}");
+    assert!(mail.contains("MAIL FROM:<inhook@example.com>"), "{mail}");
+    assert!(mail.contains("AUTH "), "it logged in: {mail}");
+    assert!(
+        mail.contains("Subject: [inhook] quiet firing (save-game)"),
+        "{mail}"
+    );
+    assert!(mail.contains("on: source_silent"), "{mail}");
+    assert!(mail.contains("source: save-game"), "{mail}");
+}
+
+#[tokio::test]
+async fn an_email_goes_over_smtps_to_a_server_of_a_trusted_ca() {
+    let ca = crate::support::tls::TestCa::new();
+    let mails = Mails::default();
+    let refused = std::sync::Arc::default();
+    let port = smtp_over_tls(&ca, &mails, false, &refused);
+    let _server = serve_quiet_by_email(
+        &format!("smtps://alerts:s3cret-pw@localhost:{port}"),
+        Some(&ca.file()),
+    )
+    .await;
+    let got = mails_at_least(&mails, 1).await;
+    assert_quiet_email(&got[0]);
+}
+
+#[tokio::test]
+async fn an_email_goes_over_starttls_to_a_server_of_a_trusted_ca() {
+    let ca = crate::support::tls::TestCa::new();
+    let mails = Mails::default();
+    let refused = std::sync::Arc::default();
+    let port = smtp_over_tls(&ca, &mails, true, &refused);
+    let _server = serve_quiet_by_email(
+        &format!("smtp://alerts:s3cret-pw@localhost:{port}?tls=required"),
+        Some(&ca.file()),
+    )
+    .await;
+    let got = mails_at_least(&mails, 1).await;
+    assert_quiet_email(&got[0]);
+}
+
+#[tokio::test]
+async fn an_smtps_server_whose_certificate_is_not_trusted_gets_no_mail_and_the_notice_stays_pending(
+) {
+    use std::sync::atomic::Ordering;
+    let ca = crate::support::tls::TestCa::new();
+    let mails = Mails::default();
+    let refused = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let port = smtp_over_tls(&ca, &mails, false, &refused);
+    // Without smtp_tls_ca_file: the test's CA is no system's.
+    let server =
+        serve_quiet_by_email(&format!("smtps://alerts:s3cret-pw@localhost:{port}"), None).await;
+    let listed = server
+        .wait_for("/v1/alerts", |r| {
+            r.body["items"][0]["channels"][0]["attempts"]
+                .as_i64()
+                .is_some_and(|n| n >= 2)
+        })
+        .await;
+    let channel = &listed.body["items"][0]["channels"][0];
+    assert_eq!(channel["state"], "pending", "{channel}");
+    assert!(
+        channel["channel"]
+            .as_str()
+            .unwrap()
+            .starts_with("email:ops@example.com,oncall@example.com#"),
+        "{channel}"
+    );
+    let error = channel["error"].as_str().unwrap();
+    assert!(
+        error.to_ascii_lowercase().contains("certificate"),
+        "{error}"
+    );
+    assert!(
+        !listed.body.to_string().contains("s3cret-pw"),
+        "{}",
+        listed.body
+    );
+    assert!(refused.load(Ordering::SeqCst) >= 2);
+    assert!(mails.lock().unwrap().is_empty(), "no mail went");
+    let log = std::fs::read_to_string(server.dir().join("server.log")).unwrap_or_default();
+    assert!(!log.contains("s3cret-pw"), "the password is not logged");
 }
 
 /// The metric names `text` uses: every `inhook_…` word, a histogram's series suffixes cut.

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use inhook::tools::simulate::{expected_states, Endpoint};
 
+use crate::alerts::{ops_destination, post_forged, received_at_least, save_event, told, TICK};
+use crate::application::{recording_application, Received};
 use crate::crash::{chaos_publisher, chaos_stream, Audit};
 use crate::support::{Backend, TestServer};
 
@@ -70,4 +72,96 @@ async fn three_nodes_one_database_one_killed_converge() {
     }
     audit.assert_clean(rows.len(), stream.event_count(), mismatches.len());
     drop(third);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_tell_a_dead_event_once_and_its_resolve_once() {
+    if Backend::fresh_kind() != "postgres" {
+        eprintln!("several nodes share one database only on PostgreSQL: set INHOOK_TEST_DATABASE");
+        return;
+    }
+    let received = Received::default();
+    let port = recording_application(&received).await;
+    let first = TestServer::spawn_full_with(
+        TICK,
+        "hold_timeout_s = 1",
+        &format!(
+            r#"{}
+[[alerts]]
+name = "dead-saves"
+on = "dead"
+source = "save-game"
+destination = "ops"
+
+[[alerts]]
+name = "forged"
+on = "rejections"
+rejected = "signature"
+source = "save-game"
+destination = "ops"
+"#,
+            ops_destination(port)
+        ),
+    )
+    .await;
+    let second = TestServer::join(&first).await;
+    let third = TestServer::join(&first).await;
+    // 3 waits for 2, the gap is skipped after a second, and 2 arrives too late: dead.
+    first.post_save(&save_event("d1", 1, "slot_d")).await;
+    first.post_save(&save_event("d3", 3, "slot_d")).await;
+    first.wait_status("save-game", "d3", "processed").await;
+    first.post_save(&save_event("d2", 2, "slot_d")).await;
+    first.wait_status("save-game", "d2", "dead").await;
+    let fired = received_at_least(&received, 1).await;
+    assert_eq!(told(&fired)[0], ("dead-saves".into(), "firing".into()));
+    let forgotten = second
+        .delete("/v1/sources/save-game/aggregates/player_1024/slot_d")
+        .await;
+    assert_eq!(forgotten.code, 200, "{forgotten:?}");
+    let got = received_at_least(&received, 2).await;
+    assert_eq!(told(&got)[1], ("dead-saves".into(), "resolved".into()));
+    // Each node's own rejection: once all three are kept, every node has evaluated the
+    // dead rule (before its rejections, in the same tick) after the resolve.
+    for node in [&first, &second, &third] {
+        post_forged(node).await;
+    }
+    let all = received_at_least(&received, 5).await;
+    let listed = first
+        .wait_for("/v1/alerts", |r| {
+            r.body["items"].as_array().is_some_and(|items| {
+                items.len() >= 5 && items.iter().all(|a| a["channels"][0]["state"] == "sent")
+            })
+        })
+        .await;
+    let items = listed.body["items"].as_array().unwrap();
+    let dead: Vec<_> = items
+        .iter()
+        .filter(|a| a["alert"] == "dead-saves")
+        .map(|a| a["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(dead, ["resolved", "firing"], "{items:?}");
+    let nodes: std::collections::BTreeSet<_> = items
+        .iter()
+        .filter(|a| a["alert"] == "forged")
+        .map(|a| a["node"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        nodes.len(),
+        3,
+        "each node tells its own rejections: {items:?}"
+    );
+    let all = received_at_least(&received, all.len()).await;
+    let told = told(&all);
+    assert_eq!(
+        told.iter().filter(|(a, _)| a == "dead-saves").count(),
+        2,
+        "one firing and one resolved notice at the receiver: {told:?}"
+    );
+    assert_eq!(told.len(), 5, "{told:?}");
+    let ids: std::collections::BTreeSet<_> = all
+        .iter()
+        .map(|(h, _)| h["webhook-id"].to_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), 5, "no notice sent twice");
+    assert_eq!(all[1].1["since"], all[0].1["since"]);
 }

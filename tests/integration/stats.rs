@@ -250,9 +250,11 @@ async fn migration_20_adds_the_stats_table_to_an_old_store() {
         200
     );
     assert!(server.terminate());
-    // A store of the release before: no figures, nor the search index that came after them.
-    let back_to_19 =
-        "DROP TABLE event_search; DROP TABLE stats; DELETE FROM schema_migrations WHERE version >= 20;";
+    // A store of the release before: no figures, nor the search index and the alert state
+    // that came after them.
+    let back_to_19 = "DROP TABLE alert_outbox; DROP TABLE alerts_firing;
+        ALTER TABLE alerts DROP COLUMN node;
+        DROP TABLE event_search; DROP TABLE stats; DELETE FROM schema_migrations WHERE version >= 20;";
     server.run_sql(back_to_19, back_to_19).await;
     server.start();
     assert_eq!(

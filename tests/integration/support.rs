@@ -1250,11 +1250,12 @@ pub fn official_one(scheme: Scheme, secret: &str, body: &str, timestamp: i64, id
 /// tables (deliveries), migration 7's indexes and counts and migration 9's index and
 /// backlog decrements, migration 12's upgrade steps, 13's body keys, 14's delivery
 /// counts, 15's keys, 17's unordered column, 18's `schema_migrations.release`, 19's alerts,
-/// 20's figures over time and 21's search index, which come
+/// 20's figures over time, 21's search index and 22's alert state and outbox, which come
 /// after it, are dropped first (migration 11's column goes with the generic table, 14's
 /// PostgreSQL trigger function with the deliveries).
 pub const UNDO_MIGRATION_5: (&str, &str) = (
-    "DROP TABLE stats; DROP TABLE alerts; DROP TABLE event_search;
+    "DROP TABLE alert_outbox; DROP TABLE alerts_firing;
+     DROP TABLE stats; DROP TABLE alerts; DROP TABLE event_search;
      ALTER TABLE schema_migrations DROP COLUMN release;
      DROP TABLE pending_upgrade_steps;
      DROP INDEX events_by_status; DROP INDEX events_by_source_status; DROP INDEX events_by_source;
@@ -1278,7 +1279,8 @@ pub const UNDO_MIGRATION_5: (&str, &str) = (
                 json_extract(state, '$.achievements') AS achievements, updated_at
          FROM aggregate_state WHERE watermark IS NOT NULL;
      DROP TABLE aggregate_state;",
-    "DROP TABLE stats; DROP TABLE alerts; DROP TABLE event_search;
+    "DROP TABLE alert_outbox; DROP TABLE alerts_firing;
+     DROP TABLE stats; DROP TABLE alerts; DROP TABLE event_search;
      ALTER TABLE schema_migrations DROP COLUMN release;
      DROP TABLE pending_upgrade_steps;
      DROP INDEX events_by_status; DROP INDEX events_by_source_status; DROP INDEX events_by_source;

@@ -13,7 +13,7 @@ use super::page_size;
 use crate::clock;
 use crate::http::answer::{AdminFailures, Answer};
 use crate::http::AppState;
-use crate::store::alerts::AlertRecord;
+use crate::store::alerts::{AlertRecord, NoticeChannel};
 
 /// `?limit=&cursor=` of the alerts.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -52,6 +52,38 @@ pub(crate) struct AlertView {
     summary: String,
     /// The figures that fired it (or, resolved, the figures then).
     figures: BTreeMap<String, i64>,
+    /// The node that decided it, for a rule over a node's own view (`destination_failing`,
+    /// `circuit_open`, `rejections`, `store_unavailable`); null for one decided once across
+    /// nodes.
+    node: Option<String>,
+    /// Each channel the notice goes to, and whether it was sent.
+    channels: Vec<ChannelView>,
+}
+
+/// One channel's copy of a notice.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ChannelView {
+    /// `destination:NAME`, `slack#HASH` or `email:RECIPIENTS#HASH` (a hash of the URL, never
+    /// the URL: it holds credentials).
+    channel: String,
+    /// `pending` (not sent yet: waiting, or being retried), `sent` or `given_up`.
+    state: String,
+    /// Attempts made so far.
+    attempts: i64,
+    /// When it was sent (RFC 3339); null until then.
+    sent_at: Option<String>,
+    /// The last failed attempt's reason; null when none failed.
+    error: Option<String>,
+}
+
+fn channel_view(channel: NoticeChannel) -> ChannelView {
+    ChannelView {
+        channel: channel.channel,
+        state: channel.state,
+        attempts: channel.attempts,
+        sent_at: channel.sent_ms.map(clock::rfc3339),
+        error: channel.error,
+    }
 }
 
 /// A page of notices, newest first.
@@ -76,6 +108,8 @@ fn view(alert: AlertRecord) -> AlertView {
         repeat: alert.repeat,
         summary: alert.summary,
         figures: alert.figures,
+        node: alert.node,
+        channels: alert.channels.into_iter().map(channel_view).collect(),
     }
 }
 
