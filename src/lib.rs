@@ -14,9 +14,12 @@
 //!   field readers.
 //! - [`ordering`]: the ordering rules (latest-wins, in-order with holds and skipped gaps,
 //!   order-free) as pure functions from state and pending events to decisions.
-//! - [`store`]: the [`store::Store`] trait and its SQLite and PostgreSQL (over
-//!   TLS) implementations: the event log with its unique keys, and the
-//!   projections, transactionally; both share the settle plan of `store::settle`.
+//! - [`store`]: the store by role — [`store::EventLog`] for ingress, [`store::Settling`]
+//!   for workers, [`store::DeliveryQueue`] for senders, [`store::Reads`] and
+//!   [`store::Repairs`] for the API, [`store::Keys`], [`store::Upkeep`],
+//!   [`store::Figures`], [`store::AlertLog`] — each caller given only its own
+//!   ([`store::Store`] is all of them, for the wiring); one implementation of their flows
+//!   over a small backend, SQLite or PostgreSQL (over TLS).
 //! - [`forward`]: forwarding to `[[destinations]]` (docs/forwarding.md): what is sent, in
 //!   which order, signed how, and what an answer means; pure rules under the sender.
 //! - [`mask`]: `mask_fields` applied to anything inhook shows; [`kept_headers`]: which request

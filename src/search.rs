@@ -14,12 +14,7 @@ pub const MAX_INDEXED_VALUE_BYTES: usize = 512;
 
 /// A JSON pointer (RFC 6901) into an event's body, as `search_fields` and `where` name it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SearchField {
-    /// The pointer as written.
-    raw: String,
-    /// Its reference tokens, unescaped (`~1` is `/`, `~0` is `~`).
-    tokens: Vec<String>,
-}
+pub struct SearchField(String);
 
 impl SearchField {
     /// The pointer `raw`: empty (the whole body) or `/`-led tokens, `~` only as `~0` or `~1`.
@@ -46,32 +41,24 @@ impl SearchField {
         if raw.contains('\0') {
             return Err(format!("search field {raw:?} cannot hold a NUL character"));
         }
-        let tokens = raw
-            .split('/')
-            .skip(1)
-            .map(|t| t.replace("~1", "/").replace("~0", "~"))
-            .collect();
-        Ok(Self {
-            raw: raw.to_owned(),
-            tokens,
-        })
+        Ok(Self(raw.to_owned()))
     }
 
     /// The pointer as written.
     pub fn as_str(&self) -> &str {
-        &self.raw
+        &self.0
     }
 
     /// The value the pointer finds in `body`, normalised ([`normalise`]); none when the
     /// body lacks it, or it is an object, an array or too long to index.
     pub fn value_in(&self, body: &Value) -> Option<String> {
-        body.pointer(&self.raw).and_then(normalise)
+        body.pointer(&self.0).and_then(normalise)
     }
 }
 
 impl fmt::Display for SearchField {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.raw)
+        f.write_str(&self.0)
     }
 }
 
@@ -124,168 +111,17 @@ impl Where {
 
 /// The values of `fields` an event's `body` holds, field by field; none when the body is
 /// not JSON (a form body's fields are not indexed: docs/api.md, search).
-///
-/// Each field is sought in one pass over the raw body that builds nothing it skips: at
-/// ingest this is paid per event, where parsing the whole body into a tree cost more than
-/// writing the index row (docs/benchmarks.md, search).
 pub fn values<'f>(fields: &'f [SearchField], body: &[u8]) -> Vec<(&'f SearchField, String)> {
-    let mut found = Vec::with_capacity(fields.len());
-    for field in fields {
-        match seek::value_at(&field.tokens, body) {
-            Ok(Some(value)) => found.push((field, value)),
-            Ok(None) => {}
-            Err(seek::NotJson) => return Vec::new(),
-        }
+    if fields.is_empty() {
+        return Vec::new();
     }
-    found
-}
-
-/// Finding the value at one JSON pointer in a raw body without building the document.
-mod seek {
-    use std::fmt;
-
-    use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
-
-    use super::MAX_INDEXED_VALUE_BYTES;
-
-    /// The body is not one JSON value.
-    #[derive(Debug, PartialEq, Eq)]
-    pub struct NotJson;
-
-    /// The normalised value ([`super::normalise`]) at the pointer's `tokens` in `body`; none when the
-    /// body lacks it or it is not a scalar that can be indexed. As `serde_json::Value`
-    /// reads a duplicated key, the last one counts.
-    pub fn value_at(tokens: &[String], body: &[u8]) -> Result<Option<String>, NotJson> {
-        let mut de = serde_json::Deserializer::from_slice(body);
-        let found = Seek(tokens).deserialize(&mut de).map_err(|_| NotJson)?;
-        de.end().map_err(|_| NotJson)?;
-        Ok(found)
-    }
-
-    /// The rest of a pointer, sought in the value being read.
-    struct Seek<'p>(&'p [String]);
-
-    impl<'de> DeserializeSeed<'de> for Seek<'_> {
-        type Value = Option<String>;
-
-        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-            d.deserialize_any(self)
-        }
-    }
-
-    impl<'de> Visitor<'de> for Seek<'_> {
-        type Value = Option<String>;
-
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("a JSON value")
-        }
-
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let Some((token, rest)) = self.0.split_first() else {
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                return Ok(None);
-            };
-            let mut found = None;
-            while let Some(is_token) = map.next_key_seed(KeyIs(token))? {
-                if is_token {
-                    found = map.next_value_seed(Seek(rest))?;
-                } else {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-            Ok(found)
-        }
-
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-            let wanted = self
-                .0
-                .split_first()
-                .and_then(|(token, rest)| array_index(token).map(|index| (index, rest)));
-            let mut found = None;
-            let mut index = 0;
-            loop {
-                let element = match wanted {
-                    Some((at, rest)) if at == index => {
-                        seq.next_element_seed(Seek(rest))?.map(|v| {
-                            found = v;
-                        })
-                    }
-                    _ => seq.next_element::<IgnoredAny>()?.map(drop),
-                };
-                if element.is_none() {
-                    return Ok(found);
-                }
-                index += 1;
-            }
-        }
-
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-            Ok(self.leaf(|| v.to_owned()))
-        }
-
-        fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
-            Ok(self.leaf(|| v.to_string()))
-        }
-
-        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-            Ok(self.leaf(|| v.to_string()))
-        }
-
-        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-            Ok(self.leaf(|| v.to_string()))
-        }
-
-        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
-            // As `serde_json::Value` writes the number it read.
-            Ok(self.leaf(|| serde_json::Value::from(v).to_string()))
-        }
-
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(self.leaf(|| "null".to_owned()))
-        }
-    }
-
-    impl Seek<'_> {
-        /// A scalar's text when the pointer ends here and it is short enough to index.
-        fn leaf(&self, text: impl FnOnce() -> String) -> Option<String> {
-            if !self.0.is_empty() {
-                return None;
-            }
-            Some(text()).filter(|t| t.len() <= MAX_INDEXED_VALUE_BYTES)
-        }
-    }
-
-    /// An array index as RFC 6901 and `serde_json::Value::pointer` read one: digits, no
-    /// sign, no leading zero.
-    fn array_index(token: &str) -> Option<usize> {
-        if token.starts_with('+') || (token.starts_with('0') && token.len() != 1) {
-            return None;
-        }
-        token.parse().ok()
-    }
-
-    /// Whether an object's key is the token sought, read without copying it.
-    struct KeyIs<'t>(&'t str);
-
-    impl<'de> DeserializeSeed<'de> for KeyIs<'_> {
-        type Value = bool;
-
-        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
-            d.deserialize_str(self)
-        }
-    }
-
-    impl<'de> Visitor<'de> for KeyIs<'_> {
-        type Value = bool;
-
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("an object key")
-        }
-
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<bool, E> {
-            Ok(v == self.0)
-        }
-    }
+    let Ok(parsed) = serde_json::from_slice::<Value>(body) else {
+        return Vec::new();
+    };
+    fields
+        .iter()
+        .filter_map(|f| f.value_in(&parsed).map(|v| (f, v)))
+        .collect()
 }
 
 /// The event-type pattern of a search: a type as it is, or `prefix.*` for every type that
@@ -464,32 +300,6 @@ mod tests {
         name.replace('~', "~0").replace('/', "~1")
     }
 
-    /// JSON documents over a few names, so pointers often hit.
-    fn json_value() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::from),
-            any::<i64>().prop_map(Value::from),
-            any::<u64>().prop_map(Value::from),
-            (-1e12f64..1e12).prop_map(Value::from),
-            "[a-z~/\\\"é ]{0,6}".prop_map(Value::from),
-            Just(Value::from("x".repeat(MAX_INDEXED_VALUE_BYTES + 1))),
-        ];
-        leaf.prop_recursive(4, 32, 4, |inner| {
-            prop_oneof![
-                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
-                proptest::collection::btree_map("[ab~/]{0,2}|0|1", inner, 0..4)
-                    .prop_map(|m| Value::Object(m.into_iter().collect())),
-            ]
-        })
-    }
-
-    /// Pointers over the same names, indices included (`01` and `+1` are no index).
-    fn pointer() -> impl Strategy<Value = String> {
-        proptest::collection::vec("[ab]|~0|~1|a~1b|0|1|2|01|\\+1|", 1..4)
-            .prop_map(|tokens| tokens.iter().map(|t| format!("/{t}")).collect())
-    }
-
     #[test]
     fn a_body_that_is_not_json_has_no_values() {
         let fields = [field("/a")];
@@ -524,20 +334,6 @@ mod tests {
             let (number, text) = (json!({ "n": n }), json!({ "n": n.to_string() }));
             prop_assert!(w.matches(&number));
             prop_assert!(w.matches(&text));
-        }
-
-        #[test]
-        fn the_streaming_lookup_finds_what_the_parsed_tree_holds(
-            body in json_value(), pointer in pointer()
-        ) {
-            let field = SearchField::parse(&pointer).unwrap();
-            let raw = serde_json::to_vec(&body).unwrap();
-            let fields = [field.clone()];
-            let streamed = values(&fields, &raw).pop().map(|(_, v)| v);
-            // The tree read from the same text: serde_json reads a float's text to the
-            // nearest double or one next to it, the same way on either path.
-            let tree: Value = serde_json::from_slice(&raw).unwrap();
-            prop_assert_eq!(streamed, field.value_in(&tree));
         }
 
         #[test]

@@ -50,6 +50,18 @@ pub(crate) async fn received_at_least(
     }
 }
 
+/// The newest notice's first channel, once it has been tried `attempts` times.
+async fn newest_channel_tried(server: &TestServer, attempts: i64) -> Value {
+    let listed = server
+        .wait_for("/v1/alerts", |r| {
+            r.body["items"][0]["channels"][0]["attempts"]
+                .as_i64()
+                .is_some_and(|n| n >= attempts)
+        })
+        .await;
+    listed.body["items"][0]["channels"][0].clone()
+}
+
 /// The notices `GET /v1/alerts` lists, once it lists at least `n` (newest first).
 async fn listed_at_least(server: &TestServer, n: usize) -> Vec<Value> {
     let reply = server
@@ -711,14 +723,7 @@ destination = "ops"
     .await;
     server.post_save(&save_event("k3", 3, "slot_k")).await;
     // Kept, tried and refused: pending, with the receiver's answer as its error.
-    let listed = server
-        .wait_for("/v1/alerts", |r| {
-            r.body["items"][0]["channels"][0]["attempts"]
-                .as_i64()
-                .is_some_and(|n| n >= 1)
-        })
-        .await;
-    let channel = &listed.body["items"][0]["channels"][0];
+    let channel = &newest_channel_tried(&server, 1).await;
     assert_eq!(channel["state"], "pending", "{channel}");
     assert!(
         channel["error"].as_str().unwrap().contains("503"),
@@ -910,34 +915,31 @@ fn assert_quiet_email(mail: &str) {
     assert!(mail.contains("source: save-game"), "{mail}");
 }
 
-#[tokio::test]
-async fn an_email_goes_over_smtps_to_a_server_of_a_trusted_ca() {
+/// The quiet rule's email, sent to an SMTP server on the test CA's certificate: over
+/// implicit TLS (`smtps://`) or, with `starttls`, upgraded on a plain connection.
+async fn quiet_email_over_tls(starttls: bool) {
     let ca = crate::support::tls::TestCa::new();
     let mails = Mails::default();
     let refused = std::sync::Arc::default();
-    let port = smtp_over_tls(&ca, &mails, false, &refused);
-    let _server = serve_quiet_by_email(
-        &format!("smtps://alerts:s3cret-pw@localhost:{port}"),
-        Some(&ca.file()),
-    )
-    .await;
+    let port = smtp_over_tls(&ca, &mails, starttls, &refused);
+    let url = if starttls {
+        format!("smtp://alerts:s3cret-pw@localhost:{port}?tls=required")
+    } else {
+        format!("smtps://alerts:s3cret-pw@localhost:{port}")
+    };
+    let _server = serve_quiet_by_email(&url, Some(&ca.file())).await;
     let got = mails_at_least(&mails, 1).await;
     assert_quiet_email(&got[0]);
 }
 
 #[tokio::test]
+async fn an_email_goes_over_smtps_to_a_server_of_a_trusted_ca() {
+    quiet_email_over_tls(false).await;
+}
+
+#[tokio::test]
 async fn an_email_goes_over_starttls_to_a_server_of_a_trusted_ca() {
-    let ca = crate::support::tls::TestCa::new();
-    let mails = Mails::default();
-    let refused = std::sync::Arc::default();
-    let port = smtp_over_tls(&ca, &mails, true, &refused);
-    let _server = serve_quiet_by_email(
-        &format!("smtp://alerts:s3cret-pw@localhost:{port}?tls=required"),
-        Some(&ca.file()),
-    )
-    .await;
-    let got = mails_at_least(&mails, 1).await;
-    assert_quiet_email(&got[0]);
+    quiet_email_over_tls(true).await;
 }
 
 #[tokio::test]
@@ -951,14 +953,7 @@ async fn an_smtps_server_whose_certificate_is_not_trusted_gets_no_mail_and_the_n
     // Without smtp_tls_ca_file: the test's CA is no system's.
     let server =
         serve_quiet_by_email(&format!("smtps://alerts:s3cret-pw@localhost:{port}"), None).await;
-    let listed = server
-        .wait_for("/v1/alerts", |r| {
-            r.body["items"][0]["channels"][0]["attempts"]
-                .as_i64()
-                .is_some_and(|n| n >= 2)
-        })
-        .await;
-    let channel = &listed.body["items"][0]["channels"][0];
+    let channel = &newest_channel_tried(&server, 2).await;
     assert_eq!(channel["state"], "pending", "{channel}");
     assert!(
         channel["channel"]
@@ -972,6 +967,7 @@ async fn an_smtps_server_whose_certificate_is_not_trusted_gets_no_mail_and_the_n
         error.to_ascii_lowercase().contains("certificate"),
         "{error}"
     );
+    let listed = server.get("/v1/alerts").await;
     assert!(
         !listed.body.to_string().contains("s3cret-pw"),
         "{}",
