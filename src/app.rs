@@ -11,11 +11,11 @@ use tokio::sync::{watch, Notify};
 
 use crate::clock::Clock;
 use crate::config::{Config, Database};
+use crate::forward::sender::{Circuits, Sender};
+use crate::forward::sink::Sinks;
 use crate::http::server::{effective_max_connections, open_files_limit, serve, ConnectionLimits};
 use crate::http::{router, AppState};
 use crate::replays::BulkReplays;
-use crate::sender::{Circuits, Sender};
-use crate::sink::Sinks;
 use crate::store::{PoolSettings, PostgresStore, SqliteStore, Store, StoreError};
 use crate::worker::Worker;
 
@@ -244,7 +244,7 @@ impl Core {
         }
         if !self.state.config.alerts.is_empty() {
             // This node's name: on its own notices, and on the outbox rows it holds.
-            let node: Arc<str> = crate::sender::node_id().into();
+            let node: Arc<str> = crate::forward::sender::node_id().into();
             let outbox = self.alerts.start(
                 &mut background,
                 &stop_rx,

@@ -71,6 +71,25 @@ pub fn rfc3339(ms: i64) -> String {
         .unwrap_or_default()
 }
 
+/// Sleeps for `period`, or less when woken or told to stop.
+pub(crate) async fn pause(
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+    period: std::time::Duration,
+    wake: Option<&tokio::sync::Notify>,
+) {
+    let woken = async {
+        match wake {
+            Some(wake) => wake.notified().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::time::sleep(period) => {}
+        _ = woken => {}
+        _ = shutdown.changed() => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,11 +19,11 @@ use axum::Router;
 
 use crate::app::{Core, Running};
 use crate::config::{ConfigError, DestinationConfig, ReloadPlan, Target};
-use crate::sink::in_process::Consumer;
-use crate::sink::Sinks;
+use crate::forward::sink::in_process::Consumer;
+use crate::forward::sink::Sinks;
 
 pub use crate::config::Config;
-pub use crate::sink::in_process::{Applied, AppliedEvents, Pending};
+pub use crate::forward::sink::in_process::{Applied, AppliedEvents, Pending};
 
 /// A configuration written by the service: TOML text (docs/configuration.md, every key)
 /// and values given in code, which win over the text. The process environment is not read

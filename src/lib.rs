@@ -20,14 +20,14 @@
 //!   [`store::Figures`], [`store::AlertLog`] — each caller given only its own
 //!   ([`store::Store`] is all of them, for the wiring); one implementation of their flows
 //!   over a small backend, SQLite or PostgreSQL (over TLS).
-//! - [`forward`]: forwarding to `[[destinations]]` (docs/forwarding.md): what is sent, in
-//!   which order, signed how, and what an answer means; pure rules under the sender.
+//! - [`forward`]: forwarding to `[[destinations]]` (docs/forwarding.md), in one home: what
+//!   is sent, in which order, signed how, and what an answer means (pure rules); the
+//!   sender, one task per destination that claims, sends through its sink (one module
+//!   per destination type) and records.
 //! - [`mask`]: `mask_fields` applied to anything inhook shows; [`kept_headers`]: which request
 //!   headers are kept with an event and shown.
 //! - [`outbound`]: the one TLS setup of every outbound HTTP client (forwarder and CLI).
-//! - [`worker`]: applies async events by settling due aggregates; [`sender`]: forwards applied
-//!   events, one task per destination that claims, sends through its [`sink`] (one module per
-//!   destination type, HTTP today) and records; [`replays`]: one task
+//! - [`worker`]: applies async events by settling due aggregates; [`replays`]: one task
 //!   that steps every bulk replay, of events and of deliveries.
 //! - [`config`], [`app`], [`cli`]: configuration, wiring, and the command line, one module per
 //!   command.
@@ -70,9 +70,7 @@ pub mod presets;
 pub mod replays;
 pub mod retry;
 pub mod search;
-pub mod sender;
 pub mod signature;
-pub mod sink;
 pub mod stats;
 pub mod store;
 pub mod telemetry;

@@ -10,9 +10,9 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tracing::warn;
 
+use crate::clock::pause;
 use crate::clock::Clock;
 use crate::store::Repairs;
-use crate::worker::pause;
 
 /// Aggregates (events) or queues (deliveries) a bulk replay requeues per step.
 const REPLAY_STEP: usize = 64;

@@ -14,7 +14,7 @@ use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn, Instrument};
 
-use crate::clock::Clock;
+use crate::clock::{pause, Clock};
 use crate::config::Config;
 use crate::domain::AggregateKey;
 use crate::metrics;
@@ -290,24 +290,5 @@ fn release(in_flight: &Mutex<HashSet<(String, String)>>, chunk: &[(SourceRules, 
     let mut set = in_flight.lock().expect("in-flight set");
     for (rules, aggregate) in chunk {
         set.remove(&(rules.name.clone(), aggregate.clone()));
-    }
-}
-
-/// Sleeps for `period`, or less when woken or told to stop.
-pub(crate) async fn pause(
-    shutdown: &mut watch::Receiver<bool>,
-    period: Duration,
-    wake: Option<&Notify>,
-) {
-    let woken = async {
-        match wake {
-            Some(wake) => wake.notified().await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::time::sleep(period) => {}
-        _ = woken => {}
-        _ = shutdown.changed() => {}
     }
 }

@@ -23,7 +23,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::domain::EventStatus;
 use crate::forward::circuit::CircuitState;
-use crate::sender::Circuits;
+use crate::forward::sender::Circuits;
 use crate::store::alerts::{AlertRecord, Transition};
 use crate::store::Store;
 use rules::{evaluate, AlertBook, Condition, DestinationFigures, Figures, Notice, SourceFigures};

@@ -24,9 +24,9 @@ use crate::config::template::Placed;
 use crate::config::{Config, DestinationConfig, LiveSecrets};
 use crate::forward::answer::AttemptResult;
 use crate::forward::message::WebhookId;
+use crate::forward::sink::{Outgoing, Sink, Sinks};
 use crate::retry::{NextStep, RetryPolicy};
 use crate::signature::{try_sign, Scheme, Secret};
-use crate::sink::{Outgoing, Sink, Sinks};
 use crate::store::alerts::{AlertRecord, Attempted, Claim, Claimed};
 use crate::store::Store;
 
@@ -419,11 +419,11 @@ pub enum OutboxError {
         /// The destination.
         destination: String,
         /// Why.
-        source: Box<crate::sink::SinkError>,
+        source: Box<crate::forward::sink::SinkError>,
     },
     /// The HTTP client of Slack notices could not be built.
     #[error("alert {0:?}: the HTTP client: {1}")]
-    Http(String, Box<crate::sink::http::HttpClientError>),
+    Http(String, Box<crate::forward::sink::http::HttpClientError>),
     /// An SMTP URL lettre cannot use (the URL is not shown: it may hold a password).
     #[error("alert {0:?}: smtp_url cannot be used: {1}")]
     Smtp(String, String),
@@ -570,7 +570,7 @@ fn transport(
         }
         Channel::Slack(url) => (
             Transport::Slack {
-                client: crate::sink::http::http_client(None)
+                client: crate::forward::sink::http::http_client(None)
                     .map_err(|err| OutboxError::Http(rule.to_owned(), Box::new(err)))?,
                 url: url.clone(),
             },

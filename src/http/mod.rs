@@ -65,7 +65,7 @@ pub struct AppState {
     pub costly_checks: Arc<tokio::sync::Semaphore>,
     /// Each destination's circuit breaker on this node (docs/forwarding.md), for `GET
     /// /v1/destinations`.
-    pub circuits: crate::sender::Circuits,
+    pub circuits: crate::forward::sender::Circuits,
 }
 
 /// The bytes of request bodies all connections may hold at once, and one peer (an IPv6

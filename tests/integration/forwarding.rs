@@ -430,7 +430,7 @@ async fn a_failed_settle_writes_no_delivery() {
 async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
     use crate::conformance::{delta, ingest_sync, slot};
     use inhook::config::Config;
-    use inhook::sender::Sender;
+    use inhook::forward::sender::Sender;
     use inhook::store::DeliveryFilter;
 
     let seen = Arc::new(Mutex::new(Seen::default()));
@@ -838,7 +838,7 @@ async fn an_https_destination_is_verified_against_tls_ca_file() {
     let port = ca.https_front(([127, 0, 0, 1], app).into());
 
     let url = format!("https://localhost:{port}/hooks");
-    let trusted = inhook::sink::http::http_client(Some(&ca_file)).unwrap();
+    let trusted = inhook::forward::sink::http::http_client(Some(&ca_file)).unwrap();
     let answer = trusted
         .post(&url)
         .body("{}")
@@ -846,7 +846,7 @@ async fn an_https_destination_is_verified_against_tls_ca_file() {
         .await
         .expect("verified");
     assert_eq!(answer.status().as_u16(), 204);
-    let system = inhook::sink::http::http_client(None).unwrap();
+    let system = inhook::forward::sink::http::http_client(None).unwrap();
     let refused = system.post(&url).body("{}").send().await.unwrap_err();
     assert!(refused.is_connect(), "{refused:?}");
     let problem = inhook::outbound::certificate_problem(&refused).expect("a certificate refusal");
@@ -917,8 +917,8 @@ fn senders_of(
     destinations: &[inhook::config::DestinationConfig],
     store: &Arc<dyn inhook::store::Store>,
     config: &inhook::config::Config,
-) -> Vec<inhook::sender::Sender> {
-    inhook::sender::Sender::for_destinations(
+) -> Vec<inhook::forward::sender::Sender> {
+    inhook::forward::sender::Sender::for_destinations(
         destinations,
         store,
         inhook::clock::Clock::System,

@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{debug, error, warn};
 
+use crate::clock::pause;
 use crate::clock::Clock;
 use crate::config::template::Placed;
 use crate::config::DestinationConfig;
@@ -22,9 +23,8 @@ use crate::domain::AggregateKey;
 use crate::forward::answer::{judge, AttemptRecord, Verdict};
 use crate::forward::circuit::{Circuit, CircuitPolicy, CircuitState};
 use crate::forward::message::{request_headers, ForwardedEvent, WebhookId};
-use crate::sink::{Outgoing, Sink, SinkError, Sinks, Unready};
+use crate::forward::sink::{Outgoing, Sink, SinkError, Sinks, Unready};
 use crate::store::{DeliveryQueue, DeliveryRecord, PendingVerdict, Store};
-use crate::worker::pause;
 
 /// How long an idle destination waits before looking for due deliveries unasked, unless
 /// configured (`forward_poll_ms`): only a safety net, since commits writing deliveries,
