@@ -265,17 +265,8 @@ destination = "ops"
         ),
     )
     .await;
-    let body = serde_json::to_vec(&save_event("f1", 1, "slot_f")).unwrap();
-    let mut forged = inhook::signature::sign(
-        Scheme::HmacTimestamped,
-        &body,
-        &Secret::new("not-the-secret"),
-        now_s(),
-    );
-    forged.push(("content-type", "application/json".to_owned()));
     for _ in 0..3 {
-        let reply = server.post_raw("save-game", &body, &forged).await;
-        assert_eq!(reply.code, 401, "{reply:?}");
+        post_forged(&server).await;
     }
     let got = received_at_least(&received, 2).await;
     assert_eq!(got[0].1["state"], "firing");
