@@ -363,7 +363,8 @@ pub fn delivery(source: &str, answered: Answered<'_>, at_ms: i64) {
     });
 }
 
-/// Counts a settle step's outcomes in the metrics and the figures of `source`.
+/// Counts a settle step's outcomes in the metrics and the figures of `source`, with the
+/// receipt → decision lag of each.
 pub fn count_settled(source: &str, report: &crate::store::SettleReport) {
     crate::metrics::attempts(source, "applied", report.applied);
     crate::metrics::attempts(source, "stale", report.stale);
@@ -378,25 +379,15 @@ pub fn count_settled(source: &str, report: &crate::store::SettleReport) {
     for lag_ms in &report.lags_ms {
         crate::metrics::processing_lag(source, *lag_ms);
     }
-    settled(
-        source,
-        report.applied,
-        report.stale,
-        report.dead.len() as u64,
-        &report.lags_ms,
-    );
-}
-
-/// Counts one settle step's decisions of `source`, with the receipt → decision lag of each.
-pub fn settled(source: &str, applied: u64, stale: u64, dead: u64, lags_ms: &[i64]) {
-    if applied + stale + dead == 0 && lags_ms.is_empty() {
+    let dead = report.dead.len() as u64;
+    if report.applied + report.stale + dead == 0 && report.lags_ms.is_empty() {
         return;
     }
     recorder().count(StatScope::Source, source, |f| {
-        f.applied += applied;
-        f.stale += stale;
+        f.applied += report.applied;
+        f.stale += report.stale;
         f.dead += dead;
-        for lag in lags_ms {
+        for lag in &report.lags_ms {
             f.lag.record(*lag);
         }
     });

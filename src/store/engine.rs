@@ -14,7 +14,7 @@ use super::forwarding::{
     DeliveryReplayJob, DeliverySkip, DestinationStats, PendingVerdict,
 };
 use super::reset::{self, ResetReport};
-use super::vault::{is_stale_key, Vault};
+use super::vault::Vault;
 use super::{bulk, ingest, reads, settle, upkeep};
 use super::{
     Admission, AggregatePage, AggregateState, BatchAdmission, EventFilter, EventPage, EventRecord,
@@ -200,7 +200,7 @@ impl<B: Backend> EventLog for SqlStore<B> {
         // A key cached here may have been erased by another node since: the row's guard
         // then refuses it, and the delivery is sealed again under the aggregate's key now.
         match self.ingest_sealed(row, true, settle).await {
-            Err(err) if is_stale_key(&err) => {
+            Err(StoreError::StaleKey) => {
                 let row = EventRow::of(&event, vault);
                 tracing::info!(
                     source = %row.source,
@@ -229,7 +229,7 @@ impl<B: Backend> EventLog for SqlStore<B> {
             .collect();
         let rows = || events.iter().map(|e| EventRow::of(e, vault)).collect();
         let mut logged = self.log_batch(rows(), true, rules.clone()).await;
-        if matches!(&logged, Err(err) if is_stale_key(err)) {
+        if matches!(logged, Err(StoreError::StaleKey)) {
             // As for one delivery: a cached key erased since; sealed again under the stored ones.
             for row in rows() {
                 vault.forget_cached(&row.source, &row.aggregate);

@@ -509,11 +509,6 @@ impl NewDataKey {
     }
 }
 
-/// Whether `err` is [`StoreError::StaleKey`].
-pub(crate) fn is_stale_key(err: &StoreError) -> bool {
-    matches!(err, StoreError::StaleKey)
-}
-
 /// Fails with [`StoreError::StaleKey`] when `row` was sealed under a data key that is not stored
 /// (erased since it was cached, or a new one another delivery's key beat).
 pub(crate) async fn check_key<I: Tx>(io: &I, row: &super::EventRow) -> Result<(), StoreError> {
