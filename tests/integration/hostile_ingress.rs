@@ -3,10 +3,10 @@
 //! the cost of a check, and replays that drain a publisher's rate budget.
 
 use inhook::config::{Config, Database};
-use inhook::signature::standard_webhooks::{
+use inhook::ingress::signature::standard_webhooks::{
     format_keypair, MAX_CHECKED_SIGNATURES, MAX_SIGNATURES,
 };
-use inhook::signature::{try_sign, Scheme, Secret};
+use inhook::ingress::signature::{try_sign, Scheme, Secret};
 use serde_json::{json, Value};
 
 use crate::support::{now_s, signed, TestServer, SAVE_SECRETS};
