@@ -10,6 +10,7 @@ mod ingress;
 pub mod server;
 mod sns;
 mod stream;
+pub mod tally;
 
 use std::sync::Arc;
 
@@ -42,22 +43,15 @@ pub struct AppState {
     pub forward_wake: Arc<Notify>,
     /// Where "now" comes from.
     pub clock: crate::runtime::clock::Clock,
-    /// Duplicates answered by this node since it started, per source (for the overview).
-    pub duplicates: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
+    /// What this node counts per source as deliveries pass, its rate-limit buckets and the
+    /// backlog ingress compares against: one entry per configured source.
+    pub tallies: Arc<tally::SourceTallies>,
     /// The change feed `GET /v1/stream` follows, and its cap.
     pub feed: Arc<ChangeFeed>,
     /// Wrong admin tokens per peer, which make a guessing peer wait.
     pub token_guesses: Arc<auth::TokenGuesses>,
     /// Each source's and destination's secrets, replaceable without a restart.
     pub secrets: crate::config::LiveSecrets,
-    /// Token buckets of the sources with a `rate_limit_per_s`.
-    pub rate_limits: Arc<std::sync::Mutex<std::collections::HashMap<String, TokenBucket>>>,
-    /// Undecided events per source, refreshed every second (for `max_backlog`).
-    pub backlog: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
-    /// Duplicate `event_id`s with a different body (publisher errors) seen by this node, per source.
-    pub conflicting_duplicates: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
-    /// Handshakes answered by this node since it started, per source (for the overview).
-    pub handshakes: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
     /// Bytes of request bodies being read at once, bounded by `max_buffered_body_bytes`.
     pub body_budget: BodyBudget,
     /// One permit per core for costly signature checks (ed25519, lists of signatures), which
@@ -158,64 +152,6 @@ impl BodyHold {
 impl Drop for BodyHold {
     fn drop(&mut self) {
         self.give_back(self.bytes);
-    }
-}
-
-/// A token bucket: `rate` tokens a second, holding at most one second's worth.
-#[derive(Debug, Clone, Copy)]
-pub struct TokenBucket {
-    tokens: f64,
-    last: std::time::Instant,
-}
-
-impl TokenBucket {
-    /// Takes a token if there is one at `now`; otherwise says how long until the next.
-    pub fn take(&mut self, rate: u32, now: std::time::Instant) -> Result<(), std::time::Duration> {
-        self.take_n(1, rate, now)
-    }
-
-    /// Takes `n` tokens (a batch's events) if there are that many at `now`; otherwise says
-    /// how long until there are. A batch larger than the bucket (`rate`) needs it full and
-    /// leaves it in debt by the difference, which later deliveries wait out: it is never
-    /// refused for ever, and over time no more than `rate` events a second get in.
-    pub fn take_n(
-        &mut self,
-        n: u64,
-        rate: u32,
-        now: std::time::Instant,
-    ) -> Result<(), std::time::Duration> {
-        let rate = f64::from(rate);
-        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * rate).min(rate);
-        self.last = now;
-        let n = n as f64;
-        let needed = n.min(rate);
-        if self.tokens >= needed {
-            self.tokens -= n;
-            Ok(())
-        } else {
-            Err(std::time::Duration::from_secs_f64(
-                (needed - self.tokens) / rate,
-            ))
-        }
-    }
-
-    /// Gives back a token taken for a delivery that turned out to cost nothing (a duplicate).
-    pub fn refund(&mut self, rate: u32) {
-        self.refund_n(1, rate);
-    }
-
-    /// Gives back `n` tokens taken for events that cost nothing (a batch's duplicates).
-    pub fn refund_n(&mut self, n: u64, rate: u32) {
-        self.tokens = (self.tokens + n as f64).min(f64::from(rate));
-    }
-
-    /// A full bucket.
-    pub fn full(rate: u32, now: std::time::Instant) -> Self {
-        Self {
-            tokens: f64::from(rate),
-            last: now,
-        }
     }
 }
 
@@ -375,51 +311,4 @@ async fn refuse_nul_in_url(request: Request, next: Next) -> Response {
         ));
     }
     next.run(request).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::TokenBucket;
-    use std::time::{Duration, Instant};
-
-    #[test]
-    fn a_batch_spends_a_token_per_event_and_waits_for_as_many() {
-        let start = Instant::now();
-        let mut bucket = TokenBucket::full(10, start);
-        assert_eq!(bucket.take_n(4, 10, start), Ok(()));
-        assert_eq!(bucket.take_n(6, 10, start), Ok(()));
-        // Empty: 3 events wait 0.3 s for 3 tokens; nothing is taken meanwhile.
-        let wait = bucket.take_n(3, 10, start).unwrap_err();
-        assert!((wait.as_secs_f64() - 0.3).abs() < 1e-9, "{wait:?}");
-        assert!(bucket
-            .take_n(3, 10, start + Duration::from_millis(200))
-            .is_err());
-        assert_eq!(
-            bucket.take_n(3, 10, start + Duration::from_millis(300)),
-            Ok(())
-        );
-        // The duplicates of a batch give their tokens back, never beyond a full bucket.
-        bucket.refund_n(25, 10);
-        assert_eq!(
-            bucket.take_n(10, 10, start + Duration::from_millis(300)),
-            Ok(())
-        );
-        assert!(bucket.take(10, start + Duration::from_millis(300)).is_err());
-    }
-
-    #[test]
-    fn a_batch_larger_than_the_bucket_takes_it_full_and_leaves_a_debt() {
-        let start = Instant::now();
-        let mut bucket = TokenBucket::full(2, start);
-        // Not full: wait until it is, not for ever.
-        assert_eq!(bucket.take(2, start), Ok(()));
-        let wait = bucket.take_n(5, 2, start).unwrap_err();
-        assert!((wait.as_secs_f64() - 0.5).abs() < 1e-9, "{wait:?}");
-        let full = start + Duration::from_millis(500);
-        assert_eq!(bucket.take_n(5, 2, full), Ok(()));
-        // 3 tokens owed: the next event waits 2 s (4 tokens at 2 a second), not 0.5 s.
-        let wait = bucket.take(2, full).unwrap_err();
-        assert!((wait.as_secs_f64() - 2.0).abs() < 1e-9, "{wait:?}");
-        assert_eq!(bucket.take(2, full + Duration::from_secs(2)), Ok(()));
-    }
 }

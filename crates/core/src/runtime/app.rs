@@ -13,6 +13,7 @@ use crate::config::{Config, Database};
 use crate::forward::sender::{Circuits, Sender};
 use crate::forward::sink::Sinks;
 use crate::http::server::{effective_max_connections, open_files_limit, serve, ConnectionLimits};
+use crate::http::tally::SourceTallies;
 use crate::http::{router, AppState};
 use crate::runtime::clock::Clock;
 use crate::runtime::replays::BulkReplays;
@@ -161,6 +162,9 @@ impl Core {
             config.max_buffered_body_bytes,
             config.max_buffered_body_bytes_per_peer,
         );
+        let tallies = Arc::new(SourceTallies::new(
+            config.sources.iter().map(|source| source.name.as_str()),
+        ));
         Ok(Self {
             senders,
             alerts,
@@ -171,13 +175,9 @@ impl Core {
                 forward_wake: Arc::new(Notify::new()),
                 feed,
                 clock: Clock::System,
-                duplicates: Arc::default(),
-                backlog: Arc::default(),
-                rate_limits: Arc::default(),
+                tallies,
                 secrets,
                 token_guesses: Arc::default(),
-                conflicting_duplicates: Arc::default(),
-                handshakes: Arc::default(),
                 body_budget,
                 costly_checks: Arc::new(tokio::sync::Semaphore::new(
                     std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -420,7 +420,7 @@ impl Application {
 /// How often the backlog that `max_backlog` limits is read from the store.
 const BACKLOG_REFRESH: Duration = Duration::from_secs(1);
 
-/// Keeps `state.backlog` current, so ingress compares against it without a query per request.
+/// Keeps each source's backlog in `state.tallies` current, so ingress compares against it without a query per request.
 async fn watch_backlog(state: AppState, mut stop: watch::Receiver<bool>) {
     while !*stop.borrow() {
         if let Ok(counts) = state.store.undecided_counts().await {
@@ -428,9 +428,7 @@ async fn watch_backlog(state: AppState, mut stop: watch::Receiver<bool>) {
             for (source, _, n) in counts {
                 *backlog.entry(source).or_insert(0) += n;
             }
-            if let Ok(mut shared) = state.backlog.lock() {
-                *shared = backlog;
-            }
+            state.tallies.set_backlogs(&backlog);
         }
         tokio::select! {
             _ = tokio::time::sleep(BACKLOG_REFRESH) => {}

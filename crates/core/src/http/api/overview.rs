@@ -136,21 +136,7 @@ pub(crate) async fn overview(State(state): State<AppState>) -> Result<Response, 
     let counts = state.store.status_counts().await?;
     let now_ms = clock::now_ms();
     let figures = recent_figures(&state, now_ms).await?;
-    let duplicates = state
-        .duplicates
-        .lock()
-        .map(|d| d.clone())
-        .unwrap_or_default();
-    let conflicts = state
-        .conflicting_duplicates
-        .lock()
-        .map(|d| d.clone())
-        .unwrap_or_default();
-    let handshakes = state
-        .handshakes
-        .lock()
-        .map(|d| d.clone())
-        .unwrap_or_default();
+    let tallies = &state.tallies;
     let sources: Vec<_> = state
         .config
         .sources
@@ -168,8 +154,10 @@ pub(crate) async fn overview(State(state): State<AppState>) -> Result<Response, 
                 },
                 received: count(&EventStatus::ALL),
                 processed: count(&[EventStatus::Processed]),
-                duplicates: duplicates.get(&source.name).copied().unwrap_or(0),
-                conflicting_duplicates: conflicts.get(&source.name).copied().unwrap_or(0),
+                duplicates: tallies.of(&source.name).map_or(0, |t| t.duplicates()),
+                conflicting_duplicates: tallies
+                    .of(&source.name)
+                    .map_or(0, |t| t.conflicting_duplicates()),
                 stale: count(&[EventStatus::IgnoredStale]),
                 unsupported: count(&[EventStatus::IgnoredUnsupported]),
                 held: count(&[EventStatus::Held]),
@@ -179,7 +167,7 @@ pub(crate) async fn overview(State(state): State<AppState>) -> Result<Response, 
                 handshake: source.handshake.map(|h| h.name()),
                 handshakes: source
                     .handshake
-                    .map(|_| handshakes.get(&source.name).copied().unwrap_or(0)),
+                    .map(|_| tallies.of(&source.name).map_or(0, |t| t.handshakes())),
                 last_delivery_at: figures
                     .get(&source.name)
                     .and_then(|f| f.last_at)

@@ -424,10 +424,9 @@ async fn admit(
 /// store decides the limit itself, in the transaction that would log.
 fn backlog_of(state: &AppState, source: &SourceConfig) -> u64 {
     state
-        .backlog
-        .lock()
-        .map(|b| b.get(&source.name).copied().unwrap_or(0))
-        .unwrap_or(0)
+        .tallies
+        .of(&source.name)
+        .map_or(0, |tally| tally.backlog())
 }
 
 /// Where an event is decided: `rules` is `None` for an ignored event (the workers mark
@@ -609,13 +608,13 @@ fn answer_duplicate(
                   "publisher error: event_id resent with a different body");
         }
         metrics::conflicting_duplicate(&source.name);
-        if let Ok(mut seen) = state.conflicting_duplicates.lock() {
-            *seen.entry(source.name.clone()).or_default() += 1;
+        if let Some(tally) = state.tallies.of(&source.name) {
+            tally.count_conflicting_duplicate();
         }
     }
     metrics::duplicate(&source.name, key);
-    if let Ok(mut seen) = state.duplicates.lock() {
-        *seen.entry(source.name.clone()).or_default() += 1;
+    if let Some(tally) = state.tallies.of(&source.name) {
+        tally.count_duplicate();
     }
     tracing::debug!(source = %source.name, event_id = %event.event_id,
                     original = %original, key = key.as_str(), "duplicate of a logged event");
@@ -945,8 +944,8 @@ fn handshake_answer(
         ))),
         handshake::Outcome::Answer(reply) => {
             metrics::handshake(&source.name, handshake.name());
-            if let Ok(mut seen) = state.handshakes.lock() {
-                *seen.entry(source.name.clone()).or_default() += 1;
+            if let Some(tally) = state.tallies.of(&source.name) {
+                tally.count_handshake();
             }
             // Never the echoed value: it is the publisher's, and anyone may send some.
             if let Some(suppressed) = HANDSHAKE_LOG.admit() {
@@ -970,7 +969,7 @@ fn take_rate_token(state: &AppState, source: &SourceConfig) -> Result<bool, std:
 }
 
 /// Takes a token per event (`events`, a batch's elements) from the source's bucket, all
-/// or none ([`super::TokenBucket::take_n`]): how many were taken (0 when the source has no
+/// or none ([`super::tally::TokenBucket::take_n`]): how many were taken (0 when the source has no
 /// limit), or how long until there are enough.
 fn take_rate_tokens(
     state: &AppState,
@@ -980,18 +979,9 @@ fn take_rate_tokens(
     let Some(rate) = source.rate_limit_per_s.filter(|_| events > 0) else {
         return Ok(0);
     };
-    let now = std::time::Instant::now();
-    let taken = state.rate_limits.lock().map(|mut buckets| {
-        buckets
-            .entry(source.name.clone())
-            .or_insert_with(|| super::TokenBucket::full(rate, now))
-            .take_n(events, rate, now)
-    });
-    match taken {
-        Ok(Err(wait)) => Err(wait),
-        Ok(Ok(())) => Ok(events),
-        // A poisoned lock must not refuse every delivery: let it through uncounted.
-        Err(_) => Ok(0),
+    match state.tallies.of(&source.name) {
+        Some(tally) => tally.take_tokens(events, rate, std::time::Instant::now()),
+        None => Ok(0),
     }
 }
 
@@ -1005,10 +995,8 @@ fn refund_rate_tokens(state: &AppState, source: &SourceConfig, tokens: u64) {
     let Some(rate) = source.rate_limit_per_s.filter(|_| tokens > 0) else {
         return;
     };
-    if let Ok(mut buckets) = state.rate_limits.lock() {
-        if let Some(bucket) = buckets.get_mut(&source.name) {
-            bucket.refund_n(tokens, rate);
-        }
+    if let Some(tally) = state.tallies.of(&source.name) {
+        tally.refund_tokens(tokens, rate);
     }
 }
 
