@@ -12,34 +12,58 @@ use serde_json::Value;
 /// search is for ids and names, not documents (docs/api.md, search).
 pub const MAX_INDEXED_VALUE_BYTES: usize = 512;
 
+/// Why a search field, a `where` condition or a type pattern is refused; each message
+/// says how to write it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SearchSyntaxError {
+    /// An empty pointer.
+    #[error("a search field is a JSON pointer such as /data/object/customer, not empty")]
+    EmptyField,
+    /// A pointer not led by `/`.
+    #[error("search field {0:?} is not a JSON pointer: it must start with /")]
+    NotAPointer(String),
+    /// A `~` not followed by `0` or `1`.
+    #[error("search field {0:?}: ~ is written ~0 and / inside a name ~1")]
+    BadEscape(String),
+    /// A pointer holding NUL.
+    #[error("search field {0:?} cannot hold a NUL character")]
+    NulInField(String),
+    /// A condition without `=`.
+    #[error("where {0:?} must be /pointer=value, such as /data/object/customer=cus_123")]
+    NotACondition(String),
+    /// A condition's value holding NUL.
+    #[error("a where value cannot hold a NUL character")]
+    NulInValue,
+    /// A type pattern holding NUL.
+    #[error("type cannot hold a NUL character")]
+    NulInType,
+    /// A `*` anywhere but at the end of a type pattern.
+    #[error("type {0:?}: a * may only end the pattern, as in invoice.*")]
+    MisplacedStar(String),
+}
+
 /// A JSON pointer (RFC 6901) into an event's body, as `search_fields` and `where` name it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SearchField(String);
 
 impl SearchField {
     /// The pointer `raw`: empty (the whole body) or `/`-led tokens, `~` only as `~0` or `~1`.
-    pub fn parse(raw: &str) -> Result<Self, String> {
+    pub fn parse(raw: &str) -> Result<Self, SearchSyntaxError> {
         if raw.is_empty() {
-            return Err(
-                "a search field is a JSON pointer such as /data/object/customer, not empty".into(),
-            );
+            return Err(SearchSyntaxError::EmptyField);
         }
         if !raw.starts_with('/') {
-            return Err(format!(
-                "search field {raw:?} is not a JSON pointer: it must start with /"
-            ));
+            return Err(SearchSyntaxError::NotAPointer(raw.to_owned()));
         }
         let mut rest = raw;
         while let Some(at) = rest.find('~') {
             if !matches!(rest.as_bytes().get(at + 1), Some(b'0' | b'1')) {
-                return Err(format!(
-                    "search field {raw:?}: ~ is written ~0 and / inside a name ~1"
-                ));
+                return Err(SearchSyntaxError::BadEscape(raw.to_owned()));
             }
             rest = &rest[at + 2..];
         }
         if raw.contains('\0') {
-            return Err(format!("search field {raw:?} cannot hold a NUL character"));
+            return Err(SearchSyntaxError::NulInField(raw.to_owned()));
         }
         Ok(Self(raw.to_owned()))
     }
@@ -87,15 +111,13 @@ pub struct Where {
 
 impl Where {
     /// `/pointer=value`, split at the first `=` (a pointer holding `=` cannot be searched).
-    pub fn parse(raw: &str) -> Result<Self, String> {
+    pub fn parse(raw: &str) -> Result<Self, SearchSyntaxError> {
         let Some((field, value)) = raw.split_once('=') else {
-            return Err(format!(
-                "where {raw:?} must be /pointer=value, such as /data/object/customer=cus_123"
-            ));
+            return Err(SearchSyntaxError::NotACondition(raw.to_owned()));
         };
         let field = SearchField::parse(field)?;
         if value.contains('\0') {
-            return Err("a where value cannot hold a NUL character".into());
+            return Err(SearchSyntaxError::NulInValue);
         }
         Ok(Self {
             field,
@@ -136,16 +158,14 @@ pub enum TypePattern {
 
 impl TypePattern {
     /// `invoice.paid`, or `invoice.*` (a `*` only at the end).
-    pub fn parse(raw: &str) -> Result<Self, String> {
+    pub fn parse(raw: &str) -> Result<Self, SearchSyntaxError> {
         if raw.contains('\0') {
-            return Err("type cannot hold a NUL character".into());
+            return Err(SearchSyntaxError::NulInType);
         }
         match raw.strip_suffix('*') {
             Some(prefix) if !prefix.contains('*') => Ok(Self::Prefix(prefix.to_owned())),
             None if !raw.contains('*') => Ok(Self::Exact(raw.to_owned())),
-            _ => Err(format!(
-                "type {raw:?}: a * may only end the pattern, as in invoice.*"
-            )),
+            _ => Err(SearchSyntaxError::MisplacedStar(raw.to_owned())),
         }
     }
 
@@ -226,7 +246,7 @@ mod tests {
             ("/a\0", "NUL"),
         ] {
             let err = SearchField::parse(raw).unwrap_err();
-            assert!(err.contains(says), "{raw:?}: {err}");
+            assert!(err.to_string().contains(says), "{raw:?}: {err}");
         }
     }
 
@@ -261,8 +281,14 @@ mod tests {
         assert_eq!(w.field.as_str(), "/data/object/customer");
         assert_eq!(w.value, "cus=1");
         assert_eq!(Where::parse("/a=").unwrap().value, "");
-        assert!(Where::parse("/a").unwrap_err().contains("/pointer=value"));
-        assert!(Where::parse("a=1").unwrap_err().contains("start with /"));
+        assert!(Where::parse("/a")
+            .unwrap_err()
+            .to_string()
+            .contains("/pointer=value"));
+        assert!(Where::parse("a=1")
+            .unwrap_err()
+            .to_string()
+            .contains("start with /"));
     }
 
     #[test]

@@ -240,7 +240,7 @@ pub(crate) async fn events_list(
             .filter(|t| !t.is_empty())
             .map(TypePattern::parse)
             .transpose()
-            .map_err(Answer::BadRequest)?,
+            .map_err(|e| Answer::BadRequest(e.to_string()))?,
         search: matches,
     };
     if !scans.is_empty() {

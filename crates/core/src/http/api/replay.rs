@@ -180,7 +180,7 @@ pub(crate) async fn replay_bulk(
         .iter()
         .map(|w| crate::domain::search::Where::parse(w))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(Answer::BadRequest)?;
+        .map_err(|e| Answer::BadRequest(e.to_string()))?;
     let (search, _) = super::search::resolve(
         &state.config,
         state.store.as_ref(),
@@ -201,7 +201,7 @@ pub(crate) async fn replay_bulk(
             .as_deref()
             .map(crate::domain::search::TypePattern::parse)
             .transpose()
-            .map_err(Answer::BadRequest)?,
+            .map_err(|e| Answer::BadRequest(e.to_string()))?,
         search,
     };
     let job = state

@@ -16,7 +16,7 @@ pub(crate) fn wheres_of_query(raw: Option<&str>) -> Result<Vec<Where>, Answer> {
     };
     form_urlencoded::parse(raw.as_bytes())
         .filter(|(key, _)| key == "where")
-        .map(|(_, value)| Where::parse(&value).map_err(Answer::BadRequest))
+        .map(|(_, value)| Where::parse(&value).map_err(|e| Answer::BadRequest(e.to_string())))
         .collect()
 }
 
