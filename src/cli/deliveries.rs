@@ -3,10 +3,10 @@
 use std::path::Path;
 
 use inhook::config::Config;
+use inhook::domain::clock;
 use inhook::domain::AggregateKey;
 use inhook::forward::queue::DeliveryStatus;
 use inhook::runtime::app::open_existing_store;
-use inhook::runtime::clock;
 use inhook::store::DeliveryFilter;
 
 use super::UnknownValue;

@@ -4,11 +4,11 @@ use std::path::PathBuf;
 
 use super::{parse_aggregate, parse_status};
 use inhook::config::Config;
+use inhook::domain::clock;
 use inhook::domain::search::{TypePattern, Where};
 use inhook::domain::{AggregateKey, EventStatus};
 use inhook::http::api::search::{resolve, scan_page, SCAN_LIMIT};
 use inhook::runtime::app::open_existing_store;
-use inhook::runtime::clock;
 use inhook::store::EventFilter;
 
 /// Arguments of `inhook events`.

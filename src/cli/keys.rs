@@ -8,9 +8,9 @@ use anyhow::{bail, Context};
 
 use super::parse_aggregate;
 use inhook::config::Config;
+use inhook::domain::clock;
 use inhook::domain::AggregateKey;
 use inhook::runtime::app::open_existing_store;
-use inhook::runtime::clock;
 use inhook::store::backend::Scrub;
 use inhook::store::erasure::KeyStep;
 use inhook::store::{Store, StoreError};

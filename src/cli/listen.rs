@@ -4,8 +4,8 @@
 use anyhow::Context;
 use axum::http::{HeaderMap, StatusCode};
 
+use inhook::domain::clock;
 use inhook::ingress::signature::{self, Scheme, Secret};
-use inhook::runtime::clock;
 
 /// How far a forwarded request's `webhook-timestamp` may be from now, as the official
 /// Standard Webhooks libraries allow.

@@ -6,11 +6,11 @@ use anyhow::bail;
 
 use super::{parse_aggregate, parse_status};
 use inhook::config::Config;
+use inhook::domain::clock;
 use inhook::domain::search::{TypePattern, Where};
 use inhook::domain::{AggregateKey, EventStatus};
 use inhook::http::api::search::resolve;
 use inhook::runtime::app::open_existing_store;
-use inhook::runtime::clock;
 use inhook::store::{EventFilter, ReplayOutcome};
 
 /// Arguments of `inhook replay`.

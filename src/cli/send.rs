@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 
 use inhook::config::{signing_secret, Config};
+use inhook::domain::clock;
 use inhook::ingress::signature::{self, Scheme, Verifier};
-use inhook::runtime::clock;
 
 /// Arguments of `inhook send`.
 #[derive(Debug, clap::Args)]

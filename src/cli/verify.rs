@@ -9,9 +9,9 @@ use anyhow::{bail, Context};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
 use inhook::config::{public_keys_env_var, Config, SourceConfig};
+use inhook::domain::clock;
 use inhook::domain::kind::Delivery;
 use inhook::ingress::signature::{self, Scheme, SignatureError, Verified, Verifier};
-use inhook::runtime::clock;
 
 /// Arguments of `inhook verify`.
 #[derive(Debug, clap::Args)]

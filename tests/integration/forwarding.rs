@@ -487,7 +487,7 @@ async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
             let event_id = format!("{name}-{seq}");
             let body = delta(&event_id, name, seq, i as i64 + seq);
             bodies.insert(event_id, serde_json::to_vec(&body).unwrap());
-            ingest_sync(&*store, &rules, body, inhook::runtime::clock::now_ms()).await;
+            ingest_sync(&*store, &rules, body, inhook::domain::clock::now_ms()).await;
         }
         tokio::time::sleep(std::time::Duration::from_millis(30)).await;
     }
@@ -629,7 +629,7 @@ async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
             worker_wake: Arc::new(tokio::sync::Notify::new()),
             forward_wake: Arc::clone(&forward_wake),
             forwarding: true,
-            clock: inhook::runtime::clock::Clock::System,
+            clock: inhook::domain::clock::Clock::System,
         }
         .run(stop_rx.clone()),
     );
@@ -639,7 +639,7 @@ async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
         aggregate: Some(poison.clone()),
     };
     let job = store
-        .create_delivery_replay_job("app", &dead_only, inhook::runtime::clock::now_ms())
+        .create_delivery_replay_job("app", &dead_only, inhook::domain::clock::now_ms())
         .await
         .expect("bulk replay");
     assert_eq!(job.total, 1);
@@ -922,7 +922,7 @@ fn senders_of(
     inhook::forward::sender::Sender::for_destinations(
         destinations,
         store,
-        inhook::runtime::clock::Clock::System,
+        inhook::domain::clock::Clock::System,
         &inhook::config::LiveSecrets::of(config),
     )
     .expect("senders")

@@ -263,7 +263,7 @@ async fn report_the_cost_of_arrivals_with_many_held_events() {
         async move {
             let body = serde_json::to_vec(&body).unwrap();
             let event = SaveEvent::parse(&body).unwrap();
-            let now = inhook::runtime::clock::now_ms();
+            let now = inhook::domain::clock::now_ms();
             let new = NewEvent {
                 source: "save-game",
                 event: &event.fields(),

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use inhook::config::Config;
+use inhook::domain::clock::Clock;
 use inhook::domain::kind::save::SaveEvent;
+use inhook::domain::retry::RetryPolicy;
 use inhook::domain::{AggregateKey, DeadReason, EventStatus};
-use inhook::runtime::clock::Clock;
-use inhook::runtime::retry::RetryPolicy;
 use inhook::runtime::worker::Worker;
 use inhook::store::*;
 use serde_json::{json, Value};

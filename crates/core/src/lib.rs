@@ -17,7 +17,8 @@
 //! - [`domain`]: what an event is and how it is decided, pure — ids and statuses, one
 //!   module per kind (`presence`, `save`, `json`: contract, rules, projection, delivery
 //!   order, views) behind the `Kind` trait, the ordering rules (latest-wins, in-order with
-//!   holds and skipped gaps, order-free), search pointers, masking, sealing at rest.
+//!   holds and skipped gaps, order-free), the retry policy, search pointers, masking,
+//!   sealing at rest, the clock.
 //! - [`store`]: the store by role — `EventLog` for ingress, `Settling` for workers,
 //!   `DeliveryQueue` for senders, `Reads` and `Repairs` for the API, `Keys`, `Upkeep`,
 //!   `Figures`, `AlertLog` — each caller given only its own (`Store` is all of them, for
@@ -25,7 +26,7 @@
 //!   PostgreSQL.
 //! - [`forward`]: forwarding to `[[destinations]]` (docs/forwarding.md), in one home: its
 //!   pure rules, the sender, one module per destination type, the outbound TLS setup.
-//! - [`runtime`]: the wiring of a node, the workers, bulk replays, retries, the clock.
+//! - [`runtime`]: the wiring of a node, the workers, bulk replays.
 //! - [`operations`]: metrics, figures over time, alerts, logs and traces.
 //! - [`config`]: the configuration (docs/configuration.md), its loading and reload.
 //! - [`embed`]: the facade above.

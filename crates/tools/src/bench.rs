@@ -20,8 +20,8 @@ use serde_json::json;
 
 use crate::bench_api::{ms_of, percentile, walk_pages, Api};
 use inhook::config::{client_admin_token, signing_secret, Config};
+use inhook::domain::clock;
 use inhook::ingress::signature::{self, Scheme, Secret};
-use inhook::runtime::clock;
 
 /// Arguments of `inhook bench`.
 #[derive(Debug, clap::Args)]

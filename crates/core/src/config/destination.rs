@@ -9,9 +9,9 @@ use serde::Deserialize;
 use super::target::{FileTarget, Target};
 use super::{defaults, ConfigError, SourceConfig};
 use crate::domain::contract::glob::Glob;
+use crate::domain::retry::RetryPolicy;
 use crate::ingress::signature::standard_webhooks::Key;
 use crate::ingress::signature::Secret;
-use crate::runtime::retry::RetryPolicy;
 
 /// One configured destination, validated. Its Debug output shows the URL without
 /// credentials and never the secret.

@@ -13,8 +13,8 @@ use crate::domain::kind::json::contract::{
 use crate::domain::kind::json::JsonKind;
 use crate::domain::kind::Kind;
 use crate::domain::kind::SourceKind;
+use crate::domain::retry::RetryPolicy;
 use crate::ingress::signature::{Scheme, Secret, Verifier};
-use crate::runtime::retry::RetryPolicy;
 
 /// The keys among `"key" => field.path` whose field differs between `$a` and `$b`, in the
 /// order given: what a reload names as needing a restart.

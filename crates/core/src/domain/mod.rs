@@ -1,15 +1,19 @@
-//! The domain: what an event is and how it is decided, pure code with no I/O — one module
+//! The domain: what an event is and how it is decided, pure code with no I/O (the clock
+//! aside) — one module
 //! per kind ([`kind`]) and what their contracts share ([`contract`]), the ordering rules
-//! ([`ordering`]), search pointers ([`search`]), masking ([`mask`]), sealing at rest
-//! ([`encryption`]) — and, here, the value types shared by every layer: ids, sequences,
+//! ([`ordering`]), the retry policy ([`retry`]), search pointers ([`search`]), masking
+//! ([`mask`]), sealing at rest ([`encryption`]), the clock everything reads ([`clock`]) —
+//! and, here, the value types shared by every layer: ids, sequences,
 //! aggregate keys and event statuses. Each type can only be built through `parse`, so once a value
 //! exists it is valid.
 
+pub mod clock;
 pub mod contract;
 pub mod encryption;
 pub mod kind;
 pub mod mask;
 pub mod ordering;
+pub mod retry;
 pub mod search;
 
 use std::fmt;

@@ -7,7 +7,7 @@
 use time::format_description::well_known::Rfc2822;
 use time::OffsetDateTime;
 
-use crate::runtime::retry::{NextStep, RetryPolicy};
+use crate::domain::retry::{NextStep, RetryPolicy};
 
 use super::queue::DeliveryStatus;
 

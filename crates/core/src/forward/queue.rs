@@ -293,8 +293,8 @@ mod tests {
     /// in random interleavings, and a person replaying and skipping now and then.
     mod simulation {
         use super::*;
+        use crate::domain::retry::RetryPolicy;
         use crate::forward::answer::{judge, AttemptResult, Verdict};
-        use crate::runtime::retry::RetryPolicy;
         use proptest::prelude::*;
 
         const ORDERS: [DeliveryOrder; 4] = [

@@ -16,14 +16,14 @@ use tracing::{debug, error, warn};
 
 use crate::config::template::Placed;
 use crate::config::DestinationConfig;
+use crate::domain::clock::pause;
+use crate::domain::clock::Clock;
 use crate::domain::contract::body::BodyFormat;
 use crate::domain::AggregateKey;
 use crate::forward::answer::{judge, AttemptRecord, Verdict};
 use crate::forward::circuit::{Circuit, CircuitPolicy, CircuitState};
 use crate::forward::message::{request_headers, ForwardedEvent, WebhookId};
 use crate::forward::sink::{Outgoing, Sink, SinkError, Sinks, Unready};
-use crate::runtime::clock::pause;
-use crate::runtime::clock::Clock;
 use crate::store::{DeliveryQueue, DeliveryRecord, PendingVerdict, Store};
 
 /// How long an idle destination waits before looking for due deliveries unasked, unless

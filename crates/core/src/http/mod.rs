@@ -42,7 +42,7 @@ pub struct AppState {
     /// forwarding).
     pub forward_wake: Arc<Notify>,
     /// Where "now" comes from.
-    pub clock: crate::runtime::clock::Clock,
+    pub clock: crate::domain::clock::Clock,
     /// What this node counts per source as deliveries pass, its rate-limit buckets and the
     /// backlog ingress compares against: one entry per configured source.
     pub tallies: Arc<tally::SourceTallies>,

@@ -10,12 +10,12 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 
 use crate::config::{Config, Database};
+use crate::domain::clock::Clock;
 use crate::forward::sender::{Circuits, Sender};
 use crate::forward::sink::Sinks;
 use crate::http::server::{effective_max_connections, open_files_limit, serve, ConnectionLimits};
 use crate::http::tally::SourceTallies;
 use crate::http::{router, AppState};
-use crate::runtime::clock::Clock;
 use crate::runtime::replays::BulkReplays;
 use crate::runtime::worker::Worker;
 use crate::store::{PoolSettings, PostgresStore, SqliteStore, Store, StoreError};

@@ -10,8 +10,8 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tracing::warn;
 
-use crate::runtime::clock::pause;
-use crate::runtime::clock::Clock;
+use crate::domain::clock::pause;
+use crate::domain::clock::Clock;
 use crate::store::Repairs;
 
 /// Aggregates (events) or queues (deliveries) a bulk replay requeues per step.

@@ -15,9 +15,9 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::config::Config;
+use crate::domain::clock::{pause, Clock};
 use crate::domain::AggregateKey;
 use crate::operations::metrics;
-use crate::runtime::clock::{pause, Clock};
 use crate::store::{Settling, SourceRules, Upkeep};
 
 /// How often the dispatcher looks for due work without being woken (holds and retries fall due by time).
@@ -157,7 +157,7 @@ impl Worker {
         if report.deliveries > 0 {
             self.forward_wake.notify_one();
         }
-        report_settled(&rules.name, aggregate, report);
+        crate::operations::stats::report_settled(&rules.name, aggregate, report);
     }
 
     /// Settles one aggregate; on failure records the attempt for a later retry.
@@ -259,29 +259,6 @@ impl Retention {
             }
             pause(&mut shutdown, interval, None).await;
         }
-    }
-}
-
-/// Metrics and decision lines of one settled aggregate (`aggregate` in stored form),
-/// whether a worker or the ingest transaction settled it.
-pub fn report_settled(source: &str, aggregate: &str, report: &crate::store::SettleReport) {
-    crate::operations::stats::count_settled(source, report);
-    let lines = !report.decided.is_empty() && tracing::enabled!(tracing::Level::INFO);
-    if !lines && report.gaps_skipped == 0 {
-        // The key's text form is built only for a line that is written.
-        return;
-    }
-    let shown = AggregateKey::text_of_stored(aggregate);
-    let written = if lines { &report.decided[..] } else { &[] };
-    for line in written {
-        info!(source = %source, event_id = %line.event_id,
-              idempotency_key = line.idempotency_key.as_deref(),
-              aggregate = %shown, sequence = line.sequence,
-              decision = line.decision.as_str(), "decision");
-    }
-    if report.gaps_skipped > 0 {
-        warn!(source = %source, aggregate = %shown, gaps = report.gaps_skipped,
-              "hold timeout: gap skipped");
     }
 }
 

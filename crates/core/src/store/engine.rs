@@ -23,9 +23,9 @@ use super::{
 };
 use super::{AlertLog, DeliveryQueue, EventLog, Figures, Keys, Reads, Repairs, Settling, Upkeep};
 use crate::domain::encryption::DataKey;
+use crate::domain::retry::RetryPolicy;
 use crate::domain::EventStatus;
 use crate::forward::answer::{AttemptRecord as DeliveryAttempt, Verdict};
-use crate::runtime::retry::RetryPolicy;
 
 /// The store over the database `B` (SQLite or PostgreSQL).
 #[derive(Clone)]

@@ -360,7 +360,7 @@ pub(crate) async fn find_duplicate<I: Tx>(
                 sql::ADD_CONFLICT_ONCE,
                 &[
                     Param::Int(int(stored, 0)?),
-                    Param::Int(crate::runtime::clock::now_ms()),
+                    Param::Int(crate::domain::clock::now_ms()),
                     text(CONFLICTING_DUPLICATE),
                     text(CONFLICT_DETAIL),
                 ],

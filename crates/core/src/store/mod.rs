@@ -32,8 +32,8 @@ use serde::Serialize;
 
 use crate::domain::kind::{EventFields, Kind};
 use crate::domain::ordering::Outcome;
+use crate::domain::retry::RetryPolicy;
 use crate::domain::{DeadReason, EventId, EventStatus};
-use crate::runtime::retry::RetryPolicy;
 
 pub use engine::SqlStore;
 pub use forwarding::{

@@ -751,7 +751,7 @@ impl Postgres {
             tx.batch_execute(sql).await.map_err(pg_err)?;
             tx.cached_execute(
                 sql::RECORD_MIGRATION,
-                &[version, &crate::runtime::clock::now_ms()],
+                &[version, &crate::domain::clock::now_ms()],
             )
             .await
             .map_err(pg_err)?;

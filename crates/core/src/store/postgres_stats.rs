@@ -47,7 +47,7 @@ impl StatsTender {
     /// most one task a second, whatever the number of callers. Called on the way to a
     /// connection; the look itself runs on a connection of its own, in the background.
     pub(crate) fn tend(&self, pool: &Pool) {
-        let now = crate::runtime::clock::now_ms();
+        let now = crate::domain::clock::now_ms();
         let last = self.last_ms.load(Ordering::Relaxed);
         if now - last < EVERY.as_millis() as i64 {
             return;

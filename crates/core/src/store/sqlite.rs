@@ -482,7 +482,7 @@ impl Backend for Sqlite {
                 tx.execute_batch(sql).map_err(map_err)?;
                 tx.prepare_cached(&sqlite(sql::RECORD_MIGRATION))
                     .map_err(map_err)?
-                    .execute(params![version, crate::runtime::clock::now_ms()])
+                    .execute(params![version, crate::domain::clock::now_ms()])
                     .map_err(map_err)?;
             }
             if current < migrations::latest(MIGRATIONS) {

@@ -9,8 +9,8 @@ use super::backend::{int, one_int, string, text, Tx};
 use super::bulk::BulkJob;
 use super::filter::{self, json_err, parse_status, where_of};
 use super::{sql, EventFilter, FailureReport, PurgeReport, ReplayJob, ReplayOutcome, StoreError};
+use crate::domain::retry::{NextStep, RetryPolicy};
 use crate::domain::EventStatus;
-use crate::runtime::retry::{NextStep, RetryPolicy};
 
 /// Puts the aggregate's due events back for a retry, or makes them dead once
 /// `policy` gives up (the aggregate is held by the caller's transaction).

@@ -273,7 +273,7 @@ impl Vault {
             text(BODY_HASH_KEY),
             text(first.id().as_str()),
             Param::Bytes(fresh.wrap(first).into()),
-            Param::Int(crate::runtime::clock::now_ms()),
+            Param::Int(crate::domain::clock::now_ms()),
         ];
         io.execute(ADD_STORE_KEY, &params).await?;
         let found = io.query(STORE_KEY, &[text(BODY_HASH_KEY)]).await?;
@@ -504,7 +504,7 @@ impl NewDataKey {
             text(aggregate),
             text(&self.master),
             Param::Bytes(self.wrapped.as_slice().into()),
-            Param::Int(crate::runtime::clock::now_ms()),
+            Param::Int(crate::domain::clock::now_ms()),
         ]
     }
 }

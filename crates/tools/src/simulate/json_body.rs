@@ -15,11 +15,11 @@ use serde_json::{json, Map, Value};
 use super::place::{place_of, Place};
 use super::stream::{Aggregate, AggregateRef, Stream, StreamEvent, StreamSpec};
 use inhook::config::SourceConfig;
+use inhook::domain::clock;
 use inhook::domain::kind::json::contract::{
     AggregateLocations, BodyFormat, Glob, JsonContract, JsonOrdering, JsonSourceSpec,
 };
 use inhook::domain::{AggregateKey, Ident};
-use inhook::runtime::clock;
 
 /// How the sequences of a latest-wins source are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -14,9 +14,9 @@ use serde_json::Value;
 
 use super::chaos::{Delivery, Plan};
 use super::retry_policy::{backoff, is_retryable, retry_after};
+use inhook::domain::clock;
 use inhook::domain::kind::SourceKind;
 use inhook::ingress::signature::{self, Scheme, Secret};
-use inhook::runtime::clock;
 
 /// The servers' base URLs, shared so a test can point running senders at a
 /// restarted server. With several (nodes behind a load balancer), requests

@@ -10,12 +10,12 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Map, Value};
 
 use super::place::Place;
+use inhook::domain::clock;
 use inhook::domain::kind::presence::Presence;
 use inhook::domain::kind::save::SaveEvent;
 use inhook::domain::kind::save::SaveState;
 use inhook::domain::kind::SourceKind;
 use inhook::domain::AggregateKey;
-use inhook::runtime::clock;
 
 /// Which aggregate an event belongs to, by its ids in the payload.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

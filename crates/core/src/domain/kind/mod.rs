@@ -400,7 +400,7 @@ pub fn aggregate_view(
         "event_id": stored.event_id,
         "event_type": stored.event_type.as_deref().filter(|t| !t.is_empty()),
         "state": state,
-        "updated_at": (stored.updated_at_ms > 0).then(|| crate::runtime::clock::rfc3339(stored.updated_at_ms)),
+        "updated_at": (stored.updated_at_ms > 0).then(|| crate::domain::clock::rfc3339(stored.updated_at_ms)),
     })
 }
 

@@ -110,7 +110,7 @@ pub(crate) async fn aggregate_one(
         &source.name,
         source.kind.as_ref(),
         &stored,
-        crate::runtime::clock::now_ms(),
+        crate::domain::clock::now_ms(),
         &state.config.mask_fields,
     );
     Ok(Json(view).into_response())
@@ -139,7 +139,7 @@ pub(crate) async fn aggregates_list(
         .store
         .aggregates_page(&source.name, None, limit, cursor.as_deref())
         .await?;
-    let now_ms = crate::runtime::clock::now_ms();
+    let now_ms = crate::domain::clock::now_ms();
     let items = page
         .items
         .iter()
@@ -203,7 +203,7 @@ pub(crate) async fn aggregate_forget(
         .forget(
             &source.name,
             &key.storage_key(),
-            crate::runtime::clock::now_ms(),
+            crate::domain::clock::now_ms(),
         )
         .await?;
     if !report.found() {

@@ -10,9 +10,9 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::extract::Query;
 use super::page_size;
+use crate::domain::clock;
 use crate::http::answer::{AdminFailures, Answer};
 use crate::http::AppState;
-use crate::runtime::clock;
 use crate::store::alerts::{AlertRecord, NoticeChannel};
 
 /// `?limit=&cursor=` of the alerts.

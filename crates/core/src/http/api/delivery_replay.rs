@@ -11,11 +11,11 @@ use utoipa::ToSchema;
 use super::aggregate_filter;
 use super::destinations::destination;
 use super::extract::{Json, Path};
+use crate::domain::clock;
 use crate::domain::AggregateKey;
 use crate::forward::queue::DeliveryStatus;
 use crate::http::answer::{AdminFailures, Answer, ErrorBody};
 use crate::http::AppState;
-use crate::runtime::clock;
 use crate::store::{DeliveryFilter, DeliveryReplay, DeliveryReplayJob, DeliverySkip};
 
 /// What replaying or skipping one delivery did.

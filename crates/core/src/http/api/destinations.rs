@@ -10,12 +10,12 @@ use utoipa::{IntoParams, ToSchema};
 use super::extract::{Path, Query};
 use super::{aggregate_filter, page_size, status_filter};
 use crate::config::DestinationConfig;
+use crate::domain::clock;
 use crate::domain::AggregateKey;
 use crate::forward::circuit::CircuitState;
 use crate::forward::queue::DeliveryStatus;
 use crate::http::answer::{AdminFailures, Answer, ErrorBody};
 use crate::http::AppState;
-use crate::runtime::clock;
 use crate::store::{DeliveryFilter, DeliveryRecord};
 
 /// One destination as `GET /v1/destinations` shows it (never its secret or URL credentials).

@@ -11,12 +11,12 @@ use super::replay::rfc3339_ms;
 use super::search;
 use super::search::ScanView;
 use super::{aggregate_filter, page_size, status_filter};
+use crate::domain::clock;
 use crate::domain::mask::mask;
 use crate::domain::search::TypePattern;
 use crate::domain::{AggregateKey, EventStatus};
 use crate::http::answer::{AdminFailures, Answer, ErrorBody};
 use crate::http::AppState;
-use crate::runtime::clock;
 use crate::store::{EventFilter, EventRecord};
 
 /// `?source=&status=&aggregate=&limit=&cursor=` of the event log listing.

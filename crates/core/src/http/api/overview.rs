@@ -8,11 +8,11 @@ use utoipa::ToSchema;
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::domain::clock;
 use crate::domain::kind::SourceKind;
 use crate::domain::EventStatus;
 use crate::http::answer::{AdminFailures, Answer, ErrorBody};
 use crate::http::AppState;
-use crate::runtime::clock;
 use crate::store::stats::StatScope;
 
 /// Prometheus text; the backlog gauges are read from the store at each scrape.

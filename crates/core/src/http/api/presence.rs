@@ -9,13 +9,13 @@ use utoipa::{IntoParams, ToSchema};
 use super::extract::{Path, Query};
 use super::{page_size, source_of_kind, status_filter, SourceQuery};
 use crate::config::SourceConfig;
+use crate::domain::clock;
 use crate::domain::kind::presence::presence_state;
 use crate::domain::kind::presence::Presence;
 use crate::domain::kind::presence::{presence_view, PresenceState, PresenceView};
 use crate::domain::kind::SourceKind;
 use crate::http::answer::{AdminFailures, Answer, ErrorBody};
 use crate::http::AppState;
-use crate::runtime::clock;
 
 /// `?status=&limit=&cursor=&source=` of the presence listing.
 #[derive(Debug, Deserialize, IntoParams)]

@@ -9,10 +9,10 @@ use utoipa::ToSchema;
 
 use super::aggregate_filter;
 use super::extract::{Json, Path};
+use crate::domain::clock;
 use crate::domain::{AggregateKey, EventStatus};
 use crate::http::answer::{AdminFailures, Answer, ErrorBody};
 use crate::http::AppState;
-use crate::runtime::clock;
 use crate::store::{EventFilter, ReplayJob, ReplayOutcome};
 
 /// What replaying one event did.

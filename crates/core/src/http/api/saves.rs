@@ -88,7 +88,7 @@ pub(crate) async fn saves_list(
         .store
         .aggregates_page(&source.name, None, limit, cursor.as_deref())
         .await?;
-    let now_ms = crate::runtime::clock::now_ms();
+    let now_ms = crate::domain::clock::now_ms();
     let items: Vec<_> = page
         .items
         .iter()

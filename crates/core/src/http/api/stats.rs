@@ -10,11 +10,11 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::Query;
+use crate::domain::clock;
 use crate::http::answer::{AdminFailures, Answer, ErrorBody};
 use crate::http::AppState;
 use crate::operations::stats::series::{parse_time, Window};
 use crate::operations::stats::Figures;
-use crate::runtime::clock;
 use crate::store::stats::StatScope;
 
 /// `?source=` or `?destination=`, and the window.

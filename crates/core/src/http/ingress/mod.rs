@@ -81,7 +81,7 @@ pub(super) async fn receive(
         crate::operations::stats::delivery(
             &config.name,
             Answer::FORBIDDEN_PEER.counted(),
-            crate::runtime::clock::now_ms(),
+            crate::domain::clock::now_ms(),
         );
         let response = Answer::FORBIDDEN_PEER.into_response();
         metrics::request(
@@ -652,7 +652,7 @@ fn answer_new(
         }
         Some(decided) if source.mode == Mode::Async => {
             // Decided in the ingest transaction: reported as the worker reports its decisions.
-            crate::runtime::worker::report_settled(
+            crate::operations::stats::report_settled(
                 &source.name,
                 &event.aggregate.storage_key(),
                 &decided.report,

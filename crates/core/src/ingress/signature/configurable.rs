@@ -205,7 +205,7 @@ impl TimestampUnit {
         match self {
             Self::Seconds => now.to_string(),
             Self::Millis => now.saturating_mul(1000).to_string(),
-            Self::Rfc3339 => crate::runtime::clock::rfc3339(now.saturating_mul(1000)),
+            Self::Rfc3339 => crate::domain::clock::rfc3339(now.saturating_mul(1000)),
         }
     }
 }

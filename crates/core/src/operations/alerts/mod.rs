@@ -20,10 +20,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::config::Config;
+use crate::domain::clock::Clock;
 use crate::domain::EventStatus;
 use crate::forward::circuit::CircuitState;
 use crate::forward::sender::Circuits;
-use crate::runtime::clock::Clock;
 use crate::store::alerts::{AlertRecord, Transition};
 use crate::store::Store;
 use rules::{evaluate, AlertBook, Condition, DestinationFigures, Figures, Notice, SourceFigures};

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::runtime::clock;
+use crate::domain::clock;
 use crate::store::alerts::AlertRecord;
 
 /// The JSON body of a notice sent to a `[[destinations]]` entry.

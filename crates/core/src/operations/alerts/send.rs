@@ -21,12 +21,12 @@ use super::notice::{email_text, headline, slack_message, NoticeBody};
 use crate::config::alerts::Channel;
 use crate::config::template::Placed;
 use crate::config::{Config, DestinationConfig, LiveSecrets};
+use crate::domain::clock::Clock;
+use crate::domain::retry::{NextStep, RetryPolicy};
 use crate::forward::answer::AttemptResult;
 use crate::forward::message::WebhookId;
 use crate::forward::sink::{Outgoing, Sink, Sinks};
 use crate::ingress::signature::{try_sign, Scheme, Secret};
-use crate::runtime::clock::Clock;
-use crate::runtime::retry::{NextStep, RetryPolicy};
 use crate::store::alerts::{AlertRecord, Attempted, Claim, Claimed};
 use crate::store::Store;
 
@@ -213,7 +213,7 @@ async fn send_to_destination(
                 Scheme::StandardWebhooks,
                 &body,
                 secret,
-                crate::runtime::clock::now_ms() / 1000,
+                crate::domain::clock::now_ms() / 1000,
                 Some(webhook_id.as_str()),
             )
             .map_err(|err| Failed::Final(format!("cannot sign the notice: {err}")))?,

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::config::Config;
-use crate::runtime::clock;
+use crate::domain::clock;
 use crate::store::stats::{Combine, StatRow, StatScope};
 use crate::store::Store;
 use lag::LagHistogram;
@@ -488,6 +488,29 @@ async fn backlogs(store: &dyn Store, config: &Config) -> Vec<(StatScope, String,
         }
     }
     found
+}
+
+/// Metrics and decision lines of one settled aggregate (`aggregate` in stored form),
+/// whether a worker or the ingest transaction settled it.
+pub fn report_settled(source: &str, aggregate: &str, report: &crate::store::SettleReport) {
+    count_settled(source, report);
+    let lines = !report.decided.is_empty() && tracing::enabled!(tracing::Level::INFO);
+    if !lines && report.gaps_skipped == 0 {
+        // The key's text form is built only for a line that is written.
+        return;
+    }
+    let shown = crate::domain::AggregateKey::text_of_stored(aggregate);
+    let written = if lines { &report.decided[..] } else { &[] };
+    for line in written {
+        tracing::info!(source = %source, event_id = %line.event_id,
+              idempotency_key = line.idempotency_key.as_deref(),
+              aggregate = %shown, sequence = line.sequence,
+              decision = line.decision.as_str(), "decision");
+    }
+    if report.gaps_skipped > 0 {
+        tracing::warn!(source = %source, aggregate = %shown, gaps = report.gaps_skipped,
+              "hold timeout: gap skipped");
+    }
 }
 
 #[cfg(test)]

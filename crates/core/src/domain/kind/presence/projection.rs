@@ -59,7 +59,7 @@ pub fn presence_view(
         user_id: user_id.to_owned(),
         status: state.presence,
         sequence: state.sequence.get(),
-        updated_at: crate::runtime::clock::rfc3339(state.updated_at_ms),
+        updated_at: crate::domain::clock::rfc3339(state.updated_at_ms),
         stale: state.is_stale(now_ms, stale_after_ms),
     }
 }

@@ -41,7 +41,7 @@ pub fn save_view(player_id: &str, save_slot: &str, state: &SaveState) -> SaveVie
         inventory: state.inventory.clone(),
         achievements: state.achievements.clone(),
         updated_at: (state.updated_at_ms > 0)
-            .then(|| crate::runtime::clock::rfc3339(state.updated_at_ms)),
+            .then(|| crate::domain::clock::rfc3339(state.updated_at_ms)),
     }
 }
 
