@@ -40,7 +40,7 @@ pub(super) struct FileConfig {
 
 impl FileConfig {
     /// Every top-level key, section by section: what an unknown key's error lists.
-    fn keys() -> &'static [&'static str] {
+    pub(super) fn keys() -> &'static [&'static str] {
         static KEYS: OnceLock<Vec<&'static str>> = OnceLock::new();
         KEYS.get_or_init(|| {
             [
@@ -53,6 +53,20 @@ impl FileConfig {
             ]
             .concat()
         })
+    }
+
+    /// Every key an `INHOOK_*` variable replaces, with the variable, section by section.
+    #[cfg(test)]
+    pub(super) fn variables() -> Vec<(&'static str, &'static str)> {
+        [
+            FileHttp::VARIABLES,
+            FileStore::VARIABLES,
+            FileAdmin::VARIABLES,
+            FileObservability::VARIABLES,
+            FileProcessing::VARIABLES,
+            FileTables::VARIABLES,
+        ]
+        .concat()
     }
 
     /// Lays the `INHOOK_*` variables over the file's keys, section by section.

@@ -66,6 +66,11 @@ macro_rules! file_section {
             /// The section's keys as the file writes them, in declaration order.
             pub(super) const KEYS: &'static [&'static str] = &[$( stringify!($key) ),*];
 
+            /// The keys an `INHOOK_*` variable replaces, with the variable.
+            #[cfg(test)]
+            pub(super) const VARIABLES: &'static [(&'static str, &'static str)] =
+                &[$($( (stringify!($key), $var), )?)*];
+
             /// Reads the value of `key` from `map` if the key is this section's; answers
             /// whether it was (serde's own errors, with the file's line, pass through).
             pub(super) fn take<'de, A: serde::de::MapAccess<'de>>(
