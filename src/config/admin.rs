@@ -20,6 +20,7 @@ file_section! {
 
 section! {
     /// The admin API: its token, what it masks, its change streams and the optional endpoints.
+    #[derive(Debug, Clone)]
     pub struct Admin {
         /// Token for `/v1/*`: configured, or generated at start by
         /// [`super::Config::generate_admin_token`]. A reload compares it apart: a generated

@@ -27,6 +27,7 @@ file_section! {
 
 section! {
     /// Where inhook listens and the limits on what a request may hold or take.
+    #[derive(Debug, Clone)]
     pub struct Http {
         /// Address to listen on.
         pub listen: SocketAddr => restart,

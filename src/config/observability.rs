@@ -19,6 +19,7 @@ file_section! {
 
 section! {
     /// How inhook logs, traces and alerts.
+    #[derive(Debug, Clone)]
     pub struct Observability {
         /// Log lines as JSON instead of text.
         pub log_json: bool => restart("log_format"),

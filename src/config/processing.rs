@@ -29,6 +29,7 @@ file_section! {
 
 section! {
     /// How events are processed, retried and kept, and how long shutdown waits.
+    #[derive(Debug, Clone)]
     pub struct Processing {
         /// Aggregates processed in parallel.
         pub workers: usize => restart,

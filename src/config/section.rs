@@ -116,8 +116,9 @@ macro_rules! file_section {
 
 /// Declares a validated section: its fields with their doc comments, and for each what a
 /// reload does with a change (`=> restart`: it needs a restart, named by the field or by the
-/// key given (`=> restart("key")`), `=> restart(part: "key", …)` for a value read from several keys, `=> apart`:
-/// compared on its own by the reload check). From it comes `changed_keys`, the keys a
+/// key given (`=> restart("key")`), `=> restart(part: "key", …)` for a value read from several keys, `=> nested`:
+/// the keys its own `changed_keys` names, `=> apart`: compared on its own by the reload
+/// check, or not at all). The derives are the caller's. From it comes `changed_keys`, the keys a
 /// reload names as needing a restart.
 macro_rules! section {
     (
@@ -130,7 +131,6 @@ macro_rules! section {
         }
     ) => {
         $(#[$meta])*
-        #[derive(Debug, Clone)]
         pub struct $name {
             $(
                 $(#[$field_meta])*
@@ -165,6 +165,9 @@ macro_rules! section {
                 $out.push($key);
             }
         )*
+    };
+    (@compare $a:expr, $b:expr, $out:ident, $field:ident, nested) => {
+        $out.extend($a.$field.changed_keys(&$b.$field));
     };
     (@compare $a:expr, $b:expr, $out:ident, $field:ident, apart) => {};
 }

@@ -29,6 +29,7 @@ section! {
     /// One configured webhook source. Its kind, signature and json locations are checked
     /// apart on a reload (src/config/reload.rs), its secrets rotate; any other key changed
     /// needs a restart.
+    #[derive(Debug, Clone)]
     pub struct SourceConfig {
         /// The name in `/webhooks/{name}`.
         pub name: String => apart,

@@ -39,6 +39,7 @@ impl FromEnv for FileEncryption {
 
 section! {
     /// Where the event log lives and how it is written.
+    #[derive(Debug, Clone)]
     pub struct Store {
         /// The store.
         pub database: Database => restart,
