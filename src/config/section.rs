@@ -114,12 +114,16 @@ macro_rules! file_section {
     };
 }
 
-/// Declares a validated section: its fields with their doc comments, and for each what a
-/// reload does with a change (`=> restart`: it needs a restart, named by the field or by the
-/// key given (`=> restart("key")`), `=> restart(part: "key", …)` for a value read from several keys, `=> nested`:
-/// the keys its own `changed_keys` names, `=> apart`: compared on its own by the reload
-/// check, or not at all). The derives are the caller's. From it comes `changed_keys`, the keys a
-/// reload names as needing a restart.
+/// Declares a validated section (or table): its fields with their doc comments, and for
+/// each what a reload does when it changed —
+/// - `=> restart`: it needs a restart, named by the field;
+/// - `=> restart("key")`: the same, named by the key the file writes;
+/// - `=> restart(part: "key", …)`: a value read from several keys, each part named by its key;
+/// - `=> nested`: the keys the field's own `changed_keys` names;
+/// - `=> apart`: not compared here (the reload check compares it on its own, or never).
+///
+/// From it comes `changed_keys`, the keys a reload names as needing a restart. The derives
+/// are the caller's.
 macro_rules! section {
     (
         $(#[$meta:meta])*
