@@ -44,7 +44,7 @@ pub struct ForgetArgs {
 /// `--encrypt-existing`) seals the plaintext rows. Killed, it resumes where it stopped.
 pub async fn rekey(config_path: Option<PathBuf>, args: RekeyArgs) -> anyhow::Result<()> {
     let config = Config::load_for_store(config_path.as_deref())?;
-    let Some(masters) = &config.encryption else {
+    let Some(masters) = &config.store.encryption else {
         bail!(
             "encryption is not configured: set [encryption] keys or INHOOK_ENCRYPTION_KEYS \
              (docs/encryption.md)"

@@ -22,8 +22,10 @@ pub async fn migrate(config_path: Option<&Path>) -> anyhow::Result<()> {
 
 /// Runs `inhook serve` until a shutdown signal.
 pub async fn serve(mut config: Config) -> anyhow::Result<()> {
-    let _telemetry =
-        inhook::operations::telemetry::init(config.log_json, config.otlp_endpoint.as_deref())?;
+    let _telemetry = inhook::operations::telemetry::init(
+        config.observability.log_json,
+        config.observability.otlp_endpoint.as_deref(),
+    )?;
     let generated_token = config.generate_admin_token();
     if generated_token.is_some() {
         // The token itself goes to standard output once, never to the log.
@@ -31,7 +33,7 @@ pub async fn serve(mut config: Config) -> anyhow::Result<()> {
             "no admin_token configured: /v1/* takes a token generated for this run, printed on \
              standard output; set admin_token (or INHOOK_ADMIN_TOKEN) to choose one"
         );
-    } else if config.admin_token.is_none() {
+    } else if config.admin.admin_token.is_none() {
         tracing::warn!(
             "admin_open_to_loopback: /v1/* answers direct loopback clients without a token \
              (no proxy headers, loopback Host); a proxy on this host opens it to everyone it serves"
@@ -41,7 +43,7 @@ pub async fn serve(mut config: Config) -> anyhow::Result<()> {
         tracing::warn!("{warning}");
     }
     let sources: Vec<_> = config.sources.iter().map(|s| s.name.clone()).collect();
-    let store = config.database.to_string();
+    let store = config.store.database.to_string();
     let app = Application::build(config).await?;
     reload_secrets_on_sighup(app.secrets(), app.config());
     let addr = app.local_addr()?;
@@ -90,7 +92,7 @@ fn reload_secrets_on_sighup(secrets: inhook::config::LiveSecrets, running: Arc<C
 /// Never holds a secret.
 fn start_warnings(config: &Config) -> Vec<String> {
     let mut warnings = Vec::new();
-    if let Database::Postgres(url) = &config.database {
+    if let Database::Postgres(url) = &config.store.database {
         warnings.extend(inhook::store::postgres_tls::start_warning(url));
     }
     warnings.extend(config.start_warnings());

@@ -56,7 +56,7 @@ async fn stored_headers(server: &TestServer, source: &str, event_id: &str) -> Va
 async fn store_old_headers(server: &TestServer, event_id: &str, headers: &Value) {
     let text = headers.to_string();
     let config = Config::load_for_store(Some(&server.config_path())).expect("test config");
-    match config.database {
+    match config.store.database {
         Database::Sqlite(path) => {
             rusqlite::Connection::open(path)
                 .unwrap()

@@ -225,7 +225,7 @@ impl Builder {
             anyhow::bail!("destination {twice:?}: a consumer is bound to it twice");
         }
         config = with_in_process(config, &order)?;
-        if config.admin_token.is_none() && !config.admin_open_to_loopback {
+        if config.admin.admin_token.is_none() && !config.admin.admin_open_to_loopback {
             // Fail closed: without a token of the service's, the read API refuses every call.
             config.generate_admin_token();
         }
@@ -284,7 +284,7 @@ fn in_process_destination(config: &Config, name: &str) -> DestinationConfig {
         secret_from_environment: false,
         timeout_s: defaults::DESTINATION_TIMEOUT_S,
         lease_margin_s: defaults::DESTINATION_LEASE_MARGIN_S,
-        retry: config.retry,
+        retry: config.processing.retry,
         concurrency: defaults::DESTINATION_CONCURRENCY,
         rate_limit_per_s: None,
         tls_ca_file: None,
@@ -322,7 +322,7 @@ impl Inhook {
     /// `/openapi.json`. `POST /v1/admin/reload` answers 422: an embedded inhook takes new
     /// secrets through [`Inhook::reload_secrets`].
     pub fn full_router(&self) -> Router {
-        if self.state().config.admin_token_generated {
+        if self.state().config.admin.admin_token_generated {
             tracing::warn!(
                 "no admin_token given: the read API and the dashboard refuse every call \
                  (Settings::admin_token)"
@@ -345,10 +345,10 @@ impl Inhook {
     pub fn reload_secrets(&self, fresh: Config) -> Result<ReloadPlan, ConfigError> {
         let state = self.state();
         let mut fresh = with_in_process(fresh, &self.bound)?;
-        if state.config.admin_token_generated && fresh.admin_token.is_none() {
+        if state.config.admin.admin_token_generated && fresh.admin.admin_token.is_none() {
             // The token made at start is no key of the settings: it stays as it is.
-            fresh.admin_token = state.config.admin_token.clone();
-            fresh.admin_token_generated = true;
+            fresh.admin.admin_token = state.config.admin.admin_token.clone();
+            fresh.admin.admin_token_generated = true;
         }
         state.secrets.replace(&state.config, &fresh)
     }

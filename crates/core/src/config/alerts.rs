@@ -336,7 +336,7 @@ email_to = "oncall@example.com"
 "#,
         )
         .unwrap();
-        let rule = &config.alerts[0];
+        let rule = &config.observability.alerts[0];
         assert_eq!(rule.name, "forged");
         assert_eq!(rule.condition.on, On::Rejections);
         assert_eq!(rule.condition.rejected, Rejected::Signature);
@@ -345,7 +345,10 @@ email_to = "oncall@example.com"
         assert_eq!(rule.channels.len(), 3);
         assert!(matches!(&rule.channels[2], Channel::Email { to, from, .. }
             if to == &["oncall@example.com"] && from == "inhook@mail.example.com"));
-        assert_eq!(config.alert_tick_ms, crate::config::defaults::ALERT_TICK_MS);
+        assert_eq!(
+            config.observability.alert_tick_ms,
+            crate::config::Observability::default().alert_tick_ms
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use super::section::section;
 use super::target::{FileTarget, Target};
 use super::{defaults, ConfigError, SourceConfig};
 use crate::domain::contract::glob::Glob;
@@ -13,41 +14,48 @@ use crate::domain::retry::RetryPolicy;
 use crate::ingress::signature::standard_webhooks::Key;
 use crate::ingress::signature::Secret;
 
-/// One configured destination, validated. Its Debug output shows the URL without
-/// credentials and never the secret.
-#[derive(Clone)]
-pub struct DestinationConfig {
-    /// The name in `/v1/destinations/{name}` and in metrics.
-    pub name: String,
-    /// Where messages go: an `http(s)://` endpoint or a broker (`nats://`, `tls://`,
-    /// `amqp(s)://`, `redis(s)://`), from `INHOOK_DEST_<NAME>_URL` when set.
-    pub url: String,
-    /// The destination's type and the keys of that type.
-    pub target: Target,
-    /// The sources whose applied events go there.
-    pub sources: Vec<String>,
-    /// Only events whose type matches one of these patterns; every type when unset.
-    pub event_types: Option<Vec<String>>,
-    /// `event_types` compiled.
-    pub event_type_globs: Option<Vec<Glob>>,
-    /// The Standard Webhooks `whsec_` secret messages are signed with; empty (a sink's
-    /// messages unsigned) only for a broker type.
-    pub secret: Secret,
-    /// Whether `secret` came from `INHOOK_DEST_<NAME>_SECRET`: edits to the file's then change nothing.
-    pub secret_from_environment: bool,
-    /// How long one request may take, in seconds.
-    pub timeout_s: u64,
-    /// How much longer than `timeout_s` a claimed delivery stays leased to its node, in
-    /// seconds: after a crash, its in-flight deliveries wait that long to be sent again.
-    pub lease_margin_s: u64,
-    /// Backoff and attempts (the top-level keys unless the destination sets its own).
-    pub retry: RetryPolicy,
-    /// Requests on the wire at once (aggregates waiting to retry do not count).
-    pub concurrency: usize,
-    /// Requests per second at most; none when unset.
-    pub rate_limit_per_s: Option<u32>,
-    /// A PEM file of the CA certificates a TLS connection verifies against instead of the system's roots.
-    pub tls_ca_file: Option<PathBuf>,
+section! {
+    /// One configured destination, validated. Its Debug output shows the URL without
+    /// credentials and never the secret. On a reload its secret may rotate; any other key
+    /// changed needs a restart (its queues, leases and circuit are built from them).
+    #[derive(Clone)]
+    pub struct DestinationConfig {
+        /// The name in `/v1/destinations/{name}` and in metrics.
+        pub name: String => apart,
+        /// Where messages go: an `http(s)://` endpoint or a broker (`nats://`, `tls://`,
+        /// `amqp(s)://`, `redis(s)://`), from `INHOOK_DEST_<NAME>_URL` when set.
+        pub url: String => restart,
+        /// The sources whose applied events go there.
+        pub sources: Vec<String> => restart,
+        /// Only events whose type matches one of these patterns; every type when unset.
+        pub event_types: Option<Vec<String>> => restart,
+        /// `event_types` compiled.
+        pub event_type_globs: Option<Vec<Glob>> => apart,
+        /// The Standard Webhooks `whsec_` secret messages are signed with; empty (a sink's
+        /// messages unsigned) only for a broker type.
+        pub secret: Secret => apart,
+        /// Whether `secret` came from `INHOOK_DEST_<NAME>_SECRET`: edits to the file's then change nothing.
+        pub secret_from_environment: bool => apart,
+        /// How long one request may take, in seconds.
+        pub timeout_s: u64 => restart,
+        /// How much longer than `timeout_s` a claimed delivery stays leased to its node, in
+        /// seconds: after a crash, its in-flight deliveries wait that long to be sent again.
+        pub lease_margin_s: u64 => restart,
+        /// Backoff and attempts (the top-level keys unless the destination sets its own).
+        pub retry: RetryPolicy => restart(
+            max_attempts: "max_attempts",
+            base_ms: "retry_base_s",
+            max_delay_ms: "retry_max_delay_s",
+        ),
+        /// Requests on the wire at once (aggregates waiting to retry do not count).
+        pub concurrency: usize => restart,
+        /// Requests per second at most; none when unset.
+        pub rate_limit_per_s: Option<u32> => restart,
+        /// A PEM file of the CA certificates a TLS connection verifies against instead of the system's roots.
+        pub tls_ca_file: Option<PathBuf> => restart,
+        /// The destination's type and the keys of that type.
+        pub target: Target => nested,
+    }
 }
 
 impl std::fmt::Debug for DestinationConfig {
@@ -102,25 +110,6 @@ impl DestinationConfig {
                 .event_type_globs
                 .as_ref()
                 .is_none_or(|globs| globs.iter().any(|g| g.matches(event_type)))
-    }
-
-    /// The keys whose value differs from `other`'s, the secret aside (a reload may only rotate it).
-    pub fn changed_keys(&self, other: &DestinationConfig) -> Vec<&'static str> {
-        let mut changed = changed_keys!(self, other, [
-            "url" => url,
-            "sources" => sources,
-            "event_types" => event_types,
-            "timeout_s" => timeout_s,
-            "lease_margin_s" => lease_margin_s,
-            "max_attempts" => retry.max_attempts,
-            "retry_base_s" => retry.base_ms,
-            "retry_max_delay_s" => retry.max_delay_ms,
-            "concurrency" => concurrency,
-            "rate_limit_per_s" => rate_limit_per_s,
-            "tls_ca_file" => tls_ca_file,
-        ]);
-        changed.extend(self.target.changed_keys(&other.target));
-        changed
     }
 }
 

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use super::{Config, ConfigError, SourceConfig};
+use super::{Config, ConfigError};
 use crate::ingress::signature::Secret;
 
 /// The secrets in force for the running sources and destinations, shared by ingress, the
@@ -203,6 +203,8 @@ fn source_problems(running: &Config, fresh: &Config, problems: &mut Vec<String>)
                 source.name, source.verifier
             ));
         }
+        // Kind, signature, json locations and secrets are checked above; every other key
+        // the source declares (src/config/source.rs) needs a restart.
         let changed = source.changed_keys(next);
         if !changed.is_empty() {
             problems.push(format!(
@@ -250,57 +252,21 @@ fn destination_problems(
 }
 
 impl Config {
-    /// The top-level keys whose value differs from `other`'s: each needs a restart.
+    /// The top-level keys whose value differs from `other`'s: each needs a restart. Every
+    /// section's keys are compared as the section declares them (`section!`); the admin
+    /// token and the master keys, declared `apart`, are compared here.
     fn changed_keys(&self, other: &Config) -> Vec<&'static str> {
         // A token generated for this run is not in any file: the file's absence of one is no change.
         let token = |c: &Config| {
-            c.admin_token
+            c.admin
+                .admin_token
                 .as_ref()
-                .filter(|_| !c.admin_token_generated)
+                .filter(|_| !c.admin.admin_token_generated)
                 .map(|t| t.expose().to_vec())
         };
-        let keys = changed_keys!(self, other, [
-            "listen" => listen,
-            "database" => database,
-            "admin_open_to_loopback" => admin_open_to_loopback,
-            "max_body_bytes" => max_body_bytes,
-            "busy_timeout_ms" => busy_timeout_ms,
-            "log_format" => log_json,
-            "workers" => workers,
-            "max_attempts" => retry.max_attempts,
-            "retry_base_s" => retry.base_ms,
-            "retry_max_delay_s" => retry.max_delay_ms,
-            "retention_s" => retention_s,
-            "dedup_window_s" => dedup_window_s,
-            "purge_interval_s" => purge_interval_s,
-            "stats_retention_days" => stats_retention_days,
-            "shutdown_timeout_s" => shutdown_timeout_s,
-            "header_read_timeout_s" => header_read_timeout_s,
-            "body_read_timeout_s" => body_read_timeout_s,
-            "max_header_bytes" => max_header_bytes,
-            "max_connections" => max_connections,
-            "max_connections_per_peer" => max_connections_per_peer,
-            "trusted_proxies" => trusted_proxies,
-            "max_buffered_body_bytes" => max_buffered_body_bytes,
-            "max_buffered_body_bytes_per_peer" => max_buffered_body_bytes_per_peer,
-            "min_body_bytes_per_s" => min_body_bytes_per_s,
-            "mask_fields" => mask_fields,
-            "keep_headers" => keep_headers,
-            "max_streams" => max_streams,
-            "stream_buffer" => stream_buffer,
-            "pool_size" => pool_size,
-            "metrics_public" => metrics_public,
-            "group_commit" => group_commit,
-            "bench_ceiling" => bench_ceiling,
-            "forward_poll_ms" => forward_poll_ms,
-            "otlp_endpoint" => otlp_endpoint,
-            // The alert watcher and its channels are set up at start.
-            "alerts" => alerts,
-            "alert_tick_ms" => alert_tick_ms,
-        ]);
         let token_changed = token(self) != token(other);
         // The store's keys are taken at start (docs/encryption.md, rotating).
-        let keys_changed = match (&self.encryption, &other.encryption) {
+        let keys_changed = match (&self.store.encryption, &other.store.encryption) {
             (Some(mine), Some(theirs)) => !mine.same_as(theirs),
             (mine, theirs) => mine.is_some() != theirs.is_some(),
         };
@@ -308,32 +274,12 @@ impl Config {
             .then_some("admin_token")
             .into_iter()
             .chain(keys_changed.then_some("encryption"))
-            .chain(keys)
+            .chain(self.http.changed_keys(&other.http))
+            .chain(self.store.changed_keys(&other.store))
+            .chain(self.admin.changed_keys(&other.admin))
+            .chain(self.processing.changed_keys(&other.processing))
+            .chain(self.observability.changed_keys(&other.observability))
             .collect()
-    }
-}
-
-impl SourceConfig {
-    /// The keys whose value differs from `other`'s, beyond those [`check_reload`] names on
-    /// its own (kind, signature, json locations) and the secrets a reload rotates.
-    fn changed_keys(&self, other: &SourceConfig) -> Vec<&'static str> {
-        changed_keys!(self, other, [
-            "mode" => mode,
-            "decide_at_ingest" => decide_at_ingest,
-            "tolerance_s" => tolerance_s,
-            "first_sequence" => first_sequence,
-            "hold_timeout_s" => hold_timeout_s,
-            "stale_after_s" => stale_after_s,
-            "max_backlog" => max_backlog,
-            "max_held_per_aggregate" => max_held_per_aggregate,
-            "rate_limit_per_s" => rate_limit_per_s,
-            "keep_headers" => keep_headers,
-            "allow_ips" => allow_ips,
-            "batch" => batch,
-            "response" => response,
-            "handshake" => handshake,
-            "search_fields" => search_fields,
-        ])
     }
 }
 
@@ -419,6 +365,7 @@ mod tests {
             &[("INHOOK_ENCRYPTION_KEYS", &format!("{K2}, {K1}"))],
         );
         let ids: Vec<&str> = from_env
+            .store
             .encryption
             .as_ref()
             .unwrap()

@@ -29,7 +29,8 @@ use crate::store::{DeliveryQueue, DeliveryRecord, PendingVerdict, Store};
 /// How long an idle destination waits before looking for due deliveries unasked, unless
 /// configured (`forward_poll_ms`): only a safety net, since commits writing deliveries,
 /// finished requests and retries falling due wake it.
-pub const DEFAULT_POLL: Duration = Duration::from_millis(crate::config::defaults::FORWARD_POLL_MS);
+pub const DEFAULT_POLL: Duration =
+    Duration::from_millis(crate::config::processing::FORWARD_POLL_MS);
 /// Verdicts written in one transaction at most.
 const VERDICT_BATCH: usize = 256;
 /// Pause after a store failure before trying again.

@@ -99,7 +99,7 @@ pub(super) async fn require_admin(
     request: Request,
     next: Next,
 ) -> Response {
-    let token = state.config.admin_token.as_ref();
+    let token = state.config.admin.admin_token.as_ref();
     let now = Instant::now();
     let offers_token = request.headers().contains_key(header::AUTHORIZATION);
     let outcome = match token.zip(state.token_guesses.wait(peer.ip(), now)) {

@@ -237,7 +237,7 @@ fn documented_routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::Op
             auth::require_admin,
         ));
     let metrics = OpenApiRouter::new().routes(routes!(api::overview::metrics));
-    let metrics = if state.config.metrics_public {
+    let metrics = if state.config.admin.metrics_public {
         metrics
     } else {
         metrics.route_layer(middleware::from_fn_with_state(
@@ -265,7 +265,7 @@ pub fn router(state: AppState) -> Router {
             .unwrap_or_else(|_| "{}".to_owned())
             .into(),
     );
-    let ceiling = if state.config.bench_ceiling {
+    let ceiling = if state.config.admin.bench_ceiling {
         // Reads the body and answers a fixed 202: what the HTTP stack costs with no work.
         Router::new().route(
             "/bench/ceiling",

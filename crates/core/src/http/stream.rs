@@ -53,7 +53,7 @@ impl ChangeMask {
     /// The masking of `config`'s `mask_fields` over its sources.
     pub fn of(config: &crate::config::Config) -> Self {
         Self {
-            fields: config.mask_fields.clone(),
+            fields: config.admin.mask_fields.clone(),
             kinds: config
                 .sources
                 .iter()

@@ -32,13 +32,13 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
 /// an SQLite file that does not exist is an error, never a new empty store, so a command run
 /// in the wrong folder says so instead of printing an empty table.
 pub async fn open_existing_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
-    if let Database::Sqlite(path) = &config.database {
+    if let Database::Sqlite(path) = &config.store.database {
         if !path.exists() {
             anyhow::bail!(
                 "no inhook store at {} ({}): run the command where `inhook serve` runs, or name \
                  the store with --config or INHOOK_DATABASE",
                 path.display(),
-                config.database
+                config.store.database
             );
         }
     }
@@ -63,7 +63,7 @@ pub async fn prune_stored_headers(store: &dyn Store, config: &Config) -> Result<
         .iter()
         .map(|s| (s.name.clone(), s.keep_headers.clone()))
         .collect();
-    let top_level = config.keep_headers.clone();
+    let top_level = config.http.keep_headers.clone();
     let keep: Arc<crate::store::HeaderFilter> = Arc::new(move |source: &str, stored: &str| {
         let extra = by_source.get(source).unwrap_or(&top_level);
         crate::ingress::kept_headers::pruned(stored, extra)
@@ -83,12 +83,13 @@ pub async fn prune_stored_headers(store: &dyn Store, config: &Config) -> Result<
 
 /// Opens the configured store as it is, without migrating.
 pub fn connect_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
-    let store: Arc<dyn Store> = match &config.database {
+    let store: Arc<dyn Store> = match &config.store.database {
         Database::Sqlite(path) => {
-            let store = SqliteStore::open(path, Duration::from_millis(config.busy_timeout_ms))
-                .with_context(|| format!("opening SQLite database {}", path.display()))?;
-            let store = store.with_encryption(config.encryption.clone());
-            Arc::new(if config.group_commit {
+            let store =
+                SqliteStore::open(path, Duration::from_millis(config.store.busy_timeout_ms))
+                    .with_context(|| format!("opening SQLite database {}", path.display()))?;
+            let store = store.with_encryption(config.store.encryption.clone());
+            Arc::new(if config.store.group_commit {
                 store
             } else {
                 store.without_group_commit()
@@ -98,12 +99,12 @@ pub fn connect_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
             let store = PostgresStore::connect(
                 url,
                 PoolSettings {
-                    max_size: config.pool_size,
-                    timeout: Duration::from_millis(config.busy_timeout_ms),
+                    max_size: config.store.pool_size,
+                    timeout: Duration::from_millis(config.store.busy_timeout_ms),
                 },
             )?
-            .with_encryption(config.encryption.clone());
-            Arc::new(if config.group_commit {
+            .with_encryption(config.store.encryption.clone());
+            Arc::new(if config.store.group_commit {
                 store
             } else {
                 store.without_group_commit()
@@ -141,7 +142,7 @@ impl Core {
             sinks,
         )?;
         for sender in &mut senders {
-            sender.poll = Duration::from_millis(config.forward_poll_ms);
+            sender.poll = Duration::from_millis(config.processing.forward_poll_ms);
         }
         Sender::set_media_types(&mut senders, &config.sources);
         Sender::prepare_all(&senders).await;
@@ -155,12 +156,12 @@ impl Core {
             .context("reading the last state change")?;
         let feed = Arc::new(crate::http::ChangeFeed::new(
             feed_start,
-            config.max_streams,
-            config.stream_buffer,
+            config.admin.max_streams,
+            config.admin.stream_buffer,
         ));
         let body_budget = crate::http::BodyBudget::new(
-            config.max_buffered_body_bytes,
-            config.max_buffered_body_bytes_per_peer,
+            config.http.max_buffered_body_bytes,
+            config.http.max_buffered_body_bytes_per_peer,
         );
         let tallies = Arc::new(SourceTallies::new(
             config.sources.iter().map(|source| source.name.as_str()),
@@ -242,7 +243,7 @@ impl Core {
                 .subscribe_deliveries(Arc::clone(&forward_wake));
             background.spawn(Sender::run_all(self.senders, forward_wake, stop_rx.clone()));
         }
-        if !self.state.config.alerts.is_empty() {
+        if !self.state.config.observability.alerts.is_empty() {
             // This node's name: on its own notices, and on the outbox rows it holds.
             let node: Arc<str> = crate::forward::sender::node_id().into();
             let outbox = self.alerts.start(
@@ -251,7 +252,7 @@ impl Core {
                 Arc::clone(&self.state.store),
                 Arc::clone(&node),
                 self.state.clock,
-                Duration::from_millis(self.state.config.alert_tick_ms),
+                Duration::from_millis(self.state.config.observability.alert_tick_ms),
             );
             background.spawn(
                 crate::operations::alerts::AlertWatch {
@@ -300,7 +301,7 @@ impl Running {
     /// the figures they counted.
     pub(crate) async fn finish(mut self) {
         let _ = self.stop.send(true);
-        let grace = Duration::from_secs(self.state.config.shutdown_timeout_s);
+        let grace = Duration::from_secs(self.state.config.processing.shutdown_timeout_s);
         let drained = tokio::time::timeout(grace, async {
             while self.background.join_next().await.is_some() {}
         })
@@ -328,7 +329,7 @@ pub struct Application {
 impl Application {
     /// Opens the store, migrates it and binds the listen address (port 0 picks a free port).
     pub async fn build(config: Config) -> anyhow::Result<Self> {
-        let listen = config.listen;
+        let listen = config.http.listen;
         let core = Core::build(config, Sinks::default()).await?;
         let listener = TcpListener::bind(listen)
             .await
@@ -359,15 +360,15 @@ impl Application {
     ) -> anyhow::Result<()> {
         let running = self.core.start();
         let stop_rx = running.stop.subscribe();
-        let grace = Duration::from_secs(running.state.config.shutdown_timeout_s);
+        let grace = Duration::from_secs(running.state.config.processing.shutdown_timeout_s);
         let config = &running.state.config;
-        let pool = match config.database {
-            Database::Postgres(_) => config.pool_size,
+        let pool = match config.store.database {
+            Database::Postgres(_) => config.store.pool_size,
             Database::Sqlite(_) => 0,
         };
-        let max_connections = effective_max_connections(config.max_connections, pool);
-        let mut max_connections_per_peer = config.max_connections_per_peer;
-        if max_connections < config.max_connections {
+        let max_connections = effective_max_connections(config.http.max_connections, pool);
+        let mut max_connections_per_peer = config.http.max_connections_per_peer;
+        if max_connections < config.http.max_connections {
             // The cap the operator chose no longer leaves room for other peers: keep half for them.
             if max_connections_per_peer >= max_connections {
                 max_connections_per_peer = (max_connections / 2).max(1);
@@ -375,21 +376,21 @@ impl Application {
             tracing::warn!(
                 max_connections,
                 max_connections_per_peer,
-                configured = config.max_connections,
+                configured = config.http.max_connections,
                 open_files_limit = open_files_limit(),
                 "max_connections lowered to fit the open files limit (ulimit -n)"
             );
         } else {
             tracing::info!(
                 max_connections,
-                max_connections_per_peer = config.max_connections_per_peer,
+                max_connections_per_peer = config.http.max_connections_per_peer,
                 open_files_limit = open_files_limit(),
                 "connection cap"
             );
         }
         let limits = ConnectionLimits {
-            header_read_timeout: Duration::from_secs(config.header_read_timeout_s),
-            max_header_bytes: config.max_header_bytes,
+            header_read_timeout: Duration::from_secs(config.http.header_read_timeout_s),
+            max_header_bytes: config.http.max_header_bytes,
             max_connections,
             max_connections_per_peer,
         };

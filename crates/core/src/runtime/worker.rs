@@ -60,7 +60,7 @@ impl Worker {
                 .map(|s| SourceRules::for_source(s, &self.config.destinations))
                 .collect(),
         );
-        let permits = Arc::new(Semaphore::new(self.config.workers.max(1)));
+        let permits = Arc::new(Semaphore::new(self.config.processing.workers.max(1)));
         let in_flight: Arc<Mutex<HashSet<(String, String)>>> = Arc::default();
         let mut tasks = JoinSet::new();
         let mut store_ok = true;
@@ -187,7 +187,7 @@ impl Worker {
                         aggregate,
                         &error,
                         self.clock.now_ms(),
-                        self.config.retry,
+                        self.config.processing.retry,
                         rand::random::<f64>(),
                     )
                     .await;
@@ -222,13 +222,13 @@ impl Retention {
     /// Deletes decided events past `retention`, keeping their dedup keys for `dedup_window`.
     /// Works in small transactions so ingress never waits on it.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
-        let interval = Duration::from_secs(self.config.purge_interval_s.max(1));
+        let interval = Duration::from_secs(self.config.processing.purge_interval_s.max(1));
         while !*shutdown.borrow() {
             let now_ms = self.clock.now_ms();
-            let before_ms = now_ms.saturating_sub(self.config.retention_s as i64 * 1000);
+            let before_ms = now_ms.saturating_sub(self.config.processing.retention_s as i64 * 1000);
             let dedup_until_ms = now_ms
-                .saturating_add(self.config.dedup_window_s as i64 * 1000)
-                .saturating_sub(self.config.retention_s as i64 * 1000);
+                .saturating_add(self.config.processing.dedup_window_s as i64 * 1000)
+                .saturating_sub(self.config.processing.retention_s as i64 * 1000);
             let mut purged = 0;
             loop {
                 match self
@@ -252,8 +252,9 @@ impl Retention {
             if purged > 0 {
                 info!(events = purged, "retention: purged decided events");
             }
-            let stats_before_ms = now_ms
-                .saturating_sub((self.config.stats_retention_days as i64).saturating_mul(DAY_MS));
+            let stats_before_ms = now_ms.saturating_sub(
+                (self.config.processing.stats_retention_days as i64).saturating_mul(DAY_MS),
+            );
             if let Err(err) = self.store.purge_stats(stats_before_ms).await {
                 warn!(error = %err, "figures over time not pruned; will retry");
             }

@@ -111,7 +111,7 @@ pub(crate) async fn aggregate_one(
         source.kind.as_ref(),
         &stored,
         crate::domain::clock::now_ms(),
-        &state.config.mask_fields,
+        &state.config.admin.mask_fields,
     );
     Ok(Json(view).into_response())
 }
@@ -149,7 +149,7 @@ pub(crate) async fn aggregates_list(
                 source.kind.as_ref(),
                 stored,
                 now_ms,
-                &state.config.mask_fields,
+                &state.config.admin.mask_fields,
             )
         })
         .collect();

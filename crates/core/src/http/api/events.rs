@@ -301,10 +301,10 @@ pub(crate) async fn event_one(
     let keep_headers = state
         .config
         .source(&record.source)
-        .map_or(&state.config.keep_headers, |s| &s.keep_headers);
+        .map_or(&state.config.http.keep_headers, |s| &s.keep_headers);
     Ok(Json(event_detail(
         &record,
-        &state.config.mask_fields,
+        &state.config.admin.mask_fields,
         keep_headers,
     ))
     .into_response())

@@ -52,7 +52,7 @@ pub(crate) async fn save_one(
         .await?
         .ok_or(Answer::NotFound("unknown_save"))?;
     let mut view = json!(save_view(&player_id, &save_slot, &save_state(&save)?));
-    source.kind.mask(&mut view, &state.config.mask_fields);
+    source.kind.mask(&mut view, &state.config.admin.mask_fields);
     Ok(Json(view).into_response())
 }
 
@@ -94,7 +94,7 @@ pub(crate) async fn saves_list(
         .iter()
         .map(|save| {
             let mut view = source.kind.view(save, now_ms);
-            source.kind.mask(&mut view, &state.config.mask_fields);
+            source.kind.mask(&mut view, &state.config.admin.mask_fields);
             view
         })
         .collect();

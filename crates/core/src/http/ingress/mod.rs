@@ -71,8 +71,11 @@ pub(super) async fn receive(
         return unknown_source();
     };
     // Who may call is decided before anything is read, and logs nothing: anyone can knock.
-    let client =
-        crate::ingress::peers::client_address(peer.ip(), &headers, &state.config.trusted_proxies);
+    let client = crate::ingress::peers::client_address(
+        peer.ip(),
+        &headers,
+        &state.config.http.trusted_proxies,
+    );
     if config
         .allow_ips
         .as_ref()
@@ -232,7 +235,7 @@ async fn read_body(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<ReadBody, Answer> {
-    let limit = state.config.max_body_bytes;
+    let limit = state.config.http.max_body_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -243,7 +246,7 @@ async fn read_body(
     }
     // The budget is taken as bytes arrive, not from the declared length: a client that
     // declares a large body and trickles it holds only what it has sent (docs/configuration.md).
-    let deadline = std::time::Duration::from_secs(state.config.body_read_timeout_s);
+    let deadline = std::time::Duration::from_secs(state.config.http.body_read_timeout_s);
     let read = tokio::time::timeout(deadline, read_within_budget(state, client, body, limit)).await;
     let (body, hold) = match read {
         Ok(Ok(read)) => read,
@@ -828,8 +831,11 @@ pub(super) async fn handshake_get(
     let Some(handshake) = config.handshake.filter(|h| h.answers_get()) else {
         return Answer::MethodNotAllowed.into_response();
     };
-    let client =
-        crate::ingress::peers::client_address(peer.ip(), &headers, &state.config.trusted_proxies);
+    let client = crate::ingress::peers::client_address(
+        peer.ip(),
+        &headers,
+        &state.config.http.trusted_proxies,
+    );
     let answer = if config
         .allow_ips
         .as_ref()
@@ -1090,7 +1096,7 @@ async fn read_within_budget(
 ) -> Result<(axum::body::Bytes, super::BodyHold), BodyRead> {
     use futures_util::StreamExt;
     let started = tokio::time::Instant::now();
-    let rate = state.config.min_body_bytes_per_s;
+    let rate = state.config.http.min_body_bytes_per_s;
     // When `read` bytes fall behind the minimum rate.
     let behind_at = |read: usize| {
         let allowed = BODY_RATE_GRACE_S as f64 + read as f64 / rate as f64;

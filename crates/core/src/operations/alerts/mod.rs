@@ -50,13 +50,14 @@ impl AlertWatch {
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let conditions: Vec<Condition> = self
             .config
+            .observability
             .alerts
             .iter()
             .map(|rule| rule.condition.clone())
             .collect();
         let started_ms = self.clock.now_ms();
         let mut book = AlertBook::default();
-        let tick = Duration::from_millis(self.config.alert_tick_ms);
+        let tick = Duration::from_millis(self.config.observability.alert_tick_ms);
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(tick) => {}
@@ -86,7 +87,7 @@ impl AlertWatch {
                 return false;
             }
         };
-        for (index, rule) in self.config.alerts.iter().enumerate() {
+        for (index, rule) in self.config.observability.alerts.iter().enumerate() {
             if !rule.condition.on.shared() {
                 continue;
             }
@@ -109,7 +110,7 @@ impl AlertWatch {
     /// about the node's own view the store could not keep (it is down) is queued in memory
     /// on its channels instead: sent, not listed.
     async fn deliver(&self, notice: Notice) {
-        let rule = &self.config.alerts[notice.rule];
+        let rule = &self.config.observability.alerts[notice.rule];
         let shared = notice.on.shared();
         let subject = notice
             .source

@@ -443,8 +443,8 @@ impl Outbox {
         let mut sinks = Sinks::default();
         let mut keys: Vec<(Channel, LaneHandle)> = Vec::new();
         let mut lanes = Vec::new();
-        let mut by_rule = Vec::with_capacity(config.alerts.len());
-        for rule in config.alerts.iter() {
+        let mut by_rule = Vec::with_capacity(config.observability.alerts.len());
+        for rule in config.observability.alerts.iter() {
             let mut queues = Vec::new();
             for channel in &rule.channels {
                 if let Some((_, handle)) = keys.iter().find(|(c, _)| c == channel) {
@@ -574,7 +574,7 @@ fn transport(
                     .map_err(|err| OutboxError::Http(rule.to_owned(), Box::new(err)))?,
                 url: url.clone(),
             },
-            config.retry,
+            config.processing.retry,
         ),
         Channel::Email {
             smtp_url,
@@ -606,7 +606,7 @@ fn transport(
                     to: to.iter().map(|a| mailbox(a)).collect::<Result<_, _>>()?,
                     from: mailbox(from)?,
                 },
-                config.retry,
+                config.processing.retry,
             )
         }
     })
