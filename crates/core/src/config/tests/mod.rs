@@ -593,7 +593,7 @@ fn stream_limits_default_and_must_allow_one() {
 fn the_documented_keys_and_variables_are_the_ones_the_sections_read() {
     let docs = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/docs/configuration.md"
+        "/../../docs/configuration.md"
     ))
     .unwrap();
     // The first two cells of each row of the table under `heading`.
