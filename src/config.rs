@@ -1325,7 +1325,7 @@ fn batch(s: &FileSource, kind: &dyn Kind) -> Result<Option<usize>, ConfigError> 
     }
 }
 
-/// The handshake of the `aws-sns` scheme, which answers it itself (src/http/sns.rs).
+/// The handshake of the `aws-sns` scheme, which comes with it (src/handshake/sns.rs).
 const AWS_SNS_HANDSHAKE: &str = "aws-sns";
 
 /// A source's `handshake` (docs/configuration.md): one of the known kinds, and the secret

@@ -5,8 +5,12 @@
 //!   docs/contract.md in order; the read API (one module per resource) serves
 //!   projections; the accept loop bounds connections; admin auth fails closed.
 //!   Thin over the rest. [`log_throttle`] keeps its noisy warnings to one a period.
-//! - [`signature`]: signature schemes (the seeds', Standard Webhooks, GitHub,
-//!   Stripe, Slack, Shopify), pure functions over raw bytes.
+//! - [`signature`]: signature schemes, pure functions over raw bytes: one configurable
+//!   HMAC the fixed HMAC schemes (the seeds', GitHub, Slack, Shopify) are aliases of,
+//!   Stripe, Standard Webhooks, public keys, tokens; `aws-sns` alone waits, for the
+//!   certificate it fetches.
+//! - [`handshake`]: the publishers' endpoint handshakes, one module each, behind one entry
+//!   point the HTTP layer calls.
 //! - [`kind`]: one module per kind (`presence`, `save`, `json`), each holding its contract
 //!   (raw body to a typed event), its rules, its projection, its defaults, its delivery order
 //!   and its views, behind the [`kind::Kind`] trait; nothing outside names a kind.
