@@ -362,9 +362,8 @@ pub fn detect(handshake: Handshake, parts: &Parts<'_>) -> Outcome {
 /// What a request was to its source's handshakes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answered {
-    /// The source's `handshake`: answered ([`Outcome::Answer`]) or refused
-    /// ([`Outcome::Refused`]).
-    Configured(Handshake, Outcome),
+    /// The source's `handshake`: its answer, or why it is refused (a 400).
+    Configured(Handshake, Result<Reply, Refusal>),
     /// SNS's subscription handshake, on an `aws-sns` source.
     Sns(sns::Confirmation),
 }
@@ -383,7 +382,8 @@ pub async fn answer(
     if let Some(handshake) = handshake.filter(|h| h.stage() == stage) {
         match detect(handshake, parts) {
             Outcome::NotHandshake => {}
-            outcome => return Some(Answered::Configured(handshake, outcome)),
+            Outcome::Answer(reply) => return Some(Answered::Configured(handshake, Ok(reply))),
+            Outcome::Refused(why) => return Some(Answered::Configured(handshake, Err(why))),
         }
     }
     match verifier {

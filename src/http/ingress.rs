@@ -953,7 +953,7 @@ async fn handshake_answer(
 ) -> Option<Answer> {
     let answered = handshake::answer(source.handshake, &source.verifier, stage, parts).await?;
     Some(match answered {
-        handshake::Answered::Configured(handshake, handshake::Outcome::Answer(reply)) => {
+        handshake::Answered::Configured(handshake, Ok(reply)) => {
             metrics::handshake(&source.name, handshake.name());
             if let Ok(mut seen) = state.handshakes.lock() {
                 *seen.entry(source.name.clone()).or_default() += 1;
@@ -964,11 +964,9 @@ async fn handshake_answer(
             }
             Answer::Handshake(reply)
         }
-        handshake::Answered::Configured(handshake, handshake::Outcome::Refused(refusal)) => {
+        handshake::Answered::Configured(handshake, Err(refusal)) => {
             Answer::InvalidHandshake(format!("{handshake} handshake: {refusal}"))
         }
-        // `answer` never hands back a request that is no handshake.
-        handshake::Answered::Configured(_, handshake::Outcome::NotHandshake) => return None,
         handshake::Answered::Sns(confirmation) => sns_answer(source, confirmation),
     })
 }
