@@ -2,7 +2,7 @@
 //! JSON message signed with the private key of the X.509 certificate its `SigningCertURL`
 //! names. The message is parsed, its string to sign built and its signature checked
 //! against a certificate's key by pure functions; [`SnsConfig::verify`] waits for the
-//! certificate ([`certificates`]: fetched, cached, bounded) once the topic
+//! certificate (`certificates`: fetched, cached, bounded) once the topic
 //! ([`SnsConfig::takes_topic`]) and the URLs ([`SnsConfig::cert_url`],
 //! [`SnsConfig::subscribe_url`]) are checked, so nothing is fetched for a message this
 //! source would refuse anyway.

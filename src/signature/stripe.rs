@@ -4,7 +4,7 @@
 //! one verifies. Other schemes (`v0`, test-mode extras) are ignored, as
 //! Stripe's libraries ignore them.
 //!
-//! Its MACs are the configurable HMAC's ([`match_secrets`]), but its header is read here:
+//! Its MACs are the configurable HMAC's (`configurable::match_secrets`), but its header is read here:
 //! a `pairs` setting cannot state it exactly (Stripe's libraries split on `,` only, sign
 //! the parsed `t` rather than its text, and each malformed header says which rule failed).
 
