@@ -13,8 +13,9 @@ fuzz_target!(|data: &[u8]| {
         assert!(text.ends_with(format!("Type\n{}\n", message.kind.name()).as_bytes()));
     }
     if let Ok(raw) = std::str::from_utf8(data) {
-        let config = SnsConfig::parse(None, None).expect("the defaults parse");
-        if let Ok(url) = config.allowed_url("SigningCertURL", raw) {
+        let topics = ["arn:aws:sns:us-east-1:123456789012:fuzz".to_owned()];
+        let config = SnsConfig::parse(None, &topics).expect("the defaults parse");
+        if let Ok(url) = config.subscribe_url(raw) {
             assert_eq!(url.scheme(), "https");
             let host = url.host_str().expect("a host");
             assert!(host.to_ascii_lowercase().ends_with(".amazonaws.com"), "{host}");

@@ -25,6 +25,7 @@ fn contract() -> JsonContract {
         state: Some("/data/object".into()),
         body_format: None,
         unwrap: None,
+        ..Default::default()
     };
     JsonContract::compile(&spec).expect("the fixed spec compiles")
 }

@@ -6,8 +6,8 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|raw: &str| {
     if let Some(signature) = seed::parse_signature(raw) {
-        assert_eq!(raw.len(), 64);
-        assert_eq!(hex_lower(&signature), raw.to_ascii_lowercase());
+        assert_eq!(raw.trim().len(), 64);
+        assert_eq!(hex_lower(&signature), raw.trim().to_ascii_lowercase());
     }
     if let Some(ts) = parse_unix_timestamp(raw) {
         assert!(ts >= 0);

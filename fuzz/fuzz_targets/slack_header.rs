@@ -6,6 +6,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|raw: &str| {
     if slack::parse_signature(raw).is_some() {
-        assert!(raw.starts_with("v0=") && raw.len() == 3 + 64);
+        // Read as `hmac` settings read a signature: spaces after the prefix are dropped.
+        assert!(raw.starts_with("v0=") && raw[3..].trim().len() == 64);
     }
 });

@@ -11,9 +11,12 @@
 //!   docs/contract.md in order; the read API (one module per resource) serves
 //!   projections; the accept loop bounds connections; admin auth fails closed.
 //!   Thin over the rest.
-//! - [`ingress`]: what a delivery passes besides HTTP — the signature schemes (pure
-//!   functions over raw bytes), the publishers' handshakes, the presets, the headers kept,
-//!   the peers believed.
+//! - [`ingress`]: what a delivery passes besides HTTP — the signature schemes, pure
+//!   functions over raw bytes (one configurable HMAC the fixed HMAC schemes — the seeds',
+//!   GitHub, Slack, Shopify — are aliases of; Stripe, Standard Webhooks, public keys,
+//!   tokens; `aws-sns` alone waits, for the certificate it fetches); the publishers'
+//!   endpoint handshakes, one module each behind one entry point; the presets; the headers
+//!   kept; the peers believed.
 //! - [`domain`]: what an event is and how it is decided, pure — ids and statuses, one
 //!   module per kind (`presence`, `save`, `json`: contract, rules, projection, delivery
 //!   order, views) behind the `Kind` trait, the ordering rules (latest-wins, in-order with

@@ -8,7 +8,6 @@ mod auth;
 mod dashboard;
 mod ingress;
 pub mod server;
-mod sns;
 mod stream;
 pub mod tally;
 

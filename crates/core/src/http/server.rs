@@ -122,7 +122,7 @@ fn site_key(ip: IpAddr) -> Option<IpAddr> {
 
 /// Whom a connection is counted against: its IPv4 address (also when it arrives
 /// IPv4-mapped on a dual-stack socket), or its IPv6 /64, the block one host usually holds.
-pub(super) fn peer_key(ip: IpAddr) -> IpAddr {
+pub(crate) fn peer_key(ip: IpAddr) -> IpAddr {
     match ip.to_canonical() {
         IpAddr::V6(v6) => IpAddr::V6(std::net::Ipv6Addr::from_bits(
             v6.to_bits() & !((1u128 << 64) - 1),

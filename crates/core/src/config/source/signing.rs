@@ -173,7 +173,7 @@ fn sns_topic_arns(
     }
 }
 
-/// The handshake of the `aws-sns` scheme, which answers it itself (src/http/sns.rs).
+/// The handshake of the `aws-sns` scheme, which comes with it (ingress/handshake/sns.rs).
 pub(super) const AWS_SNS_HANDSHAKE: &str = "aws-sns";
 
 /// A source's `handshake` (docs/configuration.md): one of the known kinds, and the secret

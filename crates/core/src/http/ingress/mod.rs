@@ -272,7 +272,7 @@ fn check_content_type(source: &SourceConfig, headers: &HeaderMap) -> Result<(), 
         .and_then(|v| v.to_str().ok());
     // SNS posts its JSON as `text/plain` (docs/configuration.md, `aws-sns`).
     let sns_text = matches!(source.verifier, signature::Verifier::AwsSns(_))
-        && super::sns::is_sns_media_type(content_type);
+        && signature::aws_sns::is_sns_media_type(content_type);
     if !format.accepts(content_type) && !sns_text {
         return Err(Answer::UnsupportedMediaType {
             expected: format.media_type(),
@@ -327,25 +327,19 @@ async fn verify_and_parse(
     let received_at_ms = state.clock.now_ms();
     let (verified, matched) =
         verify_signature(state, source, target, headers, &read.body, received_at_ms).await?;
-    // A signed handshake is answered once its signature verified, before the contract and
-    // the store: never logged, never forwarded (docs/contract.md, handshakes).
-    if let Some(handshake) = source
-        .handshake
-        .filter(|h| h.stage() == handshake::Stage::SignedPost)
+    // A signed handshake (SNS's confirmations among them) is answered once its signature
+    // verified, before the contract and the store: never logged, never forwarded
+    // (docs/contract.md, handshakes).
+    let parts = handshake::Parts {
+        method: target.method,
+        path_and_query: target.path_and_query,
+        headers,
+        body: &read.body,
+        secret: matched.as_ref(),
+    };
+    if let Some(answer) =
+        handshake_answer(state, source, handshake::Stage::SignedPost, &parts).await
     {
-        let parts = handshake::Parts {
-            method: target.method,
-            path_and_query: target.path_and_query,
-            headers,
-            body: &read.body,
-            secret: matched.as_ref(),
-        };
-        if let Some(answer) = handshake_answer(state, source, handshake, &parts) {
-            return Err(answer);
-        }
-    }
-    // A verified handshake is answered here: never stored nor forwarded.
-    if let Some(answer) = super::sns::handshake(source, &read.body).await {
         return Err(answer);
     }
     let delivery_id = verified.delivery_id.as_deref();
@@ -713,14 +707,6 @@ async fn verify_signature(
 ) -> Result<(signature::Verified, Option<signature::Secret>), Answer> {
     let (verifier, tolerance_s) = (&source.verifier, source.tolerance_s);
     let received_at = received_at_ms.div_euclid(1000);
-    if let signature::Verifier::AwsSns(sns) = verifier {
-        return match super::sns::verify(source, sns, body, received_at, target.client).await {
-            Ok(verified) => Ok((verified, None)),
-            Err(super::sns::Refused::Signature(err)) => Err(signature_rejected(source, err)),
-            Err(super::sns::Refused::Topic) => Err(Answer::FORBIDDEN_TOPIC),
-            Err(super::sns::Refused::Upstream(answer)) => Err(answer),
-        };
-    }
     let secrets = state.secrets.source(&source.name);
     let ignored = verifier.ignored_signatures(headers);
     if ignored > 0 {
@@ -750,7 +736,9 @@ async fn verify_signature(
             };
             // The secrets come back: a handshake answers with the one that verified.
             (
-                verifier.verify(&request, &secrets, received_at, tolerance_s),
+                verifier
+                    .verify(&request, &secrets, received_at, tolerance_s)
+                    .map_err(signature::Refusal::Signature),
                 secrets,
             )
         });
@@ -768,10 +756,11 @@ async fn verify_signature(
             method: target.method,
             path_and_query: target.path_and_query,
         };
-        (
-            verifier.verify(&request, &secrets, received_at, tolerance_s),
-            secrets,
-        )
+        // `aws-sns` waits here for its certificate; every other scheme checks at once.
+        let verdict = verifier
+            .verify_waiting(&request, &secrets, received_at, tolerance_s, target.client)
+            .await;
+        (verdict, secrets)
     };
     // The secret that verified, for a handshake answered with it (Zoom's encryptedToken).
     let verdict = verdict.map(|verified| {
@@ -780,7 +769,31 @@ async fn verify_signature(
             .and_then(|_| secrets.get(verified.secret_index).cloned());
         (verified, matched)
     });
-    verdict.map_err(|err| signature_rejected(source, err))
+    verdict.map_err(|refusal| verification_refused(source, refusal))
+}
+
+/// The answer to a delivery its verifier refused, logged and counted.
+fn verification_refused(source: &SourceConfig, refusal: signature::Refusal) -> Answer {
+    match refusal {
+        signature::Refusal::Signature(err) => signature_rejected(source, err),
+        signature::Refusal::ForbiddenTopic { topic } => {
+            // Anyone can name any topic: one line per interval, the ARN logged escaped.
+            if let Some(suppressed) = TOPIC_LOG.admit() {
+                warn!(source = %source.name, ?topic, suppressed,
+                      "SNS message from a topic outside sns_topic_arns: refused, nothing fetched");
+            }
+            Answer::FORBIDDEN_TOPIC
+        }
+        signature::Refusal::CertificateUnavailable { host, why } => {
+            if let Some(suppressed) = FETCH_LOG.admit() {
+                warn!(source = %source.name, host = host.as_str(), why, suppressed,
+                      "SNS signing certificate unavailable: delivery refused");
+            }
+            Answer::UpstreamFailed {
+                error: "certificate_unavailable",
+            }
+        }
+    }
 }
 
 /// The 401 of a delivery whose signature did not verify, logged and counted.
@@ -895,7 +908,8 @@ async fn get_handshake(
         body: &[],
         secret: secret.as_ref(),
     };
-    handshake_answer(state, source, handshake, &parts).unwrap_or_else(|| {
+    let answer = handshake_answer(state, source, handshake.stage(), &parts).await;
+    answer.unwrap_or_else(|| {
         Answer::InvalidHandshake(format!(
             "this source answers only its {handshake} handshake to a GET; deliveries are POSTs"
         ))
@@ -913,7 +927,7 @@ async fn early_post_handshake(
     headers: &HeaderMap,
     body: &axum::body::Bytes,
 ) -> Option<Answer> {
-    let handshake = source
+    source
         .handshake
         .filter(|h| h.stage() == handshake::Stage::EarlyPost)?;
     let parts = handshake::Parts {
@@ -933,22 +947,20 @@ async fn early_post_handshake(
     {
         return Some(refused);
     }
-    handshake_answer(state, source, handshake, &parts)
+    handshake_answer(state, source, handshake::Stage::EarlyPost, &parts).await
 }
 
-/// The answer to a handshake, counted; `None` when the request is no handshake.
-fn handshake_answer(
+/// The answer to a source's handshakes at `stage` ([`handshake::answer`]), counted;
+/// `None` when the request is no handshake.
+async fn handshake_answer(
     state: &AppState,
     source: &SourceConfig,
-    handshake: Handshake,
+    stage: handshake::Stage,
     parts: &handshake::Parts<'_>,
 ) -> Option<Answer> {
-    match handshake::detect(handshake, parts) {
-        handshake::Outcome::NotHandshake => None,
-        handshake::Outcome::Refused(refusal) => Some(Answer::InvalidHandshake(format!(
-            "{handshake} handshake: {refusal}"
-        ))),
-        handshake::Outcome::Answer(reply) => {
+    let answered = handshake::answer(source.handshake, &source.verifier, stage, parts).await?;
+    Some(match answered {
+        handshake::Answered::Configured(handshake, Ok(reply)) => {
             metrics::handshake(&source.name, handshake.name());
             if let Some(tally) = state.tallies.of(&source.name) {
                 tally.count_handshake();
@@ -957,10 +969,54 @@ fn handshake_answer(
             if let Some(suppressed) = HANDSHAKE_LOG.admit() {
                 info!(source = %source.name, kind = handshake.name(), suppressed, "handshake answered");
             }
-            Some(Answer::Handshake(reply))
+            Answer::Handshake(reply)
         }
+        handshake::Answered::Configured(handshake, Err(refusal)) => {
+            Answer::InvalidHandshake(format!("{handshake} handshake: {refusal}"))
+        }
+        handshake::Answered::Sns(confirmation) => sns_answer(source, confirmation),
+    })
+}
+
+/// The answer to an SNS message that is no event: a confirmed subscription (200, or 502
+/// when the confirmation failed), an unsubscription answered 200; neither stored.
+fn sns_answer(source: &SourceConfig, confirmation: handshake::sns::Confirmation) -> Answer {
+    use handshake::sns::{Confirmation, NAME};
+    match confirmation {
+        Confirmation::Confirmed { topic } => {
+            metrics::handshake(&source.name, NAME);
+            info!(source = %source.name, %topic, "SNS subscription confirmed");
+            Answer::SnsConfirmed { kind: NAME }
+        }
+        Confirmation::Failed { topic, why } => {
+            // The URL carries the subscription's token: never logged.
+            warn!(source = %source.name, %topic, why,
+                  "SNS subscription confirmation failed: SNS will resend it");
+            Answer::UpstreamFailed {
+                error: "subscription_confirmation_failed",
+            }
+        }
+        Confirmation::Unsubscribed { topic } => {
+            info!(source = %source.name, %topic, "SNS UnsubscribeConfirmation: answered, not stored");
+            Answer::NotStored {
+                reason: "unsubscribe_confirmation",
+            }
+        }
+        Confirmation::ForbiddenTopic => Answer::FORBIDDEN_TOPIC,
     }
 }
+
+/// Messages from unlisted topics come in floods when anyone subscribes the endpoint.
+static TOPIC_LOG: crate::operations::log_throttle::LogThrottle =
+    crate::operations::log_throttle::LogThrottle::new(
+        crate::operations::log_throttle::NOISY_LOG_INTERVAL,
+    );
+
+/// Certificate fetch failures come in floods when anyone names a failing URL.
+static FETCH_LOG: crate::operations::log_throttle::LogThrottle =
+    crate::operations::log_throttle::LogThrottle::new(
+        crate::operations::log_throttle::NOISY_LOG_INTERVAL,
+    );
 
 /// Handshakes come as often as a publisher (or anyone, for unsigned ones) sends them.
 static HANDSHAKE_LOG: crate::operations::log_throttle::LogThrottle =

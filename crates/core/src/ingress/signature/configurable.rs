@@ -7,6 +7,8 @@
 //! that cannot verify anything is refused there, naming the key. Verifying is
 //! pure: headers, body, method, URL and secrets in, a verdict out.
 
+use std::borrow::Cow;
+
 use axum::http::{HeaderMap, HeaderName};
 use base64::Engine;
 use hmac::{Hmac, Mac};
@@ -67,18 +69,46 @@ impl Algorithm {
 
     /// The HMAC of `message` under `key`.
     pub fn mac(self, key: &[u8], message: &[u8]) -> Vec<u8> {
-        fn run<M: Mac + hmac::digest::KeyInit>(key: &[u8], message: &[u8]) -> Vec<u8> {
+        self.mac_fed(key, |sink| sink(message)).as_ref().to_vec()
+    }
+
+    /// The HMAC under `key` of the bytes `feed` hands over piece by piece, without
+    /// allocating: every HMAC scheme's one computation (docs/contract.md, ingress).
+    pub fn mac_fed(self, key: &[u8], feed: impl FnOnce(&mut dyn FnMut(&[u8]))) -> MacBytes {
+        fn run<M: Mac + hmac::digest::KeyInit>(
+            key: &[u8],
+            feed: impl FnOnce(&mut dyn FnMut(&[u8])),
+        ) -> MacBytes {
             // HMAC accepts keys of any length, so this cannot fail.
             let mut mac =
                 <M as hmac::digest::KeyInit>::new_from_slice(key).expect("HMAC takes any key");
-            mac.update(message);
-            mac.finalize().into_bytes().to_vec()
+            feed(&mut |piece| mac.update(piece));
+            let out = mac.finalize().into_bytes();
+            let mut bytes = [0; 64];
+            bytes[..out.len()].copy_from_slice(&out);
+            MacBytes {
+                bytes,
+                len: out.len(),
+            }
         }
         match self {
-            Self::Sha1 => run::<Hmac<sha1::Sha1>>(key, message),
-            Self::Sha256 => run::<Hmac<sha2::Sha256>>(key, message),
-            Self::Sha512 => run::<Hmac<sha2::Sha512>>(key, message),
+            Self::Sha1 => run::<Hmac<sha1::Sha1>>(key, feed),
+            Self::Sha256 => run::<Hmac<sha2::Sha256>>(key, feed),
+            Self::Sha512 => run::<Hmac<sha2::Sha512>>(key, feed),
         }
+    }
+}
+
+/// An HMAC's bytes (at most SHA-512's 64), held without allocating.
+#[derive(Clone, Copy)]
+pub struct MacBytes {
+    bytes: [u8; 64],
+    len: usize,
+}
+
+impl AsRef<[u8]> for MacBytes {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes[..self.len]
     }
 }
 
@@ -534,6 +564,21 @@ impl HmacConfig {
         })
     }
 
+    /// The one signature of a plain header's value (as read, trimmed): the prefix stripped,
+    /// then decoded; `None` when it is malformed.
+    pub fn read_signature(&self, raw: &str) -> Option<Vec<u8>> {
+        let rest = raw.strip_prefix(self.prefix.as_str())?;
+        self.encoding.decode_fit(rest.trim(), self.signature_len())
+    }
+
+    /// The lengths a signature may have: the HMAC's, or the public key scheme's.
+    fn signature_len(&self) -> SignatureLen {
+        self.public_key
+            .map_or(SignatureLen::Exact(self.algorithm.mac_len()), |alg| {
+                alg.signature_len()
+            })
+    }
+
     /// Whether the scheme signs a timestamp.
     pub fn is_timestamped(&self) -> bool {
         self.timestamp.is_some()
@@ -618,23 +663,19 @@ impl HmacConfig {
             header: self.header,
             expected: self.expected,
         };
-        let rest = raw
-            .strip_prefix(self.prefix.as_str())
-            .ok_or(malformed.clone())?;
-        let len = self
-            .public_key
-            .map_or(SignatureLen::Exact(self.algorithm.mac_len()), |alg| {
-                alg.signature_len()
-            });
-        let (candidates, pair_timestamp) = match &self.format {
-            Format::Plain => (
-                vec![self
-                    .encoding
-                    .decode_fit(rest.trim(), len)
-                    .ok_or(malformed.clone())?],
-                None,
-            ),
+        // One signature decoded in place; a pairs header's list gathered.
+        let one;
+        let listed: Vec<Vec<u8>>;
+        let (candidates, pair_timestamp): (&[Vec<u8>], _) = match &self.format {
+            Format::Plain => {
+                one = self.read_signature(raw).ok_or(malformed.clone())?;
+                (std::slice::from_ref(&one), None)
+            }
             Format::Pairs { signature_key } => {
+                let rest = raw
+                    .strip_prefix(self.prefix.as_str())
+                    .ok_or(malformed.clone())?;
+                let len = self.signature_len();
                 let ts_key = match &self.timestamp {
                     Some(Timestamp {
                         at: TimestampAt::Pair(k),
@@ -644,15 +685,15 @@ impl HmacConfig {
                 };
                 let pairs =
                     parse_pairs(rest, signature_key, ts_key).map_err(|_| malformed.clone())?;
-                let candidates: Vec<Vec<u8>> = pairs
+                listed = pairs
                     .signatures
                     .iter()
                     .filter_map(|s| self.encoding.decode_fit(s, len))
                     .collect();
-                if candidates.is_empty() {
+                if listed.is_empty() {
                     return Err(malformed);
                 }
-                (candidates, pairs.timestamp)
+                (&listed, pairs.timestamp)
             }
         };
         let (timestamp_text, signed_at) = match &self.timestamp {
@@ -679,13 +720,12 @@ impl HmacConfig {
             url: url.as_deref(),
             json: json.as_ref(),
         };
-        let message = self.content.render(&input).map_err(lacking)?;
-        // A signature that leaves the body out proves only what it covers: that, not the
-        // raw bytes, is the delivery's identity (docs/contract.md, duplicates).
-        let signed_content = (!self.covers_body()).then(|| sha2::Sha256::digest(&message).into());
         if let Some(algorithm) = self.public_key {
+            let message = self.content.render(&input).map_err(lacking)?;
+            let signed_content =
+                (!self.covers_body()).then(|| sha2::Sha256::digest(&message).into());
             // Public keys: nothing secret to compare, each key checks every signature.
-            let secret_index = public_key::find(algorithm, secrets, &message, &candidates).ok_or(
+            let secret_index = public_key::find(algorithm, secrets, &message, candidates).ok_or(
                 SignatureError::KeyMismatch {
                     header: self.header,
                     signatures: candidates.len(),
@@ -699,22 +739,26 @@ impl HmacConfig {
                 signed_content,
             });
         }
-        let secret_index = secrets
-            .iter()
-            .position(|secret| {
-                let expected = self.algorithm.mac(secret.expose(), &message);
-                // Every candidate is compared, so timing does not tell which one matched.
-                candidates
-                    .iter()
-                    .fold(subtle::Choice::from(0), |hit, c| hit | expected.ct_eq(c))
-                    .into()
-            })
-            .ok_or(SignatureError::Mismatch {
-                header: self.header,
-                signatures: candidates.len(),
-                tried: secrets.len(),
-                configured: secrets.len(),
-            })?;
+        // What the delivery lacks is named before any secret is tried; the MACs then take
+        // the signed content piece by piece, never a copy of the body.
+        self.content.feed(&input, &mut |_| {}).map_err(lacking)?;
+        // A signature that leaves the body out proves only what it covers: that, not the
+        // raw bytes, is the delivery's identity (docs/contract.md, duplicates).
+        let signed_content = (!self.covers_body()).then(|| {
+            let mut digest = sha2::Sha256::new();
+            let _ = self.content.feed(&input, &mut |piece| digest.update(piece));
+            digest.finalize().into()
+        });
+        let secret_index = match_secrets(self.algorithm, secrets, candidates, |sink| {
+            // Fed once already without a lack: it cannot fail now.
+            let _ = self.content.feed(&input, sink);
+        })
+        .ok_or(SignatureError::Mismatch {
+            header: self.header,
+            signatures: candidates.len(),
+            tried: secrets.len(),
+            configured: secrets.len(),
+        })?;
         Ok(Verified {
             secret_index,
             signed_at,
@@ -730,23 +774,23 @@ impl HmacConfig {
     }
 
     /// The timestamp's text as sent, and where it was read (for explanations).
-    fn timestamp_text(
+    fn timestamp_text<'r>(
         &self,
         ts: &Timestamp,
-        headers: &HeaderMap,
+        headers: &'r HeaderMap,
         json: Option<&serde_json::Value>,
-        pair: Option<&str>,
-    ) -> Result<(String, &'static str), SignatureError> {
+        pair: Option<&'r str>,
+    ) -> Result<(Cow<'r, str>, &'static str), SignatureError> {
         match &ts.at {
             TimestampAt::Pair(_) => {
-                pair.map(|t| (t.to_owned(), self.header))
+                pair.map(|t| (Cow::Borrowed(t), self.header))
                     .ok_or(SignatureError::Malformed {
                         header: self.header,
                         expected: self.expected,
                     })
             }
             TimestampAt::Header(_) => {
-                header_str(headers, ts.location).map(|t| (t.to_owned(), ts.location))
+                header_str(headers, ts.location).map(|t| (Cow::Borrowed(t), ts.location))
             }
             TimestampAt::Pointer(pointer) => {
                 let what = ts.location;
@@ -755,7 +799,7 @@ impl HmacConfig {
                     Some(serde_json::Value::Number(n)) if n.is_u64() || n.is_i64() => n.to_string(),
                     _ => return Err(SignatureError::Absent { what }),
                 };
-                Ok((text, what))
+                Ok((Cow::Owned(text), what))
             }
         }
     }
@@ -867,6 +911,26 @@ impl HmacConfig {
         out.push((self.header, value));
         Ok(out)
     }
+}
+
+/// The first secret whose HMAC over what `feed` hands over equals one of `candidates`,
+/// compared in constant time: every candidate is compared, so timing does not tell which
+/// one matched.
+pub(crate) fn match_secrets<C: AsRef<[u8]>>(
+    algorithm: Algorithm,
+    secrets: &[Secret],
+    candidates: &[C],
+    feed: impl Fn(&mut dyn FnMut(&[u8])),
+) -> Option<usize> {
+    secrets.iter().position(|secret| {
+        let expected = algorithm.mac_fed(secret.expose(), &feed);
+        candidates
+            .iter()
+            .fold(subtle::Choice::from(0), |hit, c| {
+                hit | expected.as_ref().ct_eq(c.as_ref())
+            })
+            .into()
+    })
 }
 
 /// A `SignatureError` for a part of the signed content the delivery lacks.

@@ -1,12 +1,10 @@
 //! GitHub: `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the raw body>`,
 //! keyed with the webhook's secret as text. `X-GitHub-Delivery` (a GUID,
-//! not signed) names the delivery.
+//! not signed) names the delivery. Stated as `hmac` settings ([`keys`]): verified and
+//! signed by the one configurable HMAC ([`super::configurable`]).
 
-use axum::http::HeaderMap;
-
-use super::{
-    header_str, hex_32, hmac_parts, match_hmac, optional_header, Secret, SignatureError, Verified,
-};
+use super::configurable::HmacKeys;
+use super::Scheme;
 
 /// The signature header (the SHA-256 one; the legacy SHA-1 `X-Hub-Signature` is not accepted).
 pub const SIGNATURE_HEADER: &str = "x-hub-signature-256";
@@ -15,47 +13,24 @@ pub const DELIVERY_HEADER: &str = "x-github-delivery";
 /// What the signature header holds.
 pub const SIGNATURE_FORMAT: &str = "sha256=<64 hex digits>";
 
+/// `signature = "github"` as the `hmac` settings it stands for.
+pub fn keys() -> HmacKeys<'static> {
+    HmacKeys {
+        header: Some(SIGNATURE_HEADER),
+        prefix: Some("sha256="),
+        ..Default::default()
+    }
+}
+
 /// Parses `X-Hub-Signature-256`.
 pub fn parse_signature(raw: &str) -> Option<[u8; 32]> {
-    hex_32(raw.strip_prefix("sha256=")?)
-}
-
-pub(super) fn verify(
-    headers: &HeaderMap,
-    body: &[u8],
-    secrets: &[Secret],
-) -> Result<Verified, SignatureError> {
-    let raw = header_str(headers, SIGNATURE_HEADER)?;
-    let signature = parse_signature(raw).ok_or(SignatureError::Malformed {
-        header: SIGNATURE_HEADER,
-        expected: SIGNATURE_FORMAT,
-    })?;
-    let secret_index = match_hmac(SIGNATURE_HEADER, secrets, &[body], &[signature])?;
-    Ok(Verified {
-        secret_index,
-        signed_at: None,
-        delivery_id: optional_header(headers, DELIVERY_HEADER),
-        signed_content: None,
-    })
-}
-
-pub(super) fn sign(body: &[u8], secret: &Secret, id: &str) -> Vec<(&'static str, String)> {
-    vec![
-        (
-            SIGNATURE_HEADER,
-            format!(
-                "sha256={}",
-                hex::encode(hmac_parts(secret.expose(), &[body]))
-            ),
-        ),
-        (DELIVERY_HEADER, id.to_owned()),
-    ]
+    super::alias_signature(Scheme::Github, raw)
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::tests::{headers_of, NOW};
-    use super::super::{sign, verify, Scheme};
+    use super::super::{sign, verify, Scheme, Secret};
     use super::*;
 
     const DOCS_SIGNATURE: &str =

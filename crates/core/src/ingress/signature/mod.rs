@@ -1,11 +1,17 @@
 //! Signature schemes (docs/contract.md, ingress): pure functions from headers, raw body, secrets
-//! and the time of receipt to a verdict. No I/O, no JSON: every MAC is
-//! computed over the raw bytes before anything parses them.
+//! and the time of receipt to a verdict; only `aws-sns` waits, for the certificate it
+//! fetches ([`Verifier::verify_waiting`]). No JSON: every MAC is computed over the raw
+//! bytes before anything parses them.
 //!
 //! One module per publisher format; each follows its publisher's published
 //! format exactly and exposes its header parsers as pure `&str` functions, so
 //! they can be fuzzed alone. This module holds what they share: the secret,
-//! the verdicts, the tolerance window and constant-time matching.
+//! the verdicts and the tolerance window.
+//!
+//! Every HMAC is the configurable one's ([`configurable`]: one computation, constant-time
+//! matching): the fixed HMAC schemes whose format `hmac` settings can state (`hmac-hex`,
+//! `hmac-timestamped`, `github`, `slack`, `shopify`) are aliases for those settings
+//! ([`alias_keys`]), and `stripe` reads its own header but matches through it.
 //!
 //! The configurable schemes (`hmac`, `token`, `basic`; docs/configuration.md)
 //! take their headers and format from the source's settings, parsed once into
@@ -32,12 +38,8 @@ use std::sync::Arc;
 use axum::http::HeaderMap;
 use base64::alphabet;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
-use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
-
-type HmacSha256 = Hmac<Sha256>;
 
 /// How a source's publisher signs its deliveries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -336,10 +338,6 @@ impl Secret {
     pub fn expose(&self) -> &[u8] {
         &self.0
     }
-
-    fn mac(&self) -> HmacSha256 {
-        hmac_with(&self.0)
-    }
 }
 
 impl fmt::Debug for Secret {
@@ -502,6 +500,25 @@ fn plural(n: usize, noun: &str) -> String {
     }
 }
 
+/// Why a verifier that may wait ([`Verifier::verify_waiting`]) refused a delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The signature (or its time) did not verify: a 401.
+    Signature(SignatureError),
+    /// `aws-sns`: the message's `TopicArn` is not one of `sns_topic_arns`; nothing fetched.
+    ForbiddenTopic {
+        /// The topic as sent, cut to 256 characters: log it escaped.
+        topic: String,
+    },
+    /// `aws-sns`: the signing certificate could not be fetched; nothing stored, SNS retries.
+    CertificateUnavailable {
+        /// The certificate URL's host (never the URL).
+        host: String,
+        /// Why, as fixed text.
+        why: &'static str,
+    },
+}
+
 /// What a verified delivery proved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
@@ -532,13 +549,13 @@ pub fn verify(
     tolerance_s: u64,
 ) -> Result<Verified, SignatureError> {
     let verified = match scheme {
-        Scheme::HmacHex => seed::verify_plain(headers, body, secrets),
-        Scheme::HmacTimestamped => seed::verify_timestamped(headers, body, secrets),
         Scheme::StandardWebhooks => standard_webhooks::verify(headers, body, secrets),
-        Scheme::Github => github::verify(headers, body, secrets),
         Scheme::Stripe => stripe::verify(headers, body, secrets),
-        Scheme::Slack => slack::verify(headers, body, secrets),
-        Scheme::Shopify => shopify::verify(headers, body, secrets),
+        Scheme::HmacHex
+        | Scheme::HmacTimestamped
+        | Scheme::Github
+        | Scheme::Slack
+        | Scheme::Shopify => verify_alias(scheme, headers, body, secrets),
         Scheme::Hmac
         | Scheme::Token
         | Scheme::Basic
@@ -550,6 +567,98 @@ pub fn verify(
         }),
     }?;
     judge_time(verified, received_at, tolerance_s)
+}
+
+/// The `hmac` settings a fixed HMAC scheme stands for, and what its signature header
+/// holds in its own words; `None` for a scheme the configurable HMAC cannot state
+/// (Standard Webhooks' keys and `v1a`, Stripe's list: [`stripe`]).
+pub fn alias_keys(scheme: Scheme) -> Option<(configurable::HmacKeys<'static>, &'static str)> {
+    Some(match scheme {
+        Scheme::HmacHex => (seed::plain_keys(), seed::HEX_FORMAT),
+        Scheme::HmacTimestamped => (seed::timestamped_keys(), seed::HEX_FORMAT),
+        Scheme::Github => (github::keys(), github::SIGNATURE_FORMAT),
+        Scheme::Slack => (slack::keys(), slack::SIGNATURE_FORMAT),
+        Scheme::Shopify => (shopify::keys(), shopify::SIGNATURE_FORMAT),
+        _ => None?,
+    })
+}
+
+/// The configurable HMAC a fixed scheme is ([`alias_keys`]), parsed once per process.
+pub fn alias(scheme: Scheme) -> Option<&'static configurable::HmacConfig> {
+    static ALIASES: std::sync::OnceLock<Vec<Option<configurable::HmacConfig>>> =
+        std::sync::OnceLock::new();
+    let aliases = ALIASES.get_or_init(|| {
+        Scheme::ALL
+            .into_iter()
+            .map(|scheme| {
+                let (keys, expected) = alias_keys(scheme)?;
+                let mut config = configurable::HmacConfig::parse(&keys)
+                    .unwrap_or_else(|e| panic!("the {scheme} alias is valid hmac settings: {e}"));
+                config.expected = expected;
+                Some(config)
+            })
+            .collect()
+    });
+    let position = Scheme::ALL.iter().position(|s| *s == scheme)?;
+    aliases[position].as_ref()
+}
+
+/// The one signature an aliased scheme's header holds, decoded, for the pure parsers
+/// the fuzz targets drive.
+fn alias_signature(scheme: Scheme, raw: &str) -> Option<[u8; 32]> {
+    alias(scheme)?.read_signature(raw)?.try_into().ok()
+}
+
+/// A delivery request for an aliased scheme, which signs neither method nor URL.
+fn alias_request<'a>(headers: &'a HeaderMap, body: &'a [u8]) -> Request<'a> {
+    Request {
+        headers,
+        body,
+        method: "POST",
+        path_and_query: "/",
+    }
+}
+
+/// Verifies a fixed HMAC scheme through the configurable HMAC it stands for; its delivery
+/// id header, unsigned, is read beside it.
+fn verify_alias(
+    scheme: Scheme,
+    headers: &HeaderMap,
+    body: &[u8],
+    secrets: &[Secret],
+) -> Result<Verified, SignatureError> {
+    let config = alias(scheme).ok_or(SignatureError::Absent {
+        what: "the scheme's signature settings",
+    })?;
+    if scheme == Scheme::Slack {
+        // Slack's verifier reads both headers before the signature's format.
+        header_str(headers, slack::SIGNATURE_HEADER)?;
+        timestamp_header(headers, slack::TIMESTAMP_HEADER)?;
+    }
+    let mut verified = config.verify(&alias_request(headers, body), secrets)?;
+    verified.delivery_id = scheme
+        .delivery_id_header()
+        .and_then(|name| optional_header(headers, name));
+    Ok(verified)
+}
+
+/// Signs as a fixed HMAC scheme's publisher, through the configurable HMAC it stands for;
+/// the delivery id header follows the signature.
+fn sign_alias(
+    scheme: Scheme,
+    body: &[u8],
+    secret: &Secret,
+    now: i64,
+    id: &str,
+) -> Result<Vec<(&'static str, String)>, SignError> {
+    let config = alias(scheme).ok_or(SignError("the scheme has no hmac settings"))?;
+    let mut headers = config.sign(&alias_request(&HeaderMap::new(), body), secret, now, id)?;
+    headers.extend(
+        scheme
+            .delivery_id_header()
+            .map(|name| (name, id.to_owned())),
+    );
+    Ok(headers)
 }
 
 /// Only once the signature is proven is the signed time worth judging: a tampered
@@ -603,8 +712,8 @@ pub enum Verifier {
     /// `signature = "ed25519"` or `"ecdsa-p256"`: the `hmac` settings, checked with the
     /// source's public keys ([`configurable::HmacConfig::public_key`]).
     PublicKey(Arc<configurable::HmacConfig>),
-    /// `signature = "aws-sns"`: verified by the server, which fetches the certificate
-    /// ([`Verifier::verify`] cannot).
+    /// `signature = "aws-sns"`: verified once the certificate is fetched
+    /// ([`Verifier::verify_waiting`]; [`Verifier::verify`] cannot wait for it).
     AwsSns(Arc<aws_sns::SnsConfig>),
 }
 
@@ -761,7 +870,7 @@ impl Verifier {
             Verifier::Token(token) => token.verify(request, secrets)?,
             Verifier::Twilio(config) => config.verify(request, secrets)?,
             Verifier::Basic => basic::verify(request, secrets)?,
-            // The certificate is fetched by the server (`http::sns`): nothing here can check it.
+            // The certificate must be fetched: only `verify_waiting` can wait for it.
             Verifier::AwsSns(_) => {
                 return Err(SignatureError::Absent {
                     what: "the SigningCertURL certificate (only the server fetches it)",
@@ -769,6 +878,30 @@ impl Verifier {
             }
         };
         judge_time(verified, received_at, tolerance_s)
+    }
+
+    /// Verifies one delivery sent by `client` as [`Verifier::verify`] does, waiting where
+    /// the scheme fetches what it checks with (`aws-sns`: the signing certificate, its
+    /// fetches bounded per client). Every other scheme is checked at once, in place: no
+    /// allocation beyond its own.
+    pub async fn verify_waiting(
+        &self,
+        request: &Request<'_>,
+        secrets: &[Secret],
+        received_at: i64,
+        tolerance_s: u64,
+        client: std::net::IpAddr,
+    ) -> Result<Verified, Refusal> {
+        match self {
+            Verifier::AwsSns(config) => {
+                config
+                    .verify(request.body, received_at, tolerance_s, client)
+                    .await
+            }
+            _ => self
+                .verify(request, secrets, received_at, tolerance_s)
+                .map_err(Refusal::Signature),
+        }
     }
 
     /// See [`is_costly`].
@@ -900,13 +1033,13 @@ pub fn try_sign(
         }
     };
     Ok(match scheme {
-        Scheme::HmacHex => seed::sign_plain(body, secret),
-        Scheme::HmacTimestamped => seed::sign_timestamped(body, secret, now),
         Scheme::StandardWebhooks => standard_webhooks::sign(body, secret, now, id)?,
-        Scheme::Github => github::sign(body, secret, id),
         Scheme::Stripe => stripe::sign(body, secret, now),
-        Scheme::Slack => slack::sign(body, secret, now),
-        Scheme::Shopify => shopify::sign(body, secret, id),
+        Scheme::HmacHex
+        | Scheme::HmacTimestamped
+        | Scheme::Github
+        | Scheme::Slack
+        | Scheme::Shopify => sign_alias(scheme, body, secret, now, id)?,
         Scheme::Hmac
         | Scheme::Token
         | Scheme::Basic
@@ -977,49 +1110,14 @@ pub fn parse_unix_timestamp(raw: &str) -> Option<i64> {
     raw.parse().ok()
 }
 
-fn hmac_with(key: &[u8]) -> HmacSha256 {
-    // HMAC accepts keys of any length, so this cannot fail.
-    HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length")
-}
-
 /// HMAC-SHA256 of the concatenated parts.
 pub(crate) fn hmac_parts(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
-    let mut mac = hmac_with(key);
-    for part in parts {
-        mac.update(part);
-    }
-    mac.finalize().into_bytes().into()
-}
-
-/// Finds the first secret whose HMAC over `parts` equals one of `candidates`,
-/// comparing in constant time.
-pub(crate) fn match_hmac(
-    header: &'static str,
-    secrets: &[Secret],
-    parts: &[&[u8]],
-    candidates: &[[u8; 32]],
-) -> Result<usize, SignatureError> {
-    secrets
-        .iter()
-        .position(|secret| {
-            let mut mac = secret.mac();
-            for part in parts {
-                mac.update(part);
-            }
-            let expected: [u8; 32] = mac.finalize().into_bytes().into();
-            // `ct_eq` compares in constant time; folding with `|` keeps every
-            // candidate compared, so timing does not tell which one matched.
-            candidates
-                .iter()
-                .fold(subtle::Choice::from(0), |hit, c| hit | expected.ct_eq(c))
-                .into()
-        })
-        .ok_or(SignatureError::Mismatch {
-            header,
-            signatures: candidates.len(),
-            tried: secrets.len(),
-            configured: secrets.len(),
-        })
+    let mac = configurable::Algorithm::Sha256.mac_fed(key, |sink| {
+        for part in parts {
+            sink(part);
+        }
+    });
+    mac.as_ref().try_into().expect("an HMAC-SHA256 is 32 bytes")
 }
 
 /// A header's value as text.
@@ -1213,6 +1311,123 @@ pub(crate) mod tests {
             err.to_string(),
             "none of the 2 configured secrets (#0..#1) produces the 1 signature in x-signature over the raw body"
         );
+    }
+
+    /// The fixed schemes that are aliases of the configurable HMAC.
+    const ALIASED: [Scheme; 5] = [
+        Scheme::HmacHex,
+        Scheme::HmacTimestamped,
+        Scheme::Github,
+        Scheme::Slack,
+        Scheme::Shopify,
+    ];
+
+    /// The `hmac` settings a user would write for each aliased scheme's wire format
+    /// (docs/configuration.md), header names in the publishers' own case.
+    fn explicit_hmac(scheme: Scheme) -> configurable::HmacConfig {
+        use configurable::HmacKeys;
+        let keys = match scheme {
+            Scheme::HmacHex => HmacKeys {
+                header: Some("X-Signature"),
+                ..Default::default()
+            },
+            Scheme::HmacTimestamped => HmacKeys {
+                header: Some("X-Signature"),
+                signed_content: Some("{timestamp}.{body}"),
+                timestamp: Some("header:X-Timestamp"),
+                timestamp_unit: Some("s"),
+                ..Default::default()
+            },
+            Scheme::Github => HmacKeys {
+                header: Some("X-Hub-Signature-256"),
+                prefix: Some("sha256="),
+                algorithm: Some("sha256"),
+                encoding: Some("hex"),
+                signed_content: Some("{body}"),
+                ..Default::default()
+            },
+            Scheme::Slack => HmacKeys {
+                header: Some("X-Slack-Signature"),
+                prefix: Some("v0="),
+                signed_content: Some("v0:{timestamp}:{body}"),
+                timestamp: Some("header:X-Slack-Request-Timestamp"),
+                ..Default::default()
+            },
+            Scheme::Shopify => HmacKeys {
+                header: Some("X-Shopify-Hmac-SHA256"),
+                encoding: Some("base64"),
+                ..Default::default()
+            },
+            other => panic!("{other} is no alias"),
+        };
+        configurable::HmacConfig::parse(&keys).unwrap()
+    }
+
+    #[test]
+    fn each_alias_is_the_hmac_settings_of_its_wire_format() {
+        for scheme in Scheme::ALL {
+            let Some(alias) = alias(scheme) else {
+                assert!(!ALIASED.contains(&scheme), "{scheme}");
+                continue;
+            };
+            let mut explicit = explicit_hmac(scheme);
+            // Only the explanation differs: the scheme's own words for its header.
+            explicit.expected = alias.expected;
+            assert_eq!(*alias, explicit, "{scheme}");
+            assert_eq!(Some(alias.header), scheme.signature_header(), "{scheme}");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+
+        /// Each aliased scheme and its explicit `hmac` settings accept and refuse the same
+        /// deliveries: signed at any time, by a listed secret or another, tampered or not.
+        #[test]
+        fn aliases_accept_and_refuse_what_their_explicit_settings_do(
+            pick in 0..ALIASED.len(),
+            body in proptest::collection::vec(any::<u8>(), 0..200),
+            signed_at in (NOW - 900)..(NOW + 900),
+            signer in 0usize..3,
+            tamper in 0u8..5,
+        ) {
+            let scheme = ALIASED[pick];
+            let secrets = secrets_for(scheme);
+            let key = secrets.get(signer).cloned().unwrap_or_else(|| Secret::new("stranger"));
+            let mut headers = headers_of(&sign(scheme, &body, &key, signed_at));
+            let mut body = body;
+            let signature = scheme.signature_header().unwrap();
+            match tamper {
+                1 => body.push(b' '),
+                2 => {
+                    let value = headers[signature].to_str().unwrap().to_owned();
+                    let flipped = format!("{}{}", &value[..value.len() - 2], "00");
+                    headers.insert(signature, HeaderValue::from_str(&flipped).unwrap());
+                }
+                3 => {
+                    headers.remove(signature);
+                }
+                4 => {
+                    let first = scheme.required_headers()[0].0;
+                    headers.insert(first, HeaderValue::from_static("sha256=v0=zz"));
+                }
+                _ => {}
+            }
+            let by_alias = verify(scheme, &headers, &body, &secrets, NOW, 300);
+            let request = Request {
+                headers: &headers,
+                body: &body,
+                method: "POST",
+                path_and_query: "/",
+            };
+            let by_settings = explicit_hmac(scheme)
+                .verify(&request, &secrets)
+                .and_then(|v| judge_time(v, NOW, 300));
+            let seen = |r: &Result<Verified, SignatureError>| {
+                r.as_ref().map(|v| (v.secret_index, v.signed_at)).map_err(SignatureError::code)
+            };
+            prop_assert_eq!(seen(&by_alias), seen(&by_settings), "{}", scheme);
+        }
     }
 
     proptest! {

@@ -1,10 +1,9 @@
-//! The two seed schemes: `hmac-hex` (first seed) and `hmac-timestamped` (second seed).
+//! The two seed schemes: `hmac-hex` (first seed) and `hmac-timestamped` (second seed),
+//! stated as `hmac` settings ([`plain_keys`], [`timestamped_keys`]): verified and signed
+//! by the one configurable HMAC ([`super::configurable`]).
 
-use axum::http::HeaderMap;
-
-use super::{
-    header_str, hex_32, hmac_parts, match_hmac, timestamp_header, Secret, SignatureError, Verified,
-};
+use super::configurable::HmacKeys;
+use super::Scheme;
 
 /// Header carrying the signature in both seed schemes.
 pub const SIGNATURE_HEADER: &str = "x-signature";
@@ -13,71 +12,33 @@ pub const TIMESTAMP_HEADER: &str = "x-timestamp";
 /// What the signature header holds.
 pub const HEX_FORMAT: &str = "64 hex digits (HMAC-SHA256)";
 
+/// `signature = "hmac-hex"` as the `hmac` settings it stands for.
+pub fn plain_keys() -> HmacKeys<'static> {
+    HmacKeys {
+        header: Some(SIGNATURE_HEADER),
+        ..Default::default()
+    }
+}
+
+/// `signature = "hmac-timestamped"` as the `hmac` settings it stands for.
+pub fn timestamped_keys() -> HmacKeys<'static> {
+    HmacKeys {
+        header: Some(SIGNATURE_HEADER),
+        signed_content: Some("{timestamp}.{body}"),
+        timestamp: Some("header:x-timestamp"),
+        ..Default::default()
+    }
+}
+
 /// Parses `X-Signature`: exactly 64 hex digits.
 pub fn parse_signature(raw: &str) -> Option<[u8; 32]> {
-    hex_32(raw)
-}
-
-fn signature(headers: &HeaderMap) -> Result<[u8; 32], SignatureError> {
-    parse_signature(header_str(headers, SIGNATURE_HEADER)?).ok_or(SignatureError::Malformed {
-        header: SIGNATURE_HEADER,
-        expected: HEX_FORMAT,
-    })
-}
-
-pub(super) fn verify_plain(
-    headers: &HeaderMap,
-    body: &[u8],
-    secrets: &[Secret],
-) -> Result<Verified, SignatureError> {
-    let signature = signature(headers)?;
-    let secret_index = match_hmac(SIGNATURE_HEADER, secrets, &[body], &[signature])?;
-    Ok(Verified {
-        secret_index,
-        signed_at: None,
-        delivery_id: None,
-        signed_content: None,
-    })
-}
-
-pub(super) fn verify_timestamped(
-    headers: &HeaderMap,
-    body: &[u8],
-    secrets: &[Secret],
-) -> Result<Verified, SignatureError> {
-    let signature = signature(headers)?;
-    let (ts, raw) = timestamp_header(headers, TIMESTAMP_HEADER)?;
-    let parts: [&[u8]; 3] = [raw.as_bytes(), b".", body];
-    let secret_index = match_hmac(SIGNATURE_HEADER, secrets, &parts, &[signature])?;
-    Ok(Verified {
-        secret_index,
-        signed_at: Some(ts),
-        delivery_id: None,
-        signed_content: None,
-    })
-}
-
-pub(super) fn sign_plain(body: &[u8], secret: &Secret) -> Vec<(&'static str, String)> {
-    vec![(
-        SIGNATURE_HEADER,
-        hex::encode(hmac_parts(secret.expose(), &[body])),
-    )]
-}
-
-pub(super) fn sign_timestamped(
-    body: &[u8],
-    secret: &Secret,
-    now: i64,
-) -> Vec<(&'static str, String)> {
-    let ts = now.to_string();
-    let mac = hmac_parts(secret.expose(), &[ts.as_bytes(), b".", body]);
-    vec![(TIMESTAMP_HEADER, ts), (SIGNATURE_HEADER, hex::encode(mac))]
+    super::alias_signature(Scheme::HmacHex, raw)
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::tests::{headers_of, NOW};
-    use super::super::{sign, verify, Scheme};
+    use super::super::{sign, verify, Scheme, Secret, SignatureError};
     use super::*;
 
     #[test]

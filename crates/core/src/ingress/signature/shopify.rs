@@ -1,13 +1,11 @@
 //! Shopify: `X-Shopify-Hmac-SHA256: <base64 HMAC-SHA256 of the raw body>`,
 //! keyed with the app's client secret as text. `X-Shopify-Event-Id` (not
-//! signed) is the id Shopify's docs name for spotting duplicate deliveries.
+//! signed) is the id Shopify's docs name for spotting duplicate deliveries. Stated as
+//! `hmac` settings ([`keys`]): verified and signed by the one configurable HMAC
+//! ([`super::configurable`]).
 
-use axum::http::HeaderMap;
-
-use super::{
-    base64_encode, base64_exact, header_str, hmac_parts, match_hmac, optional_header, Secret,
-    SignatureError, Verified,
-};
+use super::configurable::HmacKeys;
+use super::Scheme;
 
 /// The signature header.
 pub const SIGNATURE_HEADER: &str = "x-shopify-hmac-sha256";
@@ -16,44 +14,24 @@ pub const EVENT_ID_HEADER: &str = "x-shopify-event-id";
 /// What the signature header holds.
 pub const SIGNATURE_FORMAT: &str = "the base64 of a 32-byte HMAC-SHA256";
 
+/// `signature = "shopify"` as the `hmac` settings it stands for.
+pub fn keys() -> HmacKeys<'static> {
+    HmacKeys {
+        header: Some(SIGNATURE_HEADER),
+        encoding: Some("base64"),
+        ..Default::default()
+    }
+}
+
 /// Parses `X-Shopify-Hmac-SHA256`.
 pub fn parse_signature(raw: &str) -> Option<[u8; 32]> {
-    base64_exact::<32>(raw)
-}
-
-pub(super) fn verify(
-    headers: &HeaderMap,
-    body: &[u8],
-    secrets: &[Secret],
-) -> Result<Verified, SignatureError> {
-    let raw = header_str(headers, SIGNATURE_HEADER)?;
-    let signature = parse_signature(raw).ok_or(SignatureError::Malformed {
-        header: SIGNATURE_HEADER,
-        expected: SIGNATURE_FORMAT,
-    })?;
-    let secret_index = match_hmac(SIGNATURE_HEADER, secrets, &[body], &[signature])?;
-    Ok(Verified {
-        secret_index,
-        signed_at: None,
-        delivery_id: optional_header(headers, EVENT_ID_HEADER),
-        signed_content: None,
-    })
-}
-
-pub(super) fn sign(body: &[u8], secret: &Secret, id: &str) -> Vec<(&'static str, String)> {
-    vec![
-        (
-            SIGNATURE_HEADER,
-            base64_encode(&hmac_parts(secret.expose(), &[body])),
-        ),
-        (EVENT_ID_HEADER, id.to_owned()),
-    ]
+    super::alias_signature(Scheme::Shopify, raw)
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::tests::{headers_of, NOW};
-    use super::super::{sign, verify, Scheme};
+    use super::super::{sign, verify, Scheme, Secret};
     use super::*;
 
     #[test]

@@ -1,12 +1,11 @@
 //! Slack: `X-Slack-Request-Timestamp: <unix s>` and
 //! `X-Slack-Signature: v0=<hex HMAC-SHA256 of "v0:{timestamp}:{body}">`,
-//! keyed with the app's signing secret as text.
+//! keyed with the app's signing secret as text; Slack's own verifiers sign the timestamp
+//! header's text as sent. Stated as `hmac` settings ([`keys`]): verified and signed by
+//! the one configurable HMAC ([`super::configurable`]).
 
-use axum::http::HeaderMap;
-
-use super::{
-    header_str, hex_32, hmac_parts, match_hmac, timestamp_header, Secret, SignatureError, Verified,
-};
+use super::configurable::HmacKeys;
+use super::Scheme;
 
 /// The signature header.
 pub const SIGNATURE_HEADER: &str = "x-slack-signature";
@@ -15,46 +14,26 @@ pub const TIMESTAMP_HEADER: &str = "x-slack-request-timestamp";
 /// What the signature header holds.
 pub const SIGNATURE_FORMAT: &str = "v0=<64 hex digits>";
 
+/// `signature = "slack"` as the `hmac` settings it stands for.
+pub fn keys() -> HmacKeys<'static> {
+    HmacKeys {
+        header: Some(SIGNATURE_HEADER),
+        prefix: Some("v0="),
+        signed_content: Some("v0:{timestamp}:{body}"),
+        timestamp: Some("header:x-slack-request-timestamp"),
+        ..Default::default()
+    }
+}
+
 /// Parses `X-Slack-Signature`: `v0` is the only version Slack has published.
 pub fn parse_signature(raw: &str) -> Option<[u8; 32]> {
-    hex_32(raw.strip_prefix("v0=")?)
-}
-
-pub(super) fn verify(
-    headers: &HeaderMap,
-    body: &[u8],
-    secrets: &[Secret],
-) -> Result<Verified, SignatureError> {
-    let raw = header_str(headers, SIGNATURE_HEADER)?;
-    let (ts, ts_raw) = timestamp_header(headers, TIMESTAMP_HEADER)?;
-    let signature = parse_signature(raw).ok_or(SignatureError::Malformed {
-        header: SIGNATURE_HEADER,
-        expected: SIGNATURE_FORMAT,
-    })?;
-    // Slack's own verifiers sign the header's text as sent.
-    let parts: [&[u8]; 4] = [b"v0:", ts_raw.as_bytes(), b":", body];
-    let secret_index = match_hmac(SIGNATURE_HEADER, secrets, &parts, &[signature])?;
-    Ok(Verified {
-        secret_index,
-        signed_at: Some(ts),
-        delivery_id: None,
-        signed_content: None,
-    })
-}
-
-pub(super) fn sign(body: &[u8], secret: &Secret, now: i64) -> Vec<(&'static str, String)> {
-    let ts = now.to_string();
-    let mac = hmac_parts(secret.expose(), &[b"v0:", ts.as_bytes(), b":", body]);
-    vec![
-        (TIMESTAMP_HEADER, ts),
-        (SIGNATURE_HEADER, format!("v0={}", hex::encode(mac))),
-    ]
+    super::alias_signature(Scheme::Slack, raw)
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::tests::headers_of;
-    use super::super::{sign, verify, Scheme};
+    use super::super::{sign, verify, Scheme, Secret};
     use super::*;
 
     /// The worked example of Slack's "Verifying requests from Slack".

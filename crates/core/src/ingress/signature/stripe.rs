@@ -3,12 +3,16 @@
 //! (`whsec_…`) as text. Several `v1` appear while Stripe rolls a secret; any
 //! one verifies. Other schemes (`v0`, test-mode extras) are ignored, as
 //! Stripe's libraries ignore them.
+//!
+//! Its MACs are the configurable HMAC's (`configurable::match_secrets`), but its header is read here:
+//! a `pairs` setting cannot state it exactly (Stripe's libraries split on `,` only, sign
+//! the parsed `t` rather than its text, and each malformed header says which rule failed).
 
 use axum::http::HeaderMap;
 
+use super::configurable::{match_secrets, Algorithm};
 use super::{
-    header_str, hex_32, hmac_parts, match_hmac, parse_unix_timestamp, Secret, SignatureError,
-    Verified,
+    header_str, hex_32, hmac_parts, parse_unix_timestamp, Secret, SignatureError, Verified,
 };
 
 /// The signature header.
@@ -71,8 +75,17 @@ pub(super) fn verify(
     })?;
     // Stripe's libraries sign the parsed integer, not the text as sent.
     let ts = parsed.timestamp.to_string();
-    let parts: [&[u8]; 3] = [ts.as_bytes(), b".", body];
-    let secret_index = match_hmac(SIGNATURE_HEADER, secrets, &parts, &parsed.v1)?;
+    let secret_index = match_secrets(Algorithm::Sha256, secrets, &parsed.v1, |sink| {
+        sink(ts.as_bytes());
+        sink(b".");
+        sink(body);
+    })
+    .ok_or(SignatureError::Mismatch {
+        header: SIGNATURE_HEADER,
+        signatures: parsed.v1.len(),
+        tried: secrets.len(),
+        configured: secrets.len(),
+    })?;
     Ok(Verified {
         secret_index,
         signed_at: Some(parsed.timestamp),

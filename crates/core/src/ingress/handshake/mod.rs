@@ -1,9 +1,10 @@
 //! Endpoint handshakes (docs/contract.md, handshakes): the checks some publishers make
 //! before they send events (Slack's `url_verification`, Zoom's `endpoint.url_validation`,
 //! Discord's PING, Twitch's callback verification, X's CRC, Microsoft Graph's, Dropbox's,
-//! Okta's and WebSub's challenges). Pure: the request's parts in, "not a handshake", the
-//! exact answer, or a refusal out. No I/O; the HTTP layer verifies signatures first and
-//! never stores nor forwards what is answered here.
+//! Okta's and WebSub's challenges, SNS's subscription confirmations), one file each, all
+//! looked for through [`answer`]. Pure but for SNS's confirmation GET: the request's parts
+//! in, "not a handshake", the exact answer, or a refusal out. The HTTP layer verifies
+//! signatures first and never stores nor forwards what is answered here.
 //!
 //! Every echoed value is bounded ([`MAX_ECHO_BYTES`], no control characters) and answered
 //! as `text/plain; charset=utf-8` or `application/json`, never as HTML.
@@ -18,16 +19,23 @@
 use std::fmt;
 
 use axum::http::HeaderMap;
-use base64::Engine as _;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
 
-use crate::ingress::signature::configurable::{
-    Algorithm, Encoding, Format, HmacConfig, TimestampAt,
-};
-use crate::ingress::signature::template::Part;
+use crate::ingress::signature::configurable::Algorithm;
 use crate::ingress::signature::token::TokenConfig;
 use crate::ingress::signature::{Secret, Verifier};
+
+mod discord;
+mod msgraph;
+mod okta;
+mod slack;
+pub mod sns;
+mod twitch;
+mod websub;
+mod x_crc;
+mod zoom;
+
+pub use msgraph::is_graph_validation;
+pub use twitch::twitch_message;
 
 /// Most bytes of a value a handshake echoes back.
 pub const MAX_ECHO_BYTES: usize = 512;
@@ -55,8 +63,9 @@ pub const OKTA_CHALLENGE_HEADER: &str = "X-Okta-Verification-Challenge";
 
 /// A source's handshake, as written in `handshake = "…"` (docs/configuration.md).
 ///
-/// `aws-sns` is answered by its own scheme's module, not here: a new kind is a variant here,
-/// its name in [`Handshake::ALL`], and its rule in [`detect`].
+/// `aws-sns`'s confirmations come with its scheme, not a setting ([`sns`]). A new kind is a
+/// variant here, its name in [`Handshake::ALL`], its rule in a file of its own and its arm
+/// in [`detect`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Handshake {
     /// Signed body `{"type":"url_verification","challenge":C}` → `{"challenge":C}`.
@@ -154,8 +163,8 @@ impl Handshake {
     /// Graph carries in its `notificationUrl`, the only credential on its validation request.
     pub fn allowed_with(self, verifier: &Verifier) -> bool {
         match self {
-            Handshake::XCrc => matches!(verifier, Verifier::Hmac(c) if is_x_scheme(c)),
-            Handshake::Zoom => matches!(verifier, Verifier::Hmac(c) if is_zoom_scheme(c)),
+            Handshake::XCrc => matches!(verifier, Verifier::Hmac(c) if x_crc::is_x_scheme(c)),
+            Handshake::Zoom => matches!(verifier, Verifier::Hmac(c) if zoom::is_zoom_scheme(c)),
             Handshake::Msgraph => {
                 matches!(verifier, Verifier::Token(TokenConfig::Query { .. }))
             }
@@ -191,43 +200,6 @@ impl Handshake {
             _ => None,
         }
     }
-}
-
-/// X's `x-twitter-webhooks-signature: sha256=<base64 HMAC-SHA256 of the body>`: the only
-/// content it signs is the body, which a CRC token cannot be.
-fn is_x_scheme(c: &HmacConfig) -> bool {
-    c.public_key.is_none()
-        && c.location.is_none()
-        && c.header == "x-twitter-webhooks-signature"
-        && c.prefix == "sha256="
-        && c.encoding == Encoding::Base64
-        && c.algorithm == Algorithm::Sha256
-        && c.format == Format::Plain
-        && c.timestamp.is_none()
-        && c.content.parts() == [Part::Body]
-}
-
-/// Zoom's `x-zm-signature: v0=<hex HMAC-SHA256 of "v0:{ts}:{body}">`: what it signs starts
-/// with `v0:`, which a plainToken cannot.
-fn is_zoom_scheme(c: &HmacConfig) -> bool {
-    let timestamp_header = c.timestamp.as_ref().is_some_and(
-        |t| matches!(&t.at, TimestampAt::Header(h) if h.as_str() == "x-zm-request-timestamp"),
-    );
-    c.public_key.is_none()
-        && c.location.is_none()
-        && c.header == "x-zm-signature"
-        && c.prefix == "v0="
-        && c.encoding == Encoding::Hex
-        && c.algorithm == Algorithm::Sha256
-        && c.format == Format::Plain
-        && timestamp_header
-        && c.content.parts()
-            == [
-                Part::Literal("v0:".into()),
-                Part::Timestamp,
-                Part::Literal(":".into()),
-                Part::Body,
-            ]
 }
 
 impl fmt::Display for Handshake {
@@ -333,9 +305,6 @@ pub enum Refusal {
 /// What an opaque token answered with an HMAC is, as a refusal names it.
 const TOKEN_SHAPE: &str = "an opaque token: 1 to 128 characters of A-Z, a-z, 0-9, '+', '/', '=', '_' and '-', not a JSON value";
 
-/// What Graph's validation token is, as a refusal names it.
-const GRAPH_SHAPE: &str = "Microsoft Graph's validation text: \"Validation: Testing client application reachability for subscription Request-Id: \" and a GUID";
-
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -372,20 +341,56 @@ pub enum Outcome {
 /// request verified, and `parts.secret` is the secret that verified it.
 pub fn detect(handshake: Handshake, parts: &Parts<'_>) -> Outcome {
     let result = match handshake {
-        Handshake::Slack => slack(parts.body),
-        Handshake::Zoom => zoom(parts.body, parts.secret),
-        Handshake::Discord => discord(parts.body),
-        Handshake::Twitch => twitch(parts.headers, parts.body),
-        Handshake::XCrc => x_crc(parts, parts.secret),
-        Handshake::Msgraph => msgraph(parts),
+        Handshake::Slack => slack::slack(parts.body),
+        Handshake::Zoom => zoom::zoom(parts.body, parts.secret),
+        Handshake::Discord => discord::discord(parts.body),
+        Handshake::Twitch => twitch::twitch(parts.headers, parts.body),
+        Handshake::XCrc => x_crc::x_crc(parts, parts.secret),
+        Handshake::Msgraph => msgraph::msgraph(parts),
+        // Dropbox: `GET ?challenge=C` → C.
         Handshake::Dropbox => query_echo(parts, "challenge", "the query parameter challenge"),
-        Handshake::Okta => okta(parts),
-        Handshake::Websub => websub(parts),
+        Handshake::Okta => okta::okta(parts),
+        Handshake::Websub => websub::websub(parts),
     };
     match result {
         Ok(Some(reply)) => Outcome::Answer(reply),
         Ok(None) => Outcome::NotHandshake,
         Err(refusal) => Outcome::Refused(refusal),
+    }
+}
+
+/// What a request was to its source's handshakes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answered {
+    /// The source's `handshake`: its answer, or why it is refused (a 400).
+    Configured(Handshake, Result<Reply, Refusal>),
+    /// SNS's subscription handshake, on an `aws-sns` source.
+    Sns(sns::Confirmation),
+}
+
+/// Every handshake of a source looked for at `stage`, the one entry point of the HTTP
+/// layer: the source's own (`handshake = …`) when `stage` is its stage, then, on an
+/// `aws-sns` source whose message verified, SNS's confirmations. The caller has done what
+/// the stage needs first (a signed stage's request verified). `None`: no handshake, an
+/// ordinary delivery (or, for a `GET`, a request the caller refuses).
+pub async fn answer(
+    handshake: Option<Handshake>,
+    verifier: &Verifier,
+    stage: Stage,
+    parts: &Parts<'_>,
+) -> Option<Answered> {
+    if let Some(handshake) = handshake.filter(|h| h.stage() == stage) {
+        match detect(handshake, parts) {
+            Outcome::NotHandshake => {}
+            Outcome::Answer(reply) => return Some(Answered::Configured(handshake, Ok(reply))),
+            Outcome::Refused(why) => return Some(Answered::Configured(handshake, Err(why))),
+        }
+    }
+    match verifier {
+        Verifier::AwsSns(config) if stage == Stage::SignedPost => {
+            sns::confirm(config, parts.body).await.map(Answered::Sns)
+        }
+        _ => None,
     }
 }
 
@@ -437,169 +442,6 @@ fn member<'m>(map: &'m serde_json::Map<String, serde_json::Value>, name: &str) -
         .map(str::as_bytes)
 }
 
-fn slack(body: &[u8]) -> Found {
-    // Cheap first: every event of the source passes here.
-    if !contains(body, b"url_verification") {
-        return Ok(None);
-    }
-    let Some(map) = object(body) else {
-        return Ok(None);
-    };
-    if map.get("type").and_then(|t| t.as_str()) != Some("url_verification") {
-        return Ok(None);
-    }
-    let challenge = echoable(member(&map, "challenge"), "the body's challenge")?;
-    Ok(Some(json(&serde_json::json!({ "challenge": challenge }))))
-}
-
-fn zoom(body: &[u8], secret: Option<&Secret>) -> Found {
-    if !contains(body, b"endpoint.url_validation") {
-        return Ok(None);
-    }
-    let Some(map) = object(body) else {
-        return Ok(None);
-    };
-    if map.get("event").and_then(|t| t.as_str()) != Some("endpoint.url_validation") {
-        return Ok(None);
-    }
-    let token = map
-        .get("payload")
-        .and_then(|p| p.get("plainToken"))
-        .and_then(|t| t.as_str())
-        .map(str::as_bytes);
-    let plain = opaque_token(token, "the body's payload.plainToken")?;
-    let secret = secret.ok_or(Refusal::NoSecret)?;
-    let encrypted = hex::encode(hmac_sha256(secret, plain.as_bytes()));
-    Ok(Some(json(&serde_json::json!({
-        "plainToken": plain,
-        "encryptedToken": encrypted,
-    }))))
-}
-
-fn discord(body: &[u8]) -> Found {
-    #[derive(serde::Deserialize)]
-    struct Interaction {
-        #[serde(rename = "type")]
-        kind: Option<serde_json::Value>,
-    }
-    let Ok(interaction) = serde_json::from_slice::<Interaction>(body) else {
-        return Ok(None);
-    };
-    // A PING is type 1, whatever else it carries (id, application_id, token, …).
-    if interaction.kind.and_then(|k| k.as_u64()) != Some(1) {
-        return Ok(None);
-    }
-    Ok(Some(Reply {
-        content_type: ContentType::Json,
-        body: br#"{"type":1}"#.to_vec(),
-    }))
-}
-
-fn twitch(headers: &HeaderMap, body: &[u8]) -> Found {
-    // The type header is not signed: the signed body says what the message is, and a header
-    // that says otherwise is refused (a captured verification resent as a `notification`
-    // must not become an event). Without the header, the body alone decides.
-    let said = headers.get(TWITCH_TYPE_HEADER).map(|v| v.as_bytes());
-    let map = object(body).unwrap_or_default();
-    let Some(signed) = twitch_message(&map) else {
-        if said == Some(TWITCH_VERIFICATION.as_bytes()) {
-            return Err(Refusal::Missing {
-                what: "the body's challenge",
-            });
-        }
-        // A body of no known shape: the contract says what is wrong with it.
-        return Ok(None);
-    };
-    if said.is_some_and(|said| said != signed.as_bytes()) {
-        return Err(Refusal::TwitchType { body: signed });
-    }
-    if signed != TWITCH_VERIFICATION {
-        // `notification` and `revocation` messages are ordinary events.
-        return Ok(None);
-    }
-    let challenge = echoable(member(&map, "challenge"), "the body's challenge")?;
-    Ok(Some(text(challenge)))
-}
-
-/// The type of a Twitch EventSub message, read from its signed body: a
-/// `webhook_callback_verification` carries `challenge` (and `subscription.status` =
-/// `webhook_callback_verification_pending`), a `notification` its `event` (or `events`), a
-/// `revocation` a `subscription` with its `status` and no event. `None`: none of these.
-pub fn twitch_message(body: &serde_json::Map<String, serde_json::Value>) -> Option<&'static str> {
-    let status = body
-        .get("subscription")
-        .and_then(|s| s.get("status"))
-        .and_then(serde_json::Value::as_str);
-    if body.contains_key("challenge") || status == Some(TWITCH_VERIFICATION_PENDING) {
-        Some(TWITCH_VERIFICATION)
-    } else if body.contains_key("event") || body.contains_key("events") {
-        Some(TWITCH_NOTIFICATION)
-    } else if status.is_some() {
-        Some(TWITCH_REVOCATION)
-    } else {
-        None
-    }
-}
-
-fn x_crc(parts: &Parts<'_>, secret: Option<&Secret>) -> Found {
-    if parts.method != "GET" {
-        return Ok(None);
-    }
-    let token = query(parts.path_and_query, "crc_token");
-    let token = opaque_token(token.as_deref(), "the query parameter crc_token")?;
-    let secret = secret.ok_or(Refusal::NoSecret)?;
-    let mac =
-        base64::engine::general_purpose::STANDARD.encode(hmac_sha256(secret, token.as_bytes()));
-    Ok(Some(json(&serde_json::json!({
-        "response_token": format!("sha256={mac}"),
-    }))))
-}
-
-fn msgraph(parts: &Parts<'_>) -> Found {
-    if parts.method != "POST" {
-        return Ok(None);
-    }
-    let Some(token) = query(parts.path_and_query, "validationToken") else {
-        // A notification: an ordinary delivery.
-        return Ok(None);
-    };
-    let token = graph_validation(Some(token.as_slice()))?;
-    Ok(Some(text(token)))
-}
-
-/// Whether `parts` is Microsoft Graph's validation request (`POST ?validationToken=`),
-/// whatever its token: the HTTP layer verifies the source's token before answering it.
-pub fn is_graph_validation(parts: &Parts<'_>) -> bool {
-    parts.method == "POST" && query(parts.path_and_query, "validationToken").is_some()
-}
-
-/// Graph's validation token, echoed only when it is what Graph sends: its fixed text and
-/// a GUID ([`GRAPH_VALIDATION_PREFIX`]), so that the echo reflects nothing of a caller's.
-fn graph_validation(value: Option<&[u8]>) -> Result<&str, Refusal> {
-    let what = "the query parameter validationToken";
-    let text = echoable(value, what)?;
-    let fits = text
-        .strip_prefix(GRAPH_VALIDATION_PREFIX)
-        .is_some_and(is_guid);
-    if !fits {
-        return Err(Refusal::NotShape {
-            what,
-            expected: GRAPH_SHAPE,
-        });
-    }
-    Ok(text)
-}
-
-/// `8-4-4-4-12` hex digits, either case.
-fn is_guid(text: &str) -> bool {
-    let groups: Vec<&str> = text.split('-').collect();
-    groups.len() == 5
-        && groups
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .all(|(g, len)| g.len() == len && g.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
 /// A token answered with an HMAC of the source's secret (X's `crc_token`, Zoom's
 /// `plainToken`): 1 to [`MAX_TOKEN_BYTES`] of base64 or base64url characters, and not a JSON
 /// value (`123`, `true`). Such a token is never a body a delivery carries, nor `v0:{ts}:…`,
@@ -621,33 +463,6 @@ pub fn opaque_token<'v>(value: Option<&'v [u8]>, what: &'static str) -> Result<&
     Ok(text)
 }
 
-fn okta(parts: &Parts<'_>) -> Found {
-    if parts.method != "GET" {
-        return Ok(None);
-    }
-    let challenge = parts
-        .headers
-        .get(OKTA_CHALLENGE_HEADER)
-        .map(|v| v.as_bytes());
-    let challenge = echoable(challenge, "the header X-Okta-Verification-Challenge")?;
-    Ok(Some(json(
-        &serde_json::json!({ "verification": challenge }),
-    )))
-}
-
-fn websub(parts: &Parts<'_>) -> Found {
-    if parts.method != "GET" {
-        return Ok(None);
-    }
-    let mode = query(parts.path_and_query, "hub.mode");
-    if mode.as_deref() != Some(b"subscribe") {
-        return Err(Refusal::Missing {
-            what: "the query parameter hub.mode=subscribe",
-        });
-    }
-    query_echo(parts, "hub.challenge", "the query parameter hub.challenge")
-}
-
 /// A `GET` echoing the query parameter `name` as text.
 fn query_echo(parts: &Parts<'_>, name: &str, what: &'static str) -> Found {
     if parts.method != "GET" {
@@ -666,18 +481,19 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
+/// The HMAC-SHA256 a handshake answers with (Zoom's encryptedToken, X's response_token),
+/// computed as every signature scheme's HMAC is.
 fn hmac_sha256(secret: &Secret, message: &[u8]) -> Vec<u8> {
-    // HMAC takes a key of any length: this cannot fail.
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.expose())
-        .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
-    mac.update(message);
-    mac.finalize().into_bytes().to_vec()
+    Algorithm::Sha256.mac(secret.expose(), message)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
+    use base64::Engine as _;
+    use hmac::{Hmac, Mac};
+    use sha2::Sha256;
 
     fn parts<'a>(
         method: &'a str,

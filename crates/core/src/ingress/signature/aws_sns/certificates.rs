@@ -1,31 +1,21 @@
-//! AWS SNS at ingress (docs/configuration.md, `signature = "aws-sns"`; docs/contract.md,
-//! handshakes): the signing certificate fetched and cached, the subscription confirmed.
-//! The pure parts (the message, its string to sign, the signature check, which topics and
-//! URLs are taken) are [`crate::ingress::signature::aws_sns`]'s.
+//! The certificates SNS messages are signed with, fetched and cached, and the
+//! subscription confirmations (docs/configuration.md, `aws-sns`): the only requests a
+//! verifier makes.
 //!
-//! Anyone can post a message naming any URL, and AWS signs for every topic's owner. So,
-//! before anything is fetched: the topic must be one of `sns_topic_arns` (403
-//! `forbidden_topic` otherwise), and the certificate URL must be AWS's form on a host of
-//! `sns_cert_hosts`. A fetch then follows no redirect, is bounded in time and size, runs
-//! with at most [`MAX_CONCURRENT_FETCHES`] at once and [`MAX_FETCHES_PER_CLIENT`] for one
-//! client, and deliveries naming one URL share it. A certificate that has verified a
-//! signature is kept apart from the others, where a flood of unverified URLs cannot evict
-//! it; a fetch that found no free slot is not remembered as a failure.
+//! Anyone can post a message naming any URL, so a fetch follows no redirect, is bounded in
+//! time and size, runs with at most [`MAX_CONCURRENT_FETCHES`] at once and
+//! [`MAX_FETCHES_PER_CLIENT`] for one client, and deliveries naming one URL share it. A
+//! certificate that has verified a signature is kept apart from the others, where a flood
+//! of unverified URLs cannot evict it; a fetch that found no free slot is not remembered
+//! as a failure.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use tracing::{info, warn};
+use super::CertKey;
 
-use super::answer::Answer;
-use crate::config::SourceConfig;
-use crate::ingress::signature::aws_sns::{CertKey, Message, MessageType, SnsConfig};
-use crate::ingress::signature::{SignatureError, Verified};
-
-/// The handshake's name in `inhook_handshakes_total{kind}`.
-pub(super) const HANDSHAKE: &str = "aws-sns";
 /// Longest one certificate fetch or subscription confirmation may take, connection included;
 /// also the longest a fetch waits for a free slot.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -50,134 +40,8 @@ const CERT_TTL: Duration = Duration::from_secs(3600);
 /// delivery naming it.
 const FAILURE_TTL: Duration = Duration::from_secs(30);
 
-/// Why an SNS delivery was not verified.
-pub(super) enum Refused {
-    /// 401, counted and logged as every signature failure.
-    Signature(SignatureError),
-    /// 403 `forbidden_topic`: a topic outside `sns_topic_arns`, refused before anything is
-    /// fetched.
-    Topic,
-    /// 502: nothing was stored; SNS retries.
-    Upstream(Answer),
-}
-
-/// Verifies an SNS message sent by `client`: its topic, the URLs it names, then its
-/// signature with the certificate's key (fetched or cached) and its time against the
-/// tolerance window.
-pub(super) async fn verify(
-    source: &SourceConfig,
-    config: &SnsConfig,
-    body: &[u8],
-    received_at: i64,
-    client: IpAddr,
-) -> Result<Verified, Refused> {
-    let message = Message::parse(body).map_err(Refused::Signature)?;
-    if !config.takes_topic(&message) {
-        // Anyone can name any topic: one line per interval. The ARN is what the sender
-        // wrote, so it is logged escaped and cut short.
-        if let Some(suppressed) = TOPIC_LOG.admit() {
-            let topic: String = message.topic_arn.chars().take(256).collect();
-            warn!(source = %source.name, ?topic, suppressed,
-                  "SNS message from a topic outside sns_topic_arns: refused, nothing fetched");
-        }
-        return Err(Refused::Topic);
-    }
-    let cert_url = config
-        .cert_url(&message.signing_cert_url)
-        .map_err(Refused::Signature)?;
-    if let Some(subscribe) = &message.subscribe_url {
-        // Checked before anything is fetched: a confirmation that could not be confirmed
-        // is refused at once.
-        if message.kind == MessageType::SubscriptionConfirmation {
-            config
-                .subscribe_url(subscribe)
-                .map_err(Refused::Signature)?;
-        }
-    }
-    let key = match fetcher().certificate(&cert_url, client).await {
-        Ok(key) => key,
-        Err(why) => {
-            if let Some(suppressed) = FETCH_LOG.admit() {
-                warn!(source = %source.name, host = cert_url.host_str().unwrap_or_default(),
-                      why, suppressed, "SNS signing certificate unavailable: delivery refused");
-            }
-            return Err(Refused::Upstream(Answer::UpstreamFailed {
-                error: "certificate_unavailable",
-            }));
-        }
-    };
-    let verified = message
-        .verify(&key, received_at)
-        .map_err(Refused::Signature)?;
-    // AWS's key signed this message: the certificate is kept where unverified URLs cannot
-    // evict it (the time is judged below, but the signature alone proves the key AWS's).
-    fetcher().keep_verified(&cert_url, &key);
-    crate::ingress::signature::judge_time(verified, received_at, source.tolerance_s)
-        .map_err(Refused::Signature)
-}
-
-/// The answer to a verified SNS message that is no event: a `SubscriptionConfirmation`
-/// is confirmed by a GET of its `SubscribeURL` (200, or 502 when that fails), an
-/// `UnsubscribeConfirmation` answered 200; neither is stored. `None` for a notification,
-/// and for every other source.
-pub(super) async fn handshake(source: &SourceConfig, body: &[u8]) -> Option<Answer> {
-    let crate::ingress::signature::Verifier::AwsSns(config) = &source.verifier else {
-        return None;
-    };
-    // Verified already: parsing again cannot fail, and costs less than carrying it.
-    let message = Message::parse(body).ok()?;
-    if !config.takes_topic(&message) {
-        // Refused by `verify` already; never confirmed, whatever calls this.
-        return Some(Answer::FORBIDDEN_TOPIC);
-    }
-    match message.kind {
-        MessageType::Notification => None,
-        MessageType::UnsubscribeConfirmation => {
-            info!(source = %source.name, topic = %message.topic_arn,
-                  "SNS UnsubscribeConfirmation: answered, not stored");
-            Some(Answer::NotStored {
-                reason: "unsubscribe_confirmation",
-            })
-        }
-        MessageType::SubscriptionConfirmation => {
-            // Checked by `verify` already; a confirmation is never taken for an event.
-            let url = message
-                .subscribe_url
-                .as_deref()
-                .and_then(|raw| config.subscribe_url(raw).ok());
-            let confirmed = match url {
-                Some(url) => fetcher().confirm(url).await,
-                None => Err("SubscribeURL is not allowed"),
-            };
-            Some(match confirmed {
-                Ok(()) => {
-                    crate::operations::metrics::handshake(&source.name, HANDSHAKE);
-                    info!(source = %source.name, topic = %message.topic_arn,
-                          "SNS subscription confirmed");
-                    Answer::SnsConfirmed { kind: HANDSHAKE }
-                }
-                Err(why) => {
-                    // The URL carries the subscription's token: never logged.
-                    warn!(source = %source.name, topic = %message.topic_arn, why,
-                          "SNS subscription confirmation failed: SNS will resend it");
-                    Answer::UpstreamFailed {
-                        error: "subscription_confirmation_failed",
-                    }
-                }
-            })
-        }
-    }
-}
-
-/// Whether a content type is SNS's own (`text/plain; charset=UTF-8`).
-pub(super) fn is_sns_media_type(content_type: Option<&str>) -> bool {
-    content_type
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("text/plain"))
-}
-
 /// The process's SNS client and certificate cache.
-fn fetcher() -> &'static Fetcher {
+pub(super) fn fetcher() -> &'static Fetcher {
     static FETCHER: OnceLock<Fetcher> = OnceLock::new();
     FETCHER.get_or_init(Fetcher::new)
 }
@@ -241,7 +105,7 @@ enum Lookup {
 }
 
 /// The HTTPS client SNS requests use, the certificates by URL, and the bounds on fetches.
-struct Fetcher {
+pub(super) struct Fetcher {
     client: Result<reqwest::Client, String>,
     cache: Mutex<Cache>,
     in_flight: tokio::sync::Semaphore,
@@ -291,7 +155,7 @@ impl Fetcher {
 
     /// The certificate at `url`: one that verified before, else from the cache or fetched
     /// (once for concurrent callers; a fetch `client` starts counts against its bound).
-    async fn certificate(&self, url: &reqwest::Url, client: IpAddr) -> Fetched {
+    pub(super) async fn certificate(&self, url: &reqwest::Url, client: IpAddr) -> Fetched {
         let (stale, slot) = match self.lookup(url.as_str()) {
             Lookup::Verified(key) => return Ok(key),
             Lookup::Slot { stale, slot } => (stale, slot),
@@ -351,7 +215,7 @@ impl Fetcher {
 
     /// Keeps `key`, which has just verified a signature, as `url`'s certificate where
     /// unverified URLs cannot evict it; at most [`MAX_VERIFIED`], the stalest going first.
-    fn keep_verified(&self, url: &reqwest::Url, key: &Arc<CertKey>) {
+    pub(super) fn keep_verified(&self, url: &reqwest::Url, key: &Arc<CertKey>) {
         let now = Instant::now();
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         let url = url.as_str();
@@ -382,7 +246,7 @@ impl Fetcher {
 
     /// A share of `client`'s fetches, or why there is none.
     fn client_share(&self, client: IpAddr) -> Result<ClientFetch, NotFetched> {
-        let key = super::server::peer_key(client);
+        let key = crate::http::server::peer_key(client);
         let mut counts = self.per_client.lock().unwrap_or_else(|e| e.into_inner());
         let count = counts.entry(key).or_default();
         if *count >= MAX_FETCHES_PER_CLIENT {
@@ -434,22 +298,10 @@ impl Fetcher {
     }
 
     /// Confirms a subscription: a GET of its `SubscribeURL` answered 2xx.
-    async fn confirm(&self, url: reqwest::Url) -> Result<(), &'static str> {
+    pub(super) async fn confirm(&self, url: reqwest::Url) -> Result<(), &'static str> {
         self.get(url).await?.map(drop)
     }
 }
-
-/// Messages from unlisted topics come in floods when anyone subscribes the endpoint.
-static TOPIC_LOG: crate::operations::log_throttle::LogThrottle =
-    crate::operations::log_throttle::LogThrottle::new(
-        crate::operations::log_throttle::NOISY_LOG_INTERVAL,
-    );
-
-/// Certificate fetch failures come in floods when anyone names a failing URL.
-static FETCH_LOG: crate::operations::log_throttle::LogThrottle =
-    crate::operations::log_throttle::LogThrottle::new(
-        crate::operations::log_throttle::NOISY_LOG_INTERVAL,
-    );
 
 #[cfg(test)]
 mod tests {
@@ -517,7 +369,7 @@ mod tests {
         let fetcher = Fetcher::new();
         let key = Arc::new(
             CertKey::from_pem(include_bytes!(
-                "../../../../tests/fixtures/aws_sns/cert.pem"
+                "../../../../../../tests/fixtures/aws_sns/cert.pem"
             ))
             .unwrap(),
         );

@@ -1,9 +1,11 @@
 //! AWS SNS over HTTPS (docs/configuration.md, `signature = "aws-sns"`): the body is an SNS
 //! JSON message signed with the private key of the X.509 certificate its `SigningCertURL`
-//! names. Pure: the message is parsed, its string to sign built and its signature checked
-//! against a certificate's key here; fetching the certificate (and confirming a
-//! subscription) is the server's (`http::sns`), which asks [`SnsConfig::takes_topic`],
-//! [`SnsConfig::cert_url`] and [`SnsConfig::subscribe_url`] first.
+//! names. The message is parsed, its string to sign built and its signature checked
+//! against a certificate's key by pure functions; [`SnsConfig::verify`] waits for the
+//! certificate (`certificates`: fetched, cached, bounded) once the topic
+//! ([`SnsConfig::takes_topic`]) and the URLs ([`SnsConfig::cert_url`],
+//! [`SnsConfig::subscribe_url`]) are checked, so nothing is fetched for a message this
+//! source would refuse anyway.
 //!
 //! AWS signs every topic's messages, whoever owns the topic: a valid signature proves
 //! "some AWS customer's topic", not "ours". A source therefore names its topics
@@ -19,7 +21,9 @@ use ring::signature::{
 };
 use serde::Deserialize;
 
-use super::{SignatureError, Verified};
+use super::{Refusal, SignatureError, Verified};
+
+mod certificates;
 
 /// The hosts a certificate or subscription URL may name by default: AWS's SNS endpoints,
 /// China's (`sns.cn-north-1.amazonaws.com.cn`) included, as AWS's own validators take them.
@@ -456,6 +460,67 @@ impl SnsConfig {
     }
 }
 
+impl SnsConfig {
+    /// Verifies an SNS message sent by `client`: its topic (before anything is fetched),
+    /// the URLs it names, then its signature with the certificate's key (fetched or cached)
+    /// and its time against the tolerance window.
+    pub async fn verify(
+        &self,
+        body: &[u8],
+        received_at: i64,
+        tolerance_s: u64,
+        client: std::net::IpAddr,
+    ) -> Result<Verified, Refusal> {
+        let message = Message::parse(body).map_err(Refusal::Signature)?;
+        if !self.takes_topic(&message) {
+            return Err(Refusal::ForbiddenTopic {
+                // The ARN is what the sender wrote: cut short before anyone logs it.
+                topic: message.topic_arn.chars().take(256).collect(),
+            });
+        }
+        let cert_url = self
+            .cert_url(&message.signing_cert_url)
+            .map_err(Refusal::Signature)?;
+        if let Some(subscribe) = &message.subscribe_url {
+            // Checked before anything is fetched: a confirmation that could not be
+            // confirmed is refused at once.
+            if message.kind == MessageType::SubscriptionConfirmation {
+                self.subscribe_url(subscribe).map_err(Refusal::Signature)?;
+            }
+        }
+        let fetcher = certificates::fetcher();
+        let key = fetcher
+            .certificate(&cert_url, client)
+            .await
+            .map_err(|why| Refusal::CertificateUnavailable {
+                host: cert_url.host_str().unwrap_or_default().to_owned(),
+                why,
+            })?;
+        let verified = message
+            .verify(&key, received_at)
+            .map_err(Refusal::Signature)?;
+        // AWS's key signed this message: the certificate is kept where unverified URLs
+        // cannot evict it (the time is judged below, but the signature alone proves the
+        // key AWS's).
+        fetcher.keep_verified(&cert_url, &key);
+        super::judge_time(verified, received_at, tolerance_s).map_err(Refusal::Signature)
+    }
+}
+
+/// Confirms a subscription: a GET of its `SubscribeURL` (checked by
+/// [`SnsConfig::subscribe_url`]) answered 2xx, within the bounds certificate fetches keep.
+pub async fn confirm_subscription(url: reqwest::Url) -> Result<(), &'static str> {
+    certificates::fetcher().confirm(url).await
+}
+
+/// Whether a content type is SNS's own (`text/plain; charset=UTF-8`): SNS posts its JSON
+/// as text (docs/configuration.md, `aws-sns`).
+pub fn is_sns_media_type(content_type: Option<&str>) -> bool {
+    content_type
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("text/plain"))
+}
+
 /// Whether `path` is AWS's certificate path: `/SimpleNotificationService-`, 32 lower-case
 /// hex digits, `.pem`.
 fn is_cert_path(path: &str) -> bool {
@@ -516,7 +581,7 @@ fn check_topic_arn(raw: &str) -> Result<(), String> {
 
 /// The test key's signer, shared with tests/integration/aws_sns.rs.
 #[cfg(test)]
-#[path = "../../../../../tests/fixtures/aws_sns/rsa_sign.rs"]
+#[path = "../../../../../../tests/fixtures/aws_sns/rsa_sign.rs"]
 mod fixture_signer;
 
 #[cfg(test)]
@@ -524,7 +589,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const CERT: &[u8] = include_bytes!("../../../../../tests/fixtures/aws_sns/cert.pem");
+    const CERT: &[u8] = include_bytes!("../../../../../../tests/fixtures/aws_sns/cert.pem");
     const NOW: i64 = 1_800_000_000;
     const CERT_URL: &str = "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-f3ecfb7224c7233fe7bb5f59f96de52f.pem";
     const TOPIC: &str = "arn:aws:sns:us-west-2:123456789012:MyTopic";
@@ -597,6 +662,49 @@ mod tests {
 
     fn key() -> CertKey {
         CertKey::from_pem(CERT).unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_verifier_refuses_before_fetching_what_this_source_would_not_take() {
+        use crate::ingress::signature::{Request, Verifier};
+        let verify = |verifier: Verifier, body: Vec<u8>| async move {
+            let headers = axum::http::HeaderMap::new();
+            let request = Request {
+                headers: &headers,
+                body: &body,
+                method: "POST",
+                path_and_query: "/webhooks/sns",
+            };
+            let client = std::net::IpAddr::from([192, 0, 2, 1]);
+            verifier
+                .verify_waiting(&request, &[], NOW, 300, client)
+                .await
+        };
+        let mut other = notification();
+        other["TopicArn"] = "arn:aws:sns:us-west-2:123456789012:Other".into();
+        assert_eq!(
+            verify(
+                Verifier::AwsSns(std::sync::Arc::new(sns_config(None))),
+                signed(other, "1")
+            )
+            .await,
+            Err(Refusal::ForbiddenTopic {
+                topic: "arn:aws:sns:us-west-2:123456789012:Other".into()
+            })
+        );
+        // A certificate host outside sns_cert_hosts is a 401 naming the field, unfetched.
+        let elsewhere = sns_config(Some(&["sns.eu-west-1.amazonaws.com".to_owned()]));
+        assert_eq!(
+            verify(
+                Verifier::AwsSns(std::sync::Arc::new(elsewhere)),
+                signed(notification(), "1")
+            )
+            .await,
+            Err(Refusal::Signature(rejected(
+                "SigningCertURL",
+                "names a host outside sns_cert_hosts"
+            )))
+        );
     }
 
     #[test]
