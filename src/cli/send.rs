@@ -265,10 +265,9 @@ pub async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Resul
         );
     }
     let signed = signed.headers;
-    let client =
-        inhook::forward::outbound::client_builder(args.tls_ca_file.as_deref(), "--tls-ca-file")?
-            .build()
-            .context("building the HTTP client")?;
+    let client = inhook::outbound::client_builder(args.tls_ca_file.as_deref(), "--tls-ca-file")?
+        .build()
+        .context("building the HTTP client")?;
     // A form source takes form bodies (docs/configuration.md, `body_format`).
     let media_type = source
         .map(|s| s.kind.body_format())
@@ -307,7 +306,7 @@ pub async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Resul
             .await;
         match attempt {
             Err(e)
-                if inhook::forward::outbound::connection_refused(&e)
+                if inhook::outbound::connection_refused(&e)
                     && tokio::time::Instant::now() < patience =>
             {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -318,15 +317,15 @@ pub async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Resul
     .map_err(|e| {
         anyhow::anyhow!(
             "posting to {}",
-            inhook::forward::outbound::cli_failure(&url, &e.without_url())
+            inhook::outbound::cli_failure(&url, &e.without_url())
         )
     })?;
     let status = response.status();
     let location = response
         .headers()
         .get(reqwest::header::LOCATION)
-        .map(|l| inhook::forward::outbound::printable(l.as_bytes(), false));
-    let text = inhook::forward::outbound::shown_body(response).await;
+        .map(|l| inhook::outbound::printable(l.as_bytes(), false));
+    let text = inhook::outbound::shown_body(response).await;
     println!("{} {text}", status.as_u16());
     if let Some(location) = location.filter(|_| status.is_redirection()) {
         bail!("server answered {status} to {location}; redirects are not followed");

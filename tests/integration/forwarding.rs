@@ -849,8 +849,7 @@ async fn an_https_destination_is_verified_against_tls_ca_file() {
     let system = inhook::forward::sink::http::http_client(None).unwrap();
     let refused = system.post(&url).body("{}").send().await.unwrap_err();
     assert!(refused.is_connect(), "{refused:?}");
-    let problem =
-        inhook::forward::outbound::certificate_problem(&refused).expect("a certificate refusal");
+    let problem = inhook::outbound::certificate_problem(&refused).expect("a certificate refusal");
     assert!(problem.contains("UnknownIssuer"), "{problem}");
 
     // The served forwarder: the destination with the CA is delivered to; the one without

@@ -28,10 +28,12 @@
 //!   the wiring); one implementation of their flows over a small backend, SQLite or
 //!   PostgreSQL.
 //! - [`forward`]: forwarding to `[[destinations]]` (docs/forwarding.md), in one home: its
-//!   pure rules, the sender, one module per destination type, the outbound TLS setup.
+//!   pure rules, the sender, one module per destination type.
 //! - [`runtime`]: the wiring of a node, the workers, bulk replays.
 //! - [`operations`]: metrics, figures over time, alerts, logs and traces.
 //! - [`config`]: the configuration (docs/configuration.md), its loading and reload.
+//! - [`outbound`]: the one TLS setup of every outbound HTTP client (forwarding, the SNS
+//!   certificates, alert notices, the command line), a leaf every layer may use.
 //! - [`embed`]: the facade above.
 
 #[doc(hidden)]
@@ -47,6 +49,8 @@ pub mod http;
 pub mod ingress;
 #[doc(hidden)]
 pub mod operations;
+#[doc(hidden)]
+pub mod outbound;
 #[doc(hidden)]
 pub mod runtime;
 #[doc(hidden)]

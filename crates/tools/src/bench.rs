@@ -111,12 +111,11 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
         (Some(seconds), _) => (usize::MAX, Some(Duration::from_secs(seconds))),
         _ => (args.events, None),
     };
-    let client =
-        inhook::forward::outbound::client_builder(args.tls_ca_file.as_deref(), "--tls-ca-file")?
-            .pool_max_idle_per_host(args.connections)
-            .http1_only()
-            .timeout(Duration::from_secs(30))
-            .build()?;
+    let client = inhook::outbound::client_builder(args.tls_ca_file.as_deref(), "--tls-ca-file")?
+        .pool_max_idle_per_host(args.connections)
+        .http1_only()
+        .timeout(Duration::from_secs(30))
+        .build()?;
     let api = Api::new(
         client.clone(),
         &args.url,
@@ -239,17 +238,16 @@ pub async fn run(config_path: Option<std::path::PathBuf>, args: BenchArgs) -> an
                         }
                         let code = response.status().as_u16().to_string();
                         // Drained (bounded) so the connection can carry the next request.
-                        let _ = inhook::forward::outbound::read_capped(response, 64 << 10).await;
+                        let _ = inhook::outbound::read_capped(response, 64 << 10).await;
                         code
                     }
                     Err(err) => {
-                        let refused =
-                            inhook::forward::outbound::certificate_problem(&err).is_some();
+                        let refused = inhook::outbound::certificate_problem(&err).is_some();
                         first_failure
                             .lock()
                             .expect("first failure")
                             .get_or_insert_with(|| {
-                                inhook::forward::outbound::cli_failure(&url, &err.without_url())
+                                inhook::outbound::cli_failure(&url, &err.without_url())
                             });
                         // No later request can pass a certificate check this one failed.
                         if refused {

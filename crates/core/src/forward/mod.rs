@@ -20,7 +20,6 @@
 pub mod answer;
 pub mod circuit;
 pub mod message;
-pub mod outbound;
 pub mod queue;
 pub mod select;
 pub mod sender;

@@ -51,7 +51,9 @@ impl TokenGuesses {
     /// How long `peer` must still wait before a token of its is compared, if at all.
     fn wait(&self, peer: IpAddr, now: Instant) -> Option<Duration> {
         let guesses = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let until = guesses.get(&super::server::peer_key(peer))?.wait_until;
+        let until = guesses
+            .get(&crate::ingress::peers::peer_key(peer))?
+            .wait_until;
         (until > now).then(|| until - now)
     }
 
@@ -65,7 +67,7 @@ impl TokenGuesses {
             }
         }
         let entry = guesses
-            .entry(super::server::peer_key(peer))
+            .entry(crate::ingress::peers::peer_key(peer))
             .or_insert(Guesses {
                 wrong: 0,
                 wait_until: now,
@@ -81,7 +83,7 @@ impl TokenGuesses {
     fn right(&self, peer: IpAddr) {
         let mut guesses = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if !guesses.is_empty() {
-            guesses.remove(&super::server::peer_key(peer));
+            guesses.remove(&crate::ingress::peers::peer_key(peer));
         }
     }
 }

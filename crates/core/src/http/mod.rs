@@ -95,7 +95,7 @@ impl BodyBudget {
     pub fn hold(&self, peer: std::net::IpAddr) -> BodyHold {
         BodyHold {
             permit: None,
-            peer: server::peer_key(peer),
+            peer: crate::ingress::peers::peer_key(peer),
             bytes: 0,
             peers: Arc::clone(&self.peers),
         }

@@ -89,7 +89,7 @@ impl PeerCounts {
     /// Counts a new connection from `peer`, unless it holds `cap` already (or, over IPv6,
     /// its /48 holds [`PEERS_PER_SITE`] times that).
     fn enter(&self, peer: IpAddr, cap: usize) -> Option<PeerSlot> {
-        let keys = [Some(peer_key(peer)), site_key(peer)];
+        let keys = [Some(crate::ingress::peers::peer_key(peer)), site_key(peer)];
         let caps = [cap, cap.saturating_mul(PEERS_PER_SITE)];
         let mut counts = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let full = keys
@@ -117,17 +117,6 @@ fn site_key(ip: IpAddr) -> Option<IpAddr> {
             (v6.to_bits() & !((1u128 << 80) - 1)) | ((1u128 << 64) - 1),
         ))),
         IpAddr::V4(_) => None,
-    }
-}
-
-/// Whom a connection is counted against: its IPv4 address (also when it arrives
-/// IPv4-mapped on a dual-stack socket), or its IPv6 /64, the block one host usually holds.
-pub(crate) fn peer_key(ip: IpAddr) -> IpAddr {
-    match ip.to_canonical() {
-        IpAddr::V6(v6) => IpAddr::V6(std::net::Ipv6Addr::from_bits(
-            v6.to_bits() & !((1u128 << 64) - 1),
-        )),
-        v4 => v4,
     }
 }
 

@@ -214,6 +214,17 @@ fn hop_address(hop: &str) -> Option<IpAddr> {
         .map(|a| IpAddr::V4(*a.ip()))
 }
 
+/// Whom a connection is counted against: its IPv4 address (also when it arrives
+/// IPv4-mapped on a dual-stack socket), or its IPv6 /64, the block one host usually holds.
+pub fn peer_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6(std::net::Ipv6Addr::from_bits(
+            v6.to_bits() & !((1u128 << 64) - 1),
+        )),
+        v4 => v4,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

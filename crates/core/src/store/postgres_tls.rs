@@ -19,7 +19,7 @@ use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStor
 use tokio_postgres::config::SslMode as WireMode;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::forward::outbound::{pem_roots, PemRootsError};
+use crate::outbound::{pem_roots, PemRootsError};
 
 /// Why the database URL's TLS settings cannot be used (docs/configuration.md, PostgreSQL
 /// TLS). No variant holds the URL, whose password must never reach an error.

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::expected::Expected;
 use super::publisher::Publisher;
 use super::stream::AggregateRef;
-use inhook::forward::outbound::describe_error;
+use inhook::outbound::describe_error;
 
 /// The most of an aggregate's state read back (a server answering more is misbehaving).
 const STATE_BODY_BYTES: usize = 4 << 20;
@@ -98,11 +98,9 @@ impl Publisher {
             Err(err) => return Read::Failed(describe_error(&err)),
         };
         let code = response.status().as_u16();
-        let text = match inhook::forward::outbound::read_capped(response, STATE_BODY_BYTES).await {
+        let text = match inhook::outbound::read_capped(response, STATE_BODY_BYTES).await {
             Ok((body, false)) => String::from_utf8_lossy(&body).into_owned(),
-            Ok((body, true)) => {
-                return Read::Failed(inhook::forward::outbound::printable(&body, true))
-            }
+            Ok((body, true)) => return Read::Failed(inhook::outbound::printable(&body, true)),
             Err(err) => return Read::Failed(describe_error(&err)),
         };
         match code {
@@ -111,14 +109,14 @@ impl Publisher {
                 .unwrap_or_else(|_| {
                     Read::Failed(format!(
                         "200 with a body that is not JSON: {}",
-                        inhook::forward::outbound::printable(text.as_bytes(), false)
+                        inhook::outbound::printable(text.as_bytes(), false)
                     ))
                 }),
             404 => Read::NotFound,
             401 | 403 => Read::Refused(code),
             _ => Read::Failed(format!(
                 "{code} {}",
-                inhook::forward::outbound::printable(text.as_bytes(), false)
+                inhook::outbound::printable(text.as_bytes(), false)
             )),
         }
     }

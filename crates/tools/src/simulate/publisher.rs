@@ -177,9 +177,9 @@ enum Attempt {
 
 impl Attempt {
     fn failed(err: &reqwest::Error) -> Self {
-        match inhook::forward::outbound::certificate_problem(err) {
+        match inhook::outbound::certificate_problem(err) {
             Some(problem) => Attempt::Refused(problem),
-            None => Attempt::NoAnswer(inhook::forward::outbound::describe_error(err)),
+            None => Attempt::NoAnswer(inhook::outbound::describe_error(err)),
         }
     }
 }
@@ -224,15 +224,13 @@ impl Publisher {
         admin_token: Option<String>,
         options: SendOptions,
     ) -> anyhow::Result<Self> {
-        let client = inhook::forward::outbound::client_builder(
-            options.tls_ca_file.as_deref(),
-            "--tls-ca-file",
-        )?
-        .pool_max_idle_per_host(options.concurrency.max(1) * 2)
-        .timeout(options.request_timeout)
-        .connect_timeout(Duration::from_secs(2))
-        .build()
-        .context("building the HTTP client")?;
+        let client =
+            inhook::outbound::client_builder(options.tls_ca_file.as_deref(), "--tls-ca-file")?
+                .pool_max_idle_per_host(options.concurrency.max(1) * 2)
+                .timeout(options.request_timeout)
+                .connect_timeout(Duration::from_secs(2))
+                .build()
+                .context("building the HTTP client")?;
         Ok(Self {
             client,
             endpoint,
@@ -456,18 +454,12 @@ impl Publisher {
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
         // An answer cut off mid-body is no answer: the publisher cannot know what happened.
-        match inhook::forward::outbound::read_capped(
-            response,
-            inhook::forward::outbound::SHOWN_BODY_BYTES,
-        )
-        .await
-        {
+        match inhook::outbound::read_capped(response, inhook::outbound::SHOWN_BODY_BYTES).await {
             Ok((body, cut)) => Attempt::Answered {
                 code,
                 retry_after,
-                body: serde_json::from_slice(&body).unwrap_or_else(|_| {
-                    Value::String(inhook::forward::outbound::printable(&body, cut))
-                }),
+                body: serde_json::from_slice(&body)
+                    .unwrap_or_else(|_| Value::String(inhook::outbound::printable(&body, cut))),
             },
             Err(err) => Attempt::failed(&err),
         }

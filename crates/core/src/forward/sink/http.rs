@@ -8,14 +8,14 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
 use super::{Outgoing, Sink, Unsendable};
 use crate::forward::answer::AttemptResult;
-use crate::forward::outbound::describe_error;
+use crate::outbound::describe_error;
 
 /// Why the HTTP client of forwarded requests could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum HttpClientError {
     /// The outbound TLS setup failed (`tls_ca_file`, named in the error).
     #[error(transparent)]
-    Setup(#[from] crate::forward::outbound::ClientSetupError),
+    Setup(#[from] crate::outbound::ClientSetupError),
     /// reqwest refused the builder.
     #[error("HTTP client")]
     Build(#[source] reqwest::Error),
@@ -27,7 +27,7 @@ pub enum HttpClientError {
 pub fn http_client(
     tls_ca_file: Option<&std::path::Path>,
 ) -> Result<reqwest::Client, HttpClientError> {
-    crate::forward::outbound::client_builder(tls_ca_file, "tls_ca_file")?
+    crate::outbound::client_builder(tls_ca_file, "tls_ca_file")?
         .build()
         .map_err(HttpClientError::Build)
 }

@@ -30,7 +30,7 @@ pub enum NatsSinkError {
     Url(String),
     /// The outbound TLS setup failed (`tls_ca_file`, named in the error).
     #[error(transparent)]
-    Tls(#[from] crate::forward::outbound::ClientSetupError),
+    Tls(#[from] crate::outbound::ClientSetupError),
 }
 
 /// A destination of `type = "nats"`. Connects on first use and again after a failure; the
@@ -108,10 +108,8 @@ impl NatsSink {
         target: &NatsTarget,
     ) -> Result<Self, NatsSinkError> {
         let endpoint = endpoint(&destination.url).map_err(NatsSinkError::Url)?;
-        let tls = crate::forward::outbound::tls_client_config(
-            destination.tls_ca_file.as_deref(),
-            "tls_ca_file",
-        )?;
+        let tls =
+            crate::outbound::tls_client_config(destination.tls_ca_file.as_deref(), "tls_ca_file")?;
         Ok(NatsSink {
             url: destination.url.clone(),
             shown: destination.url_for_display(),
@@ -156,8 +154,7 @@ impl NatsSink {
             .connect(self.endpoint.server.as_str())
             .await
             .map_err(|err| {
-                let cause =
-                    std::error::Error::source(&err).map(crate::forward::outbound::describe_error);
+                let cause = std::error::Error::source(&err).map(crate::outbound::describe_error);
                 describe_connect(err.kind(), cause, &self.url)
             })?;
         let mut jetstream = jetstream::new(client.clone());

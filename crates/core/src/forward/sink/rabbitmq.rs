@@ -24,7 +24,7 @@ use crate::config::target::RabbitmqTarget;
 use crate::config::template::Template;
 use crate::config::DestinationConfig;
 use crate::forward::answer::{AttemptResult, DeclineKind};
-use crate::forward::outbound::describe_error;
+use crate::outbound::describe_error;
 
 /// The AMQP persistent delivery mode: the broker writes the message to disk (in a durable
 /// queue) before it confirms it.
@@ -144,18 +144,16 @@ impl RabbitmqSink {
         let tls = match uri.scheme {
             AMQPScheme::AMQP => None,
             AMQPScheme::AMQPS => {
-                let config = crate::forward::outbound::tls_client_config(
-                    self.tls_ca_file.as_deref(),
-                    "tls_ca_file",
-                )
-                .map_err(|err| {
-                    let text = describe_error(&err);
-                    ConnectError::CaFile(
-                        text.strip_prefix("tls_ca_file ")
-                            .unwrap_or(&text)
-                            .to_owned(),
-                    )
-                })?;
+                let config =
+                    crate::outbound::tls_client_config(self.tls_ca_file.as_deref(), "tls_ca_file")
+                        .map_err(|err| {
+                            let text = describe_error(&err);
+                            ConnectError::CaFile(
+                                text.strip_prefix("tls_ca_file ")
+                                    .unwrap_or(&text)
+                                    .to_owned(),
+                            )
+                        })?;
                 Some(Arc::new(RustlsConnector::from(config)))
             }
         };

@@ -16,7 +16,7 @@ use crate::config::target::RedisTarget;
 use crate::config::template::Template;
 use crate::config::DestinationConfig;
 use crate::forward::answer::{AttemptResult, DeclineKind};
-use crate::forward::outbound::describe_error;
+use crate::outbound::describe_error;
 
 /// The field an entry's raw body is stored in, after the metadata fields.
 pub const BODY_FIELD: &str = "body";
@@ -29,7 +29,7 @@ pub enum RedisSinkError {
     Url(String),
     /// The outbound TLS setup failed (`tls_ca_file`, named in the error).
     #[error(transparent)]
-    Tls(#[from] crate::forward::outbound::ClientSetupError),
+    Tls(#[from] crate::outbound::ClientSetupError),
 }
 
 /// A destination of `type = "redis"`: one multiplexed connection shared by every send
@@ -91,7 +91,7 @@ impl RedisSink {
             ));
         };
         let tls = if tls_wanted {
-            let config = crate::forward::outbound::tls_client_config(
+            let config = crate::outbound::tls_client_config(
                 destination.tls_ca_file.as_deref(),
                 "tls_ca_file",
             )?;

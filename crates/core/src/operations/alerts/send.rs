@@ -133,7 +133,7 @@ impl Transport {
                     .await
                     // Without the URL: it is the webhook's credential.
                     .map_err(|err| {
-                        Failed::Retry(crate::forward::outbound::describe_error(&err.without_url()))
+                        Failed::Retry(crate::outbound::describe_error(&err.without_url()))
                     })?;
                 judge_status(answer.status().as_u16())
             }

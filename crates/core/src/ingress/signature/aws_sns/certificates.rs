@@ -137,7 +137,7 @@ type NotFetched = &'static str;
 impl Fetcher {
     fn new() -> Self {
         // The system's roots (`SSL_CERT_FILE` moves them), no redirects, no proxy.
-        let client = crate::forward::outbound::client_builder(None, "aws-sns")
+        let client = crate::outbound::client_builder(None, "aws-sns")
             .map_err(|e| e.to_string())
             .and_then(|b| {
                 b.timeout(FETCH_TIMEOUT)
@@ -246,7 +246,7 @@ impl Fetcher {
 
     /// A share of `client`'s fetches, or why there is none.
     fn client_share(&self, client: IpAddr) -> Result<ClientFetch, NotFetched> {
-        let key = crate::http::server::peer_key(client);
+        let key = crate::ingress::peers::peer_key(client);
         let mut counts = self.per_client.lock().unwrap_or_else(|e| e.into_inner());
         let count = counts.entry(key).or_default();
         if *count >= MAX_FETCHES_PER_CLIENT {
@@ -278,7 +278,7 @@ impl Fetcher {
         }
         let read = tokio::time::timeout(
             FETCH_TIMEOUT,
-            crate::forward::outbound::read_capped(response, MAX_FETCH_BYTES),
+            crate::outbound::read_capped(response, MAX_FETCH_BYTES),
         )
         .await;
         Ok(match read {
