@@ -1324,6 +1324,7 @@ impl Tx for PgIo<'_> {
     const UNDECIDED_COUNTS: &'static str = "SELECT source, status, COUNT(*) FROM events
          WHERE status IN ('received', 'held', 'retrying') GROUP BY source, status";
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
+    const SETTLE_READS_BY_STEP: bool = true;
     const COUNTS_BLOCKED_AGGREGATES: bool = false;
     const LOCK_KEY: &'static str =
         "SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended($1, 0))) l";
