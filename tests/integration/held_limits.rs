@@ -251,7 +251,11 @@ async fn migration_23_keeps_the_backlog_of_a_store_upgraded_with_events_waiting(
         )
         .await;
     server.restart();
-    assert_eq!(server.post_save(&delta("up", 7)).await.code, 202, "the third fits");
+    assert_eq!(
+        server.post_save(&delta("up", 7)).await.code,
+        202,
+        "the third fits"
+    );
     let refused = server.post_save(&delta("more", 2)).await;
     assert_eq!(refused.code, 429, "{refused:?}");
     assert_eq!(refused.body["error"], "backlog_full");
