@@ -9,8 +9,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let cli = inhook::cli::Cli::parse();
-    match inhook::cli::run(cli).await {
+    let cli = inhook_server::cli::Cli::parse();
+    match inhook_server::cli::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("inhook: {err:#}");

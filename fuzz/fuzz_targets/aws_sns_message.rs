@@ -3,7 +3,7 @@
 //! allowed host.
 #![no_main]
 
-use inhook::signature::aws_sns::{Message, SnsConfig};
+use inhook::ingress::signature::aws_sns::{Message, SnsConfig};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

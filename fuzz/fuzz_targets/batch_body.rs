@@ -3,7 +3,7 @@
 //! elements, each slice parsing to the element.
 #![no_main]
 
-use inhook::kind::json::batch::split_batch;
+use inhook::domain::kind::json::batch::split_batch;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 

@@ -3,7 +3,7 @@
 #![no_main]
 
 use http::HeaderMap;
-use inhook::kind::{built_in, Delivery, SourceKind};
+use inhook::domain::kind::{built_in, Delivery, SourceKind};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -2,7 +2,7 @@
 //! or name their problem; never a panic. What it reads, encoded again, reads the same.
 #![no_main]
 
-use inhook::kind::json::form::read_form;
+use inhook::domain::kind::json::form::read_form;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 

@@ -1,7 +1,7 @@
 //! `X-Hub-Signature-256: sha256=<hex>`.
 #![no_main]
 
-use inhook::signature::github;
+use inhook::ingress::signature::github;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|raw: &str| {

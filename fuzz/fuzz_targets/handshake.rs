@@ -3,8 +3,8 @@
 #![no_main]
 
 use http::{HeaderMap, HeaderValue};
-use inhook::handshake::{detect, Handshake, Outcome, Parts, MAX_ECHO_BYTES};
-use inhook::signature::Secret;
+use inhook::ingress::handshake::{detect, Handshake, Outcome, Parts, MAX_ECHO_BYTES};
+use inhook::ingress::signature::Secret;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: (u8, bool, &str, &[u8], &[u8])| {

@@ -4,7 +4,7 @@
 #![no_main]
 
 use http::{HeaderMap, HeaderValue};
-use inhook::kind::json::contract::{AggregateLocations, JsonContract, JsonParsed, JsonSourceSpec};
+use inhook::domain::kind::json::contract::{AggregateLocations, JsonContract, JsonParsed, JsonSourceSpec};
 use libfuzzer_sys::fuzz_target;
 
 /// A contract touching every kind of location: nested pointers, escapes, an

@@ -1,7 +1,7 @@
 //! A `pairs` signature header of `signature = "hmac"`: `t=…,v1=…;v1=…`.
 #![no_main]
 
-use inhook::signature::configurable::{parse_pairs, MAX_ENTRIES};
+use inhook::ingress::signature::configurable::{parse_pairs, MAX_ENTRIES};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|raw: &str| {

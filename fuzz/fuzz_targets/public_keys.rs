@@ -3,10 +3,10 @@
 //! text never panics them, and what they accept is what they say.
 #![no_main]
 
-use inhook::signature::public_key::{
+use inhook::ingress::signature::public_key::{
     parse_ed25519, parse_p256_spki, p256_spki_base64, Algorithm, PrivateKey,
 };
-use inhook::signature::twilio::{parse_form, MAX_PARAMETERS};
+use inhook::ingress::signature::twilio::{parse_form, MAX_PARAMETERS};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|raw: &str| {

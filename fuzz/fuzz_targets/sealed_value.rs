@@ -2,7 +2,7 @@
 //! its key id and opening it never panics, and only a value sealed under the key opens.
 #![no_main]
 
-use inhook::encryption::{is_sealed, sealed_key_id, sealed_text_key_id, Binding, Column, DataKey};
+use inhook::domain::encryption::{is_sealed, sealed_key_id, sealed_text_key_id, Binding, Column, DataKey};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|raw: &[u8]| {

@@ -1,7 +1,7 @@
 //! `X-Signature` and every `*-timestamp` header: hex and unix-time parsing.
 #![no_main]
 
-use inhook::signature::{parse_unix_timestamp, seed};
+use inhook::ingress::signature::{parse_unix_timestamp, seed};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|raw: &str| {

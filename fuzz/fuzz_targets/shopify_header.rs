@@ -1,7 +1,7 @@
 //! `X-Shopify-Hmac-SHA256: <base64>`.
 #![no_main]
 
-use inhook::signature::shopify;
+use inhook::ingress::signature::shopify;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|raw: &str| {

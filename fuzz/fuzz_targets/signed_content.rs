@@ -3,7 +3,7 @@
 #![no_main]
 
 use http::HeaderMap;
-use inhook::signature::template::{Input, Template};
+use inhook::ingress::signature::template::{Input, Template};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|raw: &str| {

@@ -1,7 +1,7 @@
 //! `X-Slack-Signature: v0=<hex>`.
 #![no_main]
 
-use inhook::signature::slack;
+use inhook::ingress::signature::slack;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|raw: &str| {

@@ -1,8 +1,8 @@
 //! `webhook-signature` lists, and Standard Webhooks keys as configured.
 #![no_main]
 
-use inhook::signature::standard_webhooks::{self, Key, Signature, MAX_SIGNATURES};
-use inhook::signature::Secret;
+use inhook::ingress::signature::standard_webhooks::{self, Key, Signature, MAX_SIGNATURES};
+use inhook::ingress::signature::Secret;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|raw: &str| {
@@ -18,8 +18,8 @@ fuzz_target!(|raw: &str| {
     // A key that parses signs, or is a public key that refuses to.
     let secret = Secret::new(raw);
     if let Ok(key) = Key::parse(&secret) {
-        let signed = inhook::signature::try_sign(
-            inhook::signature::Scheme::StandardWebhooks,
+        let signed = inhook::ingress::signature::try_sign(
+            inhook::ingress::signature::Scheme::StandardWebhooks,
             b"{}",
             &secret,
             1_800_000_000,

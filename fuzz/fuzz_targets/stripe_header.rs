@@ -1,7 +1,7 @@
 //! `Stripe-Signature: t=…,v1=…[,v1=…]`.
 #![no_main]
 
-use inhook::signature::stripe::{self, MAX_ITEMS};
+use inhook::ingress::signature::stripe::{self, MAX_ITEMS};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|raw: &str| {

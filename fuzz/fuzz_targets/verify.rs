@@ -6,7 +6,7 @@
 use std::sync::OnceLock;
 
 use http::{HeaderMap, HeaderValue};
-use inhook::signature::{standard_webhooks, verify, Scheme, Secret};
+use inhook::ingress::signature::{standard_webhooks, verify, Scheme, Secret};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

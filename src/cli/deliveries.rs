@@ -2,12 +2,12 @@
 
 use std::path::Path;
 
-use crate::app::open_existing_store;
-use crate::clock;
-use crate::config::Config;
-use crate::domain::AggregateKey;
-use crate::forward::queue::DeliveryStatus;
-use crate::store::DeliveryFilter;
+use inhook::config::Config;
+use inhook::domain::clock;
+use inhook::domain::AggregateKey;
+use inhook::forward::queue::DeliveryStatus;
+use inhook::runtime::app::open_existing_store;
+use inhook::store::DeliveryFilter;
 
 use super::UnknownValue;
 

@@ -3,13 +3,13 @@
 use std::path::PathBuf;
 
 use super::{parse_aggregate, parse_status};
-use crate::app::open_existing_store;
-use crate::clock;
-use crate::config::Config;
-use crate::domain::{AggregateKey, EventStatus};
-use crate::http::api::search::{resolve, scan_page, SCAN_LIMIT};
-use crate::search::{TypePattern, Where};
-use crate::store::EventFilter;
+use inhook::config::Config;
+use inhook::domain::clock;
+use inhook::domain::search::{TypePattern, Where};
+use inhook::domain::{AggregateKey, EventStatus};
+use inhook::http::api::search::{resolve, scan_page, SCAN_LIMIT};
+use inhook::runtime::app::open_existing_store;
+use inhook::store::EventFilter;
 
 /// Arguments of `inhook events`.
 #[derive(Debug, clap::Args)]

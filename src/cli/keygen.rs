@@ -3,7 +3,7 @@
 use anyhow::bail;
 use rand::RngCore;
 
-use crate::signature::{standard_webhooks, Scheme};
+use inhook::ingress::signature::{standard_webhooks, Scheme};
 
 /// Arguments of `inhook keygen`.
 #[derive(Debug, clap::Args)]
@@ -64,7 +64,7 @@ fn generate(scheme: Scheme, ed25519: bool, rng: &mut impl RngCore) -> Vec<String
     match scheme {
         Scheme::Ed25519 | Scheme::EcdsaP256 => {
             let algorithm = scheme.public_key().expect("a public-key scheme");
-            match crate::signature::public_key::generate(algorithm, key) {
+            match inhook::ingress::signature::public_key::generate(algorithm, key) {
                 Ok((public, private)) => {
                     vec![format!("public:  {public}"), format!("private: {private}")]
                 }
@@ -87,7 +87,16 @@ fn generate(scheme: Scheme, ed25519: bool, rng: &mut impl RngCore) -> Vec<String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signature::{self, try_sign, Secret};
+    use inhook::ingress::signature::{self, try_sign, Secret};
+
+    /// The header map of signed `pairs`.
+    fn headers_of(pairs: &[(&'static str, String)]) -> axum::http::HeaderMap {
+        let mut headers = axum::http::HeaderMap::new();
+        for (name, value) in pairs {
+            headers.insert(*name, axum::http::HeaderValue::from_str(value).unwrap());
+        }
+        headers
+    }
 
     #[test]
     fn generated_keys_sign_and_verify_in_every_scheme() {
@@ -97,7 +106,7 @@ mod tests {
             let secret = Secret::new(lines[0].clone());
             assert!(scheme.check_secret(&secret).is_ok(), "{scheme}");
             let headers = try_sign(scheme, b"{}", &secret, 1_000, None).unwrap();
-            let map = crate::signature::tests::headers_of(&headers);
+            let map = headers_of(&headers);
             assert!(signature::verify(scheme, &map, b"{}", &[secret], 1_000, 5).is_ok());
         }
         for scheme in Scheme::CONFIGURABLE
@@ -135,7 +144,7 @@ mod tests {
             None,
         )
         .unwrap();
-        let map = crate::signature::tests::headers_of(&headers);
+        let map = headers_of(&headers);
         let secrets = [Secret::new(public)];
         assert!(
             signature::verify(Scheme::StandardWebhooks, &map, b"{}", &secrets, 1_000, 5).is_ok()

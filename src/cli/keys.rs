@@ -7,13 +7,13 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 
 use super::parse_aggregate;
-use crate::app::open_existing_store;
-use crate::clock;
-use crate::config::Config;
-use crate::domain::AggregateKey;
-use crate::store::backend::Scrub;
-use crate::store::erasure::KeyStep;
-use crate::store::{Store, StoreError};
+use inhook::config::Config;
+use inhook::domain::clock;
+use inhook::domain::AggregateKey;
+use inhook::runtime::app::open_existing_store;
+use inhook::store::backend::Scrub;
+use inhook::store::erasure::KeyStep;
+use inhook::store::{Store, StoreError};
 
 /// Rows or keys rewritten per transaction: short transactions, so servers on the same
 /// store wait for none of them long.
@@ -44,7 +44,7 @@ pub struct ForgetArgs {
 /// `--encrypt-existing`) seals the plaintext rows. Killed, it resumes where it stopped.
 pub async fn rekey(config_path: Option<PathBuf>, args: RekeyArgs) -> anyhow::Result<()> {
     let config = Config::load_for_store(config_path.as_deref())?;
-    let Some(masters) = &config.encryption else {
+    let Some(masters) = &config.store.encryption else {
         bail!(
             "encryption is not configured: set [encryption] keys or INHOOK_ENCRYPTION_KEYS \
              (docs/encryption.md)"
@@ -153,7 +153,7 @@ pub async fn forget(config_path: Option<PathBuf>, args: ForgetArgs) -> anyhow::R
     );
     println!(
         "{}",
-        crate::store::erasure::backups_note(store.encrypting())
+        inhook::store::erasure::backups_note(store.encrypting())
     );
     if let Some(why) = &report.unscrubbed {
         eprintln!(

@@ -4,8 +4,8 @@
 use anyhow::Context;
 use axum::http::{HeaderMap, StatusCode};
 
-use crate::clock;
-use crate::signature::{self, Scheme, Secret};
+use inhook::domain::clock;
+use inhook::ingress::signature::{self, Scheme, Secret};
 
 /// How far a forwarded request's `webhook-timestamp` may be from now, as the official
 /// Standard Webhooks libraries allow.
@@ -80,7 +80,7 @@ pub async fn listen(args: ListenArgs) -> anyhow::Result<()> {
         }
     });
     axum::serve(listener, app)
-        .with_graceful_shutdown(crate::app::shutdown_signal())
+        .with_graceful_shutdown(inhook::runtime::app::shutdown_signal())
         .await?;
     let tally = tally.lock().expect("tally");
     println!(

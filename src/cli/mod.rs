@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::Config;
-use crate::domain::{AggregateKey, AggregateKeyProblem, EventStatus};
+use inhook::config::Config;
+use inhook::domain::{AggregateKey, AggregateKeyProblem, EventStatus};
 
 mod deliveries;
 mod events;
@@ -47,11 +47,9 @@ pub enum Command {
     /// Replay dead or retrying events: one by id, or in bulk by filter (a persisted job).
     Replay(replay::ReplayArgs),
     /// Chaos publisher: duplicates, reordering, retries; then checks the state.
-    #[cfg(feature = "tools")]
-    Simulate(crate::tools::simulate::SimulateArgs),
+    Simulate(inhook_tools::simulate::SimulateArgs),
     /// Load generator: signed events flat out or at a fixed rate; throughput and latency.
-    #[cfg(feature = "tools")]
-    Bench(crate::tools::bench::BenchArgs),
+    Bench(inhook_tools::bench::BenchArgs),
     /// Check a saved delivery offline against a source's secrets; exit 0 if it verifies.
     Verify(verify::VerifyArgs),
     /// Print a new random secret in a scheme's format.
@@ -162,10 +160,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Reset(args) => reset::reset(cli.config, args).await,
         Command::Migrate => serve::migrate(cli.config.as_deref()).await,
         Command::Send(args) => send::send(cli.config, args).await,
-        #[cfg(feature = "tools")]
-        Command::Simulate(args) => crate::tools::simulate::run(cli.config, args).await,
-        #[cfg(feature = "tools")]
-        Command::Bench(args) => crate::tools::bench::run(cli.config, args).await,
+        Command::Simulate(args) => inhook_tools::simulate::run(cli.config, args).await,
+        Command::Bench(args) => inhook_tools::bench::run(cli.config, args).await,
         Command::Verify(args) => verify::verify(cli.config.as_deref(), args),
         Command::Keygen(args) => keygen::keygen(args),
         Command::Deliveries(args) => deliveries::deliveries(cli.config.as_deref(), args).await,

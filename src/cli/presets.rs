@@ -1,5 +1,5 @@
 //! `inhook presets` (docs/providers.md): list the presets, or print one as a
-//! `[[sources]]` table ready to paste. A thin layer over [`crate::presets`].
+//! `[[sources]]` table ready to paste. A thin layer over [`inhook::ingress::presets`].
 
 use anyhow::bail;
 
@@ -18,7 +18,7 @@ pub fn presets(args: PresetsArgs) -> anyhow::Result<()> {
 
 /// What `inhook presets [NAME]` prints.
 pub fn output(name: Option<&str>) -> anyhow::Result<String> {
-    use crate::presets::Preset;
+    use inhook::ingress::presets::Preset;
     let Some(name) = name else {
         let mut rows = vec![[
             "NAME".to_owned(),
@@ -56,7 +56,7 @@ pub fn output(name: Option<&str>) -> anyhow::Result<String> {
     match Preset::find(name) {
         Some(preset) => preset.paste().map_err(anyhow::Error::msg),
         None => {
-            let close = crate::presets::close_names(name);
+            let close = inhook::ingress::presets::close_names(name);
             if close.is_empty() {
                 bail!("no preset {name:?}: `inhook presets` lists them")
             }

@@ -5,13 +5,13 @@ use std::path::PathBuf;
 use anyhow::bail;
 
 use super::{parse_aggregate, parse_status};
-use crate::app::open_existing_store;
-use crate::clock;
-use crate::config::Config;
-use crate::domain::{AggregateKey, EventStatus};
-use crate::http::api::search::resolve;
-use crate::search::{TypePattern, Where};
-use crate::store::{EventFilter, ReplayOutcome};
+use inhook::config::Config;
+use inhook::domain::clock;
+use inhook::domain::search::{TypePattern, Where};
+use inhook::domain::{AggregateKey, EventStatus};
+use inhook::http::api::search::resolve;
+use inhook::runtime::app::open_existing_store;
+use inhook::store::{EventFilter, ReplayOutcome};
 
 /// Arguments of `inhook replay`.
 #[derive(Debug, clap::Args)]

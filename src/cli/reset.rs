@@ -8,9 +8,9 @@ use anyhow::bail;
 
 use super::keys::audit;
 use super::parse_aggregate;
-use crate::app::open_existing_store;
-use crate::config::Config;
-use crate::domain::AggregateKey;
+use inhook::config::Config;
+use inhook::domain::AggregateKey;
+use inhook::runtime::app::open_existing_store;
 
 /// Arguments of `inhook reset`.
 #[derive(Debug, clap::Args)]

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 
-use crate::clock;
-use crate::config::{signing_secret, Config};
-use crate::signature::{self, Scheme, Verifier};
+use inhook::config::{signing_secret, Config};
+use inhook::domain::clock;
+use inhook::ingress::signature::{self, Scheme, Verifier};
 
 /// Arguments of `inhook send`.
 #[derive(Debug, clap::Args)]
@@ -122,7 +122,7 @@ fn parse_header(raw: &str) -> Result<ExtraHeader, HeaderArgError> {
 fn send_scheme(
     args: &SendArgs,
     config_path: Option<&std::path::Path>,
-    source: Option<&crate::config::SourceConfig>,
+    source: Option<&inhook::config::SourceConfig>,
 ) -> anyhow::Result<Verifier> {
     let configured = source.map(|s| &s.verifier);
     match (args.scheme, configured) {
@@ -155,8 +155,8 @@ fn send_scheme(
 /// A config holding one source, `--source` configured with `preset = NAME` and the
 /// signing secret, so `send` signs as that publisher does without a file.
 fn preset_config(args: &SendArgs, preset: &str) -> anyhow::Result<Config> {
-    if crate::presets::Preset::find(preset).is_none() {
-        let close = crate::presets::close_names(preset);
+    if inhook::ingress::presets::Preset::find(preset).is_none() {
+        let close = inhook::ingress::presets::close_names(preset);
         bail!(
             "no preset {preset:?}{}: `inhook presets` lists them",
             if close.is_empty() {
@@ -169,14 +169,14 @@ fn preset_config(args: &SendArgs, preset: &str) -> anyhow::Result<Config> {
     let secret = signing_secret(&args.source, args.secret.as_deref(), "--secret", None)?;
     // The name and preset were checked above (letters, digits, '-', '_'), so they need no
     // quoting; the secret and URL go through the environment map, never through TOML text.
-    crate::config::check_source_name(&args.source)?;
+    inhook::config::check_source_name(&args.source)?;
     let text = format!(
         "[[sources]]\nname = \"{}\"\npreset = \"{preset}\"\n",
         args.source
     );
     let mut env = std::collections::HashMap::new();
     env.insert(
-        crate::config::secret_env_var(&args.source),
+        inhook::config::secret_env_var(&args.source),
         String::from_utf8_lossy(secret.expose()).into_owned(),
     );
     if let Some(url) = &args.public_url {
@@ -265,9 +265,10 @@ pub async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Resul
         );
     }
     let signed = signed.headers;
-    let client = crate::outbound::client_builder(args.tls_ca_file.as_deref(), "--tls-ca-file")?
-        .build()
-        .context("building the HTTP client")?;
+    let client =
+        inhook::forward::outbound::client_builder(args.tls_ca_file.as_deref(), "--tls-ca-file")?
+            .build()
+            .context("building the HTTP client")?;
     // A form source takes form bodies (docs/configuration.md, `body_format`).
     let media_type = source
         .map(|s| s.kind.body_format())
@@ -306,7 +307,7 @@ pub async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Resul
             .await;
         match attempt {
             Err(e)
-                if crate::outbound::connection_refused(&e)
+                if inhook::forward::outbound::connection_refused(&e)
                     && tokio::time::Instant::now() < patience =>
             {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -317,15 +318,15 @@ pub async fn send(config_path: Option<PathBuf>, args: SendArgs) -> anyhow::Resul
     .map_err(|e| {
         anyhow::anyhow!(
             "posting to {}",
-            crate::outbound::cli_failure(&url, &e.without_url())
+            inhook::forward::outbound::cli_failure(&url, &e.without_url())
         )
     })?;
     let status = response.status();
     let location = response
         .headers()
         .get(reqwest::header::LOCATION)
-        .map(|l| crate::outbound::printable(l.as_bytes(), false));
-    let text = crate::outbound::shown_body(response).await;
+        .map(|l| inhook::forward::outbound::printable(l.as_bytes(), false));
+    let text = inhook::forward::outbound::shown_body(response).await;
     println!("{} {text}", status.as_u16());
     if let Some(location) = location.filter(|_| status.is_redirection()) {
         bail!("server answered {status} to {location}; redirects are not followed");

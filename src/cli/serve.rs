@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-use crate::app::{open_store, shutdown_signal, Application};
-use crate::config::{Config, Database};
+use inhook::config::{Config, Database};
+use inhook::runtime::app::{open_store, shutdown_signal, Application};
 
 /// Runs `inhook migrate`: the schema and the pending upgrade steps, to the end.
 pub async fn migrate(config_path: Option<&Path>) -> anyhow::Result<()> {
     let config = Config::load_for_store(config_path)?;
     let store = open_store(&config).await?;
-    crate::app::prune_stored_headers(store.as_ref(), &config)
+    inhook::runtime::app::prune_stored_headers(store.as_ref(), &config)
         .await
         .context("applying the kept-headers allowlist to stored events")?;
     println!("schema is up to date");
@@ -22,7 +22,10 @@ pub async fn migrate(config_path: Option<&Path>) -> anyhow::Result<()> {
 
 /// Runs `inhook serve` until a shutdown signal.
 pub async fn serve(mut config: Config) -> anyhow::Result<()> {
-    let _telemetry = crate::telemetry::init(config.log_json, config.otlp_endpoint.as_deref())?;
+    let _telemetry = inhook::operations::telemetry::init(
+        config.observability.log_json,
+        config.observability.otlp_endpoint.as_deref(),
+    )?;
     let generated_token = config.generate_admin_token();
     if generated_token.is_some() {
         // The token itself goes to standard output once, never to the log.
@@ -30,7 +33,7 @@ pub async fn serve(mut config: Config) -> anyhow::Result<()> {
             "no admin_token configured: /v1/* takes a token generated for this run, printed on \
              standard output; set admin_token (or INHOOK_ADMIN_TOKEN) to choose one"
         );
-    } else if config.admin_token.is_none() {
+    } else if config.admin.admin_token.is_none() {
         tracing::warn!(
             "admin_open_to_loopback: /v1/* answers direct loopback clients without a token \
              (no proxy headers, loopback Host); a proxy on this host opens it to everyone it serves"
@@ -40,7 +43,7 @@ pub async fn serve(mut config: Config) -> anyhow::Result<()> {
         tracing::warn!("{warning}");
     }
     let sources: Vec<_> = config.sources.iter().map(|s| s.name.clone()).collect();
-    let store = config.database.to_string();
+    let store = config.store.database.to_string();
     let app = Application::build(config).await?;
     reload_secrets_on_sighup(app.secrets(), app.config());
     let addr = app.local_addr()?;
@@ -64,7 +67,7 @@ pub async fn serve(mut config: Config) -> anyhow::Result<()> {
 /// On SIGHUP, reloads the secrets exactly as `POST /v1/admin/reload` does: rotation needs no
 /// restart, other settings need one. A config that fails the reload checks is reported and
 /// the secrets in force stay.
-fn reload_secrets_on_sighup(secrets: crate::config::LiveSecrets, running: Arc<Config>) {
+fn reload_secrets_on_sighup(secrets: inhook::config::LiveSecrets, running: Arc<Config>) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
@@ -89,8 +92,8 @@ fn reload_secrets_on_sighup(secrets: crate::config::LiveSecrets, running: Arc<Co
 /// Never holds a secret.
 fn start_warnings(config: &Config) -> Vec<String> {
     let mut warnings = Vec::new();
-    if let Database::Postgres(url) = &config.database {
-        warnings.extend(crate::store::postgres_tls::start_warning(url));
+    if let Database::Postgres(url) = &config.store.database {
+        warnings.extend(inhook::store::postgres_tls::start_warning(url));
     }
     warnings.extend(config.start_warnings());
     warnings
@@ -101,7 +104,13 @@ mod tests {
 
     use super::*;
 
-    use crate::config::test_env as env;
+    /// An environment of `pairs`, as the config reads it.
+    fn env(pairs: &[(&str, &str)]) -> std::collections::HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
 
     #[test]
     fn start_warnings_name_stripped_tls_and_unsigned_header_locations() {

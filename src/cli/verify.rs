@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::clock;
-use crate::config::{public_keys_env_var, Config, SourceConfig};
-use crate::kind::Delivery;
-use crate::signature::{self, Scheme, SignatureError, Verified, Verifier};
+use inhook::config::{public_keys_env_var, Config, SourceConfig};
+use inhook::domain::clock;
+use inhook::domain::kind::Delivery;
+use inhook::ingress::signature::{self, Scheme, SignatureError, Verified, Verifier};
 
 /// Arguments of `inhook verify`.
 #[derive(Debug, clap::Args)]

@@ -3,7 +3,7 @@
 //! every later event is older; the operator resets it through the API or the command
 //! line, the next event applies, and the event log keeps every event as it was.
 
-use inhook::signature::Scheme;
+use inhook::ingress::signature::Scheme;
 use serde_json::json;
 
 use crate::support::{now_s, signed, Reply, TestServer};

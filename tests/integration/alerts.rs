@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use inhook::signature::{Scheme, Secret};
+use inhook::ingress::signature::{Scheme, Secret};
 use serde_json::{json, Value};
 
 use crate::application::{recording_application, Received, DEST_SECRET};
@@ -88,7 +88,7 @@ secret = "{DEST_SECRET}"
 /// Asserts that the `at`th request `received` got verifies with the destination's secret.
 fn assert_signed(received: &Received, at: usize) {
     let (headers, raw) = received.lock().unwrap()[at].clone();
-    assert!(inhook::signature::verify(
+    assert!(inhook::ingress::signature::verify(
         Scheme::StandardWebhooks,
         &headers,
         &raw,
@@ -573,7 +573,7 @@ destination = "ops"
 /// Posts one save-game delivery signed with the wrong secret to `server`: a 401.
 pub(crate) async fn post_forged(server: &TestServer) {
     let body = serde_json::to_vec(&save_event("forged", 1, "slot_x")).unwrap();
-    let mut forged = inhook::signature::sign(
+    let mut forged = inhook::ingress::signature::sign(
         Scheme::HmacTimestamped,
         &body,
         &Secret::new("not-the-secret"),
@@ -992,7 +992,9 @@ fn metric_names(text: &str) -> std::collections::BTreeSet<String> {
 #[test]
 fn the_prometheus_rules_and_the_grafana_dashboard_name_only_metrics_inhook_exports() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let exported = metric_names(&std::fs::read_to_string(root.join("src/metrics.rs")).unwrap());
+    let exported = metric_names(
+        &std::fs::read_to_string(root.join("crates/core/src/operations/metrics.rs")).unwrap(),
+    );
     let documented = metric_names(&std::fs::read_to_string(root.join("docs/api.md")).unwrap());
     assert!(exported.contains("inhook_requests_total") && exported.len() > 15);
     let rules = std::fs::read_to_string(root.join("docs/prometheus/alerts.yml")).unwrap();
@@ -1017,7 +1019,7 @@ fn the_prometheus_rules_and_the_grafana_dashboard_name_only_metrics_inhook_expor
         for name in &used {
             assert!(
                 exported.contains(name),
-                "{file}: {name} is not a metric of src/metrics.rs"
+                "{file}: {name} is not a metric of crates/core/src/operations/metrics.rs"
             );
             assert!(
                 documented.contains(name),

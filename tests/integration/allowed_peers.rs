@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use crate::support::{now_s, signed, Reply, TestServer, PRESENCE_SECRET};
-use inhook::signature::Scheme;
+use inhook::ingress::signature::Scheme;
 
 /// A presence source named `gated` that accepts deliveries from `allow` only.
 fn gated(allow: &str) -> String {

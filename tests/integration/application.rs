@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use inhook::signature::Secret;
+use inhook::ingress::signature::Secret;
 
 use crate::support::now_s;
 
@@ -148,8 +148,8 @@ pub async fn destination(
         .and_then(|q| q.strip_prefix("node="))
         .unwrap_or_default()
         .to_owned();
-    let verified = inhook::signature::verify(
-        inhook::signature::Scheme::StandardWebhooks,
+    let verified = inhook::ingress::signature::verify(
+        inhook::ingress::signature::Scheme::StandardWebhooks,
         &headers,
         &body,
         &[Secret::new(DEST_SECRET)],

@@ -597,7 +597,7 @@ async fn send_signs_for_each_scheme_and_keygen_makes_usable_pairs() {
 #[tokio::test]
 async fn the_official_libraries_sign_what_inhook_accepts() {
     use crate::support::{official, vectors_available, ToSign};
-    use inhook::signature::Scheme;
+    use inhook::ingress::signature::Scheme;
     if !vectors_available() {
         return;
     }

@@ -3,7 +3,7 @@
 //! sources): Zoom-like bodies re-signed on a retry, SendGrid-like arrays of events, Slack
 //! command and Discord-like answers.
 
-use inhook::signature::Scheme;
+use inhook::ingress::signature::Scheme;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 

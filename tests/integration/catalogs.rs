@@ -256,7 +256,7 @@ fn hand_written(name: &str, opt_in: bool) -> String {
 async fn a_hand_written_source_is_strict_unless_it_opts_in_and_the_log_says_why_an_event_is_unordered(
 ) {
     use crate::support::signed;
-    use inhook::signature::Scheme;
+    use inhook::ingress::signature::Scheme;
     let server = TestServer::in_process()
         .spawn_with_sources(&format!(
             "{}\n{}",

@@ -6,7 +6,7 @@ use std::io::BufRead;
 use std::process::{Command, Stdio};
 
 use crate::support::{now_s, run_cli, signed, TestServer, PRESENCE_SECRET, SAVE_SECRETS};
-use inhook::signature::Scheme;
+use inhook::ingress::signature::Scheme;
 
 #[test]
 fn serve_help_lists_the_environment_and_the_admin_token() {

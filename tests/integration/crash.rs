@@ -7,10 +7,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use inhook::kind::SourceKind;
-use inhook::signature::{Scheme, Secret};
+use inhook::domain::kind::SourceKind;
+use inhook::ingress::signature::{Scheme, Secret};
 use inhook::store::EventRecord;
-use inhook::tools::simulate::{
+use inhook_tools::simulate::{
     expected_states, generate, plan, ChaosSpec, DeliveryReport, Endpoint, EventCopy, Plan,
     Publisher, Receipt, SendOptions, SourceSigner, Stream, StreamSpec,
 };

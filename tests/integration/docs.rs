@@ -292,7 +292,7 @@ fn check_statically(block: &Block, step: &Step) -> Result<(), String> {
         return Ok(());
     };
     if first == "inhook" {
-        if let Err(e) = inhook::cli::Cli::try_parse_from(&words) {
+        if let Err(e) = inhook_server::cli::Cli::try_parse_from(&words) {
             use clap::error::ErrorKind::{DisplayHelp, DisplayVersion};
             if !matches!(e.kind(), DisplayHelp | DisplayVersion) {
                 return Err(format!(

@@ -138,7 +138,7 @@ async fn inhook_migrate_creates_the_schema() {
     )
     .unwrap();
     // Without the migration the tables would not exist and this would fail.
-    let store = inhook::app::connect_store(&config).unwrap();
+    let store = inhook::runtime::app::connect_store(&config).unwrap();
     let page = store.events(&Default::default(), 10, None).await.unwrap();
     assert!(page.items.is_empty());
     backend.drop_database().await;

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use inhook::signature::Scheme;
+use inhook::ingress::signature::Scheme;
 use serde_json::{json, Value};
 
 use crate::application::{serve_recording, Behaviour, Seen, DEST_SECRET};

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::time::{Duration, Instant};
 
-use inhook::signature::Scheme;
+use inhook::ingress::signature::Scheme;
 use serde_json::{json, Value};
 
 use crate::support::{now_s, official, run_cli, vectors_available, Reply, TestServer, ToSign};

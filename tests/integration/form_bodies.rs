@@ -2,7 +2,7 @@
 //! (docs/configuration.md, json sources): one GitHub-like source for pull requests
 //! and issues alike, Slack-like form sources, with and without a JSON `payload` field.
 
-use inhook::signature::Scheme;
+use inhook::ingress::signature::Scheme;
 use serde_json::{json, Value};
 
 use crate::support::{now_s, signed, Reply, TestServer};

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use inhook::domain::{AggregateKey, EventStatus};
 use inhook::forward::queue::DeliveryStatus;
 use inhook::store::{DeliveryFilter, DeliveryRecord};
-use inhook::tools::simulate::{expected_states, Endpoint, Plan, Publisher, Stream};
+use inhook_tools::simulate::{expected_states, Endpoint, Plan, Publisher, Stream};
 
 use crate::application::{serve_recording, Behaviour, Seen, DEST_SECRET};
 use crate::crash::{chaos_publisher, chaos_stream_of};
@@ -338,7 +338,7 @@ pub(crate) async fn converged(publisher: &Publisher, stream: &Stream, within: Du
 pub(crate) fn publish(
     publisher: &Publisher,
     plan: &Arc<Plan>,
-) -> tokio::task::JoinHandle<inhook::tools::simulate::DeliveryReport> {
+) -> tokio::task::JoinHandle<inhook_tools::simulate::DeliveryReport> {
     let (publisher, plan) = (publisher.clone(), Arc::clone(plan));
     tokio::spawn(async move { publisher.deliver(plan).await })
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use inhook::forward::message::{request_headers, ForwardedEvent, WebhookId};
 use inhook::forward::queue::DeliveryStatus;
-use inhook::signature::Secret;
+use inhook::ingress::signature::Secret;
 use serde_json::{json, Value};
 
 use crate::application::{
@@ -194,8 +194,8 @@ retry_base_s = 1
                 (attempt + 1).to_string().as_str()
             );
             assert_eq!(headers["webhook-id"], received[0].0["webhook-id"]);
-            assert!(inhook::signature::verify(
-                inhook::signature::Scheme::StandardWebhooks,
+            assert!(inhook::ingress::signature::verify(
+                inhook::ingress::signature::Scheme::StandardWebhooks,
                 headers,
                 body,
                 &[Secret::new(DEST_SECRET)],
@@ -487,7 +487,7 @@ async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
             let event_id = format!("{name}-{seq}");
             let body = delta(&event_id, name, seq, i as i64 + seq);
             bodies.insert(event_id, serde_json::to_vec(&body).unwrap());
-            ingest_sync(&*store, &rules, body, inhook::clock::now_ms()).await;
+            ingest_sync(&*store, &rules, body, inhook::domain::clock::now_ms()).await;
         }
         tokio::time::sleep(std::time::Duration::from_millis(30)).await;
     }
@@ -624,12 +624,12 @@ async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let forward_wake = Arc::new(tokio::sync::Notify::new());
     let replays = tokio::spawn(
-        inhook::replays::BulkReplays {
+        inhook::runtime::replays::BulkReplays {
             store: store.clone(),
             worker_wake: Arc::new(tokio::sync::Notify::new()),
             forward_wake: Arc::clone(&forward_wake),
             forwarding: true,
-            clock: inhook::clock::Clock::System,
+            clock: inhook::domain::clock::Clock::System,
         }
         .run(stop_rx.clone()),
     );
@@ -639,7 +639,7 @@ async fn the_sender_forwards_in_order_per_aggregate_through_failures() {
         aggregate: Some(poison.clone()),
     };
     let job = store
-        .create_delivery_replay_job("app", &dead_only, inhook::clock::now_ms())
+        .create_delivery_replay_job("app", &dead_only, inhook::domain::clock::now_ms())
         .await
         .expect("bulk replay");
     assert_eq!(job.total, 1);
@@ -849,7 +849,8 @@ async fn an_https_destination_is_verified_against_tls_ca_file() {
     let system = inhook::forward::sink::http::http_client(None).unwrap();
     let refused = system.post(&url).body("{}").send().await.unwrap_err();
     assert!(refused.is_connect(), "{refused:?}");
-    let problem = inhook::outbound::certificate_problem(&refused).expect("a certificate refusal");
+    let problem =
+        inhook::forward::outbound::certificate_problem(&refused).expect("a certificate refusal");
     assert!(problem.contains("UnknownIssuer"), "{problem}");
 
     // The served forwarder: the destination with the CA is delivered to; the one without
@@ -921,7 +922,7 @@ fn senders_of(
     inhook::forward::sender::Sender::for_destinations(
         destinations,
         store,
-        inhook::clock::Clock::System,
+        inhook::domain::clock::Clock::System,
         &inhook::config::LiveSecrets::of(config),
     )
     .expect("senders")

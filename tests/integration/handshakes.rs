@@ -245,7 +245,12 @@ async fn post(
 }
 
 fn slack_headers(secret: &str, body: &[u8]) -> Vec<(&'static str, String)> {
-    crate::support::signed(inhook::signature::Scheme::Slack, secret, body, now_s())
+    crate::support::signed(
+        inhook::ingress::signature::Scheme::Slack,
+        secret,
+        body,
+        now_s(),
+    )
 }
 
 fn zoom_headers(secret: &str, body: &[u8]) -> Vec<(&'static str, String)> {

@@ -4,9 +4,9 @@
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
+use inhook::domain::kind::save::SaveEvent;
+use inhook::domain::kind::SourceKind;
 use inhook::domain::{AggregateKey, EventStatus};
-use inhook::kind::save::SaveEvent;
-use inhook::kind::SourceKind;
 use inhook::store::{Admission, EventFilter, IngestLimits, NewEvent, SettleAt, SourceRules};
 use serde_json::{json, Value};
 
@@ -282,7 +282,7 @@ async fn report_the_cost_of_arrivals_with_many_held_events() {
     server.terminate();
     let rules = SourceRules {
         name: "save-game".into(),
-        kind: inhook::kind::built_in(SourceKind::SaveGame, 900_000),
+        kind: inhook::domain::kind::built_in(SourceKind::SaveGame, 900_000),
         first_sequence: 1,
         hold_timeout_ms: 3_600_000,
         destinations: std::sync::Arc::from([]),
@@ -296,7 +296,7 @@ async fn report_the_cost_of_arrivals_with_many_held_events() {
         async move {
             let body = serde_json::to_vec(&body).unwrap();
             let event = SaveEvent::parse(&body).unwrap();
-            let now = inhook::clock::now_ms();
+            let now = inhook::domain::clock::now_ms();
             let new = NewEvent {
                 source: "save-game",
                 event: &event.fields(),

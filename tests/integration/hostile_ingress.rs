@@ -3,10 +3,10 @@
 //! the cost of a check, and replays that drain a publisher's rate budget.
 
 use inhook::config::{Config, Database};
-use inhook::signature::standard_webhooks::{
+use inhook::ingress::signature::standard_webhooks::{
     format_keypair, MAX_CHECKED_SIGNATURES, MAX_SIGNATURES,
 };
-use inhook::signature::{try_sign, Scheme, Secret};
+use inhook::ingress::signature::{try_sign, Scheme, Secret};
 use serde_json::{json, Value};
 
 use crate::support::{now_s, signed, TestServer, SAVE_SECRETS};
@@ -56,7 +56,7 @@ async fn stored_headers(server: &TestServer, source: &str, event_id: &str) -> Va
 async fn store_old_headers(server: &TestServer, event_id: &str, headers: &Value) {
     let text = headers.to_string();
     let config = Config::load_for_store(Some(&server.config_path())).expect("test config");
-    match config.database {
+    match config.store.database {
         Database::Sqlite(path) => {
             rusqlite::Connection::open(path)
                 .unwrap()

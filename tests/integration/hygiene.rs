@@ -1,7 +1,7 @@
 //! No secret, signature or admin token ever appears in a log line or an API
 //! answer, whatever traffic the server saw.
 
-use inhook::signature::Scheme;
+use inhook::ingress::signature::Scheme;
 use serde_json::json;
 
 use crate::support::{now_s, signed, TestServer, PRESENCE_SECRET, SAVE_SECRETS};

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use inhook::signature::Scheme;
+use inhook::ingress::signature::Scheme;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};

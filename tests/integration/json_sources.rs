@@ -2,7 +2,7 @@
 //! orderings, sync answers, `event_types`, bad bodies and configs, and the
 //! generic aggregates API of every kind.
 
-use inhook::signature::Scheme;
+use inhook::ingress::signature::Scheme;
 use serde_json::{json, Value};
 
 use crate::metrics::sample;
@@ -118,10 +118,10 @@ async fn post_webhook(
     extra: &[(&'static str, &str)],
 ) -> Reply {
     let raw = serde_json::to_vec(body).unwrap();
-    let mut headers = inhook::signature::try_sign(
+    let mut headers = inhook::ingress::signature::try_sign(
         Scheme::StandardWebhooks,
         &raw,
-        &inhook::signature::Secret::new(WHSEC),
+        &inhook::ingress::signature::Secret::new(WHSEC),
         now_s(),
         Some(delivery),
     )

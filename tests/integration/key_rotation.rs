@@ -3,7 +3,7 @@
 //! and naming it, a rekey stopped halfway finishing on the next run, and a store written
 //! by the previous release sealed in place by `inhook rekey --encrypt-existing`.
 
-use inhook::signature::Scheme;
+use inhook::ingress::signature::Scheme;
 use serde_json::json;
 
 use crate::encryption::{encrypted, holders_of, K1};

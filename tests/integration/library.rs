@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use axum::routing::get;
 use axum::Router;
-use inhook::signature::Scheme;
+use inhook::ingress::signature::Scheme;
 use inhook::{Applied, Inhook, Settings};
 use serde_json::{json, Value};
 
@@ -328,10 +328,13 @@ async fn post_signed(
     (code, response.json().await.unwrap_or(Value::Null))
 }
 
-/// The text between the `docs-snippet` lines of `examples/embed.rs`, which CI compiles.
+/// The text between the `docs-snippet` lines of `crates/core/examples/embed.rs`, which CI compiles.
 fn example_snippet() -> String {
-    let example =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/embed.rs")).unwrap();
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/crates/core/examples/embed.rs"
+    ))
+    .unwrap();
     let start = example
         .find("// docs-snippet: start")
         .expect("the start line");
@@ -349,7 +352,7 @@ fn the_snippet_of_docs_library_md_is_the_compiled_example() {
     assert_eq!(
         block,
         example_snippet(),
-        "docs/library.md shows examples/embed.rs between its docs-snippet lines"
+        "docs/library.md shows crates/core/examples/embed.rs between its docs-snippet lines"
     );
 }
 

@@ -16,6 +16,7 @@ mod body_ids_and_batches;
 mod catalogs;
 mod command_line;
 mod configurable_signatures;
+mod configuration;
 mod conformance;
 mod connections;
 mod crash;

@@ -54,7 +54,7 @@ async fn no_output_route_shows_a_masked_field() {
     }))
     .unwrap();
     let mut headers = signed(
-        inhook::signature::Scheme::HmacHex,
+        inhook::ingress::signature::Scheme::HmacHex,
         PRESENCE_SECRET,
         &body,
         now_s(),

@@ -1,7 +1,7 @@
 //! `/metrics` after a scripted sequence of deliveries has exactly the
 //! expected counters.
 
-use inhook::signature::Scheme;
+use inhook::ingress::signature::Scheme;
 use serde_json::json;
 
 use crate::support::{now_s, signed, TestServer};

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use inhook::tools::simulate::{expected_states, Endpoint};
+use inhook_tools::simulate::{expected_states, Endpoint};
 
 use crate::alerts::{ops_destination, post_forged, received_at_least, save_event, told, TICK};
 use crate::application::{recording_application, Received};

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use serde_json::json;
 
 use crate::support::{now_s, signed, PRESENCE_SECRET};
-use inhook::signature::Scheme;
+use inhook::ingress::signature::Scheme;
 
 /// A password in every URL: trust authentication ignores it, and no message may show it.
 const PASSWORD: &str = "pw-never-shown-7f3a";

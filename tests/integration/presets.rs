@@ -360,7 +360,7 @@ fn rows() -> Vec<Row> {
                 )
             },
             sign: |secret, body, now, id| {
-                let ts = inhook::clock::rfc3339(now * 1000);
+                let ts = inhook::domain::clock::rfc3339(now * 1000);
                 let sig = hex::encode(sha256(secret, &cat(&[id.as_bytes(), ts.as_bytes(), body])));
                 vec![
                     ("twitch-eventsub-message-id", id.to_owned()),
@@ -612,7 +612,7 @@ fn rows() -> Vec<Row> {
                 )
             },
             sign: |secret, body, now, id| {
-                let ts = inhook::clock::rfc3339(now * 1000);
+                let ts = inhook::domain::clock::rfc3339(now * 1000);
                 vec![
                     (
                         "x-zendesk-webhook-signature",

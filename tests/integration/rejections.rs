@@ -1,6 +1,6 @@
 //! Every bad delivery gets its clear 4xx and stores nothing.
 
-use inhook::signature::Scheme;
+use inhook::ingress::signature::Scheme;
 use serde_json::{json, Value};
 
 use crate::support::{now_s, signed, TestServer, PRESENCE_SECRET, SAVE_SECRETS};

@@ -9,13 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use inhook::clock::Clock;
 use inhook::config::Config;
+use inhook::domain::clock::Clock;
+use inhook::domain::kind::save::SaveEvent;
+use inhook::domain::retry::RetryPolicy;
 use inhook::domain::{AggregateKey, DeadReason, EventStatus};
-use inhook::kind::save::SaveEvent;
-use inhook::retry::RetryPolicy;
+use inhook::runtime::worker::Worker;
 use inhook::store::*;
-use inhook::worker::Worker;
 use serde_json::{json, Value};
 use tokio::sync::{watch, Notify};
 

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use std::sync::Arc;
 
-use inhook::signature::{Scheme, Secret};
+use inhook::ingress::signature::{Scheme, Secret};
 
 use crate::application::{recording_application, Received};
 use crate::conformance::delta;
@@ -207,7 +207,7 @@ async fn forward_one(
 
 /// Whether `request` verifies with exactly the destination secret `secret`.
 fn signed_with(request: &(axum::http::HeaderMap, Vec<u8>), secret: &str) -> bool {
-    inhook::signature::verify(
+    inhook::ingress::signature::verify(
         Scheme::StandardWebhooks,
         &request.0,
         &request.1,

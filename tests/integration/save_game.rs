@@ -392,7 +392,7 @@ async fn an_in_order_event_is_decided_in_its_ingest_transaction() {
 #[tokio::test]
 async fn a_delta_resent_after_its_purge_is_stale_and_never_applied_twice() {
     use crate::support::{now_s, signed, SAVE_SECRETS};
-    use inhook::signature::Scheme;
+    use inhook::ingress::signature::Scheme;
 
     let server = TestServer::in_process()
         .spawn_configured(

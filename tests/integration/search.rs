@@ -5,9 +5,9 @@
 //! still finds old events after a key rotation; bulk replay and the command line by the
 //! same query; an old store migrated.
 
+use inhook::domain::search::Where;
 use inhook::http::api::search::scan_page;
-use inhook::search::Where;
-use inhook::signature::Scheme;
+use inhook::ingress::signature::Scheme;
 use inhook::store::EventFilter;
 use serde_json::{json, Value};
 

@@ -8,7 +8,7 @@
 //! sets `INHOOK_TEST_VECTORS=required`, so there a missing library fails the
 //! suite; elsewhere these tests say so on stderr and pass without checking.
 
-use inhook::signature::{sign, standard_webhooks, Scheme, Secret};
+use inhook::ingress::signature::{sign, standard_webhooks, Scheme, Secret};
 use serde_json::json;
 
 use crate::support::{

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, stream};
 use inhook::store::DeliveryRecord;
-use inhook::tools::simulate::Endpoint;
+use inhook_tools::simulate::Endpoint;
 
 use crate::forward_crash::deliveries_to;
 use crate::sinks::{

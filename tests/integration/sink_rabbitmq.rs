@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use inhook::forward::queue::DeliveryStatus;
 use inhook::store::DeliveryRecord;
-use inhook::tools::simulate::Endpoint;
+use inhook_tools::simulate::Endpoint;
 use lapin::options::{
     BasicConsumeOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions,
     QueueDeclareOptions,

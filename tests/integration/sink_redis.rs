@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use inhook::forward::queue::DeliveryStatus;
 use inhook::store::DeliveryRecord;
-use inhook::tools::simulate::Endpoint;
+use inhook_tools::simulate::Endpoint;
 
 use crate::application::DEST_SECRET;
 use crate::forward_crash::deliveries_to;
@@ -518,11 +518,11 @@ destination = "ops"
         }
     }
     assert_eq!(headers["inhook-alert"], "quiet");
-    assert!(inhook::signature::verify(
-        inhook::signature::Scheme::StandardWebhooks,
+    assert!(inhook::ingress::signature::verify(
+        inhook::ingress::signature::Scheme::StandardWebhooks,
         &headers,
         &entry.body,
-        &[inhook::signature::Secret::new(DEST_SECRET)],
+        &[inhook::ingress::signature::Secret::new(DEST_SECRET)],
         crate::support::now_s(),
         300,
     )

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use inhook::domain::AggregateKey;
 use inhook::forward::queue::DeliveryStatus;
 use inhook::store::DeliveryRecord;
-use inhook::tools::simulate::{DeliveryReport, Endpoint, Plan, Publisher, Stream};
+use inhook_tools::simulate::{DeliveryReport, Endpoint, Plan, Publisher, Stream};
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
@@ -300,11 +300,11 @@ fn signature_verifies(message: &Message) -> bool {
             headers.insert(name, value);
         }
     }
-    inhook::signature::verify(
-        inhook::signature::Scheme::StandardWebhooks,
+    inhook::ingress::signature::verify(
+        inhook::ingress::signature::Scheme::StandardWebhooks,
         &headers,
         &message.body,
-        &[inhook::signature::Secret::new(DEST_SECRET)],
+        &[inhook::ingress::signature::Secret::new(DEST_SECRET)],
         crate::support::now_s(),
         300,
     )

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use inhook::signature::Scheme;
+use inhook::ingress::signature::Scheme;
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use inhook::signature::Scheme;
+use inhook::ingress::signature::Scheme;
 use inhook::store::stats::{Combine, StatRow, StatScope};
 use serde_json::{json, Value};
 

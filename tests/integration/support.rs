@@ -1,7 +1,7 @@
 //! Runs the real server on a random port with a fresh database, and talks to
 //! it over HTTP: as a child process running the `inhook` binary, or (for tests
 //! that need no process of their own, [`TestServer::in_process`]) as
-//! `inhook::app::Application` on a thread of the test process. The store is SQLite unless
+//! `inhook::runtime::app::Application` on a thread of the test process. The store is SQLite unless
 //! `INHOOK_TEST_DATABASE` names a PostgreSQL server (e.g.
 //! `postgres://root@127.0.0.1:5432/test`): then every server gets a fresh
 //! database of its own there, dropped afterwards. Server logs go to a file in
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use inhook::config::Config;
-use inhook::signature::{self, Scheme, Secret};
+use inhook::ingress::signature::{self, Scheme, Secret};
 use inhook::store::{EventFilter, EventRecord, Store};
 use serde_json::Value;
 
@@ -486,7 +486,7 @@ secrets = ["{s0}", "{s1}"]
                     .build()
                     .expect("server runtime");
                 let clean = runtime.block_on(async move {
-                    let app = match inhook::app::Application::build(config).await {
+                    let app = match inhook::runtime::app::Application::build(config).await {
                         Ok(app) => app,
                         Err(err) => {
                             let _ = ready_tx.send(Err(format!("{err:#}")));
@@ -738,7 +738,9 @@ secrets = ["{s0}", "{s1}"]
     pub async fn store(&self) -> Arc<dyn Store> {
         let config = Config::load_for_store(Some(&self.config_path())).expect("test config");
         self.store
-            .get_or_init(|| async { inhook::app::connect_store(&config).expect("open store") })
+            .get_or_init(|| async {
+                inhook::runtime::app::connect_store(&config).expect("open store")
+            })
             .await
             .clone()
     }

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use inhook::signature::Scheme;
+use inhook::ingress::signature::Scheme;
 use serde_json::{json, Value};
 
 use crate::metrics::sample;

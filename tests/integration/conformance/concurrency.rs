@@ -264,11 +264,11 @@ pub async fn racing_sync_deliveries_end_at_the_highest_sequence(store: &dyn Stor
             panic!("expected a sync decision, got {admission:?}");
         };
         let expected = match decided.outcome {
-            inhook::ordering::Outcome::Applied => {
+            inhook::domain::ordering::Outcome::Applied => {
                 applied += 1;
                 EventStatus::Processed
             }
-            inhook::ordering::Outcome::Stale => EventStatus::IgnoredStale,
+            inhook::domain::ordering::Outcome::Stale => EventStatus::IgnoredStale,
             ref other => panic!("unexpected {other:?}"),
         };
         let record = store

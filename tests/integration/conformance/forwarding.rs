@@ -6,10 +6,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use inhook::config::Config;
+use inhook::domain::kind::{DeliveryOrder, Lane};
 use inhook::forward::answer::{AttemptRecord, AttemptResult, Verdict};
 use inhook::forward::message::WebhookId;
 use inhook::forward::queue::DeliveryStatus;
-use inhook::kind::{DeliveryOrder, Lane};
 use inhook::store::{
     DeliveryFilter, DeliveryRecord, DeliveryReplay, DeliverySkip, PendingVerdict, SourceRules,
     Store,

@@ -1,9 +1,9 @@
 //! Reading the event log: listings with filters and cursors, the overview
 //! counts, and retention (purge) with its kept dedup keys.
 
+use inhook::domain::retry::RetryPolicy;
+use inhook::domain::search::TypePattern;
 use inhook::domain::EventStatus;
-use inhook::retry::RetryPolicy;
-use inhook::search::TypePattern;
 use inhook::store::{Admission, DedupKey, EventFilter, PurgeReport, Store};
 use serde_json::json;
 

@@ -11,11 +11,11 @@ pub mod log;
 pub mod retries;
 pub mod settle;
 
+use inhook::domain::kind::presence::PresenceState;
+use inhook::domain::kind::save::SaveState;
+use inhook::domain::kind::SourceKind;
+use inhook::domain::kind::{Delivery, EventFields};
 use inhook::domain::{AggregateKey, Ident};
-use inhook::kind::presence::PresenceState;
-use inhook::kind::save::SaveState;
-use inhook::kind::SourceKind;
-use inhook::kind::{Delivery, EventFields};
 use inhook::store::{
     Admission, BodyKey, IngestLimits, NewEvent, SettleAt, SourceRules, Store, StoreError,
 };
@@ -33,7 +33,7 @@ pub const SAVES: &str = "saves";
 pub fn presence_rules() -> SourceRules {
     SourceRules {
         name: PRESENCE.into(),
-        kind: inhook::kind::built_in(SourceKind::Presence, 900_000),
+        kind: inhook::domain::kind::built_in(SourceKind::Presence, 900_000),
         first_sequence: 1,
         hold_timeout_ms: 30_000,
         destinations: std::sync::Arc::from([]),
@@ -44,7 +44,7 @@ pub fn presence_rules() -> SourceRules {
 pub fn save_rules() -> SourceRules {
     SourceRules {
         name: SAVES.into(),
-        kind: inhook::kind::built_in(SourceKind::SaveGame, 900_000),
+        kind: inhook::domain::kind::built_in(SourceKind::SaveGame, 900_000),
         first_sequence: 1,
         hold_timeout_ms: 30_000,
         destinations: std::sync::Arc::from([]),
@@ -241,7 +241,7 @@ pub async fn presence_of(
 ) -> Result<Option<PresenceState>, StoreError> {
     let stored = store.aggregate(source, user).await?;
     stored
-        .map(|s| inhook::kind::presence::presence_state(&s))
+        .map(|s| inhook::domain::kind::presence::presence_state(&s))
         .transpose()
         .map_err(StoreError::from)
 }
@@ -254,7 +254,7 @@ pub async fn save_of(
 ) -> Result<Option<SaveState>, StoreError> {
     let stored = store.aggregate(source, &key.storage_key()).await?;
     stored
-        .map(|s| inhook::kind::save::save_state(&s))
+        .map(|s| inhook::domain::kind::save::save_state(&s))
         .transpose()
         .map_err(StoreError::from)
 }

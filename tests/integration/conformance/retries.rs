@@ -1,7 +1,7 @@
 //! Failed attempts, retries and the dead letter; single and bulk replays.
 
+use inhook::domain::retry::RetryPolicy;
 use inhook::domain::{DeadReason, EventStatus};
-use inhook::retry::RetryPolicy;
 use inhook::store::{EventFilter, FailureReport, ReplayOutcome, Store};
 
 use super::{delta, ingest_save, logged, save_rules, slot, SAVES, T0};

@@ -3,9 +3,9 @@
 
 use std::collections::BTreeMap;
 
+use inhook::domain::kind::presence::Presence;
+use inhook::domain::ordering::Outcome;
 use inhook::domain::{AggregateKey, DeadReason, EventStatus, Ident};
-use inhook::kind::presence::Presence;
-use inhook::ordering::Outcome;
 use inhook::store::{Admission, IngestLimits, Store};
 use serde_json::json;
 
@@ -29,7 +29,7 @@ fn sword(qty: i64) -> BTreeMap<String, i64> {
     BTreeMap::from([("sword".to_owned(), qty)])
 }
 
-async fn save_state(store: &dyn Store, slot_name: &str) -> inhook::kind::save::SaveState {
+async fn save_state(store: &dyn Store, slot_name: &str) -> inhook::domain::kind::save::SaveState {
     let key = AggregateKey::of_parts(vec![
         Ident::parse("player_1024").unwrap(),
         Ident::parse(slot_name).unwrap(),
@@ -391,7 +391,7 @@ pub async fn presence_pages_order_by_user_and_filter_by_status(store: &dyn Store
         .await
         .unwrap();
     assert_eq!(users(&all), ["usr_A", "usr_B", "usr_C", "usr_D"]);
-    let b = &inhook::kind::presence::presence_state(&all.items[1]).unwrap();
+    let b = &inhook::domain::kind::presence::presence_state(&all.items[1]).unwrap();
     assert_eq!(
         (b.presence, b.sequence.get(), b.updated_at_ms),
         (Presence::Offline, 1, T0 + 1)
@@ -408,14 +408,14 @@ pub async fn presence_pages_order_by_user_and_filter_by_status(store: &dyn Store
 /// its state and watermark in the generic aggregate row, its header-located fields
 /// taken from the logged columns (not the body) when settled later.
 pub async fn a_json_source_settles_through_the_generic_aggregate_state(store: &dyn Store) {
-    let spec: inhook::kind::json::contract::JsonSourceSpec = toml::from_str(
+    let spec: inhook::domain::kind::json::contract::JsonSourceSpec = toml::from_str(
         "event_id = \"header:X-Id\"\nidempotency_key = \"header:X-Key\"\naggregate = [\"/k/a\", \"/k/b\"]\n\
          sequence = \"/n\"\nordering = \"in-order\"\nstate = \"/v\"",
     )
     .unwrap();
     let rules = inhook::store::SourceRules {
         name: "j".into(),
-        kind: std::sync::Arc::new(inhook::kind::json::JsonKind::new(&spec).unwrap()),
+        kind: std::sync::Arc::new(inhook::domain::kind::json::JsonKind::new(&spec).unwrap()),
         first_sequence: 1,
         hold_timeout_ms: 30_000,
         destinations: std::sync::Arc::from([]),
@@ -431,7 +431,7 @@ pub async fn a_json_source_settles_through_the_generic_aggregate_state(store: &d
             headers.insert("x-id", format!("id{n}").parse().unwrap());
             headers.insert("x-key", format!("key{n}").parse().unwrap());
             let fields = match rules.kind.parse(&raw, &headers, None).unwrap() {
-                inhook::kind::Delivery::Event(fields) => fields,
+                inhook::domain::kind::Delivery::Event(fields) => fields,
                 other => panic!("{other:?}"),
             };
             assert!(fields.may_hold);
