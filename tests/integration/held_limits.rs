@@ -229,6 +229,39 @@ async fn migration_3_upgrades_a_store_in_place() {
     wait_count(&server, EventStatus::Held, 3).await;
 }
 
+/// Version 23 moves PostgreSQL's count of a delivery's insert from the source's counter
+/// row to the connection's shard: a store upgraded with events waiting, counted on the row
+/// as version 22 counted them, keeps its backlog exact, and `max_backlog` refuses at it.
+#[tokio::test]
+async fn migration_23_keeps_the_backlog_of_a_store_upgraded_with_events_waiting() {
+    let mut server = TestServer::spawn_with("hold_timeout_s = 600\nmax_backlog = 3").await;
+    for seq in [5, 6] {
+        assert_eq!(server.post_save(&delta("up", seq)).await.code, 202);
+    }
+    wait_count(&server, EventStatus::Held, 2).await;
+    assert!(server.terminate());
+    // Back to version 22: its inserts counted on the counter row, not in the shards.
+    server
+        .run_sql(
+            "DELETE FROM schema_migrations WHERE version >= 23;",
+            "UPDATE backlog_counts c SET n = c.n + COALESCE(
+                 (SELECT SUM(d.n) FROM backlog_decrements d WHERE d.source = c.source), 0);
+             DELETE FROM backlog_decrements;
+             DELETE FROM schema_migrations WHERE version >= 23;",
+        )
+        .await;
+    server.restart();
+    assert_eq!(
+        server.post_save(&delta("up", 7)).await.code,
+        202,
+        "the third fits"
+    );
+    let refused = server.post_save(&delta("more", 2)).await;
+    assert_eq!(refused.code, 429, "{refused:?}");
+    assert_eq!(refused.body["error"], "backlog_full");
+    wait_count(&server, EventStatus::Held, 3).await;
+}
+
 /// CPU seconds this process has used (user + system), from /proc.
 fn cpu_seconds() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");

@@ -186,6 +186,14 @@ pub trait Tx: Sync {
     /// The query answering the undecided events of the source bound at `$1`, in the
     /// writing transaction of a delivery just logged for it (ingest's backlog limit).
     const BACKLOG: &'static str;
+    /// A statement run before [`Tx::BACKLOG`], with the same parameter, that holds the
+    /// source's backlog until commit where other writers could count into it meanwhile
+    /// (PostgreSQL); none where the writer is alone (SQLite).
+    const LOCK_BACKLOG: Option<&'static str> = None;
+    /// Whether a worker step reads its aggregates' states, arriving rows and held refs in
+    /// one statement per table (`settle::read_step`): where each statement is a round trip
+    /// and a plan (PostgreSQL), not where it is a function call (SQLite).
+    const SETTLE_READS_BY_STEP: bool = false;
 
     /// A condition taking the lock of the key text `key` (an SQL expression) until commit:
     /// true when it took it, false when another node holds it (SQLite's one writer always

@@ -300,8 +300,10 @@ impl<B: Backend> Settling for SqlStore<B> {
                 // Different aggregates touch different rows: where the backend pipelines
                 // statements (PostgreSQL), their settles share the round trips, and their
                 // writes are made together, one statement per table (settle::Writes).
+                let mut first = settle::read_step(io, &work, now_ms).await?;
                 let settles = work.iter().map(|(rules, aggregate)| {
-                    settle::settle_deferred(io, rules, aggregate, now_ms)
+                    let reads = first.remove(&(rules.name.clone(), aggregate.clone()));
+                    settle::settle_deferred(io, rules, aggregate, now_ms, reads)
                 });
                 let mut writes = settle::Writes::default();
                 let mut reports = Vec::with_capacity(work.len());

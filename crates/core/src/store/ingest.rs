@@ -274,8 +274,8 @@ async fn record_received<I: Tx>(io: &I, logged: &EventRow) -> Result<bool, Store
 }
 
 /// Which limit, if any, the just-logged `logged` takes its source or aggregate over. Read
-/// in the writing transaction, which holds the aggregate and (PostgreSQL: its insert
-/// updated it) the source's counter row: no concurrent delivery can overshoot.
+/// in the writing transaction, which holds the aggregate and (PostgreSQL: locked by
+/// [`Tx::LOCK_BACKLOG`]) the source's counter row: no concurrent delivery can overshoot.
 async fn over_limits<I: Tx>(io: &I, logged: &EventRow) -> Result<Option<Refusal>, StoreError> {
     let limits = &logged.limits;
     if logged.may_hold && limits.max_held_per_aggregate < u64::MAX {
@@ -295,6 +295,9 @@ async fn over_limits<I: Tx>(io: &I, logged: &EventRow) -> Result<Option<Refusal>
         }
     }
     if limits.max_backlog < u64::MAX {
+        if let Some(lock) = I::LOCK_BACKLOG {
+            io.execute(lock, &[text(&logged.source)]).await?;
+        }
         let found = io.query(I::BACKLOG, &[text(&logged.source)]).await?;
         if one_int(&found)? as u64 > limits.max_backlog {
             return Ok(Some(Refusal::BacklogFull));

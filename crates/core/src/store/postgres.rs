@@ -174,30 +174,14 @@ async fn log_batch(
     let tx = client.transaction().await.map_err(pg_err)?;
     let rows: Vec<&EventRow> = jobs.iter().map(|j| &j.row).collect();
     // The limits are decided here, in the writing transaction: first the batch's aggregates,
-    // then its sources' counter rows, so that no concurrent delivery or batch can overshoot
-    // either limit.
+    // then, after the insert, its sources' counter rows (`lock_backlogs`), so that no
+    // concurrent delivery or batch can overshoot either limit.
     lock_aggregates(
         &tx,
         rows.iter()
             .map(|r| (r.source.as_str(), r.aggregate.as_str())),
     )
     .await?;
-    let mut source_names: Vec<&str> = rows.iter().map(|r| r.source.as_str()).collect();
-    source_names.sort_unstable();
-    source_names.dedup();
-    let mut backlog = backlogs(&tx, &source_names).await?;
-    // A source's first delivery makes its counter row (every later one only reads it: an
-    // `ON CONFLICT DO NOTHING` waits for whoever last wrote the row).
-    if backlog.len() < source_names.len() {
-        tx.cached_execute(
-            "INSERT INTO backlog_counts (source, n)
-             SELECT s, 0 FROM UNNEST($1::text[]) AS s ORDER BY s ON CONFLICT DO NOTHING",
-            &[&source_names],
-        )
-        .await
-        .map_err(pg_err)?;
-        backlog = backlogs(&tx, &source_names).await?;
-    }
     let mut highest = highest_received(&tx, &rows).await?;
     let mut waiting = waiting_ahead(&tx, &rows).await?;
     // Settled before the insert, so that a row ready at ingest is written once, decided.
@@ -234,10 +218,10 @@ async fn log_batch(
     write_new_keys(&tx, &rows).await?;
     let body_sha256: Vec<Option<&str>> = rows.iter().map(|r| r.body_sha256.as_deref()).collect();
     // In batch order, so that of two deliveries with one key the first is the one logged;
-    // a key of a purged event (dedup_keys) is left to `not_inserted`. Batch order is safe
-    // from deadlocks: every key is (source, ...), and a batch holds its sources' counter
-    // rows (locked above, in source order) until it commits, so no two batches ever insert
-    // keys of one source at once.
+    // a key of a purged event (dedup_keys) is left to `not_inserted`. Two batches insert at
+    // once: one that waits for the other's uncommitted key while the other waits for one of
+    // its own (two keys sent twice, in opposite orders) is a deadlock PostgreSQL breaks,
+    // and the batch it fails is logged again one delivery at a time (`commit_batch`).
     let inserted = tx
         .cached_query(
             "INSERT INTO events (source, event_id, event_type, aggregate, sequence,
@@ -286,7 +270,7 @@ async fn log_batch(
             ],
         )
         .await
-        .map_err(pg_err)?;
+        .map_err(deadlock_fails_the_batch)?;
     let mut rows = std::collections::HashMap::with_capacity(inserted.len());
     for row in &inserted {
         rows.insert(
@@ -309,6 +293,23 @@ async fn log_batch(
     let mut decided_here = vec![false; jobs.len()];
     for group in &ready {
         group.members.iter().for_each(|at| decided_here[*at] = true);
+    }
+    // The backlog as it stands with this batch's undecided rows counted, less them: the
+    // loop below admits them one by one against the limit.
+    let mut source_names: Vec<&str> = rows.keys().map(|(source, _)| source.as_str()).collect();
+    source_names.sort_unstable();
+    source_names.dedup();
+    let mut backlog = lock_backlogs(&tx, &source_names).await?;
+    let mut counted = std::collections::HashSet::new();
+    for (at, job) in jobs.iter().enumerate() {
+        let key = (job.row.source.as_str(), job.row.event_id.as_str());
+        // Of two deliveries with one event_id, the first got the row (and is counted).
+        if counted.insert(key)
+            && !decided_here[at]
+            && rows.contains_key(&(key.0.to_owned(), key.1.to_owned()))
+        {
+            *backlog.entry(job.row.source.clone()).or_insert(0) -= 1;
+        }
     }
     let mut admissions = Vec::with_capacity(jobs.len());
     let mut refused = Vec::new();
@@ -1217,25 +1218,54 @@ async fn fold_delivery_counts(tx: &dyn CachedStatements) -> Result<(), StoreErro
     Ok(())
 }
 
-/// Undecided events per source, from the counter rows the triggers keep, locked (in source
-/// order) until the transaction ends, less the committed decrements (migration 9).
-async fn backlogs(
+/// Undecided events per source, this transaction's own inserts included: the counter rows
+/// locked (in source order) until the transaction ends, made for a source's first delivery,
+/// then read with the committed shards (migration 23) by a statement of its own. Its
+/// snapshot is taken once the locks are held, so it sees every increment committed by the
+/// transactions that held them before: a statement that waited for a lock keeps the
+/// snapshot it began with, which would miss them.
+async fn lock_backlogs(
     tx: &dyn CachedStatements,
     sources: &[&str],
 ) -> Result<HashMap<String, i64>, StoreError> {
-    let found = tx
-        .cached_query(
-            "WITH locked AS (
-                 SELECT source, n FROM backlog_counts WHERE source = ANY($1)
-                 ORDER BY source FOR UPDATE)
-             SELECT l.source, l.n + COALESCE(
-                 (SELECT SUM(d.n) FROM backlog_decrements d WHERE d.source = l.source), 0)::BIGINT
-             FROM locked l",
+    if sources.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let lock =
+        "SELECT source FROM backlog_counts WHERE source = ANY($1) ORDER BY source FOR UPDATE";
+    let read = "SELECT c.source, (c.n + COALESCE(
+             (SELECT SUM(d.n) FROM backlog_decrements d WHERE d.source = c.source), 0))::BIGINT
+         FROM backlog_counts c WHERE c.source = ANY($1)";
+    // Pipelined: PostgreSQL runs the read after the lock, in a snapshot of its own.
+    let (locked, found) = futures_util::future::join(
+        tx.cached_query(lock, &[&sources]),
+        tx.cached_query(read, &[&sources]),
+    )
+    .await;
+    let (mut locked, mut found) = (locked.map_err(pg_err)?, found.map_err(pg_err)?);
+    if locked.len() < sources.len() {
+        // A source's first delivery makes its counter row (every later one only locks it).
+        tx.cached_execute(
+            "INSERT INTO backlog_counts (source, n)
+             SELECT s, 0 FROM UNNEST($1::text[]) AS s ORDER BY s ON CONFLICT DO NOTHING",
             &[&sources],
         )
         .await
         .map_err(pg_err)?;
+        locked = tx.cached_query(lock, &[&sources]).await.map_err(pg_err)?;
+        found = tx.cached_query(read, &[&sources]).await.map_err(pg_err)?;
+    }
+    debug_assert_eq!(locked.len(), sources.len());
     found.iter().map(|r| Ok((col(r, 0)?, col(r, 1)?))).collect()
+}
+
+/// A batch insert's error, a deadlock made an internal one: the batch is then logged again
+/// one delivery at a time (`commit_batch`) rather than answered 503 as a whole.
+fn deadlock_fails_the_batch(err: tokio_postgres::Error) -> StoreError {
+    if err.code() == Some(&tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED) {
+        return StoreError::Internal(Failure::caused(err.to_string(), err));
+    }
+    pg_err(err)
 }
 
 /// Takes the advisory locks of several aggregates in key order, as every transaction that
@@ -1297,14 +1327,20 @@ impl Tx for PgIo<'_> {
     const UNDECIDED_COUNTS: &'static str = "SELECT source, status, COUNT(*) FROM events
          WHERE status IN ('received', 'held', 'retrying') GROUP BY source, status";
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
+    const SETTLE_READS_BY_STEP: bool = true;
     const COUNTS_BLOCKED_AGGREGATES: bool = false;
     const LOCK_KEY: &'static str =
         "SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended($1, 0))) l";
-    // The counter row the triggers keep (migration 9), locked until commit (the
-    // delivery's insert updated it already), less the committed decrements.
-    const BACKLOG: &'static str = "WITH locked AS (
-             SELECT n FROM backlog_counts WHERE source = $1 FOR UPDATE)
-         SELECT (COALESCE((SELECT n FROM locked), 0) + COALESCE(
+    // Made and locked until commit, for the read below to run in a snapshot taken once
+    // it is held (`lock_backlogs`).
+    const LOCK_BACKLOG: Option<&'static str> = Some(
+        "INSERT INTO backlog_counts (source, n) VALUES ($1, 0)
+         ON CONFLICT (source) DO UPDATE SET n = backlog_counts.n",
+    );
+    // The counter row (migration 9) and the shards (migration 23), this transaction's
+    // insert among them.
+    const BACKLOG: &'static str = "SELECT (COALESCE(
+             (SELECT n FROM backlog_counts WHERE source = $1), 0) + COALESCE(
              (SELECT SUM(d.n) FROM backlog_decrements d WHERE d.source = $1), 0))::BIGINT";
 
     fn in_ids(column: &str, n: usize) -> String {

@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use super::backend::{int, text, Tx};
+use super::backend::{int, text, Cell, Tx};
 use super::backend::{ChangeRow, Param, StateRow};
 use super::vault::KeySet;
 use super::{forwarding, rows, sql};
@@ -59,9 +59,24 @@ async fn load_state_noting<I: Tx>(
     aggregate: &str,
     under: &mut SealedUnder,
 ) -> Result<Option<AggregateState>, StoreError> {
-    let found = io
-        .query(sql::LOAD_AGGREGATE, &[text(source), text(aggregate)])
-        .await?;
+    load_state_from(io, source, aggregate, under, None).await
+}
+
+/// [`load_state_noting`], from the row `read` for the whole step if it was.
+async fn load_state_from<I: Tx>(
+    io: &I,
+    source: &str,
+    aggregate: &str,
+    under: &mut SealedUnder,
+    read: Option<Vec<Vec<Cell>>>,
+) -> Result<Option<AggregateState>, StoreError> {
+    let found = match read {
+        Some(found) => found,
+        None => {
+            io.query(sql::LOAD_AGGREGATE, &[text(source), text(aggregate)])
+                .await?
+        }
+    };
     let keys = io.vault().keys_for(io, &found).await?;
     under.note_all(&keys);
     let mut states = rows::all(found, |c| rows::aggregate_state(c, &keys))?;
@@ -75,9 +90,15 @@ async fn arriving_rows<I: Tx>(
     aggregate: &str,
     now_ms: i64,
     under: &mut SealedUnder,
+    read: Option<Vec<Vec<Cell>>>,
 ) -> Result<Vec<PendingRow>, StoreError> {
-    let params = [text(source), text(aggregate), Param::Int(now_ms)];
-    let found = io.query(sql::ARRIVING_ROWS, &params).await?;
+    let found = match read {
+        Some(found) => found,
+        None => {
+            let params = [text(source), text(aggregate), Param::Int(now_ms)];
+            io.query(sql::ARRIVING_ROWS, &params).await?
+        }
+    };
     let keys = io.vault().keys_for(io, &found).await?;
     under.note_all(&keys);
     rows::all(found, |c| rows::pending_row(c, false, &keys))
@@ -88,10 +109,15 @@ async fn held_refs<I: Tx>(
     io: &I,
     source: &str,
     aggregate: &str,
+    read: Option<Vec<Vec<Cell>>>,
 ) -> Result<Vec<HeldRef>, StoreError> {
-    let found = io
-        .query(sql::HELD_REFS, &[text(source), text(aggregate)])
-        .await?;
+    let found = match read {
+        Some(found) => found,
+        None => {
+            io.query(sql::HELD_REFS, &[text(source), text(aggregate)])
+                .await?
+        }
+    };
     rows::all(found, rows::held_ref)
 }
 
@@ -122,6 +148,96 @@ async fn occupied<I: Tx>(
     let params = [text(source), text(aggregate), Param::Int(from)];
     let found = io.query(sql::OCCUPIED, &params).await?;
     found.iter().map(|row| int(row, 0)).collect()
+}
+
+/// What a settle reads first, read for every aggregate of a worker step at once
+/// ([`read_step`]): the state row, the arriving rows and the held refs, each as the
+/// statement for one aggregate answers them.
+#[derive(Default)]
+pub(crate) struct FirstReads {
+    state: Vec<Vec<Cell>>,
+    arriving: Vec<Vec<Cell>>,
+    held: Vec<Vec<Cell>>,
+}
+
+/// The first reads of every aggregate of `work`, by (source, aggregate), in one statement
+/// per table for the whole step where the backend gains by it ([`Tx::SETTLE_READS_BY_STEP`]:
+/// PostgreSQL, where a statement per aggregate and table was most of a step's statements,
+/// docs/benchmarks.md); none elsewhere, each settle then reads its own.
+pub(crate) async fn read_step<I: Tx>(
+    io: &I,
+    work: &[(SourceRules, String)],
+    now_ms: i64,
+) -> Result<HashMap<(String, String), FirstReads>, StoreError> {
+    let mut reads = HashMap::new();
+    if !I::SETTLE_READS_BY_STEP || work.len() < 2 {
+        return Ok(reads);
+    }
+    for (rules, aggregate) in work {
+        reads.insert(
+            (rules.name.clone(), aggregate.clone()),
+            FirstReads::default(),
+        );
+    }
+    let (sources, aggregates): (Vec<String>, Vec<String>) = reads.keys().cloned().unzip();
+    let pairs = I::source_aggregate_pairs(1, "a");
+    let states = format!(
+        "SELECT s.source, s.aggregate, s.aggregate, s.sequence, s.event_id, s.event_type,
+                s.state, s.tag, s.watermark, s.updated_at, s.skipped_gaps
+         FROM aggregate_state s JOIN {pairs}
+           ON s.source = a.source AND s.aggregate = a.aggregate"
+    );
+    let arriving = format!(
+        "SELECT e.source, e.aggregate, e.id, e.body, e.received_at, e.replays > 0, e.event_id,
+                e.sequence, e.event_type, e.idempotency_key, e.unordered IS NOT NULL
+         FROM events e JOIN {pairs} ON e.source = a.source AND e.aggregate = a.aggregate
+         WHERE e.status IN ('received', 'retrying')
+           AND (e.status = 'received' OR e.next_attempt_at <= $3)
+         ORDER BY e.source, e.aggregate, e.sequence, e.id"
+    );
+    let held = format!(
+        "SELECT e.source, e.aggregate, e.sequence, e.id, e.received_at
+         FROM events e JOIN {pairs} ON e.source = a.source AND e.aggregate = a.aggregate
+         WHERE e.status = 'held'
+         ORDER BY e.source, e.aggregate, e.sequence, e.id"
+    );
+    let both = || {
+        [
+            Param::Texts(sources.clone()),
+            Param::Texts(aggregates.clone()),
+        ]
+    };
+    let [s, a] = both();
+    let arriving_params = [s, a, Param::Int(now_ms)];
+    // Pipelined where the backend pipelines: one round trip for the three.
+    let (states, arriving, held) = futures_util::future::join3(
+        io.query(&states, &both()),
+        io.query(&arriving, &arriving_params),
+        io.query(&held, &both()),
+    )
+    .await;
+    let mut file = |found: Vec<Vec<Cell>>,
+                    pick: fn(&mut FirstReads) -> &mut Vec<Vec<Cell>>|
+     -> Result<(), StoreError> {
+        for mut row in found {
+            let mut key = row.drain(..2);
+            let (Some(Cell::Text(source)), Some(Cell::Text(aggregate))) = (key.next(), key.next())
+            else {
+                return Err(StoreError::Internal(
+                    "a step read without its aggregate".into(),
+                ));
+            };
+            drop(key);
+            if let Some(reads) = reads.get_mut(&(source, aggregate)) {
+                pick(reads).push(row);
+            }
+        }
+        Ok(())
+    };
+    file(states?, |r| &mut r.state)?;
+    file(arriving?, |r| &mut r.arriving)?;
+    file(held?, |r| &mut r.held)?;
+    Ok(reads)
 }
 
 /// The aggregate's new state as a row to save, its state text sealed under `key` when
@@ -209,20 +325,22 @@ pub(crate) async fn settle<I: Tx>(
     aggregate: &str,
     now_ms: i64,
 ) -> Result<Settled, StoreError> {
-    let (settled, writes) = settle_deferred(io, rules, aggregate, now_ms).await?;
+    let (settled, writes) = settle_deferred(io, rules, aggregate, now_ms, None).await?;
     writes.apply(io, now_ms).await?;
     Ok(settled)
 }
 
 /// [`settle`], its writes to the state, change and event rows handed back for the caller
-/// to apply together with other aggregates' ([`Writes`]).
+/// to apply together with other aggregates' ([`Writes`]); `first`: what [`read_step`] read
+/// for the aggregate, if it did.
 pub(crate) async fn settle_deferred<I: Tx>(
     io: &I,
     rules: &SourceRules,
     aggregate: &str,
     now_ms: i64,
+    first: Option<FirstReads>,
 ) -> Result<(Settled, Writes), StoreError> {
-    let planned = plan_gated(io, rules, aggregate, now_ms, None, None)
+    let planned = plan_gated(io, rules, aggregate, now_ms, None, None, first)
         .await?
         .ok_or_else(|| StoreError::Internal("an ungated settle was left to the worker".into()))?;
     write_planned(io, rules, aggregate, now_ms, planned, &[]).await
@@ -246,7 +364,7 @@ pub(crate) async fn plan_unlogged<I: Tx>(
         .iter()
         .zip(&stand_ins)
         .map(|(r, id)| r.pending(*id));
-    let planned = plan_gated(io, rules, aggregate, now_ms, Some(&stand_ins), rows);
+    let planned = plan_gated(io, rules, aggregate, now_ms, Some(&stand_ins), rows, None);
     Ok(planned.await?.map(|mut planned| {
         for sealed in unlogged.iter().filter_map(|r| r.sealed.as_ref()) {
             planned.under.note(&sealed.key);
@@ -357,11 +475,16 @@ async fn plan_gated<I: Tx>(
     now_ms: i64,
     fresh: Option<&[i64]>,
     unlogged: impl IntoIterator<Item = PendingRow>,
+    first: Option<FirstReads>,
 ) -> Result<Option<Planned>, StoreError> {
     let kind: &dyn Kind = rules.kind.as_ref();
     let mut under = SealedUnder::default();
-    let before = load_state_noting(io, &rules.name, aggregate, &mut under).await?;
-    let mut rows = arriving_rows(io, &rules.name, aggregate, now_ms, &mut under).await?;
+    let (state, arriving, held) = match first {
+        Some(first) => (Some(first.state), Some(first.arriving), Some(first.held)),
+        None => (None, None, None),
+    };
+    let before = load_state_from(io, &rules.name, aggregate, &mut under, state).await?;
+    let mut rows = arriving_rows(io, &rules.name, aggregate, now_ms, &mut under, arriving).await?;
     rows.extend(unlogged);
     let ready = |rows: &[PendingRow], held_in_reach: usize| {
         fresh.is_none_or(|fresh| {
@@ -385,7 +508,7 @@ async fn plan_gated<I: Tx>(
     let plan = if kind.in_order() {
         let watermark = base.watermark();
         let arriving: Vec<i64> = rows.iter().map(|r| r.sequence).collect();
-        let held = held_refs(io, &rules.name, aggregate).await?;
+        let held = held_refs(io, &rules.name, aggregate, held).await?;
         let from = HeldReach::occupied_from(&arriving, &held, watermark);
         let occupied = occupied(io, &rules.name, aggregate, from).await?;
         let (mut reach, first) = HeldReach::start(
