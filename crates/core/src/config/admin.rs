@@ -24,7 +24,7 @@ section! {
     pub struct Admin {
         /// Token for `/v1/*`: configured, or generated at start by
         /// [`super::Config::generate_admin_token`]. A reload compares it apart: a generated
-        /// one is in no file (src/config/reload.rs).
+        /// one is in no file (config/reload.rs).
         pub admin_token: Option<Secret> => apart,
         /// Whether `admin_token` was generated for this run rather than configured.
         pub admin_token_generated: bool => apart,

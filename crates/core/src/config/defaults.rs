@@ -1,6 +1,6 @@
 //! The built-in defaults of the sources' and destinations' keys (docs/configuration.md
 //! lists each; keep the two in step). A top-level key's default is in its section's
-//! `Default` (src/config/http.rs, store.rs, admin.rs, processing.rs, observability.rs),
+//! `Default` (config/http.rs, store.rs, admin.rs, processing.rs, observability.rs),
 //! next to the field it fills.
 
 use crate::domain::kind::SourceKind;

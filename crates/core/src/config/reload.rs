@@ -204,7 +204,7 @@ fn source_problems(running: &Config, fresh: &Config, problems: &mut Vec<String>)
             ));
         }
         // Kind, signature, json locations and secrets are checked above; every other key
-        // the source declares (src/config/source.rs) needs a restart.
+        // the source declares (config/source/mod.rs) needs a restart.
         let changed = source.changed_keys(next);
         if !changed.is_empty() {
             problems.push(format!(

@@ -51,7 +51,7 @@ section! {
         pub group_commit: bool => restart,
         /// The master keys of encryption at rest (`[encryption] keys` or
         /// `INHOOK_ENCRYPTION_KEYS`, docs/encryption.md); none: rows are stored in plaintext.
-        /// A reload compares them by [`MasterKeys::same_as`] (src/config/reload.rs).
+        /// A reload compares them by [`MasterKeys::same_as`] (config/reload.rs).
         pub encryption: Option<Arc<MasterKeys>> => apart,
     }
 }

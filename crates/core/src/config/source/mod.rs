@@ -27,7 +27,7 @@ pub(in crate::config) mod signing;
 
 section! {
     /// One configured webhook source. Its kind, signature and json locations are checked
-    /// apart on a reload (src/config/reload.rs), its secrets rotate; any other key changed
+    /// apart on a reload (config/reload.rs), its secrets rotate; any other key changed
     /// needs a restart.
     #[derive(Debug, Clone)]
     pub struct SourceConfig {
