@@ -17,7 +17,7 @@
 //!   tokens; `aws-sns` alone waits, for the certificate it fetches); the publishers'
 //!   endpoint handshakes, one module each behind one entry point; the presets; the headers
 //!   kept; the peers believed.
-//! - [`domain`]: what an event is and how it is decided, pure — ids and statuses, one
+//! - [`domain`]: what an event is and how it is decided, pure but for the clock — ids and statuses, one
 //!   module per kind (`presence`, `save`, `json`: contract, rules, projection, delivery
 //!   order, views) behind the `Kind` trait, the ordering rules (latest-wins, in-order with
 //!   holds and skipped gaps, order-free), the retry policy, search pointers, masking,
@@ -27,8 +27,9 @@
 //!   `Figures`, `AlertLog` — each caller given only its own (`Store` is all of them, for
 //!   the wiring); one implementation of their flows over a small backend, SQLite or
 //!   PostgreSQL.
-//! - [`forward`]: forwarding to `[[destinations]]` (docs/forwarding.md), in one home: its
-//!   pure rules, the sender, one module per destination type.
+//! - [`forward`]: forwarding to `[[destinations]]` (docs/forwarding.md): its pure rules,
+//!   the sender, one module per destination type (their settings are read in [`config`],
+//!   their queue's flows in [`store`]).
 //! - [`runtime`]: the wiring of a node, the workers, bulk replays.
 //! - [`operations`]: metrics, figures over time, alerts, logs and traces.
 //! - [`config`]: the configuration (docs/configuration.md), its loading and reload.
