@@ -6,6 +6,7 @@
 //! and carry JSON, so a cross-site form post cannot replay or reload. A peer that keeps
 //! sending wrong tokens is made to wait ([`TokenGuesses`]).
 
+use crate::operations::log_throttle::{LogThrottle, NOISY_LOG_INTERVAL};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
@@ -89,10 +90,7 @@ impl TokenGuesses {
 }
 
 /// Refused admin calls are logged one line per interval at most: a flood must not fill the log.
-static REFUSED_LOG: crate::operations::log_throttle::LogThrottle =
-    crate::operations::log_throttle::LogThrottle::new(
-        crate::operations::log_throttle::NOISY_LOG_INTERVAL,
-    );
+static REFUSED_LOG: LogThrottle = LogThrottle::new(NOISY_LOG_INTERVAL);
 
 /// Lets a request through if [`admit`] does; otherwise answers its refusal.
 pub(super) async fn require_admin(

@@ -139,11 +139,6 @@ impl TokenBucket {
         }
     }
 
-    /// Gives back a token taken for a delivery that turned out to cost nothing (a duplicate).
-    pub fn refund(&mut self, rate: u32) {
-        self.refund_n(1, rate);
-    }
-
     /// Gives back `n` tokens taken for events that cost nothing (a batch's duplicates).
     pub fn refund_n(&mut self, n: u64, rate: u32) {
         self.tokens = (self.tokens + n as f64).min(f64::from(rate));

@@ -3,6 +3,7 @@
 //! publishers' endpoint handshakes answered on the way, before the log (docs/contract.md,
 //! handshakes); and `GET /webhooks/{source}` for the handshakes that come as a `GET`.
 
+use crate::operations::log_throttle::{LogThrottle, NOISY_LOG_INTERVAL};
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{ConnectInfo, Path, State};
@@ -1007,22 +1008,13 @@ fn sns_answer(source: &SourceConfig, confirmation: handshake::sns::Confirmation)
 }
 
 /// Messages from unlisted topics come in floods when anyone subscribes the endpoint.
-static TOPIC_LOG: crate::operations::log_throttle::LogThrottle =
-    crate::operations::log_throttle::LogThrottle::new(
-        crate::operations::log_throttle::NOISY_LOG_INTERVAL,
-    );
+static TOPIC_LOG: LogThrottle = LogThrottle::new(NOISY_LOG_INTERVAL);
 
 /// Certificate fetch failures come in floods when anyone names a failing URL.
-static FETCH_LOG: crate::operations::log_throttle::LogThrottle =
-    crate::operations::log_throttle::LogThrottle::new(
-        crate::operations::log_throttle::NOISY_LOG_INTERVAL,
-    );
+static FETCH_LOG: LogThrottle = LogThrottle::new(NOISY_LOG_INTERVAL);
 
 /// Handshakes come as often as a publisher (or anyone, for unsigned ones) sends them.
-static HANDSHAKE_LOG: crate::operations::log_throttle::LogThrottle =
-    crate::operations::log_throttle::LogThrottle::new(
-        crate::operations::log_throttle::NOISY_LOG_INTERVAL,
-    );
+static HANDSHAKE_LOG: LogThrottle = LogThrottle::new(NOISY_LOG_INTERVAL);
 
 /// Takes a token from the source's bucket: `Ok(true)` when one was taken, `Ok(false)`
 /// when the source has no limit, or how long until the next token.
@@ -1101,28 +1093,16 @@ fn sync_answer(event: &EventFields, decided: Decided) -> Answer {
 }
 
 /// Refusals for a full body budget come in floods: one log line per interval.
-static BUSY_LOG: crate::operations::log_throttle::LogThrottle =
-    crate::operations::log_throttle::LogThrottle::new(
-        crate::operations::log_throttle::NOISY_LOG_INTERVAL,
-    );
+static BUSY_LOG: LogThrottle = LogThrottle::new(NOISY_LOG_INTERVAL);
 
 /// Deliveries refused before their signature was checked: anyone can send them.
-static REJECTED_LOG: crate::operations::log_throttle::LogThrottle =
-    crate::operations::log_throttle::LogThrottle::new(
-        crate::operations::log_throttle::NOISY_LOG_INTERVAL,
-    );
+static REJECTED_LOG: LogThrottle = LogThrottle::new(NOISY_LOG_INTERVAL);
 
 /// Event ids resent with another body: whoever holds one signed body can send them.
-static CONFLICT_LOG: crate::operations::log_throttle::LogThrottle =
-    crate::operations::log_throttle::LogThrottle::new(
-        crate::operations::log_throttle::NOISY_LOG_INTERVAL,
-    );
+static CONFLICT_LOG: LogThrottle = LogThrottle::new(NOISY_LOG_INTERVAL);
 
 /// Deliveries whose signature did not verify: anyone can send them.
-static SIGNATURE_LOG: crate::operations::log_throttle::LogThrottle =
-    crate::operations::log_throttle::LogThrottle::new(
-        crate::operations::log_throttle::NOISY_LOG_INTERVAL,
-    );
+static SIGNATURE_LOG: LogThrottle = LogThrottle::new(NOISY_LOG_INTERVAL);
 
 /// Most bytes of a refused body read (and dropped) so that the client, still
 /// sending, gets a clean 413 instead of a reset connection.
